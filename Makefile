@@ -1,0 +1,38 @@
+# sekali: the commands a developer and CI run. `make help` lists them.
+
+SQLC_VERSION := v1.31.1
+SQLC := bin/sqlc-$(SQLC_VERSION)
+GO ?= go
+
+.PHONY: help test preflight sqlc sqlc-check vet compose-check ci up
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+test: preflight ## run every test against the real PostgreSQL, Redis and SMTP sink
+	$(GO) test -race -count=1 ./...
+
+preflight: ## fail at once, with instructions, if PostgreSQL or Redis is unreachable
+	@$(GO) run ./internal/testenv/preflight
+
+$(SQLC):
+	@mkdir -p bin
+	GOBIN=$(CURDIR)/bin/.sqlc-build $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+	mv bin/.sqlc-build/sqlc $(SQLC) && rm -rf bin/.sqlc-build
+
+sqlc: $(SQLC) ## regenerate internal/dbsqlc from db/migrations and db/queries
+	$(SQLC) generate
+
+sqlc-check: $(SQLC) ## fail if the committed generated code differs from what sqlc makes
+	$(SQLC) diff
+
+vet: ## go vet every package
+	$(GO) vet ./...
+
+compose-check: ## validate docker-compose.yml without a Docker engine
+	docker-compose config -q
+
+ci: test sqlc-check vet compose-check ## what .ci/run runs after starting the services
+
+up: ## run the whole stack (needs a Docker engine)
+	docker compose up --build

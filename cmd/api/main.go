@@ -1,0 +1,144 @@
+// Command api is sekali's checkout API: it records orders together with
+// the intent to e-mail their confirmation, and queues the delivery.
+//
+//	api           migrate the schema, then serve HTTP until SIGINT/SIGTERM
+//	api migrate   migrate the schema and exit
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/redisconn"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "api:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	DatabaseURL     string
+	Redis           asynq.RedisConnOpt
+	HTTPAddr        string
+	LogLevel        slog.Level
+	Queue           string
+	IdempotencyTTL  time.Duration
+	ShutdownTimeout time.Duration
+}
+
+func loadConfig(getenv func(string) string) (config, error) {
+	env := envconfig.New(getenv)
+	cfg := config{
+		DatabaseURL:     env.String("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		HTTPAddr:        env.String("HTTP_ADDR", ":8080"),
+		LogLevel:        env.LogLevel("LOG_LEVEL"),
+		Queue:           env.String("DELIVERY_QUEUE", notify.DefaultQueue),
+		IdempotencyTTL:  env.Duration("IDEMPOTENCY_KEY_TTL", 24*time.Hour),
+		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+	}
+	var err error
+	cfg.Redis, err = redisconn.Parse(env.String("REDIS_URL", "redis://localhost:6379/0"))
+	env.Check("REDIS_URL", err)
+	return cfg, env.Err()
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	migrateOnly := false
+	switch {
+	case len(args) == 0:
+	case len(args) == 1 && args[0] == "migrate":
+		migrateOnly = true
+	default:
+		fmt.Fprintln(stderr, "usage: api [migrate]")
+		return fmt.Errorf("unexpected arguments %q", args)
+	}
+
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "api")
+
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, log); err != nil {
+		return err
+	}
+	if migrateOnly {
+		return nil
+	}
+
+	queue := asynq.NewClient(cfg.Redis)
+	defer queue.Close()
+	rdb := redisconn.NewClient(cfg.Redis)
+	defer rdb.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	enqueuer := notify.NewEnqueuer(queue, cfg.Queue, log, reg)
+	orders := order.NewService(pool, enqueuer, cfg.IdempotencyTTL, reg)
+	checks := []httpapi.Check{
+		{Name: "postgres", Ping: pool.Ping},
+		{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
+	}
+
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	}
+	srv := &http.Server{
+		Handler:           httpapi.NewServer(log, orders, checks, reg, reg),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("api listening", "addr", ln.Addr().String())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("api shutting down: finishing in-flight requests", "timeout", cfg.ShutdownTimeout.String())
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("shut down http: %w", err)
+		}
+		return nil
+	})
+	return g.Wait()
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rd := testenv.NewRedis(t)
+	env := map[string]string{
+		"DATABASE_URL":   db.URL,
+		"REDIS_URL":      rd.URL,
+		"HTTP_ADDR":      "127.0.0.1:0",
+		"DELIVERY_QUEUE": rd.Queue,
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	stdout, addr := watchForAddr(t)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, stdout, io.Discard) }()
+
+	var base string
+	select {
+	case a := <-addr:
+		base = "http://" + a
+	case err := <-done:
+		t.Fatalf("run returned before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("api did not start listening")
+	}
+
+	res, err := http.Get(base + "/readyz")
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("readyz: %v %v", res, err)
+	}
+	res.Body.Close()
+	res, err = http.Post(base+"/v1/orders", "application/json", strings.NewReader(
+		`{"customer_email":"budi@example.com","customer_name":"Budi","currency":"USD","items":[{"sku":"S","name":"Sock","quantity":1,"unit_price":500}]}`))
+	if err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("checkout: %v %v", res, err)
+	}
+	res.Body.Close()
+	res, err = http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, m := range []string{"sekali_orders_created_total 1", "go_goroutines", "process_resident_memory_bytes", "sekali_http_request_duration_seconds_bucket"} {
+		if !strings.Contains(string(metrics), m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run after cancel = %v, want nil", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}
+
+// Several replicas starting at once against an empty database all come
+// up: goose's advisory lock lets one migrate while the others wait.
+func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	// Start from an empty schema, not the template's migrated one.
+	if _, err := db.Pool.Exec(context.Background(), "DROP SCHEMA public CASCADE; CREATE SCHEMA public"); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DATABASE_URL": db.URL}
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = run(context.Background(), []string{"migrate"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+	}
+	var tables int
+	if err := db.Pool.QueryRow(context.Background(),
+		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'
+		 AND table_name IN ('orders', 'order_items', 'notification_deliveries', 'idempotency_keys')`).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 4 {
+		t.Errorf("%d of 4 tables exist after migrate", tables)
+	}
+}
+
+func TestConfigErrorsAreReportedTogether(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"REDIS_URL":           "http://localhost:6379",
+		"LOG_LEVEL":           "chatty",
+		"IDEMPOTENCY_KEY_TTL": "forever",
+	}
+	err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil {
+		t.Fatal("run with bad configuration returned nil")
+	}
+	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not name %s", err, name)
+		}
+	}
+}
+
+func TestRedisSentinelURLIsAccepted(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"REDIS_URL": "redis-sentinel://:secret@10.0.0.1:26379,10.0.0.2/2?master=mymaster"}
+	if _, err := loadConfig(func(k string) string { return env[k] }); err != nil {
+		t.Fatalf("sentinel URL refused: %v", err)
+	}
+}
+
+// watchForAddr returns a writer for run's log and a channel that yields the
+// address from its "api listening" line.
+func watchForAddr(t *testing.T) (io.Writer, <-chan string) {
+	t.Helper()
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { pw.Close() })
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var line struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "api listening" {
+				addr <- line.Addr
+			}
+		}
+	}()
+	return pw, addr
+}

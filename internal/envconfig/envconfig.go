@@ -1,0 +1,106 @@
+// Package envconfig reads a binary's configuration from environment
+// variables, collecting every missing or invalid one so that a bad
+// deployment is told all that is wrong in one go.
+package envconfig
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Reader reads variables through getenv and remembers what was wrong.
+type Reader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+// New returns a Reader over getenv (os.Getenv in production).
+func New(getenv func(string) string) *Reader {
+	return &Reader{getenv: getenv}
+}
+
+// Err reports every problem met so far, or nil.
+func (r *Reader) Err() error {
+	return errors.Join(r.errs...)
+}
+
+func (r *Reader) fail(name, value, want string) {
+	r.errs = append(r.errs, fmt.Errorf("%s=%q: %s", name, value, want))
+}
+
+// String returns the variable, or def when it is unset or empty.
+func (r *Reader) String(name, def string) string {
+	if v := strings.TrimSpace(r.getenv(name)); v != "" {
+		return v
+	}
+	return def
+}
+
+// Duration reads a Go duration such as "250ms" or "24h" that must be positive.
+func (r *Reader) Duration(name string, def time.Duration) time.Duration {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		r.fail(name, v, "want a positive duration such as 30s or 24h")
+		return def
+	}
+	return d
+}
+
+// Int reads a whole number within [min, max].
+func (r *Reader) Int(name string, def, min, max int) int {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < min || n > max {
+		r.fail(name, v, fmt.Sprintf("want a whole number from %d to %d", min, max))
+		return def
+	}
+	return n
+}
+
+// OneOf reads a value that must be one of allowed (compared case-insensitively,
+// returned in lower case).
+func (r *Reader) OneOf(name, def string, allowed ...string) string {
+	v := strings.ToLower(strings.TrimSpace(r.getenv(name)))
+	if v == "" {
+		return def
+	}
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	r.fail(name, v, "want one of "+strings.Join(allowed, ", "))
+	return def
+}
+
+// LogLevel reads debug, info, warn or error.
+func (r *Reader) LogLevel(name string) slog.Level {
+	switch r.OneOf(name, "info", "debug", "info", "warn", "error") {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	default:
+		return slog.LevelInfo
+	}
+}
+
+// Check records a problem found by a caller's own validation of name.
+func (r *Reader) Check(name string, err error) {
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s: %w", name, err))
+	}
+}

@@ -1,0 +1,55 @@
+package envconfig
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestReaderReportsEveryProblemAtOnce(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"GOOD_DURATION": "250ms",
+		"BAD_DURATION":  "soon",
+		"NEG_DURATION":  "-1s",
+		"GOOD_INT":      "8",
+		"BIG_INT":       "1000",
+		"LEVEL":         "WARN",
+		"BAD_LEVEL":     "loud",
+	}
+	r := New(func(k string) string { return env[k] })
+
+	if got := r.Duration("GOOD_DURATION", time.Second); got != 250*time.Millisecond {
+		t.Errorf("GOOD_DURATION = %v", got)
+	}
+	if got := r.Duration("UNSET", 3*time.Second); got != 3*time.Second {
+		t.Errorf("UNSET duration = %v, want the default", got)
+	}
+	r.Duration("BAD_DURATION", time.Second)
+	r.Duration("NEG_DURATION", time.Second)
+	if got := r.Int("GOOD_INT", 1, 1, 64); got != 8 {
+		t.Errorf("GOOD_INT = %d", got)
+	}
+	r.Int("BIG_INT", 1, 1, 64)
+	if got := r.LogLevel("LEVEL"); got != slog.LevelWarn {
+		t.Errorf("LEVEL = %v", got)
+	}
+	r.LogLevel("BAD_LEVEL")
+	if got := r.String("UNSET", "fallback"); got != "fallback" {
+		t.Errorf("String default = %q", got)
+	}
+
+	err := r.Err()
+	if err == nil {
+		t.Fatal("Err() = nil, want the four bad variables")
+	}
+	var named []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		named = append(named, line[:strings.IndexByte(line, '=')])
+	}
+	want := []string{"BAD_DURATION", "NEG_DURATION", "BIG_INT", "BAD_LEVEL"}
+	if strings.Join(named, " ") != strings.Join(want, " ") {
+		t.Errorf("Err() names %v, want exactly %v", named, want)
+	}
+}

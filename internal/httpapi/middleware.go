@@ -1,0 +1,149 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type ctxKey int
+
+const requestInfoKey ctxKey = iota
+
+// requestInfo travels in the request context so that handlers can add to
+// the request's single log line.
+type requestInfo struct {
+	id    string
+	err   error
+	attrs []slog.Attr
+}
+
+func requestIDFrom(ctx context.Context) string {
+	if ri, ok := ctx.Value(requestInfoKey).(*requestInfo); ok {
+		return ri.id
+	}
+	return ""
+}
+
+// setLogError records the error that the request's log line reports.
+func setLogError(ctx context.Context, err error) {
+	if ri, ok := ctx.Value(requestInfoKey).(*requestInfo); ok {
+		ri.err = err
+	}
+}
+
+// addLogAttrs adds fields, such as order_id, to the request's log line.
+func addLogAttrs(ctx context.Context, attrs ...slog.Attr) {
+	if ri, ok := ctx.Value(requestInfoKey).(*requestInfo); ok {
+		ri.attrs = append(ri.attrs, attrs...)
+	}
+}
+
+// statusRecorder remembers what the handler answered.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	n, err := s.ResponseWriter.Write(b)
+	s.bytes += n
+	return n, err
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// observe gives every request an id (the caller's X-Request-Id when it is
+// sane), turns a panic into a 500, and writes exactly one log line and one
+// latency observation per request.
+func observe(log *slog.Logger, latency *prometheus.HistogramVec) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			start := time.Now()
+			ri := &requestInfo{id: r.Header.Get("X-Request-Id")}
+			if !saneRequestID(ri.id) {
+				ri.id = newRequestID()
+			}
+			w.Header().Set("X-Request-Id", ri.id)
+			r = r.WithContext(context.WithValue(r.Context(), requestInfoKey, ri))
+			rec := &statusRecorder{ResponseWriter: w}
+
+			defer func() {
+				if p := recover(); p != nil {
+					if p == http.ErrAbortHandler {
+						panic(p)
+					}
+					ri.err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+					if rec.status == 0 {
+						writeProblem(rec, r, problem{Type: typeInternal, Status: http.StatusInternalServerError})
+					}
+				}
+				route := "unmatched"
+				if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+					route = rc.RoutePattern()
+				}
+				if rec.status == 0 {
+					rec.status = http.StatusOK
+				}
+				elapsed := time.Since(start)
+				latency.WithLabelValues(r.Method, route, strconv.Itoa(rec.status)).Observe(elapsed.Seconds())
+
+				level := slog.LevelInfo
+				attrs := []slog.Attr{
+					slog.String("request_id", ri.id),
+					slog.String("method", r.Method),
+					slog.String("route", route),
+					slog.Int("status", rec.status),
+					slog.Int("bytes", rec.bytes),
+					slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+				}
+				attrs = append(attrs, ri.attrs...)
+				if ri.err != nil {
+					level = slog.LevelError
+					attrs = append(attrs, slog.String("error", ri.err.Error()))
+				}
+				log.LogAttrs(r.Context(), level, "http request", attrs...)
+			}()
+			next.ServeHTTP(rec, r)
+		})
+	}
+}
+
+func saneRequestID(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}

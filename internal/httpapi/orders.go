@@ -1,0 +1,214 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/order"
+)
+
+// maxBodyBytes bounds a request body; a checkout of MaxItems lines with
+// long names fits in well under this.
+const maxBodyBytes = 64 << 10
+
+// checkoutRequest is the JSON body of POST /v1/orders. Items are decoded
+// one by one so that an error can name the item it is in.
+type checkoutRequest struct {
+	CustomerEmail string            `json:"customer_email"`
+	CustomerName  string            `json:"customer_name"`
+	Currency      string            `json:"currency"`
+	Items         []json.RawMessage `json:"items"`
+}
+
+type checkoutItemRequest struct {
+	SKU       string `json:"sku"`
+	Name      string `json:"name"`
+	Quantity  int64  `json:"quantity"`
+	UnitPrice *int64 `json:"unit_price"`
+}
+
+func handleCreateOrder(orders *order.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, p := idempotencyKeyOf(r)
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		c, p := decodeCheckout(w, r)
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		o, replayed, err := orders.Place(r.Context(), c, key)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("order_id", o.ID.String()), slog.Bool("idempotent_replay", replayed))
+		w.Header().Set("Location", "/v1/orders/"+o.ID.String())
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		writeJSON(w, http.StatusCreated, o)
+	})
+}
+
+func handleGetOrder(orders *order.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := uuid.Parse(chi.URLParam(r, "id"))
+		if err != nil {
+			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound,
+				Detail: "No order has this id: order ids are UUIDs."})
+			return
+		}
+		o, err := orders.Get(r.Context(), id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, o)
+	})
+}
+
+// idempotencyKeyOf reads the Idempotency-Key header. The draft standard
+// sends it as a structured-field string ("..."); a bare token is accepted
+// too. Absent means the request is not idempotent.
+func idempotencyKeyOf(r *http.Request) (string, *problem) {
+	values := r.Header.Values("Idempotency-Key")
+	if len(values) == 0 {
+		return "", nil
+	}
+	bad := &problem{Type: typeInvalidKey, Status: http.StatusBadRequest,
+		Title:  "Invalid Idempotency-Key header",
+		Detail: "Send one Idempotency-Key of 1 to 255 visible ASCII characters, such as a UUID."}
+	if len(values) > 1 {
+		return "", bad
+	}
+	k := strings.TrimSpace(values[0])
+	if len(k) >= 2 && k[0] == '"' && k[len(k)-1] == '"' {
+		k = k[1 : len(k)-1]
+	}
+	if k == "" || len(k) > 255 {
+		return "", bad
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] <= ' ' || k[i] >= 0x7f || k[i] == '"' || k[i] == '\\' {
+			return "", bad
+		}
+	}
+	return k, nil
+}
+
+// decodeCheckout reads a JSON checkout, refusing what is not JSON, too
+// large, has unknown fields or values of the wrong type, each with a
+// problem that names the field.
+func decodeCheckout(w http.ResponseWriter, r *http.Request) (order.Checkout, *problem) {
+	if p := requireJSON(r); p != nil {
+		return order.Checkout{}, p
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	raw, err := io.ReadAll(r.Body)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return order.Checkout{}, &problem{Type: typeBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("The body must be at most %d bytes.", maxBodyBytes)}
+		}
+		return order.Checkout{}, &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Detail: "The body could not be read."}
+	}
+
+	var req checkoutRequest
+	if p := decodeStrict(raw, &req, ""); p != nil {
+		return order.Checkout{}, p
+	}
+	c := order.Checkout{
+		CustomerEmail: req.CustomerEmail,
+		CustomerName:  req.CustomerName,
+		Currency:      req.Currency,
+		Items:         make([]order.CheckoutItem, len(req.Items)),
+	}
+	for i, rawItem := range req.Items {
+		var it checkoutItemRequest
+		if p := decodeStrict(rawItem, &it, fmt.Sprintf("/items/%d", i)); p != nil {
+			return order.Checkout{}, p
+		}
+		c.Items[i] = order.CheckoutItem{SKU: it.SKU, Name: it.Name, Quantity: it.Quantity, UnitPrice: it.UnitPrice}
+	}
+	return c, nil
+}
+
+func requireJSON(r *http.Request) *problem {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		return &problem{Type: typeUnsupportedType, Status: http.StatusUnsupportedMediaType,
+			Detail: "Send the body as JSON with Content-Type: application/json."}
+	}
+	return nil
+}
+
+// decodeStrict decodes exactly one JSON value into dst, refusing unknown
+// fields and trailing data. prefix is the JSON pointer of the value.
+func decodeStrict(raw []byte, dst any, prefix string) *problem {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		if _, tokErr := dec.Token(); tokErr != io.EOF {
+			err = errors.New("unexpected data after the JSON value")
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	invalid := func(pointer, detail string) *problem {
+		return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not a valid checkout",
+			Detail: detail, Errors: []order.FieldError{{Pointer: pointer, Detail: detail}}}
+	}
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return invalid(prefix, "the body is empty; send a JSON object")
+	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
+		return invalid(prefix, "malformed JSON: "+err.Error())
+	case errors.As(err, &typeErr):
+		pointer := prefix
+		if typeErr.Field != "" {
+			pointer += "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
+		}
+		return invalid(pointer, fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return invalid(prefix+"/"+name, "is not a known field")
+	default:
+		return invalid(prefix, err.Error())
+	}
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "integer within range"
+	case "float32", "float64":
+		return "number"
+	case "string":
+		return "string"
+	case "slice", "array":
+		return "array"
+	case "struct", "map":
+		return "object"
+	default:
+		return goKind
+	}
+}

@@ -1,0 +1,78 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/sekali-dev/sekali/internal/order"
+)
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type      string             `json:"type"`
+	Title     string             `json:"title"`
+	Status    int                `json:"status"`
+	Detail    string             `json:"detail,omitempty"`
+	Errors    []order.FieldError `json:"errors,omitempty"`
+	RequestID string             `json:"request_id,omitempty"`
+}
+
+// Problem types. They are URNs, not links: the README's API section
+// explains each one.
+const (
+	typeInvalidBody     = "urn:sekali:problem:invalid-body"
+	typeValidation      = "urn:sekali:problem:validation"
+	typeBodyTooLarge    = "urn:sekali:problem:body-too-large"
+	typeUnsupportedType = "urn:sekali:problem:unsupported-media-type"
+	typeNotFound        = "urn:sekali:problem:not-found"
+	typeMethod          = "urn:sekali:problem:method-not-allowed"
+	typeKeyInFlight     = "urn:sekali:problem:idempotency-key-in-flight"
+	typeKeyReused       = "urn:sekali:problem:idempotency-key-reused"
+	typeInvalidKey      = "urn:sekali:problem:invalid-idempotency-key"
+	typeInternal        = "urn:sekali:problem:internal"
+)
+
+// writeProblem sends p as application/problem+json.
+func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
+	p.RequestID = requestIDFrom(r.Context())
+	if p.Title == "" {
+		p.Title = http.StatusText(p.Status)
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p) // the status is out; a broken connection has nobody to tell
+}
+
+// writeError maps an error from the domain to its HTTP answer. This is
+// the one place where errors become status codes. Anything unexpected is
+// a 500 whose cause goes into the request's log line, not to the client.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var verr *order.ValidationError
+	switch {
+	case errors.As(err, &verr):
+		writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
+			Title: "The request is not valid", Detail: "See errors for each invalid field.", Errors: verr.Fields})
+	case errors.Is(err, order.ErrNotFound):
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No order has this id."})
+	case errors.Is(err, order.ErrRequestInFlight):
+		writeProblem(w, r, problem{Type: typeKeyInFlight, Status: http.StatusConflict,
+			Title:  "A request with this Idempotency-Key is in progress",
+			Detail: "Retry after the first request has finished; it will then return the same response."})
+	case errors.Is(err, order.ErrKeyReused):
+		writeProblem(w, r, problem{Type: typeKeyReused, Status: http.StatusUnprocessableEntity,
+			Title:  "The Idempotency-Key was already used for a different request",
+			Detail: "Use a new key for a new request; reuse a key only to retry the identical request."})
+	default:
+		setLogError(r.Context(), err)
+		writeProblem(w, r, problem{Type: typeInternal, Status: http.StatusInternalServerError,
+			Detail: "The request failed on our side. Retrying it with the same Idempotency-Key is safe: a key never creates a second order."})
+	}
+}
+
+// writeJSON sends v with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,171 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// stack is the API wired as cmd/api wires it, on a private database and
+// queue, served over a real loopback connection.
+type stack struct {
+	url       string
+	db        testenv.DB
+	redis     testenv.Redis
+	inspector *asynq.Inspector
+	reg       *prometheus.Registry
+	logs      *syncBuffer
+}
+
+type setupOpts struct {
+	redis asynq.RedisConnOpt // overrides the queue's Redis, e.g. with an unreachable one
+}
+
+func setup(t *testing.T, opts ...setupOpts) stack {
+	t.Helper()
+	db := testenv.NewDB(t)
+	rd := testenv.NewRedis(t)
+	queueRedis := rd.Opt
+	if len(opts) > 0 && opts[0].redis != nil {
+		queueRedis = opts[0].redis
+	}
+
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	client := asynq.NewClient(queueRedis)
+	t.Cleanup(func() { client.Close() })
+	inspector := asynq.NewInspector(rd.Opt)
+	t.Cleanup(func() { inspector.Close() })
+
+	reg := prometheus.NewRegistry()
+	enq := notify.NewEnqueuer(client, rd.Queue, log, reg)
+	orders := order.NewService(db.Pool, enq, 24*time.Hour, reg)
+	checks := []httpapi.Check{
+		{Name: "postgres", Ping: db.Pool.Ping},
+		{Name: "redis", Ping: func(ctx context.Context) error { return client.Ping() }},
+	}
+	srv := httptest.NewServer(httpapi.NewServer(log, orders, checks, reg, reg))
+	t.Cleanup(srv.Close)
+	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs}
+}
+
+// response is what a request got back.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r response) decode(t *testing.T, v any) {
+	t.Helper()
+	if err := json.Unmarshal(r.body, v); err != nil {
+		t.Fatalf("decode %s: %v", r.body, err)
+	}
+}
+
+func (s stack) do(t *testing.T, method, path, contentType string, body io.Reader, header map[string]string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, s.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: res.StatusCode, header: res.Header, body: b}
+}
+
+func (s stack) postOrder(t *testing.T, body string, header map[string]string) response {
+	t.Helper()
+	return s.do(t, http.MethodPost, "/v1/orders", "application/json", strings.NewReader(body), header)
+}
+
+// count returns the number of rows in table.
+func (s stack) count(t *testing.T, table string) int {
+	t.Helper()
+	var n int
+	if err := s.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (s stack) counter(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if matchLabels(m.GetLabel(), labels) {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func matchLabels(have []*dto.LabelPair, want []string) bool {
+	for i := 0; i+1 < len(want); i += 2 {
+		found := false
+		for _, l := range have {
+			if l.GetName() == want[i] && l.GetValue() == want[i+1] {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,85 @@
+package notify
+
+import (
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+)
+
+// ErrInvalidAddress is returned for a recipient the service will not send to.
+var ErrInvalidAddress = errors.New("invalid e-mail address")
+
+// NormalizeAddress checks that s is one plain mailbox address and returns
+// it in the form used everywhere else: trimmed and lower-cased. It is
+// stricter than RFC 5322 on purpose. The address ends up in an SMTP
+// "RCPT TO:<...>" command and in the idempotency key, so display names,
+// comments, quoted local parts, non-ASCII text, whitespace and control
+// characters (CR/LF above all) are refused rather than interpreted.
+func NormalizeAddress(s string) (string, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return "", fmt.Errorf("%w: must not be empty", ErrInvalidAddress)
+	}
+	if len(s) > 254 {
+		return "", fmt.Errorf("%w: must be at most 254 characters", ErrInvalidAddress)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f {
+			return "", fmt.Errorf("%w: must contain only printable ASCII characters without spaces", ErrInvalidAddress)
+		}
+	}
+	addr, err := mail.ParseAddress(s)
+	if err != nil || addr.Name != "" || addr.Address != s {
+		return "", fmt.Errorf("%w: must be a bare address such as name@example.com, without display name or comments", ErrInvalidAddress)
+	}
+	at := strings.LastIndexByte(s, '@')
+	local, domain := s[:at], s[at+1:]
+	if !validLocalPart(local) {
+		return "", fmt.Errorf("%w: the part before @ may hold only letters, digits, dots and !#$%%&'*+-/=?^_`{|}~", ErrInvalidAddress)
+	}
+	if !validDomain(domain) {
+		return "", fmt.Errorf("%w: the part after @ must be a domain name such as example.com", ErrInvalidAddress)
+	}
+	return strings.ToLower(s), nil
+}
+
+// validLocalPart accepts an RFC 5322 dot-atom of at most 64 characters.
+func validLocalPart(s string) bool {
+	if s == "" || len(s) > 64 || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if isAlnum(c) || c == '.' || strings.IndexByte("!#$%&'*+-/=?^_`{|}~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// validDomain accepts a host name of two or more labels; address literals
+// such as [127.0.0.1] are refused.
+func validDomain(s string) bool {
+	labels := strings.Split(s, ".")
+	if len(labels) < 2 {
+		return false
+	}
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			if !isAlnum(l[i]) && l[i] != '-' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}

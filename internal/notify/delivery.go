@@ -1,0 +1,134 @@
+// Package notify turns business events into e-mails that leave exactly
+// once: it records the intent to send (a notification_deliveries row with
+// a unique idempotency key) in the caller's transaction, hands the
+// delivery to the queue after commit, and drives it to the provider.
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+)
+
+// Status is where a delivery stands. Only the worker moves it forward.
+type Status string
+
+const (
+	StatusPending Status = "pending" // recorded, not yet claimed by a worker
+	StatusSending Status = "sending" // claimed under a lease; the provider may be talking
+	StatusSent    Status = "sent"    // the provider accepted it; never sent again
+	StatusFailed  Status = "failed"  // given up; only an operator may retry it
+)
+
+// ErrNotFound is returned when no delivery matches.
+var ErrNotFound = errors.New("notify: delivery not found")
+
+// Delivery is one e-mail the service has promised to send.
+type Delivery struct {
+	ID                uuid.UUID
+	OrderID           uuid.UUID
+	Template          string
+	Recipient         string
+	IdempotencyKey    string
+	Status            Status
+	Attempts          int
+	LastError         string
+	ProviderMessageID string
+	Data              json.RawMessage
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	SentAt            *time.Time
+}
+
+// Key is the idempotency key of the e-mail that template sends about one
+// order to one recipient, e.g. "order-confirmation:<orderId>:<email>".
+// The same event always yields the same key, on every retry and resend;
+// recipient must already be normalized (see NormalizeAddress).
+func Key(template string, orderID uuid.UUID, recipient string) string {
+	return template + ":" + orderID.String() + ":" + recipient
+}
+
+// Intent is what a caller asks to be sent.
+type Intent struct {
+	OrderID   uuid.UUID
+	Template  string
+	Recipient string // normalized
+	Data      any    // snapshot rendered by the template; marshalled to JSON
+}
+
+// Record writes the intent inside the caller's transaction, so that it
+// commits or rolls back with the business change that caused it. When an
+// intent with the same idempotency key exists already, Record returns that
+// delivery and created=false: recording twice never means sending twice.
+// After the transaction commits, hand the delivery to Enqueuer.EnqueueAfterCommit.
+func Record(ctx context.Context, tx dbsqlc.DBTX, in Intent, now time.Time) (d Delivery, created bool, err error) {
+	data, err := json.Marshal(in.Data)
+	if err != nil {
+		return Delivery{}, false, fmt.Errorf("record %s intent: encode template data: %w", in.Template, err)
+	}
+	q := dbsqlc.New(tx)
+	key := Key(in.Template, in.OrderID, in.Recipient)
+	row, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{
+		ID:             uuid.Must(uuid.NewV7()),
+		OrderID:        in.OrderID,
+		Template:       in.Template,
+		Recipient:      in.Recipient,
+		IdempotencyKey: key,
+		TemplateData:   data,
+		CreatedAt:      now,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		row, err = q.GetDeliveryByKey(ctx, key)
+		if err != nil {
+			return Delivery{}, false, fmt.Errorf("record %s intent: read existing: %w", in.Template, err)
+		}
+		return deliveryFromRow(row), false, nil
+	}
+	if err != nil {
+		return Delivery{}, false, fmt.Errorf("record %s intent: %w", in.Template, err)
+	}
+	return deliveryFromRow(row), true, nil
+}
+
+// ListByOrder returns the deliveries of one order, oldest first.
+func ListByOrder(ctx context.Context, db dbsqlc.DBTX, orderID uuid.UUID) ([]Delivery, error) {
+	rows, err := dbsqlc.New(db).ListDeliveriesByOrder(ctx, orderID)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries of order %s: %w", orderID, err)
+	}
+	out := make([]Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = deliveryFromRow(r)
+	}
+	return out, nil
+}
+
+func deliveryFromRow(r dbsqlc.NotificationDelivery) Delivery {
+	d := Delivery{
+		ID:             r.ID,
+		OrderID:        r.OrderID,
+		Template:       r.Template,
+		Recipient:      r.Recipient,
+		IdempotencyKey: r.IdempotencyKey,
+		Status:         Status(r.Status),
+		Attempts:       int(r.Attempts),
+		Data:           r.TemplateData,
+		CreatedAt:      r.CreatedAt,
+		UpdatedAt:      r.UpdatedAt,
+		SentAt:         r.SentAt,
+	}
+	if r.LastError != nil {
+		d.LastError = *r.LastError
+	}
+	if r.ProviderMessageID != nil {
+		d.ProviderMessageID = *r.ProviderMessageID
+	}
+	return d
+}

@@ -1,0 +1,96 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TaskTypeDeliver is the asynq task type that asks a worker to drive one
+// delivery to the provider.
+const TaskTypeDeliver = "notification:deliver"
+
+// DefaultQueue is the asynq queue deliveries travel on unless configured.
+const DefaultQueue = "notifications"
+
+// taskRetention keeps a finished task's id in Redis for this long, so that
+// enqueuing the same delivery again within it is refused by asynq itself.
+const taskRetention = 24 * time.Hour
+
+// deliverPayload is all a task carries: no address, no template data. The
+// truth about a delivery lives in PostgreSQL, not in Redis.
+type deliverPayload struct {
+	DeliveryID uuid.UUID `json:"delivery_id"`
+}
+
+// TaskID is the asynq task id of a delivery. Derived from the delivery, it
+// makes a second enqueue of the same delivery a conflict instead of a twin.
+func TaskID(deliveryID uuid.UUID) string {
+	return "delivery:" + deliveryID.String()
+}
+
+// NewDeliverTask builds the task for one delivery.
+func NewDeliverTask(deliveryID uuid.UUID) *asynq.Task {
+	payload, _ := json.Marshal(deliverPayload{DeliveryID: deliveryID}) // cannot fail for a UUID
+	return asynq.NewTask(TaskTypeDeliver, payload)
+}
+
+// Enqueuer hands recorded deliveries to the queue.
+type Enqueuer struct {
+	client   *asynq.Client
+	queue    string
+	log      *slog.Logger
+	failures prometheus.Counter
+}
+
+// NewEnqueuer returns an Enqueuer on queue that counts its failures in reg.
+func NewEnqueuer(client *asynq.Client, queue string, log *slog.Logger, reg prometheus.Registerer) *Enqueuer {
+	failures := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "sekali_enqueue_failures_total",
+		Help: "Deliveries recorded in PostgreSQL whose task could not be enqueued; they stay pending until the reconciler re-enqueues them.",
+	})
+	reg.MustRegister(failures)
+	return &Enqueuer{client: client, queue: queue, log: log, failures: failures}
+}
+
+// Enqueue puts the delivery's task on the queue. A task that exists
+// already (same TaskID) is not an error: the delivery is queued.
+func (e *Enqueuer) Enqueue(ctx context.Context, deliveryID uuid.UUID) error {
+	_, err := e.client.EnqueueContext(ctx, NewDeliverTask(deliveryID),
+		asynq.TaskID(TaskID(deliveryID)),
+		asynq.Queue(e.queue),
+		asynq.Retention(taskRetention),
+	)
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("enqueue delivery %s: %w", deliveryID, err)
+	}
+	return nil
+}
+
+// EnqueueAfterCommit enqueues freshly committed deliveries. It never fails
+// the caller: the intent is already durable, so a failed enqueue is
+// logged and counted and the row stays pending for the reconciler. It
+// keeps going when ctx is cancelled (the client hung up after the
+// commit), bounded by its own timeout.
+func (e *Enqueuer) EnqueueAfterCommit(ctx context.Context, deliveries []Delivery) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, d := range deliveries {
+		if err := e.Enqueue(ctx, d.ID); err != nil {
+			e.failures.Inc()
+			e.log.LogAttrs(ctx, slog.LevelWarn, "enqueue failed; delivery stays pending for the reconciler",
+				slog.String("delivery_id", d.ID.String()),
+				slog.String("order_id", d.OrderID.String()),
+				slog.String("template", d.Template),
+				slog.String("error", err.Error()),
+			)
+		}
+	}
+}

@@ -1,0 +1,64 @@
+// Package order records checkouts: the order, its lines and, in the same
+// transaction, the intent to e-mail its confirmation.
+package order
+
+import (
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// TemplateConfirmation is the e-mail every order gets once.
+const TemplateConfirmation = "order-confirmation"
+
+var (
+	// ErrNotFound is returned when no order has the requested id.
+	ErrNotFound = errors.New("order: not found")
+	// ErrRequestInFlight is returned when another request with the same
+	// Idempotency-Key is still being processed.
+	ErrRequestInFlight = errors.New("order: a request with this idempotency key is still in flight")
+	// ErrKeyReused is returned when an Idempotency-Key comes back with a
+	// different request than the one it was first used for.
+	ErrKeyReused = errors.New("order: idempotency key already used for a different request")
+)
+
+// Order is a recorded checkout as the API shows it.
+type Order struct {
+	ID            uuid.UUID      `json:"id"`
+	CustomerEmail string         `json:"customer_email"`
+	CustomerName  string         `json:"customer_name"`
+	Currency      string         `json:"currency"`
+	Items         []Item         `json:"items"`
+	Total         int64          `json:"total"`
+	CreatedAt     time.Time      `json:"created_at"`
+	Notifications []Notification `json:"notifications"`
+}
+
+// Item is one line of an order. Amounts are integer minor units.
+type Item struct {
+	SKU       string `json:"sku"`
+	Name      string `json:"name"`
+	Quantity  int32  `json:"quantity"`
+	UnitPrice int64  `json:"unit_price"`
+	LineTotal int64  `json:"line_total"`
+}
+
+// Notification is the state of one e-mail about the order.
+type Notification struct {
+	ID             uuid.UUID `json:"id"`
+	Template       string    `json:"template"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	Status         string    `json:"status"`
+}
+
+// confirmationData is the snapshot the order-confirmation template renders,
+// frozen at checkout so that the e-mail shows the order as it was placed.
+type confirmationData struct {
+	OrderID      uuid.UUID `json:"order_id"`
+	CustomerName string    `json:"customer_name"`
+	Currency     string    `json:"currency"`
+	Items        []Item    `json:"items"`
+	Total        int64     `json:"total"`
+	PlacedAt     time.Time `json:"placed_at"`
+}

@@ -1,0 +1,268 @@
+package order
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// idempotencyScope names the operation an Idempotency-Key belongs to, so
+// that one key sent to two different endpoints never collides.
+const idempotencyScope = "POST /v1/orders"
+
+// enqueuer hands committed deliveries to the queue (notify.Enqueuer).
+type enqueuer interface {
+	EnqueueAfterCommit(ctx context.Context, deliveries []notify.Delivery)
+}
+
+// Service records and reads orders.
+type Service struct {
+	pool     *pgxpool.Pool
+	enqueuer enqueuer
+	keyTTL   time.Duration
+	now      func() time.Time
+
+	created    prometheus.Counter
+	replays    prometheus.Counter
+	keyClashes *prometheus.CounterVec
+}
+
+// NewService returns a Service that keeps Idempotency-Key responses for
+// keyTTL and registers its metrics with reg.
+func NewService(pool *pgxpool.Pool, enq enqueuer, keyTTL time.Duration, reg prometheus.Registerer) *Service {
+	s := &Service{
+		pool:     pool,
+		enqueuer: enq,
+		keyTTL:   keyTTL,
+		now:      time.Now,
+		created: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sekali_orders_created_total",
+			Help: "Orders recorded by the checkout API.",
+		}),
+		replays: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "sekali_duplicate_detected_total",
+			Help:        "Duplicates caught before they caused a second e-mail, by the layer that caught them.",
+			ConstLabels: prometheus.Labels{"layer": "api_idempotency"},
+		}),
+		keyClashes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sekali_idempotency_conflict_total",
+			Help: "Checkout requests refused because of their Idempotency-Key: in_flight (409) or payload_mismatch (422).",
+		}, []string{"reason"}),
+	}
+	reg.MustRegister(s.created, s.replays, s.keyClashes)
+	return s
+}
+
+// Place records a checkout: the order, its lines and the intent to send
+// its confirmation, all in one transaction; after the commit it enqueues
+// the delivery. With a non-empty idempotencyKey, a repeat of the same
+// request returns the order recorded the first time (replayed=true) and
+// creates nothing; the key reused for a different request is ErrKeyReused;
+// a repeat while the first is still running is ErrRequestInFlight.
+// An invalid checkout is a *ValidationError and writes nothing.
+func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) (o Order, replayed bool, err error) {
+	v, err := c.validate()
+	if err != nil {
+		return Order{}, false, err
+	}
+	fingerprint, err := json.Marshal(v)
+	if err != nil {
+		return Order{}, false, fmt.Errorf("fingerprint checkout: %w", err)
+	}
+	hash := sha256.Sum256(fingerprint)
+	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision
+
+	var deliveries []notify.Delivery
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if idempotencyKey != "" {
+			prior, found, err := s.lookupKey(ctx, q, idempotencyKey, hash[:], now)
+			if err != nil {
+				return err
+			}
+			if found {
+				o, replayed = prior, true
+				return nil
+			}
+		}
+
+		o = Order{
+			ID:            uuid.Must(uuid.NewV7()),
+			CustomerEmail: v.Email,
+			CustomerName:  v.Name,
+			Currency:      v.Currency,
+			Items:         v.Items,
+			Total:         v.Total,
+			CreatedAt:     now,
+		}
+		if err := insertOrder(ctx, q, o); err != nil {
+			return err
+		}
+		d, _, err := notify.Record(ctx, tx, notify.Intent{
+			OrderID:   o.ID,
+			Template:  TemplateConfirmation,
+			Recipient: o.CustomerEmail,
+			Data: confirmationData{
+				OrderID:      o.ID,
+				CustomerName: o.CustomerName,
+				Currency:     o.Currency,
+				Items:        o.Items,
+				Total:        o.Total,
+				PlacedAt:     o.CreatedAt,
+			},
+		}, now)
+		if err != nil {
+			return err
+		}
+		deliveries = append(deliveries, d)
+		o.Notifications = notificationsOf(deliveries)
+
+		if idempotencyKey != "" {
+			body, err := json.Marshal(o)
+			if err != nil {
+				return fmt.Errorf("remember idempotent response: %w", err)
+			}
+			if err := q.InsertIdempotencyKey(ctx, dbsqlc.InsertIdempotencyKeyParams{
+				Scope:        idempotencyScope,
+				Key:          idempotencyKey,
+				RequestHash:  hash[:],
+				ResponseBody: body,
+				ExpiresAt:    now.Add(s.keyTTL),
+			}); err != nil {
+				return fmt.Errorf("remember idempotency key: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Order{}, false, err
+	}
+	if replayed {
+		s.replays.Inc()
+		return o, true, nil
+	}
+	s.created.Inc()
+	s.enqueuer.EnqueueAfterCommit(ctx, deliveries)
+	return o, false, nil
+}
+
+// lookupKey takes the key's transaction-scoped lock and returns the order
+// a live earlier use of the key recorded. An expired record is removed so
+// the key starts afresh.
+func (s *Service) lookupKey(ctx context.Context, q *dbsqlc.Queries, key string, hash []byte, now time.Time) (Order, bool, error) {
+	locked, err := q.TryLockIdempotencyKey(ctx, dbsqlc.TryLockIdempotencyKeyParams{Scope: idempotencyScope, Key: key})
+	if err != nil {
+		return Order{}, false, fmt.Errorf("lock idempotency key: %w", err)
+	}
+	if !locked {
+		s.keyClashes.WithLabelValues("in_flight").Inc()
+		return Order{}, false, ErrRequestInFlight
+	}
+	row, err := q.GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: idempotencyScope, Key: key})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, false, nil
+	}
+	if err != nil {
+		return Order{}, false, fmt.Errorf("read idempotency key: %w", err)
+	}
+	if !row.ExpiresAt.After(now) {
+		if err := q.DeleteIdempotencyKey(ctx, dbsqlc.DeleteIdempotencyKeyParams{Scope: idempotencyScope, Key: key}); err != nil {
+			return Order{}, false, fmt.Errorf("drop expired idempotency key: %w", err)
+		}
+		return Order{}, false, nil
+	}
+	if !bytes.Equal(row.RequestHash, hash) {
+		s.keyClashes.WithLabelValues("payload_mismatch").Inc()
+		return Order{}, false, ErrKeyReused
+	}
+	var o Order
+	if err := json.Unmarshal(row.ResponseBody, &o); err != nil {
+		return Order{}, false, fmt.Errorf("decode remembered response: %w", err)
+	}
+	return o, true, nil
+}
+
+func insertOrder(ctx context.Context, q *dbsqlc.Queries, o Order) error {
+	if err := q.InsertOrder(ctx, dbsqlc.InsertOrderParams{
+		ID:            o.ID,
+		CustomerEmail: o.CustomerEmail,
+		CustomerName:  o.CustomerName,
+		Currency:      o.Currency,
+		TotalMinor:    o.Total,
+		CreatedAt:     o.CreatedAt,
+	}); err != nil {
+		return fmt.Errorf("insert order: %w", err)
+	}
+	p := dbsqlc.InsertOrderItemsParams{OrderID: o.ID}
+	for i, it := range o.Items {
+		p.LineNos = append(p.LineNos, int32(i+1))
+		p.Skus = append(p.Skus, it.SKU)
+		p.Names = append(p.Names, it.Name)
+		p.Quantities = append(p.Quantities, it.Quantity)
+		p.UnitPricesMinor = append(p.UnitPricesMinor, it.UnitPrice)
+	}
+	if err := q.InsertOrderItems(ctx, p); err != nil {
+		return fmt.Errorf("insert order items: %w", err)
+	}
+	return nil
+}
+
+// Get returns an order with the current state of its notifications.
+func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
+	q := dbsqlc.New(s.pool)
+	row, err := q.GetOrder(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, ErrNotFound
+	}
+	if err != nil {
+		return Order{}, fmt.Errorf("get order %s: %w", id, err)
+	}
+	items, err := q.ListOrderItems(ctx, id)
+	if err != nil {
+		return Order{}, fmt.Errorf("list items of order %s: %w", id, err)
+	}
+	deliveries, err := notify.ListByOrder(ctx, s.pool, id)
+	if err != nil {
+		return Order{}, err
+	}
+	o := Order{
+		ID:            row.ID,
+		CustomerEmail: row.CustomerEmail,
+		CustomerName:  row.CustomerName,
+		Currency:      row.Currency,
+		Total:         row.TotalMinor,
+		CreatedAt:     row.CreatedAt.UTC(),
+		Items:         make([]Item, len(items)),
+		Notifications: notificationsOf(deliveries),
+	}
+	for i, it := range items {
+		o.Items[i] = Item{
+			SKU:       it.Sku,
+			Name:      it.Name,
+			Quantity:  it.Quantity,
+			UnitPrice: it.UnitPriceMinor,
+			LineTotal: it.UnitPriceMinor * int64(it.Quantity),
+		}
+	}
+	return o, nil
+}
+
+func notificationsOf(ds []notify.Delivery) []Notification {
+	out := make([]Notification, len(ds))
+	for i, d := range ds {
+		out[i] = Notification{ID: d.ID, Template: d.Template, IdempotencyKey: d.IdempotencyKey, Status: string(d.Status)}
+	}
+	return out
+}
