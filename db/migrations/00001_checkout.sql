@@ -38,6 +38,11 @@ CREATE TABLE notification_deliveries (
     -- every later write of that worker is conditional on it.
     lease_token         UUID,
     lease_expires_at    TIMESTAMPTZ,
+    -- Set, under a valid lease, right before the message data goes to the
+    -- provider; cleared by every claim. A sending row whose lease expired
+    -- with this set may have been accepted: only the reconciler, asking
+    -- the provider, may decide whether to send it again.
+    handed_over_at      TIMESTAMPTZ,
     provider_message_id TEXT,
     -- What the template renders, frozen at the moment of the event.
     template_data       JSONB       NOT NULL,

@@ -13,7 +13,7 @@ import (
 )
 
 const getDelivery = `-- name: GetDelivery :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE id = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE id = $1
 `
 
 func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDelivery, error) {
@@ -30,6 +30,7 @@ func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDe
 		&i.LastError,
 		&i.LeaseToken,
 		&i.LeaseExpiresAt,
+		&i.HandedOverAt,
 		&i.ProviderMessageID,
 		&i.TemplateData,
 		&i.CreatedAt,
@@ -40,7 +41,7 @@ func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDe
 }
 
 const getDeliveryByKey = `-- name: GetDeliveryByKey :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE idempotency_key = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE idempotency_key = $1
 `
 
 func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (NotificationDelivery, error) {
@@ -57,6 +58,7 @@ func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (
 		&i.LastError,
 		&i.LeaseToken,
 		&i.LeaseExpiresAt,
+		&i.HandedOverAt,
 		&i.ProviderMessageID,
 		&i.TemplateData,
 		&i.CreatedAt,
@@ -70,7 +72,7 @@ const insertDelivery = `-- name: InsertDelivery :one
 INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
 ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, provider_message_id, template_data, created_at, updated_at, sent_at
+RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at
 `
 
 type InsertDeliveryParams struct {
@@ -107,6 +109,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.LastError,
 		&i.LeaseToken,
 		&i.LeaseExpiresAt,
+		&i.HandedOverAt,
 		&i.ProviderMessageID,
 		&i.TemplateData,
 		&i.CreatedAt,
@@ -117,7 +120,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 }
 
 const listDeliveriesByOrder = `-- name: ListDeliveriesByOrder :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) ([]NotificationDelivery, error) {
@@ -140,6 +143,7 @@ func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) 
 			&i.LastError,
 			&i.LeaseToken,
 			&i.LeaseExpiresAt,
+			&i.HandedOverAt,
 			&i.ProviderMessageID,
 			&i.TemplateData,
 			&i.CreatedAt,

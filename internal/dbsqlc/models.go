@@ -30,6 +30,7 @@ type NotificationDelivery struct {
 	LastError         *string
 	LeaseToken        *uuid.UUID
 	LeaseExpiresAt    *time.Time
+	HandedOverAt      *time.Time
 	ProviderMessageID *string
 	TemplateData      []byte
 	CreatedAt         time.Time

@@ -99,7 +99,8 @@ func TestCheckoutRecordsOrderAndIntentAndEnqueuesOnce(t *testing.T) {
 	// A second enqueue of the same delivery is refused by asynq itself.
 	client := asynq.NewClient(s.redis.Opt)
 	defer client.Close()
-	_, err = client.Enqueue(notify.NewDeliverTask(n.ID), asynq.TaskID(notify.TaskID(n.ID)), asynq.Queue(s.redis.Queue))
+	_, err = client.Enqueue(notify.NewDeliverTask(notify.Delivery{ID: n.ID, IdempotencyKey: n.IdempotencyKey}),
+		asynq.TaskID(notify.TaskID(n.ID)), asynq.Queue(s.redis.Queue))
 	if err == nil || !strings.Contains(err.Error(), asynq.ErrTaskIDConflict.Error()) {
 		t.Errorf("second enqueue err = %v, want a task id conflict", err)
 	}

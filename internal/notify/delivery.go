@@ -41,6 +41,8 @@ type Delivery struct {
 	Attempts          int
 	LastError         string
 	ProviderMessageID string
+	LeaseExpiresAt    *time.Time // while sending: when the worker's lease ends
+	HandedOverAt      *time.Time // while sending: when the data went to the provider
 	Data              json.RawMessage
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
@@ -119,6 +121,8 @@ func deliveryFromRow(r dbsqlc.NotificationDelivery) Delivery {
 		IdempotencyKey: r.IdempotencyKey,
 		Status:         Status(r.Status),
 		Attempts:       int(r.Attempts),
+		LeaseExpiresAt: r.LeaseExpiresAt,
+		HandedOverAt:   r.HandedOverAt,
 		Data:           r.TemplateData,
 		CreatedAt:      r.CreatedAt,
 		UpdatedAt:      r.UpdatedAt,
@@ -131,4 +135,28 @@ func deliveryFromRow(r dbsqlc.NotificationDelivery) Delivery {
 		d.ProviderMessageID = *r.ProviderMessageID
 	}
 	return d
+}
+
+// Get returns one delivery.
+func Get(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (Delivery, error) {
+	row, err := dbsqlc.New(db).GetDelivery(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Delivery{}, ErrNotFound
+	}
+	if err != nil {
+		return Delivery{}, fmt.Errorf("get delivery %s: %w", id, err)
+	}
+	return deliveryFromRow(row), nil
+}
+
+// GetByKey returns the delivery with this idempotency key.
+func GetByKey(ctx context.Context, db dbsqlc.DBTX, key string) (Delivery, error) {
+	row, err := dbsqlc.New(db).GetDeliveryByKey(ctx, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Delivery{}, ErrNotFound
+	}
+	if err != nil {
+		return Delivery{}, fmt.Errorf("get delivery by key: %w", err)
+	}
+	return deliveryFromRow(row), nil
 }

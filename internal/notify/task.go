@@ -24,11 +24,19 @@ const DefaultQueue = "notifications"
 // enqueuing the same delivery again within it is refused by asynq itself.
 const taskRetention = 24 * time.Hour
 
-// deliverPayload is all a task carries: no address, no template data. The
-// truth about a delivery lives in PostgreSQL, not in Redis.
+// deliverPayload is all a task carries: the delivery id and the hash of
+// its idempotency key (so the worker can ask the status cache before
+// PostgreSQL); no address, no template data. The truth about a delivery
+// lives in PostgreSQL, not in Redis.
 type deliverPayload struct {
 	DeliveryID uuid.UUID `json:"delivery_id"`
+	KeyHash    string    `json:"key_hash"`
 }
+
+// maxTaskRetries bounds asynq's own retries of one task. The worker gives
+// up on a delivery after MAX_ATTEMPTS sends, well before this; the bound
+// only stops a task that keeps meeting a busy lock from cycling forever.
+const maxTaskRetries = 30
 
 // TaskID is the asynq task id of a delivery. Derived from the delivery, it
 // makes a second enqueue of the same delivery a conflict instead of a twin.
@@ -37,8 +45,8 @@ func TaskID(deliveryID uuid.UUID) string {
 }
 
 // NewDeliverTask builds the task for one delivery.
-func NewDeliverTask(deliveryID uuid.UUID) *asynq.Task {
-	payload, _ := json.Marshal(deliverPayload{DeliveryID: deliveryID}) // cannot fail for a UUID
+func NewDeliverTask(d Delivery) *asynq.Task {
+	payload, _ := json.Marshal(deliverPayload{DeliveryID: d.ID, KeyHash: KeyHash(d.IdempotencyKey)}) // cannot fail
 	return asynq.NewTask(TaskTypeDeliver, payload)
 }
 
@@ -62,14 +70,15 @@ func NewEnqueuer(client *asynq.Client, queue string, log *slog.Logger, reg prome
 
 // Enqueue puts the delivery's task on the queue. A task that exists
 // already (same TaskID) is not an error: the delivery is queued.
-func (e *Enqueuer) Enqueue(ctx context.Context, deliveryID uuid.UUID) error {
-	_, err := e.client.EnqueueContext(ctx, NewDeliverTask(deliveryID),
-		asynq.TaskID(TaskID(deliveryID)),
+func (e *Enqueuer) Enqueue(ctx context.Context, d Delivery) error {
+	_, err := e.client.EnqueueContext(ctx, NewDeliverTask(d),
+		asynq.TaskID(TaskID(d.ID)),
 		asynq.Queue(e.queue),
 		asynq.Retention(taskRetention),
+		asynq.MaxRetry(maxTaskRetries),
 	)
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return fmt.Errorf("enqueue delivery %s: %w", deliveryID, err)
+		return fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
 	}
 	return nil
 }
@@ -83,7 +92,7 @@ func (e *Enqueuer) EnqueueAfterCommit(ctx context.Context, deliveries []Delivery
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	for _, d := range deliveries {
-		if err := e.Enqueue(ctx, d.ID); err != nil {
+		if err := e.Enqueue(ctx, d); err != nil {
 			e.failures.Inc()
 			e.log.LogAttrs(ctx, slog.LevelWarn, "enqueue failed; delivery stays pending for the reconciler",
 				slog.String("delivery_id", d.ID.String()),

@@ -1,0 +1,199 @@
+// Command worker sends the e-mails the API recorded: an asynq server for
+// notification:deliver tasks that drives each delivery pending → sending
+// → sent through a Redis lock, fenced PostgreSQL transitions and SMTP.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/redisconn"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	DatabaseURL       string
+	Redis             asynq.RedisConnOpt
+	LogLevel          slog.Level
+	Queue             string
+	MetricsAddr       string
+	Concurrency       int
+	LockTTL           time.Duration
+	MaxAttempts       int
+	SendTimeout       time.Duration
+	ShutdownTimeout   time.Duration
+	TaskCheckInterval time.Duration
+	SMTP              notify.SMTPConfig
+}
+
+func loadConfig(getenv func(string) string) (config, error) {
+	env := envconfig.New(getenv)
+	cfg := config{
+		DatabaseURL:       env.String("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		LogLevel:          env.LogLevel("LOG_LEVEL"),
+		Queue:             env.String("DELIVERY_QUEUE", notify.DefaultQueue),
+		MetricsAddr:       env.String("METRICS_ADDR", ":9101"),
+		Concurrency:       env.Int("WORKER_CONCURRENCY", 10, 1, 1000),
+		LockTTL:           env.Duration("LOCK_TTL", 30*time.Second),
+		MaxAttempts:       env.Int("MAX_ATTEMPTS", 5, 1, 100),
+		SendTimeout:       env.Duration("SEND_TIMEOUT", 30*time.Second),
+		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 40*time.Second),
+		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", 20*time.Millisecond),
+		SMTP: notify.SMTPConfig{
+			Host:              env.String("SMTP_HOST", "localhost"),
+			Port:              env.Int("SMTP_PORT", 1025, 1, 65535),
+			Username:          env.String("SMTP_USERNAME", ""),
+			Password:          env.String("SMTP_PASSWORD", ""),
+			TLS:               env.OneOf("SMTP_TLS", notify.TLSNone, notify.TLSNone, notify.TLSStartTLS, notify.TLSImplicit),
+			From:              env.String("MAIL_FROM", "orders@shop.example"),
+			IdempotencyHeader: env.String("SMTP_IDEMPOTENCY_HEADER", "Idempotency-Key"),
+			Timeout:           env.Duration("SMTP_TIMEOUT", 15*time.Second),
+		},
+	}
+	cfg.SMTP.MaxIdle = cfg.Concurrency
+	var err error
+	cfg.Redis, err = redisconn.Parse(env.String("REDIS_URL", "redis://localhost:6379/0"))
+	env.Check("REDIS_URL", err)
+	env.Check("SMTP", cfg.SMTP.Validate())
+	if cfg.ShutdownTimeout <= cfg.SendTimeout {
+		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be longer than SEND_TIMEOUT %v, so that SIGTERM lets a send finish", cfg.ShutdownTimeout, cfg.SendTimeout))
+	}
+	if cfg.LockTTL < time.Second {
+		env.Check("LOCK_TTL", fmt.Errorf("%v is too short; the heartbeat renews it every third", cfg.LockTTL))
+	}
+	return cfg, env.Err()
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "usage: worker (configured by environment variables; see README.md)")
+		return fmt.Errorf("unexpected arguments %q", args)
+	}
+	cfg, err := loadConfig(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	host, _ := os.Hostname()
+	workerID := host + ":" + strconv.Itoa(os.Getpid())
+	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "worker")
+
+	templates, err := notify.LoadTemplates()
+	if err != nil {
+		return err
+	}
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, log); err != nil {
+		return err
+	}
+	rdb := redisconn.NewClient(cfg.Redis)
+	defer rdb.Close()
+	provider, err := notify.NewSMTP(cfg.SMTP)
+	if err != nil {
+		return err
+	}
+	defer provider.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	from, _ := notify.NormalizeAddress(cfg.SMTP.From) // validated by loadConfig
+	worker := notify.NewWorker(pool, rdb, provider, templates, notify.WorkerConfig{
+		LockTTL:         cfg.LockTTL,
+		MaxAttempts:     cfg.MaxAttempts,
+		SendTimeout:     cfg.SendTimeout,
+		MessageIDDomain: from[strings.LastIndexByte(from, '@')+1:],
+		WorkerID:        workerID,
+	}, log, notify.NewMetrics(reg))
+
+	srv := asynq.NewServer(cfg.Redis, asynq.Config{
+		Concurrency:              cfg.Concurrency,
+		Queues:                   map[string]int{cfg.Queue: 1},
+		TaskCheckInterval:        cfg.TaskCheckInterval,
+		DelayedTaskCheckInterval: time.Second,
+		ShutdownTimeout:          cfg.ShutdownTimeout,
+		RetryDelayFunc:           notify.RetryDelay,
+		IsFailure:                notify.IsFailure,
+		Logger:                   asynqLogger{log.With("component", "asynq")},
+		LogLevel:                 asynq.WarnLevel,
+	})
+	mux := asynq.NewServeMux()
+	mux.Handle(notify.TaskTypeDeliver, worker)
+
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("listen on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+	}
+	metricsMux := http.NewServeMux()
+	metricsMux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	metricsMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	metricsSrv := &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
+
+	if err := srv.Start(mux); err != nil {
+		ln.Close()
+		return fmt.Errorf("start asynq server: %w", err)
+	}
+	log.Info("worker started", "worker_id", workerID, "queue", cfg.Queue, "concurrency", cfg.Concurrency,
+		"metrics_addr", ln.Addr().String(), "smtp", net.JoinHostPort(cfg.SMTP.Host, strconv.Itoa(cfg.SMTP.Port)))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := metricsSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve metrics: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("worker shutting down: finishing in-flight sends", "timeout", cfg.ShutdownTimeout.String())
+		srv.Shutdown() // waits for running handlers up to ShutdownTimeout
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return metricsSrv.Shutdown(sctx)
+	})
+	err = g.Wait()
+	log.Info("worker stopped")
+	return err
+}
+
+// asynqLogger sends asynq's own log lines through slog.
+type asynqLogger struct{ log *slog.Logger }
+
+func (l asynqLogger) Debug(args ...any) { l.log.Debug(fmt.Sprint(args...)) }
+func (l asynqLogger) Info(args ...any)  { l.log.Info(fmt.Sprint(args...)) }
+func (l asynqLogger) Warn(args ...any)  { l.log.Warn(fmt.Sprint(args...)) }
+func (l asynqLogger) Error(args ...any) { l.log.Error(fmt.Sprint(args...)) }
+func (l asynqLogger) Fatal(args ...any) {
+	l.log.Error(fmt.Sprint(args...))
+	os.Exit(1)
+}

@@ -1,0 +1,36 @@
+//go:build failpoints
+
+package notify
+
+import (
+	"os"
+	"strings"
+	"syscall"
+)
+
+// armed holds the failpoints named in SEKALI_FAILPOINTS, a comma-separated
+// list of name=action where action is kill (SIGKILL, as a crash) or stop
+// (SIGSTOP, as a long GC pause or a frozen VM; SIGCONT resumes it). Only
+// binaries built with -tags failpoints read it; see docs/reliability.md.
+var armed = func() map[string]string {
+	m := map[string]string{}
+	for _, item := range strings.Split(os.Getenv("SEKALI_FAILPOINTS"), ",") {
+		name, action, _ := strings.Cut(strings.TrimSpace(item), "=")
+		if name != "" {
+			m[name] = action
+		}
+	}
+	return m
+}()
+
+func failpoint(name string) {
+	switch armed[name] {
+	case "kill":
+		os.Stderr.WriteString("failpoint " + name + ": killing the process\n")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is not delivered synchronously; never return
+	case "stop":
+		os.Stderr.WriteString("failpoint " + name + ": stopping the process\n")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
+}

@@ -1,0 +1,94 @@
+package notify
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// KeyHash is how Redis names a delivery: a hash of its idempotency key, so
+// that no e-mail address is ever written to Redis.
+func KeyHash(idempotencyKey string) string {
+	sum := sha256.Sum256([]byte(idempotencyKey))
+	return hex.EncodeToString(sum[:16])
+}
+
+func lockKey(keyHash string) string { return "sekali:lock:" + keyHash }
+func sentKey(keyHash string) string { return "sekali:sent:" + keyHash }
+
+// sentCacheTTL is how long the status cache remembers a sent delivery. It
+// outlives any redelivery of the task (its retention is 24h).
+const sentCacheTTL = 48 * time.Hour
+
+// Compare-and-act scripts: a worker only ever extends or deletes the lock
+// it holds, never one another worker took after its own expired.
+var (
+	extendScript = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0`)
+	releaseScript = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("DEL", KEYS[1])
+end
+return 0`)
+)
+
+// redisLock is the Redis side of a delivery: a lock that keeps two workers
+// from doing the same work at once, and a cache that may say "sent"
+// sooner than PostgreSQL. Neither is ever trusted for correctness.
+type redisLock struct {
+	rdb redis.UniversalClient
+	ttl time.Duration
+}
+
+// acquire takes the lock with SET NX PX and a random token.
+func (l redisLock) acquire(ctx context.Context, keyHash string) (token string, ok bool, err error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token = hex.EncodeToString(b[:])
+	ok, err = l.rdb.SetNX(ctx, lockKey(keyHash), token, l.ttl).Result()
+	if err != nil {
+		return "", false, fmt.Errorf("acquire lock: %w", err)
+	}
+	return token, ok, nil
+}
+
+// extend pushes the lock's expiry out by ttl if it is still ours.
+func (l redisLock) extend(ctx context.Context, keyHash, token string) (bool, error) {
+	n, err := extendScript.Run(ctx, l.rdb, []string{lockKey(keyHash)}, token, l.ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("extend lock: %w", err)
+	}
+	return n == 1, nil
+}
+
+// release deletes the lock if it is still ours.
+func (l redisLock) release(ctx context.Context, keyHash, token string) (bool, error) {
+	n, err := releaseScript.Run(ctx, l.rdb, []string{lockKey(keyHash)}, token).Int()
+	if err != nil {
+		return false, fmt.Errorf("release lock: %w", err)
+	}
+	return n == 1, nil
+}
+
+// cachedSent reports whether the cache says the delivery was sent. A miss
+// or an error is "don't know", never "not sent".
+func (l redisLock) cachedSent(ctx context.Context, keyHash string) bool {
+	v, err := l.rdb.Get(ctx, sentKey(keyHash)).Result()
+	return err == nil && v == string(StatusSent)
+}
+
+func (l redisLock) cacheSent(ctx context.Context, keyHash string) error {
+	if err := l.rdb.Set(ctx, sentKey(keyHash), string(StatusSent), sentCacheTTL).Err(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("cache sent status: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,57 @@
+package notify
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the worker's Prometheus metrics; README.md lists them.
+type Metrics struct {
+	duplicates   *prometheus.CounterVec
+	lockAcquired prometheus.Counter
+	lockFailed   prometheus.Counter
+	lockExpired  prometheus.Counter
+	retries      *prometheus.CounterVec
+	processing   prometheus.Histogram
+	deliveries   *prometheus.CounterVec
+	sendLatency  prometheus.Histogram
+}
+
+// NewMetrics creates the worker's metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sekali_duplicate_detected_total",
+			Help: "Duplicates caught before they caused a second e-mail, by the layer that caught them.",
+		}, []string{"layer"}),
+		lockAcquired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sekali_lock_acquire_success_total",
+			Help: "Redis delivery locks acquired.",
+		}),
+		lockFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sekali_lock_acquire_failed_total",
+			Help: "Redis delivery locks found held by another worker.",
+		}),
+		lockExpired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sekali_lock_expired_before_completion_total",
+			Help: "Attempts whose Redis lock expired before they finished: LOCK_TTL is too short for the provider's latency.",
+		}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sekali_job_retry_total",
+			Help: "Task attempts that ended in a retry, by reason.",
+		}, []string{"reason"}),
+		processing: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sekali_job_processing_duration_seconds",
+			Help:    "Time to handle one delivery task, whatever its outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sekali_deliveries_total",
+			Help: "Delivery attempts by template and outcome: sent, failed, retried, ambiguous.",
+		}, []string{"template", "outcome"}),
+		sendLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sekali_provider_send_duration_seconds",
+			Help:    "Time the mail provider took to take (or refuse) one message.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+	}
+	reg.MustRegister(m.duplicates, m.lockAcquired, m.lockFailed, m.lockExpired, m.retries, m.processing, m.deliveries, m.sendLatency)
+	return m
+}

@@ -1,0 +1,190 @@
+package notify_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+const mailDomain = "shop.example"
+
+// env is one test's private world: database, queue, SMTP sink, and the
+// pieces a worker is built from.
+type env struct {
+	db        testenv.DB
+	redis     testenv.Redis
+	rdb       redis.UniversalClient
+	sink      *smtpsink.Server
+	templates *notify.Templates
+	reg       *prometheus.Registry
+	metrics   *notify.Metrics
+	logs      *syncBuffer
+	orders    *order.Service
+}
+
+func setup(t *testing.T, sinkCfg smtpsink.Config) *env {
+	t.Helper()
+	e := &env{db: testenv.NewDB(t), redis: testenv.NewRedis(t), logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	e.rdb = redisconn.NewClient(e.redis.Opt)
+	t.Cleanup(func() { e.rdb.Close() })
+	sink, err := smtpsink.Start(sinkCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	e.sink = sink
+	if e.templates, err = notify.LoadTemplates(); err != nil {
+		t.Fatal(err)
+	}
+	e.metrics = notify.NewMetrics(e.reg)
+	client := asynq.NewClient(e.redis.Opt)
+	t.Cleanup(func() { client.Close() })
+	apiReg := prometheus.NewRegistry()
+	e.orders = order.NewService(e.db.Pool, notify.NewEnqueuer(client, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg), time.Hour, apiReg)
+	return e
+}
+
+// smtp returns an SMTP provider pointed at the test sink.
+func (e *env) smtp(t *testing.T) *notify.SMTP {
+	t.Helper()
+	p, err := notify.NewSMTP(notify.SMTPConfig{
+		Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
+		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key",
+		Timeout: 5 * time.Second, MaxIdle: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+type workerOpts struct {
+	provider    notify.Provider
+	lockTTL     time.Duration
+	maxAttempts int
+}
+
+func (e *env) worker(t *testing.T, o workerOpts) *notify.Worker {
+	t.Helper()
+	if o.provider == nil {
+		o.provider = e.smtp(t)
+	}
+	if o.lockTTL == 0 {
+		o.lockTTL = 10 * time.Second
+	}
+	if o.maxAttempts == 0 {
+		o.maxAttempts = 3
+	}
+	return notify.NewWorker(e.db.Pool, e.rdb, o.provider, e.templates, notify.WorkerConfig{
+		LockTTL: o.lockTTL, MaxAttempts: o.maxAttempts, SendTimeout: 10 * time.Second,
+		MessageIDDomain: mailDomain, WorkerID: t.Name(),
+	}, slog.New(slog.NewJSONHandler(e.logs, nil)), e.metrics)
+}
+
+// checkout places an order and returns its confirmation delivery.
+func (e *env) checkout(t *testing.T, email string) notify.Delivery {
+	t.Helper()
+	price := int64(150000)
+	o, _, err := e.orders.Place(context.Background(), order.Checkout{
+		CustomerEmail: email, CustomerName: "Budi", Currency: "IDR",
+		Items: []order.CheckoutItem{{SKU: "KOPI-1", Name: "Kopi Toraja", Quantity: 2, UnitPrice: &price}},
+	}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.delivery(t, o.Notifications[0].IdempotencyKey)
+}
+
+func (e *env) delivery(t *testing.T, key string) notify.Delivery {
+	t.Helper()
+	d, err := notify.GetByKey(context.Background(), e.db.Pool, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// process runs the handler on d's task, retrying as asynq would while the
+// lock is busy, and returns the final error.
+func process(ctx context.Context, w *notify.Worker, d notify.Delivery) error {
+	for {
+		err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
+		if err == nil || notify.IsFailure(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (e *env) counter(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if hasLabels(m.GetLabel(), labels) {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabels(have []*dto.LabelPair, want []string) bool {
+	for i := 0; i+1 < len(want); i += 2 {
+		ok := false
+		for _, l := range have {
+			ok = ok || (l.GetName() == want[i] && l.GetValue() == want[i+1])
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func isSkipRetry(err error) bool { return errors.Is(err, asynq.SkipRetry) }
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

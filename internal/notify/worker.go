@@ -1,0 +1,470 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+)
+
+// WorkerConfig tunes the delivery worker.
+type WorkerConfig struct {
+	// LockTTL is the life of the Redis lock and of the row's lease; the
+	// heartbeat renews both every LockTTL/3 while a send is in progress.
+	LockTTL time.Duration
+	// MaxAttempts is how many sends a delivery gets before it is failed.
+	MaxAttempts int
+	// SendTimeout bounds one attempt from claim to outcome.
+	SendTimeout time.Duration
+	// MessageIDDomain is the right-hand side of every Message-ID.
+	MessageIDDomain string
+	// WorkerID names this process in logs (hostname and pid).
+	WorkerID string
+}
+
+// Worker drives deliveries pending → sending → sent. It is the asynq
+// handler for TaskTypeDeliver.
+type Worker struct {
+	db        *pgxpool.Pool
+	lock      redisLock
+	provider  Provider
+	templates *Templates
+	cfg       WorkerConfig
+	log       *slog.Logger
+	metrics   *Metrics
+}
+
+// NewWorker returns a Worker. db must be the primary: every decision is
+// read from and written to the source of truth, never a replica.
+func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, templates *Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
+	return &Worker{
+		db:        db,
+		lock:      redisLock{rdb: rdb, ttl: cfg.LockTTL},
+		provider:  provider,
+		templates: templates,
+		cfg:       cfg,
+		log:       log,
+		metrics:   metrics,
+	}
+}
+
+// MessageID is the Message-ID every attempt of a delivery carries: derived
+// from the idempotency key, so a provider or a mailbox that deduplicates
+// by Message-ID sees one message however often it arrives.
+func MessageID(idempotencyKey, domain string) string {
+	return KeyHash(idempotencyKey) + "@" + domain
+}
+
+var (
+	// errLockBusy: another worker holds the lock; try again shortly. It is
+	// not a failure of the delivery (see IsFailure).
+	errLockBusy = errors.New("lock held by another worker")
+	// errLockLost: the lock could not be renewed, so the data was not sent.
+	errLockLost = errors.New("lock expired before the message was handed over")
+	// errLeaseLost: the row's lease is no longer ours: another worker took over.
+	errLeaseLost = errors.New("lease taken over by another worker")
+)
+
+// IsFailure tells asynq which errors count as failed tasks: waiting for a
+// lock is normal operation, not a failure.
+func IsFailure(err error) bool {
+	return !errors.Is(err, errLockBusy)
+}
+
+// RetryDelay is asynq's back-off: exponential with full jitter, from 1s up
+// to 5 minutes; a busy lock is retried within a second or two.
+func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
+	if errors.Is(err, errLockBusy) {
+		return 500*time.Millisecond + rand.N(time.Second)
+	}
+	ceiling := time.Second << min(n, 9) // 1s, 2s, ... 512s
+	ceiling = min(ceiling, 5*time.Minute)
+	return ceiling/2 + rand.N(ceiling/2+1)
+}
+
+// attempt collects what one run of the handler learned, for its one log line.
+type attempt struct {
+	attrs  []slog.Attr
+	result string
+}
+
+func (a *attempt) add(attrs ...slog.Attr) { a.attrs = append(a.attrs, attrs...) }
+
+// ProcessTask handles one delivery task. It is safe to run any number of
+// times, concurrently, on any number of workers: at most one of them
+// hands the message to the provider per claim, and none after it is sent.
+func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) {
+	start := time.Now()
+	a := &attempt{}
+	taskID, _ := asynq.GetTaskID(ctx)
+	retry, _ := asynq.GetRetryCount(ctx)
+	a.add(slog.String("task_id", taskID), slog.Int("retry", retry), slog.String("worker_id", w.cfg.WorkerID))
+	defer func() {
+		elapsed := time.Since(start)
+		w.metrics.processing.Observe(elapsed.Seconds())
+		level := slog.LevelInfo
+		a.add(slog.String("result", a.result), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
+		if err != nil && !errors.Is(err, errLockBusy) {
+			level = slog.LevelWarn
+			if errors.Is(err, asynq.SkipRetry) {
+				level = slog.LevelError
+			}
+			a.add(slog.String("error", err.Error()))
+		}
+		w.log.LogAttrs(ctx, level, "delivery attempt", a.attrs...)
+	}()
+	failpoint("after-dequeue")
+
+	var p deliverPayload
+	if jerr := json.Unmarshal(task.Payload(), &p); jerr != nil || p.DeliveryID == uuid.Nil || p.KeyHash == "" {
+		a.result = "bad_payload"
+		return fmt.Errorf("malformed task payload %q: %v: %w", truncate(task.Payload(), 200), jerr, asynq.SkipRetry)
+	}
+	a.add(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
+
+	// 1. The cache may say "sent"; only that answer is ever believed.
+	if w.lock.cachedSent(ctx, p.KeyHash) {
+		w.duplicate(a, "cache")
+		return nil
+	}
+
+	// 2. The source of truth.
+	q := dbsqlc.New(w.db)
+	row, err := q.GetDelivery(ctx, p.DeliveryID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		a.result = "unknown_delivery"
+		return fmt.Errorf("delivery %s does not exist: %w", p.DeliveryID, asynq.SkipRetry)
+	}
+	if err != nil {
+		a.result = "db_error"
+		w.metrics.retries.WithLabelValues("database").Inc()
+		return fmt.Errorf("read delivery: %w", err)
+	}
+	if KeyHash(row.IdempotencyKey) != p.KeyHash {
+		a.result = "bad_payload"
+		return fmt.Errorf("task key hash %s does not match delivery %s: %w", p.KeyHash, p.DeliveryID, asynq.SkipRetry)
+	}
+	a.add(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template), slog.Int("attempt", int(row.Attempts)))
+	if done := w.settled(ctx, a, row, "database"); done {
+		return nil
+	}
+
+	// 3. The lock keeps two workers from doing this work at once.
+	a.add(slog.String("lock_key", lockKey(p.KeyHash)))
+	token, ok, err := w.lock.acquire(ctx, p.KeyHash)
+	if err != nil {
+		a.result = "redis_error"
+		w.metrics.retries.WithLabelValues("redis").Inc()
+		return err
+	}
+	if !ok {
+		w.metrics.lockFailed.Inc()
+		w.metrics.retries.WithLabelValues("lock_busy").Inc()
+		a.add(slog.String("lock", "busy"))
+		w.duplicate(a, "lock")
+		return errLockBusy
+	}
+	w.metrics.lockAcquired.Inc()
+	a.add(slog.String("lock", "acquired"))
+	lockLost := false
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		released, rerr := w.lock.release(rctx, p.KeyHash, token)
+		if rerr == nil && !released && !lockLost {
+			// The lock expired under us without the heartbeat noticing.
+			w.metrics.lockExpired.Inc()
+		}
+	}()
+	failpoint("after-lock")
+
+	// 4. Look again now that we hold the lock, then claim the row.
+	row, err = q.GetDelivery(ctx, p.DeliveryID)
+	if err != nil {
+		a.result = "db_error"
+		w.metrics.retries.WithLabelValues("database").Inc()
+		return fmt.Errorf("re-read delivery: %w", err)
+	}
+	if done := w.settled(ctx, a, row, "database"); done {
+		return nil
+	}
+	lease := uuid.New()
+	claimed, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: row.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		w.notClaimable(ctx, a, q, row.ID)
+		return nil
+	}
+	if err != nil {
+		a.result = "db_error"
+		w.metrics.retries.WithLabelValues("database").Inc()
+		return fmt.Errorf("claim delivery: %w", err)
+	}
+	a.add(slog.String("from", row.Status), slog.String("to", string(StatusSending)), slog.Int("attempt", int(claimed.Attempts)))
+	failpoint("after-claim")
+
+	// From the claim on, the attempt runs to its outcome even if asynq
+	// cancels ctx (shutdown, task deadline): stopping half-way is what
+	// makes outcomes ambiguous.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout)
+	defer cancel()
+	return w.send(sctx, a, q, claimed, lease, p.KeyHash, token, &lockLost)
+}
+
+// settled acknowledges a delivery that needs no work: already sent or failed.
+func (w *Worker) settled(ctx context.Context, a *attempt, row dbsqlc.NotificationDelivery, layer string) bool {
+	switch Status(row.Status) {
+	case StatusSent:
+		if err := w.lock.cacheSent(ctx, KeyHash(row.IdempotencyKey)); err != nil {
+			a.add(slog.String("cache_error", err.Error()))
+		}
+		w.duplicate(a, layer)
+		return true
+	case StatusFailed:
+		w.duplicate(a, layer)
+		return true
+	}
+	return false
+}
+
+// notClaimable explains why the claim found nothing to take.
+func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries, id uuid.UUID) {
+	row, err := q.GetDelivery(ctx, id)
+	if err != nil {
+		a.result = "not_claimed"
+		return
+	}
+	if w.settled(ctx, a, row, "database") {
+		return
+	}
+	expired := row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now())
+	if Status(row.Status) == StatusSending && row.HandedOverAt != nil && expired {
+		// The previous attempt died after the data went out. Sending now
+		// could be the second e-mail; the reconciler asks the provider.
+		reason := "ambiguous: a previous attempt stopped after handing the message to the provider; left for the reconciler"
+		if _, err := q.NoteAmbiguous(ctx, dbsqlc.NoteAmbiguousParams{ID: id, LastError: reason}); err != nil {
+			a.add(slog.String("note_error", err.Error()))
+		}
+		a.result = "left_for_reconciler"
+		w.metrics.deliveries.WithLabelValues(row.Template, "ambiguous").Inc()
+		return
+	}
+	// Another worker holds a live lease on it.
+	w.duplicate(a, "database")
+	a.result = "owned_by_another_worker"
+}
+
+func (w *Worker) duplicate(a *attempt, layer string) {
+	w.metrics.duplicates.WithLabelValues(layer).Inc()
+	a.result = "duplicate_" + layer
+}
+
+// send renders, hands the message to the provider under a heartbeat, and
+// records the outcome with fenced updates.
+func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsqlc.NotificationDelivery, lease uuid.UUID, keyHash, lockToken string, lockLost *bool) error {
+	fence := func(rows int64, err error) error {
+		if err != nil {
+			return err
+		}
+		if rows == 0 {
+			return errLeaseLost
+		}
+		return nil
+	}
+
+	r, err := w.templates.Render(d.Template, d.TemplateData)
+	if err != nil {
+		reason := "render: " + err.Error()
+		if ferr := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason})); ferr != nil {
+			return w.recordFailed(a, d, ferr)
+		}
+		w.finish(a, d, StatusFailed, "failed")
+		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
+	}
+
+	hb := startHeartbeat(ctx, w, q, d.ID, lease, keyHash, lockToken)
+	msg := Message{
+		To:             d.Recipient,
+		Subject:        r.Subject,
+		Text:           r.Text,
+		HTML:           r.HTML,
+		MessageID:      MessageID(d.IdempotencyKey, w.cfg.MessageIDDomain),
+		IdempotencyKey: d.IdempotencyKey,
+	}
+	handOver := func() error {
+		if hb.lockLost() {
+			return errLockLost
+		}
+		failpoint("before-data")
+		_, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: d.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds()})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return errLeaseLost
+		}
+		return err
+	}
+	sendStart := time.Now()
+	providerID, sendErr := w.provider.Send(ctx, msg, handOver)
+	w.metrics.sendLatency.Observe(time.Since(sendStart).Seconds())
+	hb.stop()
+	if hb.lockLost() {
+		*lockLost = true
+		w.metrics.lockExpired.Inc()
+	}
+
+	if sendErr == nil {
+		failpoint("after-accept")
+		a.add(slog.String("provider_message_id", providerID))
+		if err := fence(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID})); err != nil {
+			return w.recordFailed(a, d, err)
+		}
+		if err := w.lock.cacheSent(ctx, keyHash); err != nil {
+			a.add(slog.String("cache_error", err.Error()))
+		}
+		w.finish(a, d, StatusSent, "sent")
+		failpoint("after-sent")
+		return nil
+	}
+
+	outcome, code := outcomeOf(sendErr)
+	a.add(slog.String("error_class", outcome.String()))
+	if code != 0 {
+		a.add(slog.Int("smtp_code", code))
+	}
+	reason := truncate([]byte(sendErr.Error()), 1000)
+	switch outcome {
+	case OutcomeAborted:
+		if errors.Is(sendErr, errLeaseLost) {
+			return w.recordFailed(a, d, errLeaseLost)
+		}
+		// The lock was lost before the data went out: nothing was sent,
+		// try again later.
+		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
+			return w.recordFailed(a, d, err)
+		}
+		w.metrics.retries.WithLabelValues("lock_expired").Inc()
+		w.finish(a, d, StatusPending, "retried")
+		return sendErr
+
+	case OutcomeTemporary:
+		if int(d.Attempts) >= w.cfg.MaxAttempts {
+			reason = fmt.Sprintf("gave up after %d attempts: %s", d.Attempts, reason)
+			if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
+				return w.recordFailed(a, d, err)
+			}
+			w.finish(a, d, StatusFailed, "failed")
+			return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
+		}
+		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
+			return w.recordFailed(a, d, err)
+		}
+		retryReason := "connection"
+		if code != 0 {
+			retryReason = fmt.Sprintf("smtp_%dxx", code/100)
+		}
+		w.metrics.retries.WithLabelValues(retryReason).Inc()
+		w.finish(a, d, StatusPending, "retried")
+		return sendErr
+
+	case OutcomePermanent:
+		if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
+			return w.recordFailed(a, d, err)
+		}
+		w.finish(a, d, StatusFailed, "failed")
+		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
+
+	default: // OutcomeAmbiguous
+		reason = "ambiguous: " + reason
+		if err := fence(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
+			return w.recordFailed(a, d, err)
+		}
+		w.metrics.deliveries.WithLabelValues(d.Template, "ambiguous").Inc()
+		a.result = "left_for_reconciler"
+		a.add(slog.String("from", string(StatusSending)), slog.String("to", string(StatusSending)))
+		return nil
+	}
+}
+
+// finish records a transition that happened.
+func (w *Worker) finish(a *attempt, d dbsqlc.NotificationDelivery, to Status, outcome string) {
+	w.metrics.deliveries.WithLabelValues(d.Template, outcome).Inc()
+	a.result = outcome
+	a.add(slog.String("from", string(StatusSending)), slog.String("to", string(to)))
+}
+
+// recordFailed handles a fenced update that did not apply: another worker
+// owns the row now, and this one must write nothing more. A database
+// error is retried: the row's lease will expire and the claim decides.
+func (w *Worker) recordFailed(a *attempt, d dbsqlc.NotificationDelivery, err error) error {
+	if errors.Is(err, errLeaseLost) {
+		w.duplicate(a, "fencing")
+		a.result = "fenced_out"
+		return nil
+	}
+	a.result = "db_error"
+	w.metrics.retries.WithLabelValues("database").Inc()
+	return fmt.Errorf("record outcome of delivery %s: %w", d.ID, err)
+}
+
+// heartbeat renews the Redis lock and the row's lease while a send runs.
+type heartbeat struct {
+	lost   atomic.Bool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startHeartbeat(ctx context.Context, w *Worker, q *dbsqlc.Queries, id, lease uuid.UUID, keyHash, token string) *heartbeat {
+	ctx, cancel := context.WithCancel(ctx)
+	hb := &heartbeat{cancel: cancel}
+	hb.wg.Add(1)
+	go func() {
+		defer hb.wg.Done()
+		t := time.NewTicker(w.cfg.LockTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ok, err := w.lock.extend(ctx, keyHash, token)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil || !ok {
+				hb.lost.Store(true)
+			}
+			// The lease is renewed even when the lock is gone: while the
+			// row's lease is ours, no other worker can claim it.
+			_, _ = q.ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: id, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds()})
+		}
+	}()
+	return hb
+}
+
+func (h *heartbeat) lockLost() bool { return h.lost.Load() }
+
+func (h *heartbeat) stop() {
+	h.cancel()
+	h.wg.Wait()
+}
+
+func truncate(b []byte, n int) string {
+	s := strings.ToValidUTF8(string(b), "?")
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}

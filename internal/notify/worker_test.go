@@ -1,0 +1,506 @@
+package notify_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+)
+
+func TestSendsOnceWithDeterministicHeaders(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "budi@example.com")
+
+	if err := process(context.Background(), w, d); err != nil {
+		t.Fatal(err)
+	}
+	msgs := e.sink.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages at the sink, want 1", len(msgs))
+	}
+	m := msgs[0]
+	if m.To[0] != "budi@example.com" || m.From != "orders@shop.example" {
+		t.Errorf("envelope %s -> %v", m.From, m.To)
+	}
+	if want := notify.MessageID(d.IdempotencyKey, mailDomain); m.MessageID != want {
+		t.Errorf("Message-ID %q, want %q derived from the key", m.MessageID, want)
+	}
+	if got := m.Header.Get("Idempotency-Key"); got != d.IdempotencyKey {
+		t.Errorf("Idempotency-Key header %q, want %q", got, d.IdempotencyKey)
+	}
+	if !strings.HasPrefix(m.Header.Get("Content-Type"), "multipart/alternative") ||
+		!strings.Contains(string(m.Data), "text/plain") || !strings.Contains(string(m.Data), "text/html") {
+		t.Errorf("not a text+HTML alternative:\n%s", m.Data)
+	}
+	if subj := m.Header.Get("Subject"); !strings.Contains(subj, "is confirmed") {
+		t.Errorf("subject %q", subj)
+	}
+
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusSent || got.SentAt == nil || got.Attempts != 1 || got.ProviderMessageID != m.QueueID {
+		t.Errorf("row after send: %+v (queue id %s)", got, m.QueueID)
+	}
+	if n := e.counter(t, "sekali_deliveries_total", "outcome", "sent", "template", "order-confirmation"); n != 1 {
+		t.Errorf("deliveries_total{sent} = %v", n)
+	}
+}
+
+// The same task delivered again — right after, and again after the status
+// cache was lost — never sends a second e-mail.
+func TestSameTaskTwiceSendsOneEmail(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "citra@example.com")
+	ctx := context.Background()
+
+	for i := 0; i < 2; i++ {
+		if err := process(ctx, w, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.counter(t, "sekali_duplicate_detected_total", "layer", "cache"); n != 1 {
+		t.Errorf("duplicates caught by the cache = %v, want 1", n)
+	}
+	if err := e.rdb.Del(ctx, "sekali:sent:"+notify.KeyHash(d.IdempotencyKey)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := process(ctx, w, d); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.counter(t, "sekali_duplicate_detected_total", "layer", "database"); n != 1 {
+		t.Errorf("duplicates caught by the database = %v, want 1", n)
+	}
+	if n := e.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
+	}
+}
+
+// A stale negative cache entry is not believed.
+func TestNegativeCacheEntryIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "dewi@example.com")
+	ctx := context.Background()
+	if err := e.rdb.Set(ctx, "sekali:sent:"+notify.KeyHash(d.IdempotencyKey), "pending", time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := process(ctx, w, d); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
+	}
+}
+
+// Ten workers, each with its own SMTP connection, race on one delivery.
+func TestTenWorkersRacingSendOneEmail(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration { return 50 * time.Millisecond }})
+	d := e.checkout(t, "eka@example.com")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	errs := make([]error, 10)
+	start := make(chan struct{})
+	for i := range errs {
+		w := e.worker(t, workerOpts{})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = process(ctx, w, d)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("worker %d: %v", i, err)
+		}
+	}
+	if n := e.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
+	}
+	if n := e.counter(t, "sekali_deliveries_total", "outcome", "sent"); n != 1 {
+		t.Errorf("%v sent transitions, want 1", n)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent || got.Attempts != 1 {
+		t.Errorf("row: status %s, attempts %d", got.Status, got.Attempts)
+	}
+	t.Logf("lock busy %v times, duplicates by layer: cache %v, database %v, lock %v",
+		e.counter(t, "sekali_lock_acquire_failed_total"),
+		e.counter(t, "sekali_duplicate_detected_total", "layer", "cache"),
+		e.counter(t, "sekali_duplicate_detected_total", "layer", "database"),
+		e.counter(t, "sekali_duplicate_detected_total", "layer", "lock"))
+}
+
+// A lock held by someone else means "later", not a failed delivery.
+func TestBusyLockIsRetriedNotFailed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "fajar@example.com")
+	ctx := context.Background()
+	lock := "sekali:lock:" + notify.KeyHash(d.IdempotencyKey)
+	if err := e.rdb.Set(ctx, lock, "someone-else", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
+	if err == nil || notify.IsFailure(err) {
+		t.Fatalf("err = %v, want a retryable non-failure", err)
+	}
+	if delay := notify.RetryDelay(1, err, nil); delay > 2*time.Second {
+		t.Errorf("a busy lock waits %v; want a short retry", delay)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending || got.Attempts != 0 {
+		t.Errorf("row touched while the lock was busy: %+v", got)
+	}
+	if v, _ := e.rdb.Get(ctx, lock).Result(); v != "someone-else" {
+		t.Errorf("the other worker's lock was changed to %q", v)
+	}
+	if n := e.counter(t, "sekali_lock_acquire_failed_total"); n != 1 {
+		t.Errorf("lock_acquire_failed_total = %v", n)
+	}
+}
+
+func TestTemporaryFailureIsRetriedThenSent(t *testing.T) {
+	t.Parallel()
+	var refusals atomic.Int32
+	e := setup(t, smtpsink.Config{OnRcpt: func(string) error {
+		if refusals.Add(1) <= 1 {
+			return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"}
+		}
+		return nil
+	}})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "gita@example.com")
+	ctx := context.Background()
+
+	err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
+	if err == nil || isSkipRetry(err) {
+		t.Fatalf("first attempt err = %v, want a retry", err)
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusPending || got.Attempts != 1 || !strings.Contains(got.LastError, "451") {
+		t.Errorf("after a 451: %+v", got)
+	}
+	if delay := notify.RetryDelay(1, err, nil); delay < time.Second {
+		t.Errorf("retry delay %v, want a back-off", delay)
+	}
+	if err := process(ctx, w, d); err != nil {
+		t.Fatal(err)
+	}
+	got = e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusSent || got.Attempts != 2 || got.IdempotencyKey != d.IdempotencyKey {
+		t.Errorf("after retry: %+v", got)
+	}
+	if n := e.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
+	}
+	if n := e.counter(t, "sekali_job_retry_total", "reason", "smtp_4xx"); n != 1 {
+		t.Errorf("job_retry_total{smtp_4xx} = %v", n)
+	}
+}
+
+func TestPermanentFailureIsFailedAndNeverRetried(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{OnRcpt: func(string) error {
+		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such user"}
+	}})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "nobody@example.com")
+	ctx := context.Background()
+
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); !isSkipRetry(err) {
+		t.Fatalf("err = %v, want SkipRetry", err)
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusFailed || got.Attempts != 1 || !strings.Contains(got.LastError, "550") {
+		t.Errorf("after a 550: %+v", got)
+	}
+	// A redelivered task does not try again.
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+		t.Errorf("redelivery: %v", err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Attempts != 1 {
+		t.Errorf("attempts %d after redelivery, want 1", got.Attempts)
+	}
+	if n := e.sink.Count(); n != 0 {
+		t.Errorf("%d e-mails, want 0", n)
+	}
+}
+
+func TestMaxAttemptsEndsInFailed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{OnMail: func(string) error {
+		return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "busy"}
+	}})
+	w := e.worker(t, workerOpts{maxAttempts: 2})
+	d := e.checkout(t, "hana@example.com")
+	ctx := context.Background()
+
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil || isSkipRetry(err) {
+		t.Fatalf("attempt 1: %v, want a retry", err)
+	}
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); !isSkipRetry(err) {
+		t.Fatalf("attempt 2: %v, want SkipRetry", err)
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusFailed || got.Attempts != 2 || !strings.Contains(got.LastError, "gave up after 2 attempts") {
+		t.Errorf("row: %+v", got)
+	}
+}
+
+func TestUnreachableProviderIsTemporary(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	p, err := notify.NewSMTP(notify.SMTPConfig{Host: "127.0.0.1", Port: 1, TLS: notify.TLSNone,
+		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.worker(t, workerOpts{provider: p})
+	d := e.checkout(t, "indah@example.com")
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err == nil || isSkipRetry(err) {
+		t.Fatalf("err = %v, want a retry", err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending || got.HandedOverAt != nil {
+		t.Errorf("row: %+v", got)
+	}
+	if n := e.counter(t, "sekali_job_retry_total", "reason", "connection"); n != 1 {
+		t.Errorf("job_retry_total{connection} = %v", n)
+	}
+}
+
+// The connection breaks after the whole message went out: the provider
+// may have it. The worker must not send again; the row waits for the
+// reconciler with the reason recorded.
+func TestAmbiguousOutcomeIsNotRetried(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{DropAfterData: func(*smtpsink.Message) bool { return true }})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "joko@example.com")
+	ctx := context.Background()
+
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+		t.Fatalf("err = %v, want the task acknowledged", err)
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusSending || got.HandedOverAt == nil || !strings.HasPrefix(got.LastError, "ambiguous") {
+		t.Fatalf("row: %+v", got)
+	}
+	if got.LeaseExpiresAt == nil || got.LeaseExpiresAt.After(time.Now()) {
+		t.Errorf("lease ends %v; want it over so the reconciler sees the row at once", got.LeaseExpiresAt)
+	}
+	// The task comes again (asynq redelivery): still no second e-mail.
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSending || got.Attempts != 1 {
+		t.Errorf("after redelivery: %+v", got)
+	}
+	if n := e.sink.Count(); n != 1 {
+		t.Errorf("%d messages at the sink, want the 1 that may have been accepted", n)
+	}
+	if n := e.counter(t, "sekali_deliveries_total", "outcome", "ambiguous"); n != 2 {
+		t.Errorf("deliveries_total{ambiguous} = %v, want 2", n)
+	}
+}
+
+// pausingProvider runs a hook at a chosen point of the send, standing in
+// for what happens to the row while a worker is stalled there.
+type pausingProvider struct {
+	inner       notify.Provider
+	beforeData  func()
+	afterAccept func()
+}
+
+func (p pausingProvider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+	id, err := p.inner.Send(ctx, m, func() error {
+		if p.beforeData != nil {
+			p.beforeData()
+		}
+		return handOver()
+	})
+	if err == nil && p.afterAccept != nil {
+		p.afterAccept()
+	}
+	return id, err
+}
+
+// takeOver gives the row to another worker, as a claim after an expired
+// lease would: a new lease token.
+func (e *env) takeOver(t *testing.T, d notify.Delivery) {
+	t.Helper()
+	if _, err := e.db.Pool.Exec(context.Background(),
+		"UPDATE notification_deliveries SET lease_token = $2, lease_expires_at = now() + interval '1 minute' WHERE id = $1",
+		d.ID, uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Another worker took the row over while this one was stalled before the
+// data: the last lease check refuses, and nothing is sent or written.
+func TestLeaseLostBeforeDataSendsNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	d := e.checkout(t, "kartika@example.com")
+	w := e.worker(t, workerOpts{provider: pausingProvider{inner: e.smtp(t), beforeData: func() { e.takeOver(t, d) }}})
+
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
+		t.Fatalf("err = %v", err)
+	}
+	if n := e.sink.Count(); n != 0 {
+		t.Errorf("%d e-mails sent by a worker that lost its lease", n)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSending || got.HandedOverAt != nil {
+		t.Errorf("the fenced-out worker wrote to the row: %+v", got)
+	}
+	if n := e.counter(t, "sekali_duplicate_detected_total", "layer", "fencing"); n != 1 {
+		t.Errorf("duplicate_detected_total{fencing} = %v", n)
+	}
+}
+
+// The row changed hands after the provider accepted: the late "sent"
+// write is refused by the fencing check and the row keeps its new owner.
+func TestLateSentWriteIsFencedOut(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	d := e.checkout(t, "lestari@example.com")
+	w := e.worker(t, workerOpts{provider: pausingProvider{inner: e.smtp(t), afterAccept: func() { e.takeOver(t, d) }}})
+
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
+		t.Fatalf("err = %v", err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSending || got.SentAt != nil {
+		t.Errorf("the fenced-out worker recorded its outcome: %+v", got)
+	}
+	if n := e.counter(t, "sekali_duplicate_detected_total", "layer", "fencing"); n != 1 {
+		t.Errorf("duplicate_detected_total{fencing} = %v", n)
+	}
+	if !strings.Contains(e.logs.String(), `"result":"fenced_out"`) {
+		t.Errorf("no log line says the worker was fenced out:\n%s", e.logs)
+	}
+}
+
+// The lock vanishes while the worker waits on the provider (Redis lost it,
+// or it expired): the worker does not start the data, counts it, and the
+// next attempt sends the one e-mail.
+func TestLockLostBeforeDataIsNotSent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	d := e.checkout(t, "made@example.com")
+	ctx := context.Background()
+	lock := "sekali:lock:" + notify.KeyHash(d.IdempotencyKey)
+	w := e.worker(t, workerOpts{lockTTL: time.Second, provider: pausingProvider{inner: e.smtp(t), beforeData: func() {
+		before := e.delivery(t, d.IdempotencyKey).LeaseExpiresAt
+		if err := e.rdb.Del(ctx, lock).Err(); err != nil {
+			t.Error(err)
+		}
+		// The heartbeat renews the lock and the lease in one beat: once the
+		// lease moved, it has tried (and failed) to renew the lost lock.
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if now := e.delivery(t, d.IdempotencyKey).LeaseExpiresAt; now != nil && now.After(*before) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n, _ := e.rdb.Exists(ctx, lock).Result(); n != 0 {
+			t.Error("the heartbeat re-created a lock it did not hold")
+		}
+	}}})
+	err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
+	if err == nil || isSkipRetry(err) {
+		t.Fatalf("err = %v, want a retry", err)
+	}
+	if n := e.sink.Count(); n != 0 {
+		t.Errorf("%d e-mails sent without the lock", n)
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusPending || !strings.Contains(got.LastError, "lock expired") {
+		t.Errorf("row: %+v", got)
+	}
+	if n := e.counter(t, "sekali_lock_expired_before_completion_total"); n != 1 {
+		t.Errorf("lock_expired_before_completion_total = %v, want 1", n)
+	}
+	if err := process(ctx, e.worker(t, workerOpts{}), d); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails after the retry, want 1", n)
+	}
+}
+
+func TestBadTasksAreSkippedWithALogLine(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "nyoman@example.com")
+	tasks := map[string]*asynq.Task{
+		"malformed payload": asynq.NewTask(notify.TaskTypeDeliver, []byte(`{"delivery_id": 42`)),
+		"empty payload":     asynq.NewTask(notify.TaskTypeDeliver, nil),
+		"unknown delivery":  notify.NewDeliverTask(notify.Delivery{ID: uuid.New(), IdempotencyKey: "x"}),
+		"wrong key hash":    notify.NewDeliverTask(notify.Delivery{ID: d.ID, IdempotencyKey: "order-confirmation:other"}),
+	}
+	for name, task := range tasks {
+		err := w.ProcessTask(context.Background(), task)
+		if !errors.Is(err, asynq.SkipRetry) {
+			t.Errorf("%s: err = %v, want SkipRetry", name, err)
+		}
+	}
+	logs := e.logs.String()
+	for _, want := range []string{`"result":"bad_payload"`, `"result":"unknown_delivery"`, `"level":"ERROR"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s:\n%s", want, logs)
+		}
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending || got.Attempts != 0 {
+		t.Errorf("a bad task touched a real delivery: %+v", got)
+	}
+}
+
+func TestSMTPConnectionsAreReused(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	for _, email := range []string{"a1@example.com", "a2@example.com", "a3@example.com"} {
+		if err := process(context.Background(), w, e.checkout(t, email)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, c := e.sink.Count(), e.sink.Connections(); n != 3 || c != 1 {
+		t.Errorf("%d e-mails over %d connections, want 3 over 1", n, c)
+	}
+}
+
+func TestNoRawAddressInWorkerLogs(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "putri.secret@example.com")
+	if err := process(context.Background(), w, d); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(e.logs.String(), "putri.secret") {
+		t.Errorf("a log line carries the e-mail address:\n%s", e.logs)
+	}
+	if !strings.Contains(e.logs.String(), notify.KeyHash(d.IdempotencyKey)) {
+		t.Errorf("the log line does not carry the key hash:\n%s", e.logs)
+	}
+}
