@@ -95,6 +95,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return nil
 	}
 
+	templates, err := notify.LoadTemplates()
+	if err != nil {
+		return err
+	}
 	queue := asynq.NewClient(cfg.Redis)
 	defer queue.Close()
 	rdb := redisconn.NewClient(cfg.Redis)
@@ -114,7 +118,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	srv := &http.Server{
-		Handler:           httpapi.NewServer(log, orders, checks, reg, reg),
+		Handler:           httpapi.NewServer(log, orders, templates, checks, reg, reg),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -65,10 +65,8 @@ func handleCreateOrder(orders *order.Service) http.Handler {
 
 func handleGetOrder(orders *order.Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := uuid.Parse(chi.URLParam(r, "id"))
-		if err != nil {
-			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound,
-				Detail: "No order has this id: order ids are UUIDs."})
+		id, ok := orderIDOf(w, r)
+		if !ok {
 			return
 		}
 		o, err := orders.Get(r.Context(), id)
@@ -78,6 +76,57 @@ func handleGetOrder(orders *order.Service) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, o)
 	})
+}
+
+// shipmentRequest is the JSON body of POST /v1/orders/{id}/shipments.
+type shipmentRequest struct {
+	Carrier        string `json:"carrier"`
+	TrackingNumber string `json:"tracking_number"`
+}
+
+// handleCreateShipment records that an order shipped and queues the
+// order-shipped e-mail: 201 the first time, 200 with the same
+// notification when the shipment was already recorded.
+func handleCreateShipment(orders *order.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := orderIDOf(w, r)
+		if !ok {
+			return
+		}
+		raw, p := readJSONBody(w, r)
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		var req shipmentRequest
+		if p := decodeStrict(raw, &req, ""); p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		n, created, err := orders.Ship(r.Context(), id, order.Shipment{Carrier: req.Carrier, TrackingNumber: req.TrackingNumber})
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("order_id", id.String()), slog.String("delivery_id", n.ID.String()))
+		status := http.StatusOK
+		if created {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, n)
+	})
+}
+
+// orderIDOf parses the {id} path parameter; an id that is not a UUID
+// names no order.
+func orderIDOf(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(chi.URLParam(r, "id"))
+	if err != nil {
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound,
+			Detail: "No order has this id: order ids are UUIDs."})
+		return uuid.Nil, false
+	}
+	return id, true
 }
 
 // idempotencyKeyOf reads the Idempotency-Key header. The draft standard
@@ -113,20 +162,10 @@ func idempotencyKeyOf(r *http.Request) (string, *problem) {
 // large, has unknown fields or values of the wrong type, each with a
 // problem that names the field.
 func decodeCheckout(w http.ResponseWriter, r *http.Request) (order.Checkout, *problem) {
-	if p := requireJSON(r); p != nil {
+	raw, p := readJSONBody(w, r)
+	if p != nil {
 		return order.Checkout{}, p
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
-	raw, err := io.ReadAll(r.Body)
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return order.Checkout{}, &problem{Type: typeBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
-				Detail: fmt.Sprintf("The body must be at most %d bytes.", maxBodyBytes)}
-		}
-		return order.Checkout{}, &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Detail: "The body could not be read."}
-	}
-
 	var req checkoutRequest
 	if p := decodeStrict(raw, &req, ""); p != nil {
 		return order.Checkout{}, p
@@ -147,13 +186,24 @@ func decodeCheckout(w http.ResponseWriter, r *http.Request) (order.Checkout, *pr
 	return c, nil
 }
 
-func requireJSON(r *http.Request) *problem {
+// readJSONBody reads a request body that must be JSON and at most
+// maxBodyBytes long.
+func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem) {
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return &problem{Type: typeUnsupportedType, Status: http.StatusUnsupportedMediaType,
+		return nil, &problem{Type: typeUnsupportedType, Status: http.StatusUnsupportedMediaType,
 			Detail: "Send the body as JSON with Content-Type: application/json."}
 	}
-	return nil
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, &problem{Type: typeBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("The body must be at most %d bytes.", maxBodyBytes)}
+		}
+		return nil, &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Detail: "The body could not be read."}
+	}
+	return raw, nil
 }
 
 // decodeStrict decodes exactly one JSON value into dst, refusing unknown
@@ -171,7 +221,7 @@ func decodeStrict(raw []byte, dst any, prefix string) *problem {
 		return nil
 	}
 	invalid := func(pointer, detail string) *problem {
-		return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not a valid checkout",
+		return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not valid",
 			Detail: detail, Errors: []order.FieldError{{Pointer: pointer, Detail: detail}}}
 	}
 	var syntaxErr *json.SyntaxError

@@ -30,6 +30,7 @@ const (
 	typeKeyInFlight     = "urn:sekali:problem:idempotency-key-in-flight"
 	typeKeyReused       = "urn:sekali:problem:idempotency-key-reused"
 	typeInvalidKey      = "urn:sekali:problem:invalid-idempotency-key"
+	typeInvalidQuery    = "urn:sekali:problem:invalid-query"
 	typeInternal        = "urn:sekali:problem:internal"
 )
 

@@ -1,5 +1,5 @@
-// Package httpapi is the HTTP face of the service: the checkout API,
-// health checks and metrics. routes.go lists every endpoint.
+// Package httpapi is the HTTP face of the service: the checkout and
+// shipment API, template previews, health checks and metrics. routes.go lists every endpoint.
 package httpapi
 
 import (
@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
 
@@ -23,7 +24,7 @@ type Check struct {
 
 // NewServer returns the API's handler. reg receives the HTTP metrics and
 // gatherer is what /metrics exposes.
-func NewServer(log *slog.Logger, orders *order.Service, checks []Check, reg prometheus.Registerer, gatherer prometheus.Gatherer) http.Handler {
+func NewServer(log *slog.Logger, orders *order.Service, templates *notify.Templates, checks []Check, reg prometheus.Registerer, gatherer prometheus.Gatherer) http.Handler {
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sekali_http_request_duration_seconds",
 		Help:    "Time to answer an HTTP request, by method, route and status code.",
@@ -39,7 +40,7 @@ func NewServer(log *slog.Logger, orders *order.Service, checks []Check, reg prom
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem{Type: typeMethod, Status: http.StatusMethodNotAllowed, Detail: "This endpoint does not take " + r.Method + "."})
 	})
-	addRoutes(r, orders, checks, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	addRoutes(r, orders, templates, checks, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	return r
 }
 

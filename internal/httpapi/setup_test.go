@@ -61,7 +61,11 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 		{Name: "postgres", Ping: db.Pool.Ping},
 		{Name: "redis", Ping: func(ctx context.Context) error { return client.Ping() }},
 	}
-	srv := httptest.NewServer(httpapi.NewServer(log, orders, checks, reg, reg))
+	templates, err := notify.LoadTemplates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.NewServer(log, orders, templates, checks, reg, reg))
 	t.Cleanup(srv.Close)
 	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
 
@@ -502,5 +503,28 @@ func TestNoRawAddressInWorkerLogs(t *testing.T) {
 	}
 	if !strings.Contains(e.logs.String(), notify.KeyHash(d.IdempotencyKey)) {
 		t.Errorf("the log line does not carry the key hash:\n%s", e.logs)
+	}
+}
+
+// The second template goes through the same worker.
+func TestShippedEmailIsSentOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "ship@example.com")
+	ctx := context.Background()
+	n, created, err := e.orders.Ship(ctx, d.OrderID, order.Shipment{Carrier: "SiCepat", TrackingNumber: "SC-1"})
+	if err != nil || !created {
+		t.Fatalf("Ship = %v, created %v", err, created)
+	}
+	shipped := e.delivery(t, n.IdempotencyKey)
+	for i := 0; i < 2; i++ {
+		if err := process(ctx, w, shipped); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs := e.sink.ByRecipient("ship@example.com")
+	if len(msgs) != 1 || !strings.Contains(msgs[0].Header.Get("Subject"), "on its way") || !strings.Contains(string(msgs[0].Data), "SC-1") {
+		t.Errorf("shipped e-mails: %d", len(msgs))
 	}
 }

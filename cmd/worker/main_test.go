@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// world is what a worker process needs: a database, a queue, a sink, and
+// an order service that records and enqueues checkouts the way the API does.
+type world struct {
+	db     testenv.DB
+	redis  testenv.Redis
+	sink   *smtpsink.Server
+	orders *order.Service
+}
+
+func newWorld(t *testing.T, sinkCfg smtpsink.Config) *world {
+	t.Helper()
+	w := &world{db: testenv.NewDB(t), redis: testenv.NewRedis(t)}
+	sink, err := smtpsink.Start(sinkCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	w.sink = sink
+	client := asynq.NewClient(w.redis.Opt)
+	t.Cleanup(func() { client.Close() })
+	reg := prometheus.NewRegistry()
+	w.orders = order.NewService(w.db.Pool, notify.NewEnqueuer(client, w.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), time.Hour, reg)
+	return w
+}
+
+func (w *world) env(extra ...string) map[string]string {
+	m := map[string]string{
+		"DATABASE_URL":   w.db.URL,
+		"REDIS_URL":      w.redis.URL,
+		"DELIVERY_QUEUE": w.redis.Queue,
+		"SMTP_HOST":      w.sink.Host(),
+		"SMTP_PORT":      strconv.Itoa(w.sink.Port()),
+		"SMTP_TLS":       "none",
+		"MAIL_FROM":      "orders@shop.example",
+		"METRICS_ADDR":   "127.0.0.1:0",
+	}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i]] = extra[i+1]
+	}
+	return m
+}
+
+func (w *world) checkout(t *testing.T, email string) notify.Delivery {
+	t.Helper()
+	price := int64(2500)
+	o, _, err := w.orders.Place(context.Background(), order.Checkout{
+		CustomerEmail: email, CustomerName: "Sari", Currency: "USD",
+		Items: []order.CheckoutItem{{SKU: "MUG", Name: "Mug", Quantity: 1, UnitPrice: &price}},
+	}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := notify.GetByKey(context.Background(), w.db.Pool, o.Notifications[0].IdempotencyKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (w *world) delivery(t *testing.T, d notify.Delivery) notify.Delivery {
+	t.Helper()
+	got, err := notify.Get(context.Background(), w.db.Pool, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// waitFor polls cond until it holds or the test's patience runs out.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestRunSendsQueuedDeliveriesAndStopsOnCancel(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, smtpsink.Config{})
+	env := w.env()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logs, io.Discard) }()
+
+	var ds []notify.Delivery
+	for _, email := range []string{"r1@example.com", "r2@example.com", "r3@example.com"} {
+		ds = append(ds, w.checkout(t, email))
+	}
+	waitFor(t, "three e-mails", func() bool { return w.sink.Count() == 3 })
+	waitFor(t, "three sent rows", func() bool {
+		for _, d := range ds {
+			if w.delivery(t, d).Status != notify.StatusSent {
+				return false
+			}
+		}
+		return true
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("run = %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+	if !strings.Contains(logs.String(), `"msg":"delivery attempt"`) || !strings.Contains(logs.String(), `"result":"sent"`) {
+		t.Errorf("no per-attempt log lines:\n%s", logs)
+	}
+}
+
+func TestConfigRefusesPlainTextSMTPToARealHost(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"SMTP_HOST": "smtp.sendgrid.net", "SMTP_TLS": "none", "SHUTDOWN_TIMEOUT": "5s", "WORKER_CONCURRENCY": "0"}
+	_, err := loadConfig(func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("plain-text SMTP to a remote host was accepted")
+	}
+	for _, want := range []string{"SMTP_TLS=none", "SHUTDOWN_TIMEOUT", "WORKER_CONCURRENCY"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+	env = map[string]string{"SMTP_HOST": "smtp.sendgrid.net", "SMTP_TLS": "starttls", "SMTP_PORT": "587"}
+	if _, err := loadConfig(func(k string) string { return env[k] }); err != nil {
+		t.Errorf("starttls to a remote host refused: %v", err)
+	}
+}
+
+// --- The worker as a separate process, killed or frozen at failpoints. ---
+
+var buildOnce struct {
+	sync.Once
+	path string
+	err  error
+	out  []byte
+}
+
+// workerBinary builds cmd/worker with the failpoints compiled in.
+func workerBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sekali-worker-")
+		if err != nil {
+			buildOnce.err = err
+			return
+		}
+		buildOnce.path = filepath.Join(dir, "worker")
+		cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", buildOnce.path, ".")
+		buildOnce.out, buildOnce.err = cmd.CombinedOutput()
+	})
+	if buildOnce.err != nil {
+		t.Fatalf("build worker with failpoints: %v\n%s", buildOnce.err, buildOnce.out)
+	}
+	return buildOnce.path
+}
+
+type process struct {
+	cmd     *exec.Cmd
+	out     *syncBuffer
+	done    chan struct{} // closed when the process has exited
+	exitErr error         // valid after done
+}
+
+func startWorker(t *testing.T, env map[string]string) *process {
+	t.Helper()
+	cmd := exec.Command(workerBinary(t))
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	p := &process{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.exitErr = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("worker output:\n%s", p.out)
+		}
+	})
+	return p
+}
+
+// state is the process state letter from /proc: R, S, T (stopped), ...
+func (p *process) state() string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) == 0 {
+		return ""
+	}
+	return fields[0]
+}
+
+// The crash of the case study: the provider accepted the message, the
+// process died before "sent" was recorded. The next run must not send
+// blindly: the row waits for the reconciler with the ambiguity recorded.
+func TestCrashAfterProviderAcceptedIsNotResentBlindly(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, smtpsink.Config{})
+	p := startWorker(t, w.env("SEKALI_FAILPOINTS", "after-accept=kill", "LOCK_TTL", "2s"))
+	d := w.checkout(t, "crash@example.com")
+
+	select {
+	case <-p.done:
+		if p.exitErr == nil || !strings.Contains(p.exitErr.Error(), "killed") {
+			t.Fatalf("worker exited with %v, want killed at the failpoint", p.exitErr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the worker did not reach the failpoint")
+	}
+	if n := w.sink.Count(); n != 1 {
+		t.Fatalf("%d e-mails at the sink before the re-run, want 1", n)
+	}
+	got := w.delivery(t, d)
+	if got.Status != notify.StatusSending || got.HandedOverAt == nil {
+		t.Fatalf("row after the crash: %+v", got)
+	}
+
+	// Re-run once the dead worker's lease has run out, as asynq's
+	// redelivery would.
+	waitFor(t, "the dead worker's lease to expire", func() bool {
+		l := w.delivery(t, d).LeaseExpiresAt
+		return l != nil && l.Before(time.Now())
+	})
+	// asynq would hand the orphaned task to a live worker once its own
+	// lease runs out; enqueue the same delivery again to get there sooner.
+	rerun := startWorker(t, w.env())
+	client := asynq.NewClient(w.redis.Opt)
+	defer client.Close()
+	if _, err := client.Enqueue(notify.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the re-run to look at the row", func() bool {
+		return strings.Contains(rerun.out.String(), `"result":"left_for_reconciler"`)
+	})
+	got = w.delivery(t, d)
+	if got.Status != notify.StatusSending || !strings.HasPrefix(got.LastError, "ambiguous") {
+		t.Errorf("row after the re-run: status %s, last_error %q", got.Status, got.LastError)
+	}
+	if n := w.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails after the re-run, want 1", n)
+	}
+}
+
+// Worker A is frozen (SIGSTOP) right before the data, past its lock and
+// lease; worker B takes over and sends. When A wakes, its last lease check
+// is refused: it sends nothing and writes nothing. One e-mail.
+func TestPausedWorkerIsFencedOutByTheOneThatTookOver(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, smtpsink.Config{})
+	a := startWorker(t, w.env("SEKALI_FAILPOINTS", "before-data=stop", "LOCK_TTL", "2s"))
+	d := w.checkout(t, "pause@example.com")
+	waitFor(t, "worker A to freeze before the data", func() bool { return a.state() == "T" })
+	waitFor(t, "A's lease to expire", func() bool {
+		l := w.delivery(t, d).LeaseExpiresAt
+		return l != nil && l.Before(time.Now())
+	})
+
+	// B: the same binary without the failpoint, fed the task again.
+	b := startWorker(t, w.env("LOCK_TTL", "2s"))
+	client := asynq.NewClient(w.redis.Opt)
+	defer client.Close()
+	if _, err := client.Enqueue(notify.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B to send", func() bool { return w.delivery(t, d).Status == notify.StatusSent })
+	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A to be fenced out", func() bool { return strings.Contains(a.out.String(), `"result":"fenced_out"`) })
+	if n := w.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
+	}
+	if got := w.delivery(t, d); got.Status != notify.StatusSent || got.Attempts != 2 {
+		t.Errorf("row: status %s attempts %d", got.Status, got.Attempts)
+	}
+	_ = b
+}
+
+// SIGTERM during a send lets it finish and record "sent" before exiting.
+func TestSIGTERMLetsTheSendInProgressFinish(t *testing.T) {
+	t.Parallel()
+	inData := make(chan struct{}, 1)
+	w := newWorld(t, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration {
+		inData <- struct{}{}
+		return time.Second
+	}})
+	p := startWorker(t, w.env())
+	d := w.checkout(t, "term@example.com")
+	select {
+	case <-inData:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the send never started")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+		if p.exitErr != nil {
+			t.Errorf("worker exited with %v, want a clean exit", p.exitErr)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the worker did not exit after SIGTERM")
+	}
+	if got := w.delivery(t, d); got.Status != notify.StatusSent {
+		t.Errorf("row after SIGTERM: %s (%s)", got.Status, got.LastError)
+	}
+	if n := w.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

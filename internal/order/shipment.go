@@ -1,0 +1,103 @@
+package order
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// TemplateShipped is the e-mail an order gets once when it ships.
+const TemplateShipped = "order-shipped"
+
+// Shipment is what the warehouse reports when an order leaves.
+type Shipment struct {
+	Carrier        string
+	TrackingNumber string
+}
+
+// shippedData is the snapshot the order-shipped template renders.
+type shippedData struct {
+	OrderID        uuid.UUID     `json:"order_id"`
+	CustomerName   string        `json:"customer_name"`
+	Carrier        string        `json:"carrier"`
+	TrackingNumber string        `json:"tracking_number"`
+	Items          []shippedItem `json:"items"`
+	ShippedAt      time.Time     `json:"shipped_at"`
+}
+
+type shippedItem struct {
+	SKU      string `json:"sku"`
+	Name     string `json:"name"`
+	Quantity int32  `json:"quantity"`
+}
+
+func (s Shipment) validate() (Shipment, error) {
+	var verr ValidationError
+	v := Shipment{Carrier: strings.TrimSpace(s.Carrier), TrackingNumber: strings.TrimSpace(s.TrackingNumber)}
+	checkText(&verr, "/carrier", v.Carrier, 100)
+	checkText(&verr, "/tracking_number", v.TrackingNumber, 100)
+	if len(verr.Fields) > 0 {
+		return Shipment{}, &verr
+	}
+	return v, nil
+}
+
+// Ship records that an order shipped and the intent to tell its customer,
+// through the same notify.Record every notification uses. An order ships
+// once: a repeated call returns the notification recorded the first time
+// (created=false) and queues nothing new.
+func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment) (n Notification, created bool, err error) {
+	sh, err = sh.validate()
+	if err != nil {
+		return Notification{}, false, err
+	}
+	now := s.now().UTC().Truncate(time.Microsecond)
+	var d notify.Delivery
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		o, err := q.GetOrder(ctx, orderID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("get order %s: %w", orderID, err)
+		}
+		rows, err := q.ListOrderItems(ctx, orderID)
+		if err != nil {
+			return fmt.Errorf("list items of order %s: %w", orderID, err)
+		}
+		items := make([]shippedItem, len(rows))
+		for i, r := range rows {
+			items[i] = shippedItem{SKU: r.Sku, Name: r.Name, Quantity: r.Quantity}
+		}
+		d, created, err = notify.Record(ctx, tx, notify.Intent{
+			OrderID:   o.ID,
+			Template:  TemplateShipped,
+			Recipient: o.CustomerEmail,
+			Data: shippedData{
+				OrderID:        o.ID,
+				CustomerName:   o.CustomerName,
+				Carrier:        sh.Carrier,
+				TrackingNumber: sh.TrackingNumber,
+				Items:          items,
+				ShippedAt:      now,
+			},
+		}, now)
+		return err
+	})
+	if err != nil {
+		return Notification{}, false, err
+	}
+	if created {
+		s.enqueuer.EnqueueAfterCommit(ctx, []notify.Delivery{d})
+	}
+	return notificationsOf([]notify.Delivery{d})[0], created, nil
+}
