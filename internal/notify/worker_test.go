@@ -528,3 +528,36 @@ func TestShippedEmailIsSentOnce(t *testing.T) {
 		t.Errorf("shipped e-mails: %d", len(msgs))
 	}
 }
+
+// SMTP_TLS=starttls means STARTTLS or nothing: a server that does not
+// offer it gets no message in clear text.
+func TestStartTLSIsRequiredWhenConfigured(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{}) // the sink offers no STARTTLS
+	p, err := notify.NewSMTP(notify.SMTPConfig{Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSStartTLS,
+		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	_, err = p.Send(context.Background(), notify.Message{To: "x@example.com", Subject: "s", Text: "t", MessageID: "m@shop.example"},
+		func() error { t.Error("handOver reached without TLS"); return nil })
+	var se *notify.SendError
+	if !errors.As(err, &se) || se.Outcome != notify.OutcomeTemporary || !strings.Contains(err.Error(), "STARTTLS") {
+		t.Errorf("err = %v, want a temporary failure naming STARTTLS", err)
+	}
+	if n := e.sink.Count(); n != 0 {
+		t.Errorf("%d messages sent in clear text", n)
+	}
+}
+
+func TestPlainTextOnlyForDevelopmentHosts(t *testing.T) {
+	t.Parallel()
+	for host, ok := range map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true, "mailhog": true, "mailpit": true,
+		"smtp.example.com": false, "10.0.0.5": false} {
+		err := notify.SMTPConfig{Host: host, Port: 25, TLS: notify.TLSNone, From: "a@shop.example", IdempotencyHeader: "Idempotency-Key"}.Validate()
+		if (err == nil) != ok {
+			t.Errorf("TLS none to %s: err = %v", host, err)
+		}
+	}
+}
