@@ -12,6 +12,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.14.1
+	github.com/sqlc-dev/pqtype v0.3.0
 	github.com/wneessen/go-mail v0.8.1
 	golang.org/x/sync v0.25.0
 )

@@ -1,10 +1,19 @@
 -- name: InsertDelivery :one
 -- A second intent for the same event meets the unique key and changes
 -- nothing; the caller then reads the row that was there first.
-INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at)
-VALUES (@id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING *;
+WITH ins AS (
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at)
+    VALUES (@id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING *
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+    SELECT ins.id, 'received', NULL, 'pending', 0, @actor::text FROM ins
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at
+FROM ins;
 
 -- name: GetDeliveryByKey :one
 SELECT * FROM notification_deliveries WHERE idempotency_key = @idempotency_key;
@@ -14,3 +23,6 @@ SELECT * FROM notification_deliveries WHERE id = @id;
 
 -- name: ListDeliveriesByOrder :many
 SELECT * FROM notification_deliveries WHERE order_id = @order_id ORDER BY created_at, id;
+
+-- name: ListEvents :many
+SELECT * FROM delivery_events WHERE delivery_id = @delivery_id ORDER BY id;

@@ -1,32 +1,65 @@
+-- Every transition below writes its delivery_events row in the same
+-- statement (a data-modifying CTE): the history can never disagree with
+-- the row.
+
+-- name: IsBlocked :one
+-- Whether an operator's block applies to this key or recipient right now.
+SELECT EXISTS (
+    SELECT 1 FROM delivery_blocks
+    WHERE expires_at > now()
+      AND ((kind = 'key' AND value = @idempotency_key::text)
+        OR (kind = 'recipient' AND value = @recipient::text))
+) AS blocked;
+
 -- name: ClaimDelivery :one
 -- Take the delivery for one attempt: a pending row, or a sending row whose
 -- worker died before it handed the message over. Commits before anything
 -- is sent; no row back means someone else owns it or it is done.
-UPDATE notification_deliveries
-SET status           = 'sending',
-    lease_token      = @lease_token::uuid,
-    lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
-    handed_over_at   = NULL,
-    attempts         = attempts + 1,
-    updated_at       = now()
-WHERE id = @id
-  AND (status = 'pending'
-       OR (status = 'sending' AND lease_expires_at < now() AND handed_over_at IS NULL))
-RETURNING *;
+WITH prev AS (
+    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
+), claimed AS (
+    UPDATE notification_deliveries d
+    SET status           = 'sending',
+        lease_token      = @lease_token::uuid,
+        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
+        handed_over_at   = NULL,
+        attempts         = d.attempts + 1,
+        updated_at       = now()
+    FROM prev
+    WHERE d.id = prev.id
+      AND (d.status = 'pending'
+           OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
+    RETURNING d.*, prev.status AS from_status
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT id, 'claimed', from_status, 'sending', attempts, @actor::text,
+           jsonb_build_object('task_id', @task_id::text)
+    FROM claimed
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at
+FROM claimed;
 
 -- name: HandOver :one
 -- The last check before the data goes out: the lease is still ours and
 -- unexpired. It also records that, from now on, the provider may have
 -- the message.
-UPDATE notification_deliveries
-SET handed_over_at   = now(),
-    lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
-    updated_at       = now()
-WHERE id = @id
-  AND status = 'sending'
-  AND lease_token = @lease_token::uuid
-  AND lease_expires_at > now()
-RETURNING handed_over_at;
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET handed_over_at   = now(),
+        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+      AND d.lease_expires_at > now()
+    RETURNING d.id, d.attempts, d.handed_over_at
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+    SELECT id, 'handed_over', 'sending', 'sending', attempts, @actor::text FROM upd
+)
+SELECT handed_over_at FROM upd;
 
 -- name: ExtendLease :execrows
 UPDATE notification_deliveries
@@ -38,59 +71,99 @@ WHERE id = @id
 
 -- name: MarkSent :execrows
 -- Fenced: only the worker whose lease this is may record the outcome.
-UPDATE notification_deliveries
-SET status              = 'sent',
-    provider_message_id = @provider_message_id::text,
-    sent_at             = now(),
-    last_error          = NULL,
-    updated_at          = now()
-WHERE id = @id
-  AND status = 'sending'
-  AND lease_token = @lease_token::uuid;
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status              = 'sent',
+        provider_message_id = @provider_message_id::text,
+        sent_at             = now(),
+        last_error          = NULL,
+        updated_at          = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'sent', 'sending', 'sent', attempts, @actor::text,
+       jsonb_build_object('provider_message_id', @provider_message_id::text)
+FROM upd;
 
 -- name: ReleaseForRetry :execrows
 -- A temporary failure before the provider could have accepted anything:
 -- back to pending for the next attempt.
-UPDATE notification_deliveries
-SET status           = 'pending',
-    last_error       = @last_error::text,
-    lease_token      = NULL,
-    lease_expires_at = NULL,
-    handed_over_at   = NULL,
-    updated_at       = now()
-WHERE id = @id
-  AND status = 'sending'
-  AND lease_token = @lease_token::uuid;
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'pending',
+        last_error       = @last_error::text,
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        handed_over_at   = NULL,
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'retry_scheduled', 'sending', 'pending', attempts, @actor::text,
+       jsonb_build_object('error', @last_error::text)
+FROM upd;
 
 -- name: MarkFailed :execrows
-UPDATE notification_deliveries
-SET status           = 'failed',
-    last_error       = @last_error::text,
-    lease_expires_at = NULL,
-    updated_at       = now()
-WHERE id = @id
-  AND status = 'sending'
-  AND lease_token = @lease_token::uuid;
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'failed',
+        last_error       = @last_error::text,
+        lease_expires_at = NULL,
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'failed', 'sending', 'failed', attempts, @actor::text,
+       jsonb_build_object('error', @last_error::text)
+FROM upd;
 
 -- name: MarkAmbiguous :execrows
 -- The provider may or may not have accepted the message. The row stays
 -- sending with the reason, and its lease ends now so the reconciler sees
 -- it at once.
-UPDATE notification_deliveries
-SET last_error       = @last_error::text,
-    lease_expires_at = now(),
-    updated_at       = now()
-WHERE id = @id
-  AND status = 'sending'
-  AND lease_token = @lease_token::uuid;
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET last_error       = @last_error::text,
+        lease_expires_at = now(),
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'ambiguous', 'sending', 'sending', attempts, @actor::text,
+       jsonb_build_object('error', @last_error::text)
+FROM upd;
 
 -- name: NoteAmbiguous :execrows
 -- A worker found a row whose previous attempt died after handing the
 -- message over; it records why it did not send, for the reconciler.
-UPDATE notification_deliveries
-SET last_error = @last_error::text,
-    updated_at = now()
-WHERE id = @id
-  AND status = 'sending'
-  AND handed_over_at IS NOT NULL
-  AND lease_expires_at < now();
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET last_error = @last_error::text,
+        updated_at = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.handed_over_at IS NOT NULL
+      AND d.lease_expires_at < now()
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'left_for_reconciler', 'sending', 'sending', attempts, @actor::text,
+       jsonb_build_object('error', @last_error::text)
+FROM upd;
+
+-- name: RecordEvent :exec
+-- An event without a transition, such as a suppressed duplicate.
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+VALUES (@delivery_id, @event, @status::text, @status::text, @attempt, @actor, @detail);

@@ -69,10 +69,19 @@ func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (
 }
 
 const insertDelivery = `-- name: InsertDelivery :one
-INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at
+WITH ins AS (
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+    SELECT ins.id, 'received', NULL, 'pending', 0, $8::text FROM ins
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at
+FROM ins
 `
 
 type InsertDeliveryParams struct {
@@ -83,11 +92,31 @@ type InsertDeliveryParams struct {
 	IdempotencyKey string
 	TemplateData   []byte
 	CreatedAt      time.Time
+	Actor          string
+}
+
+type InsertDeliveryRow struct {
+	ID                uuid.UUID
+	OrderID           uuid.UUID
+	Template          string
+	Recipient         string
+	IdempotencyKey    string
+	Status            string
+	Attempts          int32
+	LastError         *string
+	LeaseToken        *uuid.UUID
+	LeaseExpiresAt    *time.Time
+	HandedOverAt      *time.Time
+	ProviderMessageID *string
+	TemplateData      []byte
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	SentAt            *time.Time
 }
 
 // A second intent for the same event meets the unique key and changes
 // nothing; the caller then reads the row that was there first.
-func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) (NotificationDelivery, error) {
+func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) (InsertDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, insertDelivery,
 		arg.ID,
 		arg.OrderID,
@@ -96,8 +125,9 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		arg.IdempotencyKey,
 		arg.TemplateData,
 		arg.CreatedAt,
+		arg.Actor,
 	)
-	var i NotificationDelivery
+	var i InsertDeliveryRow
 	err := row.Scan(
 		&i.ID,
 		&i.OrderID,
@@ -149,6 +179,40 @@ func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) 
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.SentAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listEvents = `-- name: ListEvents :many
+SELECT id, delivery_id, at, event, from_status, to_status, attempt, actor, detail FROM delivery_events WHERE delivery_id = $1 ORDER BY id
+`
+
+func (q *Queries) ListEvents(ctx context.Context, deliveryID uuid.UUID) ([]DeliveryEvent, error) {
+	rows, err := q.db.Query(ctx, listEvents, deliveryID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []DeliveryEvent
+	for rows.Next() {
+		var i DeliveryEvent
+		if err := rows.Scan(
+			&i.ID,
+			&i.DeliveryID,
+			&i.At,
+			&i.Event,
+			&i.FromStatus,
+			&i.ToStatus,
+			&i.Attempt,
+			&i.Actor,
+			&i.Detail,
 		); err != nil {
 			return nil, err
 		}

@@ -8,7 +8,29 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/sqlc-dev/pqtype"
 )
+
+type DeliveryBlock struct {
+	ID        int64
+	Kind      string
+	Value     string
+	Reason    string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
+type DeliveryEvent struct {
+	ID         int64
+	DeliveryID uuid.UUID
+	At         time.Time
+	Event      string
+	FromStatus *string
+	ToStatus   *string
+	Attempt    int32
+	Actor      string
+	Detail     pqtype.NullRawMessage
+}
 
 type IdempotencyKey struct {
 	Scope        string

@@ -10,34 +10,76 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/sqlc-dev/pqtype"
 )
 
 const claimDelivery = `-- name: ClaimDelivery :one
-UPDATE notification_deliveries
-SET status           = 'sending',
-    lease_token      = $1::uuid,
-    lease_expires_at = now() + make_interval(secs => $2::float8),
-    handed_over_at   = NULL,
-    attempts         = attempts + 1,
-    updated_at       = now()
-WHERE id = $3
-  AND (status = 'pending'
-       OR (status = 'sending' AND lease_expires_at < now() AND handed_over_at IS NULL))
-RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at
+WITH prev AS (
+    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = $1 FOR UPDATE
+), claimed AS (
+    UPDATE notification_deliveries d
+    SET status           = 'sending',
+        lease_token      = $2::uuid,
+        lease_expires_at = now() + make_interval(secs => $3::float8),
+        handed_over_at   = NULL,
+        attempts         = d.attempts + 1,
+        updated_at       = now()
+    FROM prev
+    WHERE d.id = prev.id
+      AND (d.status = 'pending'
+           OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, prev.status AS from_status
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT id, 'claimed', from_status, 'sending', attempts, $4::text,
+           jsonb_build_object('task_id', $5::text)
+    FROM claimed
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at
+FROM claimed
 `
 
 type ClaimDeliveryParams struct {
+	ID           uuid.UUID
 	LeaseToken   uuid.UUID
 	LeaseSeconds float64
-	ID           uuid.UUID
+	Actor        string
+	TaskID       string
+}
+
+type ClaimDeliveryRow struct {
+	ID                uuid.UUID
+	OrderID           uuid.UUID
+	Template          string
+	Recipient         string
+	IdempotencyKey    string
+	Status            string
+	Attempts          int32
+	LastError         *string
+	LeaseToken        *uuid.UUID
+	LeaseExpiresAt    *time.Time
+	HandedOverAt      *time.Time
+	ProviderMessageID *string
+	TemplateData      []byte
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	SentAt            *time.Time
 }
 
 // Take the delivery for one attempt: a pending row, or a sending row whose
 // worker died before it handed the message over. Commits before anything
 // is sent; no row back means someone else owns it or it is done.
-func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (NotificationDelivery, error) {
-	row := q.db.QueryRow(ctx, claimDelivery, arg.LeaseToken, arg.LeaseSeconds, arg.ID)
-	var i NotificationDelivery
+func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (ClaimDeliveryRow, error) {
+	row := q.db.QueryRow(ctx, claimDelivery,
+		arg.ID,
+		arg.LeaseToken,
+		arg.LeaseSeconds,
+		arg.Actor,
+		arg.TaskID,
+	)
+	var i ClaimDeliveryRow
 	err := row.Scan(
 		&i.ID,
 		&i.OrderID,
@@ -83,44 +125,90 @@ func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) (int64
 }
 
 const handOver = `-- name: HandOver :one
-UPDATE notification_deliveries
-SET handed_over_at   = now(),
-    lease_expires_at = now() + make_interval(secs => $1::float8),
-    updated_at       = now()
-WHERE id = $2
-  AND status = 'sending'
-  AND lease_token = $3::uuid
-  AND lease_expires_at > now()
-RETURNING handed_over_at
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET handed_over_at   = now(),
+        lease_expires_at = now() + make_interval(secs => $1::float8),
+        updated_at       = now()
+    WHERE d.id = $2
+      AND d.status = 'sending'
+      AND d.lease_token = $3::uuid
+      AND d.lease_expires_at > now()
+    RETURNING d.id, d.attempts, d.handed_over_at
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+    SELECT id, 'handed_over', 'sending', 'sending', attempts, $4::text FROM upd
+)
+SELECT handed_over_at FROM upd
 `
 
 type HandOverParams struct {
 	LeaseSeconds float64
 	ID           uuid.UUID
 	LeaseToken   uuid.UUID
+	Actor        string
 }
 
 // The last check before the data goes out: the lease is still ours and
 // unexpired. It also records that, from now on, the provider may have
 // the message.
 func (q *Queries) HandOver(ctx context.Context, arg HandOverParams) (*time.Time, error) {
-	row := q.db.QueryRow(ctx, handOver, arg.LeaseSeconds, arg.ID, arg.LeaseToken)
+	row := q.db.QueryRow(ctx, handOver,
+		arg.LeaseSeconds,
+		arg.ID,
+		arg.LeaseToken,
+		arg.Actor,
+	)
 	var handed_over_at *time.Time
 	err := row.Scan(&handed_over_at)
 	return handed_over_at, err
 }
 
+const isBlocked = `-- name: IsBlocked :one
+
+SELECT EXISTS (
+    SELECT 1 FROM delivery_blocks
+    WHERE expires_at > now()
+      AND ((kind = 'key' AND value = $1::text)
+        OR (kind = 'recipient' AND value = $2::text))
+) AS blocked
+`
+
+type IsBlockedParams struct {
+	IdempotencyKey string
+	Recipient      string
+}
+
+// Every transition below writes its delivery_events row in the same
+// statement (a data-modifying CTE): the history can never disagree with
+// the row.
+// Whether an operator's block applies to this key or recipient right now.
+func (q *Queries) IsBlocked(ctx context.Context, arg IsBlockedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, isBlocked, arg.IdempotencyKey, arg.Recipient)
+	var blocked bool
+	err := row.Scan(&blocked)
+	return blocked, err
+}
+
 const markAmbiguous = `-- name: MarkAmbiguous :execrows
-UPDATE notification_deliveries
-SET last_error       = $1::text,
-    lease_expires_at = now(),
-    updated_at       = now()
-WHERE id = $2
-  AND status = 'sending'
-  AND lease_token = $3::uuid
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET last_error       = $2::text,
+        lease_expires_at = now(),
+        updated_at       = now()
+    WHERE d.id = $3
+      AND d.status = 'sending'
+      AND d.lease_token = $4::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'ambiguous', 'sending', 'sending', attempts, $1::text,
+       jsonb_build_object('error', $2::text)
+FROM upd
 `
 
 type MarkAmbiguousParams struct {
+	Actor      string
 	LastError  string
 	ID         uuid.UUID
 	LeaseToken uuid.UUID
@@ -130,7 +218,12 @@ type MarkAmbiguousParams struct {
 // sending with the reason, and its lease ends now so the reconciler sees
 // it at once.
 func (q *Queries) MarkAmbiguous(ctx context.Context, arg MarkAmbiguousParams) (int64, error) {
-	result, err := q.db.Exec(ctx, markAmbiguous, arg.LastError, arg.ID, arg.LeaseToken)
+	result, err := q.db.Exec(ctx, markAmbiguous,
+		arg.Actor,
+		arg.LastError,
+		arg.ID,
+		arg.LeaseToken,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -138,24 +231,37 @@ func (q *Queries) MarkAmbiguous(ctx context.Context, arg MarkAmbiguousParams) (i
 }
 
 const markFailed = `-- name: MarkFailed :execrows
-UPDATE notification_deliveries
-SET status           = 'failed',
-    last_error       = $1::text,
-    lease_expires_at = NULL,
-    updated_at       = now()
-WHERE id = $2
-  AND status = 'sending'
-  AND lease_token = $3::uuid
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'failed',
+        last_error       = $2::text,
+        lease_expires_at = NULL,
+        updated_at       = now()
+    WHERE d.id = $3
+      AND d.status = 'sending'
+      AND d.lease_token = $4::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'failed', 'sending', 'failed', attempts, $1::text,
+       jsonb_build_object('error', $2::text)
+FROM upd
 `
 
 type MarkFailedParams struct {
+	Actor      string
 	LastError  string
 	ID         uuid.UUID
 	LeaseToken uuid.UUID
 }
 
 func (q *Queries) MarkFailed(ctx context.Context, arg MarkFailedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, markFailed, arg.LastError, arg.ID, arg.LeaseToken)
+	result, err := q.db.Exec(ctx, markFailed,
+		arg.Actor,
+		arg.LastError,
+		arg.ID,
+		arg.LeaseToken,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -163,18 +269,26 @@ func (q *Queries) MarkFailed(ctx context.Context, arg MarkFailedParams) (int64, 
 }
 
 const markSent = `-- name: MarkSent :execrows
-UPDATE notification_deliveries
-SET status              = 'sent',
-    provider_message_id = $1::text,
-    sent_at             = now(),
-    last_error          = NULL,
-    updated_at          = now()
-WHERE id = $2
-  AND status = 'sending'
-  AND lease_token = $3::uuid
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status              = 'sent',
+        provider_message_id = $2::text,
+        sent_at             = now(),
+        last_error          = NULL,
+        updated_at          = now()
+    WHERE d.id = $3
+      AND d.status = 'sending'
+      AND d.lease_token = $4::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'sent', 'sending', 'sent', attempts, $1::text,
+       jsonb_build_object('provider_message_id', $2::text)
+FROM upd
 `
 
 type MarkSentParams struct {
+	Actor             string
 	ProviderMessageID string
 	ID                uuid.UUID
 	LeaseToken        uuid.UUID
@@ -182,7 +296,12 @@ type MarkSentParams struct {
 
 // Fenced: only the worker whose lease this is may record the outcome.
 func (q *Queries) MarkSent(ctx context.Context, arg MarkSentParams) (int64, error) {
-	result, err := q.db.Exec(ctx, markSent, arg.ProviderMessageID, arg.ID, arg.LeaseToken)
+	result, err := q.db.Exec(ctx, markSent,
+		arg.Actor,
+		arg.ProviderMessageID,
+		arg.ID,
+		arg.LeaseToken,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -190,16 +309,24 @@ func (q *Queries) MarkSent(ctx context.Context, arg MarkSentParams) (int64, erro
 }
 
 const noteAmbiguous = `-- name: NoteAmbiguous :execrows
-UPDATE notification_deliveries
-SET last_error = $1::text,
-    updated_at = now()
-WHERE id = $2
-  AND status = 'sending'
-  AND handed_over_at IS NOT NULL
-  AND lease_expires_at < now()
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET last_error = $2::text,
+        updated_at = now()
+    WHERE d.id = $3
+      AND d.status = 'sending'
+      AND d.handed_over_at IS NOT NULL
+      AND d.lease_expires_at < now()
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'left_for_reconciler', 'sending', 'sending', attempts, $1::text,
+       jsonb_build_object('error', $2::text)
+FROM upd
 `
 
 type NoteAmbiguousParams struct {
+	Actor     string
 	LastError string
 	ID        uuid.UUID
 }
@@ -207,27 +334,62 @@ type NoteAmbiguousParams struct {
 // A worker found a row whose previous attempt died after handing the
 // message over; it records why it did not send, for the reconciler.
 func (q *Queries) NoteAmbiguous(ctx context.Context, arg NoteAmbiguousParams) (int64, error) {
-	result, err := q.db.Exec(ctx, noteAmbiguous, arg.LastError, arg.ID)
+	result, err := q.db.Exec(ctx, noteAmbiguous, arg.Actor, arg.LastError, arg.ID)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
 }
 
+const recordEvent = `-- name: RecordEvent :exec
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+VALUES ($1, $2, $3::text, $3::text, $4, $5, $6)
+`
+
+type RecordEventParams struct {
+	DeliveryID uuid.UUID
+	Event      string
+	Status     string
+	Attempt    int32
+	Actor      string
+	Detail     pqtype.NullRawMessage
+}
+
+// An event without a transition, such as a suppressed duplicate.
+func (q *Queries) RecordEvent(ctx context.Context, arg RecordEventParams) error {
+	_, err := q.db.Exec(ctx, recordEvent,
+		arg.DeliveryID,
+		arg.Event,
+		arg.Status,
+		arg.Attempt,
+		arg.Actor,
+		arg.Detail,
+	)
+	return err
+}
+
 const releaseForRetry = `-- name: ReleaseForRetry :execrows
-UPDATE notification_deliveries
-SET status           = 'pending',
-    last_error       = $1::text,
-    lease_token      = NULL,
-    lease_expires_at = NULL,
-    handed_over_at   = NULL,
-    updated_at       = now()
-WHERE id = $2
-  AND status = 'sending'
-  AND lease_token = $3::uuid
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'pending',
+        last_error       = $2::text,
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        handed_over_at   = NULL,
+        updated_at       = now()
+    WHERE d.id = $3
+      AND d.status = 'sending'
+      AND d.lease_token = $4::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'retry_scheduled', 'sending', 'pending', attempts, $1::text,
+       jsonb_build_object('error', $2::text)
+FROM upd
 `
 
 type ReleaseForRetryParams struct {
+	Actor      string
 	LastError  string
 	ID         uuid.UUID
 	LeaseToken uuid.UUID
@@ -236,7 +398,12 @@ type ReleaseForRetryParams struct {
 // A temporary failure before the provider could have accepted anything:
 // back to pending for the next attempt.
 func (q *Queries) ReleaseForRetry(ctx context.Context, arg ReleaseForRetryParams) (int64, error) {
-	result, err := q.db.Exec(ctx, releaseForRetry, arg.LastError, arg.ID, arg.LeaseToken)
+	result, err := q.db.Exec(ctx, releaseForRetry,
+		arg.Actor,
+		arg.LastError,
+		arg.ID,
+		arg.LeaseToken,
+	)
 	if err != nil {
 		return 0, err
 	}

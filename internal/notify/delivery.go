@@ -25,6 +25,7 @@ const (
 	StatusSending Status = "sending" // claimed under a lease; the provider may be talking
 	StatusSent    Status = "sent"    // the provider accepted it; never sent again
 	StatusFailed  Status = "failed"  // given up; only an operator may retry it
+	StatusHeld    Status = "held"    // outcome unknown and the policy says an operator decides
 )
 
 // ErrNotFound is returned when no delivery matches.
@@ -85,18 +86,19 @@ func Record(ctx context.Context, tx dbsqlc.DBTX, in Intent, now time.Time) (d De
 		IdempotencyKey: key,
 		TemplateData:   data,
 		CreatedAt:      now,
+		Actor:          "api",
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		row, err = q.GetDeliveryByKey(ctx, key)
+		existing, err := q.GetDeliveryByKey(ctx, key)
 		if err != nil {
 			return Delivery{}, false, fmt.Errorf("record %s intent: read existing: %w", in.Template, err)
 		}
-		return deliveryFromRow(row), false, nil
+		return deliveryFromRow(existing), false, nil
 	}
 	if err != nil {
 		return Delivery{}, false, fmt.Errorf("record %s intent: %w", in.Template, err)
 	}
-	return deliveryFromRow(row), true, nil
+	return deliveryFromRow(dbsqlc.NotificationDelivery(row)), true, nil
 }
 
 // ListByOrder returns the deliveries of one order, oldest first.

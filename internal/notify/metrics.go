@@ -12,6 +12,7 @@ type Metrics struct {
 	processing   prometheus.Histogram
 	deliveries   *prometheus.CounterVec
 	sendLatency  prometheus.Histogram
+	blocked      prometheus.Counter
 }
 
 // NewMetrics creates the worker's metrics and registers them with reg.
@@ -51,7 +52,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time the mail provider took to take (or refuse) one message.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}),
+		blocked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sekali_deliveries_blocked_total",
+			Help: "Tasks not sent because an operator's block on the key or recipient applied.",
+		}),
 	}
-	reg.MustRegister(m.duplicates, m.lockAcquired, m.lockFailed, m.lockExpired, m.retries, m.processing, m.deliveries, m.sendLatency)
+	reg.MustRegister(m.duplicates, m.lockAcquired, m.lockFailed, m.lockExpired, m.retries, m.processing, m.deliveries, m.sendLatency, m.blocked)
 	return m
 }

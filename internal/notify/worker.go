@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"github.com/sqlc-dev/pqtype"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 )
@@ -98,6 +99,7 @@ func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 
 // attempt collects what one run of the handler learned, for its one log line.
 type attempt struct {
+	taskID string
 	attrs  []slog.Attr
 	result string
 }
@@ -109,8 +111,8 @@ func (a *attempt) add(attrs ...slog.Attr) { a.attrs = append(a.attrs, attrs...) 
 // hands the message to the provider per claim, and none after it is sent.
 func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) {
 	start := time.Now()
-	a := &attempt{}
 	taskID, _ := asynq.GetTaskID(ctx)
+	a := &attempt{taskID: taskID}
 	retry, _ := asynq.GetRetryCount(ctx)
 	a.add(slog.String("task_id", taskID), slog.Int("retry", retry), slog.String("worker_id", w.cfg.WorkerID))
 	defer func() {
@@ -202,8 +204,24 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	if done := w.settled(ctx, a, row, "database"); done {
 		return nil
 	}
+	blocked, err := q.IsBlocked(ctx, dbsqlc.IsBlockedParams{IdempotencyKey: row.IdempotencyKey, Recipient: row.Recipient})
+	if err != nil {
+		a.result = "db_error"
+		w.metrics.retries.WithLabelValues("database").Inc()
+		return fmt.Errorf("check blocks: %w", err)
+	}
+	if blocked {
+		// An operator's temporary filter: the row stays pending and the
+		// reconciler queues it again once the block has expired.
+		a.result = "blocked"
+		w.metrics.blocked.Inc()
+		return nil
+	}
 	lease := uuid.New()
-	claimed, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: row.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds()})
+	claimedRow, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{
+		ID: row.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds(), Actor: w.cfg.WorkerID, TaskID: taskID,
+	})
+	claimed := dbsqlc.NotificationDelivery(claimedRow)
 	if errors.Is(err, pgx.ErrNoRows) {
 		w.notClaimable(ctx, a, q, row.ID)
 		return nil
@@ -224,20 +242,36 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	return w.send(sctx, a, q, claimed, lease, p.KeyHash, token, &lockLost)
 }
 
-// settled acknowledges a delivery that needs no work: already sent or failed.
+// settled acknowledges a delivery that needs no work: sent, failed or
+// held (an operator decides about those).
 func (w *Worker) settled(ctx context.Context, a *attempt, row dbsqlc.NotificationDelivery, layer string) bool {
 	switch Status(row.Status) {
 	case StatusSent:
 		if err := w.lock.cacheSent(ctx, KeyHash(row.IdempotencyKey)); err != nil {
 			a.add(slog.String("cache_error", err.Error()))
 		}
-		w.duplicate(a, layer)
-		return true
-	case StatusFailed:
-		w.duplicate(a, layer)
-		return true
+	case StatusFailed, StatusHeld:
+	default:
+		return false
 	}
-	return false
+	w.duplicate(a, layer)
+	w.recordDuplicate(ctx, a, row, layer)
+	return true
+}
+
+// recordDuplicate writes the suppressed duplicate into the delivery's
+// history. Duplicates caught by the cache or the lock are only counted
+// and logged: writing them down would cost the database round trip those
+// layers exist to save.
+func (w *Worker) recordDuplicate(ctx context.Context, a *attempt, row dbsqlc.NotificationDelivery, layer string) {
+	detail, _ := json.Marshal(map[string]string{"layer": layer, "task_id": a.taskID})
+	err := dbsqlc.New(w.db).RecordEvent(ctx, dbsqlc.RecordEventParams{
+		DeliveryID: row.ID, Event: "duplicate_suppressed", Status: row.Status,
+		Attempt: row.Attempts, Actor: w.cfg.WorkerID, Detail: pqtype.NullRawMessage{RawMessage: detail, Valid: true},
+	})
+	if err != nil {
+		a.add(slog.String("history_error", err.Error()))
+	}
 }
 
 // notClaimable explains why the claim found nothing to take.
@@ -255,7 +289,7 @@ func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries
 		// The previous attempt died after the data went out. Sending now
 		// could be the second e-mail; the reconciler asks the provider.
 		reason := "ambiguous: a previous attempt stopped after handing the message to the provider; left for the reconciler"
-		if _, err := q.NoteAmbiguous(ctx, dbsqlc.NoteAmbiguousParams{ID: id, LastError: reason}); err != nil {
+		if _, err := q.NoteAmbiguous(ctx, dbsqlc.NoteAmbiguousParams{ID: id, LastError: reason, Actor: w.cfg.WorkerID}); err != nil {
 			a.add(slog.String("note_error", err.Error()))
 		}
 		a.result = "left_for_reconciler"
@@ -264,6 +298,7 @@ func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries
 	}
 	// Another worker holds a live lease on it.
 	w.duplicate(a, "database")
+	w.recordDuplicate(ctx, a, row, "database")
 	a.result = "owned_by_another_worker"
 }
 
@@ -288,8 +323,8 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 	r, err := w.templates.Render(d.Template, d.TemplateData)
 	if err != nil {
 		reason := "render: " + err.Error()
-		if ferr := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason})); ferr != nil {
-			return w.recordFailed(a, d, ferr)
+		if ferr := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); ferr != nil {
+			return w.recordFailed(ctx, a, d, ferr)
 		}
 		w.finish(a, d, StatusFailed, "failed")
 		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
@@ -309,7 +344,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 			return errLockLost
 		}
 		failpoint("before-data")
-		_, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: d.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds()})
+		_, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: d.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds(), Actor: w.cfg.WorkerID})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errLeaseLost
 		}
@@ -327,8 +362,8 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 	if sendErr == nil {
 		failpoint("after-accept")
 		a.add(slog.String("provider_message_id", providerID))
-		if err := fence(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID})); err != nil {
-			return w.recordFailed(a, d, err)
+		if err := fence(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID, Actor: w.cfg.WorkerID})); err != nil {
+			return w.recordFailed(ctx, a, d, err)
 		}
 		if err := w.lock.cacheSent(ctx, keyHash); err != nil {
 			a.add(slog.String("cache_error", err.Error()))
@@ -347,12 +382,12 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 	switch outcome {
 	case OutcomeAborted:
 		if errors.Is(sendErr, errLeaseLost) {
-			return w.recordFailed(a, d, errLeaseLost)
+			return w.recordFailed(ctx, a, d, errLeaseLost)
 		}
 		// The lock was lost before the data went out: nothing was sent,
 		// try again later.
-		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
-			return w.recordFailed(a, d, err)
+		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
+			return w.recordFailed(ctx, a, d, err)
 		}
 		w.metrics.retries.WithLabelValues("lock_expired").Inc()
 		w.finish(a, d, StatusPending, "retried")
@@ -361,14 +396,14 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 	case OutcomeTemporary:
 		if int(d.Attempts) >= w.cfg.MaxAttempts {
 			reason = fmt.Sprintf("gave up after %d attempts: %s", d.Attempts, reason)
-			if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
-				return w.recordFailed(a, d, err)
+			if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
+				return w.recordFailed(ctx, a, d, err)
 			}
 			w.finish(a, d, StatusFailed, "failed")
 			return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
 		}
-		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
-			return w.recordFailed(a, d, err)
+		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
+			return w.recordFailed(ctx, a, d, err)
 		}
 		retryReason := "connection"
 		if code != 0 {
@@ -379,16 +414,16 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		return sendErr
 
 	case OutcomePermanent:
-		if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
-			return w.recordFailed(a, d, err)
+		if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
+			return w.recordFailed(ctx, a, d, err)
 		}
 		w.finish(a, d, StatusFailed, "failed")
 		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
 
 	default: // OutcomeAmbiguous
 		reason = "ambiguous: " + reason
-		if err := fence(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: d.ID, LeaseToken: lease, LastError: reason})); err != nil {
-			return w.recordFailed(a, d, err)
+		if err := fence(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
+			return w.recordFailed(ctx, a, d, err)
 		}
 		w.metrics.deliveries.WithLabelValues(d.Template, "ambiguous").Inc()
 		a.result = "left_for_reconciler"
@@ -407,9 +442,10 @@ func (w *Worker) finish(a *attempt, d dbsqlc.NotificationDelivery, to Status, ou
 // recordFailed handles a fenced update that did not apply: another worker
 // owns the row now, and this one must write nothing more. A database
 // error is retried: the row's lease will expire and the claim decides.
-func (w *Worker) recordFailed(a *attempt, d dbsqlc.NotificationDelivery, err error) error {
+func (w *Worker) recordFailed(ctx context.Context, a *attempt, d dbsqlc.NotificationDelivery, err error) error {
 	if errors.Is(err, errLeaseLost) {
 		w.duplicate(a, "fencing")
+		w.recordDuplicate(ctx, a, d, "fencing")
 		a.result = "fenced_out"
 		return nil
 	}

@@ -87,6 +87,23 @@ func TestSameTaskTwiceSendsOneEmail(t *testing.T) {
 	if n := e.sink.Count(); n != 1 {
 		t.Errorf("%d e-mails, want 1", n)
 	}
+
+	// The whole story is in the history, in order.
+	events, err := notify.History(ctx, e.db.Pool, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var story []string
+	for _, ev := range events {
+		story = append(story, ev.Event+":"+ev.FromStatus+">"+ev.ToStatus)
+	}
+	want := "received:>pending claimed:pending>sending handed_over:sending>sending sent:sending>sent duplicate_suppressed:sent>sent"
+	if strings.Join(story, " ") != want {
+		t.Errorf("history = %s\nwant      %s", strings.Join(story, " "), want)
+	}
+	if last := events[len(events)-1]; !strings.Contains(string(last.Detail), `"layer": "database"`) {
+		t.Errorf("duplicate event detail = %s", last.Detail)
+	}
 }
 
 // A stale negative cache entry is not believed.

@@ -1,0 +1,46 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+)
+
+// Event is one entry of a delivery's history: a transition or a decision,
+// recorded in the same transaction as the change it describes.
+type Event struct {
+	At         time.Time       `json:"at"`
+	Event      string          `json:"event"`
+	FromStatus string          `json:"from_status,omitempty"`
+	ToStatus   string          `json:"to_status,omitempty"`
+	Attempt    int             `json:"attempt"`
+	Actor      string          `json:"actor"`
+	Detail     json.RawMessage `json:"detail,omitempty"`
+}
+
+// History returns the events of one delivery, oldest first.
+func History(ctx context.Context, db dbsqlc.DBTX, deliveryID uuid.UUID) ([]Event, error) {
+	rows, err := dbsqlc.New(db).ListEvents(ctx, deliveryID)
+	if err != nil {
+		return nil, fmt.Errorf("history of delivery %s: %w", deliveryID, err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = Event{At: r.At, Event: r.Event, Attempt: int(r.Attempt), Actor: r.Actor}
+		if r.FromStatus != nil {
+			out[i].FromStatus = *r.FromStatus
+		}
+		if r.ToStatus != nil {
+			out[i].ToStatus = *r.ToStatus
+		}
+		if r.Detail.Valid {
+			out[i].Detail = r.Detail.RawMessage
+		}
+	}
+	return out, nil
+}
