@@ -93,12 +93,12 @@ func Record(ctx context.Context, tx dbsqlc.DBTX, in Intent, now time.Time) (d De
 		if err != nil {
 			return Delivery{}, false, fmt.Errorf("record %s intent: read existing: %w", in.Template, err)
 		}
-		return deliveryFromRow(existing), false, nil
+		return FromRow(existing), false, nil
 	}
 	if err != nil {
 		return Delivery{}, false, fmt.Errorf("record %s intent: %w", in.Template, err)
 	}
-	return deliveryFromRow(dbsqlc.NotificationDelivery(row)), true, nil
+	return FromRow(dbsqlc.NotificationDelivery(row)), true, nil
 }
 
 // ListByOrder returns the deliveries of one order, oldest first.
@@ -109,12 +109,13 @@ func ListByOrder(ctx context.Context, db dbsqlc.DBTX, orderID uuid.UUID) ([]Deli
 	}
 	out := make([]Delivery, len(rows))
 	for i, r := range rows {
-		out[i] = deliveryFromRow(r)
+		out[i] = FromRow(r)
 	}
 	return out, nil
 }
 
-func deliveryFromRow(r dbsqlc.NotificationDelivery) Delivery {
+// FromRow converts a generated row into a Delivery.
+func FromRow(r dbsqlc.NotificationDelivery) Delivery {
 	d := Delivery{
 		ID:             r.ID,
 		OrderID:        r.OrderID,
@@ -148,7 +149,7 @@ func Get(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, fmt.Errorf("get delivery %s: %w", id, err)
 	}
-	return deliveryFromRow(row), nil
+	return FromRow(row), nil
 }
 
 // GetByKey returns the delivery with this idempotency key.
@@ -160,5 +161,5 @@ func GetByKey(ctx context.Context, db dbsqlc.DBTX, key string) (Delivery, error)
 	if err != nil {
 		return Delivery{}, fmt.Errorf("get delivery by key: %w", err)
 	}
-	return deliveryFromRow(row), nil
+	return FromRow(row), nil
 }

@@ -71,17 +71,60 @@ func NewEnqueuer(client *asynq.Client, queue string, log *slog.Logger, reg prome
 // Enqueue puts the delivery's task on the queue. A task that exists
 // already (same TaskID) is not an error: the delivery is queued.
 func (e *Enqueuer) Enqueue(ctx context.Context, d Delivery) error {
+	if err := e.enqueue(ctx, d); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
+	}
+	return nil
+}
+
+func (e *Enqueuer) enqueue(ctx context.Context, d Delivery) error {
 	_, err := e.client.EnqueueContext(ctx, NewDeliverTask(d),
 		asynq.TaskID(TaskID(d.ID)),
 		asynq.Queue(e.queue),
 		asynq.Retention(taskRetention),
 		asynq.MaxRetry(maxTaskRetries),
 	)
-	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
-	}
-	return nil
+	return err
 }
+
+// EnsureQueued makes sure a live task exists for a pending delivery. A
+// task under the same id that is pending, scheduled, retrying or running
+// will do the work: nothing to add. One that completed or was archived
+// will never run again, yet its id still blocks a new enqueue for the
+// retention period: it is deleted and the delivery enqueued afresh.
+// created reports whether a new task was put on the queue.
+func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery) (created bool, err error) {
+	err = e.enqueue(ctx, d)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return false, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
+	}
+	info, err := ins.GetTaskInfo(e.queue, TaskID(d.ID))
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound):
+		// Gone between the two calls: enqueue once more.
+	case err != nil:
+		return false, fmt.Errorf("inspect task of delivery %s: %w", d.ID, err)
+	case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
+		if err := ins.DeleteTask(e.queue, info.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+			return false, fmt.Errorf("delete finished task of delivery %s: %w", d.ID, err)
+		}
+	default:
+		return false, nil
+	}
+	if err := e.enqueue(ctx, d); err != nil {
+		if errors.Is(err, asynq.ErrTaskIDConflict) {
+			return false, nil // another reconciler was quicker
+		}
+		return false, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
+	}
+	return true, nil
+}
+
+// Queue is the name of the queue this Enqueuer uses.
+func (e *Enqueuer) Queue() string { return e.queue }
 
 // EnqueueAfterCommit enqueues freshly committed deliveries. It never fails
 // the caller: the intent is already durable, so a failed enqueue is

@@ -13,8 +13,11 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -253,4 +256,42 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// NewRedisServer starts a redis-server of the test's own on a free
+// loopback port, without persistence, for tests that flush or restart
+// Redis. It is stopped when the test ends.
+func NewRedisServer(t testing.TB) Redis {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not on PATH (apt-get install redis-server): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--save", "", "--appendonly", "no", "--dir", t.TempDir(), "--logfile", "")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	opt, _ := redisconn.Parse(url)
+	rdb := redisconn.NewClient(opt)
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for rdb.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on port %d did not answer", port)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return Redis{Opt: opt, URL: url, Queue: "test-" + randomHex(6)}
 }

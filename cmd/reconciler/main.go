@@ -1,0 +1,191 @@
+// Command reconciler repairs what crashes leave behind: pending deliveries
+// whose task is gone are queued again, and sending deliveries whose worker
+// stopped are settled by asking the provider, or by the template's policy.
+//
+//	reconciler          run a pass every RECONCILE_INTERVAL until SIGINT/SIGTERM
+//	reconciler --once   run one pass, print what it did, exit
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/reconcile"
+	"github.com/sekali-dev/sekali/internal/redisconn"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "reconciler:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	DatabaseURL string
+	Redis       asynq.RedisConnOpt
+	LogLevel    slog.Level
+	Queue       string
+	MetricsAddr string
+	Interval    time.Duration
+	LookupURL   string
+	LookupAPI   string
+	Reconcile   reconcile.Config
+}
+
+func loadConfig(getenv func(string) string, templates *notify.Templates) (config, error) {
+	env := envconfig.New(getenv)
+	cfg := config{
+		DatabaseURL: env.String("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		LogLevel:    env.LogLevel("LOG_LEVEL"),
+		Queue:       env.String("DELIVERY_QUEUE", notify.DefaultQueue),
+		MetricsAddr: env.String("METRICS_ADDR", ":9102"),
+		Interval:    env.Duration("RECONCILE_INTERVAL", 5*time.Second),
+		LookupURL:   env.String("MAIL_LOOKUP_URL", ""),
+		LookupAPI:   env.OneOf("MAIL_LOOKUP_API", reconcile.APIMailHog, reconcile.APIMailHog, reconcile.APIMailpit),
+		Reconcile: reconcile.Config{
+			PendingAfter:  env.Duration("PENDING_REENQUEUE_AFTER", 30*time.Second),
+			Batch:         env.Int("RECONCILE_BATCH", 100, 1, 10000),
+			DefaultPolicy: reconcile.Policy(env.OneOf("RECONCILE_DEFAULT_POLICY", string(reconcile.PolicyHold), string(reconcile.PolicyHold), string(reconcile.PolicyResend))),
+		},
+	}
+	var err error
+	cfg.Redis, err = redisconn.Parse(env.String("REDIS_URL", "redis://localhost:6379/0"))
+	env.Check("REDIS_URL", err)
+	from, err := notify.NormalizeAddress(env.String("MAIL_FROM", "orders@shop.example"))
+	env.Check("MAIL_FROM", err)
+	if err == nil {
+		cfg.Reconcile.MessageIDDomain = from[strings.LastIndexByte(from, '@')+1:]
+	}
+	cfg.Reconcile.Policies, err = parsePolicies(env.String("RECONCILE_POLICIES", ""), templates)
+	env.Check("RECONCILE_POLICIES", err)
+	return cfg, env.Err()
+}
+
+// parsePolicies reads "order-confirmation=hold,order-shipped=resend".
+func parsePolicies(s string, templates *notify.Templates) (map[string]reconcile.Policy, error) {
+	out := map[string]reconcile.Policy{}
+	var errs []error
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, policy, _ := strings.Cut(item, "=")
+		switch {
+		case !templates.Has(name):
+			errs = append(errs, fmt.Errorf("%q: no template %q (have %v)", item, name, templates.Names()))
+		case policy != string(reconcile.PolicyHold) && policy != string(reconcile.PolicyResend):
+			errs = append(errs, fmt.Errorf("%q: policy must be hold or resend", item))
+		default:
+			out[name] = reconcile.Policy(policy)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	once := fs.Bool("once", false, "run one pass, print what it did and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	templates, err := notify.LoadTemplates()
+	if err != nil {
+		return err
+	}
+	cfg, err := loadConfig(getenv, templates)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	logOut := stdout
+	if *once {
+		logOut = stderr // stdout carries the report
+	}
+	host, _ := os.Hostname()
+	actor := "reconciler:" + host + ":" + strconv.Itoa(os.Getpid())
+	cfg.Reconcile.Actor = actor
+	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "reconciler")
+
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, log); err != nil {
+		return err
+	}
+	var lookup reconcile.Lookup
+	if cfg.LookupURL != "" {
+		if lookup, err = reconcile.NewLookup(cfg.LookupAPI, cfg.LookupURL); err != nil {
+			return err
+		}
+	}
+	client := asynq.NewClient(cfg.Redis)
+	defer client.Close()
+	inspector := asynq.NewInspector(cfg.Redis)
+	defer inspector.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rec := reconcile.New(pool, notify.NewEnqueuer(client, cfg.Queue, log, reg), inspector, lookup, cfg.Reconcile, log, reg)
+
+	if *once {
+		rep, err := rec.RunOnce(ctx)
+		fmt.Fprintln(stdout, "reconcile pass:", rep)
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	if err != nil {
+		return fmt.Errorf("listen on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	log.Info("reconciler started", "actor", actor, "interval", cfg.Interval.String(),
+		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "lookup", cfg.LookupURL != "", "metrics_addr", ln.Addr().String())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve metrics: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		err := rec.Run(gctx, cfg.Interval)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return errors.Join(err, srv.Shutdown(sctx))
+	})
+	return g.Wait()
+}

@@ -1,0 +1,93 @@
+-- name: CountStaleSending :one
+SELECT count(*) FROM notification_deliveries
+WHERE status = 'sending' AND lease_expires_at < now();
+
+-- name: CountHeld :one
+SELECT count(*) FROM notification_deliveries WHERE status = 'held';
+
+-- name: PickStaleSending :one
+-- One sending row whose lease has expired, locked for this reconciler;
+-- rows another reconciler holds are skipped, not waited for.
+SELECT * FROM notification_deliveries
+WHERE status = 'sending' AND lease_expires_at < now()
+ORDER BY lease_expires_at
+LIMIT 1
+FOR UPDATE SKIP LOCKED;
+
+-- name: PickOrphanedPending :many
+-- Pending rows nobody has looked at for a while and no block holds back.
+-- The caller touches them, so one pass does not see them again.
+SELECT d.* FROM notification_deliveries d
+WHERE d.status = 'pending'
+  AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
+  AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
+                  WHERE b.expires_at > now()
+                    AND ((b.kind = 'key' AND b.value = d.idempotency_key)
+                      OR (b.kind = 'recipient' AND b.value = d.recipient)))
+ORDER BY d.updated_at
+LIMIT @batch
+FOR UPDATE OF d SKIP LOCKED;
+
+-- name: TouchPending :exec
+UPDATE notification_deliveries SET updated_at = now()
+WHERE id = ANY(@ids::uuid[]) AND status = 'pending';
+
+-- name: ReconcileToPending :execrows
+-- Fenced on the lease the reconciler saw expire.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'pending',
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        handed_over_at   = NULL,
+        last_error       = @reason::text,
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+      AND d.lease_expires_at < now()
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'reconciled', 'sending', 'pending', attempts, @actor::text,
+       jsonb_build_object('decision', @decision::text, 'reason', @reason::text)
+FROM upd;
+
+-- name: ReconcileToSent :execrows
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status              = 'sent',
+        provider_message_id = @provider_message_id::text,
+        sent_at             = now(),
+        last_error          = NULL,
+        lease_expires_at    = NULL,
+        updated_at          = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+      AND d.lease_expires_at < now()
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'reconciled', 'sending', 'sent', attempts, @actor::text,
+       jsonb_build_object('decision', @decision::text, 'provider_message_id', @provider_message_id::text)
+FROM upd;
+
+-- name: ReconcileToHeld :execrows
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'held',
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        last_error       = @reason::text,
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+      AND d.lease_expires_at < now()
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'reconciled', 'sending', 'held', attempts, @actor::text,
+       jsonb_build_object('decision', @decision::text, 'reason', @reason::text)
+FROM upd;

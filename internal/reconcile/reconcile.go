@@ -1,0 +1,307 @@
+// Package reconcile cleans up what crashes, lost Redis data and ambiguous
+// sends leave behind, without ever causing a second e-mail: it re-queues
+// pending deliveries whose task is gone, and decides about sending rows
+// whose worker's lease expired, asking the provider where it can.
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// Policy says what to do with a delivery whose outcome is unknown and
+// that no provider look-up can settle.
+type Policy string
+
+const (
+	// PolicyResend sends again: at-least-once, right when the provider
+	// deduplicates by the idempotency key or Message-ID within its window.
+	PolicyResend Policy = "resend"
+	// PolicyHold parks the delivery as held for an operator, with an alert.
+	PolicyHold Policy = "hold"
+)
+
+// Decisions, as logged, counted and written to the delivery's history.
+const (
+	DecisionRequeued      = "requeued_pending"      // pending, no live task: enqueued again
+	DecisionNotHandedOver = "reset_not_handed_over" // worker died before the data: back to pending
+	DecisionFound         = "found_at_provider"     // the provider has it: sent
+	DecisionNotFound      = "not_found_at_provider" // the provider does not: back to pending
+	DecisionPolicyResend  = "policy_resend"         // no look-up; policy resend: back to pending
+	DecisionPolicyHold    = "policy_hold"           // no look-up; policy hold: held
+	DecisionLookupFailed  = "lookup_failed"         // the look-up failed; decided next pass
+	DecisionEnqueueFailed = "enqueue_failed"        // could not enqueue; tried again next pass
+	DecisionAlreadyQueued = "already_queued"        // pending with a live task: nothing to do
+)
+
+// Config tunes a Reconciler.
+type Config struct {
+	PendingAfter    time.Duration     // a pending row untouched this long is checked
+	Batch           int               // rows of each kind per pass
+	DefaultPolicy   Policy            // for templates without their own
+	Policies        map[string]Policy // per template
+	MessageIDDomain string            // as the worker's (the MAIL_FROM domain)
+	Actor           string            // names this reconciler in the history
+}
+
+// Reconciler runs reconciliation passes. Several may run at once: rows
+// are claimed with FOR UPDATE SKIP LOCKED.
+type Reconciler struct {
+	db        *pgxpool.Pool
+	enqueuer  *notify.Enqueuer
+	inspector *asynq.Inspector
+	lookup    Lookup // nil: no look-up possible
+	cfg       Config
+	log       *slog.Logger
+
+	stale     prometheus.Gauge
+	held      prometheus.Gauge
+	decisions *prometheus.CounterVec
+	passes    prometheus.Histogram
+}
+
+// New returns a Reconciler; lookup may be nil.
+func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, lookup Lookup, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
+	r := &Reconciler{
+		db: db, enqueuer: enq, inspector: ins, lookup: lookup, cfg: cfg, log: log,
+		stale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sekali_stale_processing_records",
+			Help: "Deliveries in sending whose lease has expired, as of the last pass (before it acted).",
+		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sekali_held_deliveries",
+			Help: "Deliveries held for an operator because their outcome is unknown.",
+		}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sekali_reconciler_decisions_total",
+			Help: "Reconciler decisions by kind.",
+		}, []string{"decision"}),
+		passes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "sekali_reconciler_pass_duration_seconds",
+			Help:    "Time one reconciliation pass took.",
+			Buckets: prometheus.DefBuckets,
+		}),
+	}
+	reg.MustRegister(r.stale, r.held, r.decisions, r.passes)
+	return r
+}
+
+// Report counts the decisions of one pass.
+type Report struct {
+	Stale     int            // sending rows with an expired lease at the start
+	Held      int            // held rows at the end
+	Decisions map[string]int // by decision
+}
+
+func (rep Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "stale_sending=%d held=%d", rep.Stale, rep.Held)
+	for _, d := range []string{DecisionRequeued, DecisionAlreadyQueued, DecisionNotHandedOver, DecisionFound, DecisionNotFound,
+		DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed} {
+		fmt.Fprintf(&b, " %s=%d", d, rep.Decisions[d])
+	}
+	return b.String()
+}
+
+// Run runs a pass every interval until ctx ends.
+func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error("reconciliation pass failed", "error", err.Error())
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce runs one pass: first the sending rows whose lease expired, then
+// the pending rows nobody has touched for PendingAfter.
+func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
+	start := time.Now()
+	defer func() { r.passes.Observe(time.Since(start).Seconds()) }()
+	rep := Report{Decisions: map[string]int{}}
+	q := dbsqlc.New(r.db)
+
+	stale, err := q.CountStaleSending(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("count stale sending rows: %w", err)
+	}
+	rep.Stale = int(stale)
+	r.stale.Set(float64(stale))
+
+	for i := 0; i < r.cfg.Batch; i++ {
+		more, err := r.resolveOneStale(ctx, &rep)
+		if err != nil {
+			return rep, err
+		}
+		if !more {
+			break
+		}
+	}
+	if err := r.requeueOrphans(ctx, &rep); err != nil {
+		return rep, err
+	}
+
+	held, err := q.CountHeld(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("count held rows: %w", err)
+	}
+	rep.Held = int(held)
+	r.held.Set(float64(held))
+	return rep, nil
+}
+
+// decide records one decision in the metrics, the report and the log.
+func (r *Reconciler) decide(rep *Report, d dbsqlc.NotificationDelivery, decision, reason string) {
+	r.decisions.WithLabelValues(decision).Inc()
+	rep.Decisions[decision]++
+	level := slog.LevelInfo
+	if decision == DecisionLookupFailed || decision == DecisionEnqueueFailed || decision == DecisionPolicyHold {
+		level = slog.LevelWarn
+	}
+	r.log.LogAttrs(context.Background(), level, "reconciled",
+		slog.String("decision", decision),
+		slog.String("reason", reason),
+		slog.String("delivery_id", d.ID.String()),
+		slog.String("order_id", d.OrderID.String()),
+		slog.String("template", d.Template),
+		slog.String("key_hash", notify.KeyHash(d.IdempotencyKey)),
+		slog.String("actor", r.cfg.Actor),
+		slog.Int("attempt", int(d.Attempts)),
+	)
+}
+
+// resolveOneStale takes one expired sending row and decides about it in
+// its own transaction. more is false when no such row is left.
+func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report) (more bool, err error) {
+	var requeue *dbsqlc.NotificationDelivery
+	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		d, err := q.PickStaleSending(ctx)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("pick stale sending row: %w", err)
+		}
+		more = true
+		toPending := func(decision, reason string) error {
+			if _, err := q.ReconcileToPending(ctx, dbsqlc.ReconcileToPendingParams{
+				ID: d.ID, LeaseToken: *d.LeaseToken, Reason: reason, Decision: decision, Actor: r.cfg.Actor,
+			}); err != nil {
+				return fmt.Errorf("reset delivery %s: %w", d.ID, err)
+			}
+			r.decide(rep, d, decision, reason)
+			requeue = &d
+			return nil
+		}
+
+		if d.HandedOverAt == nil {
+			return toPending(DecisionNotHandedOver, "the worker's lease expired before it handed the message over; safe to send")
+		}
+		if r.lookup == nil {
+			return r.applyPolicy(ctx, q, rep, d, toPending)
+		}
+		messageID := notify.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		providerID, found, err := r.lookup.Find(lctx, messageID)
+		cancel()
+		if err != nil {
+			// Decide nothing on a failed look-up; the row stays stale (and
+			// counted) until the provider answers.
+			r.decide(rep, d, DecisionLookupFailed, err.Error())
+			more = false // do not spin on the same row in this pass
+			return nil
+		}
+		if !found {
+			return toPending(DecisionNotFound, "the provider has no message with Message-ID "+messageID)
+		}
+		if _, err := q.ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
+			ID: d.ID, LeaseToken: *d.LeaseToken, ProviderMessageID: providerID, Decision: DecisionFound, Actor: r.cfg.Actor,
+		}); err != nil {
+			return fmt.Errorf("mark delivery %s sent: %w", d.ID, err)
+		}
+		r.decide(rep, d, DecisionFound, "the provider holds Message-ID "+messageID)
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if requeue != nil {
+		r.ensureQueued(ctx, rep, *requeue)
+	}
+	return more, nil
+}
+
+func (r *Reconciler) applyPolicy(ctx context.Context, q *dbsqlc.Queries, rep *Report, d dbsqlc.NotificationDelivery, toPending func(decision, reason string) error) error {
+	policy, ok := r.cfg.Policies[d.Template]
+	if !ok {
+		policy = r.cfg.DefaultPolicy
+	}
+	if policy == PolicyResend {
+		return toPending(DecisionPolicyResend, "outcome unknown and no provider look-up; template policy is resend")
+	}
+	reason := "outcome unknown and no provider look-up; template policy is hold: check with the provider, then retry or mark sent"
+	if _, err := q.ReconcileToHeld(ctx, dbsqlc.ReconcileToHeldParams{
+		ID: d.ID, LeaseToken: *d.LeaseToken, Reason: reason, Decision: DecisionPolicyHold, Actor: r.cfg.Actor,
+	}); err != nil {
+		return fmt.Errorf("hold delivery %s: %w", d.ID, err)
+	}
+	r.decide(rep, d, DecisionPolicyHold, reason)
+	return nil
+}
+
+// requeueOrphans makes sure every pending row older than PendingAfter has
+// a live task. The rows are locked while it works and touched after, so
+// that another reconciler skips them and the next pass looks at others.
+func (r *Reconciler) requeueOrphans(ctx context.Context, rep *Report) error {
+	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		rows, err := q.PickOrphanedPending(ctx, dbsqlc.PickOrphanedPendingParams{
+			OlderThanSeconds: r.cfg.PendingAfter.Seconds(), Batch: int32(r.cfg.Batch),
+		})
+		if err != nil {
+			return fmt.Errorf("pick pending rows: %w", err)
+		}
+		ids := make([]uuid.UUID, len(rows))
+		for i, d := range rows {
+			ids[i] = d.ID
+			r.ensureQueued(ctx, rep, d)
+		}
+		if err := q.TouchPending(ctx, ids); err != nil {
+			return fmt.Errorf("touch pending rows: %w", err)
+		}
+		return nil
+	})
+}
+
+func (r *Reconciler) ensureQueued(ctx context.Context, rep *Report, d dbsqlc.NotificationDelivery) {
+	created, err := r.enqueuer.EnsureQueued(ctx, r.inspector, notify.FromRow(d))
+	switch {
+	case err != nil:
+		r.decide(rep, d, DecisionEnqueueFailed, err.Error())
+	case created && d.Status == string(notify.StatusPending):
+		r.decide(rep, d, DecisionRequeued, "pending without a live task")
+	case !created && d.Status == string(notify.StatusPending):
+		rep.Decisions[DecisionAlreadyQueued]++
+		r.decisions.WithLabelValues(DecisionAlreadyQueued).Inc()
+	}
+}

@@ -1,0 +1,248 @@
+package reconcile_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/reconcile"
+	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+const mailDomain = "shop.example"
+
+type env struct {
+	db        testenv.DB
+	redis     testenv.Redis
+	sink      *smtpsink.Server
+	lookupURL string
+	orders    *order.Service // its enqueues fail: the API died before enqueueing
+	enq       *notify.Enqueuer
+	inspector *asynq.Inspector
+	logs      *syncBuffer
+}
+
+func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
+	t.Helper()
+	e := &env{db: testenv.NewDB(t), redis: rd, logs: &syncBuffer{}}
+	sink, err := smtpsink.Start(sinkCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	e.sink = sink
+	api := httptest.NewServer(sink.Handler())
+	t.Cleanup(api.Close)
+	e.lookupURL = api.URL
+
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	client := asynq.NewClient(rd.Opt)
+	t.Cleanup(func() { client.Close() })
+	e.enq = notify.NewEnqueuer(client, rd.Queue, quiet, prometheus.NewRegistry())
+	e.inspector = asynq.NewInspector(rd.Opt)
+	t.Cleanup(func() { e.inspector.Close() })
+	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { dead.Close() })
+	reg := prometheus.NewRegistry()
+	e.orders = order.NewService(e.db.Pool, notify.NewEnqueuer(dead, rd.Queue, quiet, reg), time.Hour, reg)
+	return e
+}
+
+type recOpts struct {
+	lookup   reconcile.Lookup
+	policy   reconcile.Policy
+	policies map[string]reconcile.Policy
+}
+
+func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
+	t.Helper()
+	if o.policy == "" {
+		o.policy = reconcile.PolicyHold
+	}
+	return reconcile.New(e.db.Pool, e.enq, e.inspector, o.lookup, reconcile.Config{
+		PendingAfter: time.Minute, Batch: 50, DefaultPolicy: o.policy, Policies: o.policies,
+		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8],
+	}, slog.New(slog.NewJSONHandler(e.logs, nil)), prometheus.NewRegistry())
+}
+
+func (e *env) lookup(t *testing.T, api string) reconcile.Lookup {
+	t.Helper()
+	l, err := reconcile.NewLookup(api, e.lookupURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// startWorker runs the real worker as an asynq server on the test's queue.
+func (e *env) startWorker(t *testing.T) {
+	t.Helper()
+	templates, err := notify.LoadTemplates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := notify.NewSMTP(notify.SMTPConfig{Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
+		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second, MaxIdle: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redisconn.NewClient(e.redis.Opt)
+	w := notify.NewWorker(e.db.Pool, rdb, p, templates, notify.WorkerConfig{
+		LockTTL: 5 * time.Second, MaxAttempts: 5, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker",
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
+	srv := asynq.NewServer(e.redis.Opt, asynq.Config{
+		Concurrency: 4, Queues: map[string]int{e.redis.Queue: 1}, TaskCheckInterval: 20 * time.Millisecond,
+		DelayedTaskCheckInterval: 200 * time.Millisecond, RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 100 * time.Millisecond },
+		IsFailure: notify.IsFailure, ShutdownTimeout: 15 * time.Second, LogLevel: asynq.FatalLevel,
+	})
+	if err := srv.Start(w); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Shutdown()
+		p.Close()
+		rdb.Close()
+	})
+}
+
+// pending places an order whose task never reached the queue.
+func (e *env) pending(t *testing.T, email string) notify.Delivery {
+	t.Helper()
+	price := int64(1000)
+	o, _, err := e.orders.Place(context.Background(), order.Checkout{
+		CustomerEmail: email, CustomerName: "Tono", Currency: "EUR",
+		Items: []order.CheckoutItem{{SKU: "BOOK", Name: "Buku", Quantity: 1, UnitPrice: &price}},
+	}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.get(t, o.Notifications[0].ID)
+}
+
+func (e *env) get(t *testing.T, id uuid.UUID) notify.Delivery {
+	t.Helper()
+	d, err := notify.Get(context.Background(), e.db.Pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func (e *env) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := e.db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// age makes pending rows look untouched for two minutes.
+func (e *env) age(t *testing.T) {
+	t.Helper()
+	e.exec(t, "UPDATE notification_deliveries SET updated_at = now() - interval '2 minutes' WHERE status = 'pending'")
+}
+
+// strand leaves d as a dead worker would: sending, lease expired, and
+// handed over or not.
+func (e *env) strand(t *testing.T, d notify.Delivery, handedOver bool) {
+	t.Helper()
+	e.exec(t, `UPDATE notification_deliveries SET status = 'sending', attempts = 1, lease_token = $2,
+		lease_expires_at = now() - interval '1 second',
+		handed_over_at = CASE WHEN $3 THEN now() - interval '40 seconds' END
+		WHERE id = $1`, d.ID, uuid.New(), handedOver)
+}
+
+// deliverToSink sends d's message to the sink the way a worker would
+// have before it died.
+func (e *env) deliverToSink(t *testing.T, d notify.Delivery) {
+	t.Helper()
+	p, err := notify.NewSMTP(notify.SMTPConfig{Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
+		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if _, err := p.Send(context.Background(), notify.Message{To: d.Recipient, Subject: "s", Text: "t",
+		MessageID: notify.MessageID(d.IdempotencyKey, mailDomain), IdempotencyKey: d.IdempotencyKey}, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *env) allSent(t *testing.T, ds ...notify.Delivery) func() bool {
+	return func() bool {
+		for _, d := range ds {
+			if e.get(t, d.ID).Status != notify.StatusSent {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// exactlyOnce checks that each delivery's recipient got one message.
+func (e *env) exactlyOnce(t *testing.T, ds ...notify.Delivery) {
+	t.Helper()
+	for _, d := range ds {
+		if n := len(e.sink.ByRecipient(d.Recipient)); n != 1 {
+			t.Errorf("%s got %d e-mails, want 1", d.Recipient, n)
+		}
+	}
+	if n := e.sink.Count(); n != len(ds) {
+		t.Errorf("%d e-mails at the sink for %d deliveries", n, len(ds))
+	}
+}
+
+func events(t *testing.T, e *env, d notify.Delivery, name string) []notify.Event {
+	t.Helper()
+	all, err := notify.History(context.Background(), e.db.Pool, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []notify.Event
+	for _, ev := range all {
+		if ev.Event == name {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,286 @@
+package reconcile_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/reconcile"
+	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// The API died between its commit and its enqueue: the intent exists, no
+// task does. After PENDING_REENQUEUE_AFTER the reconciler queues it and
+// it is sent once.
+func TestPendingWithoutTaskIsSentOnceAfterTheThreshold(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	e.startWorker(t)
+	d := e.pending(t, "orphan@example.com")
+	rec := e.reconciler(t, recOpts{})
+	ctx := context.Background()
+
+	// Younger than the threshold: left alone.
+	rep, err := rec.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionRequeued] != 0 {
+		t.Fatalf("a fresh pending row was requeued: %v", rep)
+	}
+	e.age(t)
+	if rep, err = rec.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionRequeued] != 1 {
+		t.Fatalf("report %v, want one requeued", rep)
+	}
+	waitFor(t, "the orphan to be sent", e.allSent(t, d))
+	e.exactlyOnce(t, d)
+
+	// Once sent, later passes find nothing to do.
+	e.age(t)
+	if rep, err = rec.RunOnce(ctx); err != nil || rep.Decisions[reconcile.DecisionRequeued] != 0 {
+		t.Errorf("pass after sending: %v %v", rep, err)
+	}
+}
+
+// A task that completed (or was archived) while its row is pending still
+// blocks its id for the retention period; the reconciler replaces it.
+func TestFinishedTaskDoesNotBlockTheRequeue(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	d := e.pending(t, "stuck@example.com")
+	if err := e.enq.Enqueue(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.inspector.ArchiveTask(e.redis.Queue, notify.TaskID(d.ID)); err != nil {
+		t.Fatal(err)
+	}
+	e.age(t)
+	rep, err := e.reconciler(t, recOpts{}).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(d.ID))
+	if err != nil || info.State != asynq.TaskStatePending || rep.Decisions[reconcile.DecisionRequeued] != 1 {
+		t.Errorf("task after the pass: %+v %v, report %v", info, err, rep)
+	}
+}
+
+// Redis loses everything (FLUSHALL) while deliveries are pending and in
+// flight: every one is still sent, exactly once.
+func TestFlushAllLosesNothingAndDuplicatesNothing(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedisServer(t)
+	inData := make(chan struct{}, 100)
+	e := setup(t, rd, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration {
+		select {
+		case inData <- struct{}{}:
+		default:
+		}
+		return 300 * time.Millisecond
+	}})
+	ctx := context.Background()
+	var ds []notify.Delivery
+	for _, email := range []string{"f1@example.com", "f2@example.com", "f3@example.com", "f4@example.com", "f5@example.com", "f6@example.com"} {
+		d := e.pending(t, email)
+		if err := e.enq.Enqueue(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	e.startWorker(t)
+	<-inData // at least one send is in flight
+	rdb := redisconn.NewClient(rd.Opt)
+	defer rdb.Close()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := e.reconciler(t, recOpts{lookup: e.lookup(t, reconcile.APIMailpit)})
+	waitFor(t, "every delivery to be sent", func() bool {
+		e.age(t) // stands in for PENDING_REENQUEUE_AFTER passing
+		if _, err := rec.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return e.allSent(t, ds...)()
+	})
+	e.exactlyOnce(t, ds...)
+}
+
+// A sending row whose worker died after handing the message over: the
+// provider look-up decides. Found → sent, no second e-mail. Not found →
+// sent once.
+func TestStaleSendingIsSettledByTheProviderLookup(t *testing.T) {
+	t.Parallel()
+	for _, api := range []string{reconcile.APIMailpit, reconcile.APIMailHog} {
+		t.Run(api, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+			e.startWorker(t)
+			accepted := e.pending(t, "accepted@example.com")
+			lost := e.pending(t, "lost@example.com")
+			e.deliverToSink(t, accepted)
+			e.strand(t, accepted, true)
+			e.strand(t, lost, true)
+
+			rep, err := e.reconciler(t, recOpts{lookup: e.lookup(t, api)}).RunOnce(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Stale != 2 || rep.Decisions[reconcile.DecisionFound] != 1 || rep.Decisions[reconcile.DecisionNotFound] != 1 {
+				t.Fatalf("report %v", rep)
+			}
+			got := e.get(t, accepted.ID)
+			if got.Status != notify.StatusSent || got.ProviderMessageID != e.sink.ByRecipient("accepted@example.com")[0].QueueID {
+				t.Errorf("accepted row: %+v", got)
+			}
+			waitFor(t, "the lost one to be sent", e.allSent(t, lost))
+			e.exactlyOnce(t, accepted, lost)
+			if evs := events(t, e, accepted, "reconciled"); len(evs) != 1 || !strings.Contains(string(evs[0].Detail), reconcile.DecisionFound) {
+				t.Errorf("history of the accepted row: %+v", evs)
+			}
+		})
+	}
+}
+
+// A worker that died before handing the message over left nothing
+// ambiguous: the row goes back to pending and is sent.
+func TestStaleSendingNotHandedOverIsSent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	e.startWorker(t)
+	d := e.pending(t, "early@example.com")
+	e.strand(t, d, false)
+	rep, err := e.reconciler(t, recOpts{}).RunOnce(context.Background())
+	if err != nil || rep.Decisions[reconcile.DecisionNotHandedOver] != 1 {
+		t.Fatalf("report %v %v", rep, err)
+	}
+	waitFor(t, "the row to be sent", e.allSent(t, d))
+	e.exactlyOnce(t, d)
+}
+
+// Without a look-up the template's policy decides; failed rows are never
+// touched; a look-up that fails decides nothing.
+func TestPoliciesAndWhatIsNeverTouched(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	ctx := context.Background()
+	held := e.pending(t, "held@example.com")
+	e.strand(t, held, true)
+	failed := e.pending(t, "failed@example.com")
+	e.exec(t, "UPDATE notification_deliveries SET status = 'failed', last_error = '550' WHERE id = $1", failed.ID)
+	e.exec(t, "UPDATE notification_deliveries SET updated_at = now() - interval '1 day'")
+
+	rep, err := e.reconciler(t, recOpts{policy: reconcile.PolicyHold}).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionPolicyHold] != 1 || rep.Held != 1 {
+		t.Errorf("report %v", rep)
+	}
+	if got := e.get(t, held.ID); got.Status != notify.StatusHeld || !strings.Contains(got.LastError, "policy is hold") {
+		t.Errorf("held row: %+v", got)
+	}
+	if got := e.get(t, failed.ID); got.Status != notify.StatusFailed || got.LastError != "550" {
+		t.Errorf("the failed row was touched: %+v", got)
+	}
+
+	// The resend policy, per template, sends again.
+	resend := e.pending(t, "resend@example.com")
+	e.strand(t, resend, true)
+	rep, err = e.reconciler(t, recOpts{policy: reconcile.PolicyHold,
+		policies: map[string]reconcile.Policy{"order-confirmation": reconcile.PolicyResend}}).RunOnce(ctx)
+	if err != nil || rep.Decisions[reconcile.DecisionPolicyResend] != 1 {
+		t.Fatalf("report %v %v", rep, err)
+	}
+	if got := e.get(t, resend.ID); got.Status != notify.StatusPending {
+		t.Errorf("resend row: %+v", got)
+	}
+	if _, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(resend.ID)); err != nil {
+		t.Errorf("resend row has no task: %v", err)
+	}
+
+	// A look-up that cannot answer changes nothing.
+	unsure := e.pending(t, "unsure@example.com")
+	e.strand(t, unsure, true)
+	broken, err := reconcile.NewLookup(reconcile.APIMailpit, "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err = e.reconciler(t, recOpts{lookup: broken}).RunOnce(ctx)
+	if err != nil || rep.Decisions[reconcile.DecisionLookupFailed] != 1 {
+		t.Fatalf("report %v %v", rep, err)
+	}
+	if got := e.get(t, unsure.ID); got.Status != notify.StatusSending {
+		t.Errorf("row after a failed look-up: %+v", got)
+	}
+}
+
+// Two reconcilers at once on the same debris: every row is handled by
+// exactly one of them.
+func TestTwoReconcilersHandleEachRowOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	lookup := e.lookup(t, reconcile.APIMailpit)
+	var stranded []notify.Delivery
+	for i := range 20 {
+		d := e.pending(t, "debris"+string(rune('a'+i))+"@example.com")
+		if i%2 == 0 {
+			e.deliverToSink(t, d)
+		}
+		e.strand(t, d, i%3 != 0)
+		stranded = append(stranded, d)
+	}
+	var orphans []notify.Delivery
+	for i := range 10 {
+		orphans = append(orphans, e.pending(t, "orphan"+string(rune('a'+i))+"@example.com"))
+	}
+	e.age(t)
+
+	recs := []*reconcile.Reconciler{e.reconciler(t, recOpts{lookup: lookup}), e.reconciler(t, recOpts{lookup: lookup})}
+	reports := make([]reconcile.Report, 2)
+	var wg sync.WaitGroup
+	for i, r := range recs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			reports[i], err = r.RunOnce(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+
+	for _, d := range stranded {
+		if evs := events(t, e, d, "reconciled"); len(evs) != 1 {
+			t.Errorf("stranded row %s reconciled %d times", d.Recipient, len(evs))
+		}
+	}
+	decided := 0
+	for _, rep := range reports {
+		decided += rep.Decisions[reconcile.DecisionFound] + rep.Decisions[reconcile.DecisionNotFound] + rep.Decisions[reconcile.DecisionNotHandedOver]
+	}
+	if decided != len(stranded) {
+		t.Errorf("%d decisions for %d stranded rows: %v", decided, len(stranded), reports)
+	}
+	// Every pending row (the orphans and the stranded ones reset) has one task.
+	for _, d := range append(orphans, stranded...) {
+		if got := e.get(t, d.ID); got.Status == notify.StatusPending {
+			if _, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(d.ID)); err != nil {
+				t.Errorf("pending %s has no task: %v", d.Recipient, err)
+			}
+		}
+	}
+	t.Logf("reports: %v | %v", reports[0], reports[1])
+}
