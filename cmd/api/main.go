@@ -48,6 +48,7 @@ type config struct {
 	Queue           string
 	IdempotencyTTL  time.Duration
 	ShutdownTimeout time.Duration
+	AdminToken      string
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -59,6 +60,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Queue:           env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		IdempotencyTTL:  env.Duration("IDEMPOTENCY_KEY_TTL", 24*time.Hour),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
+		AdminToken:      env.String("ADMIN_TOKEN", ""),
+	}
+	if t := cfg.AdminToken; t != "" && len(t) < 16 {
+		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
 	}
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.String("REDIS_URL", "redis://localhost:6379/0"))
@@ -101,6 +106,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	queue := asynq.NewClient(cfg.Redis)
 	defer queue.Close()
+	inspector := asynq.NewInspector(cfg.Redis)
+	defer inspector.Close()
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 
@@ -118,12 +125,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
 	}
 	srv := &http.Server{
-		Handler:           httpapi.NewServer(log, orders, templates, checks, reg, reg),
+		Handler: httpapi.NewServer(httpapi.Deps{
+			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg,
+			Admin: httpapi.Admin{Token: cfg.AdminToken, DB: pool, Enqueuer: enqueuer, Inspector: inspector, Redis: rdb},
+		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if cfg.AdminToken == "" {
+		log.Warn("ADMIN_TOKEN is not set: the admin API under /admin/v1 refuses every request")
 	}
 	log.Info("api listening", "addr", ln.Addr().String())
 

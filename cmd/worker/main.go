@@ -86,6 +86,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.ShutdownTimeout <= cfg.SendTimeout {
 		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be longer than SEND_TIMEOUT %v, so that SIGTERM lets a send finish", cfg.ShutdownTimeout, cfg.SendTimeout))
 	}
+	if cfg.SMTP.Timeout >= cfg.LockTTL {
+		// A worker frozen after its last lease check must not be able to
+		// write message data once its lease has expired and the reconciler
+		// may act: the SMTP deadline has to run out first.
+		env.Check("SMTP_TIMEOUT", fmt.Errorf("%v must be shorter than LOCK_TTL %v", cfg.SMTP.Timeout, cfg.LockTTL))
+	}
 	if cfg.LockTTL < time.Second {
 		env.Check("LOCK_TTL", fmt.Errorf("%v is too short; the heartbeat renews it every third", cfg.LockTTL))
 	}
@@ -134,6 +140,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		SendTimeout:     cfg.SendTimeout,
 		MessageIDDomain: from[strings.LastIndexByte(from, '@')+1:],
 		WorkerID:        workerID,
+		Concurrency:     cfg.Concurrency,
 	}, log, notify.NewMetrics(reg))
 
 	srv := asynq.NewServer(cfg.Redis, asynq.Config{
@@ -167,6 +174,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		"metrics_addr", ln.Addr().String(), "smtp", net.JoinHostPort(cfg.SMTP.Host, strconv.Itoa(cfg.SMTP.Port)))
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		worker.WatchConcurrency(gctx, cfg.Queue, cfg.Concurrency, 2*time.Second)
+		return nil
+	})
 	g.Go(func() error {
 		if err := metricsSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve metrics: %w", err)

@@ -251,7 +251,7 @@ func (p *process) state() string {
 func TestCrashAfterProviderAcceptedIsNotResentBlindly(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, smtpsink.Config{})
-	p := startWorker(t, w.env("SEKALI_FAILPOINTS", "after-accept=kill", "LOCK_TTL", "2s"))
+	p := startWorker(t, w.env("SEKALI_FAILPOINTS", "after-accept=kill", "LOCK_TTL", "2s", "SMTP_TIMEOUT", "1s"))
 	d := w.checkout(t, "crash@example.com")
 
 	select {
@@ -302,7 +302,7 @@ func TestCrashAfterProviderAcceptedIsNotResentBlindly(t *testing.T) {
 func TestPausedWorkerIsFencedOutByTheOneThatTookOver(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, smtpsink.Config{})
-	a := startWorker(t, w.env("SEKALI_FAILPOINTS", "before-data=stop", "LOCK_TTL", "2s"))
+	a := startWorker(t, w.env("SEKALI_FAILPOINTS", "before-data=stop", "LOCK_TTL", "2s", "SMTP_TIMEOUT", "1s"))
 	d := w.checkout(t, "pause@example.com")
 	waitFor(t, "worker A to freeze before the data", func() bool { return a.state() == "T" })
 	waitFor(t, "A's lease to expire", func() bool {
@@ -311,7 +311,7 @@ func TestPausedWorkerIsFencedOutByTheOneThatTookOver(t *testing.T) {
 	})
 
 	// B: the same binary without the failpoint, fed the task again.
-	b := startWorker(t, w.env("LOCK_TTL", "2s"))
+	b := startWorker(t, w.env("LOCK_TTL", "2s", "SMTP_TIMEOUT", "1s"))
 	client := asynq.NewClient(w.redis.Opt)
 	defer client.Close()
 	if _, err := client.Enqueue(notify.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {

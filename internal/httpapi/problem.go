@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
 
@@ -32,6 +33,8 @@ const (
 	typeInvalidKey      = "urn:sekali:problem:invalid-idempotency-key"
 	typeInvalidQuery    = "urn:sekali:problem:invalid-query"
 	typeInternal        = "urn:sekali:problem:internal"
+	typeUnauthorized    = "urn:sekali:problem:unauthorized"
+	typeConflict        = "urn:sekali:problem:wrong-state"
 )
 
 // writeProblem sends p as application/problem+json.
@@ -56,6 +59,13 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 			Title: "The request is not valid", Detail: "See errors for each invalid field.", Errors: verr.Fields})
 	case errors.Is(err, order.ErrNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No order has this id."})
+	case errors.Is(err, notify.ErrNotFound):
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No delivery has this id."})
+	case errors.Is(err, notify.ErrBlockNotFound):
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
+	case errors.Is(err, notify.ErrWrongState):
+		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Not possible in the delivery's current state",
+			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; a sent delivery is never sent again."})
 	case errors.Is(err, order.ErrRequestInFlight):
 		writeProblem(w, r, problem{Type: typeKeyInFlight, Status: http.StatusConflict,
 			Title:  "A request with this Idempotency-Key is in progress",

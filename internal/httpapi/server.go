@@ -22,25 +22,35 @@ type Check struct {
 	Ping func(ctx context.Context) error
 }
 
-// NewServer returns the API's handler. reg receives the HTTP metrics and
-// gatherer is what /metrics exposes.
-func NewServer(log *slog.Logger, orders *order.Service, templates *notify.Templates, checks []Check, reg prometheus.Registerer, gatherer prometheus.Gatherer) http.Handler {
+// Deps is what the API is built from.
+type Deps struct {
+	Log       *slog.Logger
+	Orders    *order.Service
+	Templates *notify.Templates
+	Checks    []Check               // asked by /readyz
+	Admin     Admin                 // the operator API under /admin/v1
+	Registry  prometheus.Registerer // receives the HTTP metrics
+	Gatherer  prometheus.Gatherer   // what /metrics exposes
+}
+
+// NewServer returns the API's handler.
+func NewServer(d Deps) http.Handler {
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "sekali_http_request_duration_seconds",
 		Help:    "Time to answer an HTTP request, by method, route and status code.",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"method", "route", "code"})
-	reg.MustRegister(latency)
+	d.Registry.MustRegister(latency)
 
 	r := chi.NewRouter()
-	r.Use(observe(log, latency))
+	r.Use(observe(d.Log, latency))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No such endpoint."})
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem{Type: typeMethod, Status: http.StatusMethodNotAllowed, Detail: "This endpoint does not take " + r.Method + "."})
 	})
-	addRoutes(r, orders, templates, checks, promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	addRoutes(r, d, promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
 	return r
 }
 

@@ -20,8 +20,11 @@ import (
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
+
+const adminToken = "test-admin-token-0123456789"
 
 // stack is the API wired as cmd/api wires it, on a private database and
 // queue, served over a real loopback connection.
@@ -65,7 +68,12 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.NewServer(log, orders, templates, checks, reg, reg))
+	rdb := redisconn.NewClient(rd.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg,
+		Admin: httpapi.Admin{Token: adminToken, DB: db.Pool, Enqueuer: enq, Inspector: inspector, Redis: rdb},
+	}))
 	t.Cleanup(srv.Close)
 	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs}
 }

@@ -94,7 +94,7 @@ func (e *env) worker(t *testing.T, o workerOpts) *notify.Worker {
 	}
 	return notify.NewWorker(e.db.Pool, e.rdb, o.provider, e.templates, notify.WorkerConfig{
 		LockTTL: o.lockTTL, MaxAttempts: o.maxAttempts, SendTimeout: 10 * time.Second,
-		MessageIDDomain: mailDomain, WorkerID: t.Name(),
+		MessageIDDomain: mailDomain, WorkerID: t.Name(), Concurrency: 10,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), e.metrics)
 }
 

@@ -35,6 +35,10 @@ type WorkerConfig struct {
 	MessageIDDomain string
 	// WorkerID names this process in logs (hostname and pid).
 	WorkerID string
+	// Concurrency is the most deliveries handled at once (asynq's
+	// Concurrency); an operator may lower it at run time, see
+	// WatchConcurrency.
+	Concurrency int
 }
 
 // Worker drives deliveries pending → sending → sent. It is the asynq
@@ -47,6 +51,7 @@ type Worker struct {
 	cfg       WorkerConfig
 	log       *slog.Logger
 	metrics   *Metrics
+	limit     *limiter
 }
 
 // NewWorker returns a Worker. db must be the primary: every decision is
@@ -60,6 +65,7 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, t
 		cfg:       cfg,
 		log:       log,
 		metrics:   metrics,
+		limit:     newLimiter(max(cfg.Concurrency, 1)),
 	}
 }
 
@@ -129,6 +135,11 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		}
 		w.log.LogAttrs(ctx, level, "delivery attempt", a.attrs...)
 	}()
+	if err := w.limit.acquire(ctx); err != nil {
+		a.result = "shutdown"
+		return fmt.Errorf("wait for a concurrency slot: %w", err)
+	}
+	defer w.limit.release()
 	failpoint("after-dequeue")
 
 	var p deliverPayload

@@ -578,3 +578,111 @@ func TestPlainTextOnlyForDevelopmentHosts(t *testing.T) {
 		}
 	}
 }
+
+// countingProvider records how many sends ran at once.
+type countingProvider struct {
+	inner       notify.Provider
+	active, top atomic.Int32
+}
+
+func (p *countingProvider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+	n := p.active.Add(1)
+	defer p.active.Add(-1)
+	for {
+		top := p.top.Load()
+		if n <= top || p.top.CompareAndSwap(top, n) {
+			break
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // hold the slot long enough for others to pile up
+	return p.inner.Send(ctx, m, handOver)
+}
+
+// An operator lowers the worker's concurrency at run time, and raises it
+// again, without a restart.
+func TestConcurrencyCanBeLoweredAtRunTime(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	cp := &countingProvider{inner: e.smtp(t)}
+	w := e.worker(t, workerOpts{provider: cp})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.WatchConcurrency(ctx, e.redis.Queue, 10, 10*time.Millisecond)
+
+	burst := func(prefix string) {
+		var wg sync.WaitGroup
+		for i := range 4 {
+			d := e.checkout(t, prefix+string(rune('a'+i))+"@example.com")
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := process(ctx, w, d); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	waitLog := func(want string) {
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(e.logs.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no log line %s", want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	if err := notify.SetConcurrency(ctx, e.rdb, e.redis.Queue, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(`"to":1`)
+	burst("one")
+	if top := cp.top.Load(); top != 1 {
+		t.Errorf("%d sends at once under a limit of 1", top)
+	}
+
+	if err := notify.SetConcurrency(ctx, e.rdb, e.redis.Queue, 0); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(`"to":10`)
+	burst("many")
+	if top := cp.top.Load(); top < 2 {
+		t.Errorf("at most %d send at once after the limit was lifted", top)
+	}
+	if n := e.sink.Count(); n != 8 {
+		t.Errorf("%d e-mails, want 8", n)
+	}
+}
+
+// The runbook's temporary filter: a blocked recipient gets nothing while
+// the block lasts; the delivery waits as pending and goes out after.
+func TestBlockedRecipientWaits(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "complainer@example.com")
+	ctx := context.Background()
+	b, err := notify.AddBlock(ctx, e.db.Pool, "recipient", "Complainer@example.com", "ticket 4411", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending || got.Attempts != 0 || e.sink.Count() != 0 {
+		t.Fatalf("blocked delivery: %+v, %d e-mails", got, e.sink.Count())
+	}
+	if n := e.counter(t, "sekali_deliveries_blocked_total"); n != 1 {
+		t.Errorf("deliveries_blocked_total = %v", n)
+	}
+	if err := notify.RemoveBlock(ctx, e.db.Pool, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := process(ctx, w, d); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.sink.Count(); n != 1 {
+		t.Errorf("%d e-mails after the block was lifted, want 1", n)
+	}
+}

@@ -101,7 +101,7 @@ func (e *env) startWorker(t *testing.T) {
 	}
 	rdb := redisconn.NewClient(e.redis.Opt)
 	w := notify.NewWorker(e.db.Pool, rdb, p, templates, notify.WorkerConfig{
-		LockTTL: 5 * time.Second, MaxAttempts: 5, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker",
+		LockTTL: 5 * time.Second, MaxAttempts: 5, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker", Concurrency: 4,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
 	srv := asynq.NewServer(e.redis.Opt, asynq.Config{
 		Concurrency: 4, Queues: map[string]int{e.redis.Queue: 1}, TaskCheckInterval: 20 * time.Millisecond,

@@ -1,0 +1,411 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+)
+
+// Admin is what the operator API needs. With an empty Token the admin API
+// answers 401 to everything.
+type Admin struct {
+	Token     string
+	DB        *pgxpool.Pool
+	Enqueuer  *notify.Enqueuer
+	Inspector *asynq.Inspector
+	Redis     redis.UniversalClient
+}
+
+// adminDelivery is a delivery as operators see it: everything, including
+// the recipient and the template data.
+type adminDelivery struct {
+	ID                uuid.UUID       `json:"id"`
+	OrderID           uuid.UUID       `json:"order_id"`
+	Template          string          `json:"template"`
+	Recipient         string          `json:"recipient"`
+	IdempotencyKey    string          `json:"idempotency_key"`
+	KeyHash           string          `json:"key_hash"`
+	Status            notify.Status   `json:"status"`
+	Attempts          int             `json:"attempts"`
+	LastError         string          `json:"last_error,omitempty"`
+	ProviderMessageID string          `json:"provider_message_id,omitempty"`
+	LeaseExpiresAt    *time.Time      `json:"lease_expires_at,omitempty"`
+	HandedOverAt      *time.Time      `json:"handed_over_at,omitempty"`
+	TemplateData      json.RawMessage `json:"template_data"`
+	CreatedAt         time.Time       `json:"created_at"`
+	UpdatedAt         time.Time       `json:"updated_at"`
+	SentAt            *time.Time      `json:"sent_at,omitempty"`
+}
+
+func toAdmin(d notify.Delivery) adminDelivery {
+	return adminDelivery{
+		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
+		IdempotencyKey: d.IdempotencyKey, KeyHash: notify.KeyHash(d.IdempotencyKey), Status: d.Status,
+		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
+		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, TemplateData: d.Data,
+		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt,
+	}
+}
+
+// requireAdmin lets a request through only with the right bearer token,
+// compared in constant time (of equal-length digests, so not even the
+// token's length leaks).
+func requireAdmin(token string) func(http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			deny := func(detail string) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="sekali-admin"`)
+				writeProblem(w, r, problem{Type: typeUnauthorized, Status: http.StatusUnauthorized, Detail: detail})
+			}
+			if token == "" {
+				deny("The admin API is disabled: set ADMIN_TOKEN to enable it.")
+				return
+			}
+			scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") {
+				deny("Send Authorization: Bearer <ADMIN_TOKEN>.")
+				return
+			}
+			have := sha256.Sum256([]byte(strings.TrimSpace(got)))
+			if subtle.ConstantTimeCompare(have[:], want[:]) != 1 {
+				deny("The token is not valid.")
+				return
+			}
+			addLogAttrs(r.Context(), slog.Bool("admin", true))
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+func badRequest(w http.ResponseWriter, r *http.Request, pointer, detail string) {
+	writeProblem(w, r, problem{Type: typeInvalidQuery, Status: http.StatusBadRequest, Detail: detail,
+		Errors: []order.FieldError{{Pointer: pointer, Detail: detail}}})
+}
+
+func handleAdminListDeliveries(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		f := notify.Filter{Template: q.Get("template"), Key: q.Get("key"), Limit: 100}
+		if s := q.Get("status"); s != "" {
+			switch notify.Status(s) {
+			case notify.StatusPending, notify.StatusSending, notify.StatusSent, notify.StatusFailed, notify.StatusHeld:
+				f.Status = notify.Status(s)
+			default:
+				badRequest(w, r, "status", "status must be pending, sending, sent, failed or held")
+				return
+			}
+		}
+		if s := q.Get("order_id"); s != "" {
+			id, err := uuid.Parse(s)
+			if err != nil {
+				badRequest(w, r, "order_id", "order_id must be a UUID")
+				return
+			}
+			f.OrderID = id
+		}
+		if s := q.Get("older_than"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d <= 0 {
+				badRequest(w, r, "older_than", "older_than must be a positive duration such as 10m")
+				return
+			}
+			f.OlderThan = d
+		}
+		if s := q.Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 1000 {
+				badRequest(w, r, "limit", "limit must be from 1 to 1000")
+				return
+			}
+			f.Limit = n
+		}
+		ds, err := notify.List(r.Context(), a.DB, f)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		out := make([]adminDelivery, len(ds))
+		for i, d := range ds {
+			out[i] = toAdmin(d)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"deliveries": out})
+	})
+}
+
+// deliveryIDOf parses {id}; writes a 404 when it is not a UUID.
+func deliveryIDOf(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	id, err := uuid.Parse(chi.URLParam(r, "id"))
+	if err != nil {
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No delivery has this id: delivery ids are UUIDs."})
+		return uuid.Nil, false
+	}
+	return id, true
+}
+
+func handleAdminGetDelivery(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := deliveryIDOf(w, r)
+		if !ok {
+			return
+		}
+		d, err := notify.Get(r.Context(), a.DB, id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		events, err := notify.History(r.Context(), a.DB, id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"delivery": toAdmin(d), "events": events})
+	})
+}
+
+type adminActionRequest struct {
+	Note              string `json:"note"`
+	ProviderMessageID string `json:"provider_message_id"`
+}
+
+// decodeAdminBody reads an optional JSON body.
+func decodeAdminBody(w http.ResponseWriter, r *http.Request, dst any) bool {
+	if r.ContentLength == 0 {
+		return true
+	}
+	raw, p := readJSONBody(w, r)
+	if p == nil {
+		p = decodeStrict(raw, dst, "")
+	}
+	if p != nil {
+		writeProblem(w, r, *p)
+		return false
+	}
+	return true
+}
+
+func actorOf(r *http.Request) string { return "admin:" + requestIDFrom(r.Context()) }
+
+// handleAdminRetry moves a failed or held delivery back to pending (same
+// key) and queues it. A sent delivery is refused with 409.
+func handleAdminRetry(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := deliveryIDOf(w, r)
+		if !ok {
+			return
+		}
+		var req adminActionRequest
+		if !decodeAdminBody(w, r, &req) {
+			return
+		}
+		d, err := notify.OperatorRetry(r.Context(), a.DB, id, actorOf(r), req.Note)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "retry"), slog.String("delivery_id", id.String()))
+		// The row is pending now; if the enqueue fails the reconciler
+		// queues it after PENDING_REENQUEUE_AFTER.
+		queued, err := a.Enqueuer.EnsureQueued(r.Context(), a.Inspector, d)
+		if err != nil {
+			addLogAttrs(r.Context(), slog.String("enqueue_error", err.Error()))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"delivery": toAdmin(d), "queued": queued})
+	})
+}
+
+// handleAdminMarkSent records that a held delivery was accepted, as the
+// operator found at the provider.
+func handleAdminMarkSent(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := deliveryIDOf(w, r)
+		if !ok {
+			return
+		}
+		var req adminActionRequest
+		if !decodeAdminBody(w, r, &req) {
+			return
+		}
+		if strings.TrimSpace(req.ProviderMessageID) == "" {
+			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
+				Detail: "Say which message at the provider this is.", Errors: []order.FieldError{{Pointer: "/provider_message_id", Detail: "is required"}}})
+			return
+		}
+		d, err := notify.OperatorMarkSent(r.Context(), a.DB, id, strings.TrimSpace(req.ProviderMessageID), actorOf(r), req.Note)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "mark_sent"), slog.String("delivery_id", id.String()))
+		writeJSON(w, http.StatusOK, map[string]any{"delivery": toAdmin(d)})
+	})
+}
+
+func handleAdminQueue(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queue := a.Enqueuer.Queue()
+		info, err := a.Inspector.GetQueueInfo(queue)
+		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			writeError(w, r, err)
+			return
+		}
+		limit, err := notify.Concurrency(r.Context(), a.Redis, queue)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		out := map[string]any{"queue": queue, "concurrency_per_worker": limit}
+		if info != nil {
+			out["paused"] = info.Paused
+			out["size"] = info.Size
+			out["pending"] = info.Pending
+			out["active"] = info.Active
+			out["scheduled"] = info.Scheduled
+			out["retry"] = info.Retry
+			out["archived"] = info.Archived
+			out["completed"] = info.Completed
+			out["latency_seconds"] = info.Latency.Seconds()
+		}
+		writeJSON(w, http.StatusOK, out)
+	})
+}
+
+// handleAdminPause pauses (pause=true) or resumes the delivery queue:
+// workers stop taking tasks; recorded deliveries wait, nothing is lost.
+func handleAdminPause(a Admin, pause bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queue := a.Enqueuer.Queue()
+		var err error
+		if pause {
+			err = a.Inspector.PauseQueue(queue)
+		} else {
+			err = a.Inspector.UnpauseQueue(queue)
+		}
+		// Pausing a paused queue (or resuming a running one) is not an error.
+		if err != nil && !strings.Contains(err.Error(), "already") {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", map[bool]string{true: "pause", false: "resume"}[pause]))
+		writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "paused": pause})
+	})
+}
+
+func handleAdminConcurrency(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			PerWorker *int `json:"per_worker"`
+		}
+		raw, p := readJSONBody(w, r)
+		if p == nil {
+			p = decodeStrict(raw, &req, "")
+		}
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		if req.PerWorker == nil || *req.PerWorker < 0 || *req.PerWorker > 1000 {
+			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
+				Detail: "per_worker is the most deliveries each worker handles at once, 1 to 1000; 0 restores WORKER_CONCURRENCY.",
+				Errors: []order.FieldError{{Pointer: "/per_worker", Detail: "must be a whole number from 0 to 1000"}}})
+			return
+		}
+		if err := notify.SetConcurrency(r.Context(), a.Redis, a.Enqueuer.Queue(), *req.PerWorker); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "set_concurrency"), slog.Int("per_worker", *req.PerWorker))
+		writeJSON(w, http.StatusOK, map[string]any{"queue": a.Enqueuer.Queue(), "concurrency_per_worker": *req.PerWorker})
+	})
+}
+
+func handleAdminListBlocks(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		blocks, err := notify.ActiveBlocks(r.Context(), a.DB)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"blocks": blocks})
+	})
+}
+
+func handleAdminAddBlock(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Kind      string `json:"kind"`
+			Value     string `json:"value"`
+			Reason    string `json:"reason"`
+			ExpiresIn string `json:"expires_in"`
+		}
+		raw, p := readJSONBody(w, r)
+		if p == nil {
+			p = decodeStrict(raw, &req, "")
+		}
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		var fields []order.FieldError
+		if req.Kind != "key" && req.Kind != "recipient" {
+			fields = append(fields, order.FieldError{Pointer: "/kind", Detail: "must be key or recipient"})
+		}
+		if strings.TrimSpace(req.Value) == "" {
+			fields = append(fields, order.FieldError{Pointer: "/value", Detail: "must not be empty"})
+		}
+		if strings.TrimSpace(req.Reason) == "" {
+			fields = append(fields, order.FieldError{Pointer: "/reason", Detail: "must say why, for the next person on call"})
+		}
+		ttl, err := time.ParseDuration(req.ExpiresIn)
+		if err != nil || ttl <= 0 || ttl > 30*24*time.Hour {
+			fields = append(fields, order.FieldError{Pointer: "/expires_in", Detail: "must be a duration such as 2h, at most 720h"})
+		}
+		if len(fields) > 0 {
+			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields})
+			return
+		}
+		b, err := notify.AddBlock(r.Context(), a.DB, req.Kind, strings.TrimSpace(req.Value), strings.TrimSpace(req.Reason), ttl)
+		if errors.Is(err, notify.ErrInvalidAddress) {
+			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.",
+				Errors: []order.FieldError{{Pointer: "/value", Detail: err.Error()}}})
+			return
+		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "block"), slog.Int64("block_id", b.ID), slog.String("kind", b.Kind))
+		writeJSON(w, http.StatusCreated, b)
+	})
+}
+
+func handleAdminDeleteBlock(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+		if err != nil {
+			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
+			return
+		}
+		if err := notify.RemoveBlock(r.Context(), a.DB, id); err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "unblock"), slog.Int64("block_id", id))
+		w.WriteHeader(http.StatusNoContent)
+	})
+}

@@ -1,0 +1,249 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+)
+
+func (s stack) admin(t *testing.T, method, path, body string) response {
+	t.Helper()
+	var rd *strings.Reader
+	ct := ""
+	if body != "" {
+		rd, ct = strings.NewReader(body), "application/json"
+	} else {
+		rd = strings.NewReader("")
+	}
+	return s.do(t, method, path, ct, rd, map[string]string{"Authorization": "Bearer " + adminToken})
+}
+
+func TestAdminRefusesWithoutTheToken(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	for name, header := range map[string]map[string]string{
+		"missing":      nil,
+		"wrong":        {"Authorization": "Bearer not-the-token-at-all"},
+		"wrong scheme": {"Authorization": "Basic " + adminToken},
+		"prefix only":  {"Authorization": "Bearer " + adminToken[:10]},
+	} {
+		res := s.do(t, http.MethodPost, "/admin/v1/queue/pause", "", nil, header)
+		if res.status != http.StatusUnauthorized || res.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s token: %d %s", name, res.status, res.body)
+		}
+	}
+	// Nothing happened: the queue is not paused.
+	res := s.admin(t, http.MethodGet, "/admin/v1/queue", "")
+	if strings.Contains(string(res.body), `"paused":true`) {
+		t.Errorf("an unauthenticated pause took effect: %s", res.body)
+	}
+}
+
+func TestAdminLooksUpDeliveriesWithTheirHistory(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	res := s.postOrder(t, validCheckout, nil)
+	var o order.Order
+	res.decode(t, &o)
+	n := o.Notifications[0]
+
+	for _, q := range []string{"?order_id=" + o.ID.String(), "?key=" + n.IdempotencyKey, "?status=pending&template=order-confirmation"} {
+		list := s.admin(t, http.MethodGet, "/admin/v1/deliveries"+strings.ReplaceAll(q, "+", "%2B"), "")
+		var out struct {
+			Deliveries []struct {
+				ID        uuid.UUID `json:"id"`
+				Recipient string    `json:"recipient"`
+			} `json:"deliveries"`
+		}
+		list.decode(t, &out)
+		if list.status != 200 || len(out.Deliveries) != 1 || out.Deliveries[0].ID != n.ID {
+			t.Errorf("list %s = %d %s", q, list.status, list.body)
+		}
+	}
+	one := s.admin(t, http.MethodGet, "/admin/v1/deliveries/"+n.ID.String(), "")
+	var detail struct {
+		Delivery struct {
+			Attempts int    `json:"attempts"`
+			Status   string `json:"status"`
+		} `json:"delivery"`
+		Events []notify.Event `json:"events"`
+	}
+	one.decode(t, &detail)
+	if one.status != 200 || detail.Delivery.Status != "pending" || len(detail.Events) != 1 || detail.Events[0].Event != "received" {
+		t.Errorf("detail = %d %s", one.status, one.body)
+	}
+	for path, status := range map[string]int{
+		"/admin/v1/deliveries/" + uuid.NewString(): 404,
+		"/admin/v1/deliveries/nope":                404,
+		"/admin/v1/deliveries?status=lost":         400,
+		"/admin/v1/deliveries?older_than=soon":     400,
+		"/admin/v1/deliveries?order_id=x":          400,
+		"/admin/v1/deliveries?limit=0":             400,
+	} {
+		if res := s.admin(t, http.MethodGet, path, ""); res.status != status {
+			t.Errorf("GET %s = %d, want %d", path, res.status, status)
+		}
+	}
+}
+
+func TestAdminRetryAndMarkSent(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	res := s.postOrder(t, validCheckout, nil)
+	var o order.Order
+	res.decode(t, &o)
+	id := o.Notifications[0].ID
+	path := "/admin/v1/deliveries/" + id.String()
+
+	// Pending and sent deliveries are not retried.
+	if res := s.admin(t, http.MethodPost, path+"/retry", ""); res.status != http.StatusConflict {
+		t.Errorf("retry of a pending delivery = %d %s", res.status, res.body)
+	}
+	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'sent', sent_at = now() WHERE id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	refused := s.admin(t, http.MethodPost, path+"/retry", `{"note": "customer says it never came"}`)
+	if refused.status != http.StatusConflict || !strings.Contains(string(refused.body), "never sent again") {
+		t.Errorf("retry of a sent delivery = %d %s", refused.status, refused.body)
+	}
+
+	// A failed one is retried under the same key, and queued.
+	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'failed', attempts = 5, last_error = '550' WHERE id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.inspector.DeleteTask(s.redis.Queue, notify.TaskID(id)); err != nil {
+		t.Fatal(err)
+	}
+	retried := s.admin(t, http.MethodPost, path+"/retry", `{"note": "mailbox fixed"}`)
+	var out struct {
+		Delivery struct {
+			Status         string `json:"status"`
+			Attempts       int    `json:"attempts"`
+			IdempotencyKey string `json:"idempotency_key"`
+		} `json:"delivery"`
+		Queued bool `json:"queued"`
+	}
+	retried.decode(t, &out)
+	if retried.status != 200 || out.Delivery.Status != "pending" || out.Delivery.Attempts != 0 || !out.Queued ||
+		out.Delivery.IdempotencyKey != o.Notifications[0].IdempotencyKey {
+		t.Errorf("retry = %d %s", retried.status, retried.body)
+	}
+	if _, err := s.inspector.GetTaskInfo(s.redis.Queue, notify.TaskID(id)); err != nil {
+		t.Errorf("retried delivery has no task: %v", err)
+	}
+
+	// mark-sent applies to held deliveries only, and needs the provider's id.
+	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "X1"}`); res.status != http.StatusConflict {
+		t.Errorf("mark-sent of a pending delivery = %d", res.status)
+	}
+	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'held' WHERE id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{}`); res.status != http.StatusUnprocessableEntity {
+		t.Errorf("mark-sent without a provider id = %d", res.status)
+	}
+	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "X1", "extra": 1}`); res.status != http.StatusBadRequest {
+		t.Errorf("mark-sent with an unknown field = %d", res.status)
+	}
+	if got := s.admin(t, http.MethodGet, path, ""); !strings.Contains(string(got.body), `"status":"held"`) {
+		t.Errorf("a refused request changed the row: %s", got.body)
+	}
+	marked := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "MH-123", "note": "seen in the provider's log"}`)
+	if marked.status != 200 || !strings.Contains(string(marked.body), `"status":"sent"`) {
+		t.Errorf("mark-sent = %d %s", marked.status, marked.body)
+	}
+	history := s.admin(t, http.MethodGet, path, "")
+	for _, ev := range []string{"operator_retry", "operator_mark_sent", "seen in the provider's log"} {
+		if !strings.Contains(string(history.body), ev) {
+			t.Errorf("history lacks %s: %s", ev, history.body)
+		}
+	}
+}
+
+func TestAdminQueueControls(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.postOrder(t, validCheckout, nil) // creates the queue
+	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/pause", ""); res.status != 200 {
+		t.Fatalf("pause = %d %s", res.status, res.body)
+	}
+	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/pause", ""); res.status != 200 {
+		t.Errorf("pausing twice = %d %s", res.status, res.body)
+	}
+	info := s.admin(t, http.MethodGet, "/admin/v1/queue", "")
+	if !strings.Contains(string(info.body), `"paused":true`) || !strings.Contains(string(info.body), `"pending":1`) {
+		t.Errorf("queue after pause: %s", info.body)
+	}
+	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/resume", ""); res.status != 200 {
+		t.Errorf("resume = %d", res.status)
+	}
+	if info := s.admin(t, http.MethodGet, "/admin/v1/queue", ""); !strings.Contains(string(info.body), `"paused":false`) {
+		t.Errorf("queue after resume: %s", info.body)
+	}
+
+	if res := s.admin(t, http.MethodPut, "/admin/v1/queue/concurrency", `{"per_worker": 2}`); res.status != 200 {
+		t.Errorf("set concurrency = %d %s", res.status, res.body)
+	}
+	if info := s.admin(t, http.MethodGet, "/admin/v1/queue", ""); !strings.Contains(string(info.body), `"concurrency_per_worker":2`) {
+		t.Errorf("queue after setting concurrency: %s", info.body)
+	}
+	for _, body := range []string{`{"per_worker": -1}`, `{}`, `{"per_worker": "2"}`} {
+		if res := s.admin(t, http.MethodPut, "/admin/v1/queue/concurrency", body); res.status != 400 && res.status != 422 {
+			t.Errorf("concurrency %s = %d", body, res.status)
+		}
+	}
+	if res := s.admin(t, http.MethodPut, "/admin/v1/queue/concurrency", `{"per_worker": 0}`); res.status != 200 {
+		t.Errorf("clear concurrency = %d", res.status)
+	}
+}
+
+func TestAdminBlocks(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	created := s.admin(t, http.MethodPost, "/admin/v1/blocks",
+		`{"kind": "recipient", "value": " Ana.Maria@Example.com ", "reason": "complaint: duplicate e-mails, ticket 4411", "expires_in": "2h"}`)
+	var b notify.Block
+	created.decode(t, &b)
+	if created.status != 201 || b.Value != "ana.maria@example.com" || b.Kind != "recipient" {
+		t.Fatalf("block = %d %s", created.status, created.body)
+	}
+	keyBlock := s.admin(t, http.MethodPost, "/admin/v1/blocks",
+		`{"kind": "key", "value": "order-confirmation:x:y@example.com", "reason": "replaying", "expires_in": "30m"}`)
+	if keyBlock.status != 201 {
+		t.Errorf("key block = %d %s", keyBlock.status, keyBlock.body)
+	}
+	for _, body := range []string{
+		`{"kind": "domain", "value": "example.com", "reason": "x", "expires_in": "1h"}`,
+		`{"kind": "key", "value": "k", "reason": "", "expires_in": "1h"}`,
+		`{"kind": "key", "value": "k", "reason": "x", "expires_in": "forever"}`,
+		`{"kind": "recipient", "value": "not an address", "reason": "x", "expires_in": "1h"}`,
+	} {
+		if res := s.admin(t, http.MethodPost, "/admin/v1/blocks", body); res.status != 422 {
+			t.Errorf("block %s = %d %s", body, res.status, res.body)
+		}
+	}
+	if res := s.admin(t, http.MethodPost, "/admin/v1/blocks", `{"kind": "key",`); res.status != 400 {
+		t.Errorf("malformed block = %d", res.status)
+	}
+	list := s.admin(t, http.MethodGet, "/admin/v1/blocks", "")
+	var out struct{ Blocks []notify.Block }
+	if err := json.Unmarshal(list.body, &out); err != nil || len(out.Blocks) != 2 {
+		t.Errorf("blocks = %s", list.body)
+	}
+	if res := s.admin(t, http.MethodDelete, "/admin/v1/blocks/"+jsonInt(b.ID), ""); res.status != 204 {
+		t.Errorf("unblock = %d %s", res.status, res.body)
+	}
+	if res := s.admin(t, http.MethodDelete, "/admin/v1/blocks/"+jsonInt(b.ID), ""); res.status != 404 {
+		t.Errorf("unblock twice = %d", res.status)
+	}
+}
+
+func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
