@@ -1,0 +1,91 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// reconciler --once runs one pass and prints what it did.
+func TestOncePrintsWhatItDid(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	defer dead.Close()
+	reg := prometheus.NewRegistry()
+	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), time.Hour, reg)
+	price := int64(100)
+	var ids []uuid.UUID
+	for _, email := range []string{"o1@example.com", "o2@example.com", "held@example.com"} {
+		o, _, err := orders.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "USD",
+			Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.Notifications[0].ID)
+	}
+	if _, err := db.Pool.Exec(ctx, `UPDATE notification_deliveries SET updated_at = now() - interval '1 hour';
+		UPDATE notification_deliveries SET status = 'sending', lease_token = gen_random_uuid(),
+		lease_expires_at = now() - interval '1 minute', handed_over_at = now() - interval '2 minutes'
+		WHERE recipient = 'held@example.com'`); err != nil {
+		t.Fatal(err)
+	}
+
+	env := map[string]string{
+		"DATABASE_URL": db.URL, "REDIS_URL": rd.URL, "DELIVERY_QUEUE": rd.Queue,
+		"RECONCILE_DEFAULT_POLICY": "hold", "PENDING_REENQUEUE_AFTER": "1m",
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, []string{"--once"}, func(k string) string { return env[k] }, &stdout, &stderr); err != nil {
+		t.Fatalf("run --once: %v\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"stale_sending=1", "held=1", "requeued_pending=2", "policy_hold=1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report %q lacks %s", out, want)
+		}
+	}
+	if !strings.Contains(stderr.String(), `"decision":"policy_hold"`) {
+		t.Errorf("no decision log line:\n%s", stderr.String())
+	}
+	ins := asynq.NewInspector(rd.Opt)
+	defer ins.Close()
+	for _, id := range ids[:2] {
+		if _, err := ins.GetTaskInfo(rd.Queue, notify.TaskID(id)); err != nil {
+			t.Errorf("delivery %s not queued: %v", id, err)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"RECONCILE_POLICIES":       "order-confirmation=resend,order-cancelled=hold,order-shipped=maybe",
+		"RECONCILE_DEFAULT_POLICY": "sometimes",
+		"MAIL_LOOKUP_API":          "sendgrid",
+		"RECONCILE_INTERVAL":       "0s",
+	}
+	err := run(context.Background(), []string{"--once"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil {
+		t.Fatal("bad configuration accepted")
+	}
+	for _, want := range []string{"order-cancelled", "order-shipped=maybe", "RECONCILE_DEFAULT_POLICY", "MAIL_LOOKUP_API", "RECONCILE_INTERVAL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}
