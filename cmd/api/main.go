@@ -29,6 +29,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
 func main() {
@@ -111,6 +112,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 
+	tp, stopTracing, err := tracing.Setup(ctx, "sekali-api", getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(sctx) // flushing spans is best effort
+	}()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	enqueuer := notify.NewEnqueuer(queue, cfg.Queue, log, reg)
@@ -127,6 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg,
+			Tracer: tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
 			Admin: httpapi.Admin{Token: cfg.AdminToken, DB: pool, Enqueuer: enqueuer, Inspector: inspector, Redis: rdb},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,

@@ -28,6 +28,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
 func main() {
@@ -131,6 +132,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer provider.Close()
 
+	tp, stopTracing, err := tracing.Setup(ctx, "sekali-worker", getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = stopTracing(sctx) // flushing spans is best effort
+	}()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	from, _ := notify.NormalizeAddress(cfg.SMTP.From) // validated by loadConfig
@@ -141,6 +152,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MessageIDDomain: from[strings.LastIndexByte(from, '@')+1:],
 		WorkerID:        workerID,
 		Concurrency:     cfg.Concurrency,
+		Tracer:          tp.Tracer("github.com/sekali-dev/sekali/internal/notify"),
 	}, log, notify.NewMetrics(reg))
 
 	srv := asynq.NewServer(cfg.Redis, asynq.Config{

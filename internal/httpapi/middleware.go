@@ -13,6 +13,12 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
 type ctxKey int
@@ -76,7 +82,7 @@ func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter 
 // observe gives every request an id (the caller's X-Request-Id when it is
 // sane), turns a panic into a 500, and writes exactly one log line and one
 // latency observation per request.
-func observe(log *slog.Logger, latency *prometheus.HistogramVec) func(http.Handler) http.Handler {
+func observe(log *slog.Logger, latency *prometheus.HistogramVec, tracer trace.Tracer) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
@@ -85,7 +91,11 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec) func(http.Handl
 				ri.id = newRequestID()
 			}
 			w.Header().Set("X-Request-Id", ri.id)
-			r = r.WithContext(context.WithValue(r.Context(), requestInfoKey, ri))
+			ctx := tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+			ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("sekali.request_id", ri.id)))
+			defer span.End()
+			r = r.WithContext(context.WithValue(ctx, requestInfoKey, ri))
 			rec := &statusRecorder{ResponseWriter: w}
 
 			defer func() {
@@ -107,6 +117,11 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec) func(http.Handl
 				}
 				elapsed := time.Since(start)
 				latency.WithLabelValues(r.Method, route, strconv.Itoa(rec.status)).Observe(elapsed.Seconds())
+				span.SetName(r.Method + " " + route)
+				span.SetAttributes(attribute.String("http.route", route), attribute.Int("http.response.status_code", rec.status))
+				if rec.status >= 500 {
+					span.SetStatus(codes.Error, http.StatusText(rec.status))
+				}
 
 				level := slog.LevelInfo
 				attrs := []slog.Attr{
@@ -116,6 +131,9 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec) func(http.Handl
 					slog.Int("status", rec.status),
 					slog.Int("bytes", rec.bytes),
 					slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000),
+				}
+				if sc := span.SpanContext(); sc.IsValid() {
+					attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
 				}
 				attrs = append(attrs, ri.attrs...)
 				if ri.err != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -31,6 +33,7 @@ type Deps struct {
 	Admin     Admin                 // the operator API under /admin/v1
 	Registry  prometheus.Registerer // receives the HTTP metrics
 	Gatherer  prometheus.Gatherer   // what /metrics exposes
+	Tracer    trace.Tracer          // one span per request; nil records none
 }
 
 // NewServer returns the API's handler.
@@ -43,7 +46,11 @@ func NewServer(d Deps) http.Handler {
 	d.Registry.MustRegister(latency)
 
 	r := chi.NewRouter()
-	r.Use(observe(d.Log, latency))
+	tracer := d.Tracer
+	if tracer == nil {
+		tracer = noop.NewTracerProvider().Tracer("")
+	}
+	r.Use(observe(d.Log, latency, tracer))
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No such endpoint."})
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -38,7 +39,8 @@ type stack struct {
 }
 
 type setupOpts struct {
-	redis asynq.RedisConnOpt // overrides the queue's Redis, e.g. with an unreachable one
+	redis  asynq.RedisConnOpt   // overrides the queue's Redis, e.g. with an unreachable one
+	tracer trace.TracerProvider // records the API's spans
 }
 
 func setup(t *testing.T, opts ...setupOpts) stack {
@@ -46,8 +48,16 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	db := testenv.NewDB(t)
 	rd := testenv.NewRedis(t)
 	queueRedis := rd.Opt
-	if len(opts) > 0 && opts[0].redis != nil {
-		queueRedis = opts[0].redis
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.redis != nil {
+		queueRedis = o.redis
+	}
+	var tracer trace.Tracer
+	if o.tracer != nil {
+		tracer = o.tracer.Tracer("test")
 	}
 
 	logs := &syncBuffer{}
@@ -71,7 +81,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg,
+		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg, Tracer: tracer,
 		Admin: httpapi.Admin{Token: adminToken, DB: db.Pool, Enqueuer: enq, Inspector: inspector, Redis: rdb},
 	}))
 	t.Cleanup(srv.Close)

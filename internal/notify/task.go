@@ -11,7 +11,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sekali-dev/sekali/internal/tracing"
 )
+
+// tracerName names this package's spans.
+const tracerName = "github.com/sekali-dev/sekali/internal/notify"
 
 // TaskTypeDeliver is the asynq task type that asks a worker to drive one
 // delivery to the provider.
@@ -46,8 +55,20 @@ func TaskID(deliveryID uuid.UUID) string {
 
 // NewDeliverTask builds the task for one delivery.
 func NewDeliverTask(d Delivery) *asynq.Task {
+	return newDeliverTask(context.Background(), d)
+}
+
+// newDeliverTask builds the task and carries the trace context of ctx in
+// its headers, so the worker's spans join the trace of the request that
+// caused the delivery.
+func newDeliverTask(ctx context.Context, d Delivery) *asynq.Task {
 	payload, _ := json.Marshal(deliverPayload{DeliveryID: d.ID, KeyHash: KeyHash(d.IdempotencyKey)}) // cannot fail
-	return asynq.NewTask(TaskTypeDeliver, payload)
+	headers := propagation.MapCarrier{}
+	tracing.Propagator.Inject(ctx, headers)
+	if len(headers) == 0 {
+		return asynq.NewTask(TaskTypeDeliver, payload)
+	}
+	return asynq.NewTaskWithHeaders(TaskTypeDeliver, payload, headers)
 }
 
 // Enqueuer hands recorded deliveries to the queue.
@@ -78,12 +99,20 @@ func (e *Enqueuer) Enqueue(ctx context.Context, d Delivery) error {
 }
 
 func (e *Enqueuer) enqueue(ctx context.Context, d Delivery) error {
-	_, err := e.client.EnqueueContext(ctx, NewDeliverTask(d),
+	// The span comes from the caller's tracer provider (none: a no-op).
+	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "enqueue delivery",
+		trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("sekali.delivery_id", d.ID.String()), attribute.String("sekali.template", d.Template)))
+	defer span.End()
+	_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d),
 		asynq.TaskID(TaskID(d.ID)),
 		asynq.Queue(e.queue),
 		asynq.Retention(taskRetention),
 		asynq.MaxRetry(maxTaskRetries),
 	)
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	return err
 }
 

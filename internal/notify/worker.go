@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,8 +19,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/sqlc-dev/pqtype"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
 // WorkerConfig tunes the delivery worker.
@@ -39,6 +46,8 @@ type WorkerConfig struct {
 	// Concurrency); an operator may lower it at run time, see
 	// WatchConcurrency.
 	Concurrency int
+	// Tracer records the attempt's spans; nil records none.
+	Tracer trace.Tracer
 }
 
 // Worker drives deliveries pending → sending → sent. It is the asynq
@@ -52,6 +61,7 @@ type Worker struct {
 	log       *slog.Logger
 	metrics   *Metrics
 	limit     *limiter
+	tracer    trace.Tracer
 }
 
 // NewWorker returns a Worker. db must be the primary: every decision is
@@ -66,6 +76,7 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, t
 		log:       log,
 		metrics:   metrics,
 		limit:     newLimiter(max(cfg.Concurrency, 1)),
+		tracer:    cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
 	}
 }
 
@@ -121,6 +132,20 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	a := &attempt{taskID: taskID}
 	retry, _ := asynq.GetRetryCount(ctx)
 	a.add(slog.String("task_id", taskID), slog.Int("retry", retry), slog.String("worker_id", w.cfg.WorkerID))
+	// Continue the trace of the request that recorded the delivery.
+	ctx = tracing.Propagator.Extract(ctx, propagation.MapCarrier(task.Headers()))
+	ctx, span := w.tracer.Start(ctx, "deliver notification", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("messaging.message.id", taskID), attribute.Int("sekali.retry", retry)))
+	if sc := span.SpanContext(); sc.IsValid() {
+		a.add(slog.String("trace_id", sc.TraceID().String()))
+	}
+	defer func() {
+		span.SetAttributes(attribute.String("sekali.result", a.result))
+		if err != nil && !errors.Is(err, errLockBusy) {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}()
 	defer func() {
 		elapsed := time.Since(start)
 		w.metrics.processing.Observe(elapsed.Seconds())
@@ -148,6 +173,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		return fmt.Errorf("malformed task payload %q: %v: %w", truncate(task.Payload(), 200), jerr, asynq.SkipRetry)
 	}
 	a.add(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
+	span.SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
 
 	// 1. The cache may say "sent"; only that answer is ever believed.
 	if w.lock.cachedSent(ctx, p.KeyHash) {
@@ -229,9 +255,11 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		return nil
 	}
 	lease := uuid.New()
-	claimedRow, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{
+	cctx, claimSpan := w.tracer.Start(ctx, "claim")
+	claimedRow, err := q.ClaimDelivery(cctx, dbsqlc.ClaimDeliveryParams{
 		ID: row.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds(), Actor: w.cfg.WorkerID, TaskID: taskID,
 	})
+	claimSpan.End()
 	claimed := dbsqlc.NotificationDelivery(claimedRow)
 	if errors.Is(err, pgx.ErrNoRows) {
 		w.notClaimable(ctx, a, q, row.ID)
@@ -331,7 +359,9 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		return nil
 	}
 
+	_, renderSpan := w.tracer.Start(ctx, "render", trace.WithAttributes(attribute.String("sekali.template", d.Template)))
 	r, err := w.templates.Render(d.Template, d.TemplateData)
+	renderSpan.End()
 	if err != nil {
 		reason := "render: " + err.Error()
 		if ferr := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); ferr != nil {
@@ -362,9 +392,16 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		return err
 	}
 	sendStart := time.Now()
-	providerID, sendErr := w.provider.Send(ctx, msg, handOver)
+	pctx, sendSpan := w.tracer.Start(ctx, "provider send", trace.WithSpanKind(trace.SpanKindClient))
+	providerID, sendErr := w.provider.Send(pctx, msg, handOver)
 	w.metrics.sendLatency.Observe(time.Since(sendStart).Seconds())
+	if sendErr != nil {
+		sendSpan.SetStatus(codes.Error, sendErr.Error())
+	}
+	sendSpan.End()
 	hb.stop()
+	ctx, recordSpan := w.tracer.Start(ctx, "record outcome")
+	defer recordSpan.End()
 	if hb.lockLost() {
 		*lockLost = true
 		w.metrics.lockExpired.Inc()

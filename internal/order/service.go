@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -83,6 +84,8 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 	}
 	hash := sha256.Sum256(fingerprint)
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision
+	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/sekali-dev/sekali/internal/order").Start(ctx, "checkout transaction")
+	defer span.End()
 
 	var deliveries []notify.Delivery
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

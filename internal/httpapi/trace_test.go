@@ -1,0 +1,106 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+)
+
+// The checkout request and the worker's attempt are one trace: the trace
+// context rides in the asynq task's headers.
+func TestCheckoutAndDeliveryShareOneTrace(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	s := setup(t, setupOpts{tracer: tp})
+
+	sink, err := smtpsink.Start(smtpsink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	templates, err := notify.LoadTemplates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider, err := notify.NewSMTP(notify.SMTPConfig{Host: sink.Host(), Port: sink.Port(), TLS: notify.TLSNone,
+		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(provider.Close)
+	rdb := redisconn.NewClient(s.redis.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	w := notify.NewWorker(s.db.Pool, rdb, provider, templates, notify.WorkerConfig{
+		LockTTL: 10 * time.Second, MaxAttempts: 3, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
+		WorkerID: "trace-test", Concurrency: 2, Tracer: tp.Tracer("worker"),
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
+	srv := asynq.NewServer(s.redis.Opt, asynq.Config{Concurrency: 2, Queues: map[string]int{s.redis.Queue: 1},
+		TaskCheckInterval: 20 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(w); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+
+	res := s.postOrder(t, validCheckout, nil)
+	var o order.Order
+	res.decode(t, &o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := sink.WaitForCount(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"POST /v1/orders": false, "checkout transaction": false, "enqueue delivery": false,
+		"deliver notification": false, "claim": false, "render": false, "provider send": false, "record outcome": false}
+	var spans tracetest.SpanStubs
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		spans = exp.GetSpans()
+		done := true
+		for name := range want {
+			found := false
+			for _, sp := range spans {
+				found = found || sp.Name == name
+			}
+			done = done && found
+		}
+		if done {
+			break
+		}
+	}
+	var root string
+	byName := map[string]tracetest.SpanStub{}
+	for _, sp := range spans {
+		byName[sp.Name] = sp
+	}
+	server, ok := byName["POST /v1/orders"]
+	if !ok {
+		t.Fatalf("no server span among %d spans", len(spans))
+	}
+	root = server.SpanContext.TraceID().String()
+	for name := range want {
+		sp, ok := byName[name]
+		if !ok {
+			t.Errorf("no %q span", name)
+			continue
+		}
+		if got := sp.SpanContext.TraceID().String(); got != root {
+			t.Errorf("span %q is in trace %s, the checkout in %s", name, got, root)
+		}
+	}
+	if p := byName["deliver notification"].Parent; p.SpanID() != byName["enqueue delivery"].SpanContext.SpanID() {
+		t.Errorf("the worker's span is not a child of the enqueue span")
+	}
+}
