@@ -139,7 +139,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg,
 			Tracer: tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
-			Admin: httpapi.Admin{Token: cfg.AdminToken, DB: pool, Enqueuer: enqueuer, Inspector: inspector, Redis: rdb},
+			Admin:  httpapi.Admin{Token: cfg.AdminToken, DB: pool, Enqueuer: enqueuer, Inspector: inspector, Redis: rdb},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
