@@ -4,7 +4,7 @@ SQLC_VERSION := v1.31.1
 SQLC := bin/sqlc-$(SQLC_VERSION)
 GO ?= go
 
-.PHONY: help test preflight sqlc sqlc-check vet compose-check ci up
+.PHONY: help test preflight sqlc sqlc-check vet compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -26,13 +26,18 @@ sqlc: $(SQLC) ## regenerate internal/dbsqlc from db/migrations and db/queries
 sqlc-check: $(SQLC) ## fail if the committed generated code differs from what sqlc makes
 	$(SQLC) diff
 
-vet: ## go vet every package
+vet: ## go vet every package and check gofmt
 	$(GO) vet ./...
+	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 
 compose-check: ## validate docker-compose.yml without a Docker engine
 	docker-compose config -q
 
-ci: test sqlc-check vet compose-check ## what .ci/run runs after starting the services
+deploy-check: ## validate the Prometheus config and alert rules (needs promtool)
+	promtool check config --syntax-only deploy/prometheus/prometheus.yml
+	promtool check rules deploy/prometheus/alerts.yml
+
+ci: test sqlc-check vet compose-check deploy-check ## what .ci/run runs after starting the services
 
 up: ## run the whole stack (needs a Docker engine)
 	docker compose up --build

@@ -7,9 +7,11 @@ SELECT count(*) FROM notification_deliveries WHERE status = 'held';
 
 -- name: PickStaleSending :one
 -- One sending row whose lease has expired, locked for this reconciler;
--- rows another reconciler holds are skipped, not waited for.
+-- rows another reconciler holds are skipped, not waited for, and so are
+-- the ones this pass could not decide about (skip).
 SELECT * FROM notification_deliveries
 WHERE status = 'sending' AND lease_expires_at < now()
+  AND NOT (id = ANY(@skip::uuid[]))
 ORDER BY lease_expires_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED;

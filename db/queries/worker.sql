@@ -90,10 +90,12 @@ FROM upd;
 
 -- name: ReleaseForRetry :execrows
 -- A temporary failure before the provider could have accepted anything:
--- back to pending for the next attempt.
+-- back to pending for the next attempt. An attempt that never reached the
+-- provider (refund_attempt) does not count against MAX_ATTEMPTS.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
+        attempts         = d.attempts - CASE WHEN @refund_attempt::boolean THEN 1 ELSE 0 END,
         last_error       = @last_error::text,
         lease_token      = NULL,
         lease_expires_at = NULL,

@@ -94,15 +94,17 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 const pickStaleSending = `-- name: PickStaleSending :one
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries
 WHERE status = 'sending' AND lease_expires_at < now()
+  AND NOT (id = ANY($1::uuid[]))
 ORDER BY lease_expires_at
 LIMIT 1
 FOR UPDATE SKIP LOCKED
 `
 
 // One sending row whose lease has expired, locked for this reconciler;
-// rows another reconciler holds are skipped, not waited for.
-func (q *Queries) PickStaleSending(ctx context.Context) (NotificationDelivery, error) {
-	row := q.db.QueryRow(ctx, pickStaleSending)
+// rows another reconciler holds are skipped, not waited for, and so are
+// the ones this pass could not decide about (skip).
+func (q *Queries) PickStaleSending(ctx context.Context, skip []uuid.UUID) (NotificationDelivery, error) {
+	row := q.db.QueryRow(ctx, pickStaleSending, skip)
 	var i NotificationDelivery
 	err := row.Scan(
 		&i.ID,

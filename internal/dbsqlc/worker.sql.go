@@ -372,14 +372,15 @@ const releaseForRetry = `-- name: ReleaseForRetry :execrows
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
+        attempts         = d.attempts - CASE WHEN $3::boolean THEN 1 ELSE 0 END,
         last_error       = $2::text,
         lease_token      = NULL,
         lease_expires_at = NULL,
         handed_over_at   = NULL,
         updated_at       = now()
-    WHERE d.id = $3
+    WHERE d.id = $4
       AND d.status = 'sending'
-      AND d.lease_token = $4::uuid
+      AND d.lease_token = $5::uuid
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -389,18 +390,21 @@ FROM upd
 `
 
 type ReleaseForRetryParams struct {
-	Actor      string
-	LastError  string
-	ID         uuid.UUID
-	LeaseToken uuid.UUID
+	Actor         string
+	LastError     string
+	RefundAttempt bool
+	ID            uuid.UUID
+	LeaseToken    uuid.UUID
 }
 
 // A temporary failure before the provider could have accepted anything:
-// back to pending for the next attempt.
+// back to pending for the next attempt. An attempt that never reached the
+// provider (refund_attempt) does not count against MAX_ATTEMPTS.
 func (q *Queries) ReleaseForRetry(ctx context.Context, arg ReleaseForRetryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, releaseForRetry,
 		arg.Actor,
 		arg.LastError,
+		arg.RefundAttempt,
 		arg.ID,
 		arg.LeaseToken,
 	)

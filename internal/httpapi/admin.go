@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -93,6 +95,23 @@ func requireAdmin(token string) func(http.Handler) http.Handler {
 	}
 }
 
+// textProblem says what is wrong with an operator's free text, "" if
+// nothing: PostgreSQL refuses NUL and invalid UTF-8, and one-line fields
+// take no control characters at all.
+func textProblem(s string, max int, oneLine bool) string {
+	switch {
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	case utf8.RuneCountInString(s) > max:
+		return "must be at most " + strconv.Itoa(max) + " characters"
+	case strings.ContainsRune(s, 0):
+		return "must not contain NUL characters"
+	case oneLine && strings.ContainsFunc(s, unicode.IsControl):
+		return "must not contain control characters"
+	}
+	return ""
+}
+
 func badRequest(w http.ResponseWriter, r *http.Request, pointer, detail string) {
 	writeProblem(w, r, problem{Type: typeInvalidQuery, Status: http.StatusBadRequest, Detail: detail,
 		Errors: []order.FieldError{{Pointer: pointer, Detail: detail}}})
@@ -101,6 +120,12 @@ func badRequest(w http.ResponseWriter, r *http.Request, pointer, detail string) 
 func handleAdminListDeliveries(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
+		for _, name := range []string{"template", "key"} {
+			if p := textProblem(q.Get(name), 500, true); p != "" {
+				badRequest(w, r, name, name+" "+p)
+				return
+			}
+		}
 		f := notify.Filter{Template: q.Get("template"), Key: q.Get("key"), Limit: 100}
 		if s := q.Get("status"); s != "" {
 			switch notify.Status(s) {
@@ -183,20 +208,33 @@ type adminActionRequest struct {
 	ProviderMessageID string `json:"provider_message_id"`
 }
 
-// decodeAdminBody reads an optional JSON body.
-func decodeAdminBody(w http.ResponseWriter, r *http.Request, dst any) bool {
+// decodeAdminAction reads the optional JSON body of a delivery action.
+func decodeAdminAction(w http.ResponseWriter, r *http.Request) (adminActionRequest, bool) {
+	var req adminActionRequest
 	if r.ContentLength == 0 {
-		return true
+		return req, true
 	}
 	raw, p := readJSONBody(w, r)
 	if p == nil {
-		p = decodeStrict(raw, dst, "")
+		p = decodeStrict(raw, &req, "")
+	}
+	if p == nil {
+		var fields []order.FieldError
+		if d := textProblem(req.Note, 1000, false); d != "" {
+			fields = append(fields, order.FieldError{Pointer: "/note", Detail: d})
+		}
+		if d := textProblem(req.ProviderMessageID, 500, true); d != "" {
+			fields = append(fields, order.FieldError{Pointer: "/provider_message_id", Detail: d})
+		}
+		if len(fields) > 0 {
+			p = &problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields}
+		}
 	}
 	if p != nil {
 		writeProblem(w, r, *p)
-		return false
+		return req, false
 	}
-	return true
+	return req, true
 }
 
 func actorOf(r *http.Request) string { return "admin:" + requestIDFrom(r.Context()) }
@@ -209,8 +247,8 @@ func handleAdminRetry(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		var req adminActionRequest
-		if !decodeAdminBody(w, r, &req) {
+		req, ok := decodeAdminAction(w, r)
+		if !ok {
 			return
 		}
 		d, err := notify.OperatorRetry(r.Context(), a.DB, id, actorOf(r), req.Note)
@@ -237,8 +275,8 @@ func handleAdminMarkSent(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		var req adminActionRequest
-		if !decodeAdminBody(w, r, &req) {
+		req, ok := decodeAdminAction(w, r)
+		if !ok {
 			return
 		}
 		if strings.TrimSpace(req.ProviderMessageID) == "" {
@@ -259,8 +297,8 @@ func handleAdminMarkSent(a Admin) http.Handler {
 func handleAdminQueue(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		queue := a.Enqueuer.Queue()
-		info, err := a.Inspector.GetQueueInfo(queue)
-		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+		info, err := notify.QueueInfo(a.Inspector, queue)
+		if err != nil {
 			writeError(w, r, err)
 			return
 		}
@@ -269,19 +307,11 @@ func handleAdminQueue(a Admin) http.Handler {
 			writeError(w, r, err)
 			return
 		}
-		out := map[string]any{"queue": queue, "concurrency_per_worker": limit}
-		if info != nil {
-			out["paused"] = info.Paused
-			out["size"] = info.Size
-			out["pending"] = info.Pending
-			out["active"] = info.Active
-			out["scheduled"] = info.Scheduled
-			out["retry"] = info.Retry
-			out["archived"] = info.Archived
-			out["completed"] = info.Completed
-			out["latency_seconds"] = info.Latency.Seconds()
-		}
-		writeJSON(w, http.StatusOK, out)
+		writeJSON(w, http.StatusOK, map[string]any{
+			"queue": queue, "concurrency_per_worker": limit, "paused": info.Paused, "size": info.Size,
+			"pending": info.Pending, "active": info.Active, "scheduled": info.Scheduled, "retry": info.Retry,
+			"archived": info.Archived, "completed": info.Completed, "latency_seconds": info.Latency.Seconds(),
+		})
 	})
 }
 
@@ -367,9 +397,13 @@ func handleAdminAddBlock(a Admin) http.Handler {
 		}
 		if strings.TrimSpace(req.Value) == "" {
 			fields = append(fields, order.FieldError{Pointer: "/value", Detail: "must not be empty"})
+		} else if d := textProblem(req.Value, 500, true); d != "" {
+			fields = append(fields, order.FieldError{Pointer: "/value", Detail: d})
 		}
 		if strings.TrimSpace(req.Reason) == "" {
 			fields = append(fields, order.FieldError{Pointer: "/reason", Detail: "must say why, for the next person on call"})
+		} else if d := textProblem(req.Reason, 1000, false); d != "" {
+			fields = append(fields, order.FieldError{Pointer: "/reason", Detail: d})
 		}
 		ttl, err := time.ParseDuration(req.ExpiresIn)
 		if err != nil || ttl <= 0 || ttl > 30*24*time.Hour {

@@ -86,6 +86,8 @@ func TestAdminLooksUpDeliveriesWithTheirHistory(t *testing.T) {
 		"/admin/v1/deliveries?older_than=soon":     400,
 		"/admin/v1/deliveries?order_id=x":          400,
 		"/admin/v1/deliveries?limit=0":             400,
+		"/admin/v1/deliveries?key=%00":             400,
+		"/admin/v1/deliveries?template=%ff":        400,
 	} {
 		if res := s.admin(t, http.MethodGet, path, ""); res.status != status {
 			t.Errorf("GET %s = %d, want %d", path, res.status, status)
@@ -149,6 +151,9 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 	}
 	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{}`); res.status != http.StatusUnprocessableEntity {
 		t.Errorf("mark-sent without a provider id = %d", res.status)
+	}
+	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "X1", "note": "\u0000"}`); res.status != http.StatusUnprocessableEntity {
+		t.Errorf("mark-sent with a NUL in the note = %d %s", res.status, res.body)
 	}
 	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "X1", "extra": 1}`); res.status != http.StatusBadRequest {
 		t.Errorf("mark-sent with an unknown field = %d", res.status)
@@ -225,6 +230,14 @@ func TestAdminBlocks(t *testing.T) {
 		`{"kind": "key", "value": "k", "reason": "", "expires_in": "1h"}`,
 		`{"kind": "key", "value": "k", "reason": "x", "expires_in": "forever"}`,
 		`{"kind": "recipient", "value": "not an address", "reason": "x", "expires_in": "1h"}`,
+	} {
+		if res := s.admin(t, http.MethodPost, "/admin/v1/blocks", body); res.status != 422 {
+			t.Errorf("block %s = %d %s", body, res.status, res.body)
+		}
+	}
+	for _, body := range []string{
+		`{"kind": "key", "value": "k\u0000", "reason": "x", "expires_in": "1h"}`,
+		`{"kind": "key", "value": "k", "reason": "nul \u0000 inside", "expires_in": "1h"}`,
 	} {
 		if res := s.admin(t, http.MethodPost, "/admin/v1/blocks", body); res.status != 422 {
 			t.Errorf("block %s = %d %s", body, res.status, res.body)

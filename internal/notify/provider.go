@@ -65,6 +65,8 @@ type SendError struct {
 	Outcome Outcome
 	Code    int // SMTP reply code when the provider gave one
 	Err     error
+
+	handedOver bool // the lease check passed; never retried inside Send
 }
 
 func (e *SendError) Error() string {

@@ -79,7 +79,14 @@ func plainTextAllowed(host string) bool {
 type SMTP struct {
 	cfg    SMTPConfig
 	domain string // of From, for Message-IDs
-	idle   chan *smtp.Client
+	idle   chan *smtpConn
+}
+
+// smtpConn is a client and the connection under it, whose deadline the
+// provider sets itself, in absolute time.
+type smtpConn struct {
+	*smtp.Client
+	conn net.Conn
 }
 
 // NewSMTP returns an SMTP provider; cfg must be valid.
@@ -94,7 +101,7 @@ func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
 		cfg.MaxIdle = 1
 	}
 	from, _ := NormalizeAddress(cfg.From)
-	return &SMTP{cfg: cfg, domain: from[strings.LastIndexByte(from, '@')+1:], idle: make(chan *smtp.Client, cfg.MaxIdle)}, nil
+	return &SMTP{cfg: cfg, domain: from[strings.LastIndexByte(from, '@')+1:], idle: make(chan *smtpConn, cfg.MaxIdle)}, nil
 }
 
 // Close closes the idle connections.
@@ -116,65 +123,76 @@ func (s *SMTP) Send(ctx context.Context, m Message, handOver func() error) (stri
 	if err != nil {
 		return "", &SendError{Outcome: OutcomePermanent, Err: fmt.Errorf("compose message: %w", err)}
 	}
-	// A kept connection may have been closed by the server while idle:
-	// if it fails before the data, try once more on a fresh one.
+	// A kept connection may have been closed by the server while idle,
+	// with or without a 421: if it fails before the data, try once more
+	// on a fresh one.
 	for try := 0; ; try++ {
 		c, reused, err := s.conn(ctx)
 		if err != nil {
 			return "", &SendError{Outcome: OutcomeTemporary, Err: err}
 		}
-		id, err := s.transact(c, m, raw, handOver)
+		id, err := s.transact(ctx, c, m, raw, handOver)
 		var se *SendError
-		if reused && try == 0 && errors.As(err, &se) && se.Outcome == OutcomeTemporary && se.Code == 0 {
+		if reused && try == 0 && errors.As(err, &se) && se.Outcome == OutcomeTemporary && (se.Code == 0 || se.Code == 421) && !se.handedOver {
 			continue
 		}
 		return id, err
 	}
 }
 
+// deadline is when an exchange begun now must be over: SMTP_TIMEOUT from
+// now, or the caller's deadline if that is sooner.
+func (s *SMTP) deadline(ctx context.Context, now time.Time) time.Time {
+	d := now.Add(s.cfg.Timeout)
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
+		return cd
+	}
+	return d
+}
+
 // transact runs one SMTP transaction on c and puts c back when it is
 // still usable.
-func (s *SMTP) transact(c *smtp.Client, m Message, raw []byte, handOver func() error) (string, error) {
-	broken := func(outcome Outcome, err error) (string, error) {
-		_ = c.Close()
+func (s *SMTP) transact(ctx context.Context, c *smtpConn, m Message, raw []byte, handOver func() error) (string, error) {
+	handedOver := false
+	fail := func(outcome Outcome, err error) (string, error) {
 		code := 0
 		var perr *textproto.Error
 		if errors.As(err, &perr) {
 			code = perr.Code
-			if outcome != OutcomeAmbiguous {
-				outcome = OutcomeTemporary
-				if code >= 500 {
-					outcome = OutcomePermanent
-				}
-			}
 		}
-		return "", &SendError{Outcome: outcome, Code: code, Err: err}
-	}
-	rejected := func(err error) (string, error) {
-		var perr *textproto.Error
-		if !errors.As(err, &perr) {
-			return broken(OutcomeTemporary, err)
-		}
-		// A refusal ends the transaction, not the connection.
-		s.put(c)
-		outcome := OutcomeTemporary
-		if perr.Code >= 500 {
+		switch {
+		case outcome == OutcomeAmbiguous:
+		case code >= 500:
 			outcome = OutcomePermanent
+		default:
+			outcome = OutcomeTemporary
 		}
-		return "", &SendError{Outcome: outcome, Code: perr.Code, Err: err}
+		// A refusal ends the transaction, not the connection; 421 means
+		// the server is closing it, and anything without a code left it in
+		// an unknown state.
+		if code != 0 && code != 421 && outcome != OutcomeAmbiguous && c.Reset() == nil {
+			s.put(c)
+		} else {
+			_ = c.Close()
+		}
+		return "", &SendError{Outcome: outcome, Code: code, Err: err, handedOver: handedOver}
 	}
 
-	if err := c.UpdateDeadline(s.cfg.Timeout); err != nil {
-		return broken(OutcomeTemporary, err)
+	if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
+		return fail(OutcomeTemporary, err)
 	}
 	if err := c.Mail(s.cfg.From); err != nil {
-		return rejected(err)
+		return fail(OutcomeTemporary, err)
 	}
 	if err := c.Rcpt(m.To); err != nil {
-		_ = c.Reset()
-		return rejected(err)
+		return fail(OutcomeTemporary, err)
 	}
-	// Last chance to stay out: once the data goes, the provider may have it.
+	// Last chance to stay out: once the data goes, the provider may have
+	// it. The data's deadline counts from before the lease check and is
+	// never extended after it: SMTP_TIMEOUT < LOCK_TTL then guarantees
+	// that a worker frozen after the check cannot start writing the data
+	// once its lease has run out and the reconciler may act.
+	before := time.Now()
 	if err := handOver(); err != nil {
 		if rerr := c.Reset(); rerr != nil {
 			_ = c.Close()
@@ -183,24 +201,25 @@ func (s *SMTP) transact(c *smtp.Client, m Message, raw []byte, handOver func() e
 		}
 		return "", &SendError{Outcome: OutcomeAborted, Err: err}
 	}
-	if err := c.UpdateDeadline(s.cfg.Timeout); err != nil {
-		return broken(OutcomeTemporary, err)
+	handedOver = true
+	if err := c.conn.SetDeadline(s.deadline(ctx, before)); err != nil {
+		return fail(OutcomeTemporary, err)
 	}
 	w, err := c.Data()
 	if err != nil {
-		return rejected(err)
+		return fail(OutcomeTemporary, err)
 	}
 	if _, err := w.Write(raw); err != nil {
 		// The terminating dot never went out: the server must discard it.
-		return broken(OutcomeTemporary, fmt.Errorf("write message data: %w", err))
+		return fail(OutcomeTemporary, fmt.Errorf("write message data: %w", err))
 	}
 	if err := w.Close(); err != nil {
 		var perr *textproto.Error
 		if errors.As(err, &perr) {
-			return rejected(err)
+			return fail(OutcomeTemporary, err) // a definite refusal, classified by its code
 		}
 		// The whole message went out and no answer came back.
-		return broken(OutcomeAmbiguous, fmt.Errorf("no reply after the message data: %w", err))
+		return fail(OutcomeAmbiguous, fmt.Errorf("no reply after the message data: %w", err))
 	}
 	id := m.MessageID
 	if dc, ok := w.(*smtp.DataCloser); ok {
@@ -225,7 +244,7 @@ func queuedID(reply string) string {
 	return strings.Trim(f[0], "<>")
 }
 
-func (s *SMTP) put(c *smtp.Client) {
+func (s *SMTP) put(c *smtpConn) {
 	select {
 	case s.idle <- c:
 	default:
@@ -235,7 +254,7 @@ func (s *SMTP) put(c *smtp.Client) {
 }
 
 // conn returns an idle connection or dials a new one.
-func (s *SMTP) conn(ctx context.Context) (c *smtp.Client, reused bool, err error) {
+func (s *SMTP) conn(ctx context.Context) (c *smtpConn, reused bool, err error) {
 	select {
 	case c := <-s.idle:
 		return c, true, nil
@@ -245,14 +264,14 @@ func (s *SMTP) conn(ctx context.Context) (c *smtp.Client, reused bool, err error
 	return c, false, err
 }
 
-func (s *SMTP) dial(ctx context.Context) (*smtp.Client, error) {
+func (s *SMTP) dial(ctx context.Context) (*smtpConn, error) {
 	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
 	d := net.Dialer{Timeout: s.cfg.Timeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
-	if err := conn.SetDeadline(time.Now().Add(s.cfg.Timeout)); err != nil {
+	if err := conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -290,7 +309,7 @@ func (s *SMTP) dial(ctx context.Context) (*smtp.Client, error) {
 			return nil, fmt.Errorf("smtp auth: %w", err)
 		}
 	}
-	return c, nil
+	return &smtpConn{Client: c, conn: conn}, nil
 }
 
 // compose builds the MIME message: text and HTML alternatives, the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,7 +45,10 @@ type deliverPayload struct {
 
 // maxTaskRetries bounds asynq's own retries of one task. The worker gives
 // up on a delivery after MAX_ATTEMPTS sends, well before this; the bound
-// only stops a task that keeps meeting a busy lock from cycling forever.
+// stops a task whose database or Redis errors never end. (Waiting for a
+// busy lock is not a failure to asynq and does not count.) A task that
+// runs out is archived; its row stays pending and the reconciler
+// re-queues it.
 const maxTaskRetries = 30
 
 // TaskID is the asynq task id of a delivery. Derived from the delivery, it
@@ -174,4 +178,21 @@ func (e *Enqueuer) EnqueueAfterCommit(ctx context.Context, deliveries []Delivery
 			)
 		}
 	}
+}
+
+// QueueInfo returns asynq's statistics for queue; a queue that has never
+// held a task does not exist in Redis yet and reads as empty.
+func QueueInfo(ins *asynq.Inspector, queue string) (*asynq.QueueInfo, error) {
+	queues, err := ins.Queues()
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	if !slices.Contains(queues, queue) {
+		return &asynq.QueueInfo{Queue: queue}, nil
+	}
+	info, err := ins.GetQueueInfo(queue)
+	if err != nil {
+		return nil, fmt.Errorf("inspect queue %s: %w", queue, err)
+	}
+	return info, nil
 }

@@ -400,6 +400,11 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 	}
 	sendSpan.End()
 	hb.stop()
+	// The outcome is written whatever time the send took: a message the
+	// provider accepted must be recorded as sent even if SEND_TIMEOUT ran
+	// out while waiting for its reply.
+	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancelRecord()
 	ctx, recordSpan := w.tracer.Start(ctx, "record outcome")
 	defer recordSpan.End()
 	if hb.lockLost() {
@@ -433,8 +438,8 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 			return w.recordFailed(ctx, a, d, errLeaseLost)
 		}
 		// The lock was lost before the data went out: nothing was sent,
-		// try again later.
-		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
+		// so the attempt is given back, and the delivery tried again later.
+		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID, RefundAttempt: true})); err != nil {
 			return w.recordFailed(ctx, a, d, err)
 		}
 		w.metrics.retries.WithLabelValues("lock_expired").Inc()
@@ -450,7 +455,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 			w.finish(a, d, StatusFailed, "failed")
 			return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
 		}
-		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
+		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID, RefundAttempt: false})); err != nil {
 			return w.recordFailed(ctx, a, d, err)
 		}
 		retryReason := "connection"

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"log/slog"
+
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
@@ -684,5 +686,124 @@ func TestBlockedRecipientWaits(t *testing.T) {
 	}
 	if n := e.sink.Count(); n != 1 {
 		t.Errorf("%d e-mails after the block was lifted, want 1", n)
+	}
+}
+
+// handOverHook lets a test act right after the last lease check passed.
+type handOverHook struct {
+	inner notify.Provider
+	after func()
+}
+
+func (p handOverHook) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+	return p.inner.Send(ctx, m, func() error {
+		err := handOver()
+		if err == nil {
+			p.after()
+		}
+		return err
+	})
+}
+
+// A worker frozen right after its last lease check, for longer than
+// SMTP_TIMEOUT, cannot start the data when it wakes: the data's deadline
+// counts from before the check and is not renewed.
+func TestNoDataAfterTheDeadlineThatFollowsTheLeaseCheck(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	p, err := notify.NewSMTP(notify.SMTPConfig{Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
+		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key", Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	w := e.worker(t, workerOpts{provider: handOverHook{inner: p, after: func() { time.Sleep(500 * time.Millisecond) }}})
+	d := e.checkout(t, "frozen@example.com")
+	err = w.ProcessTask(context.Background(), notify.NewDeliverTask(d))
+	if err == nil || isSkipRetry(err) {
+		t.Fatalf("err = %v, want a temporary failure", err)
+	}
+	if n := e.sink.Count(); n != 0 {
+		t.Errorf("%d e-mails written after the deadline", n)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending {
+		t.Errorf("row: %+v", got)
+	}
+}
+
+// The provider accepted the message just as SEND_TIMEOUT ran out: it is
+// still recorded as sent.
+func TestAcceptedMessageIsRecordedEvenPastTheSendTimeout(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	slow := pausingProvider{inner: e.smtp(t), afterAccept: func() { time.Sleep(700 * time.Millisecond) }}
+	w := notify.NewWorker(e.db.Pool, e.rdb, slow, e.templates, notify.WorkerConfig{
+		LockTTL: 10 * time.Second, MaxAttempts: 3, SendTimeout: 500 * time.Millisecond,
+		MessageIDDomain: mailDomain, WorkerID: t.Name(), Concurrency: 1,
+	}, slog.New(slog.NewJSONHandler(e.logs, nil)), e.metrics)
+	d := e.checkout(t, "slow@example.com")
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent {
+		t.Errorf("row after a late accept: %s (%s)", got.Status, got.LastError)
+	}
+}
+
+// A kept connection the server closes with 421 (idle timeout) is
+// replaced, not reported as a failed attempt.
+func TestKeptConnectionClosedWith421IsReplaced(t *testing.T) {
+	t.Parallel()
+	var idleTimeout atomic.Bool
+	e := setup(t, smtpsink.Config{OnMail: func(string) error {
+		if idleTimeout.CompareAndSwap(true, false) {
+			return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 4, 2}, Message: "idle timeout"}
+		}
+		return nil
+	}})
+	w := e.worker(t, workerOpts{})
+	ctx := context.Background()
+	if err := process(ctx, w, e.checkout(t, "first@example.com")); err != nil {
+		t.Fatal(err)
+	}
+	idleTimeout.Store(true)
+	d := e.checkout(t, "second@example.com")
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+		t.Fatalf("second delivery: %v", err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent || got.Attempts != 1 {
+		t.Errorf("row: %+v", got)
+	}
+	if c := e.sink.Connections(); c != 2 {
+		t.Errorf("%d connections, want the kept one and its replacement", c)
+	}
+}
+
+// A refused message does not leave its connection mid-transaction for the
+// next delivery.
+func TestConnectionIsResetAfterARefusedMessage(t *testing.T) {
+	t.Parallel()
+	var refuse atomic.Bool
+	refuse.Store(true)
+	e := setup(t, smtpsink.Config{OnData: func(*smtpsink.Message) error {
+		if refuse.CompareAndSwap(true, false) {
+			return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "content rejected"}
+		}
+		return nil
+	}})
+	w := e.worker(t, workerOpts{})
+	ctx := context.Background()
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(e.checkout(t, "refused@example.com"))); !isSkipRetry(err) {
+		t.Fatalf("refused message: %v", err)
+	}
+	d := e.checkout(t, "next@example.com")
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+		t.Fatalf("next delivery: %v", err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent {
+		t.Errorf("next delivery: %+v", got)
+	}
+	if c := e.sink.Connections(); c != 1 {
+		t.Errorf("%d connections, want the one reused", c)
 	}
 }

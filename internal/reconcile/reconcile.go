@@ -147,8 +147,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	rep.Stale = int(stale)
 	r.stale.Set(float64(stale))
 
+	var undecided []uuid.UUID // rows whose look-up failed in this pass
 	for i := 0; i < r.cfg.Batch; i++ {
-		more, err := r.resolveOneStale(ctx, &rep)
+		more, err := r.resolveOneStale(ctx, &rep, &undecided)
 		if err != nil {
 			return rep, err
 		}
@@ -191,11 +192,12 @@ func (r *Reconciler) decide(rep *Report, d dbsqlc.NotificationDelivery, decision
 
 // resolveOneStale takes one expired sending row and decides about it in
 // its own transaction. more is false when no such row is left.
-func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report) (more bool, err error) {
+func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided *[]uuid.UUID) (more bool, err error) {
 	var requeue *dbsqlc.NotificationDelivery
 	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		d, err := q.PickStaleSending(ctx)
+		// Never nil: pgx sends a nil slice as NULL, and "id = ANY(NULL)" would skip every row.
+		d, err := q.PickStaleSending(ctx, append([]uuid.UUID{}, *undecided...))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
 		}
@@ -226,9 +228,10 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report) (more boo
 		cancel()
 		if err != nil {
 			// Decide nothing on a failed look-up; the row stays stale (and
-			// counted) until the provider answers.
+			// counted) until the provider answers. The rest of the pass
+			// goes on without it.
 			r.decide(rep, d, DecisionLookupFailed, err.Error())
-			more = false // do not spin on the same row in this pass
+			*undecided = append(*undecided, d.ID)
 			return nil
 		}
 		if !found {

@@ -284,3 +284,29 @@ func TestTwoReconcilersHandleEachRowOnce(t *testing.T) {
 	}
 	t.Logf("reports: %v | %v", reports[0], reports[1])
 }
+
+// A look-up that keeps failing for one row does not stop the pass from
+// settling the others.
+func TestFailedLookupDoesNotBlockTheOtherRows(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	unsure := e.pending(t, "unsure@example.com")
+	e.strand(t, unsure, true)
+	e.exec(t, "UPDATE notification_deliveries SET lease_expires_at = now() - interval '1 hour' WHERE id = $1", unsure.ID) // picked first
+	early := e.pending(t, "early@example.com")
+	e.strand(t, early, false)
+	broken, err := reconcile.NewLookup(reconcile.APIMailpit, "http://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := e.reconciler(t, recOpts{lookup: broken}).RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionLookupFailed] != 1 || rep.Decisions[reconcile.DecisionNotHandedOver] != 1 {
+		t.Errorf("report %v", rep)
+	}
+	if got := e.get(t, early.ID); got.Status != notify.StatusPending {
+		t.Errorf("the row that needed no look-up: %s", got.Status)
+	}
+}
