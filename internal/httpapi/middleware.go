@@ -165,3 +165,25 @@ func newRequestID() string {
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms
 	return hex.EncodeToString(b[:])
 }
+
+// LogHandler wraps the API's log handler so that every line logged with a
+// request's context — the request line and anything the domain logs on
+// its behalf, such as a failed enqueue — carries its request_id.
+func LogHandler(h slog.Handler) slog.Handler { return requestIDHandler{h} }
+
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if ri, ok := ctx.Value(requestInfoKey).(*requestInfo); ok && r.Message != "http request" {
+		r.AddAttrs(slog.String("request_id", ri.id))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h requestIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
+}

@@ -186,6 +186,11 @@ func TestEnqueueFailureStillAnswers201AndLeavesThePendingRow(t *testing.T) {
 	if !strings.Contains(s.logs.String(), `"msg":"enqueue failed; delivery stays pending for the reconciler"`) {
 		t.Errorf("no log line for the failed enqueue:\n%s", s.logs)
 	}
+	for _, line := range strings.Split(strings.TrimSpace(s.logs.String()), "\n") {
+		if !strings.Contains(line, `"request_id":"`+res.header.Get("X-Request-Id")+`"`) {
+			t.Errorf("a line of the request lacks its request_id: %s", line)
+		}
+	}
 	if strings.Contains(s.logs.String(), "ana.maria@example.com") {
 		t.Errorf("a log line carries the raw e-mail address:\n%s", s.logs)
 	}

@@ -61,7 +61,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	}
 
 	logs := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
+	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(logs, nil)))
 	client := asynq.NewClient(queueRedis)
 	t.Cleanup(func() { client.Close() })
 	inspector := asynq.NewInspector(rd.Opt)
