@@ -130,12 +130,13 @@ FROM upd;
 
 -- name: MarkAmbiguous :execrows
 -- The provider may or may not have accepted the message. The row stays
--- sending with the reason, and its lease ends now so the reconciler sees
--- it at once.
+-- sending with the reason; its lease runs one more LOCK_TTL, so that a
+-- provider still busy with the message has time to finish before the
+-- reconciler asks it.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET last_error       = @last_error::text,
-        lease_expires_at = now(),
+        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
         updated_at       = now()
     WHERE d.id = @id
       AND d.status = 'sending'

@@ -194,11 +194,11 @@ const markAmbiguous = `-- name: MarkAmbiguous :execrows
 WITH upd AS (
     UPDATE notification_deliveries d
     SET last_error       = $2::text,
-        lease_expires_at = now(),
+        lease_expires_at = now() + make_interval(secs => $3::float8),
         updated_at       = now()
-    WHERE d.id = $3
+    WHERE d.id = $4
       AND d.status = 'sending'
-      AND d.lease_token = $4::uuid
+      AND d.lease_token = $5::uuid
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -208,19 +208,22 @@ FROM upd
 `
 
 type MarkAmbiguousParams struct {
-	Actor      string
-	LastError  string
-	ID         uuid.UUID
-	LeaseToken uuid.UUID
+	Actor        string
+	LastError    string
+	LeaseSeconds float64
+	ID           uuid.UUID
+	LeaseToken   uuid.UUID
 }
 
 // The provider may or may not have accepted the message. The row stays
-// sending with the reason, and its lease ends now so the reconciler sees
-// it at once.
+// sending with the reason; its lease runs one more LOCK_TTL, so that a
+// provider still busy with the message has time to finish before the
+// reconciler asks it.
 func (q *Queries) MarkAmbiguous(ctx context.Context, arg MarkAmbiguousParams) (int64, error) {
 	result, err := q.db.Exec(ctx, markAmbiguous,
 		arg.Actor,
 		arg.LastError,
+		arg.LeaseSeconds,
 		arg.ID,
 		arg.LeaseToken,
 	)

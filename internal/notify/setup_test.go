@@ -188,3 +188,10 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func (e *env) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := e.db.Pool.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}

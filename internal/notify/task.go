@@ -144,6 +144,22 @@ func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Del
 		if err := ins.DeleteTask(e.queue, info.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
 			return false, fmt.Errorf("delete finished task of delivery %s: %w", d.ID, err)
 		}
+	case info.State == asynq.TaskStateActive && orphaned(ins, e.queue, info.ID):
+		// The worker running it died. asynq hands orphans back to a live
+		// worker within about a minute; the delivery need not wait for
+		// that. An active task cannot be deleted, so a second task under a
+		// recovery id is queued; whichever runs second finds the delivery
+		// done and is acknowledged as a duplicate.
+		recovery := fmt.Sprintf("%s:recovered:%d", TaskID(d.ID), time.Now().Unix()/60)
+		_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d), asynq.TaskID(recovery), asynq.Queue(e.queue),
+			asynq.Retention(taskRetention), asynq.MaxRetry(maxTaskRetries))
+		if errors.Is(err, asynq.ErrTaskIDConflict) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("enqueue recovery task of delivery %s: %w", d.ID, err)
+		}
+		return true, nil
 	default:
 		return false, nil
 	}
@@ -154,6 +170,22 @@ func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Del
 		return false, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
 	}
 	return true, nil
+}
+
+// orphaned reports whether an active task's worker stopped renewing its
+// lease. asynq computes that only when listing active tasks; there are at
+// most as many as all workers' concurrency together.
+func orphaned(ins *asynq.Inspector, queue, taskID string) bool {
+	active, err := ins.ListActiveTasks(queue, asynq.PageSize(10000))
+	if err != nil {
+		return false
+	}
+	for _, t := range active {
+		if t.ID == taskID {
+			return t.IsOrphaned
+		}
+	}
+	return false
 }
 
 // Queue is the name of the queue this Enqueuer uses.

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
@@ -165,7 +166,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		return fmt.Errorf("wait for a concurrency slot: %w", err)
 	}
 	defer w.limit.release()
-	failpoint("after-dequeue")
+	failpoint.Inject("after-dequeue")
 
 	var p deliverPayload
 	if jerr := json.Unmarshal(task.Payload(), &p); jerr != nil || p.DeliveryID == uuid.Nil || p.KeyHash == "" {
@@ -229,7 +230,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 			w.metrics.lockExpired.Inc()
 		}
 	}()
-	failpoint("after-lock")
+	failpoint.Inject("after-lock")
 
 	// 4. Look again now that we hold the lock, then claim the row.
 	row, err = q.GetDelivery(ctx, p.DeliveryID)
@@ -271,7 +272,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		return fmt.Errorf("claim delivery: %w", err)
 	}
 	a.add(slog.String("from", row.Status), slog.String("to", string(StatusSending)), slog.Int("attempt", int(claimed.Attempts)))
-	failpoint("after-claim")
+	failpoint.Inject("after-claim")
 
 	// From the claim on, the attempt runs to its outcome even if asynq
 	// cancels ctx (shutdown, task deadline): stopping half-way is what
@@ -384,10 +385,13 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		if hb.lockLost() {
 			return errLockLost
 		}
-		failpoint("before-data")
+		failpoint.Inject("before-data")
 		_, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: d.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds(), Actor: w.cfg.WorkerID})
 		if errors.Is(err, pgx.ErrNoRows) {
 			return errLeaseLost
+		}
+		if err == nil {
+			failpoint.Inject("after-handover")
 		}
 		return err
 	}
@@ -413,7 +417,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 	}
 
 	if sendErr == nil {
-		failpoint("after-accept")
+		failpoint.Inject("after-accept")
 		a.add(slog.String("provider_message_id", providerID))
 		if err := fence(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID, Actor: w.cfg.WorkerID})); err != nil {
 			return w.recordFailed(ctx, a, d, err)
@@ -422,7 +426,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 			a.add(slog.String("cache_error", err.Error()))
 		}
 		w.finish(a, d, StatusSent, "sent")
-		failpoint("after-sent")
+		failpoint.Inject("after-sent")
 		return nil
 	}
 
@@ -475,7 +479,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 
 	default: // OutcomeAmbiguous
 		reason = "ambiguous: " + reason
-		if err := fence(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
+		if err := fence(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID, LeaseSeconds: w.cfg.LockTTL.Seconds()})); err != nil {
 			return w.recordFailed(ctx, a, d, err)
 		}
 		w.metrics.deliveries.WithLabelValues(d.Template, "ambiguous").Inc()

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -157,6 +158,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 		return o, true, nil
 	}
 	s.created.Inc()
+	failpoint.Inject("api-after-commit") // a crash here leaves intents without tasks
 	s.enqueuer.EnqueueAfterCommit(ctx, deliveries)
 	return o, false, nil
 }

@@ -1,6 +1,6 @@
 //go:build failpoints
 
-package notify
+package failpoint
 
 import (
 	"os"
@@ -23,7 +23,8 @@ var armed = func() map[string]string {
 	return m
 }()
 
-func failpoint(name string) {
+// Inject kills or stops the process if SEKALI_FAILPOINTS arms name.
+func Inject(name string) {
 	switch armed[name] {
 	case "kill":
 		os.Stderr.WriteString("failpoint " + name + ": killing the process\n")
