@@ -79,7 +79,7 @@ func TestFinishedTaskDoesNotBlockTheRequeue(t *testing.T) {
 // flight: every one is still sent, exactly once.
 func TestFlushAllLosesNothingAndDuplicatesNothing(t *testing.T) {
 	t.Parallel()
-	rd := testenv.NewRedisServer(t)
+	rd := testenv.NewRedisServer(t).Redis
 	inData := make(chan struct{}, 100)
 	e := setup(t, rd, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration {
 		select {

@@ -258,10 +258,20 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// RedisServer is a redis-server of one test's own.
+type RedisServer struct {
+	Redis
+	bin  string
+	port int
+	dir  string
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+}
+
 // NewRedisServer starts a redis-server of the test's own on a free
 // loopback port, without persistence, for tests that flush or restart
 // Redis. It is stopped when the test ends.
-func NewRedisServer(t testing.TB) Redis {
+func NewRedisServer(t testing.TB) *RedisServer {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -273,25 +283,47 @@ func NewRedisServer(t testing.TB) Redis {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-		"--save", "", "--appendonly", "no", "--dir", t.TempDir(), "--logfile", "")
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
 	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
 	opt, _ := redisconn.Parse(url)
-	rdb := redisconn.NewClient(opt)
+	s := &RedisServer{Redis: Redis{Opt: opt, URL: url, Queue: "test-" + randomHex(6)}, bin: bin, port: port, dir: t.TempDir()}
+	s.start(t)
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	})
+	return s
+}
+
+func (s *RedisServer) start(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	s.cmd = exec.Command(s.bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", "")
+	err := s.cmd.Start()
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	rdb := redisconn.NewClient(s.Opt)
 	defer rdb.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for rdb.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on port %d did not answer", port)
+			t.Fatalf("redis-server on port %d did not answer", s.port)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return Redis{Opt: opt, URL: url, Queue: "test-" + randomHex(6)}
+}
+
+// Restart kills the server (SIGKILL) and starts an empty one on the same
+// port, as a Redis without persistence comes back after a crash.
+func (s *RedisServer) Restart(t testing.TB) {
+	t.Helper()
+	s.mu.Lock()
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.mu.Unlock()
+	s.start(t)
 }
