@@ -4,6 +4,7 @@ package failpoint
 
 import (
 	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 )
@@ -31,7 +32,14 @@ func Inject(name string) {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // the signal is not delivered synchronously; never return
 	case "stop":
+		// kill(2) returns before the stop takes hold of every thread; wait
+		// for the SIGCONT that ends it, so this goroutine cannot slip past
+		// the failpoint in the meantime.
+		cont := make(chan os.Signal, 1)
+		signal.Notify(cont, syscall.SIGCONT)
+		defer signal.Stop(cont)
 		os.Stderr.WriteString("failpoint " + name + ": stopping the process\n")
 		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+		<-cont
 	}
 }
