@@ -4,13 +4,19 @@ SQLC_VERSION := v1.31.1
 SQLC := bin/sqlc-$(SQLC_VERSION)
 GO ?= go
 
-.PHONY: help test preflight sqlc sqlc-check vet compose-check deploy-check ci up
+.PHONY: help test preflight chaos chaos-long sqlc sqlc-check vet compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 test: preflight ## run every test against the real PostgreSQL, Redis and SMTP sink
 	$(GO) test -race -count=1 ./...
+
+chaos: preflight ## the fault-injection suite's short variant (also part of make test), with its summary table
+	$(GO) test -count=1 -v -timeout 20m ./internal/chaos 2>&1 | tee chaos.out | grep -E '^(--- |ok|FAIL|\|)|summary'
+
+chaos-long: preflight ## the short variant plus PostgreSQL restarts and a soak (CHAOS_SOAK_ORDERS, default 300)
+	$(GO) test -count=1 -v -tags chaoslong -timeout 60m ./internal/chaos 2>&1 | tee chaos.out | grep -E '^(--- |ok|FAIL|\|)|summary'
 
 preflight: ## fail at once, with instructions, if PostgreSQL or Redis is unreachable
 	@$(GO) run ./internal/testenv/preflight

@@ -5,9 +5,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -172,77 +169,9 @@ func TestConfigRefusesPlainTextSMTPToARealHost(t *testing.T) {
 
 // --- The worker as a separate process, killed or frozen at failpoints. ---
 
-var buildOnce struct {
-	sync.Once
-	path string
-	err  error
-	out  []byte
-}
-
-// workerBinary builds cmd/worker with the failpoints compiled in.
-func workerBinary(t *testing.T) string {
+func startWorker(t *testing.T, env map[string]string) *testenv.Process {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sekali-worker-")
-		if err != nil {
-			buildOnce.err = err
-			return
-		}
-		buildOnce.path = filepath.Join(dir, "worker")
-		cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", buildOnce.path, ".")
-		buildOnce.out, buildOnce.err = cmd.CombinedOutput()
-	})
-	if buildOnce.err != nil {
-		t.Fatalf("build worker with failpoints: %v\n%s", buildOnce.err, buildOnce.out)
-	}
-	return buildOnce.path
-}
-
-type process struct {
-	cmd     *exec.Cmd
-	out     *syncBuffer
-	done    chan struct{} // closed when the process has exited
-	exitErr error         // valid after done
-}
-
-func startWorker(t *testing.T, env map[string]string) *process {
-	t.Helper()
-	cmd := exec.Command(workerBinary(t))
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	p := &process{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.exitErr = cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		<-p.done
-		if t.Failed() {
-			t.Logf("worker output:\n%s", p.out)
-		}
-	})
-	return p
-}
-
-// state is the process state letter from /proc: R, S, T (stopped), ...
-func (p *process) state() string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) == 0 {
-		return ""
-	}
-	return fields[0]
+	return testenv.Start(t, "worker", testenv.Binary(t, "./cmd/worker", "failpoints"), env)
 }
 
 // The crash of the case study: the provider accepted the message, the
@@ -255,9 +184,9 @@ func TestCrashAfterProviderAcceptedIsNotResentBlindly(t *testing.T) {
 	d := w.checkout(t, "crash@example.com")
 
 	select {
-	case <-p.done:
-		if p.exitErr == nil || !strings.Contains(p.exitErr.Error(), "killed") {
-			t.Fatalf("worker exited with %v, want killed at the failpoint", p.exitErr)
+	case <-p.Done():
+		if p.Err() == nil || !strings.Contains(p.Err().Error(), "killed") {
+			t.Fatalf("worker exited with %v, want killed at the failpoint", p.Err())
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("the worker did not reach the failpoint")
@@ -285,7 +214,7 @@ func TestCrashAfterProviderAcceptedIsNotResentBlindly(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the re-run to look at the row", func() bool {
-		return strings.Contains(rerun.out.String(), `"result":"left_for_reconciler"`)
+		return strings.Contains(rerun.Output(), `"result":"left_for_reconciler"`)
 	})
 	got = w.delivery(t, d)
 	if got.Status != notify.StatusSending || !strings.HasPrefix(got.LastError, "ambiguous") {
@@ -304,7 +233,7 @@ func TestPausedWorkerIsFencedOutByTheOneThatTookOver(t *testing.T) {
 	w := newWorld(t, smtpsink.Config{})
 	a := startWorker(t, w.env("SEKALI_FAILPOINTS", "before-data=stop", "LOCK_TTL", "2s", "SMTP_TIMEOUT", "1s"))
 	d := w.checkout(t, "pause@example.com")
-	waitFor(t, "worker A to freeze before the data", func() bool { return a.state() == "T" })
+	waitFor(t, "worker A to freeze before the data", a.Stopped)
 	waitFor(t, "A's lease to expire", func() bool {
 		l := w.delivery(t, d).LeaseExpiresAt
 		return l != nil && l.Before(time.Now())
@@ -318,10 +247,8 @@ func TestPausedWorkerIsFencedOutByTheOneThatTookOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "B to send", func() bool { return w.delivery(t, d).Status == notify.StatusSent })
-	if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "A to be fenced out", func() bool { return strings.Contains(a.out.String(), `"result":"fenced_out"`) })
+	a.Signal(t, syscall.SIGCONT)
+	waitFor(t, "A to be fenced out", func() bool { return strings.Contains(a.Output(), `"result":"fenced_out"`) })
 	if n := w.sink.Count(); n != 1 {
 		t.Errorf("%d e-mails, want 1", n)
 	}
@@ -346,13 +273,11 @@ func TestSIGTERMLetsTheSendInProgressFinish(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the send never started")
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	p.Signal(t, syscall.SIGTERM)
 	select {
-	case <-p.done:
-		if p.exitErr != nil {
-			t.Errorf("worker exited with %v, want a clean exit", p.exitErr)
+	case <-p.Done():
+		if p.Err() != nil {
+			t.Errorf("worker exited with %v, want a clean exit", p.Err())
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("the worker did not exit after SIGTERM")

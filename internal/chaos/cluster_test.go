@@ -92,7 +92,14 @@ type placed struct {
 
 func newCluster(t *testing.T, sinkCfg smtpsink.Config) *cluster {
 	t.Helper()
-	c := &cluster{t: t, db: testenv.NewDB(t), redis: testenv.NewRedisServer(t)}
+	return newClusterOn(t, testenv.NewDB(t), sinkCfg)
+}
+
+// newClusterOn is newCluster on a given database, such as one on a
+// PostgreSQL server of the test's own.
+func newClusterOn(t *testing.T, db testenv.DB, sinkCfg smtpsink.Config) *cluster {
+	t.Helper()
+	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t)}
 	sink, err := smtpsink.Start(sinkCfg)
 	if err != nil {
 		t.Fatal(err)
