@@ -62,7 +62,8 @@ func TestSoak(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("CHAOS_SOAK_ORDERS")); err == nil && v > 0 {
 		n = v
 	}
-	c := newCluster(t, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration { return 20 * time.Millisecond }})
+	// Slow enough that a killed worker usually dies with sends in hand.
+	c := newCluster(t, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration { return 150 * time.Millisecond }})
 	c.startAPI()
 	c.startReconciler()
 	workers := []*testenv.Process{c.startWorker(), c.startWorker(), c.startWorker()}

@@ -259,7 +259,7 @@ func handleAdminRetry(a Admin) http.Handler {
 		addLogAttrs(r.Context(), slog.String("action", "retry"), slog.String("delivery_id", id.String()))
 		// The row is pending now; if the enqueue fails the reconciler
 		// queues it after PENDING_REENQUEUE_AFTER.
-		queued, err := a.Enqueuer.EnsureQueued(r.Context(), a.Inspector, d)
+		queued, err := a.Enqueuer.EnsureQueued(r.Context(), a.Inspector, d, false)
 		if err != nil {
 			addLogAttrs(r.Context(), slog.String("enqueue_error", err.Error()))
 		}

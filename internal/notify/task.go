@@ -126,7 +126,13 @@ func (e *Enqueuer) enqueue(ctx context.Context, d Delivery) error {
 // will never run again, yet its id still blocks a new enqueue for the
 // retention period: it is deleted and the delivery enqueued afresh.
 // created reports whether a new task was put on the queue.
-func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery) (created bool, err error) {
+//
+// An active task is normally left alone; but when its worker has died
+// (asynq reports it orphaned), or when the caller knows the attempt behind
+// it is over (deadAttempt: the reconciler took the row back after its
+// lease expired), a recovery task is queued at once rather than after
+// asynq's own recovery, which takes up to a minute and a half.
+func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error) {
 	err = e.enqueue(ctx, d)
 	if err == nil {
 		return true, nil
@@ -144,12 +150,11 @@ func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Del
 		if err := ins.DeleteTask(e.queue, info.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
 			return false, fmt.Errorf("delete finished task of delivery %s: %w", d.ID, err)
 		}
-	case info.State == asynq.TaskStateActive && orphaned(ins, e.queue, info.ID):
-		// The worker running it died. asynq hands orphans back to a live
-		// worker within about a minute; the delivery need not wait for
-		// that. An active task cannot be deleted, so a second task under a
+	case info.State == asynq.TaskStateActive && (deadAttempt || orphaned(ins, e.queue, info.ID)):
+		// An active task cannot be deleted, so a second task under a
 		// recovery id is queued; whichever runs second finds the delivery
-		// done and is acknowledged as a duplicate.
+		// done and is acknowledged as a duplicate. A worker that was only
+		// frozen and wakes up is fenced out.
 		recovery := fmt.Sprintf("%s:recovered:%d", TaskID(d.ID), time.Now().Unix()/60)
 		_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d), asynq.TaskID(recovery), asynq.Queue(e.queue),
 			asynq.Retention(taskRetention), asynq.MaxRetry(maxTaskRetries))

@@ -297,7 +297,9 @@ func (r *Reconciler) requeueOrphans(ctx context.Context, rep *Report) error {
 }
 
 func (r *Reconciler) ensureQueued(ctx context.Context, rep *Report, d dbsqlc.NotificationDelivery) {
-	created, err := r.enqueuer.EnsureQueued(ctx, r.inspector, notify.FromRow(d))
+	// A row taken back from a sending attempt (its status, as read, is
+	// still sending) had a worker whose lease ran out: its task is dead.
+	created, err := r.enqueuer.EnsureQueued(ctx, r.inspector, notify.FromRow(d), d.Status == string(notify.StatusSending))
 	switch {
 	case err != nil:
 		r.decide(rep, d, DecisionEnqueueFailed, err.Error())
