@@ -4,13 +4,20 @@ SQLC_VERSION := v1.31.1
 SQLC := bin/sqlc-$(SQLC_VERSION)
 GO ?= go
 
-.PHONY: help test preflight chaos chaos-long sqlc sqlc-check vet compose-check deploy-check ci up
+.PHONY: help test preflight bench bench-go chaos chaos-long sqlc sqlc-check vet compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 test: preflight ## run every test against the real PostgreSQL, Redis and SMTP sink
 	$(GO) test -race -count=1 ./...
+
+bench: preflight ## run the whole stack natively under open-loop load; prints the report (bench.md) and draws bench.png
+	$(GO) build -o bin/ ./cmd/api ./cmd/worker ./cmd/reconciler ./cmd/bench
+	bin/bench -bin bin -out bench.md -plot bench.png $(BENCH_FLAGS)
+
+bench-go: preflight ## the hot-path Go benchmarks, 6 times each, for benchstat
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/notify | tee bench-go.txt
 
 chaos: preflight ## the fault-injection suite's short variant (also part of make test), with its summary table
 	$(GO) test -count=1 -v -timeout 20m ./internal/chaos 2>&1 | tee chaos.out | grep -E '^(--- |ok|FAIL|\|)|summary'

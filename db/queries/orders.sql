@@ -1,12 +1,13 @@
 -- name: InsertOrder :exec
-INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at)
-VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at);
-
--- name: InsertOrderItems :exec
--- All lines of one order in a single round trip; unnest in the select
--- list walks the arrays in step.
+-- The order and all its lines in one statement: one round trip. The
+-- lines' foreign key is checked at the end of the statement, when the
+-- order row exists.
+WITH o AS (
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at)
+    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at)
+)
 INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
-SELECT @order_id::uuid,
+SELECT @id::uuid,
        unnest(@line_nos::integer[]),
        unnest(@skus::text[]),
        unnest(@names::text[]),

@@ -2,19 +2,11 @@
 -- statement (a data-modifying CTE): the history can never disagree with
 -- the row.
 
--- name: IsBlocked :one
--- Whether an operator's block applies to this key or recipient right now.
-SELECT EXISTS (
-    SELECT 1 FROM delivery_blocks
-    WHERE expires_at > now()
-      AND ((kind = 'key' AND value = @idempotency_key::text)
-        OR (kind = 'recipient' AND value = @recipient::text))
-) AS blocked;
-
 -- name: ClaimDelivery :one
 -- Take the delivery for one attempt: a pending row, or a sending row whose
--- worker died before it handed the message over. Commits before anything
--- is sent; no row back means someone else owns it or it is done.
+-- worker died before it handed the message over, that no operator's block
+-- holds back. Commits before anything is sent; no row back means someone
+-- else owns it, it is done, or it is blocked.
 WITH prev AS (
     SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
 ), claimed AS (
@@ -29,6 +21,10 @@ WITH prev AS (
     WHERE d.id = prev.id
       AND (d.status = 'pending'
            OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
+      AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
+                      WHERE b.expires_at > now()
+                        AND ((b.kind = 'key' AND b.value = d.idempotency_key)
+                          OR (b.kind = 'recipient' AND b.value = d.recipient)))
     RETURNING d.*, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -38,7 +34,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at
+       created_at, updated_at, sent_at, from_status
 FROM claimed;
 
 -- name: HandOver :one

@@ -31,32 +31,10 @@ func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
 }
 
 const insertOrder = `-- name: InsertOrder :exec
-INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at)
-VALUES ($1, $2, $3, $4, $5, $6)
-`
-
-type InsertOrderParams struct {
-	ID            uuid.UUID
-	CustomerEmail string
-	CustomerName  string
-	Currency      string
-	TotalMinor    int64
-	CreatedAt     time.Time
-}
-
-func (q *Queries) InsertOrder(ctx context.Context, arg InsertOrderParams) error {
-	_, err := q.db.Exec(ctx, insertOrder,
-		arg.ID,
-		arg.CustomerEmail,
-		arg.CustomerName,
-		arg.Currency,
-		arg.TotalMinor,
-		arg.CreatedAt,
-	)
-	return err
-}
-
-const insertOrderItems = `-- name: InsertOrderItems :exec
+WITH o AS (
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at)
+    VALUES ($1, $7, $8, $9, $10, $11)
+)
 INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
 SELECT $1::uuid,
        unnest($2::integer[]),
@@ -66,25 +44,36 @@ SELECT $1::uuid,
        unnest($6::bigint[])
 `
 
-type InsertOrderItemsParams struct {
-	OrderID         uuid.UUID
+type InsertOrderParams struct {
+	ID              uuid.UUID
 	LineNos         []int32
 	Skus            []string
 	Names           []string
 	Quantities      []int32
 	UnitPricesMinor []int64
+	CustomerEmail   string
+	CustomerName    string
+	Currency        string
+	TotalMinor      int64
+	CreatedAt       time.Time
 }
 
-// All lines of one order in a single round trip; unnest in the select
-// list walks the arrays in step.
-func (q *Queries) InsertOrderItems(ctx context.Context, arg InsertOrderItemsParams) error {
-	_, err := q.db.Exec(ctx, insertOrderItems,
-		arg.OrderID,
+// The order and all its lines in one statement: one round trip. The
+// lines' foreign key is checked at the end of the statement, when the
+// order row exists.
+func (q *Queries) InsertOrder(ctx context.Context, arg InsertOrderParams) error {
+	_, err := q.db.Exec(ctx, insertOrder,
+		arg.ID,
 		arg.LineNos,
 		arg.Skus,
 		arg.Names,
 		arg.Quantities,
 		arg.UnitPricesMinor,
+		arg.CustomerEmail,
+		arg.CustomerName,
+		arg.Currency,
+		arg.TotalMinor,
+		arg.CreatedAt,
 	)
 	return err
 }

@@ -14,6 +14,7 @@ import (
 )
 
 const claimDelivery = `-- name: ClaimDelivery :one
+
 WITH prev AS (
     SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = $1 FOR UPDATE
 ), claimed AS (
@@ -28,6 +29,10 @@ WITH prev AS (
     WHERE d.id = prev.id
       AND (d.status = 'pending'
            OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
+      AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
+                      WHERE b.expires_at > now()
+                        AND ((b.kind = 'key' AND b.value = d.idempotency_key)
+                          OR (b.kind = 'recipient' AND b.value = d.recipient)))
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -37,7 +42,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at
+       created_at, updated_at, sent_at, from_status
 FROM claimed
 `
 
@@ -66,11 +71,16 @@ type ClaimDeliveryRow struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	SentAt            *time.Time
+	FromStatus        string
 }
 
+// Every transition below writes its delivery_events row in the same
+// statement (a data-modifying CTE): the history can never disagree with
+// the row.
 // Take the delivery for one attempt: a pending row, or a sending row whose
-// worker died before it handed the message over. Commits before anything
-// is sent; no row back means someone else owns it or it is done.
+// worker died before it handed the message over, that no operator's block
+// holds back. Commits before anything is sent; no row back means someone
+// else owns it, it is done, or it is blocked.
 func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (ClaimDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, claimDelivery,
 		arg.ID,
@@ -97,6 +107,7 @@ func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (C
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SentAt,
+		&i.FromStatus,
 	)
 	return i, err
 }
@@ -162,32 +173,6 @@ func (q *Queries) HandOver(ctx context.Context, arg HandOverParams) (*time.Time,
 	var handed_over_at *time.Time
 	err := row.Scan(&handed_over_at)
 	return handed_over_at, err
-}
-
-const isBlocked = `-- name: IsBlocked :one
-
-SELECT EXISTS (
-    SELECT 1 FROM delivery_blocks
-    WHERE expires_at > now()
-      AND ((kind = 'key' AND value = $1::text)
-        OR (kind = 'recipient' AND value = $2::text))
-) AS blocked
-`
-
-type IsBlockedParams struct {
-	IdempotencyKey string
-	Recipient      string
-}
-
-// Every transition below writes its delivery_events row in the same
-// statement (a data-modifying CTE): the history can never disagree with
-// the row.
-// Whether an operator's block applies to this key or recipient right now.
-func (q *Queries) IsBlocked(ctx context.Context, arg IsBlockedParams) (bool, error) {
-	row := q.db.QueryRow(ctx, isBlocked, arg.IdempotencyKey, arg.Recipient)
-	var blocked bool
-	err := row.Scan(&blocked)
-	return blocked, err
 }
 
 const markAmbiguous = `-- name: MarkAmbiguous :execrows

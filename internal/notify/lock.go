@@ -34,12 +34,16 @@ if redis.call("GET", KEYS[1]) == ARGV[1] then
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 end
 return 0`)
-	releaseScript = redis.NewScript(`
+)
+
+// releaseSource deletes the lock only if it holds this worker's token. It
+// is sent whole (EVAL) because it runs inside a pipeline, where the
+// EVALSHA-then-EVAL fallback of redis.Script cannot happen.
+const releaseSource = `
 if redis.call("GET", KEYS[1]) == ARGV[1] then
   return redis.call("DEL", KEYS[1])
 end
-return 0`)
-)
+return 0`
 
 // redisLock is the Redis side of a delivery: a lock that keeps two workers
 // from doing the same work at once, and a cache that may say "sent"
@@ -70,9 +74,21 @@ func (l redisLock) extend(ctx context.Context, keyHash, token string) (bool, err
 	return n == 1, nil
 }
 
-// release deletes the lock if it is still ours.
-func (l redisLock) release(ctx context.Context, keyHash, token string) (bool, error) {
-	n, err := releaseScript.Run(ctx, l.rdb, []string{lockKey(keyHash)}, token).Int()
+// release deletes the lock if it is still ours. With sent, it first
+// writes the status cache, in the same round trip.
+func (l redisLock) release(ctx context.Context, keyHash, token string, sent bool) (bool, error) {
+	var result *redis.Cmd
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if sent {
+			p.Set(ctx, sentKey(keyHash), string(StatusSent), sentCacheTTL)
+		}
+		result = p.Eval(ctx, releaseSource, []string{lockKey(keyHash)}, token)
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("cache status and release lock: %w", err)
+	}
+	n, err := result.Int()
 	if err != nil {
 		return false, fmt.Errorf("release lock: %w", err)
 	}

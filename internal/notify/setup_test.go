@@ -38,7 +38,7 @@ type env struct {
 	orders    *order.Service
 }
 
-func setup(t *testing.T, sinkCfg smtpsink.Config) *env {
+func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	t.Helper()
 	e := &env{db: testenv.NewDB(t), redis: testenv.NewRedis(t), logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
 	e.rdb = redisconn.NewClient(e.redis.Opt)
@@ -61,7 +61,7 @@ func setup(t *testing.T, sinkCfg smtpsink.Config) *env {
 }
 
 // smtp returns an SMTP provider pointed at the test sink.
-func (e *env) smtp(t *testing.T) *notify.SMTP {
+func (e *env) smtp(t testing.TB) *notify.SMTP {
 	t.Helper()
 	p, err := notify.NewSMTP(notify.SMTPConfig{
 		Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
@@ -81,7 +81,7 @@ type workerOpts struct {
 	maxAttempts int
 }
 
-func (e *env) worker(t *testing.T, o workerOpts) *notify.Worker {
+func (e *env) worker(t testing.TB, o workerOpts) *notify.Worker {
 	t.Helper()
 	if o.provider == nil {
 		o.provider = e.smtp(t)
@@ -99,7 +99,7 @@ func (e *env) worker(t *testing.T, o workerOpts) *notify.Worker {
 }
 
 // checkout places an order and returns its confirmation delivery.
-func (e *env) checkout(t *testing.T, email string) notify.Delivery {
+func (e *env) checkout(t testing.TB, email string) notify.Delivery {
 	t.Helper()
 	price := int64(150000)
 	o, _, err := e.orders.Place(context.Background(), order.Checkout{
@@ -112,7 +112,7 @@ func (e *env) checkout(t *testing.T, email string) notify.Delivery {
 	return e.delivery(t, o.Notifications[0].IdempotencyKey)
 }
 
-func (e *env) delivery(t *testing.T, key string) notify.Delivery {
+func (e *env) delivery(t testing.TB, key string) notify.Delivery {
 	t.Helper()
 	d, err := notify.GetByKey(context.Background(), e.db.Pool, key)
 	if err != nil {

@@ -117,9 +117,11 @@ func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 
 // attempt collects what one run of the handler learned, for its one log line.
 type attempt struct {
-	taskID string
-	attrs  []slog.Attr
-	result string
+	taskID   string
+	attrs    []slog.Attr
+	result   string
+	lockLost bool // the heartbeat found the lock gone
+	sent     bool // "sent" was recorded: cache it when the lock is released
 }
 
 func (a *attempt) add(attrs ...slog.Attr) { a.attrs = append(a.attrs, attrs...) }
@@ -220,57 +222,42 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	}
 	w.metrics.lockAcquired.Inc()
 	a.add(slog.String("lock", "acquired"))
-	lockLost := false
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		released, rerr := w.lock.release(rctx, p.KeyHash, token)
-		if rerr == nil && !released && !lockLost {
+		// Cache "sent" first, then release: one round trip to Redis.
+		released, rerr := w.lock.release(rctx, p.KeyHash, token, a.sent)
+		if rerr != nil {
+			a.add(slog.String("release_error", rerr.Error()))
+		}
+		if rerr == nil && !released && !a.lockLost {
 			// The lock expired under us without the heartbeat noticing.
 			w.metrics.lockExpired.Inc()
 		}
 	}()
 	failpoint.Inject("after-lock")
 
-	// 4. Look again now that we hold the lock, then claim the row.
-	row, err = q.GetDelivery(ctx, p.DeliveryID)
-	if err != nil {
-		a.result = "db_error"
-		w.metrics.retries.WithLabelValues("database").Inc()
-		return fmt.Errorf("re-read delivery: %w", err)
-	}
-	if done := w.settled(ctx, a, row, "database"); done {
-		return nil
-	}
-	blocked, err := q.IsBlocked(ctx, dbsqlc.IsBlockedParams{IdempotencyKey: row.IdempotencyKey, Recipient: row.Recipient})
-	if err != nil {
-		a.result = "db_error"
-		w.metrics.retries.WithLabelValues("database").Inc()
-		return fmt.Errorf("check blocks: %w", err)
-	}
-	if blocked {
-		// An operator's temporary filter: the row stays pending and the
-		// reconciler queues it again once the block has expired.
-		a.result = "blocked"
-		w.metrics.blocked.Inc()
-		return nil
-	}
+	// 4. Look again now that we hold the lock, and claim the row: the
+	// claim is one conditional UPDATE that re-reads the row under its row
+	// lock (pending, or an expired lease not handed over, and no block),
+	// so the re-read costs no extra round trip. Only when it takes nothing
+	// is the row read to say why.
 	lease := uuid.New()
 	cctx, claimSpan := w.tracer.Start(ctx, "claim")
 	claimedRow, err := q.ClaimDelivery(cctx, dbsqlc.ClaimDeliveryParams{
 		ID: row.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds(), Actor: w.cfg.WorkerID, TaskID: taskID,
 	})
 	claimSpan.End()
-	claimed := dbsqlc.NotificationDelivery(claimedRow)
 	if errors.Is(err, pgx.ErrNoRows) {
-		w.notClaimable(ctx, a, q, row.ID)
-		return nil
+		return w.notClaimable(ctx, a, q, row.ID)
 	}
 	if err != nil {
 		a.result = "db_error"
 		w.metrics.retries.WithLabelValues("database").Inc()
 		return fmt.Errorf("claim delivery: %w", err)
 	}
+	claimed := claimedDelivery(claimedRow)
+	row.Status = claimedRow.FromStatus
 	a.add(slog.String("from", row.Status), slog.String("to", string(StatusSending)), slog.Int("attempt", int(claimed.Attempts)))
 	failpoint.Inject("after-claim")
 
@@ -279,7 +266,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	// makes outcomes ambiguous.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout)
 	defer cancel()
-	return w.send(sctx, a, q, claimed, lease, p.KeyHash, token, &lockLost)
+	return w.send(sctx, a, q, claimed, lease, p.KeyHash, token)
 }
 
 // settled acknowledges a delivery that needs no work: sent, failed or
@@ -314,15 +301,26 @@ func (w *Worker) recordDuplicate(ctx context.Context, a *attempt, row dbsqlc.Not
 	}
 }
 
+// claimedDelivery is the claimed row without the status it was claimed from.
+func claimedDelivery(r dbsqlc.ClaimDeliveryRow) dbsqlc.NotificationDelivery {
+	return dbsqlc.NotificationDelivery{
+		ID: r.ID, OrderID: r.OrderID, Template: r.Template, Recipient: r.Recipient, IdempotencyKey: r.IdempotencyKey,
+		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, LeaseToken: r.LeaseToken,
+		LeaseExpiresAt: r.LeaseExpiresAt, HandedOverAt: r.HandedOverAt, ProviderMessageID: r.ProviderMessageID,
+		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
+	}
+}
+
 // notClaimable explains why the claim found nothing to take.
-func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries, id uuid.UUID) {
+func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries, id uuid.UUID) error {
 	row, err := q.GetDelivery(ctx, id)
 	if err != nil {
-		a.result = "not_claimed"
-		return
+		a.result = "db_error"
+		w.metrics.retries.WithLabelValues("database").Inc()
+		return fmt.Errorf("re-read delivery: %w", err)
 	}
 	if w.settled(ctx, a, row, "database") {
-		return
+		return nil
 	}
 	expired := row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now())
 	if Status(row.Status) == StatusSending && row.HandedOverAt != nil && expired {
@@ -334,12 +332,21 @@ func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries
 		}
 		a.result = "left_for_reconciler"
 		w.metrics.deliveries.WithLabelValues(row.Template, "ambiguous").Inc()
-		return
+		return nil
+	}
+	if Status(row.Status) == StatusPending {
+		// Claimable but for an operator's block: the temporary filter.
+		// The row stays pending and the reconciler queues it again once
+		// the block has expired.
+		a.result = "blocked"
+		w.metrics.blocked.Inc()
+		return nil
 	}
 	// Another worker holds a live lease on it.
 	w.duplicate(a, "database")
 	w.recordDuplicate(ctx, a, row, "database")
 	a.result = "owned_by_another_worker"
+	return nil
 }
 
 func (w *Worker) duplicate(a *attempt, layer string) {
@@ -349,7 +356,7 @@ func (w *Worker) duplicate(a *attempt, layer string) {
 
 // send renders, hands the message to the provider under a heartbeat, and
 // records the outcome with fenced updates.
-func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsqlc.NotificationDelivery, lease uuid.UUID, keyHash, lockToken string, lockLost *bool) error {
+func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsqlc.NotificationDelivery, lease uuid.UUID, keyHash, lockToken string) error {
 	fence := func(rows int64, err error) error {
 		if err != nil {
 			return err
@@ -412,7 +419,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 	ctx, recordSpan := w.tracer.Start(ctx, "record outcome")
 	defer recordSpan.End()
 	if hb.lockLost() {
-		*lockLost = true
+		a.lockLost = true
 		w.metrics.lockExpired.Inc()
 	}
 
@@ -422,9 +429,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		if err := fence(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID, Actor: w.cfg.WorkerID})); err != nil {
 			return w.recordFailed(ctx, a, d, err)
 		}
-		if err := w.lock.cacheSent(ctx, keyHash); err != nil {
-			a.add(slog.String("cache_error", err.Error()))
-		}
+		a.sent = true // cached as the lock is released
 		w.finish(a, d, StatusSent, "sent")
 		failpoint.Inject("after-sent")
 		return nil

@@ -200,17 +200,14 @@ func (s *Service) lookupKey(ctx context.Context, q *dbsqlc.Queries, key string, 
 }
 
 func insertOrder(ctx context.Context, q *dbsqlc.Queries, o Order) error {
-	if err := q.InsertOrder(ctx, dbsqlc.InsertOrderParams{
+	p := dbsqlc.InsertOrderParams{
 		ID:            o.ID,
 		CustomerEmail: o.CustomerEmail,
 		CustomerName:  o.CustomerName,
 		Currency:      o.Currency,
 		TotalMinor:    o.Total,
 		CreatedAt:     o.CreatedAt,
-	}); err != nil {
-		return fmt.Errorf("insert order: %w", err)
 	}
-	p := dbsqlc.InsertOrderItemsParams{OrderID: o.ID}
 	for i, it := range o.Items {
 		p.LineNos = append(p.LineNos, int32(i+1))
 		p.Skus = append(p.Skus, it.SKU)
@@ -218,8 +215,8 @@ func insertOrder(ctx context.Context, q *dbsqlc.Queries, o Order) error {
 		p.Quantities = append(p.Quantities, it.Quantity)
 		p.UnitPricesMinor = append(p.UnitPricesMinor, it.UnitPrice)
 	}
-	if err := q.InsertOrderItems(ctx, p); err != nil {
-		return fmt.Errorf("insert order items: %w", err)
+	if err := q.InsertOrder(ctx, p); err != nil {
+		return fmt.Errorf("insert order: %w", err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,6 +302,7 @@ func (s *RedisServer) start(t testing.TB) {
 	s.mu.Lock()
 	s.cmd = exec.Command(s.bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
 		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", "")
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err := s.cmd.Start()
 	s.mu.Unlock()
 	if err != nil {

@@ -1,0 +1,503 @@
+// Command bench measures the whole service on one machine: it starts the
+// api, worker and reconciler binaries natively against PostgreSQL, a
+// redis-server of its own and an in-process SMTP sink, offers checkouts at
+// fixed rates (open loop: requests leave on schedule whether or not the
+// earlier ones have answered), and reports latency, throughput, drain
+// time, e-mails against orders, and the memory and CPU of each process.
+// In the same run it drives the same SQL straight at PostgreSQL, for the
+// ceiling the service is compared with. `make bench` runs it;
+// docs/performance.md explains the method and keeps the results.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	binDir      string
+	databaseURL string
+	step        time.Duration
+	lowRate     int
+	startRate   float64
+	growth      float64
+	maxSteps    int
+	p99Bound    time.Duration
+	workers     int
+	concurrency int
+	out         string
+	plot        string
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.binDir, "bin", "bin", "directory holding the api, worker and reconciler binaries")
+	fs.StringVar(&o.databaseURL, "db", cmpOr(getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server to create the benchmark databases on")
+	fs.DurationVar(&o.step, "step", 10*time.Second, "how long each offered rate is held")
+	fs.IntVar(&o.lowRate, "low-rate", 20, "checkouts/s of the low-load run (checkout-to-sent latency)")
+	fs.Float64Var(&o.startRate, "start-rate", 50, "first rate of the search for the maximum sustainable rate")
+	fs.Float64Var(&o.growth, "growth", 1.2, "factor between successive rates")
+	fs.IntVar(&o.maxSteps, "max-steps", 20, "most rates tried")
+	fs.DurationVar(&o.p99Bound, "p99", 100*time.Millisecond, "API p99 a sustainable rate must stay under")
+	fs.IntVar(&o.workers, "workers", 1, "worker processes")
+	fs.IntVar(&o.concurrency, "concurrency", 16, "WORKER_CONCURRENCY of each worker, and the ceiling's parallel orders")
+	fs.StringVar(&o.out, "out", "", "also write the report (Markdown) to this file")
+	fs.StringVar(&o.plot, "plot", "", "write a PNG of latency and throughput against offered rate to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b := &bench{o: o, log: stderr}
+	defer b.close()
+	report, err := b.run(ctx)
+	if report != "" {
+		fmt.Fprint(stdout, report)
+		if o.out != "" {
+			if werr := os.WriteFile(o.out, []byte(report), 0o644); werr != nil && err == nil {
+				err = werr
+			}
+		}
+	}
+	return err
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// bench is one run: the deployment it started and what it measured.
+type bench struct {
+	o       options
+	log     io.Writer
+	cleanup []func()
+	sink    *smtpsink.Server
+	pool    *pgxpool.Pool
+	procs   []*proc
+	apiURL  string
+	client  *http.Client
+	seq     atomic.Int64
+}
+
+func (b *bench) close() {
+	for i := len(b.cleanup) - 1; i >= 0; i-- {
+		b.cleanup[i]()
+	}
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "bench: "+format+"\n", args...)
+}
+
+// step is what one offered rate produced.
+type step struct {
+	Offered, Achieved float64
+	Requests, Errors  int
+	P50, P95, P99, Max time.Duration
+	SentP50, SentP99  time.Duration
+	Drain             time.Duration
+	Sustainable       bool
+	cpu               []time.Duration // CPU each process used while the load ran
+}
+
+func (b *bench) run(ctx context.Context) (string, error) {
+	if err := b.start(ctx); err != nil {
+		return "", err
+	}
+
+	b.logf("warm-up")
+	if _, err := b.offer(ctx, 50, 2*time.Second); err != nil {
+		return "", err
+	}
+	b.logf("low load: %d/s for %v", b.o.lowRate, b.o.step)
+	low, err := b.offer(ctx, float64(b.o.lowRate), b.o.step)
+	if err != nil {
+		return "", err
+	}
+
+	var steps []step
+	best := step{}
+	rate := b.o.startRate
+	for i := 0; i < b.o.maxSteps; i++ {
+		b.logf("offering %.0f/s for %v", rate, b.o.step)
+		s, err := b.offer(ctx, rate, b.o.step)
+		if err != nil {
+			return "", err
+		}
+		steps = append(steps, s)
+		if !s.Sustainable {
+			break
+		}
+		best = s
+		rate *= b.o.growth
+	}
+	if best.Offered == 0 {
+		return "", fmt.Errorf("not even %.0f checkouts/s were sustainable", b.o.startRate)
+	}
+	b.logf("half the maximum: %.0f/s", best.Offered/2)
+	half, err := b.offer(ctx, best.Offered/2, b.o.step)
+	if err != nil {
+		return "", err
+	}
+
+	b.logf("ceiling: the same SQL straight at PostgreSQL, %d at a time", b.o.concurrency)
+	ceiling, err := b.ceiling(ctx, b.o.step)
+	if err != nil {
+		return "", err
+	}
+	emails, dups, orders, err := b.count(ctx)
+	if err != nil {
+		return "", err
+	}
+	if b.o.plot != "" {
+		if err := plot(b.o.plot, steps, b.o.p99Bound); err != nil {
+			return "", err
+		}
+	}
+	return b.report(low, steps, best, half, ceiling, orders, emails, dups), nil
+}
+
+// start creates the database, Redis and the sink, and the processes.
+func (b *bench) start(ctx context.Context) error {
+	for _, name := range []string{"api", "worker", "reconciler"} {
+		if _, err := os.Stat(filepath.Join(b.o.binDir, name)); err != nil {
+			return fmt.Errorf("%s: build the binaries first (make bench does): %w", name, err)
+		}
+	}
+	dbURL, err := b.freshDatabase(ctx, "sekali_bench")
+	if err != nil {
+		return err
+	}
+	if b.pool, err = pgxpool.New(ctx, dbURL); err != nil {
+		return err
+	}
+	b.cleanup = append(b.cleanup, b.pool.Close)
+	redisURL, err := b.startRedis()
+	if err != nil {
+		return err
+	}
+	if b.sink, err = smtpsink.Start(smtpsink.Config{}); err != nil {
+		return err
+	}
+	b.cleanup = append(b.cleanup, func() { b.sink.Close() })
+
+	common := map[string]string{"REDIS_URL": redisURL, "LOG_LEVEL": "warn", "MAIL_FROM": "orders@shop.example", "DELIVERY_QUEUE": "bench"}
+	with := func(extra map[string]string) map[string]string {
+		m := map[string]string{}
+		for k, v := range common {
+			m[k] = v
+		}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	// The API logs its listening address at info; everything else at warn.
+	api, err := b.startProc(ctx, "api", with(map[string]string{"DATABASE_URL": withParam(dbURL, "pool_max_conns", "8"), "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "info"}))
+	if err != nil {
+		return err
+	}
+	addr, err := api.waitLog("api listening", "addr", 60*time.Second)
+	if err != nil {
+		return err
+	}
+	b.apiURL = "http://" + addr
+	for i := 0; i < b.o.workers; i++ {
+		if _, err := b.startProc(ctx, "worker", with(map[string]string{
+			"DATABASE_URL": withParam(dbURL, "pool_max_conns", strconv.Itoa(b.o.concurrency)), "METRICS_ADDR": "127.0.0.1:0",
+			"SMTP_HOST": b.sink.Host(), "SMTP_PORT": strconv.Itoa(b.sink.Port()), "SMTP_TLS": "none",
+			"WORKER_CONCURRENCY": strconv.Itoa(b.o.concurrency),
+		})); err != nil {
+			return err
+		}
+	}
+	if _, err := b.startProc(ctx, "reconciler", with(map[string]string{"DATABASE_URL": withParam(dbURL, "pool_max_conns", "2"), "METRICS_ADDR": "127.0.0.1:0"})); err != nil {
+		return err
+	}
+	b.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}
+	// Wait for the API to be ready (the others migrate concurrently).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := b.client.Get(b.apiURL + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API never became ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func withParam(raw, k, v string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	q := u.Query()
+	q.Set(k, v)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// freshDatabase drops and creates a database on the server of o.databaseURL.
+func (b *bench) freshDatabase(ctx context.Context, name string) (string, error) {
+	conn, err := pgx.Connect(ctx, b.o.databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("connect to %s (start PostgreSQL, or set -db): %w", b.o.databaseURL, err)
+	}
+	defer conn.Close(ctx)
+	id := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+id+" WITH (FORCE)"); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+id); err != nil {
+		return "", err
+	}
+	u, _ := url.Parse(b.o.databaseURL)
+	u.Path = "/" + name
+	return u.String(), nil
+}
+
+func (b *bench) startRedis() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir, err := os.MkdirTemp("", "sekali-bench-redis-")
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start redis-server: %w", err)
+	}
+	b.cleanup = append(b.cleanup, func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.RemoveAll(dir) })
+	for i := 0; i < 200; i++ {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			c.Close()
+			return fmt.Sprintf("redis://127.0.0.1:%d/0", port), nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "", fmt.Errorf("redis-server did not start")
+}
+
+// proc is one of the service's processes.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  bytes.Buffer
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (b *bench) startProc(ctx context.Context, name string, env map[string]string) (*proc, error) {
+	p := &proc{name: name, cmd: exec.Command(filepath.Join(b.o.binDir, name))}
+	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	b.procs = append(b.procs, p)
+	b.cleanup = append(b.cleanup, func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = p.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-done
+		}
+	})
+	return p, nil
+}
+
+func (p *proc) waitLog(msg, field string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	needle := `"msg":"` + msg + `"`
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(p.output(), "\n") {
+			if strings.Contains(line, needle) {
+				i := strings.Index(line, `"`+field+`":"`)
+				if i >= 0 {
+					rest := line[i+len(field)+4:]
+					return rest[:strings.IndexByte(rest, '"')], nil
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return "", fmt.Errorf("%s did not log %q:\n%s", p.name, msg, p.output())
+}
+
+// offer sends checkouts at rate per second for d, open loop: request i
+// leaves at start + i/rate, and its latency counts from then, so a
+// stalled server cannot hide its stall by slowing the load down.
+func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step, error) {
+	s := step{Offered: rate}
+	interval := time.Duration(float64(time.Second) / rate)
+	cpuBefore := b.cpuSnapshot()
+	start := time.Now()
+	var mu sync.Mutex
+	var lats []time.Duration
+	var wg sync.WaitGroup
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if at.Sub(start) >= d {
+			break
+		}
+		time.Sleep(time.Until(at))
+		if ctx.Err() != nil {
+			return s, ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok := b.checkout()
+			lat := time.Since(at)
+			mu.Lock()
+			defer mu.Unlock()
+			lats = append(lats, lat)
+			if !ok {
+				s.Errors++
+			}
+		}()
+	}
+	wg.Wait()
+	loadEnd := time.Now()
+	for i, c := range b.cpuSnapshot() {
+		s.cpu = append(s.cpu, c-cpuBefore[i])
+	}
+	s.Requests = len(lats)
+	s.Achieved = float64(s.Requests-s.Errors) / loadEnd.Sub(start).Seconds()
+	slices.Sort(lats)
+	s.P50, s.P95, s.P99, s.Max = pct(lats, 0.50), pct(lats, 0.95), pct(lats, 0.99), lats[len(lats)-1]
+
+	// Drain: until nothing is pending or sending.
+	for {
+		var open int
+		if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM notification_deliveries WHERE status IN ('pending', 'sending')").Scan(&open); err != nil {
+			return s, err
+		}
+		if open == 0 {
+			break
+		}
+		if time.Since(loadEnd) > 2*time.Minute {
+			return s, fmt.Errorf("%d deliveries still open two minutes after the load stopped", open)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.Drain = time.Since(loadEnd)
+	var p50, p99 float64
+	if err := b.pool.QueryRow(ctx, `
+		SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)), 0),
+		       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)), 0)
+		FROM notification_deliveries WHERE created_at >= $1 AND created_at < $2 AND status = 'sent'`, start, loadEnd).Scan(&p50, &p99); err != nil {
+		return s, err
+	}
+	s.SentP50, s.SentP99 = time.Duration(p50*float64(time.Second)), time.Duration(p99*float64(time.Second))
+	s.Sustainable = s.Errors == 0 && s.P99 <= b.o.p99Bound && s.Drain <= 2*time.Second && s.Achieved >= 0.95*rate
+	b.logf("  achieved %.0f/s, p50 %v p99 %v max %v, errors %d, drain %v, checkout→sent p50 %v p99 %v, sustainable %v",
+		s.Achieved, ms(s.P50), ms(s.P99), ms(s.Max), s.Errors, ms(s.Drain), ms(s.SentP50), ms(s.SentP99), s.Sustainable)
+	return s, nil
+}
+
+func (b *bench) checkout() bool {
+	n := b.seq.Add(1)
+	body := `{"customer_email":"b` + strconv.FormatInt(n, 10) + `@example.com","customer_name":"Bench","currency":"IDR",` +
+		`"items":[{"sku":"TEA-01","name":"Teh melati","quantity":2,"unit_price":4500000},{"sku":"CUP-02","name":"Cangkir","quantity":1,"unit_price":12500050}]}`
+	req, _ := http.NewRequest(http.MethodPost, b.apiURL+"/v1/orders", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	res, err := b.client.Do(req)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	return res.StatusCode == http.StatusCreated
+}
+
+func pct(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
+
+// count compares the sink with the database: e-mails, duplicates (more
+// than one message for one Message-ID) and orders.
+func (b *bench) count(ctx context.Context) (emails, dups, orders int, err error) {
+	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&orders); err != nil {
+		return 0, 0, 0, err
+	}
+	perID := map[string]int{}
+	for _, m := range b.sink.Messages() {
+		perID[m.MessageID]++
+	}
+	for _, n := range perID {
+		if n > 1 {
+			dups += n - 1
+		}
+	}
+	return b.sink.Count(), dups, orders, nil
+}
