@@ -125,13 +125,13 @@ func (b *bench) logf(format string, args ...any) {
 
 // step is what one offered rate produced.
 type step struct {
-	Offered, Achieved float64
-	Requests, Errors  int
+	Offered, Achieved  float64
+	Requests, Errors   int
 	P50, P95, P99, Max time.Duration
-	SentP50, SentP99  time.Duration
-	Drain             time.Duration
-	Sustainable       bool
-	cpu               []time.Duration // CPU each process used while the load ran
+	SentP50, SentP99   time.Duration
+	Drain              time.Duration
+	Sustainable        bool
+	cpu                []time.Duration // CPU each process used while the load ran
 }
 
 func (b *bench) run(ctx context.Context) (string, error) {

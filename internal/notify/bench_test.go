@@ -126,4 +126,3 @@ func BenchmarkDeliver(b *testing.B) {
 		b.Fatalf("%d e-mails for %d deliveries", n, b.N)
 	}
 }
-
