@@ -168,6 +168,8 @@ func (b *bench) run(ctx context.Context) (string, error) {
 	if best.Offered == 0 {
 		return "", fmt.Errorf("not even %.0f checkouts/s were sustainable", b.o.startRate)
 	}
+	// Let PostgreSQL settle (checkpoint, autovacuum) after the overload.
+	time.Sleep(10 * time.Second)
 	b.logf("half the maximum: %.0f/s", best.Offered/2)
 	half, err := b.offer(ctx, best.Offered/2, b.o.step)
 	if err != nil {
@@ -453,7 +455,9 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 		return s, err
 	}
 	s.SentP50, s.SentP99 = time.Duration(p50*float64(time.Second)), time.Duration(p99*float64(time.Second))
-	s.Sustainable = s.Errors == 0 && s.P99 <= b.o.p99Bound && s.Drain <= 2*time.Second && s.Achieved >= 0.95*rate
+	// The backlog did not grow if the queue was (nearly) empty when the
+	// load stopped: drained in half a second.
+	s.Sustainable = s.Errors == 0 && s.P99 <= b.o.p99Bound && s.Drain <= 500*time.Millisecond && s.Achieved >= 0.95*rate
 	b.logf("  achieved %.0f/s, p50 %v p99 %v max %v, errors %d, drain %v, checkout→sent p50 %v p99 %v, sustainable %v",
 		s.Achieved, ms(s.P50), ms(s.P99), ms(s.Max), s.Errors, ms(s.Drain), ms(s.SentP50), ms(s.SentP99), s.Sustainable)
 	return s, nil
