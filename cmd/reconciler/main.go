@@ -72,6 +72,9 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 			DefaultPolicy: reconcile.Policy(env.OneOf("RECONCILE_DEFAULT_POLICY", string(reconcile.PolicyHold), string(reconcile.PolicyHold), string(reconcile.PolicyResend))),
 		},
 	}
+	if v := env.String("DELIVERY_RETENTION", "0"); v != "0" {
+		cfg.Reconcile.DeliveryRetention = env.Duration("DELIVERY_RETENTION", 0)
+	}
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.String("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)

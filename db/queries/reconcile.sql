@@ -93,3 +93,19 @@ INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt
 SELECT id, 'reconciled', 'sending', 'held', attempts, @actor::text,
        jsonb_build_object('decision', @decision::text, 'reason', @reason::text)
 FROM upd;
+
+-- name: DeleteExpiredIdempotencyKeys :execrows
+-- Idempotency-Key records past their window, a batch at a time.
+DELETE FROM idempotency_keys
+WHERE (scope, key) IN (SELECT k.scope, k.key FROM idempotency_keys k
+                       WHERE k.expires_at < now() LIMIT @batch);
+
+-- name: DeleteOldDeliveries :execrows
+-- Finished deliveries (sent or failed) untouched for the retention period,
+-- with their history (ON DELETE CASCADE), a batch at a time. Pending,
+-- sending and held rows are never deleted.
+DELETE FROM notification_deliveries
+WHERE id IN (SELECT d.id FROM notification_deliveries d
+             WHERE d.status IN ('sent', 'failed')
+               AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
+             LIMIT @batch);

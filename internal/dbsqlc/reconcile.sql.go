@@ -34,6 +34,45 @@ func (q *Queries) CountStaleSending(ctx context.Context) (int64, error) {
 	return count, err
 }
 
+const deleteExpiredIdempotencyKeys = `-- name: DeleteExpiredIdempotencyKeys :execrows
+DELETE FROM idempotency_keys
+WHERE (scope, key) IN (SELECT k.scope, k.key FROM idempotency_keys k
+                       WHERE k.expires_at < now() LIMIT $1)
+`
+
+// Idempotency-Key records past their window, a batch at a time.
+func (q *Queries) DeleteExpiredIdempotencyKeys(ctx context.Context, batch int32) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteExpiredIdempotencyKeys, batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const deleteOldDeliveries = `-- name: DeleteOldDeliveries :execrows
+DELETE FROM notification_deliveries
+WHERE id IN (SELECT d.id FROM notification_deliveries d
+             WHERE d.status IN ('sent', 'failed')
+               AND d.updated_at < now() - make_interval(secs => $1::float8)
+             LIMIT $2)
+`
+
+type DeleteOldDeliveriesParams struct {
+	OlderThanSeconds float64
+	Batch            int32
+}
+
+// Finished deliveries (sent or failed) untouched for the retention period,
+// with their history (ON DELETE CASCADE), a batch at a time. Pending,
+// sending and held rows are never deleted.
+func (q *Queries) DeleteOldDeliveries(ctx context.Context, arg DeleteOldDeliveriesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteOldDeliveries, arg.OlderThanSeconds, arg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const pickOrphanedPending = `-- name: PickOrphanedPending :many
 SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at FROM notification_deliveries d
 WHERE d.status = 'pending'

@@ -55,6 +55,9 @@ type Config struct {
 	Policies        map[string]Policy // per template
 	MessageIDDomain string            // as the worker's (the MAIL_FROM domain)
 	Actor           string            // names this reconciler in the history
+	// DeliveryRetention, when positive, deletes sent and failed deliveries
+	// (and their history) untouched for that long. Zero keeps them.
+	DeliveryRetention time.Duration
 }
 
 // Reconciler runs reconciliation passes. Several may run at once: rows
@@ -71,6 +74,7 @@ type Reconciler struct {
 	held      prometheus.Gauge
 	decisions *prometheus.CounterVec
 	passes    prometheus.Histogram
+	cleaned   *prometheus.CounterVec
 }
 
 // New returns a Reconciler; lookup may be nil.
@@ -94,8 +98,12 @@ func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, lookup Lo
 			Help:    "Time one reconciliation pass took.",
 			Buckets: prometheus.DefBuckets,
 		}),
+		cleaned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sekali_cleanup_deleted_total",
+			Help: "Rows the retention clean-up deleted: expired idempotency keys, and finished deliveries past DELIVERY_RETENTION.",
+		}, []string{"table"}),
 	}
-	reg.MustRegister(r.stale, r.held, r.decisions, r.passes)
+	reg.MustRegister(r.stale, r.held, r.decisions, r.passes, r.cleaned)
 	return r
 }
 
@@ -104,11 +112,14 @@ type Report struct {
 	Stale     int            // sending rows with an expired lease at the start
 	Held      int            // held rows at the end
 	Decisions map[string]int // by decision
+	// Cleaned counts what the retention clean-up deleted.
+	CleanedKeys, CleanedDeliveries int
 }
 
 func (rep Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "stale_sending=%d held=%d", rep.Stale, rep.Held)
+	fmt.Fprintf(&b, "stale_sending=%d held=%d cleaned_idempotency_keys=%d cleaned_deliveries=%d",
+		rep.Stale, rep.Held, rep.CleanedKeys, rep.CleanedDeliveries)
 	for _, d := range []string{DecisionRequeued, DecisionAlreadyQueued, DecisionNotHandedOver, DecisionFound, DecisionNotFound,
 		DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed} {
 		fmt.Fprintf(&b, " %s=%d", d, rep.Decisions[d])
@@ -167,7 +178,33 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	}
 	rep.Held = int(held)
 	r.held.Set(float64(held))
-	return rep, nil
+	return rep, r.cleanUp(ctx, q, &rep)
+}
+
+// cleanUp deletes what has outlived its use, a batch per pass: expired
+// Idempotency-Key records, and, with a DeliveryRetention, finished
+// deliveries. A deleted delivery no longer blocks its idempotency key, so
+// the retention must be longer than any trigger could be repeated
+// (docs/deploy.md).
+func (r *Reconciler) cleanUp(ctx context.Context, q *dbsqlc.Queries, rep *Report) error {
+	n, err := q.DeleteExpiredIdempotencyKeys(ctx, int32(r.cfg.Batch))
+	if err != nil {
+		return fmt.Errorf("delete expired idempotency keys: %w", err)
+	}
+	rep.CleanedKeys = int(n)
+	r.cleaned.WithLabelValues("idempotency_keys").Add(float64(n))
+	if r.cfg.DeliveryRetention <= 0 {
+		return nil
+	}
+	n, err = q.DeleteOldDeliveries(ctx, dbsqlc.DeleteOldDeliveriesParams{
+		OlderThanSeconds: r.cfg.DeliveryRetention.Seconds(), Batch: int32(r.cfg.Batch),
+	})
+	if err != nil {
+		return fmt.Errorf("delete old deliveries: %w", err)
+	}
+	rep.CleanedDeliveries = int(n)
+	r.cleaned.WithLabelValues("notification_deliveries").Add(float64(n))
+	return nil
 }
 
 // decide records one decision in the metrics, the report and the log.

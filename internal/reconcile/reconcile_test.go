@@ -62,9 +62,10 @@ func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
 }
 
 type recOpts struct {
-	lookup   reconcile.Lookup
-	policy   reconcile.Policy
-	policies map[string]reconcile.Policy
+	lookup    reconcile.Lookup
+	policy    reconcile.Policy
+	policies  map[string]reconcile.Policy
+	retention time.Duration
 }
 
 func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
@@ -74,7 +75,7 @@ func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
 	}
 	return reconcile.New(e.db.Pool, e.enq, e.inspector, o.lookup, reconcile.Config{
 		PendingAfter: time.Minute, Batch: 50, DefaultPolicy: o.policy, Policies: o.policies,
-		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8],
+		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8], DeliveryRetention: o.retention,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), prometheus.NewRegistry())
 }
 

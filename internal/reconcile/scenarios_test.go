@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -308,5 +309,71 @@ func TestFailedLookupDoesNotBlockTheOtherRows(t *testing.T) {
 	}
 	if got := e.get(t, early.ID); got.Status != notify.StatusPending {
 		t.Errorf("the row that needed no look-up: %s", got.Status)
+	}
+}
+
+// The retention clean-up: expired Idempotency-Key records go; finished
+// deliveries older than DELIVERY_RETENTION go with their history; nothing
+// unfinished ever goes, and without a retention no delivery does.
+func TestCleanUp(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	ctx := context.Background()
+	e.exec(t, `INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at) VALUES
+		('POST /v1/orders', 'old', '\x00', '{}', now() - interval '1 minute'),
+		('POST /v1/orders', 'live', '\x00', '{}', now() + interval '1 hour')`)
+	oldSent := e.pending(t, "old-sent@example.com")
+	oldFailed := e.pending(t, "old-failed@example.com")
+	oldHeld := e.pending(t, "old-held@example.com")
+	oldPending := e.pending(t, "old-pending@example.com")
+	fresh := e.pending(t, "fresh-sent@example.com")
+	e.exec(t, "UPDATE notification_deliveries SET status = 'sent', sent_at = now() WHERE id = ANY($1)", []uuid.UUID{oldSent.ID, fresh.ID})
+	e.exec(t, "UPDATE notification_deliveries SET status = 'failed' WHERE id = $1", oldFailed.ID)
+	e.exec(t, "UPDATE notification_deliveries SET status = 'held' WHERE id = $1", oldHeld.ID)
+	e.exec(t, "UPDATE notification_deliveries SET updated_at = now() - interval '100 days' WHERE id <> $1", fresh.ID)
+	// Keep the old pending one away from the orphan scan's touch.
+	e.exec(t, "INSERT INTO delivery_blocks (kind, value, reason, expires_at) VALUES ('recipient', 'old-pending@example.com', 'test', now() + interval '1 hour')")
+
+	exists := func(d notify.Delivery) bool {
+		_, err := notify.Get(ctx, e.db.Pool, d.ID)
+		return err == nil
+	}
+	rep, err := e.reconciler(t, recOpts{}).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.CleanedKeys != 1 || rep.CleanedDeliveries != 0 || !exists(oldSent) {
+		t.Errorf("without a retention: %v; the old sent delivery exists: %v", rep, exists(oldSent))
+	}
+	var keys []string
+	rows, _ := e.db.Pool.Query(ctx, "SELECT key FROM idempotency_keys")
+	for rows.Next() {
+		var k string
+		_ = rows.Scan(&k)
+		keys = append(keys, k)
+	}
+	rows.Close()
+	if len(keys) != 1 || keys[0] != "live" {
+		t.Errorf("idempotency keys left: %v, want only the live one", keys)
+	}
+
+	rep, err = e.reconciler(t, recOpts{retention: 90 * 24 * time.Hour}).RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.CleanedDeliveries != 2 {
+		t.Errorf("report %v, want the old sent and old failed deliveries deleted", rep)
+	}
+	for _, c := range []struct {
+		d    notify.Delivery
+		want bool
+	}{{oldSent, false}, {oldFailed, false}, {oldHeld, true}, {oldPending, true}, {fresh, true}} {
+		if got := exists(c.d); got != c.want {
+			t.Errorf("%s exists = %v, want %v", c.d.Recipient, got, c.want)
+		}
+	}
+	var events int
+	if err := e.db.Pool.QueryRow(ctx, "SELECT count(*) FROM delivery_events WHERE delivery_id = $1", oldSent.ID).Scan(&events); err != nil || events != 0 {
+		t.Errorf("%d history rows left for a deleted delivery (%v)", events, err)
 	}
 }
