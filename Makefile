@@ -43,8 +43,9 @@ vet: ## go vet every package and check gofmt
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
 
-compose-check: ## validate docker-compose.yml without a Docker engine
+compose-check: ## validate docker-compose.yml (and its ha profile) without a Docker engine
 	docker-compose config -q
+	docker-compose --profile ha config -q
 
 deploy-check: ## validate the Prometheus config and alert rules (needs promtool)
 	promtool check config --syntax-only deploy/prometheus/prometheus.yml

@@ -74,6 +74,7 @@ type cluster struct {
 	t         *testing.T
 	db        testenv.DB
 	redis     *testenv.RedisServer
+	redisURL  string // what the binaries get as REDIS_URL (the server above, or a Sentinel)
 	sink      *smtpsink.Server
 	lookupURL string
 	apiURL    string
@@ -100,6 +101,7 @@ func newCluster(t *testing.T, sinkCfg smtpsink.Config) *cluster {
 func newClusterOn(t *testing.T, db testenv.DB, sinkCfg smtpsink.Config) *cluster {
 	t.Helper()
 	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t)}
+	c.redisURL = c.redis.URL
 	sink, err := smtpsink.Start(sinkCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +124,7 @@ func merge(base map[string]string, extra []string) map[string]string {
 func (c *cluster) common() map[string]string {
 	return map[string]string{
 		"DATABASE_URL":   c.db.URL,
-		"REDIS_URL":      c.redis.URL,
+		"REDIS_URL":      c.redisURL,
 		"DELIVERY_QUEUE": c.redis.Queue,
 		"MAIL_FROM":      "orders@" + mailDomain,
 		"LOG_LEVEL":      "info",
