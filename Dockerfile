@@ -11,4 +11,7 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/
 USER nonroot:nonroot
 EXPOSE 8080
+# Each binary checks its own /healthz; compose overrides this for the
+# worker and the reconciler (their /healthz is on METRICS_ADDR).
+HEALTHCHECK --interval=10s --timeout=5s --retries=3 CMD ["/usr/local/bin/api", "healthcheck"]
 ENTRYPOINT ["/usr/local/bin/api"]

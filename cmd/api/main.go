@@ -3,6 +3,7 @@
 //
 //	api           migrate the schema, then serve HTTP until SIGINT/SIGTERM
 //	api migrate   migrate the schema and exit
+//	api healthcheck   exit 0 if the running API answers /healthz (for container health checks)
 package main
 
 import (
@@ -24,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -78,8 +80,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case len(args) == 0:
 	case len(args) == 1 && args[0] == "migrate":
 		migrateOnly = true
+	case len(args) == 1 && args[0] == "healthcheck":
+		return healthcheck.Probe(envconfig.New(getenv).String("HTTP_ADDR", ":8080"))
 	default:
-		fmt.Fprintln(stderr, "usage: api [migrate]")
+		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck]")
 		return fmt.Errorf("unexpected arguments %q", args)
 	}
 

@@ -41,6 +41,11 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 		t.Fatal("api did not start listening")
 	}
 
+	healthEnv := map[string]string{"HTTP_ADDR": strings.TrimPrefix(base, "http://")}
+	if err := run(ctx, []string{"healthcheck"}, func(k string) string { return healthEnv[k] }, io.Discard, io.Discard); err != nil {
+		t.Errorf("api healthcheck against the running API: %v", err)
+	}
+
 	res, err := http.Get(base + "/readyz")
 	if err != nil || res.StatusCode != http.StatusOK {
 		t.Fatalf("readyz: %v %v", res, err)
@@ -69,6 +74,9 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("run after cancel = %v, want nil", err)
+		}
+		if err := run(context.Background(), []string{"healthcheck"}, func(k string) string { return healthEnv[k] }, io.Discard, io.Discard); err == nil {
+			t.Error("api healthcheck passed with the API stopped")
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("run did not return after cancel")

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/reconcile"
@@ -117,8 +118,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() == 1 && fs.Arg(0) == "healthcheck" {
+		return healthcheck.Probe(envconfig.New(getenv).String("METRICS_ADDR", ":9102"))
+	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return fmt.Errorf("unexpected arguments %q (want --once or healthcheck)", fs.Args())
 	}
 	templates, err := notify.LoadTemplates()
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -100,8 +101,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 1 && args[0] == "healthcheck" {
+		return healthcheck.Probe(envconfig.New(getenv).String("METRICS_ADDR", ":9101"))
+	}
 	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: worker (configured by environment variables; see README.md)")
+		fmt.Fprintln(stderr, "usage: worker [healthcheck] (configured by environment variables; see README.md)")
 		return fmt.Errorf("unexpected arguments %q", args)
 	}
 	cfg, err := loadConfig(getenv)
