@@ -57,19 +57,19 @@ type config struct {
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		DatabaseURL:     env.String("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		DatabaseURL:     env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
 		HTTPAddr:        env.String("HTTP_ADDR", ":8080"),
 		LogLevel:        env.LogLevel("LOG_LEVEL"),
 		Queue:           env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		IdempotencyTTL:  env.Duration("IDEMPOTENCY_KEY_TTL", 24*time.Hour),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
-		AdminToken:      env.String("ADMIN_TOKEN", ""),
+		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 	}
 	if t := cfg.AdminToken; t != "" && len(t) < 16 {
 		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
 	}
 	var err error
-	cfg.Redis, err = redisconn.Parse(env.String("REDIS_URL", "redis://localhost:6379/0"))
+	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
 	return cfg, env.Err()
 }

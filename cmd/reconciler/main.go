@@ -60,7 +60,7 @@ type config struct {
 func loadConfig(getenv func(string) string, templates *notify.Templates) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		DatabaseURL: env.String("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		DatabaseURL: env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
 		LogLevel:    env.LogLevel("LOG_LEVEL"),
 		Queue:       env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		MetricsAddr: env.String("METRICS_ADDR", ":9102"),
@@ -77,7 +77,7 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 		cfg.Reconcile.DeliveryRetention = env.Duration("DELIVERY_RETENTION", 0)
 	}
 	var err error
-	cfg.Redis, err = redisconn.Parse(env.String("REDIS_URL", "redis://localhost:6379/0"))
+	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
 	from, err := notify.NormalizeAddress(env.String("MAIL_FROM", "orders@shop.example"))
 	env.Check("MAIL_FROM", err)

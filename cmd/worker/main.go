@@ -59,7 +59,7 @@ type config struct {
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		DatabaseURL:       env.String("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		DatabaseURL:       env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
 		LogLevel:          env.LogLevel("LOG_LEVEL"),
 		Queue:             env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		MetricsAddr:       env.String("METRICS_ADDR", ":9101"),
@@ -72,8 +72,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		SMTP: notify.SMTPConfig{
 			Host:              env.String("SMTP_HOST", "localhost"),
 			Port:              env.Int("SMTP_PORT", 1025, 1, 65535),
-			Username:          env.String("SMTP_USERNAME", ""),
-			Password:          env.String("SMTP_PASSWORD", ""),
+			Username:          env.Secret("SMTP_USERNAME", ""),
+			Password:          env.Secret("SMTP_PASSWORD", ""),
 			TLS:               env.OneOf("SMTP_TLS", notify.TLSNone, notify.TLSNone, notify.TLSStartTLS, notify.TLSImplicit),
 			From:              env.String("MAIL_FROM", "orders@shop.example"),
 			IdempotencyHeader: env.String("SMTP_IDEMPOTENCY_HEADER", "Idempotency-Key"),
@@ -82,7 +82,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.SMTP.MaxIdle = cfg.Concurrency
 	var err error
-	cfg.Redis, err = redisconn.Parse(env.String("REDIS_URL", "redis://localhost:6379/0"))
+	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
 	env.Check("SMTP", cfg.SMTP.Validate())
 	if cfg.ShutdownTimeout <= cfg.SendTimeout {

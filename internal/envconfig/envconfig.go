@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,25 @@ func (r *Reader) String(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// Secret reads a variable that may hold a secret: NAME itself, or, when
+// NAME is unset, the contents of the file named by NAME_FILE (as Docker
+// and Kubernetes secrets are mounted), without its trailing newline.
+func (r *Reader) Secret(name, def string) string {
+	if v := strings.TrimSpace(r.getenv(name)); v != "" {
+		return v
+	}
+	path := strings.TrimSpace(r.getenv(name + "_FILE"))
+	if path == "" {
+		return def
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s_FILE: %w", name, err))
+		return def
+	}
+	return strings.TrimRight(string(b), "\r\n")
 }
 
 // Duration reads a Go duration such as "250ms" or "24h" that must be positive.

@@ -2,6 +2,8 @@ package envconfig
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -51,5 +53,28 @@ func TestReaderReportsEveryProblemAtOnce(t *testing.T) {
 	want := []string{"BAD_DURATION", "NEG_DURATION", "BIG_INT", "BAD_LEVEL"}
 	if strings.Join(named, " ") != strings.Join(want, " ") {
 		t.Errorf("Err() names %v, want exactly %v", named, want)
+	}
+}
+
+func TestSecretFromFile(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("s3cret-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"A_FILE": file, "B": "direct", "B_FILE": file, "C_FILE": "/does/not/exist"}
+	r := New(func(k string) string { return env[k] })
+	if got := r.Secret("A", ""); got != "s3cret-token" {
+		t.Errorf("from file: %q", got)
+	}
+	if got := r.Secret("B", ""); got != "direct" {
+		t.Errorf("the variable wins over the file: %q", got)
+	}
+	if got := r.Secret("D", "default"); got != "default" {
+		t.Errorf("default: %q", got)
+	}
+	r.Secret("C", "")
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "C_FILE") {
+		t.Errorf("an unreadable file: %v", err)
 	}
 }
