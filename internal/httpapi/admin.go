@@ -203,20 +203,34 @@ func handleAdminGetDelivery(a Admin) http.Handler {
 	})
 }
 
+// adminActionRequest is the body of retry ({"note"}) and of mark-sent
+// ({"note", "provider_message_id"}).
 type adminActionRequest struct {
 	Note              string `json:"note"`
 	ProviderMessageID string `json:"provider_message_id"`
 }
 
-// decodeAdminAction reads the optional JSON body of a delivery action.
-func decodeAdminAction(w http.ResponseWriter, r *http.Request) (adminActionRequest, bool) {
+// retryRequest is what retry takes: a note, and nothing else.
+type retryRequest struct {
+	Note string `json:"note"`
+}
+
+// decodeAdminAction reads the optional JSON body of a delivery action;
+// withProviderID says whether provider_message_id is a known field.
+func decodeAdminAction(w http.ResponseWriter, r *http.Request, withProviderID bool) (adminActionRequest, bool) {
 	var req adminActionRequest
 	if r.ContentLength == 0 {
 		return req, true
 	}
 	raw, p := readJSONBody(w, r)
 	if p == nil {
-		p = decodeStrict(raw, &req, "")
+		if withProviderID {
+			p = decodeStrict(raw, &req, "")
+		} else {
+			var rr retryRequest
+			p = decodeStrict(raw, &rr, "")
+			req.Note = rr.Note
+		}
 	}
 	if p == nil {
 		var fields []order.FieldError
@@ -247,7 +261,7 @@ func handleAdminRetry(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		req, ok := decodeAdminAction(w, r)
+		req, ok := decodeAdminAction(w, r, false)
 		if !ok {
 			return
 		}
@@ -275,7 +289,7 @@ func handleAdminMarkSent(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		req, ok := decodeAdminAction(w, r)
+		req, ok := decodeAdminAction(w, r, true)
 		if !ok {
 			return
 		}
@@ -320,14 +334,20 @@ func handleAdminQueue(a Admin) http.Handler {
 func handleAdminPause(a Admin, pause bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		queue := a.Enqueuer.Queue()
-		var err error
-		if pause {
+		info, err := notify.QueueInfo(a.Inspector, queue)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		// Pausing a paused queue, or resuming a running one, changes
+		// nothing and is not an error.
+		switch {
+		case pause && !info.Paused:
 			err = a.Inspector.PauseQueue(queue)
-		} else {
+		case !pause && info.Paused:
 			err = a.Inspector.UnpauseQueue(queue)
 		}
-		// Pausing a paused queue (or resuming a running one) is not an error.
-		if err != nil && !strings.Contains(err.Error(), "already") {
+		if err != nil {
 			writeError(w, r, err)
 			return
 		}

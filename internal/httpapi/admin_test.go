@@ -124,6 +124,9 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 	if err := s.inspector.DeleteTask(s.redis.Queue, notify.TaskID(id)); err != nil {
 		t.Fatal(err)
 	}
+	if res := s.admin(t, http.MethodPost, path+"/retry", `{"note": "x", "provider_message_id": "P"}`); res.status != http.StatusBadRequest {
+		t.Errorf("retry with a mark-sent field = %d, want 400", res.status)
+	}
 	retried := s.admin(t, http.MethodPost, path+"/retry", `{"note": "mailbox fixed"}`)
 	var out struct {
 		Delivery struct {
@@ -189,6 +192,9 @@ func TestAdminQueueControls(t *testing.T) {
 	}
 	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/resume", ""); res.status != 200 {
 		t.Errorf("resume = %d", res.status)
+	}
+	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/resume", ""); res.status != 200 {
+		t.Errorf("resuming a running queue = %d %s", res.status, res.body)
 	}
 	if info := s.admin(t, http.MethodGet, "/admin/v1/queue", ""); !strings.Contains(string(info.body), `"paused":false`) {
 		t.Errorf("queue after resume: %s", info.body)

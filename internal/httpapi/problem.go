@@ -77,7 +77,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		setLogError(r.Context(), err)
 		writeProblem(w, r, problem{Type: typeInternal, Status: http.StatusInternalServerError,
-			Detail: "The request failed on our side. Retrying it with the same Idempotency-Key is safe: a key never creates a second order."})
+			Detail: "The request failed on our side; its log line carries this request_id. A checkout retried with the same Idempotency-Key never creates a second order."})
 	}
 }
 

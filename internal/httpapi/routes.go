@@ -11,6 +11,7 @@ func addRoutes(r chi.Router, d Deps, metrics http.Handler) {
 	r.Method(http.MethodGet, "/healthz", handleHealthz())
 	r.Method(http.MethodGet, "/readyz", handleReadyz(d.Checks))
 	r.Method(http.MethodGet, "/metrics", metrics)
+	r.Method(http.MethodGet, "/openapi.yaml", handleOpenAPI())
 
 	r.Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
 	r.Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))

@@ -1,0 +1,341 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/api"
+	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+)
+
+// loadOpenAPI loads api/openapi.yaml and checks that it is a valid
+// OpenAPI document. The uuid format, which kin-openapi does not check by
+// default, is checked for this document.
+func loadOpenAPI(t *testing.T) *openapi3.T {
+	t.Helper()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(api.OpenAPI)
+	if err != nil {
+		t.Fatalf("load api/openapi.yaml: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("api/openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	doc.SetStringFormatValidator("uuid",
+		openapi3.NewRegexpFormatValidator(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`))
+	return doc
+}
+
+func TestOpenAPIDocumentIsValid(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	if !doc.IsOpenAPI31OrLater() {
+		t.Errorf("openapi = %s, want 3.1", doc.OpenAPI)
+	}
+}
+
+// The document describes exactly the routes the router serves.
+func TestOpenAPIDocumentListsEveryRoute(t *testing.T) {
+	t.Parallel()
+	doc := loadOpenAPI(t)
+	reg := prometheus.NewRegistry()
+	srv := httpapi.NewServer(httpapi.Deps{Log: slog.New(slog.DiscardHandler), Registry: reg, Gatherer: reg})
+	routes, ok := srv.(chi.Routes)
+	if !ok {
+		t.Fatalf("NewServer returned %T, not a chi router", srv)
+	}
+
+	// chi writes a parameter as {id} or {id:regexp}; OpenAPI as {id}.
+	param := regexp.MustCompile(`\{([^}:]+)(:[^}]*)?\}`)
+	served := map[string]bool{}
+	err := chi.Walk(routes, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		served[method+" "+param.ReplaceAllString(route, "{$1}")] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method := range item.Operations() {
+			documented[method+" "+path] = true
+		}
+	}
+
+	var undocumented, unserved []string
+	for op := range served {
+		if !documented[op] {
+			undocumented = append(undocumented, op)
+		}
+	}
+	for op := range documented {
+		if !served[op] {
+			unserved = append(unserved, op)
+		}
+	}
+	slices.Sort(undocumented)
+	slices.Sort(unserved)
+	if len(undocumented) > 0 {
+		t.Errorf("routes missing from api/openapi.yaml:\n\t%s", strings.Join(undocumented, "\n\t"))
+	}
+	if len(unserved) > 0 {
+		t.Errorf("operations in api/openapi.yaml that the router does not serve:\n\t%s", strings.Join(unserved, "\n\t"))
+	}
+	if len(served) == 0 {
+		t.Error("chi.Walk found no routes")
+	}
+}
+
+// contract sends real requests to the API and checks every response
+// against the document: an undocumented status, a missing or malformed
+// header, an undeclared content type or a body that does not match its
+// schema fails the test.
+type contract struct {
+	t      *testing.T
+	s      stack
+	doc    *openapi3.T
+	router routers.Router
+	seen   map[string]bool // "METHOD path" of each operation exercised
+}
+
+func newContract(t *testing.T, s stack) *contract {
+	t.Helper()
+	doc := loadOpenAPI(t)
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &contract{t: t, s: s, doc: doc, router: router, seen: map[string]bool{}}
+}
+
+// do sends a request, requires status want, and checks the response
+// against the document.
+func (c *contract) do(want int, method, path, contentType, body string, header map[string]string) response {
+	c.t.Helper()
+	res := c.s.do(c.t, method, path, contentType, strings.NewReader(body), header)
+	if res.status != want {
+		c.t.Errorf("%s %s = %d, want %d: %s", method, path, res.status, want, res.body)
+	}
+	c.check(method, path, res)
+	return res
+}
+
+// admin is do with the admin token and, for a body, application/json.
+func (c *contract) admin(want int, method, path, body string) response {
+	c.t.Helper()
+	ct := ""
+	if body != "" {
+		ct = "application/json"
+	}
+	return c.do(want, method, path, ct, body, map[string]string{"Authorization": "Bearer " + adminToken})
+}
+
+func (c *contract) check(method, path string, res response) {
+	c.t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	route, params, err := c.router.FindRoute(req)
+	if err != nil {
+		c.t.Errorf("%s %s: not in api/openapi.yaml: %v", method, path, err)
+		return
+	}
+	c.seen[method+" "+route.Path] = true
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 res.status,
+		Header:                 res.header,
+		Options: &openapi3filter.Options{
+			IncludeResponseStatus:   true,
+			MultiError:              true,
+			SchemaValidationOptions: c.doc.GetSchemaValidationOptions(),
+		},
+	}
+	in.SetBodyBytes(res.body)
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		c.t.Errorf("%s %s = %d does not match api/openapi.yaml: %v\nbody: %.500s", method, path, res.status, err, res.body)
+		return
+	}
+	// ValidateResponse does not look at a body the document says is not there.
+	if r := route.Operation.Responses.Status(res.status); r != nil && len(r.Value.Content) == 0 && len(res.body) > 0 {
+		c.t.Errorf("%s %s = %d has a body the document does not declare: %.500s", method, path, res.status, res.body)
+	}
+}
+
+// Real responses to a realistic sequence of requests, good and bad, match
+// the document, and every documented operation is among them.
+func TestResponsesMatchOpenAPIDocument(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	c := newContract(t, s)
+	ctx := context.Background()
+	jsonCT := "application/json"
+
+	// Operations.
+	c.do(200, "GET", "/healthz", "", "", nil)
+	c.do(200, "GET", "/readyz", "", "", map[string]string{"X-Request-Id": "contract-test.1"})
+	c.do(200, "GET", "/metrics", "", "", nil)
+	c.do(200, "GET", "/metrics", "", "", map[string]string{
+		"Accept": "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"})
+	if res := c.do(200, "GET", "/openapi.yaml", "", "", nil); !bytes.Equal(res.body, api.OpenAPI) {
+		t.Error("GET /openapi.yaml does not serve api/openapi.yaml")
+	}
+
+	// Templates.
+	var list struct{ Templates []string }
+	c.do(200, "GET", "/v1/templates", "", "", nil).decode(t, &list)
+	if len(list.Templates) == 0 {
+		t.Fatal("no templates")
+	}
+	for _, name := range list.Templates {
+		for _, q := range []string{"", "?format=json", "?format=html", "?format=text"} {
+			c.do(200, "GET", "/v1/templates/"+name+"/preview"+q, "", "", nil)
+		}
+	}
+	c.do(404, "GET", "/v1/templates/no-such-template/preview", "", "", nil)
+	c.do(400, "GET", "/v1/templates/"+list.Templates[0]+"/preview?format=pdf", "", "", nil)
+
+	// Checkout, with and without an Idempotency-Key.
+	key := map[string]string{"Idempotency-Key": `"contract-key-1"`}
+	first := c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, key)
+	replay := c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, key)
+	if replay.header.Get("Idempotent-Replayed") != "true" || !bytes.Equal(replay.body, first.body) {
+		t.Errorf("replay = %s, %s", replay.header, replay.body)
+	}
+	c.do(422, "POST", "/v1/orders", jsonCT, strings.Replace(validCheckout, `"quantity": 2`, `"quantity": 3`, 1), key)
+	c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, nil)
+	c.do(400, "POST", "/v1/orders", jsonCT, validCheckout, map[string]string{"Idempotency-Key": "a b"})
+	c.do(400, "POST", "/v1/orders", jsonCT, `{"customer_email":`, nil)
+	c.do(400, "POST", "/v1/orders", jsonCT, `{"coupon": "FREE"}`, nil)
+	c.do(415, "POST", "/v1/orders", "text/plain", validCheckout, nil)
+	c.do(413, "POST", "/v1/orders", jsonCT, `{"customer_name": "`+strings.Repeat("x", 70_000)+`"}`, nil)
+	c.do(422, "POST", "/v1/orders", jsonCT, strings.Replace(validCheckout, `"IDR"`, `"idr"`, 1), nil)
+	c.do(422, "POST", "/v1/orders", jsonCT, `{}`, nil)
+	c.inFlight(ctx)
+
+	var o order.Order
+	first.decode(t, &o)
+	orderPath := "/v1/orders/" + o.ID.String()
+	c.do(200, "GET", orderPath, "", "", nil)
+	c.do(404, "GET", "/v1/orders/00000000-0000-4000-8000-000000000000", "", "", nil)
+	c.do(404, "GET", "/v1/orders/nope", "", "", nil)
+
+	// Shipments.
+	shipment := `{"carrier": "JNE", "tracking_number": "JNE-0042-7781"}`
+	c.do(201, "POST", orderPath+"/shipments", jsonCT, shipment, nil)
+	c.do(200, "POST", orderPath+"/shipments", jsonCT, shipment, nil)
+	c.do(404, "POST", "/v1/orders/00000000-0000-4000-8000-000000000000/shipments", jsonCT, shipment, nil)
+	c.do(404, "POST", "/v1/orders/nope/shipments", jsonCT, shipment, nil)
+	c.do(422, "POST", orderPath+"/shipments", jsonCT, `{"carrier": "", "tracking_number": "x"}`, nil)
+	c.do(400, "POST", orderPath+"/shipments", jsonCT, `{"carrier": "JNE", "eta": 3}`, nil)
+	c.do(415, "POST", orderPath+"/shipments", "", shipment, nil)
+	c.do(200, "GET", orderPath, "", "", nil)
+
+	// Admin: the token is required everywhere.
+	for _, header := range []map[string]string{nil, {"Authorization": "Bearer wrong-token-wrong-token"}} {
+		c.do(401, "GET", "/admin/v1/deliveries", "", "", header)
+		c.do(401, "POST", "/admin/v1/queue/pause", "", "", header)
+		c.do(401, "DELETE", "/admin/v1/blocks/1", "", "", header)
+	}
+
+	// Admin: deliveries.
+	id := o.Notifications[0].ID
+	delivery := "/admin/v1/deliveries/" + id.String()
+	c.admin(200, "GET", "/admin/v1/deliveries", "")
+	c.admin(200, "GET", "/admin/v1/deliveries?status=pending&template=order-confirmation&limit=10&order_id="+o.ID.String(), "")
+	c.admin(400, "GET", "/admin/v1/deliveries?status=lost", "")
+	c.admin(400, "GET", "/admin/v1/deliveries?older_than=soon", "")
+	c.admin(200, "GET", delivery, "")
+	c.admin(404, "GET", "/admin/v1/deliveries/00000000-0000-4000-8000-000000000000", "")
+	c.admin(404, "GET", "/admin/v1/deliveries/nope", "")
+	c.admin(409, "POST", delivery+"/retry", "")
+	c.admin(404, "POST", "/admin/v1/deliveries/00000000-0000-4000-8000-000000000000/retry", "")
+	c.admin(400, "POST", delivery+"/retry", `{"note": 1}`)
+	c.admin(422, "POST", delivery+"/retry", `{"note": "`+strings.Repeat("n", 1001)+`"}`)
+	c.do(415, "POST", delivery+"/retry", "text/plain", "why", map[string]string{"Authorization": "Bearer " + adminToken})
+	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'failed', attempts = 5, last_error = '550 no such user' WHERE id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.inspector.DeleteTask(s.redis.Queue, notify.TaskID(id)); err != nil {
+		t.Fatal(err)
+	}
+	c.admin(200, "POST", delivery+"/retry", `{"note": "mailbox fixed"}`)
+	c.admin(409, "POST", delivery+"/mark-sent", `{"provider_message_id": "MH-1"}`)
+	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'held' WHERE id = $1", id); err != nil {
+		t.Fatal(err)
+	}
+	c.admin(422, "POST", delivery+"/mark-sent", `{}`)
+	c.admin(400, "POST", delivery+"/mark-sent", `{"provider_message_id": "MH-1", "extra": 1}`)
+	c.admin(404, "POST", "/admin/v1/deliveries/nope/mark-sent", `{"provider_message_id": "MH-1"}`)
+	c.admin(200, "POST", delivery+"/mark-sent", `{"provider_message_id": "MH-123", "note": "seen in the provider's log"}`)
+	c.admin(200, "GET", delivery, "")
+	c.admin(200, "GET", "/admin/v1/deliveries?status=sent", "")
+
+	// Admin: the queue.
+	c.admin(200, "GET", "/admin/v1/queue", "")
+	c.admin(200, "POST", "/admin/v1/queue/pause", "")
+	c.admin(200, "POST", "/admin/v1/queue/pause", "")
+	c.admin(200, "GET", "/admin/v1/queue", "")
+	c.admin(200, "POST", "/admin/v1/queue/resume", "")
+	c.admin(200, "PUT", "/admin/v1/queue/concurrency", `{"per_worker": 2}`)
+	c.admin(200, "GET", "/admin/v1/queue", "")
+	c.admin(422, "PUT", "/admin/v1/queue/concurrency", `{"per_worker": -1}`)
+	c.admin(400, "PUT", "/admin/v1/queue/concurrency", `{"per_worker": "2"}`)
+	c.admin(415, "PUT", "/admin/v1/queue/concurrency", "")
+	c.admin(200, "PUT", "/admin/v1/queue/concurrency", `{"per_worker": 0}`)
+
+	// Admin: blocks.
+	var b notify.Block
+	c.admin(201, "POST", "/admin/v1/blocks",
+		`{"kind": "recipient", "value": " Ana.Maria@Example.com ", "reason": "complaint, ticket 4411", "expires_in": "2h"}`).decode(t, &b)
+	c.admin(201, "POST", "/admin/v1/blocks", `{"kind": "key", "value": "order-confirmation:x:y@example.com", "reason": "replaying", "expires_in": "30m"}`)
+	c.admin(422, "POST", "/admin/v1/blocks", `{"kind": "domain", "value": "example.com", "reason": "", "expires_in": "forever"}`)
+	c.admin(422, "POST", "/admin/v1/blocks", `{"kind": "recipient", "value": "not an address", "reason": "x", "expires_in": "1h"}`)
+	c.admin(400, "POST", "/admin/v1/blocks", `{"kind": "key",`)
+	c.admin(200, "GET", "/admin/v1/blocks", "")
+	c.admin(204, "DELETE", "/admin/v1/blocks/"+jsonInt(b.ID), "")
+	c.admin(404, "DELETE", "/admin/v1/blocks/"+jsonInt(b.ID), "")
+	c.admin(404, "DELETE", "/admin/v1/blocks/x", "")
+
+	var missed []string
+	for path, item := range c.doc.Paths.Map() {
+		for method := range item.Operations() {
+			if !c.seen[method+" "+path] {
+				missed = append(missed, method+" "+path)
+			}
+		}
+	}
+	slices.Sort(missed)
+	if len(missed) > 0 {
+		t.Errorf("documented operations this test never called:\n\t%s", strings.Join(missed, "\n\t"))
+	}
+}
+
+// inFlight sends a checkout while another request holds its key, the way
+// the checkout itself holds it: the answer is 409.
+func (c *contract) inFlight(ctx context.Context) {
+	c.t.Helper()
+	tx, err := c.s.db.Pool.Begin(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(385697, hashtext('POST /v1/orders' || ' ' || 'contract-busy-key'))"); err != nil {
+		c.t.Fatal(err)
+	}
+	c.do(409, "POST", "/v1/orders", "application/json", validCheckout, map[string]string{"Idempotency-Key": "contract-busy-key"})
+}
