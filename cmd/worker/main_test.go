@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -107,7 +105,7 @@ func TestRunSendsQueuedDeliveriesAndStopsOnCancel(t *testing.T) {
 	env := w.env()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logs, io.Discard) }()
 
@@ -288,21 +286,4 @@ func TestSIGTERMLetsTheSendInProgressFinish(t *testing.T) {
 	if n := w.sink.Count(); n != 1 {
 		t.Errorf("%d e-mails, want 1", n)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -3,7 +3,6 @@
 package e2e_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -33,12 +31,12 @@ import (
 // component is one binary's registry and log.
 type component struct {
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *testenv.Buffer
 	log  *slog.Logger
 }
 
 func newComponent(wrap func(slog.Handler) slog.Handler) component {
-	c := component{reg: prometheus.NewRegistry(), logs: &syncBuffer{}}
+	c := component{reg: prometheus.NewRegistry(), logs: &testenv.Buffer{}}
 	var h slog.Handler = slog.NewJSONHandler(c.logs, nil)
 	if wrap != nil {
 		h = wrap(h)
@@ -366,21 +364,4 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

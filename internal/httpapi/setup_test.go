@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,7 +33,7 @@ type stack struct {
 	redis     testenv.Redis
 	inspector *asynq.Inspector
 	reg       *prometheus.Registry
-	logs      *syncBuffer
+	logs      *testenv.Buffer
 }
 
 type setupOpts struct {
@@ -60,7 +58,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 		tracer = o.tracer.Tracer("test")
 	}
 
-	logs := &syncBuffer{}
+	logs := &testenv.Buffer{}
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(logs, nil)))
 	client := asynq.NewClient(queueRedis)
 	t.Cleanup(func() { client.Close() })
@@ -173,21 +171,4 @@ func matchLabels(have []*dto.LabelPair, want []string) bool {
 		}
 	}
 	return true
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

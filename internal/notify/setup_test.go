@@ -1,12 +1,10 @@
 package notify_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -34,13 +32,13 @@ type env struct {
 	templates *notify.Templates
 	reg       *prometheus.Registry
 	metrics   *notify.Metrics
-	logs      *syncBuffer
+	logs      *testenv.Buffer
 	orders    *order.Service
 }
 
 func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	t.Helper()
-	e := &env{db: testenv.NewDB(t), redis: testenv.NewRedis(t), logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	e := &env{db: testenv.NewDB(t), redis: testenv.NewRedis(t), logs: &testenv.Buffer{}, reg: prometheus.NewRegistry()}
 	e.rdb = redisconn.NewClient(e.redis.Opt)
 	t.Cleanup(func() { e.rdb.Close() })
 	sink, err := smtpsink.Start(sinkCfg)
@@ -171,23 +169,6 @@ func hasLabels(have []*dto.LabelPair, want []string) bool {
 }
 
 func isSkipRetry(err error) bool { return errors.Is(err, asynq.SkipRetry) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func (e *env) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()

@@ -5,8 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,12 +30,12 @@ type env struct {
 	orders    *order.Service // its enqueues fail: the API died before enqueueing
 	enq       *notify.Enqueuer
 	inspector *asynq.Inspector
-	logs      *syncBuffer
+	logs      *testenv.Buffer
 }
 
 func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
 	t.Helper()
-	e := &env{db: testenv.NewDB(t), redis: rd, logs: &syncBuffer{}}
+	e := &env{db: testenv.NewDB(t), redis: rd, logs: &testenv.Buffer{}}
 	sink, err := smtpsink.Start(sinkCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -229,21 +227,4 @@ func events(t *testing.T, e *env, d notify.Delivery, name string) []notify.Event
 		}
 	}
 	return out
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -64,7 +64,7 @@ func moduleRoot(t testing.TB) string {
 type Process struct {
 	Name string
 	Cmd  *exec.Cmd
-	out  *lockedBuffer
+	out  *Buffer
 	done chan struct{}
 	err  error
 }
@@ -81,7 +81,7 @@ func Start(t testing.TB, name, bin string, env map[string]string, args ...string
 	}
 	// If the test binary dies (a timeout, a panic), so does the child.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	p := &Process{Name: name, Cmd: cmd, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &Process{Name: name, Cmd: cmd, out: &Buffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -155,18 +155,20 @@ func (p *Process) WaitLog(t testing.TB, msg, field string, timeout time.Duration
 	}
 }
 
-type lockedBuffer struct {
+// Buffer collects output, such as a logger's, from several goroutines.
+type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *Buffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+// String is everything written so far.
+func (l *Buffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
