@@ -162,7 +162,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(reconcile.NewQueueCollector(inspector, cfg.Queue))
+	rdb := redisconn.NewClient(cfg.Redis)
+	defer rdb.Close()
+	reg.MustRegister(reconcile.NewQueueCollector(inspector, rdb, cfg.Queue))
 	rec := reconcile.New(pool, notify.NewEnqueuer(client, cfg.Queue, log, reg), inspector, lookup, cfg.Reconcile, log, reg)
 
 	if *once {

@@ -67,7 +67,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LockTTL:           env.Duration("LOCK_TTL", 30*time.Second),
 		MaxAttempts:       env.Int("MAX_ATTEMPTS", 5, 1, 100),
 		SendTimeout:       env.Duration("SEND_TIMEOUT", 30*time.Second),
-		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 40*time.Second),
+		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 45*time.Second),
 		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", 20*time.Millisecond),
 		SMTP: notify.SMTPConfig{
 			Host:              env.String("SMTP_HOST", "localhost"),
@@ -85,8 +85,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
 	env.Check("SMTP", cfg.SMTP.Validate())
-	if cfg.ShutdownTimeout <= cfg.SendTimeout {
-		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be longer than SEND_TIMEOUT %v, so that SIGTERM lets a send finish", cfg.ShutdownTimeout, cfg.SendTimeout))
+	// A send may take SEND_TIMEOUT, writing its outcome up to 10 s more and
+	// releasing the lock 2 s: SIGTERM must leave time for all of it.
+	if cfg.ShutdownTimeout < cfg.SendTimeout+12*time.Second {
+		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be at least SEND_TIMEOUT %v + 12s, so that SIGTERM lets a send finish and be recorded", cfg.ShutdownTimeout, cfg.SendTimeout))
 	}
 	if cfg.SMTP.Timeout >= cfg.LockTTL {
 		// A worker frozen after its last lease check must not be able to
@@ -203,6 +205,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info("worker shutting down: finishing in-flight sends", "timeout", cfg.ShutdownTimeout.String())
+		worker.Drain() // no new claims: only sends under way are waited for
 		srv.Shutdown() // waits for running handlers up to ShutdownTimeout
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

@@ -148,7 +148,7 @@ func (c *cluster) startWorker(extra ...string) *testenv.Process {
 	env := merge(merge(c.common(), []string{
 		"SMTP_HOST", c.sink.Host(), "SMTP_PORT", strconv.Itoa(c.sink.Port()), "SMTP_TLS", "none",
 		"METRICS_ADDR", "127.0.0.1:0", "WORKER_CONCURRENCY", "4",
-		"LOCK_TTL", "3s", "SMTP_TIMEOUT", "2s", "SEND_TIMEOUT", "6s", "SHUTDOWN_TIMEOUT", "10s", "MAX_ATTEMPTS", "10",
+		"LOCK_TTL", "3s", "SMTP_TIMEOUT", "2s", "SEND_TIMEOUT", "6s", "SHUTDOWN_TIMEOUT", "20s", "MAX_ATTEMPTS", "10",
 	}), extra)
 	p := testenv.Start(c.t, "worker", testenv.Binary(c.t, "./cmd/worker", "failpoints"), env)
 	p.WaitLog(c.t, "worker started", "worker_id", 60*time.Second)

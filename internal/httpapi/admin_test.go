@@ -179,6 +179,18 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 func TestAdminQueueControls(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
+	// A queue no task has reached yet can be paused and resumed too, and
+	// says so.
+	for _, step := range []struct{ path, want string }{
+		{"/admin/v1/queue/pause", `"paused":true`}, {"/admin/v1/queue/resume", `"paused":false`},
+	} {
+		if res := s.admin(t, http.MethodPost, step.path, ""); res.status != 200 {
+			t.Fatalf("%s on a fresh queue = %d %s", step.path, res.status, res.body)
+		}
+		if info := s.admin(t, http.MethodGet, "/admin/v1/queue", ""); !strings.Contains(string(info.body), step.want) {
+			t.Errorf("after %s: %s", step.path, info.body)
+		}
+	}
 	s.postOrder(t, validCheckout, nil) // creates the queue
 	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/pause", ""); res.status != 200 {
 		t.Fatalf("pause = %d %s", res.status, res.body)
@@ -235,6 +247,7 @@ func TestAdminBlocks(t *testing.T) {
 		`{"kind": "domain", "value": "example.com", "reason": "x", "expires_in": "1h"}`,
 		`{"kind": "key", "value": "k", "reason": "", "expires_in": "1h"}`,
 		`{"kind": "key", "value": "k", "reason": "x", "expires_in": "forever"}`,
+		`{"kind": "key", "value": "k", "reason": "x", "expires_in": "1ns"}`,
 		`{"kind": "recipient", "value": "not an address", "reason": "x", "expires_in": "1h"}`,
 	} {
 		if res := s.admin(t, http.MethodPost, "/admin/v1/blocks", body); res.status != 422 {

@@ -127,7 +127,13 @@ func (s *SMTP) Send(ctx context.Context, m Message, handOver func() error) (stri
 	// with or without a 421: if it fails before the data, try once more
 	// on a fresh one.
 	for try := 0; ; try++ {
-		c, reused, err := s.conn(ctx)
+		var c *smtpConn
+		reused := false
+		if try == 0 {
+			c, reused, err = s.conn(ctx)
+		} else {
+			c, err = s.dial(ctx) // not another idle one: they may all be dead
+		}
 		if err != nil {
 			return "", &SendError{Outcome: OutcomeTemporary, Err: err}
 		}

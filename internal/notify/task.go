@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -103,13 +104,17 @@ func (e *Enqueuer) Enqueue(ctx context.Context, d Delivery) error {
 }
 
 func (e *Enqueuer) enqueue(ctx context.Context, d Delivery) error {
+	return e.enqueueAs(ctx, d, TaskID(d.ID))
+}
+
+func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) error {
 	// The span comes from the caller's tracer provider (none: a no-op).
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "enqueue delivery",
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("sekali.delivery_id", d.ID.String()), attribute.String("sekali.template", d.Template)))
 	defer span.End()
 	_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d),
-		asynq.TaskID(TaskID(d.ID)),
+		asynq.TaskID(taskID),
 		asynq.Queue(e.queue),
 		asynq.Retention(taskRetention),
 		asynq.MaxRetry(maxTaskRetries),
@@ -133,48 +138,56 @@ func (e *Enqueuer) enqueue(ctx context.Context, d Delivery) error {
 // lease expired), a recovery task is queued at once rather than after
 // asynq's own recovery, which takes up to a minute and a half.
 func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error) {
-	err = e.enqueue(ctx, d)
+	created, active, err := e.enqueueOrReplace(ctx, ins, d, TaskID(d.ID))
+	if err != nil || created || active == nil {
+		return created, err
+	}
+	if !deadAttempt && !orphaned(ins, e.queue, active.ID) {
+		return false, nil // a live worker has it
+	}
+	// An active task cannot be deleted, so a second task under a recovery
+	// id is queued; whichever runs second finds the delivery done and is
+	// acknowledged as a duplicate. A worker that was only frozen and wakes
+	// up is fenced out. The id changes every minute, so a later recovery
+	// is never blocked by an earlier one for long.
+	recovery := fmt.Sprintf("%s:recovered:%d", TaskID(d.ID), time.Now().Unix()/60)
+	created, _, err = e.enqueueOrReplace(ctx, ins, d, recovery)
+	return created, err
+}
+
+// enqueueOrReplace enqueues d's task under taskID. A finished task
+// (completed or archived) holding the id is deleted and replaced; an
+// active one is returned, and any other live one is left to run.
+func (e *Enqueuer) enqueueOrReplace(ctx context.Context, ins *asynq.Inspector, d Delivery, taskID string) (created bool, active *asynq.TaskInfo, err error) {
+	err = e.enqueueAs(ctx, d, taskID)
 	if err == nil {
-		return true, nil
+		return true, nil, nil
 	}
 	if !errors.Is(err, asynq.ErrTaskIDConflict) {
-		return false, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
+		return false, nil, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
 	}
-	info, err := ins.GetTaskInfo(e.queue, TaskID(d.ID))
+	info, err := ins.GetTaskInfo(e.queue, taskID)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound):
 		// Gone between the two calls: enqueue once more.
 	case err != nil:
-		return false, fmt.Errorf("inspect task of delivery %s: %w", d.ID, err)
+		return false, nil, fmt.Errorf("inspect task %s: %w", taskID, err)
 	case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
 		if err := ins.DeleteTask(e.queue, info.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-			return false, fmt.Errorf("delete finished task of delivery %s: %w", d.ID, err)
+			return false, nil, fmt.Errorf("delete finished task %s: %w", taskID, err)
 		}
-	case info.State == asynq.TaskStateActive && (deadAttempt || orphaned(ins, e.queue, info.ID)):
-		// An active task cannot be deleted, so a second task under a
-		// recovery id is queued; whichever runs second finds the delivery
-		// done and is acknowledged as a duplicate. A worker that was only
-		// frozen and wakes up is fenced out.
-		recovery := fmt.Sprintf("%s:recovered:%d", TaskID(d.ID), time.Now().Unix()/60)
-		_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d), asynq.TaskID(recovery), asynq.Queue(e.queue),
-			asynq.Retention(taskRetention), asynq.MaxRetry(maxTaskRetries))
-		if errors.Is(err, asynq.ErrTaskIDConflict) {
-			return false, nil
-		}
-		if err != nil {
-			return false, fmt.Errorf("enqueue recovery task of delivery %s: %w", d.ID, err)
-		}
-		return true, nil
+	case info.State == asynq.TaskStateActive:
+		return false, info, nil
 	default:
-		return false, nil
+		return false, nil, nil // pending, scheduled or retrying: it will run
 	}
-	if err := e.enqueue(ctx, d); err != nil {
+	if err := e.enqueueAs(ctx, d, taskID); err != nil {
 		if errors.Is(err, asynq.ErrTaskIDConflict) {
-			return false, nil // another reconciler was quicker
+			return false, nil, nil // another reconciler was quicker
 		}
-		return false, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
+		return false, nil, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 // orphaned reports whether an active task's worker stopped renewing its
@@ -217,15 +230,22 @@ func (e *Enqueuer) EnqueueAfterCommit(ctx context.Context, deliveries []Delivery
 	}
 }
 
-// QueueInfo returns asynq's statistics for queue; a queue that has never
-// held a task does not exist in Redis yet and reads as empty.
-func QueueInfo(ins *asynq.Inspector, queue string) (*asynq.QueueInfo, error) {
+// QueueInfo returns asynq's statistics for queue. A queue that has never
+// held a task is not in asynq's list of queues and reads as empty; it can
+// still be paused, which asynq's inspector does not report for it, so
+// that is read from the queue's pause key (asynq:{<queue>}:paused, asynq
+// v0.26's layout).
+func QueueInfo(ctx context.Context, ins *asynq.Inspector, rdb redis.UniversalClient, queue string) (*asynq.QueueInfo, error) {
 	queues, err := ins.Queues()
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
 	if !slices.Contains(queues, queue) {
-		return &asynq.QueueInfo{Queue: queue}, nil
+		n, err := rdb.Exists(ctx, "asynq:{"+queue+"}:paused").Result()
+		if err != nil {
+			return nil, fmt.Errorf("read pause of queue %s: %w", queue, err)
+		}
+		return &asynq.QueueInfo{Queue: queue, Paused: n == 1}, nil
 	}
 	info, err := ins.GetQueueInfo(queue)
 	if err != nil {

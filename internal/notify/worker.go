@@ -63,7 +63,13 @@ type Worker struct {
 	metrics   *Metrics
 	limit     *limiter
 	tracer    trace.Tracer
+	draining  atomic.Bool
 }
+
+// Drain makes the worker start no new attempt: tasks that have not
+// claimed their delivery yet go back to the queue, so that shutdown only
+// waits for sends already under way.
+func (w *Worker) Drain() { w.draining.Store(true) }
 
 // NewWorker returns a Worker. db must be the primary: every decision is
 // read from and written to the source of truth, never a replica.
@@ -96,18 +102,20 @@ var (
 	errLockLost = errors.New("lock expired before the message was handed over")
 	// errLeaseLost: the row's lease is no longer ours: another worker took over.
 	errLeaseLost = errors.New("lease taken over by another worker")
+	// errDraining: the worker is shutting down; another one takes the task.
+	errDraining = errors.New("worker shutting down; task handed back")
 )
 
 // IsFailure tells asynq which errors count as failed tasks: waiting for a
 // lock is normal operation, not a failure.
 func IsFailure(err error) bool {
-	return !errors.Is(err, errLockBusy)
+	return !errors.Is(err, errLockBusy) && !errors.Is(err, errDraining)
 }
 
 // RetryDelay is asynq's back-off: exponential with full jitter, from 1s up
 // to 5 minutes; a busy lock is retried within a second or two.
 func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
-	if errors.Is(err, errLockBusy) {
+	if errors.Is(err, errLockBusy) || errors.Is(err, errDraining) {
 		return 500*time.Millisecond + rand.N(time.Second)
 	}
 	ceiling := time.Second << min(n, 9) // 1s, 2s, ... 512s
@@ -144,7 +152,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	}
 	defer func() {
 		span.SetAttributes(attribute.String("sekali.result", a.result))
-		if err != nil && !errors.Is(err, errLockBusy) {
+		if err != nil && IsFailure(err) {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
@@ -154,7 +162,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		w.metrics.processing.Observe(elapsed.Seconds())
 		level := slog.LevelInfo
 		a.add(slog.String("result", a.result), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
-		if err != nil && !errors.Is(err, errLockBusy) {
+		if err != nil && !errors.Is(err, errLockBusy) && !errors.Is(err, errDraining) {
 			level = slog.LevelWarn
 			if errors.Is(err, asynq.SkipRetry) {
 				level = slog.LevelError
@@ -242,6 +250,10 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	// lock (pending, or an expired lease not handed over, and no block),
 	// so the re-read costs no extra round trip. Only when it takes nothing
 	// is the row read to say why.
+	if w.draining.Load() {
+		a.result = "handed_back"
+		return errDraining
+	}
 	lease := uuid.New()
 	cctx, claimSpan := w.tracer.Start(ctx, "claim")
 	claimedRow, err := q.ClaimDelivery(cctx, dbsqlc.ClaimDeliveryParams{

@@ -809,3 +809,58 @@ func TestConnectionIsResetAfterARefusedMessage(t *testing.T) {
 		t.Errorf("%d connections, want the one reused", c)
 	}
 }
+
+// When every kept connection died with the server, the retry dials a
+// fresh one instead of trying the next dead one.
+func TestRetryAfterADeadKeptConnectionDials(t *testing.T) {
+	t.Parallel()
+	var refuse atomic.Bool
+	e := setup(t, smtpsink.Config{
+		OnMail: func(string) error {
+			if refuse.CompareAndSwap(true, false) {
+				return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 4, 2}, Message: "closing"}
+			}
+			return nil
+		},
+		DataDelay: func(*smtpsink.Message) time.Duration { return 100 * time.Millisecond },
+	})
+	p := e.smtp(t) // keeps up to two connections
+	send := func(to string) error {
+		_, err := p.Send(context.Background(), notify.Message{To: to, Subject: "s", Text: "t", MessageID: to}, func() error { return nil })
+		return err
+	}
+	// Two sends at once leave two kept connections.
+	var wg sync.WaitGroup
+	for _, to := range []string{"k1@example.com", "k2@example.com"} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = send(to) }()
+	}
+	wg.Wait()
+	if c := e.sink.Connections(); c != 2 {
+		t.Fatalf("%d connections, want 2 kept", c)
+	}
+	refuse.Store(true)
+	if err := send("k3@example.com"); err != nil {
+		t.Fatalf("send after a 421 on a kept connection: %v", err)
+	}
+	if c := e.sink.Connections(); c != 3 {
+		t.Errorf("%d connections, want a freshly dialled third", c)
+	}
+}
+
+// Once shutdown begins, a task that has not claimed its delivery yet is
+// handed back, not started.
+func TestDrainingWorkerHandsTasksBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "drain@example.com")
+	w.Drain()
+	err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d))
+	if err == nil || notify.IsFailure(err) {
+		t.Fatalf("err = %v, want a hand-back that is not a failure", err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending || got.Attempts != 0 || e.sink.Count() != 0 {
+		t.Errorf("a draining worker started the delivery: %+v", got)
+	}
+}

@@ -1,8 +1,12 @@
 package reconcile
 
 import (
+	"context"
+	"time"
+
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/notify"
 )
@@ -12,6 +16,7 @@ import (
 // oldest pending task, and whether the queue is paused.
 type QueueCollector struct {
 	inspector *asynq.Inspector
+	rdb       redis.UniversalClient
 	queue     string
 	size      *prometheus.Desc
 	latency   *prometheus.Desc
@@ -20,10 +25,11 @@ type QueueCollector struct {
 }
 
 // NewQueueCollector returns a collector for queue.
-func NewQueueCollector(ins *asynq.Inspector, queue string) *QueueCollector {
+func NewQueueCollector(ins *asynq.Inspector, rdb redis.UniversalClient, queue string) *QueueCollector {
 	labels := prometheus.Labels{"queue": queue}
 	return &QueueCollector{
 		inspector: ins,
+		rdb:       rdb,
 		queue:     queue,
 		size:      prometheus.NewDesc("sekali_queue_tasks", "Tasks in the asynq delivery queue by state.", []string{"state"}, labels),
 		latency:   prometheus.NewDesc("sekali_queue_latency_seconds", "Age of the oldest pending task in the delivery queue.", nil, labels),
@@ -42,7 +48,9 @@ func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
-	info, err := notify.QueueInfo(c.inspector, c.queue)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := notify.QueueInfo(ctx, c.inspector, c.rdb, c.queue)
 	if err != nil {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
 		return
