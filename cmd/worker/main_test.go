@@ -87,18 +87,6 @@ func (w *world) delivery(t *testing.T, d notify.Delivery) notify.Delivery {
 	return got
 }
 
-// waitFor polls cond until it holds or the test's patience runs out.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestRunSendsQueuedDeliveriesAndStopsOnCancel(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, smtpsink.Config{})
@@ -113,8 +101,8 @@ func TestRunSendsQueuedDeliveriesAndStopsOnCancel(t *testing.T) {
 	for _, email := range []string{"r1@example.com", "r2@example.com", "r3@example.com"} {
 		ds = append(ds, w.checkout(t, email))
 	}
-	waitFor(t, "three e-mails", func() bool { return w.sink.Count() == 3 })
-	waitFor(t, "three sent rows", func() bool {
+	testenv.WaitFor(t, "three e-mails", 30*time.Second, func() bool { return w.sink.Count() == 3 })
+	testenv.WaitFor(t, "three sent rows", 30*time.Second, func() bool {
 		for _, d := range ds {
 			if w.delivery(t, d).Status != notify.StatusSent {
 				return false
@@ -128,7 +116,7 @@ func TestRunSendsQueuedDeliveriesAndStopsOnCancel(t *testing.T) {
 	for i := range 10 {
 		start := time.Now()
 		w.checkout(t, "idle"+strconv.Itoa(i)+"@example.com")
-		waitFor(t, "the idle e-mail", func() bool { return w.sink.Count() == 4+i })
+		testenv.WaitFor(t, "the idle e-mail", 30*time.Second, func() bool { return w.sink.Count() == 4+i })
 		lat = append(lat, time.Since(start))
 	}
 	t.Logf("checkout commit to message at the sink, idle worker: %v", lat)
@@ -199,7 +187,7 @@ func TestCrashAfterProviderAcceptedIsNotResentBlindly(t *testing.T) {
 
 	// Re-run once the dead worker's lease has run out, as asynq's
 	// redelivery would.
-	waitFor(t, "the dead worker's lease to expire", func() bool {
+	testenv.WaitFor(t, "the dead worker's lease to expire", 30*time.Second, func() bool {
 		l := w.delivery(t, d).LeaseExpiresAt
 		return l != nil && l.Before(time.Now())
 	})
@@ -211,7 +199,7 @@ func TestCrashAfterProviderAcceptedIsNotResentBlindly(t *testing.T) {
 	if _, err := client.Enqueue(notify.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the re-run to look at the row", func() bool {
+	testenv.WaitFor(t, "the re-run to look at the row", 30*time.Second, func() bool {
 		return strings.Contains(rerun.Output(), `"result":"left_for_reconciler"`)
 	})
 	got = w.delivery(t, d)
@@ -231,8 +219,8 @@ func TestPausedWorkerIsFencedOutByTheOneThatTookOver(t *testing.T) {
 	w := newWorld(t, smtpsink.Config{})
 	a := startWorker(t, w.env("SEKALI_FAILPOINTS", "before-data=stop", "LOCK_TTL", "2s", "SMTP_TIMEOUT", "1s"))
 	d := w.checkout(t, "pause@example.com")
-	waitFor(t, "worker A to freeze before the data", a.Stopped)
-	waitFor(t, "A's lease to expire", func() bool {
+	testenv.WaitFor(t, "worker A to freeze before the data", 30*time.Second, a.Stopped)
+	testenv.WaitFor(t, "A's lease to expire", 30*time.Second, func() bool {
 		l := w.delivery(t, d).LeaseExpiresAt
 		return l != nil && l.Before(time.Now())
 	})
@@ -244,9 +232,9 @@ func TestPausedWorkerIsFencedOutByTheOneThatTookOver(t *testing.T) {
 	if _, err := client.Enqueue(notify.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "B to send", func() bool { return w.delivery(t, d).Status == notify.StatusSent })
+	testenv.WaitFor(t, "B to send", 30*time.Second, func() bool { return w.delivery(t, d).Status == notify.StatusSent })
 	a.Signal(t, syscall.SIGCONT)
-	waitFor(t, "A to be fenced out", func() bool { return strings.Contains(a.Output(), `"result":"fenced_out"`) })
+	testenv.WaitFor(t, "A to be fenced out", 30*time.Second, func() bool { return strings.Contains(a.Output(), `"result":"fenced_out"`) })
 	if n := w.sink.Count(); n != 1 {
 		t.Errorf("%d e-mails, want 1", n)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // A worker is killed (SIGKILL) at each named point of an attempt. Another
@@ -55,7 +56,7 @@ func TestWorkerFrozenPastItsLease(t *testing.T) {
 			c.startAPI()
 			frozen := c.startWorker("SEKALI_FAILPOINTS", point+"=stop", "WORKER_CONCURRENCY", "1")
 			c.placeOrders("stop-"+point, 2)
-			waitUntil(t, "the worker to freeze at "+point, 60*time.Second, frozen.Stopped)
+			testenv.WaitFor(t, "the worker to freeze at "+point, 60*time.Second, frozen.Stopped)
 			c.startWorker()
 			c.startReconciler()
 			c.settled(120 * time.Second)
@@ -63,7 +64,7 @@ func TestWorkerFrozenPastItsLease(t *testing.T) {
 			// The woken worker finds its lease gone and writes nothing:
 			// refused at the lease check, by its data deadline, or by the
 			// fenced "sent" write.
-			waitUntil(t, "the woken worker to be fenced out", 30*time.Second, func() bool {
+			testenv.WaitFor(t, "the woken worker to be fenced out", 30*time.Second, func() bool {
 				return strings.Contains(frozen.Output(), `"result":"fenced_out"`)
 			})
 			c.verdict("worker SIGSTOP past lease "+point, expect{})
@@ -169,7 +170,7 @@ func TestSIGTERMDuringABatch(t *testing.T) {
 	victim := c.startWorker()
 	c.startWorker()
 	c.placeOrders("term", 20)
-	waitUntil(t, "the batch to be under way", 30*time.Second, func() bool { return c.sink.Count() >= 2 })
+	testenv.WaitFor(t, "the batch to be under way", 30*time.Second, func() bool { return c.sink.Count() >= 2 })
 	victim.Signal(t, syscall.SIGTERM)
 	select {
 	case <-victim.Done():
@@ -181,15 +182,4 @@ func TestSIGTERMDuringABatch(t *testing.T) {
 	}
 	c.settled(60 * time.Second)
 	c.verdict("SIGTERM during a batch", expect{})
-}
-
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

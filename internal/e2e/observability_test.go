@@ -17,7 +17,6 @@ import (
 	"github.com/emersion/go-smtp"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -47,35 +46,7 @@ func newComponent(wrap func(slog.Handler) slog.Handler) component {
 
 func (c component) value(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := c.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if hasLabels(m.GetLabel(), labels) {
-				sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-func hasLabels(have []*dto.LabelPair, want []string) bool {
-	for i := 0; i+1 < len(want); i += 2 {
-		ok := false
-		for _, l := range have {
-			ok = ok || (l.GetName() == want[i] && l.GetValue() == want[i+1])
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
+	return testenv.Metric(t, c.reg, name, labels...)
 }
 
 // lines decodes a JSON log.
@@ -195,14 +166,14 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	// A producer resend: the same Idempotency-Key twice.
 	first := checkout("dup.producer@example.com", "key-1")
 	checkout("dup.producer@example.com", "key-1")
-	waitFor(t, "the first order to be sent", sent(first))
+	testenv.WaitFor(t, "the first order to be sent", 30*time.Second, sent(first))
 
 	// A broker redelivery: the same task again, after it was sent.
 	delivery, _ := notify.Get(ctx, db.Pool, first.Notifications[0].ID)
 	if _, err := client.Enqueue(notify.NewDeliverTask(delivery), asynq.Queue(rd.Queue)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the redelivery to be suppressed", func() bool {
+	testenv.WaitFor(t, "the redelivery to be suppressed", 30*time.Second, func() bool {
 		return wk.value(t, "sekali_duplicate_detected_total", "layer", "cache") >= 1
 	})
 
@@ -216,16 +187,16 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	if err := enq.Enqueue(ctx, contended); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the lock to be found busy", func() bool { return wk.value(t, "sekali_lock_acquire_failed_total") >= 1 })
+	testenv.WaitFor(t, "the lock to be found busy", 30*time.Second, func() bool { return wk.value(t, "sekali_lock_acquire_failed_total") >= 1 })
 	rdb.Del(ctx, lockKey)
-	waitFor(t, "the contended delivery to be sent", func() bool {
+	testenv.WaitFor(t, "the contended delivery to be sent", 30*time.Second, func() bool {
 		d, _ := notify.Get(ctx, db.Pool, contended.ID)
 		return d.Status == notify.StatusSent
 	})
 
 	// A retry: the provider answers 451 once.
 	retried := checkout("retry.me@example.com", "")
-	waitFor(t, "the retried delivery to be sent", sent(retried))
+	testenv.WaitFor(t, "the retried delivery to be sent", 30*time.Second, sent(retried))
 
 	// A reconciled row: a worker died after handing it over; the provider
 	// never got it.
@@ -238,7 +209,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	if _, err := rec.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the reconciled delivery to be sent", func() bool {
+	testenv.WaitFor(t, "the reconciled delivery to be sent", 30*time.Second, func() bool {
 		d, _ := notify.Get(ctx, db.Pool, stranded.ID)
 		return d.Status == notify.StatusSent
 	})
@@ -353,15 +324,4 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) bool {
 		}
 	}
 	return false
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }

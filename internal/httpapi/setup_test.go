@@ -13,7 +13,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/httpapi"
@@ -141,34 +140,5 @@ func (s stack) count(t *testing.T, table string) int {
 
 func (s stack) counter(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := s.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if matchLabels(m.GetLabel(), labels) {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
-}
-
-func matchLabels(have []*dto.LabelPair, want []string) bool {
-	for i := 0; i+1 < len(want); i += 2 {
-		found := false
-		for _, l := range have {
-			if l.GetName() == want[i] && l.GetValue() == want[i+1] {
-				found = true
-			}
-		}
-		if !found {
-			return false
-		}
-	}
-	return true
+	return testenv.Metric(t, s.reg, name, labels...)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -137,35 +136,7 @@ func process(ctx context.Context, w *notify.Worker, d notify.Delivery) error {
 
 func (e *env) counter(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if hasLabels(m.GetLabel(), labels) {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-func hasLabels(have []*dto.LabelPair, want []string) bool {
-	for i := 0; i+1 < len(want); i += 2 {
-		ok := false
-		for _, l := range have {
-			ok = ok || (l.GetName() == want[i] && l.GetValue() == want[i+1])
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
+	return testenv.Metric(t, e.reg, name, labels...)
 }
 
 func isSkipRetry(err error) bool { return errors.Is(err, asynq.SkipRetry) }

@@ -179,17 +179,6 @@ func (e *env) deliverToSink(t *testing.T, d notify.Delivery) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func (e *env) allSent(t *testing.T, ds ...notify.Delivery) func() bool {
 	return func() bool {
 		for _, d := range ds {

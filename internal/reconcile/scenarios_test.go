@@ -43,7 +43,7 @@ func TestPendingWithoutTaskIsSentOnceAfterTheThreshold(t *testing.T) {
 	if rep.Decisions[reconcile.DecisionRequeued] != 1 {
 		t.Fatalf("report %v, want one requeued", rep)
 	}
-	waitFor(t, "the orphan to be sent", e.allSent(t, d))
+	testenv.WaitFor(t, "the orphan to be sent", 30*time.Second, e.allSent(t, d))
 	e.exactlyOnce(t, d)
 
 	// Once sent, later passes find nothing to do.
@@ -107,7 +107,7 @@ func TestFlushAllLosesNothingAndDuplicatesNothing(t *testing.T) {
 	}
 
 	rec := e.reconciler(t, recOpts{lookup: e.lookup(t, reconcile.APIMailpit)})
-	waitFor(t, "every delivery to be sent", func() bool {
+	testenv.WaitFor(t, "every delivery to be sent", 30*time.Second, func() bool {
 		e.age(t) // stands in for PENDING_REENQUEUE_AFTER passing
 		if _, err := rec.RunOnce(ctx); err != nil {
 			t.Fatal(err)
@@ -144,7 +144,7 @@ func TestStaleSendingIsSettledByTheProviderLookup(t *testing.T) {
 			if got.Status != notify.StatusSent || got.ProviderMessageID != e.sink.ByRecipient("accepted@example.com")[0].QueueID {
 				t.Errorf("accepted row: %+v", got)
 			}
-			waitFor(t, "the lost one to be sent", e.allSent(t, lost))
+			testenv.WaitFor(t, "the lost one to be sent", 30*time.Second, e.allSent(t, lost))
 			e.exactlyOnce(t, accepted, lost)
 			if evs := events(t, e, accepted, "reconciled"); len(evs) != 1 || !strings.Contains(string(evs[0].Detail), reconcile.DecisionFound) {
 				t.Errorf("history of the accepted row: %+v", evs)
@@ -165,7 +165,7 @@ func TestStaleSendingNotHandedOverIsSent(t *testing.T) {
 	if err != nil || rep.Decisions[reconcile.DecisionNotHandedOver] != 1 {
 		t.Fatalf("report %v %v", rep, err)
 	}
-	waitFor(t, "the row to be sent", e.allSent(t, d))
+	testenv.WaitFor(t, "the row to be sent", 30*time.Second, e.allSent(t, d))
 	e.exactlyOnce(t, d)
 }
 
