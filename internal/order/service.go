@@ -79,11 +79,16 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 	if err != nil {
 		return Order{}, false, err
 	}
-	fingerprint, err := json.Marshal(v)
-	if err != nil {
-		return Order{}, false, fmt.Errorf("fingerprint checkout: %w", err)
+	// The request's fingerprint matters only to an Idempotency-Key.
+	var hash []byte
+	if idempotencyKey != "" {
+		fingerprint, err := json.Marshal(v)
+		if err != nil {
+			return Order{}, false, fmt.Errorf("fingerprint checkout: %w", err)
+		}
+		sum := sha256.Sum256(fingerprint)
+		hash = sum[:]
 	}
-	hash := sha256.Sum256(fingerprint)
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/sekali-dev/sekali/internal/order").Start(ctx, "checkout transaction")
 	defer span.End()
@@ -92,7 +97,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		if idempotencyKey != "" {
-			prior, found, err := s.lookupKey(ctx, q, idempotencyKey, hash[:], now)
+			prior, found, err := s.lookupKey(ctx, q, idempotencyKey, hash, now)
 			if err != nil {
 				return err
 			}
@@ -141,7 +146,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 			if err := q.InsertIdempotencyKey(ctx, dbsqlc.InsertIdempotencyKeyParams{
 				Scope:        idempotencyScope,
 				Key:          idempotencyKey,
-				RequestHash:  hash[:],
+				RequestHash:  hash,
 				ResponseBody: body,
 				ExpiresAt:    now.Add(s.keyTTL),
 			}); err != nil {
