@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/httpapi"
@@ -44,6 +45,7 @@ func main() {
 }
 
 type config struct {
+	PprofAddr       string
 	DatabaseURL     string
 	Redis           asynq.RedisConnOpt
 	HTTPAddr        string
@@ -57,6 +59,7 @@ type config struct {
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
+		PprofAddr:       env.String("PPROF_ADDR", ""),
 		DatabaseURL:     env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
 		HTTPAddr:        env.String("HTTP_ADDR", ":8080"),
 		LogLevel:        env.LogLevel("LOG_LEVEL"),
@@ -92,6 +95,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration:\n%w", err)
 	}
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))).With("service", "api")
+	if cfg.PprofAddr != "" {
+		profiles, err := debugserver.Start(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer profiles.Close()
+	}
 
 	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {

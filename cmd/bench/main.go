@@ -32,6 +32,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
@@ -58,6 +59,8 @@ type options struct {
 	concurrency int
 	out         string
 	plot        string
+	profileDir  string
+	onlyCeiling bool
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -76,6 +79,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.concurrency, "concurrency", 16, "WORKER_CONCURRENCY of each worker, and the ceiling's parallel orders")
 	fs.StringVar(&o.out, "out", "", "also write the report (Markdown) to this file")
 	fs.StringVar(&o.plot, "plot", "", "write a PNG of latency and throughput against offered rate to this file")
+	fs.BoolVar(&o.onlyCeiling, "only-ceiling", false, "measure only the PostgreSQL ceiling, for -step, and print it")
+	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile of each process for each rate into this directory (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -135,6 +140,13 @@ type step struct {
 }
 
 func (b *bench) run(ctx context.Context) (string, error) {
+	if b.o.onlyCeiling {
+		c, err := b.ceiling(ctx, b.o.step)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("PostgreSQL ceiling (same SQL, %d in flight): %.0f orders/s\n", b.o.concurrency, c), nil
+	}
 	if err := b.start(ctx); err != nil {
 		return "", err
 	}
@@ -327,10 +339,11 @@ func (b *bench) startRedis() (string, error) {
 
 // proc is one of the service's processes.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	out  bytes.Buffer
+	name      string
+	pprofAddr string // with -profile: where the process serves its profiles
+	cmd       *exec.Cmd
+	mu        sync.Mutex
+	out       bytes.Buffer
 }
 
 func (p *proc) Write(b []byte) (int, error) {
@@ -348,6 +361,9 @@ func (p *proc) output() string {
 func (b *bench) startProc(ctx context.Context, name string, env map[string]string) (*proc, error) {
 	p := &proc{name: name, cmd: exec.Command(filepath.Join(b.o.binDir, name))}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	if b.o.profileDir != "" {
+		p.cmd.Env = append(p.cmd.Env, "PPROF_ADDR=127.0.0.1:0")
+	}
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
@@ -357,6 +373,13 @@ func (b *bench) startProc(ctx context.Context, name string, env map[string]strin
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	b.procs = append(b.procs, p)
+	if b.o.profileDir != "" {
+		var err error
+		if p.pprofAddr, err = p.waitLog("serving runtime profiles", "pprof_addr", 60*time.Second); err != nil {
+			_ = p.cmd.Process.Kill()
+			return nil, err
+		}
+	}
 	b.cleanup = append(b.cleanup, func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -396,6 +419,7 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 	s := step{Offered: rate}
 	interval := time.Duration(float64(time.Second) / rate)
 	cpuBefore := b.cpuSnapshot()
+	profiled := b.profile(rate, d)
 	start := time.Now()
 	var mu sync.Mutex
 	var lats []time.Duration
@@ -424,6 +448,9 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 	}
 	wg.Wait()
 	loadEnd := time.Now()
+	if err := profiled(); err != nil {
+		return s, err
+	}
 	for i, c := range b.cpuSnapshot() {
 		s.cpu = append(s.cpu, c-cpuBefore[i])
 	}
@@ -461,6 +488,41 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 	b.logf("  achieved %.0f/s, p50 %v p99 %v max %v, errors %d, drain %v, checkout→sent p50 %v p99 %v, sustainable %v",
 		s.Achieved, ms(s.P50), ms(s.P99), ms(s.Max), s.Errors, ms(s.Drain), ms(s.SentP50), ms(s.SentP99), s.Sustainable)
 	return s, nil
+}
+
+// profile takes a CPU profile of each process for d while the rate is
+// offered, when -profile is set; the returned function waits for them.
+func (b *bench) profile(rate float64, d time.Duration) func() error {
+	if b.o.profileDir == "" {
+		return func() error { return nil }
+	}
+	if err := os.MkdirAll(b.o.profileDir, 0o755); err != nil {
+		return func() error { return err }
+	}
+	var g errgroup.Group
+	for i, p := range b.procs {
+		g.Go(func() error {
+			u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, max(1, int(d.Seconds())))
+			res, err := http.Get(u)
+			if err != nil {
+				return fmt.Errorf("profile %s: %w", p.name, err)
+			}
+			defer res.Body.Close()
+			if res.StatusCode != http.StatusOK {
+				return fmt.Errorf("profile %s: %s", p.name, res.Status)
+			}
+			f, err := os.Create(filepath.Join(b.o.profileDir, fmt.Sprintf("%s-%d-%.0f.pprof", p.name, i, rate)))
+			if err != nil {
+				return err
+			}
+			if _, err := io.Copy(f, res.Body); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		})
+	}
+	return g.Wait
 }
 
 func (b *bench) checkout() bool {

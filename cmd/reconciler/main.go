@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -46,6 +47,7 @@ func main() {
 }
 
 type config struct {
+	PprofAddr   string
 	DatabaseURL string
 	Redis       asynq.RedisConnOpt
 	LogLevel    slog.Level
@@ -60,6 +62,7 @@ type config struct {
 func loadConfig(getenv func(string) string, templates *notify.Templates) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
+		PprofAddr:   env.String("PPROF_ADDR", ""),
 		DatabaseURL: env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
 		LogLevel:    env.LogLevel("LOG_LEVEL"),
 		Queue:       env.String("DELIVERY_QUEUE", notify.DefaultQueue),
@@ -140,6 +143,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	actor := "reconciler:" + host + ":" + strconv.Itoa(os.Getpid())
 	cfg.Reconcile.Actor = actor
 	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "reconciler")
+	if cfg.PprofAddr != "" {
+		profiles, err := debugserver.Start(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer profiles.Close()
+	}
 
 	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {

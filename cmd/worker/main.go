@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -42,6 +43,7 @@ func main() {
 }
 
 type config struct {
+	PprofAddr         string
 	DatabaseURL       string
 	Redis             asynq.RedisConnOpt
 	LogLevel          slog.Level
@@ -59,6 +61,7 @@ type config struct {
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
+		PprofAddr:         env.String("PPROF_ADDR", ""),
 		DatabaseURL:       env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
 		LogLevel:          env.LogLevel("LOG_LEVEL"),
 		Queue:             env.String("DELIVERY_QUEUE", notify.DefaultQueue),
@@ -117,6 +120,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	host, _ := os.Hostname()
 	workerID := host + ":" + strconv.Itoa(os.Getpid())
 	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "worker")
+	if cfg.PprofAddr != "" {
+		profiles, err := debugserver.Start(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer profiles.Close()
+	}
 
 	templates, err := notify.LoadTemplates()
 	if err != nil {
