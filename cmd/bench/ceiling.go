@@ -20,28 +20,29 @@ import (
 )
 
 // ceiling runs the SQL one order costs in the service — the checkout
-// transaction (order and lines, intent with its history row), the claim,
-// the last lease check and the sent write — straight at PostgreSQL, with
+// transaction (order and lines, intent with its history row), the
+// worker's read, the claim, the last lease check and the sent write —
+// straight at PostgreSQL, with
 // o.concurrency orders in flight and no HTTP, Redis or SMTP, as fast as it
-// goes for d. It returns orders per second.
-func (b *bench) ceiling(ctx context.Context, d time.Duration) (float64, error) {
+// goes for d. It returns orders per second and the CPU they cost.
+func (b *bench) ceiling(ctx context.Context, d time.Duration) (ceilingResult, error) {
 	dbURL, err := b.freshDatabase(ctx, "sekali_bench_ceiling")
 	if err != nil {
-		return 0, err
+		return ceilingResult{}, err
 	}
 	pool, err := pgxpool.New(ctx, withParam(dbURL, "pool_max_conns", fmt.Sprint(b.o.concurrency)))
 	if err != nil {
-		return 0, err
+		return ceilingResult{}, err
 	}
 	defer pool.Close()
 	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
-		return 0, err
+		return ceilingResult{}, err
 	}
-	data, _ := json.Marshal(map[string]any{"items": []any{map[string]any{"sku": "TEA-01", "quantity": 2}}, "total": 21500050})
-
+	settle(ctx, pool, b.log)
 	var done atomic.Int64
 	var firstErr error
 	var once sync.Once
+	cpuBefore := b.sampleCPU()
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for w := 0; w < b.o.concurrency; w++ {
@@ -49,7 +50,7 @@ func (b *bench) ceiling(ctx context.Context, d time.Duration) (float64, error) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) && ctx.Err() == nil {
-				if err := oneOrder(ctx, pool, data); err != nil {
+				if err := oneOrder(ctx, pool); err != nil {
 					once.Do(func() { firstErr = err })
 					return
 				}
@@ -60,17 +61,52 @@ func (b *bench) ceiling(ctx context.Context, d time.Duration) (float64, error) {
 	start := time.Now()
 	wg.Wait()
 	if firstErr != nil {
-		return 0, firstErr
+		return ceilingResult{}, firstErr
 	}
-	return float64(done.Load()) / time.Since(start).Seconds(), nil
+	elapsed := time.Since(start)
+	n := float64(done.Load())
+	return ceilingResult{rate: n / elapsed.Seconds(), cpu: b.sampleCPU().since(cpuBefore, elapsed, n)}, nil
 }
 
-func oneOrder(ctx context.Context, pool *pgxpool.Pool, data []byte) error {
+// ceilingResult is one measurement of the ceiling.
+type ceilingResult struct {
+	rate float64 // orders per second
+	cpu  cpuUse
+}
+
+// settle puts the database in the same state before every measurement:
+// VACUUM (ANALYZE) clears the dead rows the previous step's updates left
+// (autovacuum would in production; CI machines run PostgreSQL with it
+// off), and CHECKPOINT keeps a step from meeting the checkpoint the
+// previous one caused. Both need a superuser (or the database's owner
+// and pg_checkpoint); without them the run goes on, noisier.
+func settle(ctx context.Context, pool *pgxpool.Pool, log io.Writer) {
+	for _, sql := range []string{"VACUUM (ANALYZE)", "CHECKPOINT"} {
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			fmt.Fprintf(log, "bench: %s refused, measurements will be noisier: %v\n", sql, err)
+		}
+	}
+}
+
+// oneOrder is one order's SQL, with the values the API and the worker
+// send for the checkout the load generator offers: the same two lines and
+// the same template snapshot.
+func oneOrder(ctx context.Context, pool *pgxpool.Pool) error {
 	orderID := uuid.Must(uuid.NewV7())
 	deliveryID := uuid.Must(uuid.NewV7())
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	email := orderID.String()[:8] + "@example.com"
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	email := "c" + orderID.String()[:8] + "@example.com"
+	data, err := json.Marshal(map[string]any{
+		"order_id": orderID, "customer_name": "Bench", "currency": "IDR", "total": 21500050, "placed_at": now,
+		"items": []map[string]any{
+			{"sku": "TEA-01", "name": "Teh melati", "quantity": 2, "unit_price": 4500000, "line_total": 9000000},
+			{"sku": "CUP-02", "name": "Cangkir", "quantity": 1, "unit_price": 12500050, "line_total": 12500050},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		if err := q.InsertOrder(ctx, dbsqlc.InsertOrderParams{ID: orderID, CustomerEmail: email, CustomerName: "Bench",
 			Currency: "IDR", TotalMinor: 21500050, CreatedAt: now, LineNos: []int32{1, 2},
@@ -86,6 +122,9 @@ func oneOrder(ctx context.Context, pool *pgxpool.Pool, data []byte) error {
 		return fmt.Errorf("ceiling checkout: %w", err)
 	}
 	q := dbsqlc.New(pool)
+	if _, err := q.GetDelivery(ctx, deliveryID); err != nil { // the worker's read before its lock
+		return fmt.Errorf("ceiling read: %w", err)
+	}
 	lease := uuid.New()
 	if _, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: deliveryID, LeaseToken: lease, LeaseSeconds: 30, Actor: "w", TaskID: "t"}); err != nil {
 		return fmt.Errorf("ceiling claim: %w", err)

@@ -11,7 +11,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,6 +24,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +57,7 @@ type options struct {
 	startRate   float64
 	growth      float64
 	maxSteps    int
+	refine      int
 	p99Bound    time.Duration
 	workers     int
 	concurrency int
@@ -68,12 +72,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.SetOutput(stderr)
 	var o options
 	fs.StringVar(&o.binDir, "bin", "bin", "directory holding the api, worker and reconciler binaries")
-	fs.StringVar(&o.databaseURL, "db", cmpOr(getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server to create the benchmark databases on")
+	fs.StringVar(&o.databaseURL, "db", cmp.Or(getenv("TEST_DATABASE_URL"), "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL server to create the benchmark databases on")
 	fs.DurationVar(&o.step, "step", 10*time.Second, "how long each offered rate is held")
 	fs.IntVar(&o.lowRate, "low-rate", 20, "checkouts/s of the low-load run (checkout-to-sent latency)")
 	fs.Float64Var(&o.startRate, "start-rate", 50, "first rate of the search for the maximum sustainable rate")
 	fs.Float64Var(&o.growth, "growth", 1.2, "factor between successive rates")
 	fs.IntVar(&o.maxSteps, "max-steps", 20, "most rates tried")
+	fs.IntVar(&o.refine, "refine", 2, "rates tried between the last sustainable and the first unsustainable one")
 	fs.DurationVar(&o.p99Bound, "p99", 100*time.Millisecond, "API p99 a sustainable rate must stay under")
 	fs.IntVar(&o.workers, "workers", 1, "worker processes")
 	fs.IntVar(&o.concurrency, "concurrency", 16, "WORKER_CONCURRENCY of each worker, and the ceiling's parallel orders")
@@ -98,24 +103,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return err
 }
 
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // bench is one run: the deployment it started and what it measured.
 type bench struct {
-	o       options
-	log     io.Writer
-	cleanup []func()
-	sink    *smtpsink.Server
-	pool    *pgxpool.Pool
-	procs   []*proc
-	apiURL  string
-	client  *http.Client
-	seq     atomic.Int64
+	o        options
+	log      io.Writer
+	cleanup  []func()
+	sink     *smtpsink.Server
+	pool     *pgxpool.Pool
+	procs    []*proc
+	apiURL   string
+	redisPid int
+	client   *http.Client
+	seq      atomic.Int64
 }
 
 func (b *bench) close() {
@@ -136,7 +135,7 @@ type step struct {
 	SentP50, SentP99   time.Duration
 	Drain              time.Duration
 	Sustainable        bool
-	cpu                []time.Duration // CPU each process used while the load ran
+	cpu                cpuUse // CPU used while the load ran
 }
 
 func (b *bench) run(ctx context.Context) (string, error) {
@@ -145,11 +144,21 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("PostgreSQL ceiling (same SQL, %d in flight): %.0f orders/s\n", b.o.concurrency, c), nil
+		return fmt.Sprintf("PostgreSQL ceiling (same SQL, %d in flight): %.0f orders/s, %.2f ms CPU per order (PostgreSQL %.2f)\n",
+			b.o.concurrency, c.rate, c.cpu.perOrder(c.cpu.all()), c.cpu.perOrder(c.cpu.postgres)), nil
 	}
 	if err := b.start(ctx); err != nil {
 		return "", err
 	}
+
+	// The ceiling is measured before the service runs and again after
+	// it: the two bracket the run, and the ratio uses their mean.
+	b.logf("ceiling (before): the same SQL straight at PostgreSQL, %d at a time", b.o.concurrency)
+	before, err := b.ceiling(ctx, b.o.step)
+	if err != nil {
+		return "", err
+	}
+	b.logf("  %.0f orders/s", before.rate)
 
 	b.logf("warm-up")
 	if _, err := b.offer(ctx, 50, 2*time.Second); err != nil {
@@ -162,7 +171,7 @@ func (b *bench) run(ctx context.Context) (string, error) {
 	}
 
 	var steps []step
-	best := step{}
+	best, failed := step{}, step{}
 	rate := b.o.startRate
 	for i := 0; i < b.o.maxSteps; i++ {
 		b.logf("offering %.0f/s for %v", rate, b.o.step)
@@ -172,6 +181,7 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		}
 		steps = append(steps, s)
 		if !s.Sustainable {
+			failed = s
 			break
 		}
 		best = s
@@ -180,19 +190,36 @@ func (b *bench) run(ctx context.Context) (string, error) {
 	if best.Offered == 0 {
 		return "", fmt.Errorf("not even %.0f checkouts/s were sustainable", b.o.startRate)
 	}
-	// Let PostgreSQL settle (checkpoint, autovacuum) after the overload.
-	time.Sleep(10 * time.Second)
+	// Narrow the gap between the last sustainable rate and the first
+	// that was not, so the maximum is not understated by up to a growth
+	// factor.
+	for i := 0; i < b.o.refine && failed.Offered > 0; i++ {
+		rate := (best.Offered + failed.Offered) / 2
+		b.logf("refining: offering %.0f/s for %v", rate, b.o.step)
+		s, err := b.offer(ctx, rate, b.o.step)
+		if err != nil {
+			return "", err
+		}
+		steps = append(steps, s)
+		if s.Sustainable {
+			best = s
+		} else {
+			failed = s
+		}
+	}
+	slices.SortFunc(steps, func(x, y step) int { return cmp.Compare(x.Offered, y.Offered) })
 	b.logf("half the maximum: %.0f/s", best.Offered/2)
 	half, err := b.offer(ctx, best.Offered/2, b.o.step)
 	if err != nil {
 		return "", err
 	}
 
-	b.logf("ceiling: the same SQL straight at PostgreSQL, %d at a time", b.o.concurrency)
-	ceiling, err := b.ceiling(ctx, b.o.step)
+	b.logf("ceiling (after): the same SQL straight at PostgreSQL, %d at a time", b.o.concurrency)
+	after, err := b.ceiling(ctx, b.o.step)
 	if err != nil {
 		return "", err
 	}
+	b.logf("  %.0f orders/s", after.rate)
 	emails, dups, orders, err := b.count(ctx)
 	if err != nil {
 		return "", err
@@ -202,7 +229,7 @@ func (b *bench) run(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	return b.report(low, steps, best, half, ceiling, orders, emails, dups), nil
+	return b.report(low, steps, best, half, before, after, orders, emails, dups), nil
 }
 
 // start creates the database, Redis and the sink, and the processes.
@@ -326,6 +353,7 @@ func (b *bench) startRedis() (string, error) {
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("start redis-server: %w", err)
 	}
+	b.redisPid = cmd.Process.Pid
 	b.cleanup = append(b.cleanup, func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.RemoveAll(dir) })
 	for i := 0; i < 200; i++ {
 		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
@@ -418,7 +446,8 @@ func (p *proc) waitLog(msg, field string, timeout time.Duration) (string, error)
 func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step, error) {
 	s := step{Offered: rate}
 	interval := time.Duration(float64(time.Second) / rate)
-	cpuBefore := b.cpuSnapshot()
+	settle(ctx, b.pool, b.log)
+	cpuBefore := b.sampleCPU()
 	profiled := b.profile(rate, d)
 	start := time.Now()
 	var mu sync.Mutex
@@ -451,11 +480,9 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 	if err := profiled(); err != nil {
 		return s, err
 	}
-	for i, c := range b.cpuSnapshot() {
-		s.cpu = append(s.cpu, c-cpuBefore[i])
-	}
 	s.Requests = len(lats)
 	s.Achieved = float64(s.Requests-s.Errors) / loadEnd.Sub(start).Seconds()
+	s.cpu = b.sampleCPU().since(cpuBefore, loadEnd.Sub(start), float64(s.Requests-s.Errors))
 	slices.Sort(lats)
 	s.P50, s.P95, s.P99, s.Max = pct(lats, 0.50), pct(lats, 0.95), pct(lats, 0.99), lats[len(lats)-1]
 
@@ -500,6 +527,15 @@ func (b *bench) profile(rate float64, d time.Duration) func() error {
 		return func() error { return err }
 	}
 	var g errgroup.Group
+	// The benchmark's own share: load generator and SMTP sink.
+	self, err := os.Create(filepath.Join(b.o.profileDir, fmt.Sprintf("bench-%.0f.pprof", rate)))
+	if err != nil {
+		return func() error { return err }
+	}
+	if err := pprof.StartCPUProfile(self); err != nil {
+		self.Close()
+		return func() error { return err }
+	}
 	for i, p := range b.procs {
 		g.Go(func() error {
 			u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, max(1, int(d.Seconds())))
@@ -522,7 +558,10 @@ func (b *bench) profile(rate float64, d time.Duration) func() error {
 			return f.Close()
 		})
 	}
-	return g.Wait
+	return func() error {
+		pprof.StopCPUProfile()
+		return errors.Join(self.Close(), g.Wait())
+	}
 }
 
 func (b *bench) checkout() bool {
