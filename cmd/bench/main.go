@@ -446,7 +446,7 @@ func (p *proc) waitLog(msg, field string, timeout time.Duration) (string, error)
 func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step, error) {
 	s := step{Offered: rate}
 	interval := time.Duration(float64(time.Second) / rate)
-	settle(ctx, b.pool, b.log)
+	settle(ctx, b.pool, b.seq.Load() > 0, b.log) // vacuum once there are orders
 	cpuBefore := b.sampleCPU()
 	profiled := b.profile(rate, d)
 	start := time.Now()
