@@ -14,7 +14,7 @@ import (
 	"golang.org/x/image/math/fixed"
 )
 
-// plot draws API p50 and p99 and checkout→sent p99 against the offered
+// plot draws API p50 and p99 and checkout→sent p50 and p99 against the offered
 // rate, with the p99 bound, as a PNG.
 func plot(path string, steps []step, bound time.Duration) error {
 	const w, h, left, right, top, bottom = 900, 520, 70, 30, 40, 60
@@ -27,24 +27,30 @@ func plot(path string, steps []step, bound time.Duration) error {
 		maxX = math.Max(maxX, s.Offered)
 		maxY = math.Max(maxY, math.Max(msf(s.P99), msf(s.SentP99)))
 	}
-	maxY = math.Max(maxY, msf(bound)) * 1.1
+	// Latency on a logarithmic axis, from 1 ms to the next power of ten:
+	// the knee and the few-millisecond region both stay readable.
+	maxY = math.Pow(10, math.Ceil(math.Log10(math.Max(maxY, msf(bound))*1.01)))
 	maxX *= 1.05
 	px := func(x float64) int { return left + int(x/maxX*float64(w-left-right)) }
-	py := func(y float64) int { return h - bottom - int(math.Min(y, maxY)/maxY*float64(h-top-bottom)) }
+	py := func(y float64) int {
+		frac := math.Log10(math.Min(math.Max(y, 1), maxY)) / math.Log10(maxY)
+		return h - bottom - int(frac*float64(h-top-bottom))
+	}
 
 	grey := color.RGBA{200, 200, 200, 255}
 	black := color.RGBA{0, 0, 0, 255}
 	line(img, left, h-bottom, w-right, h-bottom, black)
 	line(img, left, top, left, h-bottom, black)
-	for i := 0; i <= 5; i++ {
-		y := maxY * float64(i) / 5
+	for y := 1.0; y <= maxY; y *= 10 {
 		line(img, left, py(y), w-right, py(y), grey)
 		label(img, 5, py(y)+4, fmt.Sprintf("%.0f ms", y), black)
+	}
+	for i := 0; i <= 5; i++ {
 		x := maxX * float64(i) / 5
 		label(img, px(x)-10, h-bottom+18, fmt.Sprintf("%.0f", x), black)
 	}
 	label(img, w/2-80, h-15, "offered checkouts per second", black)
-	label(img, left, 20, "latency against offered rate (open loop)", black)
+	label(img, left, 20, "latency against offered rate (open loop, logarithmic)", black)
 
 	series := []struct {
 		name string
@@ -53,6 +59,7 @@ func plot(path string, steps []step, bound time.Duration) error {
 	}{
 		{"API p50", color.RGBA{40, 120, 40, 255}, func(s step) time.Duration { return s.P50 }},
 		{"API p99", color.RGBA{200, 40, 40, 255}, func(s step) time.Duration { return s.P99 }},
+		{"checkout->sent p50", color.RGBA{120, 120, 230, 255}, func(s step) time.Duration { return s.SentP50 }},
 		{"checkout->sent p99", color.RGBA{40, 40, 200, 255}, func(s step) time.Duration { return s.SentP99 }},
 	}
 	for k, sr := range series {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/notify"
-	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -80,28 +79,6 @@ func BenchmarkClaimHandOverSent(b *testing.B) {
 		}
 		if n, err := q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: ids[i], LeaseToken: lease, ProviderMessageID: "p", Actor: "bench"}); err != nil || n != 1 {
 			b.Fatal(n, err)
-		}
-	}
-}
-
-// BenchmarkLockRoundTrip is a status-cache miss, lock, release: the Redis
-// work of one delivery.
-func BenchmarkLockRoundTrip(b *testing.B) {
-	rd := testenv.NewRedis(b)
-	rdb := redisconn.NewClient(rd.Opt)
-	defer rdb.Close()
-	ctx := context.Background()
-	key := "sekali:lock:bench-" + uuid.NewString()
-	for b.Loop() {
-		if err := rdb.Get(ctx, key+":sent").Err(); err == nil {
-			b.Fatal("unexpected cache hit")
-		}
-		ok, err := rdb.SetNX(ctx, key, "token", 30*time.Second).Result()
-		if err != nil || !ok {
-			b.Fatal(ok, err)
-		}
-		if err := rdb.Eval(ctx, `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`, []string{key}, "token").Err(); err != nil {
-			b.Fatal(err)
 		}
 	}
 }
