@@ -95,14 +95,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration:\n%w", err)
 	}
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))).With("service", "api")
-	if cfg.PprofAddr != "" {
-		profiles, err := debugserver.Start(cfg.PprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer profiles.Close()
-	}
-
 	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -113,6 +105,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if migrateOnly {
 		return nil
+	}
+	if cfg.PprofAddr != "" {
+		profiles, err := debugserver.Start(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer profiles.Close()
 	}
 
 	templates, err := notify.LoadTemplates()

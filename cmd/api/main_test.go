@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,11 +19,13 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	rd := testenv.NewRedis(t)
+	pprofAddr := freeAddr(t)
 	env := map[string]string{
 		"DATABASE_URL":   db.URL,
 		"REDIS_URL":      rd.URL,
 		"HTTP_ADDR":      "127.0.0.1:0",
 		"DELIVERY_QUEUE": rd.Queue,
+		"PPROF_ADDR":     pprofAddr,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -69,11 +72,21 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 		}
 	}
 
+	// PPROF_ADDR serves the runtime profiles on their own listener.
+	res, err = http.Get("http://" + pprofAddr + "/debug/pprof/cmdline")
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("profiles on PPROF_ADDR %s: %v %v", pprofAddr, res, err)
+	}
+	res.Body.Close()
+
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("run after cancel = %v, want nil", err)
+		}
+		if _, err := http.Get("http://" + pprofAddr + "/debug/pprof/cmdline"); err == nil {
+			t.Error("the profile server still answers after the API stopped")
 		}
 		if err := run(context.Background(), []string{"healthcheck"}, func(k string) string { return healthEnv[k] }, io.Discard, io.Discard); err == nil {
 			t.Error("api healthcheck passed with the API stopped")
@@ -165,4 +178,15 @@ func watchForAddr(t *testing.T) (io.Writer, <-chan string) {
 		}
 	}()
 	return pw, addr
+}
+
+// freeAddr is a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

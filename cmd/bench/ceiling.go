@@ -38,7 +38,7 @@ func (b *bench) ceiling(ctx context.Context, d time.Duration) (ceilingResult, er
 	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
 		return ceilingResult{}, err
 	}
-	settle(ctx, pool, false, b.log) // a fresh database: nothing to vacuum
+	b.settle(ctx, pool, false) // a fresh database: nothing to vacuum
 	var done atomic.Int64
 	var firstErr error
 	var once sync.Once
@@ -84,14 +84,15 @@ type ceilingResult struct {
 // corrects them — the ceiling measured that way cost twice the CPU per
 // order. Both need a superuser (or the database's owner and
 // pg_checkpoint); without them the run goes on, noisier.
-func settle(ctx context.Context, pool *pgxpool.Pool, vacuum bool, log io.Writer) {
+func (b *bench) settle(ctx context.Context, pool *pgxpool.Pool, vacuum bool) {
 	sqls := []string{"CHECKPOINT"}
 	if vacuum {
 		sqls = []string{"VACUUM (ANALYZE)", "CHECKPOINT"}
 	}
 	for _, sql := range sqls {
 		if _, err := pool.Exec(ctx, sql); err != nil {
-			fmt.Fprintf(log, "bench: %s refused, measurements will be noisier: %v\n", sql, err)
+			b.unsettled = true
+			b.logf("%s refused, measurements will be noisier: %v", sql, err)
 		}
 	}
 }

@@ -59,7 +59,11 @@ func (s cpuSample) since(before cpuSample, window time.Duration, orders float64)
 		u.procs = append(u.procs, s.procs[i]-before.procs[i])
 	}
 	for pid, t := range s.postgres {
-		u.postgres += t - before.postgres[pid] // a backend started in the window counts from zero
+		if b, ok := before.postgres[pid]; ok && b <= t {
+			u.postgres += t - b
+		} else {
+			u.postgres += t // started in the window (or a reused pid): all of it is new
+		}
 	}
 	return u
 }
@@ -72,6 +76,10 @@ func (u cpuUse) perOrder(t time.Duration) float64 {
 	return float64(t.Microseconds()) / 1000 / u.orders
 }
 
+// own is the CPU time of PostgreSQL and the benchmark's process: all a
+// ceiling measurement costs (the service's processes idle meanwhile).
+func (u cpuUse) own() time.Duration { return u.postgres + u.bench }
+
 // all is the CPU time of every component counted.
 func (u cpuUse) all() time.Duration {
 	t := u.bench + u.postgres + u.redis
@@ -81,8 +89,9 @@ func (u cpuUse) all() time.Duration {
 	return t
 }
 
-// machineCPU reads the busy and total time of all CPUs from /proc/stat
-// (busy leaves out idle and iowait).
+// machineCPU reads the busy and total time of all CPUs from /proc/stat.
+// Busy is everything but idle and iowait; it includes steal, the time a
+// virtual machine wanted a CPU its host gave to someone else.
 func machineCPU() (busy, total time.Duration) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -90,17 +99,15 @@ func machineCPU() (busy, total time.Duration) {
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
-	var ticks int64
-	for i, v := range f[1:] {
+	// user nice system idle iowait irq softirq steal, then guest and
+	// guest_nice, which user and nice already include.
+	for i, v := range f[1:min(len(f), 9)] {
 		n, _ := strconv.ParseInt(v, 10, 64)
-		if i == 7 { // steal, guest and guest_nice follow; guest is already in user
-			ticks += n
-			break
-		}
-		ticks += n
-		if i != 3 && i != 4 { // idle, iowait
-			busy += time.Duration(n) * 10 * time.Millisecond
+		d := time.Duration(n) * 10 * time.Millisecond
+		total += d
+		if i != 3 && i != 4 {
+			busy += d
 		}
 	}
-	return busy, time.Duration(ticks) * 10 * time.Millisecond
+	return busy, total
 }

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -105,16 +106,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // bench is one run: the deployment it started and what it measured.
 type bench struct {
-	o        options
-	log      io.Writer
-	cleanup  []func()
-	sink     *smtpsink.Server
-	pool     *pgxpool.Pool
-	procs    []*proc
-	apiURL   string
-	redisPid int
-	client   *http.Client
-	seq      atomic.Int64
+	o               options
+	log             io.Writer
+	cleanup         []func()
+	sink            *smtpsink.Server
+	pool            *pgxpool.Pool
+	procs           []*proc
+	apiURL          string
+	redisPid        int
+	profiles        int  // steps profiled so far (-profile)
+	unsettled       bool // a VACUUM or CHECKPOINT was refused
+	noLocalPostgres bool // no postgres process to count the CPU of
+	client          *http.Client
+	seq             atomic.Int64
 }
 
 func (b *bench) close() {
@@ -145,14 +149,19 @@ func (b *bench) run(ctx context.Context) (string, error) {
 			return "", err
 		}
 		return fmt.Sprintf("PostgreSQL ceiling (same SQL, %d in flight): %.0f orders/s, %.2f ms CPU per order (PostgreSQL %.2f)\n",
-			b.o.concurrency, c.rate, c.cpu.perOrder(c.cpu.all()), c.cpu.perOrder(c.cpu.postgres)), nil
+			b.o.concurrency, c.rate, c.cpu.perOrder(c.cpu.own()), c.cpu.perOrder(c.cpu.postgres)), nil
 	}
 	if err := b.start(ctx); err != nil {
 		return "", err
 	}
+	if len(b.sampleCPU().postgres) == 0 {
+		b.noLocalPostgres = true
+		b.logf("no postgres process on this machine: PostgreSQL's CPU cannot be counted")
+	}
 
-	// The ceiling is measured before the service runs and again after
-	// it: the two bracket the run, and the ratio uses their mean.
+	// The ceiling is measured before the load starts (the service's
+	// processes are up, idle) and again after it: the two bracket the
+	// run, and the ratio uses their mean.
 	b.logf("ceiling (before): the same SQL straight at PostgreSQL, %d at a time", b.o.concurrency)
 	before, err := b.ceiling(ctx, b.o.step)
 	if err != nil {
@@ -446,9 +455,9 @@ func (p *proc) waitLog(msg, field string, timeout time.Duration) (string, error)
 func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step, error) {
 	s := step{Offered: rate}
 	interval := time.Duration(float64(time.Second) / rate)
-	settle(ctx, b.pool, b.seq.Load() > 0, b.log) // vacuum once there are orders
+	b.settle(ctx, b.pool, b.seq.Load() > 0) // vacuum once there are orders
 	cpuBefore := b.sampleCPU()
-	profiled := b.profile(rate, d)
+	profiled := b.profile(ctx, rate, d)
 	start := time.Now()
 	var mu sync.Mutex
 	var lats []time.Duration
@@ -460,6 +469,7 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 		}
 		time.Sleep(time.Until(at))
 		if ctx.Err() != nil {
+			_ = profiled()
 			return s, ctx.Err()
 		}
 		wg.Add(1)
@@ -482,7 +492,6 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 	}
 	s.Requests = len(lats)
 	s.Achieved = float64(s.Requests-s.Errors) / loadEnd.Sub(start).Seconds()
-	s.cpu = b.sampleCPU().since(cpuBefore, loadEnd.Sub(start), float64(s.Requests-s.Errors))
 	slices.Sort(lats)
 	s.P50, s.P95, s.P99, s.Max = pct(lats, 0.50), pct(lats, 0.95), pct(lats, 0.99), lats[len(lats)-1]
 
@@ -501,6 +510,9 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 		time.Sleep(10 * time.Millisecond)
 	}
 	s.Drain = time.Since(loadEnd)
+	// CPU from the first request until the last delivery was done: all
+	// the work of the step's orders, and only theirs.
+	s.cpu = b.sampleCPU().since(cpuBefore, time.Since(start), float64(s.Requests-s.Errors))
 	var p50, p99 float64
 	if err := b.pool.QueryRow(ctx, `
 		SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)), 0),
@@ -519,16 +531,20 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 
 // profile takes a CPU profile of each process for d while the rate is
 // offered, when -profile is set; the returned function waits for them.
-func (b *bench) profile(rate float64, d time.Duration) func() error {
+func (b *bench) profile(ctx context.Context, rate float64, d time.Duration) func() error {
 	if b.o.profileDir == "" {
 		return func() error { return nil }
 	}
 	if err := os.MkdirAll(b.o.profileDir, 0o755); err != nil {
 		return func() error { return err }
 	}
+	b.profiles++ // files are numbered: two steps may offer the same rate
+	name := func(proc string) string {
+		return filepath.Join(b.o.profileDir, fmt.Sprintf("%02d-%s-%.0f.pprof", b.profiles, proc, rate))
+	}
 	var g errgroup.Group
 	// The benchmark's own share: load generator and SMTP sink.
-	self, err := os.Create(filepath.Join(b.o.profileDir, fmt.Sprintf("bench-%.0f.pprof", rate)))
+	self, err := os.Create(name("bench"))
 	if err != nil {
 		return func() error { return err }
 	}
@@ -538,8 +554,12 @@ func (b *bench) profile(rate float64, d time.Duration) func() error {
 	}
 	for i, p := range b.procs {
 		g.Go(func() error {
-			u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, max(1, int(d.Seconds())))
-			res, err := http.Get(u)
+			u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, max(1, int(math.Ceil(d.Seconds()))))
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			if err != nil {
+				return err
+			}
+			res, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return fmt.Errorf("profile %s: %w", p.name, err)
 			}
@@ -547,7 +567,7 @@ func (b *bench) profile(rate float64, d time.Duration) func() error {
 			if res.StatusCode != http.StatusOK {
 				return fmt.Errorf("profile %s: %s", p.name, res.Status)
 			}
-			f, err := os.Create(filepath.Join(b.o.profileDir, fmt.Sprintf("%s-%d-%.0f.pprof", p.name, i, rate)))
+			f, err := os.Create(name(fmt.Sprintf("%s-%d", p.name, i)))
 			if err != nil {
 				return err
 			}

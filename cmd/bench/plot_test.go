@@ -34,9 +34,31 @@ func TestPlotDrawsEverySeriesOnALogAxis(t *testing.T) {
 		"API p50": {40, 120, 40, 255}, "API p99": {200, 40, 40, 255},
 		"checkout->sent p50": {120, 120, 230, 255}, "checkout->sent p99": {40, 40, 200, 255},
 	}
+	// Count each series' pixels in the plotting area, leaving out the
+	// legend (drawn in the same colours) and the dashed p99 bound with
+	// its label (drawn in API p99's red).
+	bound := -100
+	for y := 0; y < img.Bounds().Dy(); y++ {
+		if color.RGBAModel.Convert(img.At(72, y)) == (color.RGBA{200, 40, 40, 255}) { // the dashes start at the left edge
+			bound = y
+		}
+	}
 	for name, c := range series {
-		if lowest(img, c) < 0 {
-			t.Errorf("series %s (colour %v) is not drawn", name, c)
+		n := 0
+		b := img.Bounds()
+		for y := 40; y < b.Dy()-60; y++ {
+			if y >= bound-16 && y <= bound+1 { // the line and its label above it
+				continue
+			}
+			for x := 70; x < b.Dx()-30; x++ {
+				inLegend := x >= b.Dx()-30-190 && y < 40+20+16*len(series)
+				if !inLegend && color.RGBAModel.Convert(img.At(x, y)).(color.RGBA) == c {
+					n++
+				}
+			}
+		}
+		if n < 100 {
+			t.Errorf("series %s (colour %v): %d pixels in the plot, want a line across it", name, c, n)
 		}
 	}
 	// The x axis is 60 px above the bottom. A flat 2 ms API p50 under a

@@ -41,8 +41,15 @@ func procUsage(pid int) usage {
 func (b *bench) report(low step, steps []step, best, half step, before, after ceilingResult, orders, emails, dups int) string {
 	var r strings.Builder
 	fmt.Fprintf(&r, "## Run of %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(&r, "%d cores, %s; %d worker process(es), WORKER_CONCURRENCY=%d; each rate held %v after VACUUM and CHECKPOINT; sustainable = no errors, API p99 ≤ %v, achieved ≥ 95%% of offered, and the backlog drained within 0.5 s of the load stopping (it did not grow).\n\n",
-		runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, b.o.workers, b.o.concurrency, b.o.step, b.o.p99Bound)
+	settled := "after VACUUM and CHECKPOINT"
+	if b.unsettled {
+		settled = "(VACUUM or CHECKPOINT refused: steps may meet checkpoints and dead rows)"
+	}
+	if b.o.profileDir != "" {
+		settled += ", CPU-profiled (profiling costs CPU: do not compare the CPU figures with unprofiled runs)"
+	}
+	fmt.Fprintf(&r, "%d cores, %s; %d worker process(es), WORKER_CONCURRENCY=%d; each rate held %v %s; sustainable = no errors, API p99 ≤ %v, achieved ≥ 95%% of offered, and the backlog drained within 0.5 s of the load stopping (it did not grow).\n\n",
+		runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH, b.o.workers, b.o.concurrency, b.o.step, settled, b.o.p99Bound)
 	fmt.Fprintf(&r, "| offered/s | achieved/s | API p50 | p95 | p99 | max | errors | checkout→sent p50 | p99 | drain | machine busy | sustainable |\n")
 	fmt.Fprintf(&r, "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | :---: |\n")
 	row := func(label string, s step) {
@@ -62,7 +69,7 @@ func (b *bench) report(low step, steps []step, best, half step, before, after ce
 	ceiling := (before.rate + after.rate) / 2
 	fmt.Fprintf(&r, "\n| result | value | target |\n| --- | ---: | --- |\n")
 	fmt.Fprintf(&r, "| maximum sustainable rate | %.0f checkouts/s | |\n", best.Offered)
-	fmt.Fprintf(&r, "| PostgreSQL ceiling (same SQL, %d in flight): before the service, after it | %.0f, %.0f orders/s | |\n", b.o.concurrency, before.rate, after.rate)
+	fmt.Fprintf(&r, "| PostgreSQL ceiling (same SQL, %d in flight): before the load, after it | %.0f, %.0f orders/s | |\n", b.o.concurrency, before.rate, after.rate)
 	fmt.Fprintf(&r, "| service / ceiling (mean of the two) | %.0f%% | ≥ 60%% |\n", 100*best.Offered/ceiling)
 	fmt.Fprintf(&r, "| API p99 at half the maximum | %s | < 25 ms |\n", ms(half.P99))
 	fmt.Fprintf(&r, "| checkout→sent p50 at low load | %s | < 50 ms |\n", ms(low.SentP50))
@@ -70,22 +77,27 @@ func (b *bench) report(low step, steps []step, best, half step, before, after ce
 	fmt.Fprintf(&r, "| duplicates (Message-ID seen twice) | %d | 0 |\n", dups)
 
 	// Where the CPU goes, per order: the service at its maximum rate
-	// against the ceiling.
+	// against the ceiling (after), whose column also shows what the idle
+	// service processes used meanwhile.
 	fmt.Fprintf(&r, "\n| CPU per order (ms) | service at %.0f/s | ceiling (after) at %.0f/s |\n| --- | ---: | ---: |\n", best.Offered, after.rate)
 	c, sv := after.cpu, best.cpu
-	fmt.Fprintf(&r, "| PostgreSQL (all its processes) | %.2f | %.2f |\n", sv.perOrder(sv.postgres), c.perOrder(c.postgres))
-	fmt.Fprintf(&r, "| Redis | %.2f | — |\n", sv.perOrder(sv.redis))
+	fmt.Fprintf(&r, "| PostgreSQL (all its processes on this machine) | %.2f | %.2f |\n", sv.perOrder(sv.postgres), c.perOrder(c.postgres))
+	fmt.Fprintf(&r, "| load generator and SMTP sink / the ceiling's client | %.2f | %.2f |\n", sv.perOrder(sv.bench), c.perOrder(c.bench))
+	fmt.Fprintf(&r, "| Redis | %.2f | %.2f (idle) |\n", sv.perOrder(sv.redis), c.perOrder(c.redis))
 	for i, p := range b.procs {
-		if i < len(sv.procs) {
-			fmt.Fprintf(&r, "| %s | %.2f | — |\n", p.name, sv.perOrder(sv.procs[i]))
+		if i < len(sv.procs) && i < len(c.procs) {
+			fmt.Fprintf(&r, "| %s | %.2f | %.2f (idle) |\n", p.name, sv.perOrder(sv.procs[i]), c.perOrder(c.procs[i]))
 		}
 	}
-	fmt.Fprintf(&r, "| load generator and SMTP sink / the ceiling's client | %.2f | %.2f |\n", sv.perOrder(sv.bench), c.perOrder(c.bench))
-	fmt.Fprintf(&r, "| **all of the above** | **%.2f** | **%.2f** |\n", sv.perOrder(sv.all()), c.perOrder(c.all()))
+	fmt.Fprintf(&r, "| **the order's cost**: everything for the service, PostgreSQL and client for the ceiling | **%.2f** | **%.2f** |\n", sv.perOrder(sv.all()), c.perOrder(c.own()))
 	fmt.Fprintf(&r, "| machine busy | %s | %s |\n", busy(sv), busy(c))
-	if all := sv.perOrder(sv.all()); all > 0 {
-		fmt.Fprintf(&r, "\nWhen both are bound by the same CPUs, service/ceiling cannot exceed the ratio of their CPU per order: %.2f / %.2f = %.0f%%.\n",
-			c.perOrder(c.all()), all, 100*c.perOrder(c.all())/all)
+	if b.noLocalPostgres {
+		fmt.Fprintf(&r, "\nNo PostgreSQL process runs on this machine: its CPU is not in the table, and the comparison below is meaningless.\n")
+	}
+	if svc := sv.perOrder(sv.all()); svc > 0 {
+		ceil := (before.cpu.perOrder(before.cpu.own()) + c.perOrder(c.own())) / 2
+		fmt.Fprintf(&r, "\nIf both were bound by the same CPUs, used equally, service/ceiling would be their CPU per order inverted: %.2f ms (mean of the two ceilings) / %.2f ms = %.0f%%.\n",
+			ceil, svc, 100*ceil/svc)
 	}
 
 	fmt.Fprintf(&r, "\n| process | peak RSS | CPU at the maximum rate | target |\n| --- | ---: | ---: | --- |\n")

@@ -143,7 +143,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	actor := "reconciler:" + host + ":" + strconv.Itoa(os.Getpid())
 	cfg.Reconcile.Actor = actor
 	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "reconciler")
-	if cfg.PprofAddr != "" {
+	if cfg.PprofAddr != "" && !*once { // not for a one-off pass beside the running daemon
 		profiles, err := debugserver.Start(cfg.PprofAddr, log)
 		if err != nil {
 			return err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -45,9 +46,17 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A one-off pass runs beside the daemon, whose PPROF_ADDR is taken:
+	// it must not try to serve profiles there.
+	daemon, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer daemon.Close()
 	env := map[string]string{
 		"DATABASE_URL": db.URL, "REDIS_URL": rd.URL, "DELIVERY_QUEUE": rd.Queue,
 		"RECONCILE_DEFAULT_POLICY": "hold", "PENDING_REENQUEUE_AFTER": "1m",
+		"PPROF_ADDR": daemon.Addr().String(),
 	}
 	var stdout, stderr bytes.Buffer
 	if err := run(ctx, []string{"--once"}, func(k string) string { return env[k] }, &stdout, &stderr); err != nil {

@@ -21,7 +21,9 @@ type Server struct {
 	srv *http.Server
 }
 
-// Start listens on addr and serves /debug/pprof/ until Shutdown.
+// Start listens on addr and serves /debug/pprof/ until Close. (Importing
+// net/http/pprof also registers its handlers on http.DefaultServeMux;
+// no binary serves that mux, so they are reachable only here.)
 func Start(addr string, log *slog.Logger) (*Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -22,6 +22,17 @@ func TestServesProfilesUntilShutdown(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
 		t.Fatalf("goroutine profile: status %d, body %.200q", res.StatusCode, body)
 	}
+	// The CPU profile, the one bench -profile takes: gzip-compressed
+	// protocol buffers.
+	res, err = http.Get("http://" + s.Addr() + "/debug/pprof/profile?seconds=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b {
+		t.Fatalf("CPU profile: status %d, %d bytes starting %x, want a gzip stream", res.StatusCode, len(body), body[:min(len(body), 4)])
+	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
