@@ -539,8 +539,9 @@ func (b *bench) profile(ctx context.Context, rate float64, d time.Duration) func
 		return func() error { return err }
 	}
 	b.profiles++ // files are numbered: two steps may offer the same rate
+	n := b.profiles
 	name := func(proc string) string {
-		return filepath.Join(b.o.profileDir, fmt.Sprintf("%02d-%s-%.0f.pprof", b.profiles, proc, rate))
+		return filepath.Join(b.o.profileDir, fmt.Sprintf("%02d-%s-%.0f.pprof", n, proc, rate))
 	}
 	var g errgroup.Group
 	// The benchmark's own share: load generator and SMTP sink.
