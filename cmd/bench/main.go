@@ -10,7 +10,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -38,6 +37,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sekali-dev/sekali/internal/logbuf"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
 
@@ -379,20 +379,7 @@ type proc struct {
 	name      string
 	pprofAddr string // with -profile: where the process serves its profiles
 	cmd       *exec.Cmd
-	mu        sync.Mutex
-	out       bytes.Buffer
-}
-
-func (p *proc) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *proc) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
+	out       logbuf.Buffer
 }
 
 func (b *bench) startProc(ctx context.Context, name string, env map[string]string) (*proc, error) {
@@ -404,7 +391,7 @@ func (b *bench) startProc(ctx context.Context, name string, env map[string]strin
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -432,21 +419,12 @@ func (b *bench) startProc(ctx context.Context, name string, env map[string]strin
 }
 
 func (p *proc) waitLog(msg, field string, timeout time.Duration) (string, error) {
-	deadline := time.Now().Add(timeout)
-	needle := `"msg":"` + msg + `"`
-	for time.Now().Before(deadline) {
-		for _, line := range strings.Split(p.output(), "\n") {
-			if strings.Contains(line, needle) {
-				i := strings.Index(line, `"`+field+`":"`)
-				if i >= 0 {
-					rest := line[i+len(field)+4:]
-					return rest[:strings.IndexByte(rest, '"')], nil
-				}
-			}
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if v, ok := p.out.Field(msg, field); ok {
+			return v, nil
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
-	return "", fmt.Errorf("%s did not log %q:\n%s", p.name, msg, p.output())
+	return "", fmt.Errorf("%s did not log %q:\n%s", p.name, msg, p.out.String())
 }
 
 // offer sends checkouts at rate per second for d, open loop: request i

@@ -1,9 +1,6 @@
 package testenv
 
 import (
-	"bufio"
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sekali-dev/sekali/internal/logbuf"
 )
 
 var builds struct {
@@ -135,13 +134,8 @@ func (p *Process) WaitLog(t testing.TB, msg, field string, timeout time.Duration
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == msg {
-				return fmt.Sprint(line[field])
-			}
+		if v, ok := p.out.Field(msg, field); ok {
+			return v
 		}
 		select {
 		case <-p.done:
@@ -156,20 +150,4 @@ func (p *Process) WaitLog(t testing.TB, msg, field string, timeout time.Duration
 }
 
 // Buffer collects output, such as a logger's, from several goroutines.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String is everything written so far.
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type Buffer = logbuf.Buffer
