@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -19,7 +19,7 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	rd := testenv.NewRedis(t)
-	pprofAddr := freeAddr(t)
+	pprofAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	env := map[string]string{
 		"DATABASE_URL":   db.URL,
 		"REDIS_URL":      rd.URL,
@@ -178,15 +178,4 @@ func watchForAddr(t *testing.T) (io.Writer, <-chan string) {
 		}
 	}()
 	return pw, addr
-}
-
-// freeAddr is a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -3,7 +3,6 @@ package testenv
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -53,12 +52,7 @@ func NewPostgresCluster(t testing.TB) *PostgresCluster {
 			t.Fatal(err)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	c.port = FreePort(t)
 
 	c.run(t, "initdb", "-D", c.dataDir, "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
 	conf := fmt.Sprintf("\nlisten_addresses = '127.0.0.1'\nport = %d\nunix_socket_directories = '%s'\nfsync = off\nmax_connections = 200\n", c.port, dir)

@@ -26,16 +26,6 @@ type RedisSentinel struct {
 	sentinelAt string
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // NewRedisSentinel starts the three servers and waits until the Sentinel
 // knows the primary and its replica.
 func NewRedisSentinel(t testing.TB) *RedisSentinel {
@@ -45,7 +35,7 @@ func NewRedisSentinel(t testing.TB) *RedisSentinel {
 		t.Fatalf("redis-server is not on PATH (apt-get install redis-server): %v", err)
 	}
 	dir := t.TempDir()
-	pPort, rPort, sPort := freePort(t), freePort(t), freePort(t)
+	pPort, rPort, sPort := FreePort(t), FreePort(t), FreePort(t)
 	start := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -253,6 +253,17 @@ func NewRedis(t testing.TB) Redis {
 	return Redis{Opt: opt, URL: RedisURL(), Queue: "test-" + randomHex(6)}
 }
 
+// FreePort is a loopback TCP port nothing listened on a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
@@ -278,12 +289,7 @@ func NewRedisServer(t testing.TB) *RedisServer {
 	if err != nil {
 		t.Fatalf("redis-server is not on PATH (apt-get install redis-server): %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := FreePort(t)
 	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
 	opt, _ := redisconn.Parse(url)
 	s := &RedisServer{Redis: Redis{Opt: opt, URL: url, Queue: "test-" + randomHex(6)}, bin: bin, port: port, dir: t.TempDir()}
