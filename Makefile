@@ -2,9 +2,10 @@
 
 SQLC_VERSION := v1.31.1
 SQLC := bin/sqlc-$(SQLC_VERSION)
+MAILPIT_VERSION := v1.33.1
 GO ?= go
 
-.PHONY: help test preflight bench bench-go chaos chaos-long sqlc sqlc-check vet compose-check deploy-check ci up
+.PHONY: help test preflight mailpit bench bench-go chaos chaos-long sqlc sqlc-check vet compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -25,8 +26,14 @@ chaos: preflight ## the fault-injection suite's short variant (also part of make
 chaos-long: preflight ## the short variant plus PostgreSQL restarts and a soak (CHAOS_SOAK_ORDERS, default 300)
 	$(GO) test -count=1 -v -tags chaoslong -timeout 60m ./internal/chaos 2>&1 | tee chaos.out | grep -E '^(--- |ok|FAIL|\|)|summary'
 
-preflight: ## fail at once, with instructions, if PostgreSQL or Redis is unreachable
+preflight: mailpit ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit
 	@$(GO) run ./internal/testenv/preflight
+
+# bin/mailpit is the real SMTP server the tests deliver to; go install
+# stamps the module version into it (`mailpit version` itself says "dev").
+mailpit: ## install Mailpit, the SMTP server the tests use, into bin/ unless that version is there
+	@test "$$($(GO) version -m bin/mailpit 2>/dev/null | awk '$$1 == "mod" && $$2 == "github.com/axllent/mailpit" { print $$3 }')" = "$(MAILPIT_VERSION)" || \
+		GOBIN=$(CURDIR)/bin $(GO) install github.com/axllent/mailpit@$(MAILPIT_VERSION)
 
 $(SQLC):
 	@mkdir -p bin
