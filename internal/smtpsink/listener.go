@@ -1,6 +1,7 @@
 package smtpsink
 
 import (
+	"bufio"
 	"net"
 	"sync"
 )
@@ -21,7 +22,7 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc := &conn{Conn: c, srv: l.srv}
+	tc := &conn{Conn: c, srv: l.srv, in: bufio.NewReader(c)}
 
 	s := l.srv
 	s.mu.Lock()
@@ -44,17 +45,4 @@ func (l *listener) Accept() (net.Conn, error) {
 func (l *listener) Close() error {
 	l.closeOnce.Do(func() { l.closeErr = l.Listener.Close() })
 	return l.closeErr
-}
-
-// conn forgets itself when closed.
-type conn struct {
-	net.Conn
-	srv *Server
-}
-
-func (c *conn) Close() error {
-	c.srv.mu.Lock()
-	delete(c.srv.conns, c)
-	c.srv.mu.Unlock()
-	return c.Conn.Close()
 }

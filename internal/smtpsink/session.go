@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"slices"
 	"sync"
 
@@ -29,17 +28,50 @@ var (
 // hence the mutex.
 type session struct {
 	srv  *Server
-	conn net.Conn
+	conn *conn
 
-	mu   sync.Mutex
-	from string
-	to   []string
+	mu     sync.Mutex
+	mailed bool // MAIL accepted; from is "" for the null sender
+	from   string
+	to     []string
+	body   smtp.BodyType // MAIL's BODY=, "" when not given
+	utf8   bool          // MAIL's SMTPUTF8
 }
+
+// stage is how far a session has got. go-smtp calls Mail and Rcpt only for
+// commands it accepts, and Reset whenever it ends a transaction, so the
+// session's view of it is go-smtp's.
+type stage int
+
+const (
+	stageGreet stage = iota // no HELO/EHLO yet, hence no session
+	stageReady              // no transaction
+	stageMail               // MAIL accepted, no RCPT yet
+	stageRcpt               // at least one RCPT accepted
+)
 
 // newSession is the go-smtp Backend. go-smtp calls it at the first HELO/EHLO
 // of a connection, not when the connection is accepted.
 func (s *Server) newSession(c *smtp.Conn) (smtp.Session, error) {
-	return &session{srv: s, conn: c.Conn()}, nil
+	tc, ok := c.Conn().(*conn)
+	if !ok { // go-smtp replaced the connection: only STARTTLS does, and the sink offers none
+		return nil, fmt.Errorf("smtpsink: unexpected connection type %T", c.Conn())
+	}
+	ss := &session{srv: s, conn: tc}
+	tc.sess = ss
+	return ss, nil
+}
+
+func (ss *session) stage() stage {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	switch {
+	case len(ss.to) > 0:
+		return stageRcpt
+	case ss.mailed:
+		return stageMail
+	}
+	return stageReady
 }
 
 // Reset is called by go-smtp on RSET, on a repeated EHLO and after every DATA
@@ -47,28 +79,37 @@ func (s *Server) newSession(c *smtp.Conn) (smtp.Session, error) {
 func (ss *session) Reset() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.from, ss.to = "", nil
+	ss.mailed, ss.from, ss.to, ss.body, ss.utf8 = false, "", nil, "", false
 }
 
 // Logout is called by go-smtp when the connection closes.
 func (ss *session) Logout() error { return nil }
 
-func (ss *session) Mail(from string, _ *smtp.MailOptions) error {
+func (ss *session) Mail(from string, opts *smtp.MailOptions) error {
+	if !opts.UTF8 && !isASCII(from) {
+		return errUnicodeAddress
+	}
 	if hook := ss.srv.cfg.OnMail; hook != nil {
 		if err := hook(from); err != nil {
-			return reply(err)
+			return ss.reply(err)
 		}
 	}
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	ss.from, ss.to = from, nil
+	ss.mailed, ss.from, ss.to, ss.body, ss.utf8 = true, from, nil, opts.Body, opts.UTF8
 	return nil
 }
 
 func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	ss.mu.Lock()
+	smtputf8 := ss.utf8
+	ss.mu.Unlock()
+	if !smtputf8 && !isASCII(to) {
+		return errUnicodeAddress
+	}
 	if hook := ss.srv.cfg.OnRcpt; hook != nil {
 		if err := hook(to); err != nil {
-			return reply(err)
+			return ss.reply(err)
 		}
 	}
 	ss.mu.Lock()
@@ -98,8 +139,14 @@ func (ss *session) Data(r io.Reader) error {
 	}
 
 	ss.mu.Lock()
-	m := newMessage(ss.from, slices.Clone(ss.to), data)
+	from, to := ss.from, slices.Clone(ss.to)
+	eightBit, smtputf8 := ss.body == smtp.Body8BitMIME, ss.utf8
 	ss.mu.Unlock()
+	// A message a real server would refuse reaches no hook.
+	if refusal := checkText(data, eightBit, smtputf8); refusal != nil {
+		return refusal
+	}
+	m := newMessage(from, to, data)
 
 	if hook := srv.cfg.DataDelay; hook != nil {
 		if d := hook(m); d > 0 && !srv.stall(d) {
@@ -114,7 +161,7 @@ func (ss *session) Data(r io.Reader) error {
 	}
 	if hook := srv.cfg.OnData; hook != nil {
 		if err := hook(m); err != nil {
-			return reply(err)
+			return ss.reply(err)
 		}
 	}
 	srv.record(*m)
@@ -127,15 +174,20 @@ func (ss *session) Data(r io.Reader) error {
 
 // reply turns a hook's error into the *smtp.SMTPError go-smtp should send.
 // go-smtp recognises an SMTPError only by type assertion, not errors.As, so a
-// wrapped one must be unwrapped here; any other error becomes a 451.
-func reply(err error) error {
+// wrapped one must be unwrapped here; any other error becomes a 451. After a
+// 421 the connection ends, as RFC 5321 §3.8 has a server do: go-smtp sends
+// the reply and would read on, but its next read ends the input.
+func (ss *session) reply(err error) error {
 	var smtpErr *smtp.SMTPError
-	if errors.As(err, &smtpErr) {
-		return smtpErr
+	if !errors.As(err, &smtpErr) {
+		smtpErr = &smtp.SMTPError{
+			Code:         451,
+			EnhancedCode: smtp.EnhancedCode{4, 0, 0},
+			Message:      err.Error(),
+		}
 	}
-	return &smtp.SMTPError{
-		Code:         451,
-		EnhancedCode: smtp.EnhancedCode{4, 0, 0},
-		Message:      err.Error(),
+	if smtpErr.Code == 421 {
+		ss.conn.hangUp.Store(true)
 	}
+	return smtpErr
 }

@@ -8,6 +8,35 @@
 // depend on package testing. Its HTTP handler imitates the search APIs of
 // Mailpit and MailHog, so that code asking "did the provider accept the message
 // with this Message-ID?" works against the sink as it does against them.
+//
+// The sink is at least as strict as the real servers a client meets (Mailpit,
+// Postfix), so that a client's mistake fails a unit test rather than a
+// delivery. On top of what go-smtp checks, it refuses:
+//
+//   - a command line longer than 512 octets, CRLF included (RFC 5321
+//     §4.5.3.1.4): 500 5.5.2, and it reads on;
+//   - a command line ending in a bare LF or holding a bare CR: 500 5.5.2,
+//     and it hangs up, as Postfix does since the SMTP smuggling fixes; one
+//     that is not UTF-8: 500 5.5.2;
+//   - commands out of order: MAIL before HELO/EHLO or within a transaction,
+//     RCPT before MAIL, DATA or BDAT before RCPT: 503 5.5.1;
+//   - MAIL FROM and RCPT TO not spelled as RFC 5321 §4.1.2 says: the path
+//     in angle brackets ("<>", the null sender, only at MAIL), no space
+//     around the colon, a well-formed mailbox, parameters after single
+//     spaces: 501 5.5.4 "Syntax error in parameters or arguments (invalid
+//     FROM parameter)", or "TO", as Mailpit replies;
+//   - a non-ASCII address in a transaction without SMTPUTF8 at MAIL:
+//     553 5.6.7;
+//   - after the final dot, without recording it, a message whose text has a
+//     bare LF or bare CR (550 5.5.2), a line longer than 1000 octets, CRLF
+//     included (RFC 5321 §4.5.3.1.6; 550 5.5.2), 8-bit octets without
+//     BODY=8BITMIME at MAIL, or 8-bit octets in the header without SMTPUTF8
+//     (550 5.6.0). It offers 8BITMIME and SMTPUTF8.
+//
+// go-smtp itself refuses unknown commands and MAIL or RCPT parameters, a BDAT
+// chunk without a size, a message over 10 MiB and more than 50 recipients.
+// After replying 421, from a hook or otherwise, the sink closes the
+// connection (RFC 5321 §3.8).
 package smtpsink
 
 import (
@@ -68,6 +97,12 @@ func (m Message) clone() Message {
 // non-nil error makes the sink reply with that error: return *smtp.SMTPError
 // (from go-smtp, possibly wrapped) to choose the code, e.g. 451 (temporary) or
 // 550 (permanent); any other error becomes a 451 whose text is the error's.
+// An *smtp.SMTPError with code 421 is sent, and then the sink closes the
+// connection, as a server does with 421; that is how to end a session in the
+// middle.
+//
+// Hooks see only what the sink's protocol checks (see the package comment)
+// let through: a command or message they refuse reaches no hook.
 //
 // After the message is read, the sink applies, in this order: DataDelay,
 // DropAfterData, OnData; then it records the message and replies 250.
@@ -127,6 +162,10 @@ func Start(cfg Config) (*Server, error) {
 	srv.EnableSMTPUTF8 = true
 	srv.MaxMessageBytes = maxMessageBytes
 	srv.MaxRecipients = maxRecipients
+	// conn and checkText limit line lengths as RFC 5321 does; go-smtp's
+	// limit (2000 octets for every line) would cut a message short instead
+	// of refusing it after the final dot.
+	srv.MaxLineLength = 0
 	// go-smtp logs only what it cannot report to a client: accept errors,
 	// connections that fail other than by EOF or close, and panics in hooks.
 	srv.ErrorLog = log.New(os.Stderr, "smtpsink: ", log.LstdFlags)
