@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -69,17 +70,20 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 		MetricsAddr: env.String("METRICS_ADDR", ":9102"),
 		Interval:    env.Duration("RECONCILE_INTERVAL", 5*time.Second),
 		LookupURL:   env.String("MAIL_LOOKUP_URL", ""),
-		LookupAPI:   env.OneOf("MAIL_LOOKUP_API", reconcile.APIMailHog, reconcile.APIMailHog, reconcile.APIMailpit),
+		LookupAPI:   env.OneOf("MAIL_LOOKUP_API", reconcile.APIAuto, reconcile.APIAuto, reconcile.APIMailHog, reconcile.APIMailpit),
 		Reconcile: reconcile.Config{
+			MaxAge:        env.Duration("DELIVERY_MAX_AGE", 120*time.Hour),
 			PendingAfter:  env.Duration("PENDING_REENQUEUE_AFTER", 30*time.Second),
 			Batch:         env.Int("RECONCILE_BATCH", 100, 1, 10000),
 			DefaultPolicy: reconcile.Policy(env.OneOf("RECONCILE_DEFAULT_POLICY", string(reconcile.PolicyHold), string(reconcile.PolicyHold), string(reconcile.PolicyResend))),
 		},
 	}
-	if v := env.String("DELIVERY_RETENTION", "0"); v != "0" {
-		cfg.Reconcile.DeliveryRetention = env.Duration("DELIVERY_RETENTION", 0)
-	}
+	cfg.Reconcile.DeliveryRetention = env.DurationOrZero("DELIVERY_RETENTION", 0)
 	var err error
+	if cfg.LookupURL != "" {
+		_, err = reconcile.ParseLookupURL(cfg.LookupURL)
+		env.Check("MAIL_LOOKUP_URL", err)
+	}
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
 	from, err := notify.NormalizeAddress(env.String("MAIL_FROM", "orders@shop.example"))
@@ -112,6 +116,22 @@ func parsePolicies(s string, templates *notify.Templates) (map[string]reconcile.
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// newLookup checks the look-up API before the first pass: a wrong
+// MAIL_LOOKUP_URL or MAIL_LOOKUP_API stops the reconciler at start, not at
+// the first ambiguous send. A server that does not answer at all (it may
+// be starting beside the reconciler) gets a few seconds.
+func newLookup(ctx context.Context, api, lookupURL string) (reconcile.Lookup, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lookup, err := reconcile.NewLookup(ctx, api, lookupURL)
+		var unreachable *url.Error
+		if err == nil || !errors.As(err, &unreachable) || time.Now().After(deadline) || ctx.Err() != nil {
+			return lookup, err
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -161,8 +181,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	var lookup reconcile.Lookup
 	if cfg.LookupURL != "" {
-		if lookup, err = reconcile.NewLookup(cfg.LookupAPI, cfg.LookupURL); err != nil {
-			return err
+		if lookup, err = newLookup(ctx, cfg.LookupAPI, cfg.LookupURL); err != nil {
+			return fmt.Errorf("configuration:\n%w", err)
 		}
 	}
 	client := asynq.NewClient(cfg.Redis)

@@ -86,15 +86,59 @@ func TestConfigErrors(t *testing.T) {
 		"RECONCILE_POLICIES":       "order-confirmation=resend,order-cancelled=hold,order-shipped=maybe",
 		"RECONCILE_DEFAULT_POLICY": "sometimes",
 		"MAIL_LOOKUP_API":          "sendgrid",
+		"MAIL_LOOKUP_URL":          "ftp://mail.example",
 		"RECONCILE_INTERVAL":       "0s",
+		"DELIVERY_RETENTION":       "-1h",
 	}
 	err := run(context.Background(), []string{"--once"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
-	for _, want := range []string{"order-cancelled", "order-shipped=maybe", "RECONCILE_DEFAULT_POLICY", "MAIL_LOOKUP_API", "RECONCILE_INTERVAL"} {
+	for _, want := range []string{"order-cancelled", "order-shipped=maybe", "RECONCILE_DEFAULT_POLICY", "MAIL_LOOKUP_API", "MAIL_LOOKUP_URL", "RECONCILE_INTERVAL", "DELIVERY_RETENTION"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}
+	}
+}
+
+// Zero means "keep" however it is written.
+func TestZeroRetentionIsOneRule(t *testing.T) {
+	t.Parallel()
+	templates, err := notify.LoadTemplates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"", "0", "0s", "0h"} {
+		cfg, err := loadConfig(func(k string) string { return map[string]string{"DELIVERY_RETENTION": v}[k] }, templates)
+		if err != nil || cfg.Reconcile.DeliveryRetention != 0 {
+			t.Errorf("DELIVERY_RETENTION=%q: %v, retention %v", v, err, cfg.Reconcile.DeliveryRetention)
+		}
+	}
+}
+
+// A look-up URL that answers, but not the configured API, stops the
+// reconciler at start with a message that says what to do; auto finds
+// the right one.
+func TestWrongLookupAPIStopsTheReconcilerAtStart(t *testing.T) {
+	t.Parallel()
+	mp := testenv.StartMailpit(t, testenv.MailpitOptions{})
+	db := testenv.NewDB(t)
+	rd := testenv.NewRedis(t)
+	env := map[string]string{
+		"DATABASE_URL": db.URL, "REDIS_URL": rd.URL, "DELIVERY_QUEUE": rd.Queue,
+		"MAIL_LOOKUP_URL": mp.URL, "MAIL_LOOKUP_API": "mailhog",
+	}
+	start := time.Now()
+	err := run(context.Background(), []string{"--once"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "not the mailhog API") || !strings.Contains(err.Error(), "MAIL_LOOKUP_API=auto") {
+		t.Fatalf("run with MailHog's API against Mailpit: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("a server that answered the wrong API was retried for %v", took)
+	}
+	env["MAIL_LOOKUP_API"] = "auto"
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"--once"}, func(k string) string { return env[k] }, &stdout, io.Discard); err != nil {
+		t.Fatalf("auto: %v", err)
 	}
 }

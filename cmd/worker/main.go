@@ -26,6 +26,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
@@ -51,7 +52,8 @@ type config struct {
 	MetricsAddr       string
 	Concurrency       int
 	LockTTL           time.Duration
-	MaxAttempts       int
+	MaxAge            time.Duration
+	ProbeInterval     time.Duration
 	SendTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	TaskCheckInterval time.Duration
@@ -68,7 +70,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		MetricsAddr:       env.String("METRICS_ADDR", ":9101"),
 		Concurrency:       env.Int("WORKER_CONCURRENCY", 10, 1, 1000),
 		LockTTL:           env.Duration("LOCK_TTL", 30*time.Second),
-		MaxAttempts:       env.Int("MAX_ATTEMPTS", 5, 1, 100),
+		MaxAge:            env.Duration("DELIVERY_MAX_AGE", 120*time.Hour),
+		ProbeInterval:     env.Duration("PROVIDER_PROBE_INTERVAL", 5*time.Second),
 		SendTimeout:       env.Duration("SEND_TIMEOUT", 30*time.Second),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 45*time.Second),
 		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", 20*time.Millisecond),
@@ -79,6 +82,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 			Password:          env.Secret("SMTP_PASSWORD", ""),
 			TLS:               env.OneOf("SMTP_TLS", notify.TLSNone, notify.TLSNone, notify.TLSStartTLS, notify.TLSImplicit),
 			From:              env.String("MAIL_FROM", "orders@shop.example"),
+			HeloName:          env.String("SMTP_HELO", notify.HeloName()),
+			CAFile:            env.String("SMTP_CA_FILE", ""),
 			IdempotencyHeader: env.String("SMTP_IDEMPOTENCY_HEADER", "Idempotency-Key"),
 			Timeout:           env.Duration("SMTP_TIMEOUT", 15*time.Second),
 		},
@@ -98,6 +103,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// write message data once its lease has expired and the reconciler
 		// may act: the SMTP deadline has to run out first.
 		env.Check("SMTP_TIMEOUT", fmt.Errorf("%v must be shorter than LOCK_TTL %v", cfg.SMTP.Timeout, cfg.LockTTL))
+	}
+	if v := env.String("MAX_ATTEMPTS", ""); v != "" {
+		// Deliveries give up by age now: a count ran out in seconds while
+		// a relay was down for minutes. Refusing the old setting makes an
+		// upgrade notice the change instead of silently ignoring it.
+		env.Check("MAX_ATTEMPTS", fmt.Errorf("is no longer used: a delivery keeps trying for DELIVERY_MAX_AGE (default 120h); unset MAX_ATTEMPTS"))
 	}
 	if cfg.LockTTL < time.Second {
 		env.Check("LOCK_TTL", fmt.Errorf("%v is too short; the heartbeat renews it every third", cfg.LockTTL))
@@ -132,6 +143,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
+	if names := failpoint.Value("without-templates"); names != "" {
+		templates = templates.Without(strings.Split(names, "+")...) // the fault-injection suite's older build
+	}
 	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -163,10 +177,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	from, _ := notify.NormalizeAddress(cfg.SMTP.From) // validated by loadConfig
 	worker := notify.NewWorker(pool, rdb, provider, templates, notify.WorkerConfig{
 		LockTTL:         cfg.LockTTL,
-		MaxAttempts:     cfg.MaxAttempts,
+		MaxAge:          cfg.MaxAge,
+		ProbeInterval:   cfg.ProbeInterval,
 		SendTimeout:     cfg.SendTimeout,
 		MessageIDDomain: from[strings.LastIndexByte(from, '@')+1:],
 		WorkerID:        workerID,
+		Queue:           cfg.Queue,
 		Concurrency:     cfg.Concurrency,
 		Tracer:          tp.Tracer("github.com/sekali-dev/sekali/internal/notify"),
 	}, log, notify.NewMetrics(reg))
@@ -204,6 +220,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		worker.WatchConcurrency(gctx, cfg.Queue, cfg.Concurrency, 2*time.Second)
+		return nil
+	})
+	g.Go(func() error {
+		worker.WatchProvider(gctx, cfg.ProbeInterval)
 		return nil
 	})
 	g.Go(func() error {

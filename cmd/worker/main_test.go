@@ -153,6 +153,31 @@ func TestConfigRefusesPlainTextSMTPToARealHost(t *testing.T) {
 	}
 }
 
+// The settings of a mail server's bad minute: the old count-based
+// MAX_ATTEMPTS is refused rather than silently ignored, and a bad EHLO
+// name or CA file is reported with the rest.
+func TestConfigOfTheSMTPSession(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"MAX_ATTEMPTS": "5", "SMTP_HELO": "bad name", "SMTP_CA_FILE": "/nonexistent/ca.pem",
+		"DELIVERY_MAX_AGE": "0s", "PROVIDER_PROBE_INTERVAL": "soon"}
+	_, err := loadConfig(func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("bad configuration accepted")
+	}
+	for _, want := range []string{"MAX_ATTEMPTS", "DELIVERY_MAX_AGE (default 120h)", "SMTP_HELO", "SMTP_CA_FILE", "DELIVERY_MAX_AGE=", "PROVIDER_PROBE_INTERVAL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+	cfg, err := loadConfig(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxAge != 120*time.Hour || cfg.SMTP.HeloName == "" || cfg.SMTP.HeloName == "shop.example" {
+		t.Errorf("defaults: max age %v, EHLO %q", cfg.MaxAge, cfg.SMTP.HeloName)
+	}
+}
+
 // --- The worker as a separate process, killed or frozen at failpoints. ---
 
 func startWorker(t *testing.T, env map[string]string) *testenv.Process {

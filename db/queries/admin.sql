@@ -22,6 +22,7 @@ WITH prev AS (
         lease_token      = NULL,
         lease_expires_at = NULL,
         handed_over_at   = NULL,
+        trying_since     = now(),
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held')
@@ -34,7 +35,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at
+       created_at, updated_at, sent_at, message_id, trying_since
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -55,7 +56,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at
+       created_at, updated_at, sent_at, message_id, trying_since
 FROM upd;
 
 -- name: InsertBlock :one

@@ -100,12 +100,30 @@ DELETE FROM idempotency_keys
 WHERE (scope, key) IN (SELECT k.scope, k.key FROM idempotency_keys k
                        WHERE k.expires_at < now() LIMIT @batch);
 
--- name: DeleteOldDeliveries :execrows
--- Finished deliveries (sent or failed) untouched for the retention period,
--- with their history (ON DELETE CASCADE), a batch at a time. Pending,
--- sending and held rows are never deleted.
-DELETE FROM notification_deliveries
-WHERE id IN (SELECT d.id FROM notification_deliveries d
-             WHERE d.status IN ('sent', 'failed')
-               AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
-             LIMIT @batch);
+-- name: RetireOldDeliveries :many
+-- Retention, step one, in a transaction of its own: a tombstone for each
+-- finished delivery (sent or failed) untouched for the retention period
+-- and past its own maximum age, a batch at a time. Once this commits, its
+-- idempotency key can never be recorded again (InsertDelivery).
+INSERT INTO retired_deliveries (key_hash, delivery_id, order_id, template, status, sent_at)
+SELECT sha256(convert_to(d.idempotency_key, 'UTF8')), d.id, d.order_id, d.template, d.status, d.sent_at
+FROM notification_deliveries d
+WHERE d.status IN ('sent', 'failed')
+  AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
+  AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
+ORDER BY d.updated_at
+LIMIT @batch
+ON CONFLICT (key_hash) DO UPDATE
+SET delivery_id = EXCLUDED.delivery_id, status = EXCLUDED.status, sent_at = EXCLUDED.sent_at, retired_at = now()
+RETURNING delivery_id;
+
+-- name: DeleteRetiredDeliveries :execrows
+-- Retention, step two: delete the deliveries step one retired, with their
+-- history (ON DELETE CASCADE). The conditions are repeated here, outside
+-- any subquery, so that a row an operator retried in between (failed ->
+-- pending) is re-checked under its row lock and kept.
+DELETE FROM notification_deliveries d
+WHERE d.id = ANY(@ids::uuid[])
+  AND d.status IN ('sent', 'failed')
+  AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
+  AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8);

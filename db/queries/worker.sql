@@ -15,6 +15,7 @@ WITH prev AS (
         lease_token      = @lease_token::uuid,
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
         handed_over_at   = NULL,
+        message_id       = coalesce(d.message_id, @message_id::text),
         attempts         = d.attempts + 1,
         updated_at       = now()
     FROM prev
@@ -34,7 +35,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, from_status
+       created_at, updated_at, sent_at, message_id, trying_since, from_status
 FROM claimed;
 
 -- name: HandOver :one
@@ -121,6 +122,46 @@ WITH upd AS (
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'failed', 'sending', 'failed', attempts, @actor::text,
+       jsonb_build_object('error', @last_error::text)
+FROM upd;
+
+-- name: HoldUnrenderable :execrows
+-- The template exists but cannot render the data stored with the
+-- delivery: nothing was sent, and trying again cannot help until someone
+-- fixes the template or the data. Held, visibly, for an operator.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'held',
+        last_error       = @last_error::text,
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'held', 'sending', 'held', attempts, @actor::text,
+       jsonb_build_object('error', @last_error::text)
+FROM upd;
+
+-- name: ExpirePending :execrows
+-- A pending delivery whose tries began longer ago than DELIVERY_MAX_AGE
+-- (the provider refused us, or no worker knew its template, all that
+-- time): given up without another try.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status     = 'failed',
+        last_error = @last_error::text,
+        updated_at = now()
+    WHERE d.id = @id
+      AND d.status = 'pending'
+      AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'expired', 'pending', 'failed', attempts, @actor::text,
        jsonb_build_object('error', @last_error::text)
 FROM upd;
 

@@ -88,7 +88,7 @@ func (q *Queries) ListActiveBlocks(ctx context.Context) ([]DeliveryBlock, error)
 }
 
 const listDeliveries = `-- name: ListDeliveries :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since FROM notification_deliveries
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR template = $2::text)
   AND ($3::uuid IS NULL OR order_id = $3::uuid)
@@ -142,6 +142,8 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.SentAt,
+			&i.MessageID,
+			&i.TryingSince,
 		); err != nil {
 			return nil, err
 		}
@@ -161,7 +163,7 @@ WITH upd AS (
         sent_at             = now(),
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -170,7 +172,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at
+       created_at, updated_at, sent_at, message_id, trying_since
 FROM upd
 `
 
@@ -198,6 +200,8 @@ type OperatorMarkSentRow struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	SentAt            *time.Time
+	MessageID         *string
+	TryingSince       time.Time
 }
 
 // A held delivery the operator found at the provider.
@@ -226,6 +230,8 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
 	)
 	return i, err
 }
@@ -240,10 +246,11 @@ WITH prev AS (
         lease_token      = NULL,
         lease_expires_at = NULL,
         handed_over_at   = NULL,
+        trying_since     = now(),
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, prev.status AS from_status
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $2::text,
@@ -252,7 +259,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at
+       created_at, updated_at, sent_at, message_id, trying_since
 FROM upd
 `
 
@@ -279,6 +286,8 @@ type OperatorRetryRow struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	SentAt            *time.Time
+	MessageID         *string
+	TryingSince       time.Time
 }
 
 // A failed or held delivery gets a fresh set of attempts under the same
@@ -303,6 +312,8 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
 	)
 	return i, err
 }

@@ -13,7 +13,7 @@ import (
 )
 
 const getDelivery = `-- name: GetDelivery :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE id = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since FROM notification_deliveries WHERE id = $1
 `
 
 func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDelivery, error) {
@@ -36,12 +36,14 @@ func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDe
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
 	)
 	return i, err
 }
 
 const getDeliveryByKey = `-- name: GetDeliveryByKey :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE idempotency_key = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since FROM notification_deliveries WHERE idempotency_key = $1
 `
 
 func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (NotificationDelivery, error) {
@@ -64,23 +66,48 @@ func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
+	)
+	return i, err
+}
+
+const getRetiredDelivery = `-- name: GetRetiredDelivery :one
+SELECT key_hash, delivery_id, order_id, template, status, sent_at, retired_at FROM retired_deliveries
+WHERE key_hash = sha256(convert_to($1::text, 'UTF8'))
+`
+
+// What retention left of the delivery with this idempotency key.
+func (q *Queries) GetRetiredDelivery(ctx context.Context, idempotencyKey string) (RetiredDelivery, error) {
+	row := q.db.QueryRow(ctx, getRetiredDelivery, idempotencyKey)
+	var i RetiredDelivery
+	err := row.Scan(
+		&i.KeyHash,
+		&i.DeliveryID,
+		&i.OrderID,
+		&i.Template,
+		&i.Status,
+		&i.SentAt,
+		&i.RetiredAt,
 	)
 	return i, err
 }
 
 const insertDelivery = `-- name: InsertDelivery :one
 WITH ins AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $7, $7
+    WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
+                      WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT ins.id, 'received', NULL, 'pending', 0, $8::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at
+       created_at, updated_at, sent_at, message_id, trying_since
 FROM ins
 `
 
@@ -112,10 +139,15 @@ type InsertDeliveryRow struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	SentAt            *time.Time
+	MessageID         *string
+	TryingSince       time.Time
 }
 
 // A second intent for the same event meets the unique key and changes
-// nothing; the caller then reads the row that was there first.
+// nothing; the caller then reads the row that was there first. A key
+// whose delivery retention has retired is refused the same way: the
+// tombstone is committed before its delivery is deleted, so this
+// statement sees one or the other.
 func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) (InsertDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, insertDelivery,
 		arg.ID,
@@ -145,12 +177,14 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
 	)
 	return i, err
 }
 
 const listDeliveriesByOrder = `-- name: ListDeliveriesByOrder :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) ([]NotificationDelivery, error) {
@@ -179,6 +213,8 @@ func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) 
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.SentAt,
+			&i.MessageID,
+			&i.TryingSince,
 		); err != nil {
 			return nil, err
 		}

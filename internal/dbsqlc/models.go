@@ -58,6 +58,8 @@ type NotificationDelivery struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	SentAt            *time.Time
+	MessageID         *string
+	TryingSince       time.Time
 }
 
 type Order struct {
@@ -76,4 +78,14 @@ type OrderItem struct {
 	Name           string
 	Quantity       int32
 	UnitPriceMinor int64
+}
+
+type RetiredDelivery struct {
+	KeyHash    []byte
+	DeliveryID uuid.UUID
+	OrderID    uuid.UUID
+	Template   string
+	Status     string
+	SentAt     *time.Time
+	RetiredAt  time.Time
 }

@@ -49,24 +49,26 @@ func (q *Queries) DeleteExpiredIdempotencyKeys(ctx context.Context, batch int32)
 	return result.RowsAffected(), nil
 }
 
-const deleteOldDeliveries = `-- name: DeleteOldDeliveries :execrows
-DELETE FROM notification_deliveries
-WHERE id IN (SELECT d.id FROM notification_deliveries d
-             WHERE d.status IN ('sent', 'failed')
-               AND d.updated_at < now() - make_interval(secs => $1::float8)
-             LIMIT $2)
+const deleteRetiredDeliveries = `-- name: DeleteRetiredDeliveries :execrows
+DELETE FROM notification_deliveries d
+WHERE d.id = ANY($1::uuid[])
+  AND d.status IN ('sent', 'failed')
+  AND d.updated_at < now() - make_interval(secs => $2::float8)
+  AND d.trying_since < now() - make_interval(secs => $3::float8)
 `
 
-type DeleteOldDeliveriesParams struct {
+type DeleteRetiredDeliveriesParams struct {
+	Ids              []uuid.UUID
 	OlderThanSeconds float64
-	Batch            int32
+	MaxAgeSeconds    float64
 }
 
-// Finished deliveries (sent or failed) untouched for the retention period,
-// with their history (ON DELETE CASCADE), a batch at a time. Pending,
-// sending and held rows are never deleted.
-func (q *Queries) DeleteOldDeliveries(ctx context.Context, arg DeleteOldDeliveriesParams) (int64, error) {
-	result, err := q.db.Exec(ctx, deleteOldDeliveries, arg.OlderThanSeconds, arg.Batch)
+// Retention, step two: delete the deliveries step one retired, with their
+// history (ON DELETE CASCADE). The conditions are repeated here, outside
+// any subquery, so that a row an operator retried in between (failed ->
+// pending) is re-checked under its row lock and kept.
+func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetiredDeliveriesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteRetiredDeliveries, arg.Ids, arg.OlderThanSeconds, arg.MaxAgeSeconds)
 	if err != nil {
 		return 0, err
 	}
@@ -74,7 +76,7 @@ func (q *Queries) DeleteOldDeliveries(ctx context.Context, arg DeleteOldDeliveri
 }
 
 const pickOrphanedPending = `-- name: PickOrphanedPending :many
-SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at FROM notification_deliveries d
+SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since FROM notification_deliveries d
 WHERE d.status = 'pending'
   AND d.updated_at < now() - make_interval(secs => $1::float8)
   AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
@@ -119,6 +121,8 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.SentAt,
+			&i.MessageID,
+			&i.TryingSince,
 		); err != nil {
 			return nil, err
 		}
@@ -131,7 +135,7 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 }
 
 const pickStaleSending = `-- name: PickStaleSending :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since FROM notification_deliveries
 WHERE status = 'sending' AND lease_expires_at < now()
   AND NOT (id = ANY($1::uuid[]))
 ORDER BY lease_expires_at
@@ -162,6 +166,8 @@ func (q *Queries) PickStaleSending(ctx context.Context, skip []uuid.UUID) (Notif
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
 	)
 	return i, err
 }
@@ -293,6 +299,50 @@ func (q *Queries) ReconcileToSent(ctx context.Context, arg ReconcileToSentParams
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const retireOldDeliveries = `-- name: RetireOldDeliveries :many
+INSERT INTO retired_deliveries (key_hash, delivery_id, order_id, template, status, sent_at)
+SELECT sha256(convert_to(d.idempotency_key, 'UTF8')), d.id, d.order_id, d.template, d.status, d.sent_at
+FROM notification_deliveries d
+WHERE d.status IN ('sent', 'failed')
+  AND d.updated_at < now() - make_interval(secs => $1::float8)
+  AND d.trying_since < now() - make_interval(secs => $2::float8)
+ORDER BY d.updated_at
+LIMIT $3
+ON CONFLICT (key_hash) DO UPDATE
+SET delivery_id = EXCLUDED.delivery_id, status = EXCLUDED.status, sent_at = EXCLUDED.sent_at, retired_at = now()
+RETURNING delivery_id
+`
+
+type RetireOldDeliveriesParams struct {
+	OlderThanSeconds float64
+	MaxAgeSeconds    float64
+	Batch            int32
+}
+
+// Retention, step one, in a transaction of its own: a tombstone for each
+// finished delivery (sent or failed) untouched for the retention period
+// and past its own maximum age, a batch at a time. Once this commits, its
+// idempotency key can never be recorded again (InsertDelivery).
+func (q *Queries) RetireOldDeliveries(ctx context.Context, arg RetireOldDeliveriesParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, retireOldDeliveries, arg.OlderThanSeconds, arg.MaxAgeSeconds, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var delivery_id uuid.UUID
+		if err := rows.Scan(&delivery_id); err != nil {
+			return nil, err
+		}
+		items = append(items, delivery_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const touchPending = `-- name: TouchPending :exec

@@ -23,6 +23,7 @@ WITH prev AS (
         lease_token      = $2::uuid,
         lease_expires_at = now() + make_interval(secs => $3::float8),
         handed_over_at   = NULL,
+        message_id       = coalesce(d.message_id, $4::text),
         attempts         = d.attempts + 1,
         updated_at       = now()
     FROM prev
@@ -33,16 +34,16 @@ WITH prev AS (
                       WHERE b.expires_at > now()
                         AND ((b.kind = 'key' AND b.value = d.idempotency_key)
                           OR (b.kind = 'recipient' AND b.value = d.recipient)))
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, prev.status AS from_status
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'claimed', from_status, 'sending', attempts, $4::text,
-           jsonb_build_object('task_id', $5::text)
+    SELECT id, 'claimed', from_status, 'sending', attempts, $5::text,
+           jsonb_build_object('task_id', $6::text)
     FROM claimed
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, from_status
+       created_at, updated_at, sent_at, message_id, trying_since, from_status
 FROM claimed
 `
 
@@ -50,6 +51,7 @@ type ClaimDeliveryParams struct {
 	ID           uuid.UUID
 	LeaseToken   uuid.UUID
 	LeaseSeconds float64
+	MessageID    string
 	Actor        string
 	TaskID       string
 }
@@ -71,6 +73,8 @@ type ClaimDeliveryRow struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	SentAt            *time.Time
+	MessageID         *string
+	TryingSince       time.Time
 	FromStatus        string
 }
 
@@ -86,6 +90,7 @@ func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (C
 		arg.ID,
 		arg.LeaseToken,
 		arg.LeaseSeconds,
+		arg.MessageID,
 		arg.Actor,
 		arg.TaskID,
 	)
@@ -107,9 +112,51 @@ func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (C
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
 		&i.FromStatus,
 	)
 	return i, err
+}
+
+const expirePending = `-- name: ExpirePending :execrows
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status     = 'failed',
+        last_error = $2::text,
+        updated_at = now()
+    WHERE d.id = $3
+      AND d.status = 'pending'
+      AND d.trying_since < now() - make_interval(secs => $4::float8)
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'expired', 'pending', 'failed', attempts, $1::text,
+       jsonb_build_object('error', $2::text)
+FROM upd
+`
+
+type ExpirePendingParams struct {
+	Actor         string
+	LastError     string
+	ID            uuid.UUID
+	MaxAgeSeconds float64
+}
+
+// A pending delivery whose tries began longer ago than DELIVERY_MAX_AGE
+// (the provider refused us, or no worker knew its template, all that
+// time): given up without another try.
+func (q *Queries) ExpirePending(ctx context.Context, arg ExpirePendingParams) (int64, error) {
+	result, err := q.db.Exec(ctx, expirePending,
+		arg.Actor,
+		arg.LastError,
+		arg.ID,
+		arg.MaxAgeSeconds,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const extendLease = `-- name: ExtendLease :execrows
@@ -173,6 +220,48 @@ func (q *Queries) HandOver(ctx context.Context, arg HandOverParams) (*time.Time,
 	var handed_over_at *time.Time
 	err := row.Scan(&handed_over_at)
 	return handed_over_at, err
+}
+
+const holdUnrenderable = `-- name: HoldUnrenderable :execrows
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'held',
+        last_error       = $2::text,
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        updated_at       = now()
+    WHERE d.id = $3
+      AND d.status = 'sending'
+      AND d.lease_token = $4::uuid
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'held', 'sending', 'held', attempts, $1::text,
+       jsonb_build_object('error', $2::text)
+FROM upd
+`
+
+type HoldUnrenderableParams struct {
+	Actor      string
+	LastError  string
+	ID         uuid.UUID
+	LeaseToken uuid.UUID
+}
+
+// The template exists but cannot render the data stored with the
+// delivery: nothing was sent, and trying again cannot help until someone
+// fixes the template or the data. Held, visibly, for an operator.
+func (q *Queries) HoldUnrenderable(ctx context.Context, arg HoldUnrenderableParams) (int64, error) {
+	result, err := q.db.Exec(ctx, holdUnrenderable,
+		arg.Actor,
+		arg.LastError,
+		arg.ID,
+		arg.LeaseToken,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const markAmbiguous = `-- name: MarkAmbiguous :execrows

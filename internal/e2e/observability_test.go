@@ -116,7 +116,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	}
 	t.Cleanup(provider.Close)
 	worker := notify.NewWorker(db.Pool, rdb, provider, templates, notify.WorkerConfig{
-		LockTTL: 5 * time.Second, MaxAttempts: 5, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
+		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
 		WorkerID: "e2e-worker", Concurrency: 4,
 	}, wk.log, notify.NewMetrics(wk.reg))
 	srv := asynq.NewServer(rd.Opt, asynq.Config{Concurrency: 4, Queues: map[string]int{rd.Queue: 1},
@@ -130,7 +130,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 
 	// Reconciler
 	rc := newComponent(nil)
-	lookup, err := reconcile.NewLookup(reconcile.APIMailpit, lookupAPI.URL)
+	lookup, err := reconcile.NewLookup(ctx, reconcile.APIMailpit, lookupAPI.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 		}
 		switch l["result"] {
 		case "sent":
-			for _, f := range []string{"order_id", "template", "attempt", "lock_key", "lock", "from", "to", "provider_message_id"} {
+			for _, f := range []string{"order_id", "template", "attempt", "lock_key", "lock", "from_status", "to_status", "provider_message_id"} {
 				if _, ok := l[f]; !ok {
 					t.Errorf("sent line lacks %s: %v", f, l)
 				}

@@ -74,6 +74,21 @@ func (r *Reader) Duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+// DurationOrZero reads a duration that may also be zero ("0", "0s",
+// "0h"), which means "off" for the variables that take it.
+func (r *Reader) DurationOrZero(name string, def time.Duration) time.Duration {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		r.fail(name, v, "want 0 (off) or a positive duration such as 30s or 24h")
+		return def
+	}
+	return d
+}
+
 // Int reads a whole number within [min, max].
 func (r *Reader) Int(name string, def, min, max int) int {
 	v := strings.TrimSpace(r.getenv(name))

@@ -7,3 +7,6 @@ package failpoint
 
 // Inject is a no-op outside -tags failpoints builds.
 func Inject(string) {}
+
+// Value is "" outside -tags failpoints builds.
+func Value(string) string { return "" }

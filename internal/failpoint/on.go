@@ -43,3 +43,9 @@ func Inject(name string) {
 		<-cont
 	}
 }
+
+// Value returns what SEKALI_FAILPOINTS sets name to, for failpoints that
+// change a setting rather than kill or stop (e.g.
+// without-templates=order-shipped: a worker as an older build that lacks
+// that template).
+func Value(name string) string { return armed[name] }

@@ -321,10 +321,24 @@ func handleAdminQueue(a Admin) http.Handler {
 			writeError(w, r, err)
 			return
 		}
+		workers, err := notify.ProviderStates(r.Context(), a.Redis, queue)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		// The provider is up when no live worker says otherwise.
+		provider := map[string]any{"up": true, "workers": workers}
+		for _, s := range workers {
+			if !s.Up {
+				provider["up"], provider["reason"] = false, s.Reason
+				break
+			}
+		}
 		writeJSON(w, http.StatusOK, map[string]any{
 			"queue": queue, "concurrency_per_worker": limit, "paused": info.Paused, "size": info.Size,
 			"pending": info.Pending, "active": info.Active, "scheduled": info.Scheduled, "retry": info.Retry,
 			"archived": info.Archived, "completed": info.Completed, "latency_seconds": info.Latency.Seconds(),
+			"provider": provider,
 		})
 	})
 }

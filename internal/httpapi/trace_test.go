@@ -45,7 +45,7 @@ func TestCheckoutAndDeliveryShareOneTrace(t *testing.T) {
 	rdb := redisconn.NewClient(s.redis.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	w := notify.NewWorker(s.db.Pool, rdb, provider, templates, notify.WorkerConfig{
-		LockTTL: 10 * time.Second, MaxAttempts: 3, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
+		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
 		WorkerID: "trace-test", Concurrency: 2, Tracer: tp.Tracer("worker"),
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
 	srv := asynq.NewServer(s.redis.Opt, asynq.Config{Concurrency: 2, Queues: map[string]int{s.redis.Queue: 1},

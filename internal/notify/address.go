@@ -63,11 +63,16 @@ func validLocalPart(s string) bool {
 // validDomain accepts a host name of two or more labels; address literals
 // such as [127.0.0.1] are refused.
 func validDomain(s string) bool {
-	labels := strings.Split(s, ".")
-	if len(labels) < 2 {
+	return strings.Count(s, ".") >= 1 && validHostName(s)
+}
+
+// validHostName accepts a DNS host name of one or more labels: letters,
+// digits and inner hyphens, at most 63 characters each.
+func validHostName(s string) bool {
+	if s == "" || len(s) > 253 {
 		return false
 	}
-	for _, l := range labels {
+	for _, l := range strings.Split(s, ".") {
 		if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
 			return false
 		}

@@ -44,10 +44,16 @@ type Delivery struct {
 	ProviderMessageID string
 	LeaseExpiresAt    *time.Time // while sending: when the worker's lease ends
 	HandedOverAt      *time.Time // while sending: when the data went to the provider
+	MessageID         string     // set by the first claim; "" before it
 	Data              json.RawMessage
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	SentAt            *time.Time
+	TryingSince       time.Time // start of the current series of tries (DELIVERY_MAX_AGE counts from here)
+	// Retired: retention deleted the delivery and kept only its
+	// tombstone; the fields left are ID, OrderID, Template,
+	// IdempotencyKey, Status (sent or failed) and SentAt.
+	Retired bool
 }
 
 // Key is the idempotency key of the e-mail that template sends about one
@@ -70,6 +76,8 @@ type Intent struct {
 // commits or rolls back with the business change that caused it. When an
 // intent with the same idempotency key exists already, Record returns that
 // delivery and created=false: recording twice never means sending twice.
+// That holds after retention too: a retired key returns its tombstone
+// (Retired) and is never recorded again.
 // After the transaction commits, hand the delivery to Enqueuer.EnqueueAfterCommit.
 func Record(ctx context.Context, tx dbsqlc.DBTX, in Intent, now time.Time) (d Delivery, created bool, err error) {
 	data, err := json.Marshal(in.Data)
@@ -90,6 +98,15 @@ func Record(ctx context.Context, tx dbsqlc.DBTX, in Intent, now time.Time) (d De
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		existing, err := q.GetDeliveryByKey(ctx, key)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// Not inserted and not there: retention retired it.
+			retired, err := q.GetRetiredDelivery(ctx, key)
+			if err != nil {
+				return Delivery{}, false, fmt.Errorf("record %s intent: read retired: %w", in.Template, err)
+			}
+			return Delivery{ID: retired.DeliveryID, OrderID: retired.OrderID, Template: retired.Template,
+				IdempotencyKey: key, Status: Status(retired.Status), SentAt: retired.SentAt, Retired: true}, false, nil
+		}
 		if err != nil {
 			return Delivery{}, false, fmt.Errorf("record %s intent: read existing: %w", in.Template, err)
 		}
@@ -130,6 +147,10 @@ func FromRow(r dbsqlc.NotificationDelivery) Delivery {
 		CreatedAt:      r.CreatedAt,
 		UpdatedAt:      r.UpdatedAt,
 		SentAt:         r.SentAt,
+		TryingSince:    r.TryingSince,
+	}
+	if r.MessageID != nil {
+		d.MessageID = *r.MessageID
 	}
 	if r.LastError != nil {
 		d.LastError = *r.LastError

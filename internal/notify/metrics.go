@@ -13,6 +13,8 @@ type Metrics struct {
 	deliveries   *prometheus.CounterVec
 	sendLatency  prometheus.Histogram
 	blocked      prometheus.Counter
+	handedBack   *prometheus.CounterVec
+	providerUp   prometheus.Gauge
 }
 
 // NewMetrics creates the worker's metrics and registers them with reg.
@@ -56,7 +58,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sekali_deliveries_blocked_total",
 			Help: "Tasks not sent because an operator's block on the key or recipient applied.",
 		}),
+		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sekali_tasks_handed_back_total",
+			Help: "Tasks this worker gave back to the queue without an attempt: provider_unavailable (the provider refuses us), unknown_template (an older worker during a rolling deploy), shutdown.",
+		}, []string{"reason"}),
+		providerUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sekali_provider_up",
+			Help: "1 while this worker's provider takes mail from us, 0 while it refuses our session (connect, TLS, AUTH, sender, throttling) and the worker only probes it.",
+		}),
 	}
-	reg.MustRegister(m.duplicates, m.lockAcquired, m.lockFailed, m.lockExpired, m.retries, m.processing, m.deliveries, m.sendLatency, m.blocked)
+	// Known label values exist from the start, so that a rate() alert
+	// fires on the first event.
+	for _, r := range []string{"provider_unavailable", "unknown_template", "shutdown"} {
+		m.handedBack.WithLabelValues(r)
+	}
+	reg.MustRegister(m.duplicates, m.lockAcquired, m.lockFailed, m.lockExpired, m.retries, m.processing, m.deliveries, m.sendLatency, m.blocked,
+		m.handedBack, m.providerUp)
 	return m
 }

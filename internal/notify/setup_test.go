@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -73,9 +74,10 @@ func (e *env) smtp(t testing.TB) *notify.SMTP {
 }
 
 type workerOpts struct {
-	provider    notify.Provider
-	lockTTL     time.Duration
-	maxAttempts int
+	provider  notify.Provider
+	lockTTL   time.Duration
+	maxAge    time.Duration
+	templates *notify.Templates
 }
 
 func (e *env) worker(t testing.TB, o workerOpts) *notify.Worker {
@@ -86,13 +88,16 @@ func (e *env) worker(t testing.TB, o workerOpts) *notify.Worker {
 	if o.lockTTL == 0 {
 		o.lockTTL = 10 * time.Second
 	}
-	if o.maxAttempts == 0 {
-		o.maxAttempts = 3
+	if o.maxAge == 0 {
+		o.maxAge = time.Hour
 	}
-	return notify.NewWorker(e.db.Pool, e.rdb, o.provider, e.templates, notify.WorkerConfig{
-		LockTTL: o.lockTTL, MaxAttempts: o.maxAttempts, SendTimeout: 10 * time.Second,
-		MessageIDDomain: mailDomain, WorkerID: t.Name(), Concurrency: 10,
-	}, slog.New(slog.NewJSONHandler(e.logs, nil)), e.metrics)
+	if o.templates == nil {
+		o.templates = e.templates
+	}
+	return notify.NewWorker(e.db.Pool, e.rdb, o.provider, o.templates, notify.WorkerConfig{
+		LockTTL: o.lockTTL, MaxAge: o.maxAge, ProbeInterval: 100 * time.Millisecond, SendTimeout: 10 * time.Second,
+		MessageIDDomain: mailDomain, WorkerID: t.Name(), Queue: e.redis.Queue, Concurrency: 10,
+	}, slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), e.metrics)
 }
 
 // checkout places an order and returns its confirmation delivery.
@@ -118,13 +123,18 @@ func (e *env) delivery(t testing.TB, key string) notify.Delivery {
 	return d
 }
 
-// process runs the handler on d's task, retrying as asynq would while the
-// lock is busy, and returns the final error.
+// process runs the handler on d's task, running it again as asynq would
+// while the task waits (a busy lock, a provider that refuses us), and
+// returns the final error; a task still waiting after 20 s is an error.
 func process(ctx context.Context, w *notify.Worker, d notify.Delivery) error {
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
 		if err == nil || notify.IsFailure(err) {
 			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("task still waiting after 20s: %w", err)
 		}
 		select {
 		case <-ctx.Done():

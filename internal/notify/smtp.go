@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/textproto"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +36,8 @@ type SMTPConfig struct {
 	Password          string
 	TLS               string // TLSNone, TLSStartTLS or TLSImplicit
 	From              string // envelope and header sender, a bare address
+	HeloName          string // our name in EHLO: this machine's (HeloName() when empty), never the sender's domain
+	CAFile            string // optional PEM bundle trusted besides the system's roots
 	IdempotencyHeader string // header that carries the idempotency key
 	Timeout           time.Duration
 	MaxIdle           int // connections kept open for reuse
@@ -60,10 +64,54 @@ func (c SMTPConfig) Validate() error {
 	if _, err := NormalizeAddress(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
+	if c.HeloName != "" && !validHeloName(c.HeloName) {
+		errs = append(errs, fmt.Errorf("SMTP_HELO %q: want this machine's domain name or an address literal such as [192.0.2.1]", c.HeloName))
+	}
+	if c.CAFile != "" {
+		if _, err := loadRoots(c.CAFile); err != nil {
+			errs = append(errs, fmt.Errorf("SMTP_CA_FILE: %w", err))
+		}
+	}
 	if textproto.CanonicalMIMEHeaderKey(c.IdempotencyHeader) == "" || strings.ContainsAny(c.IdempotencyHeader, " :\r\n") {
 		errs = append(errs, fmt.Errorf("idempotency header %q is not a header name", c.IdempotencyHeader))
 	}
 	return errors.Join(errs...)
+}
+
+// validHeloName accepts what RFC 5321 §4.1.1.1 allows after EHLO: a
+// domain name, or an address literal in brackets.
+func validHeloName(name string) bool {
+	if strings.HasPrefix(name, "[") && strings.HasSuffix(name, "]") {
+		inner := strings.TrimPrefix(name[1:len(name)-1], "IPv6:")
+		return net.ParseIP(inner) != nil
+	}
+	return validHostName(name)
+}
+
+// HeloName is the default EHLO name: the machine's host name when it is
+// one a server accepts, else "localhost".
+func HeloName() string {
+	if h, err := os.Hostname(); err == nil && validHeloName(h) {
+		return h
+	}
+	return "localhost"
+}
+
+// loadRoots returns the system's trusted roots plus the certificates in
+// the PEM file at path.
+func loadRoots(path string) (*x509.CertPool, error) {
+	pemBytes, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }
 
 func plainTextAllowed(host string) bool {
@@ -77,9 +125,10 @@ func plainTextAllowed(host string) bool {
 // SMTP sends through an SMTP server, keeping connections open between
 // messages so that a busy worker does not pay a handshake per e-mail.
 type SMTP struct {
-	cfg    SMTPConfig
-	domain string // of From, for Message-IDs
-	idle   chan *smtpConn
+	cfg   SMTPConfig
+	from  string // normalized; sent as <from>
+	roots *x509.CertPool
+	idle  chan *smtpConn
 }
 
 // smtpConn is a client and the connection under it, whose deadline the
@@ -100,8 +149,15 @@ func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
 	if cfg.MaxIdle <= 0 {
 		cfg.MaxIdle = 1
 	}
+	if cfg.HeloName == "" {
+		cfg.HeloName = HeloName()
+	}
 	from, _ := NormalizeAddress(cfg.From)
-	return &SMTP{cfg: cfg, domain: from[strings.LastIndexByte(from, '@')+1:], idle: make(chan *smtpConn, cfg.MaxIdle)}, nil
+	s := &SMTP{cfg: cfg, from: from, idle: make(chan *smtpConn, cfg.MaxIdle)}
+	if cfg.CAFile != "" {
+		s.roots, _ = loadRoots(cfg.CAFile) // checked by Validate
+	}
+	return s, nil
 }
 
 // Close closes the idle connections.
@@ -121,7 +177,7 @@ func (s *SMTP) Close() {
 func (s *SMTP) Send(ctx context.Context, m Message, handOver func() error) (string, error) {
 	raw, err := s.compose(m)
 	if err != nil {
-		return "", &SendError{Outcome: OutcomePermanent, Err: fmt.Errorf("compose message: %w", err)}
+		return "", &SendError{Outcome: OutcomePermanent, Stage: StageData, Err: fmt.Errorf("compose message: %w", err)}
 	}
 	// A kept connection may have been closed by the server while idle,
 	// with or without a 421: if it fails before the data, try once more
@@ -135,14 +191,106 @@ func (s *SMTP) Send(ctx context.Context, m Message, handOver func() error) (stri
 			c, err = s.dial(ctx) // not another idle one: they may all be dead
 		}
 		if err != nil {
-			return "", &SendError{Outcome: OutcomeTemporary, Err: err}
+			return "", err
 		}
 		id, err := s.transact(ctx, c, m, raw, handOver)
 		var se *SendError
-		if reused && try == 0 && errors.As(err, &se) && se.Outcome == OutcomeTemporary && (se.Code == 0 || se.Code == 421) && !se.handedOver {
+		if reused && try == 0 && errors.As(err, &se) && se.Outcome == OutcomeUnavailable && (se.Code == 0 || se.Code == 421) && !se.handedOver {
 			continue
 		}
 		return id, err
+	}
+}
+
+// Probe implements Provider: a fresh connection (TLS and AUTH included)
+// and a MAIL FROM that is reset at once. It sends no message. The
+// connection is kept for the next send.
+func (s *SMTP) Probe(ctx context.Context) error {
+	c, err := s.dial(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.Mail("<" + s.from + ">"); err != nil {
+		_ = c.Close()
+		return smtpError(StageSender, err, "")
+	}
+	if err := c.Reset(); err != nil {
+		_ = c.Close()
+		return smtpError(StageSender, err, "")
+	}
+	s.put(c)
+	return nil
+}
+
+// smtpError classifies err, met at stage, as a *SendError.
+func smtpError(stage Stage, err error, recipient string) *SendError {
+	se := &SendError{Stage: stage, Err: err}
+	var perr *textproto.Error
+	if errors.As(err, &perr) {
+		se.Code = perr.Code
+		se.Enhanced = enhancedCode(perr.Code, perr.Msg)
+	}
+	se.Outcome = classifySMTP(stage, se.Code, se.Enhanced, err, recipient)
+	return se
+}
+
+// enhancedCode returns the RFC 3463 code at the start of a reply's text
+// ("5.1.1 <x>: Recipient address rejected" -> "5.1.1"), if its class
+// agrees with the reply code.
+func enhancedCode(code int, msg string) string {
+	f, _, _ := strings.Cut(strings.TrimSpace(msg), " ")
+	parts := strings.Split(f, ".")
+	if len(parts) != 3 || parts[0] != strconv.Itoa(code/100) {
+		return ""
+	}
+	for _, p := range parts[1:] {
+		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 999 || len(p) > 3 {
+			return ""
+		}
+	}
+	return f
+}
+
+// classifySMTP decides what a failure at stage means for the delivery.
+// Only an answer about this recipient is permanent; everything about our
+// session is the provider refusing us (OutcomeUnavailable), so that one
+// configuration mistake or a bad minute at the relay never fails a
+// delivery. code is 0 when no reply came (a network error).
+//
+//	stage                 4xx                     5xx
+//	connect, auth, MAIL   unavailable             unavailable
+//	RCPT                  temporary (greylisting) permanent; 552 temporary (RFC 5321 §4.5.3.1.10);
+//	                                              x.3.x, x.5.x, x.7.x unavailable (the system, our syntax, our policy)
+//	DATA and after        temporary               permanent when it names the mailbox (x.1.x, x.2.x,
+//	                                              or the address in the text); else temporary
+//	421 anywhere, and no reply before the data: unavailable.
+func classifySMTP(stage Stage, code int, enhanced string, err error, recipient string) Outcome {
+	subject := ""
+	if parts := strings.Split(enhanced, "."); len(parts) == 3 {
+		subject = parts[1]
+	}
+	switch {
+	case code == 0 || code == 421:
+		return OutcomeUnavailable
+	case stage == StageConnect || stage == StageAuth || stage == StageSender:
+		return OutcomeUnavailable
+	case code < 500:
+		return OutcomeTemporary
+	case stage == StageRecipient:
+		switch {
+		case code == 552:
+			return OutcomeTemporary
+		case subject == "3" || subject == "5" || subject == "7":
+			return OutcomeUnavailable
+		default:
+			return OutcomePermanent
+		}
+	default: // StageData: 5xx to DATA or to the message
+		if subject == "1" || subject == "2" ||
+			(recipient != "" && strings.Contains(strings.ToLower(err.Error()), strings.ToLower(recipient))) {
+			return OutcomePermanent
+		}
+		return OutcomeTemporary
 	}
 }
 
@@ -160,38 +308,29 @@ func (s *SMTP) deadline(ctx context.Context, now time.Time) time.Time {
 // still usable.
 func (s *SMTP) transact(ctx context.Context, c *smtpConn, m Message, raw []byte, handOver func() error) (string, error) {
 	handedOver := false
-	fail := func(outcome Outcome, err error) (string, error) {
-		code := 0
-		var perr *textproto.Error
-		if errors.As(err, &perr) {
-			code = perr.Code
-		}
-		switch {
-		case outcome == OutcomeAmbiguous:
-		case code >= 500:
-			outcome = OutcomePermanent
-		default:
-			outcome = OutcomeTemporary
-		}
+	fail := func(stage Stage, err error) (string, error) {
+		se := smtpError(stage, err, m.To)
+		se.handedOver = handedOver
 		// A refusal ends the transaction, not the connection; 421 means
 		// the server is closing it, and anything without a code left it in
 		// an unknown state.
-		if code != 0 && code != 421 && outcome != OutcomeAmbiguous && c.Reset() == nil {
+		if se.Code != 0 && se.Code != 421 && se.Outcome != OutcomeAmbiguous && c.Reset() == nil {
 			s.put(c)
 		} else {
 			_ = c.Close()
 		}
-		return "", &SendError{Outcome: outcome, Code: code, Err: err, handedOver: handedOver}
+		return "", se
 	}
 
 	if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
-		return fail(OutcomeTemporary, err)
+		return fail(StageConnect, err)
 	}
-	if err := c.Mail(s.cfg.From); err != nil {
-		return fail(OutcomeTemporary, err)
+	// RFC 5321 §4.1.2: both paths go in angle brackets.
+	if err := c.Mail("<" + s.from + ">"); err != nil {
+		return fail(StageSender, err)
 	}
-	if err := c.Rcpt(m.To); err != nil {
-		return fail(OutcomeTemporary, err)
+	if err := c.Rcpt("<" + m.To + ">"); err != nil {
+		return fail(StageRecipient, err)
 	}
 	// Last chance to stay out: once the data goes, the provider may have
 	// it. The data's deadline counts from before the lease check and is
@@ -205,27 +344,29 @@ func (s *SMTP) transact(ctx context.Context, c *smtpConn, m Message, raw []byte,
 		} else {
 			s.put(c)
 		}
-		return "", &SendError{Outcome: OutcomeAborted, Err: err}
+		return "", &SendError{Outcome: OutcomeAborted, Stage: StageData, Err: err}
 	}
 	handedOver = true
 	if err := c.conn.SetDeadline(s.deadline(ctx, before)); err != nil {
-		return fail(OutcomeTemporary, err)
+		return fail(StageData, err)
 	}
 	w, err := c.Data()
 	if err != nil {
-		return fail(OutcomeTemporary, err)
+		return fail(StageData, err)
 	}
 	if _, err := w.Write(raw); err != nil {
 		// The terminating dot never went out: the server must discard it.
-		return fail(OutcomeTemporary, fmt.Errorf("write message data: %w", err))
+		return fail(StageData, fmt.Errorf("write message data: %w", err))
 	}
 	if err := w.Close(); err != nil {
 		var perr *textproto.Error
 		if errors.As(err, &perr) {
-			return fail(OutcomeTemporary, err) // a definite refusal, classified by its code
+			return fail(StageData, err) // a definite refusal, classified by its code
 		}
 		// The whole message went out and no answer came back.
-		return fail(OutcomeAmbiguous, fmt.Errorf("no reply after the message data: %w", err))
+		se := &SendError{Outcome: OutcomeAmbiguous, Stage: StageData, Err: fmt.Errorf("no reply after the message data: %w", err), handedOver: true}
+		_ = c.Close()
+		return "", se
 	}
 	id := m.MessageID
 	if dc, ok := w.(*smtp.DataCloser); ok {
@@ -272,47 +413,48 @@ func (s *SMTP) conn(ctx context.Context) (c *smtpConn, reused bool, err error) {
 
 func (s *SMTP) dial(ctx context.Context) (*smtpConn, error) {
 	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
+	connectErr := func(err error) error { return smtpError(StageConnect, err, "") }
 	d := net.Dialer{Timeout: s.cfg.Timeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+		return nil, connectErr(fmt.Errorf("connect to %s: %w", addr, err))
 	}
 	if err := conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
 		conn.Close()
-		return nil, err
+		return nil, connectErr(err)
 	}
-	tlsConfig := &tls.Config{ServerName: s.cfg.Host, MinVersion: tls.VersionTLS12}
+	tlsConfig := &tls.Config{ServerName: s.cfg.Host, MinVersion: tls.VersionTLS12, RootCAs: s.roots}
 	if s.cfg.TLS == TLSImplicit {
 		tc := tls.Client(conn, tlsConfig)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
+			return nil, connectErr(fmt.Errorf("tls handshake with %s: %w", addr, err))
 		}
 		conn = tc
 	}
 	c, err := smtp.NewClient(conn, s.cfg.Host)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("smtp greeting from %s: %w", addr, err)
+		return nil, connectErr(fmt.Errorf("smtp greeting from %s: %w", addr, err))
 	}
-	if err := c.Hello(s.domain); err != nil {
+	if err := c.Hello(s.cfg.HeloName); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("ehlo: %w", err)
+		return nil, connectErr(fmt.Errorf("ehlo: %w", err))
 	}
 	if s.cfg.TLS == TLSStartTLS {
 		if ok, _ := c.Extension("STARTTLS"); !ok {
 			c.Close()
-			return nil, fmt.Errorf("%s does not offer STARTTLS and SMTP_TLS=starttls requires it", addr)
+			return nil, connectErr(fmt.Errorf("%s does not offer STARTTLS and SMTP_TLS=starttls requires it", addr))
 		}
 		if err := c.StartTLS(tlsConfig); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("starttls: %w", err)
+			return nil, connectErr(fmt.Errorf("starttls: %w", err))
 		}
 	}
 	if s.cfg.Username != "" {
 		if err := c.Auth(smtp.PlainAuth("", s.cfg.Username, s.cfg.Password, s.cfg.Host, s.cfg.TLS == TLSNone)); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("smtp auth: %w", err)
+			return nil, smtpError(StageAuth, fmt.Errorf("smtp auth: %w", err), "")
 		}
 	}
 	return &smtpConn{Client: c, conn: conn}, nil

@@ -44,13 +44,14 @@ type deliverPayload struct {
 	KeyHash    string    `json:"key_hash"`
 }
 
-// maxTaskRetries bounds asynq's own retries of one task. The worker gives
-// up on a delivery after MAX_ATTEMPTS sends, well before this; the bound
-// stops a task whose database or Redis errors never end. (Waiting for a
-// busy lock is not a failure to asynq and does not count.) A task that
-// runs out is archived; its row stays pending and the reconciler
+// maxTaskRetries bounds asynq's own retries of one task. A delivery gives
+// up by age (DELIVERY_MAX_AGE), not by count, and waiting (for a lock, a
+// provider that refuses us, a worker that knows the template) does not
+// count at all, so this only has to outlast the age: with the back-off
+// capped at 5 minutes, 10,000 failures take about 34 days. A task that
+// runs out anyway is archived; its row stays pending and the reconciler
 // re-queues it.
-const maxTaskRetries = 30
+const maxTaskRetries = 10000
 
 // TaskID is the asynq task id of a delivery. Derived from the delivery, it
 // makes a second enqueue of the same delivery a conflict instead of a twin.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	htmltemplate "html/template"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -128,6 +129,17 @@ func parseTemplate(name string) (*emailTemplate, error) {
 	}
 	et.sample = json.RawMessage(sample)
 	return &et, nil
+}
+
+// Without returns a registry that lacks the named templates, as an older
+// build that predates them would; the fault-injection suite runs such a
+// worker to rehearse a rolling deploy.
+func (t *Templates) Without(names ...string) *Templates {
+	out := &Templates{byName: maps.Clone(t.byName)}
+	for _, n := range names {
+		delete(out.byName, n)
+	}
+	return out
 }
 
 // Names lists the registered templates in order.

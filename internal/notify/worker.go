@@ -35,14 +35,24 @@ type WorkerConfig struct {
 	// LockTTL is the life of the Redis lock and of the row's lease; the
 	// heartbeat renews both every LockTTL/3 while a send is in progress.
 	LockTTL time.Duration
-	// MaxAttempts is how many sends a delivery gets before it is failed.
-	MaxAttempts int
+	// MaxAge is how long a delivery keeps trying, counted from when its
+	// tries began (recording, or an operator's retry): a provider that
+	// refuses us or defers the message makes it wait, never fail, until
+	// then. Mail servers keep a message for days (Postfix: 5).
+	MaxAge time.Duration
+	// ProbeInterval is how often a provider that refuses us is probed;
+	// waiting tasks come back within a few of these.
+	ProbeInterval time.Duration
 	// SendTimeout bounds one attempt from claim to outcome.
 	SendTimeout time.Duration
-	// MessageIDDomain is the right-hand side of every Message-ID.
+	// MessageIDDomain is the right-hand side of every Message-ID a
+	// delivery's first attempt builds (later ones use the stored one).
 	MessageIDDomain string
 	// WorkerID names this process in logs (hostname and pid).
 	WorkerID string
+	// Queue is the asynq queue served, under which the worker publishes
+	// its view of the provider.
+	Queue string
 	// Concurrency is the most deliveries handled at once (asynq's
 	// Concurrency); an operator may lower it at run time, see
 	// WatchConcurrency.
@@ -62,6 +72,7 @@ type Worker struct {
 	log       *slog.Logger
 	metrics   *Metrics
 	limit     *limiter
+	health    *health
 	tracer    trace.Tracer
 	draining  atomic.Bool
 }
@@ -83,20 +94,21 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, t
 		log:       log,
 		metrics:   metrics,
 		limit:     newLimiter(max(cfg.Concurrency, 1)),
+		health:    newHealth(metrics.providerUp),
 		tracer:    cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
 	}
 }
 
-// MessageID is the Message-ID every attempt of a delivery carries: derived
-// from the idempotency key, so a provider or a mailbox that deduplicates
-// by Message-ID sees one message however often it arrives.
+// MessageID is the Message-ID a delivery's first attempt builds and
+// stores; every later attempt, and the reconciler's look-up, use the
+// stored one. Derived from the idempotency key, so a provider or a mailbox
+// that deduplicates by Message-ID sees one message however often it arrives.
 func MessageID(idempotencyKey, domain string) string {
 	return KeyHash(idempotencyKey) + "@" + domain
 }
 
 var (
-	// errLockBusy: another worker holds the lock; try again shortly. It is
-	// not a failure of the delivery (see IsFailure).
+	// errLockBusy: another worker holds the lock; try again shortly.
 	errLockBusy = errors.New("lock held by another worker")
 	// errLockLost: the lock could not be renewed, so the data was not sent.
 	errLockLost = errors.New("lock expired before the message was handed over")
@@ -104,24 +116,59 @@ var (
 	errLeaseLost = errors.New("lease taken over by another worker")
 	// errDraining: the worker is shutting down; another one takes the task.
 	errDraining = errors.New("worker shutting down; task handed back")
+	// errProviderUnavailable: the provider refuses us; the task waits.
+	errProviderUnavailable = errors.New("provider refuses us; task handed back until a probe succeeds")
+	// errUnknownTemplate: this worker does not know the delivery's
+	// template (an older build during a rolling deploy); one that does
+	// takes the task.
+	errUnknownTemplate = errors.New("template unknown to this worker; task handed back")
 )
 
-// IsFailure tells asynq which errors count as failed tasks: waiting for a
-// lock is normal operation, not a failure.
+// waitError asks asynq to run the task again after a delay, without
+// counting a failure: the delivery is waiting, not failing, and its
+// back-off does not grow.
+type waitError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *waitError) Error() string { return e.err.Error() }
+func (e *waitError) Unwrap() error { return e.err }
+
+// wait wraps err in a waitError of base plus up to spread of jitter.
+func wait(err error, base, spread time.Duration) error {
+	return &waitError{err: err, after: base + rand.N(spread+1)}
+}
+
+// IsFailure tells asynq which errors count as failed tasks: waiting (for
+// a lock, a provider, a worker that knows the template) is not failing.
 func IsFailure(err error) bool {
-	return !errors.Is(err, errLockBusy) && !errors.Is(err, errDraining)
+	var we *waitError
+	return !errors.As(err, &we)
 }
 
 // RetryDelay is asynq's back-off: exponential with full jitter, from 1s up
-// to 5 minutes; a busy lock is retried within a second or two.
+// to 5 minutes; a task that waits comes back after its own delay.
 func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
-	if errors.Is(err, errLockBusy) || errors.Is(err, errDraining) {
-		return 500*time.Millisecond + rand.N(time.Second)
+	if we := (*waitError)(nil); errors.As(err, &we) {
+		return we.after
 	}
 	ceiling := time.Second << min(n, 9) // 1s, 2s, ... 512s
 	ceiling = min(ceiling, 5*time.Minute)
 	return ceiling/2 + rand.N(ceiling/2+1)
 }
+
+// providerWait is how long a task waits while the provider refuses us:
+// until after the next probe, spread so that the backlog does not come
+// back all at once, and never more than about half a minute.
+func (w *Worker) providerWait(err error) error {
+	return wait(err, w.cfg.ProbeInterval, min(5*w.cfg.ProbeInterval, 30*time.Second))
+}
+
+// unknownTemplateWait is about how long a task whose template this worker
+// does not know waits before it comes back (for another worker, or this
+// one after its upgrade).
+const unknownTemplateWait = 5 * time.Second
 
 // attempt collects what one run of the handler learned, for its one log line.
 type attempt struct {
@@ -162,12 +209,15 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		w.metrics.processing.Observe(elapsed.Seconds())
 		level := slog.LevelInfo
 		a.add(slog.String("result", a.result), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
-		if err != nil && !errors.Is(err, errLockBusy) && !errors.Is(err, errDraining) {
+		switch {
+		case errors.Is(err, errProviderUnavailable) && a.result == "provider_unavailable":
+			level = slog.LevelDebug // one WARN per outage says it (providerUnavailable)
+		case err != nil && IsFailure(err):
 			level = slog.LevelWarn
 			if errors.Is(err, asynq.SkipRetry) {
 				level = slog.LevelError
 			}
-			a.add(slog.String("error", err.Error()))
+			a.add(slog.String("error", RedactAddresses(err.Error())))
 		}
 		w.log.LogAttrs(ctx, level, "delivery attempt", a.attrs...)
 	}()
@@ -177,6 +227,13 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	}
 	defer w.limit.release()
 	failpoint.Inject("after-dequeue")
+	// While the provider refuses us, no attempt is made: the task comes
+	// back after the next probe.
+	if !w.health.available() {
+		a.result = "provider_unavailable"
+		w.metrics.handedBack.WithLabelValues("provider_unavailable").Inc()
+		return w.providerWait(errProviderUnavailable)
+	}
 
 	var p deliverPayload
 	if jerr := json.Unmarshal(task.Payload(), &p); jerr != nil || p.DeliveryID == uuid.Nil || p.KeyHash == "" {
@@ -208,9 +265,19 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		a.result = "bad_payload"
 		return fmt.Errorf("task key hash %s does not match delivery %s: %w", p.KeyHash, p.DeliveryID, asynq.SkipRetry)
 	}
-	a.add(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template), slog.Int("attempt", int(row.Attempts)))
+	a.add(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
 	if done := w.settled(ctx, a, row, "database"); done {
 		return nil
+	}
+	if Status(row.Status) == StatusPending && time.Since(row.TryingSince) >= w.cfg.MaxAge {
+		return w.expire(ctx, a, q, row)
+	}
+	if !w.templates.Has(row.Template) {
+		// An older worker during a rolling deploy: the delivery is not
+		// this worker's to fail. It waits for one that knows the template.
+		a.result = "unknown_template"
+		w.metrics.handedBack.WithLabelValues("unknown_template").Inc()
+		return wait(errUnknownTemplate, unknownTemplateWait, 2*unknownTemplateWait)
 	}
 
 	// 3. The lock keeps two workers from doing this work at once.
@@ -226,7 +293,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		w.metrics.retries.WithLabelValues("lock_busy").Inc()
 		a.add(slog.String("lock", "busy"))
 		w.duplicate(a, "lock")
-		return errLockBusy
+		return wait(errLockBusy, 500*time.Millisecond, time.Second)
 	}
 	w.metrics.lockAcquired.Inc()
 	a.add(slog.String("lock", "acquired"))
@@ -252,12 +319,14 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	// is the row read to say why.
 	if w.draining.Load() {
 		a.result = "handed_back"
-		return errDraining
+		w.metrics.handedBack.WithLabelValues("shutdown").Inc()
+		return wait(errDraining, 500*time.Millisecond, time.Second)
 	}
 	lease := uuid.New()
 	cctx, claimSpan := w.tracer.Start(ctx, "claim")
 	claimedRow, err := q.ClaimDelivery(cctx, dbsqlc.ClaimDeliveryParams{
 		ID: row.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds(), Actor: w.cfg.WorkerID, TaskID: taskID,
+		MessageID: MessageID(row.IdempotencyKey, w.cfg.MessageIDDomain),
 	})
 	claimSpan.End()
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -269,8 +338,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 		return fmt.Errorf("claim delivery: %w", err)
 	}
 	claimed := claimedDelivery(claimedRow)
-	row.Status = claimedRow.FromStatus
-	a.add(slog.String("from", row.Status), slog.String("to", string(StatusSending)), slog.Int("attempt", int(claimed.Attempts)))
+	a.add(slog.String("from_status", claimedRow.FromStatus), slog.Int("attempt", int(claimed.Attempts)))
 	failpoint.Inject("after-claim")
 
 	// From the claim on, the attempt runs to its outcome even if asynq
@@ -320,7 +388,32 @@ func claimedDelivery(r dbsqlc.ClaimDeliveryRow) dbsqlc.NotificationDelivery {
 		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, LeaseToken: r.LeaseToken,
 		LeaseExpiresAt: r.LeaseExpiresAt, HandedOverAt: r.HandedOverAt, ProviderMessageID: r.ProviderMessageID,
 		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
+		MessageID: r.MessageID, TryingSince: r.TryingSince,
 	}
+}
+
+// expire gives up on a pending delivery whose tries began more than
+// MaxAge ago, without another try.
+func (w *Worker) expire(ctx context.Context, a *attempt, q *dbsqlc.Queries, row dbsqlc.NotificationDelivery) error {
+	reason := fmt.Sprintf("expired: not sent within DELIVERY_MAX_AGE (%s)", w.cfg.MaxAge)
+	if row.LastError != nil {
+		reason += "; last error: " + truncate([]byte(*row.LastError), 900)
+	}
+	n, err := q.ExpirePending(ctx, dbsqlc.ExpirePendingParams{ID: row.ID, LastError: reason, MaxAgeSeconds: w.cfg.MaxAge.Seconds(), Actor: w.cfg.WorkerID})
+	if err != nil {
+		a.result = "db_error"
+		w.metrics.retries.WithLabelValues("database").Inc()
+		return fmt.Errorf("expire delivery %s: %w", row.ID, err)
+	}
+	if n == 0 {
+		// Claimed or retried meanwhile: let the task run again.
+		a.result = "raced"
+		return wait(errors.New("delivery changed while being expired"), 500*time.Millisecond, time.Second)
+	}
+	w.metrics.deliveries.WithLabelValues(row.Template, "failed").Inc()
+	a.result = "expired"
+	a.add(slog.String("to_status", string(StatusFailed)))
+	return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
 }
 
 // notClaimable explains why the claim found nothing to take.
@@ -383,11 +476,14 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 	r, err := w.templates.Render(d.Template, d.TemplateData)
 	renderSpan.End()
 	if err != nil {
-		reason := "render: " + err.Error()
-		if ferr := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); ferr != nil {
+		// The template is known but cannot render the stored data: an
+		// operator's problem (fix the template or the data, then retry),
+		// held in plain sight rather than failed.
+		reason := "held: the template cannot render this delivery's data: " + err.Error()
+		if ferr := fence(q.HoldUnrenderable(ctx, dbsqlc.HoldUnrenderableParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); ferr != nil {
 			return w.recordFailed(ctx, a, d, ferr)
 		}
-		w.finish(a, d, StatusFailed, "failed")
+		w.finish(a, d, StatusHeld, "held")
 		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
 	}
 
@@ -397,7 +493,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		Subject:        r.Subject,
 		Text:           r.Text,
 		HTML:           r.HTML,
-		MessageID:      MessageID(d.IdempotencyKey, w.cfg.MessageIDDomain),
+		MessageID:      *d.MessageID, // the claim stores it when it is missing
 		IdempotencyKey: d.IdempotencyKey,
 	}
 	handOver := func() error {
@@ -447,43 +543,59 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		return nil
 	}
 
-	outcome, code := outcomeOf(sendErr)
-	a.add(slog.String("error_class", outcome.String()))
-	if code != 0 {
-		a.add(slog.Int("smtp_code", code))
+	se := sendErrorOf(sendErr)
+	a.add(slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage)))
+	if se.Code != 0 {
+		a.add(slog.Int("smtp_code", se.Code))
+	}
+	if se.Enhanced != "" {
+		a.add(slog.String("smtp_enhanced", se.Enhanced))
 	}
 	reason := truncate([]byte(sendErr.Error()), 1000)
-	switch outcome {
+	release := func(refund bool) error {
+		return fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID, RefundAttempt: refund}))
+	}
+	switch se.Outcome {
 	case OutcomeAborted:
 		if errors.Is(sendErr, errLeaseLost) {
 			return w.recordFailed(ctx, a, d, errLeaseLost)
 		}
 		// The lock was lost before the data went out: nothing was sent,
 		// so the attempt is given back, and the delivery tried again later.
-		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID, RefundAttempt: true})); err != nil {
+		if err := release(true); err != nil {
 			return w.recordFailed(ctx, a, d, err)
 		}
 		w.metrics.retries.WithLabelValues("lock_expired").Inc()
 		w.finish(a, d, StatusPending, "retried")
 		return sendErr
 
+	case OutcomeUnavailable:
+		// The provider refuses us, not this message: the delivery waits,
+		// using up nothing, and this worker stops sending until a probe
+		// gets through.
+		if err := release(true); err != nil {
+			return w.recordFailed(ctx, a, d, err)
+		}
+		w.providerUnavailable(ctx, se)
+		w.metrics.retries.WithLabelValues("provider_unavailable").Inc()
+		w.finish(a, d, StatusPending, "retried")
+		return w.providerWait(fmt.Errorf("%w: %s", errProviderUnavailable, RedactAddresses(reason)))
+
 	case OutcomeTemporary:
-		if int(d.Attempts) >= w.cfg.MaxAttempts {
-			reason = fmt.Sprintf("gave up after %d attempts: %s", d.Attempts, reason)
+		if age := time.Since(d.TryingSince); age >= w.cfg.MaxAge {
+			reason = fmt.Sprintf("gave up after %s of tries (DELIVERY_MAX_AGE %s): %s", age.Round(time.Second), w.cfg.MaxAge, reason)
 			if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
 				return w.recordFailed(ctx, a, d, err)
 			}
 			w.finish(a, d, StatusFailed, "failed")
 			return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
 		}
-		if err := fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID, RefundAttempt: false})); err != nil {
+		// An attempt the provider refused before it accepted the
+		// recipient does not count.
+		if err := release(!se.reachedRecipient()); err != nil {
 			return w.recordFailed(ctx, a, d, err)
 		}
-		retryReason := "connection"
-		if code != 0 {
-			retryReason = fmt.Sprintf("smtp_%dxx", code/100)
-		}
-		w.metrics.retries.WithLabelValues(retryReason).Inc()
+		w.metrics.retries.WithLabelValues(fmt.Sprintf("smtp_%dxx", max(se.Code/100, 4))).Inc()
 		w.finish(a, d, StatusPending, "retried")
 		return sendErr
 
@@ -501,7 +613,6 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		}
 		w.metrics.deliveries.WithLabelValues(d.Template, "ambiguous").Inc()
 		a.result = "left_for_reconciler"
-		a.add(slog.String("from", string(StatusSending)), slog.String("to", string(StatusSending)))
 		return nil
 	}
 }
@@ -510,7 +621,7 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 func (w *Worker) finish(a *attempt, d dbsqlc.NotificationDelivery, to Status, outcome string) {
 	w.metrics.deliveries.WithLabelValues(d.Template, outcome).Inc()
 	a.result = outcome
-	a.add(slog.String("from", string(StatusSending)), slog.String("to", string(to)))
+	a.add(slog.String("to_status", string(to)))
 }
 
 // recordFailed handles a fenced update that did not apply: another worker

@@ -14,6 +14,7 @@ import (
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -216,7 +217,8 @@ func TestTemporaryFailureIsRetriedThenSent(t *testing.T) {
 		t.Fatalf("first attempt err = %v, want a retry", err)
 	}
 	got := e.delivery(t, d.IdempotencyKey)
-	if got.Status != notify.StatusPending || got.Attempts != 1 || !strings.Contains(got.LastError, "451") {
+	// Refused before the recipient was accepted: the attempt is not counted.
+	if got.Status != notify.StatusPending || got.Attempts != 0 || !strings.Contains(got.LastError, "451") {
 		t.Errorf("after a 451: %+v", got)
 	}
 	if delay := notify.RetryDelay(1, err, nil); delay < time.Second {
@@ -226,7 +228,7 @@ func TestTemporaryFailureIsRetriedThenSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = e.delivery(t, d.IdempotencyKey)
-	if got.Status != notify.StatusSent || got.Attempts != 2 || got.IdempotencyKey != d.IdempotencyKey {
+	if got.Status != notify.StatusSent || got.Attempts != 1 || got.IdempotencyKey != d.IdempotencyKey {
 		t.Errorf("after retry: %+v", got)
 	}
 	if n := e.sink.Count(); n != 1 {
@@ -265,45 +267,67 @@ func TestPermanentFailureIsFailedAndNeverRetried(t *testing.T) {
 	}
 }
 
-func TestMaxAttemptsEndsInFailed(t *testing.T) {
+// A delivery gives up by age, never by count: a message the provider
+// keeps deferring (4xx after the data) is tried again and again, and
+// fails only once its tries are older than DELIVERY_MAX_AGE.
+func TestGivesUpByAgeNotByCount(t *testing.T) {
 	t.Parallel()
-	e := setup(t, smtpsink.Config{OnMail: func(string) error {
-		return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "busy"}
+	e := setup(t, smtpsink.Config{OnData: func(*smtpsink.Message) error {
+		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try again later"}
 	}})
-	w := e.worker(t, workerOpts{maxAttempts: 2})
+	w := e.worker(t, workerOpts{maxAge: time.Hour})
 	d := e.checkout(t, "hana@example.com")
 	ctx := context.Background()
-
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil || isSkipRetry(err) {
-		t.Fatalf("attempt 1: %v, want a retry", err)
-	}
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); !isSkipRetry(err) {
-		t.Fatalf("attempt 2: %v, want SkipRetry", err)
+	for i := 1; i <= 8; i++ {
+		if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil || isSkipRetry(err) {
+			t.Fatalf("attempt %d: %v, want a retry", i, err)
+		}
 	}
 	got := e.delivery(t, d.IdempotencyKey)
-	if got.Status != notify.StatusFailed || got.Attempts != 2 || !strings.Contains(got.LastError, "gave up after 2 attempts") {
-		t.Errorf("row: %+v", got)
+	if got.Status != notify.StatusPending || got.Attempts != 8 {
+		t.Fatalf("after 8 deferrals: %s with %d attempts, want pending with 8", got.Status, got.Attempts)
+	}
+	// The same delivery, its tries begun two hours ago.
+	e.exec(t, "UPDATE notification_deliveries SET trying_since = now() - interval '2 hours' WHERE id = $1", d.ID)
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); !isSkipRetry(err) {
+		t.Fatalf("attempt past the max age: %v, want SkipRetry", err)
+	}
+	got = e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusFailed || !strings.Contains(got.LastError, "DELIVERY_MAX_AGE") || !strings.Contains(got.LastError, "451") {
+		t.Errorf("row: %s %q", got.Status, got.LastError)
+	}
+	if n := e.sink.Count(); n != 0 {
+		t.Errorf("%d e-mails recorded, want 0 (every one was refused)", n)
 	}
 }
 
-func TestUnreachableProviderIsTemporary(t *testing.T) {
+// A pending delivery past its max age (the provider refused us, or no
+// worker knew its template, all that time) fails without another try.
+func TestExpiredPendingDeliveryFailsWithoutATry(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
-	p, err := notify.NewSMTP(notify.SMTPConfig{Host: "127.0.0.1", Port: 1, TLS: notify.TLSNone,
-		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: time.Second})
-	if err != nil {
+	w := e.worker(t, workerOpts{maxAge: time.Hour})
+	d := e.checkout(t, "lama@example.com")
+	e.exec(t, "UPDATE notification_deliveries SET trying_since = now() - interval '2 hours', last_error = 'smtp auth: 535 5.7.8' WHERE id = $1", d.ID)
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+		t.Fatalf("err = %v, want SkipRetry", err)
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusFailed || got.Attempts != 0 || !strings.Contains(got.LastError, "expired") || !strings.Contains(got.LastError, "535") {
+		t.Errorf("row: %s, %d attempts, %q", got.Status, got.Attempts, got.LastError)
+	}
+	if e.sink.Connections() != 0 {
+		t.Errorf("the worker connected to the provider for an expired delivery")
+	}
+	// An operator's retry starts a new series of tries.
+	if _, err := notify.OperatorRetry(context.Background(), e.db.Pool, d.ID, "operator", "provider fixed"); err != nil {
 		t.Fatal(err)
 	}
-	w := e.worker(t, workerOpts{provider: p})
-	d := e.checkout(t, "indah@example.com")
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err == nil || isSkipRetry(err) {
-		t.Fatalf("err = %v, want a retry", err)
+	if err := process(context.Background(), w, d); err != nil {
+		t.Fatal(err)
 	}
-	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending || got.HandedOverAt != nil {
-		t.Errorf("row: %+v", got)
-	}
-	if n := e.counter(t, "sekali_job_retry_total", "reason", "connection"); n != 1 {
-		t.Errorf("job_retry_total{connection} = %v", n)
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent || e.sink.Count() != 1 {
+		t.Errorf("after the retry: %s, %d e-mails", got.Status, e.sink.Count())
 	}
 }
 
@@ -347,13 +371,13 @@ func TestAmbiguousOutcomeIsNotRetried(t *testing.T) {
 // pausingProvider runs a hook at a chosen point of the send, standing in
 // for what happens to the row while a worker is stalled there.
 type pausingProvider struct {
-	inner       notify.Provider
-	beforeData  func()
-	afterAccept func()
+	notify.Provider // Probe as it is; Send wrapped
+	beforeData      func()
+	afterAccept     func()
 }
 
 func (p pausingProvider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
-	id, err := p.inner.Send(ctx, m, func() error {
+	id, err := p.Provider.Send(ctx, m, func() error {
 		if p.beforeData != nil {
 			p.beforeData()
 		}
@@ -382,7 +406,7 @@ func TestLeaseLostBeforeDataSendsNothing(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
 	d := e.checkout(t, "kartika@example.com")
-	w := e.worker(t, workerOpts{provider: pausingProvider{inner: e.smtp(t), beforeData: func() { e.takeOver(t, d) }}})
+	w := e.worker(t, workerOpts{provider: pausingProvider{Provider: e.smtp(t), beforeData: func() { e.takeOver(t, d) }}})
 
 	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
 		t.Fatalf("err = %v", err)
@@ -404,7 +428,7 @@ func TestLateSentWriteIsFencedOut(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
 	d := e.checkout(t, "lestari@example.com")
-	w := e.worker(t, workerOpts{provider: pausingProvider{inner: e.smtp(t), afterAccept: func() { e.takeOver(t, d) }}})
+	w := e.worker(t, workerOpts{provider: pausingProvider{Provider: e.smtp(t), afterAccept: func() { e.takeOver(t, d) }}})
 
 	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
 		t.Fatalf("err = %v", err)
@@ -429,7 +453,7 @@ func TestLockLostBeforeDataIsNotSent(t *testing.T) {
 	d := e.checkout(t, "made@example.com")
 	ctx := context.Background()
 	lock := "sekali:lock:" + notify.KeyHash(d.IdempotencyKey)
-	w := e.worker(t, workerOpts{lockTTL: time.Second, provider: pausingProvider{inner: e.smtp(t), beforeData: func() {
+	w := e.worker(t, workerOpts{lockTTL: time.Second, provider: pausingProvider{Provider: e.smtp(t), beforeData: func() {
 		before := e.delivery(t, d.IdempotencyKey).LeaseExpiresAt
 		if err := e.rdb.Del(ctx, lock).Err(); err != nil {
 			t.Error(err)
@@ -564,8 +588,8 @@ func TestStartTLSIsRequiredWhenConfigured(t *testing.T) {
 	_, err = p.Send(context.Background(), notify.Message{To: "x@example.com", Subject: "s", Text: "t", MessageID: "m@shop.example"},
 		func() error { t.Error("handOver reached without TLS"); return nil })
 	var se *notify.SendError
-	if !errors.As(err, &se) || se.Outcome != notify.OutcomeTemporary || !strings.Contains(err.Error(), "STARTTLS") {
-		t.Errorf("err = %v, want a temporary failure naming STARTTLS", err)
+	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || !strings.Contains(err.Error(), "STARTTLS") {
+		t.Errorf("err = %v, want the provider unavailable, naming STARTTLS", err)
 	}
 	if n := e.sink.Count(); n != 0 {
 		t.Errorf("%d messages sent in clear text", n)
@@ -585,8 +609,8 @@ func TestPlainTextOnlyForDevelopmentHosts(t *testing.T) {
 
 // countingProvider records how many sends ran at once.
 type countingProvider struct {
-	inner       notify.Provider
-	active, top atomic.Int32
+	notify.Provider // Probe as it is; Send wrapped
+	active, top     atomic.Int32
 }
 
 func (p *countingProvider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
@@ -599,7 +623,7 @@ func (p *countingProvider) Send(ctx context.Context, m notify.Message, handOver 
 		}
 	}
 	time.Sleep(50 * time.Millisecond) // hold the slot long enough for others to pile up
-	return p.inner.Send(ctx, m, handOver)
+	return p.Provider.Send(ctx, m, handOver)
 }
 
 // An operator lowers the worker's concurrency at run time, and raises it
@@ -607,7 +631,7 @@ func (p *countingProvider) Send(ctx context.Context, m notify.Message, handOver 
 func TestConcurrencyCanBeLoweredAtRunTime(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
-	cp := &countingProvider{inner: e.smtp(t)}
+	cp := &countingProvider{Provider: e.smtp(t)}
 	w := e.worker(t, workerOpts{provider: cp})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -693,12 +717,12 @@ func TestBlockedRecipientWaits(t *testing.T) {
 
 // handOverHook lets a test act right after the last lease check passed.
 type handOverHook struct {
-	inner notify.Provider
-	after func()
+	notify.Provider // Probe as it is; Send wrapped
+	after           func()
 }
 
 func (p handOverHook) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
-	return p.inner.Send(ctx, m, func() error {
+	return p.Provider.Send(ctx, m, func() error {
 		err := handOver()
 		if err == nil {
 			p.after()
@@ -719,7 +743,7 @@ func TestNoDataAfterTheDeadlineThatFollowsTheLeaseCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	w := e.worker(t, workerOpts{provider: handOverHook{inner: p, after: func() { time.Sleep(500 * time.Millisecond) }}})
+	w := e.worker(t, workerOpts{provider: handOverHook{Provider: p, after: func() { time.Sleep(500 * time.Millisecond) }}})
 	d := e.checkout(t, "frozen@example.com")
 	err = w.ProcessTask(context.Background(), notify.NewDeliverTask(d))
 	if err == nil || isSkipRetry(err) {
@@ -738,9 +762,9 @@ func TestNoDataAfterTheDeadlineThatFollowsTheLeaseCheck(t *testing.T) {
 func TestAcceptedMessageIsRecordedEvenPastTheSendTimeout(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
-	slow := pausingProvider{inner: e.smtp(t), afterAccept: func() { time.Sleep(700 * time.Millisecond) }}
+	slow := pausingProvider{Provider: e.smtp(t), afterAccept: func() { time.Sleep(700 * time.Millisecond) }}
 	w := notify.NewWorker(e.db.Pool, e.rdb, slow, e.templates, notify.WorkerConfig{
-		LockTTL: 10 * time.Second, MaxAttempts: 3, SendTimeout: 500 * time.Millisecond,
+		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 500 * time.Millisecond,
 		MessageIDDomain: mailDomain, WorkerID: t.Name(), Concurrency: 1,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), e.metrics)
 	d := e.checkout(t, "slow@example.com")
@@ -789,7 +813,7 @@ func TestConnectionIsResetAfterARefusedMessage(t *testing.T) {
 	refuse.Store(true)
 	e := setup(t, smtpsink.Config{OnData: func(*smtpsink.Message) error {
 		if refuse.CompareAndSwap(true, false) {
-			return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: "content rejected"}
+			return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 2, 1}, Message: "mailbox disabled"}
 		}
 		return nil
 	}})
@@ -862,5 +886,99 @@ func TestDrainingWorkerHandsTasksBack(t *testing.T) {
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending || got.Attempts != 0 || e.sink.Count() != 0 {
 		t.Errorf("a draining worker started the delivery: %+v", got)
+	}
+}
+
+// During a rolling deploy an older worker meets a delivery of a template
+// it does not know: it hands the task back, untouched, for one that does.
+func TestUnknownTemplateIsHandedBackNotFailed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	old := e.worker(t, workerOpts{templates: e.templates.Without(order.TemplateShipped)})
+	current := e.worker(t, workerOpts{})
+	ctx := context.Background()
+	d := e.checkout(t, "rolling@example.com")
+	n, _, err := e.orders.Ship(ctx, d.OrderID, order.Shipment{Carrier: "JNE", TrackingNumber: "JNE-9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped := e.delivery(t, n.IdempotencyKey)
+	err = old.ProcessTask(ctx, notify.NewDeliverTask(shipped))
+	if err == nil || notify.IsFailure(err) {
+		t.Fatalf("old worker: %v, want the task handed back", err)
+	}
+	if delay := notify.RetryDelay(5, err, nil); delay < time.Second || delay > time.Minute {
+		t.Errorf("handed back for %v", delay)
+	}
+	if got := e.delivery(t, shipped.IdempotencyKey); got.Status != notify.StatusPending || got.Attempts != 0 {
+		t.Errorf("old worker touched the delivery: %+v", got)
+	}
+	if c := e.counter(t, "sekali_tasks_handed_back_total", "reason", "unknown_template"); c != 1 {
+		t.Errorf("handed back %v, want 1", c)
+	}
+	if !strings.Contains(e.logs.String(), `"result":"unknown_template"`) {
+		t.Error("no log line says why the task went back")
+	}
+	if err := process(ctx, current, shipped); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.delivery(t, shipped.IdempotencyKey); got.Status != notify.StatusSent || len(e.sink.ByRecipient("rolling@example.com")) != 1 {
+		t.Errorf("after the current worker: %s", got.Status)
+	}
+}
+
+// A known template that cannot render the data stored with the delivery
+// is an operator's problem: the delivery is held, visibly, not failed.
+func TestUnrenderableDeliveryIsHeld(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "broken-data@example.com")
+	e.exec(t, `UPDATE notification_deliveries SET template_data = '{"order_id": "x"}' WHERE id = $1`, d.ID)
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+		t.Fatalf("err = %v, want SkipRetry", err)
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusHeld || !strings.Contains(got.LastError, "cannot render") {
+		t.Errorf("row: %s %q", got.Status, got.LastError)
+	}
+	if e.sink.Count() != 0 {
+		t.Error("an unrenderable delivery reached the provider")
+	}
+	if c := e.counter(t, "sekali_deliveries_total", "template", "order-confirmation", "outcome", "held"); c != 1 {
+		t.Errorf("deliveries_total{held} = %v", c)
+	}
+}
+
+// The first claim stores the Message-ID; every later attempt sends that
+// one, even from a worker whose MAIL_FROM domain has changed since.
+func TestMessageIDIsStoredAtTheFirstClaim(t *testing.T) {
+	t.Parallel()
+	var refused atomic.Bool
+	e := setup(t, smtpsink.Config{OnRcpt: func(string) error {
+		if refused.CompareAndSwap(false, true) {
+			return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "later"}
+		}
+		return nil
+	}})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "mid@example.com")
+	ctx := context.Background()
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil {
+		t.Fatal("first attempt passed; want it deferred")
+	}
+	stored := e.delivery(t, d.IdempotencyKey).MessageID
+	if stored != notify.MessageID(d.IdempotencyKey, mailDomain) {
+		t.Fatalf("stored Message-ID %q", stored)
+	}
+	other := notify.NewWorker(e.db.Pool, e.rdb, e.smtp(t), e.templates, notify.WorkerConfig{
+		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second,
+		MessageIDDomain: "new-domain.example", WorkerID: "other", Queue: e.redis.Queue, Concurrency: 1,
+	}, slog.New(slog.NewJSONHandler(e.logs, nil)), notify.NewMetrics(prometheus.NewRegistry()))
+	if err := process(ctx, other, d); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := e.sink.ByMessageID(stored); len(msgs) != 1 {
+		t.Errorf("%d messages with the stored Message-ID %s, want 1", len(msgs), stored)
 	}
 }

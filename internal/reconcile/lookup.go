@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -17,28 +18,60 @@ type Lookup interface {
 	Find(ctx context.Context, messageID string) (providerID string, found bool, err error)
 }
 
+// checkedLookup is a Lookup that can tell whether its server speaks its API.
+type checkedLookup interface {
+	Lookup
+	check(ctx context.Context) error
+}
+
 // Look-up APIs this package speaks.
 const (
+	APIAuto    = "auto" // find out which of the others answers
 	APIMailpit = "mailpit"
 	APIMailHog = "mailhog"
 )
 
-// NewLookup returns a Lookup for the development sinks' HTTP APIs at
-// baseURL (e.g. http://mailhog:8025).
-func NewLookup(api, baseURL string) (Lookup, error) {
+// ParseLookupURL checks a MAIL_LOOKUP_URL.
+func ParseLookupURL(baseURL string) (string, error) {
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("MAIL_LOOKUP_URL %q: want an http(s) URL such as http://mailhog:8025", baseURL)
+		return "", fmt.Errorf("%q: want an http(s) URL such as http://mailpit:8025", baseURL)
+	}
+	return u.String(), nil
+}
+
+// NewLookup returns a Lookup for the development sinks' HTTP APIs at
+// baseURL (e.g. http://mailpit:8025), after checking that the server
+// there speaks api; with APIAuto it finds out which one it speaks. A
+// server that answers, but not as api, is a configuration error, reported
+// now rather than as a failed look-up at the first ambiguous send.
+func NewLookup(ctx context.Context, api, baseURL string) (Lookup, error) {
+	base, err := ParseLookupURL(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("MAIL_LOOKUP_URL %w", err)
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
-	switch api {
-	case APIMailpit:
-		return mailpit{base: u.String(), client: client}, nil
-	case APIMailHog:
-		return mailhog{base: u.String(), client: client}, nil
-	default:
-		return nil, fmt.Errorf("MAIL_LOOKUP_API %q: want mailpit or mailhog", api)
+	candidates := map[string]checkedLookup{APIMailpit: mailpit{base: base, client: client}, APIMailHog: mailhog{base: base, client: client}}
+	order := []string{api}
+	if api == APIAuto {
+		order = []string{APIMailpit, APIMailHog}
+	} else if candidates[api] == nil {
+		return nil, fmt.Errorf("MAIL_LOOKUP_API %q: want auto, mailpit or mailhog", api)
 	}
+	var errs []error
+	for _, name := range order {
+		l := candidates[name]
+		err := l.check(ctx)
+		if err == nil {
+			return l, nil
+		}
+		errs = append(errs, fmt.Errorf("not the %s API: %w", name, err))
+	}
+	hint := ""
+	if api != APIAuto {
+		hint = " (MAIL_LOOKUP_API=auto finds out which API it speaks)"
+	}
+	return nil, fmt.Errorf("MAIL_LOOKUP_URL %s with MAIL_LOOKUP_API=%s%s: %w", base, api, hint, errors.Join(errs...))
 }
 
 func getJSON(ctx context.Context, client *http.Client, u string, v any) error {
@@ -71,6 +104,20 @@ type mailpit struct {
 	client *http.Client
 }
 
+// check asks Mailpit's /api/v1/info, which names its version.
+func (m mailpit) check(ctx context.Context) error {
+	var info struct {
+		Version *string `json:"Version"`
+	}
+	if err := getJSON(ctx, m.client, m.base+"/api/v1/info", &info); err != nil {
+		return err
+	}
+	if info.Version == nil {
+		return errors.New("GET /api/v1/info has no Version")
+	}
+	return nil
+}
+
 func (m mailpit) Find(ctx context.Context, messageID string) (string, bool, error) {
 	var ans struct {
 		Messages []struct {
@@ -95,6 +142,20 @@ func (m mailpit) Find(ctx context.Context, messageID string) (string, bool, erro
 type mailhog struct {
 	base   string
 	client *http.Client
+}
+
+// check lists one message through MailHog's /api/v2/messages.
+func (m mailhog) check(ctx context.Context) error {
+	var page struct {
+		Total *int `json:"total"`
+	}
+	if err := getJSON(ctx, m.client, m.base+"/api/v2/messages?limit=1", &page); err != nil {
+		return err
+	}
+	if page.Total == nil {
+		return errors.New("GET /api/v2/messages has no total")
+	}
+	return nil
 }
 
 func (m mailhog) Find(ctx context.Context, messageID string) (string, bool, error) {

@@ -56,8 +56,12 @@ type Config struct {
 	MessageIDDomain string            // as the worker's (the MAIL_FROM domain)
 	Actor           string            // names this reconciler in the history
 	// DeliveryRetention, when positive, deletes sent and failed deliveries
-	// (and their history) untouched for that long. Zero keeps them.
+	// (and their history) untouched for that long, leaving a tombstone
+	// that keeps their idempotency keys refused. Zero keeps them.
 	DeliveryRetention time.Duration
+	// MaxAge is the workers' DELIVERY_MAX_AGE: retention never deletes a
+	// delivery whose tries began less than this long ago.
+	MaxAge time.Duration
 }
 
 // Reconciler runs reconciliation passes. Several may run at once: rows
@@ -183,9 +187,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 
 // cleanUp deletes what has outlived its use, a batch per pass: expired
 // Idempotency-Key records, and, with a DeliveryRetention, finished
-// deliveries. A deleted delivery no longer blocks its idempotency key, so
-// the retention must be longer than any trigger could be repeated
-// (docs/deploy.md).
+// deliveries. A deleted delivery leaves a tombstone (retired_deliveries)
+// committed before the delete, so its idempotency key is refused for
+// ever: a repeated business event is never recorded, or sent, again.
 func (r *Reconciler) cleanUp(ctx context.Context, q *dbsqlc.Queries, rep *Report) error {
 	n, err := q.DeleteExpiredIdempotencyKeys(ctx, int32(r.cfg.Batch))
 	if err != nil {
@@ -196,11 +200,22 @@ func (r *Reconciler) cleanUp(ctx context.Context, q *dbsqlc.Queries, rep *Report
 	if r.cfg.DeliveryRetention <= 0 {
 		return nil
 	}
-	n, err = q.DeleteOldDeliveries(ctx, dbsqlc.DeleteOldDeliveriesParams{
-		OlderThanSeconds: r.cfg.DeliveryRetention.Seconds(), Batch: int32(r.cfg.Batch),
+	// Two statements, two transactions: once the tombstones commit, a
+	// concurrent Record sees either the row or its tombstone.
+	ids, err := q.RetireOldDeliveries(ctx, dbsqlc.RetireOldDeliveriesParams{
+		OlderThanSeconds: r.cfg.DeliveryRetention.Seconds(), MaxAgeSeconds: r.cfg.MaxAge.Seconds(), Batch: int32(r.cfg.Batch),
 	})
 	if err != nil {
-		return fmt.Errorf("delete old deliveries: %w", err)
+		return fmt.Errorf("retire old deliveries: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	n, err = q.DeleteRetiredDeliveries(ctx, dbsqlc.DeleteRetiredDeliveriesParams{
+		Ids: ids, OlderThanSeconds: r.cfg.DeliveryRetention.Seconds(), MaxAgeSeconds: r.cfg.MaxAge.Seconds(),
+	})
+	if err != nil {
+		return fmt.Errorf("delete retired deliveries: %w", err)
 	}
 	rep.CleanedDeliveries = int(n)
 	r.cleaned.WithLabelValues("notification_deliveries").Add(float64(n))
@@ -259,7 +274,12 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 		if r.lookup == nil {
 			return r.applyPolicy(ctx, q, rep, d, toPending)
 		}
+		// The Message-ID the attempt stored; rows claimed by a worker older
+		// than that column have none, and get the one it would have built.
 		messageID := notify.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
+		if d.MessageID != nil {
+			messageID = *d.MessageID
+		}
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		providerID, found, err := r.lookup.Find(lctx, messageID)
 		cancel()

@@ -79,7 +79,7 @@ func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
 
 func (e *env) lookup(t *testing.T, api string) reconcile.Lookup {
 	t.Helper()
-	l, err := reconcile.NewLookup(api, e.lookupURL)
+	l, err := reconcile.NewLookup(context.Background(), api, e.lookupURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func (e *env) startWorker(t *testing.T) {
 	}
 	rdb := redisconn.NewClient(e.redis.Opt)
 	w := notify.NewWorker(e.db.Pool, rdb, p, templates, notify.WorkerConfig{
-		LockTTL: 5 * time.Second, MaxAttempts: 5, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker", Concurrency: 4,
+		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker", Concurrency: 4,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
 	srv := asynq.NewServer(e.redis.Opt, asynq.Config{
 		Concurrency: 4, Queues: map[string]int{e.redis.Queue: 1}, TaskCheckInterval: 20 * time.Millisecond,

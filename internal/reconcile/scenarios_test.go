@@ -2,6 +2,9 @@ package reconcile_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -213,10 +216,7 @@ func TestPoliciesAndWhatIsNeverTouched(t *testing.T) {
 	// A look-up that cannot answer changes nothing.
 	unsure := e.pending(t, "unsure@example.com")
 	e.strand(t, unsure, true)
-	broken, err := reconcile.NewLookup(reconcile.APIMailpit, "http://127.0.0.1:1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	broken := brokenLookup(t)
 	rep, err = e.reconciler(t, recOpts{lookup: broken}).RunOnce(ctx)
 	if err != nil || rep.Decisions[reconcile.DecisionLookupFailed] != 1 {
 		t.Fatalf("report %v %v", rep, err)
@@ -296,10 +296,7 @@ func TestFailedLookupDoesNotBlockTheOtherRows(t *testing.T) {
 	e.exec(t, "UPDATE notification_deliveries SET lease_expires_at = now() - interval '1 hour' WHERE id = $1", unsure.ID) // picked first
 	early := e.pending(t, "early@example.com")
 	e.strand(t, early, false)
-	broken, err := reconcile.NewLookup(reconcile.APIMailpit, "http://127.0.0.1:1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	broken := brokenLookup(t)
 	rep, err := e.reconciler(t, recOpts{lookup: broken}).RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -376,4 +373,24 @@ func TestCleanUp(t *testing.T) {
 	if err := e.db.Pool.QueryRow(ctx, "SELECT count(*) FROM delivery_events WHERE delivery_id = $1", oldSent.ID).Scan(&events); err != nil || events != 0 {
 		t.Errorf("%d history rows left for a deleted delivery (%v)", events, err)
 	}
+}
+
+// brokenLookup is a Mailpit that answers its info endpoint (so the
+// reconciler accepts it at start) and then cannot search: 503, as a
+// provider's API answers when it is overloaded.
+func brokenLookup(t *testing.T) reconcile.Lookup {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/info" {
+			fmt.Fprint(w, `{"Version":"v1.33.1"}`)
+			return
+		}
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	l, err := reconcile.NewLookup(context.Background(), reconcile.APIMailpit, srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

@@ -16,6 +16,7 @@ import (
 //
 //	GET /api/v1/search?query=message-id:<id>        Mailpit
 //	GET /api/v2/search?kind=containing&query=<text> MailHog
+//	GET /api/v1/info, GET /api/v2/messages          what tells them apart (counts only)
 //
 // Both search every recorded message, including those DropAfterData hung up
 // on: the sink has them, as a provider may have a message whose 250 reply was
@@ -25,6 +26,14 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /api/v1/search", s.handleMailpitSearch())
 	mux.Handle("GET /api/v2/search", s.handleMailHogSearch())
+	// What a client asks to tell which API a server speaks.
+	mux.HandleFunc("GET /api/v1/info", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"Version": "smtpsink", "Messages": s.Count()})
+	})
+	mux.HandleFunc("GET /api/v2/messages", func(w http.ResponseWriter, _ *http.Request) {
+		n := s.Count()
+		writeJSON(w, mailhogResult{Total: n, Count: 0, Items: []mailhogItem{}})
+	})
 	return mux
 }
 

@@ -1,0 +1,194 @@
+package notify_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// The SMTP provider against a real server we did not write: our own sink
+// once forgave envelope paths without angle brackets, which Mailpit
+// refuses (501 5.5.4), and every e-mail failed in production.
+
+func mailpitSMTP(t *testing.T, mp *testenv.Mailpit, tlsMode, user, password string) *notify.SMTP {
+	t.Helper()
+	p, err := notify.NewSMTP(notify.SMTPConfig{
+		Host: mp.Host, Port: mp.Port, TLS: tlsMode, CAFile: mp.CAFile,
+		Username: user, Password: password, HeloName: "worker-7.shop.example",
+		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key",
+		Timeout: 5 * time.Second, MaxIdle: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestWorkerDeliversThroughMailpit(t *testing.T) {
+	t.Parallel()
+	mp := testenv.StartMailpit(t, testenv.MailpitOptions{})
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{provider: mailpitSMTP(t, mp, notify.TLSNone, "", "")})
+	d := e.checkout(t, "ana@example.com")
+	if err := process(context.Background(), w, d); err != nil {
+		t.Fatal(err)
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if got.Status != notify.StatusSent {
+		t.Fatalf("delivery %s (%s)", got.Status, got.LastError)
+	}
+	msgs := mp.ByRecipient(t, "ana@example.com")
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages at Mailpit, want 1", len(msgs))
+	}
+	if msgs[0].MessageID != got.MessageID || got.MessageID != notify.MessageID(d.IdempotencyKey, mailDomain) {
+		t.Errorf("Message-ID at Mailpit %q, stored %q", msgs[0].MessageID, got.MessageID)
+	}
+	h := mp.Headers(t, msgs[0].ID)
+	if h.Get("Idempotency-Key") != d.IdempotencyKey {
+		t.Errorf("Idempotency-Key header %q", h.Get("Idempotency-Key"))
+	}
+	// EHLO carries the machine's name, not the sender's domain.
+	if r := strings.Join(h["Received"], " "); !strings.Contains(r, "worker-7.shop.example") {
+		t.Errorf("Received %q does not name our EHLO", r)
+	}
+}
+
+func TestStartTLSAndAuthAgainstMailpit(t *testing.T) {
+	t.Parallel()
+	mp := testenv.StartMailpit(t, testenv.MailpitOptions{TLS: true, Auth: map[string]string{"shop": "s3cret-pass"}})
+	msg := notify.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", MessageID: "tls-1@" + mailDomain, IdempotencyKey: "k1"}
+	handOver := func() error { return nil }
+
+	if _, err := mailpitSMTP(t, mp, notify.TLSStartTLS, "shop", "s3cret-pass").Send(context.Background(), msg, handOver); err != nil {
+		t.Fatalf("with STARTTLS and the right password: %v", err)
+	}
+	if n := mp.CountByMessageID(t, msg.MessageID); n != 1 {
+		t.Errorf("%d messages with %s, want 1", n, msg.MessageID)
+	}
+
+	// A wrong password is the provider refusing us, not the recipient.
+	msg.MessageID = "tls-2@" + mailDomain
+	_, err := mailpitSMTP(t, mp, notify.TLSStartTLS, "shop", "wrong").Send(context.Background(), msg, handOver)
+	var se *notify.SendError
+	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 535 {
+		t.Errorf("wrong password: %v, want unavailable at auth with 535", err)
+	}
+	// No credentials at all: Mailpit refuses MAIL with 530.
+	_, err = mailpitSMTP(t, mp, notify.TLSStartTLS, "", "").Send(context.Background(), msg, handOver)
+	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender || se.Code != 530 {
+		t.Errorf("no credentials: %v, want unavailable at MAIL with 530", err)
+	}
+	if n := mp.CountByMessageID(t, msg.MessageID); n != 0 {
+		t.Errorf("%d messages accepted without the right credentials", n)
+	}
+}
+
+func TestMailpitRefusalsAreClassifiedByStage(t *testing.T) {
+	t.Parallel()
+	mp := testenv.StartMailpit(t, testenv.MailpitOptions{Chaos: true, AllowedRecipients: `@example\.com$`})
+	p := mailpitSMTP(t, mp, notify.TLSNone, "", "")
+	send := func(to string) *notify.SendError {
+		_, err := p.Send(context.Background(), notify.Message{To: to, Subject: "s", Text: "t", MessageID: "c@" + mailDomain, IdempotencyKey: "k"}, func() error { return nil })
+		var se *notify.SendError
+		if err != nil && !errors.As(err, &se) {
+			t.Fatalf("unclassified error %v", err)
+		}
+		return se
+	}
+	if se := send("nobody@elsewhere.test"); se == nil || se.Outcome != notify.OutcomePermanent || se.Stage != notify.StageRecipient {
+		t.Errorf("refused recipient: %v, want permanent at RCPT", se)
+	}
+	mp.SetChaos(t, testenv.MailpitChaos{Sender: &testenv.MailpitTrigger{ErrorCode: 550, Probability: 100}})
+	if se := send("ana@example.com"); se == nil || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender {
+		t.Errorf("550 at MAIL FROM: %v, want unavailable at MAIL", se)
+	}
+	if err := p.Probe(context.Background()); err == nil {
+		t.Error("the probe passed while MAIL FROM is refused")
+	}
+	mp.SetChaos(t, testenv.MailpitChaos{Recipient: &testenv.MailpitTrigger{ErrorCode: 451, Probability: 100}})
+	if se := send("ana@example.com"); se == nil || se.Outcome != notify.OutcomeTemporary || se.Stage != notify.StageRecipient {
+		t.Errorf("451 at RCPT: %v, want temporary at RCPT", se)
+	}
+	mp.ClearChaos(t)
+	if err := p.Probe(context.Background()); err != nil {
+		t.Errorf("probe after the chaos ended: %v", err)
+	}
+	if se := send("ana@example.com"); se != nil {
+		t.Errorf("after the chaos ended: %v", se)
+	}
+	if n := mp.Count(t); n != 1 {
+		t.Errorf("%d messages at Mailpit, want 1: a probe must send nothing", n)
+	}
+}
+
+// While Mailpit refuses our sender, deliveries wait: nothing is failed or
+// used up, the worker stops trying and probes, and the delivery goes out
+// once the probe gets through.
+func TestProviderRefusingUsMakesDeliveriesWait(t *testing.T) {
+	t.Parallel()
+	mp := testenv.StartMailpit(t, testenv.MailpitOptions{Chaos: true})
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{provider: mailpitSMTP(t, mp, notify.TLSNone, "", "")})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	mp.SetChaos(t, testenv.MailpitChaos{Sender: &testenv.MailpitTrigger{ErrorCode: 550, Probability: 100}})
+	first, second := e.checkout(t, "ana@example.com"), e.checkout(t, "budi@example.com")
+	err := w.ProcessTask(ctx, notify.NewDeliverTask(first))
+	if err == nil || notify.IsFailure(err) {
+		t.Fatalf("refused sender: %v, want a wait that is not a failure", err)
+	}
+	if delay := notify.RetryDelay(0, err, nil); delay < 100*time.Millisecond || delay > time.Second {
+		t.Errorf("wait %v, want about the probe interval (100ms) to 6 of them", delay)
+	}
+	if got := e.delivery(t, first.IdempotencyKey); got.Status != notify.StatusPending || got.Attempts != 0 || !strings.Contains(got.LastError, "550") {
+		t.Errorf("after the refusal: %s, %d attempts, %q", got.Status, got.Attempts, got.LastError)
+	}
+	if up := e.counter(t, "sekali_provider_up"); up != 0 {
+		t.Errorf("sekali_provider_up = %v while refused", up)
+	}
+	// With the breaker open, the next task makes no attempt at all.
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(second)); err == nil || notify.IsFailure(err) {
+		t.Fatalf("second task: %v, want handed back", err)
+	}
+	if got := e.delivery(t, second.IdempotencyKey); got.Attempts != 0 || got.LastError != "" {
+		t.Errorf("second delivery was tried: %+v", got)
+	}
+	if n := e.counter(t, "sekali_tasks_handed_back_total", "reason", "provider_unavailable"); n != 1 {
+		t.Errorf("handed back %v, want 1", n)
+	}
+
+	go w.WatchProvider(ctx, 100*time.Millisecond)
+	testenv.WaitFor(t, "the admin view to show the reason", 5*time.Second, func() bool {
+		states, err := notify.ProviderStates(ctx, e.rdb, e.redis.Queue)
+		return err == nil && len(states) == 1 && !states[0].Up && strings.Contains(states[0].Reason, "550")
+	})
+	time.Sleep(300 * time.Millisecond) // a few probes that fail
+	if up := e.counter(t, "sekali_provider_up"); up != 0 {
+		t.Fatal("a probe passed while MAIL FROM is still refused")
+	}
+	mp.ClearChaos(t)
+	testenv.WaitFor(t, "a probe to close the breaker", 5*time.Second, func() bool { return e.counter(t, "sekali_provider_up") == 1 })
+	for _, d := range []notify.Delivery{first, second} {
+		if err := process(ctx, w, d); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent || got.Attempts != 1 {
+			t.Errorf("%s: %s with %d attempts, want sent with 1", d.Recipient, got.Status, got.Attempts)
+		}
+	}
+	if n := mp.Count(t); n != 2 {
+		t.Errorf("%d messages at Mailpit, want 2", n)
+	}
+	if !strings.Contains(e.logs.String(), "provider refuses us") || !strings.Contains(e.logs.String(), "sending resumes") {
+		t.Errorf("the outage and the recovery were not logged:\n%s", e.logs.String())
+	}
+}
