@@ -69,13 +69,17 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// cluster is one scenario's private deployment.
+// cluster is one scenario's private deployment. Its mail server is our
+// SMTP sink (which can inject any fault) or a real Mailpit (for the faults
+// Mailpit can produce: a real server's refusals, AUTH, STARTTLS, restarts).
 type cluster struct {
 	t         *testing.T
 	db        testenv.DB
 	redis     *testenv.RedisServer
-	redisURL  string // what the binaries get as REDIS_URL (the server above, or a Sentinel)
-	sink      *smtpsink.Server
+	redisURL  string           // what the binaries get as REDIS_URL (the server above, or a Sentinel)
+	sink      *smtpsink.Server // nil with Mailpit
+	mailpit   *testenv.Mailpit // nil with the sink
+	smtpEnv   []string         // the workers' SMTP_* settings
 	lookupURL string
 	apiURL    string
 	api       *testenv.Process
@@ -111,7 +115,58 @@ func newClusterOn(t *testing.T, db testenv.DB, sinkCfg smtpsink.Config) *cluster
 	lookup := httptest.NewServer(sink.Handler())
 	t.Cleanup(lookup.Close)
 	c.lookupURL = lookup.URL
+	c.smtpEnv = []string{"SMTP_HOST", sink.Host(), "SMTP_PORT", strconv.Itoa(sink.Port()), "SMTP_TLS", "none"}
 	return c
+}
+
+// newMailpitCluster is a cluster whose mail server is a real Mailpit; with
+// TLS and Auth, the workers use STARTTLS (trusting its CA) and the first
+// user's credentials.
+func newMailpitCluster(t *testing.T, opts testenv.MailpitOptions) *cluster {
+	t.Helper()
+	mp := testenv.StartMailpit(t, opts)
+	c := &cluster{t: t, db: testenv.NewDB(t), redis: testenv.NewRedisServer(t), mailpit: mp, lookupURL: mp.URL}
+	c.redisURL = c.redis.URL
+	c.smtpEnv = []string{"SMTP_HOST", mp.Host, "SMTP_PORT", strconv.Itoa(mp.Port), "SMTP_TLS", "none"}
+	if opts.TLS {
+		c.smtpEnv = []string{"SMTP_HOST", mp.Host, "SMTP_PORT", strconv.Itoa(mp.Port), "SMTP_TLS", "starttls", "SMTP_CA_FILE", mp.CAFile}
+	}
+	for user, password := range opts.Auth {
+		c.smtpEnv = append(c.smtpEnv, "SMTP_USERNAME", user, "SMTP_PASSWORD", password)
+		break
+	}
+	return c
+}
+
+// email is one message the mail server holds.
+type email struct {
+	to        []string
+	messageID string
+}
+
+// emails is everything the mail server has accepted so far.
+func (c *cluster) emails() []email {
+	c.t.Helper()
+	var out []email
+	if c.mailpit != nil {
+		for _, m := range c.mailpit.Messages(c.t) {
+			out = append(out, email{to: m.Recipients(), messageID: m.MessageID})
+		}
+		return out
+	}
+	for _, m := range c.sink.Messages() {
+		out = append(out, email{to: m.To, messageID: m.MessageID})
+	}
+	return out
+}
+
+// emailCount is len(c.emails()), cheaper.
+func (c *cluster) emailCount() int {
+	c.t.Helper()
+	if c.mailpit != nil {
+		return c.mailpit.Count(c.t)
+	}
+	return c.sink.Count()
 }
 
 func merge(base map[string]string, extra []string) map[string]string {
@@ -145,10 +200,9 @@ func (c *cluster) startAPI(extra ...string) *testenv.Process {
 // repaired in seconds rather than minutes.
 func (c *cluster) startWorker(extra ...string) *testenv.Process {
 	c.t.Helper()
-	env := merge(merge(c.common(), []string{
-		"SMTP_HOST", c.sink.Host(), "SMTP_PORT", strconv.Itoa(c.sink.Port()), "SMTP_TLS", "none",
-		"METRICS_ADDR", "127.0.0.1:0", "WORKER_CONCURRENCY", "4",
-		"LOCK_TTL", "3s", "SMTP_TIMEOUT", "2s", "SEND_TIMEOUT", "6s", "SHUTDOWN_TIMEOUT", "20s", "MAX_ATTEMPTS", "10",
+	env := merge(merge(merge(c.common(), c.smtpEnv), []string{
+		"METRICS_ADDR", "127.0.0.1:0", "WORKER_CONCURRENCY", "4", "SMTP_HELO", "chaos-worker.test",
+		"LOCK_TTL", "3s", "SMTP_TIMEOUT", "2s", "SEND_TIMEOUT", "6s", "SHUTDOWN_TIMEOUT", "20s", "PROVIDER_PROBE_INTERVAL", "500ms",
 	}), extra)
 	p := testenv.Start(c.t, "worker", testenv.Binary(c.t, "./cmd/worker", "failpoints"), env)
 	p.WaitLog(c.t, "worker started", "worker_id", 60*time.Second)
@@ -159,7 +213,7 @@ func (c *cluster) startReconciler(extra ...string) *testenv.Process {
 	c.t.Helper()
 	env := merge(merge(c.common(), []string{
 		"METRICS_ADDR", "127.0.0.1:0", "RECONCILE_INTERVAL", "500ms", "PENDING_REENQUEUE_AFTER", "2s",
-		"MAIL_LOOKUP_URL", c.lookupURL, "MAIL_LOOKUP_API", "mailpit",
+		"MAIL_LOOKUP_URL", c.lookupURL, "MAIL_LOOKUP_API", "auto",
 	}), extra)
 	p := testenv.Start(c.t, "reconciler", testenv.Binary(c.t, "./cmd/reconciler"), env)
 	p.WaitLog(c.t, "reconciler started", "actor", 60*time.Second)
@@ -251,59 +305,81 @@ type expect struct {
 	control bool                    // the naive handler: report duplicates, do not fail on them
 }
 
-// verdict checks every order in the database (not only those whose
-// checkout answered): one e-mail at the sink, counted by recipient and by
-// Message-ID, and its row sent — or failed with no e-mail, where the
-// scenario made it so. It records the scenario's row of the summary.
+// verdict checks every delivery in the database (not only those whose
+// checkout answered): one e-mail at the mail server with its Message-ID,
+// as many e-mails per recipient as it has sent deliveries, and its row
+// sent — or failed with no e-mail, where the scenario made it so. It
+// records the scenario's row of the summary.
 func (c *cluster) verdict(scenario string, x expect) result {
 	c.t.Helper()
-	r := result{Scenario: scenario, Emails: c.sink.Count(), Drain: time.Since(c.start)}
+	mails := c.emails()
+	r := result{Scenario: scenario, Emails: len(mails), Drain: time.Since(c.start)}
+	byID, byRcpt := map[string]int{}, map[string]int{}
+	for _, m := range mails {
+		byID[m.messageID]++
+		for _, to := range m.to {
+			byRcpt[strings.ToLower(to)]++
+		}
+	}
 	rows, err := c.db.Pool.Query(context.Background(),
-		"SELECT recipient, idempotency_key, status, coalesce(last_error, '') FROM notification_deliveries WHERE template = 'order-confirmation'")
+		"SELECT template, recipient, idempotency_key, coalesce(message_id, ''), status, coalesce(last_error, '') FROM notification_deliveries")
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	type row struct{ email, key, status, lastError string }
+	type row struct{ template, email, key, messageID, status, lastError string }
 	var all []row
 	for rows.Next() {
 		var x row
-		if err := rows.Scan(&x.email, &x.key, &x.status, &x.lastError); err != nil {
+		if err := rows.Scan(&x.template, &x.email, &x.key, &x.messageID, &x.status, &x.lastError); err != nil {
 			c.t.Fatal(err)
 		}
 		all = append(all, x)
 	}
 	rows.Close()
-	if len(all) < len(c.orders) {
-		c.t.Errorf("%d orders answered 201 but only %d deliveries exist", len(c.orders), len(all))
+	confirmations := 0
+	for _, d := range all {
+		if d.template == "order-confirmation" {
+			confirmations++
+		}
+	}
+	if confirmations < len(c.orders) {
+		c.t.Errorf("%d orders answered 201 but only %d confirmations exist", len(c.orders), confirmations)
 	}
 	report := c.t.Errorf
 	if x.control {
 		report = c.t.Logf
 	}
-	r.Orders = len(all)
+	r.Orders = confirmations
+	wantByRcpt := map[string]int{}
 	for _, d := range all {
-		byRcpt := len(c.sink.ByRecipient(d.email))
-		byID := len(c.sink.ByMessageID(notify.MessageID(d.key, mailDomain)))
-		if !x.control && byRcpt != byID {
-			c.t.Errorf("%s: %d e-mails by recipient but %d by Message-ID", d.email, byRcpt, byID)
+		id := d.messageID
+		if id == "" {
+			id = notify.MessageID(d.key, mailDomain) // never claimed
 		}
+		n := byID[id]
 		if d.status == string(notify.StatusFailed) && x.mayFail != nil && x.mayFail(d.email) {
 			r.Failed++
-			if byRcpt != 0 {
-				c.t.Errorf("%s failed but %d e-mails reached the sink", d.email, byRcpt)
+			if n != 0 {
+				c.t.Errorf("%s %s failed but %d e-mails reached the mail server", d.template, d.email, n)
 			}
 			continue
 		}
+		wantByRcpt[d.email]++
 		if d.status != string(notify.StatusSent) {
-			c.t.Errorf("%s: delivery %s, want sent (%s)", d.email, d.status, d.lastError)
+			c.t.Errorf("%s %s: delivery %s, want sent (%s)", d.template, d.email, d.status, d.lastError)
 		}
-		if byRcpt == 0 {
+		if n == 0 {
 			r.Lost++
-			c.t.Errorf("%s: no e-mail (row %s)", d.email, d.status)
+			c.t.Errorf("%s %s: no e-mail (row %s)", d.template, d.email, d.status)
 		}
-		if byRcpt > 1 {
-			r.Duplicates += byRcpt - 1
-			report("%s: %d e-mails", d.email, byRcpt)
+		if n > 1 {
+			r.Duplicates += n - 1
+			report("%s %s: %d e-mails", d.template, d.email, n)
+		}
+	}
+	for rcpt, want := range wantByRcpt {
+		if got := byRcpt[rcpt]; !x.control && got != want {
+			c.t.Errorf("%s: %d e-mails by recipient, want %d (one per sent delivery)", rcpt, got, want)
 		}
 	}
 	results.Lock()

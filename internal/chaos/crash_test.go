@@ -170,7 +170,7 @@ func TestSIGTERMDuringABatch(t *testing.T) {
 	victim := c.startWorker()
 	c.startWorker()
 	c.placeOrders("term", 20)
-	testenv.WaitFor(t, "the batch to be under way", 30*time.Second, func() bool { return c.sink.Count() >= 2 })
+	testenv.WaitFor(t, "the batch to be under way", 30*time.Second, func() bool { return c.emailCount() >= 2 })
 	victim.Signal(t, syscall.SIGTERM)
 	select {
 	case <-victim.Done():

@@ -28,7 +28,7 @@ func TestRedisLosesItsData(t *testing.T) {
 			c.startWorker("WORKER_CONCURRENCY", "2")
 			c.startReconciler()
 			c.placeOrders("redis-"+how, 15)
-			testenv.WaitFor(t, "sending to be under way", 30*time.Second, func() bool { return c.sink.Count() >= 1 })
+			testenv.WaitFor(t, "sending to be under way", 30*time.Second, func() bool { return c.emailCount() >= 1 })
 			if how == "flushall" {
 				rdb := redisconn.NewClient(c.redis.Opt)
 				if err := rdb.FlushAll(context.Background()).Err(); err != nil {
@@ -55,7 +55,7 @@ func TestPostgresBackendsTerminated(t *testing.T) {
 	c.startWorker()
 	c.startReconciler()
 	c.placeOrders("pgkill", 10)
-	testenv.WaitFor(t, "sending to be under way", 30*time.Second, func() bool { return c.sink.Count() >= 1 })
+	testenv.WaitFor(t, "sending to be under way", 30*time.Second, func() bool { return c.emailCount() >= 1 })
 	for i := 0; i < 3; i++ {
 		if _, err := c.db.Pool.Exec(context.Background(),
 			"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", c.db.Name); err != nil {

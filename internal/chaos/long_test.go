@@ -39,7 +39,7 @@ func TestPostgresRestartedMidRun(t *testing.T) {
 	c.startWorker("WORKER_CONCURRENCY", "2")
 	c.startReconciler()
 	c.placeOrders("pgrestart", 20)
-	testenv.WaitFor(t, "sending to be under way", 30*time.Second, func() bool { return c.sink.Count() >= 2 })
+	testenv.WaitFor(t, "sending to be under way", 30*time.Second, func() bool { return c.emailCount() >= 2 })
 	pg.Restart(t)
 	// Checkouts right after the restart may fail; every one that answered
 	// 201 must be delivered.

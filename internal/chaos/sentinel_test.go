@@ -25,7 +25,7 @@ func TestRedisSentinelFailover(t *testing.T) {
 	c.startReconciler()
 	c.startReconciler()
 	c.placeOrders("ha-before", 20)
-	testenv.WaitFor(t, "sending to be under way", 30*time.Second, func() bool { return c.sink.Count() >= 3 })
+	testenv.WaitFor(t, "sending to be under way", 30*time.Second, func() bool { return c.emailCount() >= 3 })
 	ha.KillPrimary(t)
 	// Checkouts during the failover may fail; every one answered 201 must
 	// be delivered, once.
