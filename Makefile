@@ -3,9 +3,10 @@
 SQLC_VERSION := v1.31.1
 SQLC := bin/sqlc-$(SQLC_VERSION)
 MAILPIT_VERSION := v1.33.1
+GOLANGCI_LINT_VERSION := v2.15.0
 GO ?= go
 
-.PHONY: help test preflight mailpit bench bench-go chaos chaos-long sqlc sqlc-check vet compose-check deploy-check ci up
+.PHONY: help test preflight mailpit bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,9 +47,20 @@ sqlc: $(SQLC) ## regenerate internal/dbsqlc from db/migrations and db/queries
 sqlc-check: $(SQLC) ## fail if the committed generated code differs from what sqlc makes
 	$(SQLC) diff
 
+tidy-check: ## fail, showing the diff, if go mod tidy would change go.mod or go.sum
+	$(GO) mod tidy -diff
+
 vet: ## go vet every package and check gofmt
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt would change:"; gofmt -l .; exit 1; }
+
+# Like bin/mailpit: go install stamps the module version into the binary.
+golangci-lint: ## install golangci-lint into bin/ unless that version is there
+	@test "$$($(GO) version -m bin/golangci-lint 2>/dev/null | awk '$$1 == "mod" && $$2 == "github.com/golangci/golangci-lint/v2" { print $$3 }')" = "$(GOLANGCI_LINT_VERSION)" || \
+		GOBIN=$(CURDIR)/bin $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+lint: golangci-lint ## run the linters .golangci.yml enables (generated internal/dbsqlc excluded)
+	bin/golangci-lint run ./...
 
 compose-check: ## validate docker-compose.yml (and its ha profile) without a Docker engine
 	docker-compose config -q
@@ -58,7 +70,7 @@ deploy-check: ## validate the Prometheus config and alert rules (needs promtool)
 	promtool check config --syntax-only deploy/prometheus/prometheus.yml
 	promtool check rules deploy/prometheus/alerts.yml
 
-ci: test sqlc-check vet compose-check deploy-check ## what .ci/run runs after starting the services
+ci: test sqlc-check tidy-check vet lint compose-check deploy-check ## what .ci/run runs after starting the services, make test first
 
 up: ## run the whole stack (needs a Docker engine)
 	docker compose up --build
