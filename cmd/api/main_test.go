@@ -85,7 +85,8 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 		if err != nil {
 			t.Errorf("run after cancel = %v, want nil", err)
 		}
-		if _, err := http.Get("http://" + pprofAddr + "/debug/pprof/cmdline"); err == nil {
+		if res, err := http.Get("http://" + pprofAddr + "/debug/pprof/cmdline"); err == nil {
+			res.Body.Close()
 			t.Error("the profile server still answers after the API stopped")
 		}
 		if err := run(context.Background(), []string{"healthcheck"}, func(k string) string { return healthEnv[k] }, io.Discard, io.Discard); err == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
 
@@ -20,7 +21,7 @@ import (
 // claim, no fencing, every error retried. Test-only; never in a binary.
 type naiveHandler struct {
 	c         *cluster
-	provider  *notify.SMTP
+	provider  *smtp.Provider
 	templates *notify.Templates
 }
 
@@ -29,7 +30,7 @@ func (h naiveHandler) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		DeliveryID uuid.UUID `json:"delivery_id"`
 	}
 	if err := json.Unmarshal(task.Payload(), &p); err != nil {
-		return fmt.Errorf("%v: %w", err, asynq.SkipRetry)
+		return fmt.Errorf("%w: %w", err, asynq.SkipRetry)
 	}
 	d, err := notify.Get(ctx, h.c.db.Pool, p.DeliveryID)
 	if err != nil {
@@ -57,7 +58,7 @@ func (c *cluster) startNaiveWorker() {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	p, err := notify.NewSMTP(notify.SMTPConfig{Host: c.sink.Host(), Port: c.sink.Port(), TLS: notify.TLSNone,
+	p, err := smtp.New(smtp.Config{Host: c.sink.Host(), Port: c.sink.Port(), TLS: smtp.TLSNone,
 		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key", Timeout: 2 * time.Second, MaxIdle: 4})
 	if err != nil {
 		c.t.Fatal(err)

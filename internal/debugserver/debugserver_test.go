@@ -36,7 +36,8 @@ func TestServesProfilesUntilShutdown(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := http.Get("http://" + s.Addr() + "/debug/pprof/"); err == nil {
+	if res, err := http.Get("http://" + s.Addr() + "/debug/pprof/"); err == nil {
+		res.Body.Close()
 		t.Fatal("the profile server still answers after Close")
 	}
 }

@@ -89,15 +89,15 @@ func (r *Reader) DurationOrZero(name string, def time.Duration) time.Duration {
 	return d
 }
 
-// Int reads a whole number within [min, max].
-func (r *Reader) Int(name string, def, min, max int) int {
+// Int reads a whole number within [lo, hi].
+func (r *Reader) Int(name string, def, lo, hi int) int {
 	v := strings.TrimSpace(r.getenv(name))
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < min || n > max {
-		r.fail(name, v, fmt.Sprintf("want a whole number from %d to %d", min, max))
+	if err != nil || n < lo || n > hi {
+		r.fail(name, v, fmt.Sprintf("want a whole number from %d to %d", lo, hi))
 		return def
 	}
 	return n

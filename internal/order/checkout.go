@@ -143,15 +143,15 @@ func (c Checkout) validate() (validCheckout, error) {
 	return v, nil
 }
 
-// checkText requires a non-empty single-line text of at most max runes.
-func checkText(verr *ValidationError, pointer, s string, max int) {
+// checkText requires a non-empty single-line text of at most maxRunes runes.
+func checkText(verr *ValidationError, pointer, s string, maxRunes int) {
 	switch {
 	case s == "":
 		verr.add(pointer, "must not be empty")
 	case !utf8.ValidString(s):
 		verr.add(pointer, "must be valid UTF-8")
-	case utf8.RuneCountInString(s) > max:
-		verr.add(pointer, "must be at most %d characters", max)
+	case utf8.RuneCountInString(s) > maxRunes:
+		verr.add(pointer, "must be at most %d characters", maxRunes)
 	case strings.ContainsFunc(s, unicode.IsControl):
 		verr.add(pointer, "must not contain control characters such as line breaks")
 	}

@@ -559,7 +559,7 @@ func checkMailpitVersion(bin string) error {
 	// Without --no-release-check it asks GitHub for the latest release.
 	out, err := exec.CommandContext(ctx, bin, "version", "--no-release-check").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("%s (%s): version: %v: %s", bin, built, err, out)
+		return fmt.Errorf("%s (%s): version: %w: %s", bin, built, err, out)
 	}
 	if !slices.Contains(strings.Fields(string(out)), MailpitVersion) {
 		return fmt.Errorf("%s is not Mailpit %s: %s, and it says %q", bin, MailpitVersion, built, strings.TrimSpace(string(out)))

@@ -15,8 +15,9 @@ import (
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := errors.Join(testenv.CheckPostgres(ctx), testenv.CheckRedis(ctx)); err != nil {
+	err := errors.Join(testenv.CheckPostgres(ctx), testenv.CheckRedis(ctx))
+	cancel()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "preflight: the tests need real services:")
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
