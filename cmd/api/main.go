@@ -20,8 +20,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/debugserver"
@@ -29,6 +27,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -37,8 +36,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "api:", err)
 		os.Exit(1)
 	}
@@ -135,8 +135,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_ = stopTracing(sctx) // flushing spans is best effort
 	}()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := opsserver.NewRegistry()
 	enqueuer := notify.NewEnqueuer(queue, cfg.Queue, log, reg)
 	orders := order.NewService(pool, enqueuer, cfg.IdempotencyTTL, reg)
 	checks := []httpapi.Check{
@@ -152,7 +151,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg,
 			Tracer: tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
-			Admin:  httpapi.Admin{Token: cfg.AdminToken, DB: pool, Enqueuer: enqueuer, Inspector: inspector, Redis: rdb},
+			Admin:  httpapi.Admin{Token: cfg.AdminToken, Ops: notify.NewOperator(pool, enqueuer, inspector, rdb)},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -24,15 +22,13 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -40,8 +36,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "reconciler:", err)
 		os.Exit(1)
 	}
@@ -86,10 +83,11 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 	}
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
-	from, err := notify.NormalizeAddress(env.String("MAIL_FROM", "orders@shop.example"))
+	from := env.String("MAIL_FROM", "orders@shop.example")
+	_, err = notify.NormalizeAddress(from)
 	env.Check("MAIL_FROM", err)
 	if err == nil {
-		cfg.Reconcile.MessageIDDomain = from[strings.LastIndexByte(from, '@')+1:]
+		cfg.Reconcile.MessageIDDomain = notify.MessageIDDomain(from)
 	}
 	cfg.Reconcile.Policies, err = parsePolicies(env.String("RECONCILE_POLICIES", ""), templates)
 	env.Check("RECONCILE_POLICIES", err)
@@ -190,8 +188,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	inspector := asynq.NewInspector(cfg.Redis)
 	defer inspector.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := opsserver.NewRegistry()
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 	reg.MustRegister(reconcile.NewQueueCollector(inspector, rdb, cfg.Queue))
@@ -203,29 +200,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 
-	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	ops, err := opsserver.Listen(cfg.MetricsAddr, reg, opsserver.Check{Name: "postgres", Ping: pool.Ping})
 	if err != nil {
-		return fmt.Errorf("listen on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	log.Info("reconciler started", "actor", actor, "interval", cfg.Interval.String(),
-		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "lookup", cfg.LookupURL != "", "metrics_addr", ln.Addr().String())
+		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "lookup", cfg.LookupURL != "", "metrics_addr", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve metrics: %w", err)
-		}
-		return nil
-	})
+	g.Go(ops.Serve)
 	g.Go(func() error {
 		err := rec.Run(gctx, cfg.Interval)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return errors.Join(err, srv.Shutdown(sctx))
+		return errors.Join(err, ops.Shutdown(sctx))
 	})
 	return g.Wait()
 }

@@ -5,12 +5,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -19,9 +17,6 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/debugserver"
@@ -29,15 +24,18 @@ import (
 	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
@@ -57,7 +55,7 @@ type config struct {
 	SendTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	TaskCheckInterval time.Duration
-	SMTP              notify.SMTPConfig
+	SMTP              smtp.Config
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -75,14 +73,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		SendTimeout:       env.Duration("SEND_TIMEOUT", 30*time.Second),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 45*time.Second),
 		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", 20*time.Millisecond),
-		SMTP: notify.SMTPConfig{
+		SMTP: smtp.Config{
 			Host:              env.String("SMTP_HOST", "localhost"),
 			Port:              env.Int("SMTP_PORT", 1025, 1, 65535),
 			Username:          env.Secret("SMTP_USERNAME", ""),
 			Password:          env.Secret("SMTP_PASSWORD", ""),
-			TLS:               env.OneOf("SMTP_TLS", notify.TLSNone, notify.TLSNone, notify.TLSStartTLS, notify.TLSImplicit),
+			TLS:               env.OneOf("SMTP_TLS", smtp.TLSNone, smtp.TLSNone, smtp.TLSStartTLS, smtp.TLSImplicit),
 			From:              env.String("MAIL_FROM", "orders@shop.example"),
-			HeloName:          env.String("SMTP_HELO", notify.HeloName()),
+			HeloName:          env.String("SMTP_HELO", smtp.HeloName()),
 			CAFile:            env.String("SMTP_CA_FILE", ""),
 			IdempotencyHeader: env.String("SMTP_IDEMPOTENCY_HEADER", "Idempotency-Key"),
 			Timeout:           env.Duration("SMTP_TIMEOUT", 15*time.Second),
@@ -93,10 +91,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
 	env.Check("SMTP", cfg.SMTP.Validate())
-	// A send may take SEND_TIMEOUT, writing its outcome up to 10 s more and
-	// releasing the lock 2 s: SIGTERM must leave time for all of it.
-	if cfg.ShutdownTimeout < cfg.SendTimeout+12*time.Second {
-		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be at least SEND_TIMEOUT %v + 12s, so that SIGTERM lets a send finish and be recorded", cfg.ShutdownTimeout, cfg.SendTimeout))
+	// A send may take SEND_TIMEOUT, then recording its outcome and
+	// releasing its lock: SIGTERM must leave time for all of it.
+	if least := notify.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
+		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be at least %v (SEND_TIMEOUT %v, then recording the outcome and releasing the lock), so that SIGTERM lets a send finish and be recorded",
+			cfg.ShutdownTimeout, least, cfg.SendTimeout))
 	}
 	if cfg.SMTP.Timeout >= cfg.LockTTL {
 		// A worker frozen after its last lease check must not be able to
@@ -156,7 +155,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
-	provider, err := notify.NewSMTP(cfg.SMTP)
+	provider, err := smtp.New(cfg.SMTP)
 	if err != nil {
 		return err
 	}
@@ -172,15 +171,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_ = stopTracing(sctx) // flushing spans is best effort
 	}()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	from, _ := notify.NormalizeAddress(cfg.SMTP.From) // validated by loadConfig
+	reg := opsserver.NewRegistry()
 	worker := notify.NewWorker(pool, rdb, provider, templates, notify.WorkerConfig{
 		LockTTL:         cfg.LockTTL,
 		MaxAge:          cfg.MaxAge,
 		ProbeInterval:   cfg.ProbeInterval,
 		SendTimeout:     cfg.SendTimeout,
-		MessageIDDomain: from[strings.LastIndexByte(from, '@')+1:],
+		MessageIDDomain: notify.MessageIDDomain(cfg.SMTP.From), // validated by loadConfig
 		WorkerID:        workerID,
 		Queue:           cfg.Queue,
 		Concurrency:     cfg.Concurrency,
@@ -199,23 +196,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		LogLevel:                 asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
+	mux.Use(worker.Middleware)
 	mux.Handle(notify.TaskTypeDeliver, worker)
 
-	ln, err := net.Listen("tcp", cfg.MetricsAddr)
+	// Healthy while Redis answers: without it the worker takes no task.
+	ops, err := opsserver.Listen(cfg.MetricsAddr, reg, opsserver.Check{Name: "redis", Ping: func(ctx context.Context) error {
+		return rdb.Ping(ctx).Err()
+	}})
 	if err != nil {
-		return fmt.Errorf("listen on METRICS_ADDR %s: %w", cfg.MetricsAddr, err)
+		return err
 	}
-	metricsMux := http.NewServeMux()
-	metricsMux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	metricsMux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	metricsSrv := &http.Server{Handler: metricsMux, ReadHeaderTimeout: 5 * time.Second}
-
 	if err := srv.Start(mux); err != nil {
-		ln.Close()
+		ops.Close()
 		return fmt.Errorf("start asynq server: %w", err)
 	}
 	log.Info("worker started", "worker_id", workerID, "queue", cfg.Queue, "concurrency", cfg.Concurrency,
-		"metrics_addr", ln.Addr().String(), "smtp", net.JoinHostPort(cfg.SMTP.Host, strconv.Itoa(cfg.SMTP.Port)))
+		"metrics_addr", ops.Addr(), "smtp", net.JoinHostPort(cfg.SMTP.Host, strconv.Itoa(cfg.SMTP.Port)))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -226,12 +222,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		worker.WatchProvider(gctx, cfg.ProbeInterval)
 		return nil
 	})
-	g.Go(func() error {
-		if err := metricsSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serve metrics: %w", err)
-		}
-		return nil
-	})
+	g.Go(ops.Serve)
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info("worker shutting down: finishing in-flight sends", "timeout", cfg.ShutdownTimeout.String())
@@ -239,7 +230,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		srv.Shutdown() // waits for running handlers up to ShutdownTimeout
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return metricsSrv.Shutdown(sctx)
+		return ops.Shutdown(sctx)
 	})
 	err = g.Wait()
 	log.Info("worker stopped")

@@ -13,3 +13,9 @@ DELETE FROM idempotency_keys WHERE scope = @scope AND key = @key;
 -- name: InsertIdempotencyKey :exec
 INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at)
 VALUES (@scope, @key, @request_hash, @response_body, @expires_at);
+
+-- name: DeleteExpiredIdempotencyKeys :execrows
+-- Idempotency-Key records past their window, a batch at a time.
+DELETE FROM idempotency_keys
+WHERE (scope, key) IN (SELECT k.scope, k.key FROM idempotency_keys k
+                       WHERE k.expires_at < now() LIMIT @batch);

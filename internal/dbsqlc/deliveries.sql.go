@@ -7,9 +7,9 @@ package dbsqlc
 
 import (
 	"context"
-	"time"
 
 	"github.com/google/uuid"
+	"github.com/sqlc-dev/pqtype"
 )
 
 const getDelivery = `-- name: GetDelivery :one
@@ -93,96 +93,6 @@ func (q *Queries) GetRetiredDelivery(ctx context.Context, idempotencyKey string)
 	return i, err
 }
 
-const insertDelivery = `-- name: InsertDelivery :one
-WITH ins AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $7, $7
-    WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
-                      WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since
-), ev AS (
-    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
-    SELECT ins.id, 'received', NULL, 'pending', 0, $8::text FROM ins
-)
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
-       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since
-FROM ins
-`
-
-type InsertDeliveryParams struct {
-	ID             uuid.UUID
-	OrderID        uuid.UUID
-	Template       string
-	Recipient      string
-	IdempotencyKey string
-	TemplateData   []byte
-	CreatedAt      time.Time
-	Actor          string
-}
-
-type InsertDeliveryRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-}
-
-// A second intent for the same event meets the unique key and changes
-// nothing; the caller then reads the row that was there first. A key
-// whose delivery retention has retired is refused the same way: the
-// tombstone is committed before its delivery is deleted, so this
-// statement sees one or the other.
-func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) (InsertDeliveryRow, error) {
-	row := q.db.QueryRow(ctx, insertDelivery,
-		arg.ID,
-		arg.OrderID,
-		arg.Template,
-		arg.Recipient,
-		arg.IdempotencyKey,
-		arg.TemplateData,
-		arg.CreatedAt,
-		arg.Actor,
-	)
-	var i InsertDeliveryRow
-	err := row.Scan(
-		&i.ID,
-		&i.OrderID,
-		&i.Template,
-		&i.Recipient,
-		&i.IdempotencyKey,
-		&i.Status,
-		&i.Attempts,
-		&i.LastError,
-		&i.LeaseToken,
-		&i.LeaseExpiresAt,
-		&i.HandedOverAt,
-		&i.ProviderMessageID,
-		&i.TemplateData,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.SentAt,
-		&i.MessageID,
-		&i.TryingSince,
-	)
-	return i, err
-}
-
 const listDeliveriesByOrder = `-- name: ListDeliveriesByOrder :many
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
 `
@@ -258,4 +168,31 @@ func (q *Queries) ListEvents(ctx context.Context, deliveryID uuid.UUID) ([]Deliv
 		return nil, err
 	}
 	return items, nil
+}
+
+const recordEvent = `-- name: RecordEvent :exec
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+VALUES ($1, $2, $3::text, $3::text, $4, $5, $6)
+`
+
+type RecordEventParams struct {
+	DeliveryID uuid.UUID
+	Event      string
+	Status     string
+	Attempt    int32
+	Actor      string
+	Detail     pqtype.NullRawMessage
+}
+
+// An event without a transition, such as a suppressed duplicate.
+func (q *Queries) RecordEvent(ctx context.Context, arg RecordEventParams) error {
+	_, err := q.db.Exec(ctx, recordEvent,
+		arg.DeliveryID,
+		arg.Event,
+		arg.Status,
+		arg.Attempt,
+		arg.Actor,
+		arg.Detail,
+	)
+	return err
 }

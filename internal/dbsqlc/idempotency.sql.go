@@ -10,6 +10,21 @@ import (
 	"time"
 )
 
+const deleteExpiredIdempotencyKeys = `-- name: DeleteExpiredIdempotencyKeys :execrows
+DELETE FROM idempotency_keys
+WHERE (scope, key) IN (SELECT k.scope, k.key FROM idempotency_keys k
+                       WHERE k.expires_at < now() LIMIT $1)
+`
+
+// Idempotency-Key records past their window, a batch at a time.
+func (q *Queries) DeleteExpiredIdempotencyKeys(ctx context.Context, batch int32) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteExpiredIdempotencyKeys, batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const deleteIdempotencyKey = `-- name: DeleteIdempotencyKey :exec
 DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2
 `

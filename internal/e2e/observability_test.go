@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emersion/go-smtp"
+	gosmtp "github.com/emersion/go-smtp"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,6 +23,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -78,7 +79,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	var refusedOnce atomic.Bool
 	sink, err := smtpsink.Start(smtpsink.Config{OnRcpt: func(to string) error {
 		if strings.HasPrefix(to, "retry.me") && refusedOnce.CompareAndSwap(false, true) {
-			return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"}
+			return &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 3, 0}, Message: "try later"}
 		}
 		return nil
 	}})
@@ -104,12 +105,12 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	enq := notify.NewEnqueuer(client, rd.Queue, api.log, api.reg)
 	orders := order.NewService(db.Pool, enq, time.Hour, api.reg)
 	apiSrv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Log: api.log, Orders: orders, Templates: templates,
-		Registry: api.reg, Gatherer: api.reg, Admin: httpapi.Admin{DB: db.Pool, Enqueuer: enq, Inspector: inspector, Redis: rdb}}))
+		Registry: api.reg, Gatherer: api.reg, Admin: httpapi.Admin{Ops: notify.NewOperator(db.Pool, enq, inspector, rdb)}}))
 	t.Cleanup(apiSrv.Close)
 
 	// Worker
 	wk := newComponent(nil)
-	provider, err := notify.NewSMTP(notify.SMTPConfig{Host: sink.Host(), Port: sink.Port(), TLS: notify.TLSNone,
+	provider, err := smtp.New(smtp.Config{Host: sink.Host(), Port: sink.Port(), TLS: smtp.TLSNone,
 		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second, MaxIdle: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 		TaskCheckInterval: 20 * time.Millisecond, DelayedTaskCheckInterval: 100 * time.Millisecond,
 		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 200 * time.Millisecond },
 		IsFailure:      notify.IsFailure, LogLevel: asynq.FatalLevel})
-	if err := srv.Start(worker); err != nil {
+	if err := srv.Start(worker.Middleware(worker)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)

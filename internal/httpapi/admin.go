@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
@@ -15,22 +16,15 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
-	"github.com/hibiken/asynq"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/notify"
-	"github.com/sekali-dev/sekali/internal/order"
 )
 
-// Admin is what the operator API needs. With an empty Token the admin API
-// answers 401 to everything.
+// Admin is what the operator API needs: its token and the operator
+// service. With an empty Token the admin API answers 401 to everything.
 type Admin struct {
-	Token     string
-	DB        *pgxpool.Pool
-	Enqueuer  *notify.Enqueuer
-	Inspector *asynq.Inspector
-	Redis     redis.UniversalClient
+	Token string
+	Ops   *notify.Operator
 }
 
 // adminDelivery is a delivery as operators see it: everything, including
@@ -98,12 +92,12 @@ func requireAdmin(token string) func(http.Handler) http.Handler {
 // textProblem says what is wrong with an operator's free text, "" if
 // nothing: PostgreSQL refuses NUL and invalid UTF-8, and one-line fields
 // take no control characters at all.
-func textProblem(s string, max int, oneLine bool) string {
+func textProblem(s string, maxRunes int, oneLine bool) string {
 	switch {
 	case !utf8.ValidString(s):
 		return "must be valid UTF-8"
-	case utf8.RuneCountInString(s) > max:
-		return "must be at most " + strconv.Itoa(max) + " characters"
+	case utf8.RuneCountInString(s) > maxRunes:
+		return "must be at most " + strconv.Itoa(maxRunes) + " characters"
 	case strings.ContainsRune(s, 0):
 		return "must not contain NUL characters"
 	case oneLine && strings.ContainsFunc(s, unicode.IsControl):
@@ -114,7 +108,7 @@ func textProblem(s string, max int, oneLine bool) string {
 
 func badRequest(w http.ResponseWriter, r *http.Request, pointer, detail string) {
 	writeProblem(w, r, problem{Type: typeInvalidQuery, Status: http.StatusBadRequest, Detail: detail,
-		Errors: []order.FieldError{{Pointer: pointer, Detail: detail}}})
+		Errors: []fieldError{{Pointer: pointer, Detail: detail}}})
 }
 
 func handleAdminListDeliveries(a Admin) http.Handler {
@@ -142,7 +136,7 @@ func handleAdminListDeliveries(a Admin) http.Handler {
 				badRequest(w, r, "order_id", "order_id must be a UUID")
 				return
 			}
-			f.OrderID = id
+			f.OrderID = &id
 		}
 		if s := q.Get("older_than"); s != "" {
 			d, err := time.ParseDuration(s)
@@ -160,7 +154,7 @@ func handleAdminListDeliveries(a Admin) http.Handler {
 			}
 			f.Limit = n
 		}
-		ds, err := notify.List(r.Context(), a.DB, f)
+		ds, err := a.Ops.List(r.Context(), f)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -189,12 +183,7 @@ func handleAdminGetDelivery(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		d, err := notify.Get(r.Context(), a.DB, id)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		events, err := notify.History(r.Context(), a.DB, id)
+		d, events, err := a.Ops.Get(r.Context(), id)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -233,12 +222,12 @@ func decodeAdminAction(w http.ResponseWriter, r *http.Request, withProviderID bo
 		}
 	}
 	if p == nil {
-		var fields []order.FieldError
+		var fields []fieldError
 		if d := textProblem(req.Note, 1000, false); d != "" {
-			fields = append(fields, order.FieldError{Pointer: "/note", Detail: d})
+			fields = append(fields, fieldError{Pointer: "/note", Detail: d})
 		}
 		if d := textProblem(req.ProviderMessageID, 500, true); d != "" {
-			fields = append(fields, order.FieldError{Pointer: "/provider_message_id", Detail: d})
+			fields = append(fields, fieldError{Pointer: "/provider_message_id", Detail: d})
 		}
 		if len(fields) > 0 {
 			p = &problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields}
@@ -265,17 +254,16 @@ func handleAdminRetry(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		d, err := notify.OperatorRetry(r.Context(), a.DB, id, actorOf(r), req.Note)
+		d, queued, enqueueErr, err := a.Ops.Retry(r.Context(), id, actorOf(r), req.Note)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
 		addLogAttrs(r.Context(), slog.String("action", "retry"), slog.String("delivery_id", id.String()))
-		// The row is pending now; if the enqueue fails the reconciler
+		// The row is pending now; if the enqueue failed the reconciler
 		// queues it after PENDING_REENQUEUE_AFTER.
-		queued, err := a.Enqueuer.EnsureQueued(r.Context(), a.Inspector, d, false)
-		if err != nil {
-			addLogAttrs(r.Context(), slog.String("enqueue_error", err.Error()))
+		if enqueueErr != nil {
+			addLogAttrs(r.Context(), slog.String("enqueue_error", enqueueErr.Error()))
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"delivery": toAdmin(d), "queued": queued})
 	})
@@ -295,10 +283,10 @@ func handleAdminMarkSent(a Admin) http.Handler {
 		}
 		if strings.TrimSpace(req.ProviderMessageID) == "" {
 			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
-				Detail: "Say which message at the provider this is.", Errors: []order.FieldError{{Pointer: "/provider_message_id", Detail: "is required"}}})
+				Detail: "Say which message at the provider this is.", Errors: []fieldError{{Pointer: "/provider_message_id", Detail: "is required"}}})
 			return
 		}
-		d, err := notify.OperatorMarkSent(r.Context(), a.DB, id, strings.TrimSpace(req.ProviderMessageID), actorOf(r), req.Note)
+		d, err := a.Ops.MarkSent(r.Context(), id, strings.TrimSpace(req.ProviderMessageID), actorOf(r), req.Note)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -310,58 +298,41 @@ func handleAdminMarkSent(a Admin) http.Handler {
 
 func handleAdminQueue(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		queue := a.Enqueuer.Queue()
-		info, err := notify.QueueInfo(r.Context(), a.Inspector, a.Redis, queue)
+		q, err := a.Ops.Queue(r.Context())
 		if err != nil {
 			writeError(w, r, err)
 			return
-		}
-		limit, err := notify.Concurrency(r.Context(), a.Redis, queue)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		workers, err := notify.ProviderStates(r.Context(), a.Redis, queue)
-		if err != nil {
-			writeError(w, r, err)
-			return
-		}
-		// The provider is up when no live worker says otherwise.
-		provider := map[string]any{"up": true, "workers": workers}
-		for _, s := range workers {
-			if !s.Up {
-				provider["up"], provider["reason"] = false, s.Reason
-				break
-			}
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
-			"queue": queue, "concurrency_per_worker": limit, "paused": info.Paused, "size": info.Size,
-			"pending": info.Pending, "active": info.Active, "scheduled": info.Scheduled, "retry": info.Retry,
-			"archived": info.Archived, "completed": info.Completed, "latency_seconds": info.Latency.Seconds(),
-			"provider": provider,
+			"queue": q.Queue, "concurrency_per_worker": q.ConcurrencyPerWorker, "paused": q.Paused, "size": q.Size,
+			"pending": q.Pending, "active": q.Active, "scheduled": q.Scheduled, "retry": q.Retry,
+			"archived": q.Archived, "completed": q.Completed, "latency_seconds": q.Latency.Seconds(),
+			"provider": q.Provider,
 		})
 	})
 }
 
-// handleAdminPause pauses (pause=true) or resumes the delivery queue:
-// workers stop taking tasks; recorded deliveries wait, nothing is lost.
-func handleAdminPause(a Admin, pause bool) http.Handler {
+// handleAdminPause stops all sending: workers take no tasks; recorded
+// deliveries wait, nothing is lost.
+func handleAdminPause(a Admin) http.Handler {
+	return handleQueueSwitch(a, "pause", a.Ops.Pause, true)
+}
+
+// handleAdminResume restarts sending.
+func handleAdminResume(a Admin) http.Handler {
+	return handleQueueSwitch(a, "resume", a.Ops.Resume, false)
+}
+
+// handleQueueSwitch runs the operator's pause or resume and answers with
+// the state the queue is in after it.
+func handleQueueSwitch(a Admin, action string, op func(context.Context) error, paused bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		queue := a.Enqueuer.Queue()
-		var err error
-		if pause {
-			err = a.Inspector.PauseQueue(queue)
-		} else {
-			err = a.Inspector.UnpauseQueue(queue)
-		}
-		// Pausing a paused queue, or resuming a running one, changes
-		// nothing and is not an error. (asynq says so only in words.)
-		if err != nil && !strings.Contains(err.Error(), "already paused") && !strings.Contains(err.Error(), "not paused") {
+		if err := op(r.Context()); err != nil {
 			writeError(w, r, err)
 			return
 		}
-		addLogAttrs(r.Context(), slog.String("action", map[bool]string{true: "pause", false: "resume"}[pause]))
-		writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "paused": pause})
+		addLogAttrs(r.Context(), slog.String("action", action))
+		writeJSON(w, http.StatusOK, map[string]any{"queue": a.Ops.QueueName(), "paused": paused})
 	})
 }
 
@@ -381,21 +352,21 @@ func handleAdminConcurrency(a Admin) http.Handler {
 		if req.PerWorker == nil || *req.PerWorker < 0 || *req.PerWorker > 1000 {
 			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
 				Detail: "per_worker is the most deliveries each worker handles at once, 1 to 1000; 0 restores WORKER_CONCURRENCY.",
-				Errors: []order.FieldError{{Pointer: "/per_worker", Detail: "must be a whole number from 0 to 1000"}}})
+				Errors: []fieldError{{Pointer: "/per_worker", Detail: "must be a whole number from 0 to 1000"}}})
 			return
 		}
-		if err := notify.SetConcurrency(r.Context(), a.Redis, a.Enqueuer.Queue(), *req.PerWorker); err != nil {
+		if err := a.Ops.SetConcurrency(r.Context(), *req.PerWorker); err != nil {
 			writeError(w, r, err)
 			return
 		}
 		addLogAttrs(r.Context(), slog.String("action", "set_concurrency"), slog.Int("per_worker", *req.PerWorker))
-		writeJSON(w, http.StatusOK, map[string]any{"queue": a.Enqueuer.Queue(), "concurrency_per_worker": *req.PerWorker})
+		writeJSON(w, http.StatusOK, map[string]any{"queue": a.Ops.QueueName(), "concurrency_per_worker": *req.PerWorker})
 	})
 }
 
 func handleAdminListBlocks(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		blocks, err := notify.ActiveBlocks(r.Context(), a.DB)
+		blocks, err := a.Ops.Blocks(r.Context())
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -420,32 +391,32 @@ func handleAdminAddBlock(a Admin) http.Handler {
 			writeProblem(w, r, *p)
 			return
 		}
-		var fields []order.FieldError
+		var fields []fieldError
 		if req.Kind != "key" && req.Kind != "recipient" {
-			fields = append(fields, order.FieldError{Pointer: "/kind", Detail: "must be key or recipient"})
+			fields = append(fields, fieldError{Pointer: "/kind", Detail: "must be key or recipient"})
 		}
 		if strings.TrimSpace(req.Value) == "" {
-			fields = append(fields, order.FieldError{Pointer: "/value", Detail: "must not be empty"})
+			fields = append(fields, fieldError{Pointer: "/value", Detail: "must not be empty"})
 		} else if d := textProblem(req.Value, 500, true); d != "" {
-			fields = append(fields, order.FieldError{Pointer: "/value", Detail: d})
+			fields = append(fields, fieldError{Pointer: "/value", Detail: d})
 		}
 		if strings.TrimSpace(req.Reason) == "" {
-			fields = append(fields, order.FieldError{Pointer: "/reason", Detail: "must say why, for the next person on call"})
+			fields = append(fields, fieldError{Pointer: "/reason", Detail: "must say why, for the next person on call"})
 		} else if d := textProblem(req.Reason, 1000, false); d != "" {
-			fields = append(fields, order.FieldError{Pointer: "/reason", Detail: d})
+			fields = append(fields, fieldError{Pointer: "/reason", Detail: d})
 		}
 		ttl, err := time.ParseDuration(req.ExpiresIn)
 		if err != nil || ttl < time.Second || ttl > 30*24*time.Hour {
-			fields = append(fields, order.FieldError{Pointer: "/expires_in", Detail: "must be a duration from 1s to 720h, such as 2h"})
+			fields = append(fields, fieldError{Pointer: "/expires_in", Detail: "must be a duration from 1s to 720h, such as 2h"})
 		}
 		if len(fields) > 0 {
 			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields})
 			return
 		}
-		b, err := notify.AddBlock(r.Context(), a.DB, req.Kind, strings.TrimSpace(req.Value), strings.TrimSpace(req.Reason), ttl)
+		b, err := a.Ops.AddBlock(r.Context(), req.Kind, strings.TrimSpace(req.Value), strings.TrimSpace(req.Reason), ttl)
 		if errors.Is(err, notify.ErrInvalidAddress) {
 			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.",
-				Errors: []order.FieldError{{Pointer: "/value", Detail: err.Error()}}})
+				Errors: []fieldError{{Pointer: "/value", Detail: err.Error()}}})
 			return
 		}
 		if err != nil {
@@ -464,7 +435,7 @@ func handleAdminDeleteBlock(a Admin) http.Handler {
 			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
 			return
 		}
-		if err := notify.RemoveBlock(r.Context(), a.DB, id); err != nil {
+		if err := a.Ops.RemoveBlock(r.Context(), id); err != nil {
 			writeError(w, r, err)
 			return
 		}

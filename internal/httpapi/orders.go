@@ -222,7 +222,7 @@ func decodeStrict(raw []byte, dst any, prefix string) *problem {
 	}
 	invalid := func(pointer, detail string) *problem {
 		return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not valid",
-			Detail: detail, Errors: []order.FieldError{{Pointer: pointer, Detail: detail}}}
+			Detail: detail, Errors: []fieldError{{Pointer: pointer, Detail: detail}}}
 	}
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError

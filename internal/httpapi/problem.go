@@ -11,12 +11,28 @@ import (
 
 // problem is an RFC 9457 problem details object.
 type problem struct {
-	Type      string             `json:"type"`
-	Title     string             `json:"title"`
-	Status    int                `json:"status"`
-	Detail    string             `json:"detail,omitempty"`
-	Errors    []order.FieldError `json:"errors,omitempty"`
-	RequestID string             `json:"request_id,omitempty"`
+	Type      string       `json:"type"`
+	Title     string       `json:"title"`
+	Status    int          `json:"status"`
+	Detail    string       `json:"detail,omitempty"`
+	Errors    []fieldError `json:"errors,omitempty"`
+	RequestID string       `json:"request_id,omitempty"`
+}
+
+// fieldError names one invalid part of a request by its JSON pointer
+// (RFC 6901), e.g. {"pointer": "/items/0/quantity", "detail": "..."}.
+type fieldError struct {
+	Pointer string `json:"pointer"`
+	Detail  string `json:"detail"`
+}
+
+// fieldErrors converts the order package's validation errors.
+func fieldErrors(fs []order.FieldError) []fieldError {
+	out := make([]fieldError, len(fs))
+	for i, f := range fs {
+		out[i] = fieldError{Pointer: f.Pointer, Detail: f.Detail}
+	}
+	return out
 }
 
 // Problem types. They are URNs, not links: the README's API section
@@ -56,7 +72,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.As(err, &verr):
 		writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
-			Title: "The request is not valid", Detail: "See errors for each invalid field.", Errors: verr.Fields})
+			Title: "The request is not valid", Detail: "See errors for each invalid field.", Errors: fieldErrors(verr.Fields)})
 	case errors.Is(err, order.ErrNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No order has this id."})
 	case errors.Is(err, notify.ErrNotFound):

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -79,7 +80,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	t.Cleanup(func() { rdb.Close() })
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg, Tracer: tracer,
-		Admin: httpapi.Admin{Token: adminToken, DB: db.Pool, Enqueuer: enq, Inspector: inspector, Redis: rdb},
+		Admin: httpapi.Admin{Token: adminToken, Ops: notify.NewOperator(db.Pool, enq, inspector, rdb)},
 	}))
 	t.Cleanup(srv.Close)
 	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs}
@@ -101,9 +102,19 @@ func (r response) decode(t *testing.T, v any) {
 
 func (s stack) do(t *testing.T, method, path, contentType string, body io.Reader, header map[string]string) response {
 	t.Helper()
-	req, err := http.NewRequest(method, s.url+path, body)
+	res, err := s.send(method, path, contentType, body, header)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return res
+}
+
+// send is do for goroutines other than the test's own, which must not
+// call t.Fatal: it returns the error instead.
+func (s stack) send(method, path, contentType string, body io.Reader, header map[string]string) (response, error) {
+	req, err := http.NewRequest(method, s.url+path, body)
+	if err != nil {
+		return response{}, err
 	}
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
@@ -113,14 +124,14 @@ func (s stack) do(t *testing.T, method, path, contentType string, body io.Reader
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
+		return response{}, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	if err != nil {
-		t.Fatal(err)
+		return response{}, fmt.Errorf("%s %s: read body: %w", method, path, err)
 	}
-	return response{status: res.StatusCode, header: res.Header, body: b}
+	return response{status: res.StatusCode, header: res.Header, body: b}, nil
 }
 
 func (s stack) postOrder(t *testing.T, body string, header map[string]string) response {

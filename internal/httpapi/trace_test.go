@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,7 +16,9 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // The checkout request and the worker's attempt are one trace: the trace
@@ -24,7 +27,11 @@ func TestCheckoutAndDeliveryShareOneTrace(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
-	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	t.Cleanup(func() {
+		if err := tp.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
 	s := setup(t, setupOpts{tracer: tp})
 
 	sink, err := smtpsink.Start(smtpsink.Config{})
@@ -36,7 +43,7 @@ func TestCheckoutAndDeliveryShareOneTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	provider, err := notify.NewSMTP(notify.SMTPConfig{Host: sink.Host(), Port: sink.Port(), TLS: notify.TLSNone,
+	provider, err := smtp.New(smtp.Config{Host: sink.Host(), Port: sink.Port(), TLS: smtp.TLSNone,
 		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +57,7 @@ func TestCheckoutAndDeliveryShareOneTrace(t *testing.T) {
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
 	srv := asynq.NewServer(s.redis.Opt, asynq.Config{Concurrency: 2, Queues: map[string]int{s.redis.Queue: 1},
 		TaskCheckInterval: 20 * time.Millisecond, LogLevel: asynq.FatalLevel})
-	if err := srv.Start(w); err != nil {
+	if err := srv.Start(w.Middleware(w)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
@@ -66,20 +73,15 @@ func TestCheckoutAndDeliveryShareOneTrace(t *testing.T) {
 	want := map[string]bool{"POST /v1/orders": false, "checkout transaction": false, "enqueue delivery": false,
 		"deliver notification": false, "claim": false, "render": false, "provider send": false, "record outcome": false}
 	var spans tracetest.SpanStubs
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	testenv.WaitFor(t, "every span of the checkout and its delivery", 10*time.Second, func() bool {
 		spans = exp.GetSpans()
-		done := true
 		for name := range want {
-			found := false
-			for _, sp := range spans {
-				found = found || sp.Name == name
+			if !slices.ContainsFunc(spans, func(sp tracetest.SpanStub) bool { return sp.Name == name }) {
+				return false
 			}
-			done = done && found
 		}
-		if done {
-			break
-		}
-	}
+		return true
+	})
 	var root string
 	byName := map[string]tracetest.SpanStub{}
 	for _, sp := range spans {

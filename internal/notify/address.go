@@ -63,12 +63,12 @@ func validLocalPart(s string) bool {
 // validDomain accepts a host name of two or more labels; address literals
 // such as [127.0.0.1] are refused.
 func validDomain(s string) bool {
-	return strings.Count(s, ".") >= 1 && validHostName(s)
+	return strings.Count(s, ".") >= 1 && IsHostName(s)
 }
 
-// validHostName accepts a DNS host name of one or more labels: letters,
+// IsHostName accepts a DNS host name of one or more labels: letters,
 // digits and inner hyphens, at most 63 characters each.
-func validHostName(s string) bool {
+func IsHostName(s string) bool {
 	if s == "" || len(s) > 253 {
 		return false
 	}

@@ -96,19 +96,19 @@ func (l *limiter) wake() {
 }
 
 // WatchConcurrency keeps the worker's limit in step with the one in Redis
-// until ctx ends; max is the server's WORKER_CONCURRENCY.
-func (w *Worker) WatchConcurrency(ctx context.Context, queue string, max int, every time.Duration) {
+// until ctx ends; full is the server's WORKER_CONCURRENCY.
+func (w *Worker) WatchConcurrency(ctx context.Context, queue string, full int, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	current := max
+	current := full
 	for {
 		n, err := Concurrency(ctx, w.lock.rdb, queue)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			w.log.Warn("cannot read the concurrency limit; keeping the current one", "error", err.Error(), "limit", current)
 		case err == nil:
-			if n <= 0 || n > max {
-				n = max
+			if n <= 0 || n > full {
+				n = full
 			}
 			if n != current {
 				w.log.Info("worker concurrency changed", "from", current, "to", n, "queue", queue)

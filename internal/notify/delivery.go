@@ -13,11 +13,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 )
 
-// Status is where a delivery stands. Only the worker moves it forward.
+// Status is where a delivery stands; transitions.go holds every move
+// between them and who may make it.
 type Status string
 
 const (
@@ -30,6 +32,14 @@ const (
 
 // ErrNotFound is returned when no delivery matches.
 var ErrNotFound = errors.New("notify: delivery not found")
+
+// DB is what notify reads and writes through: a *pgxpool.Pool, or the
+// caller's pgx.Tx when the write must commit with the caller's own.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
 
 // Delivery is one e-mail the service has promised to send.
 type Delivery struct {
@@ -54,6 +64,8 @@ type Delivery struct {
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.
 	Retired bool
+
+	leaseToken *uuid.UUID // the attempt's, while sending: transitions fence on it
 }
 
 // Key is the idempotency key of the e-mail that template sends about one
@@ -79,60 +91,51 @@ type Intent struct {
 // That holds after retention too: a retired key returns its tombstone
 // (Retired) and is never recorded again.
 // After the transaction commits, hand the delivery to Enqueuer.EnqueueAfterCommit.
-func Record(ctx context.Context, tx dbsqlc.DBTX, in Intent, now time.Time) (d Delivery, created bool, err error) {
+func Record(ctx context.Context, tx DB, in Intent, now time.Time) (d Delivery, created bool, err error) {
 	data, err := json.Marshal(in.Data)
 	if err != nil {
 		return Delivery{}, false, fmt.Errorf("record %s intent: encode template data: %w", in.Template, err)
 	}
 	q := dbsqlc.New(tx)
 	key := Key(in.Template, in.OrderID, in.Recipient)
-	row, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{
-		ID:             uuid.Must(uuid.NewV7()),
-		OrderID:        in.OrderID,
-		Template:       in.Template,
-		Recipient:      in.Recipient,
-		IdempotencyKey: key,
-		TemplateData:   data,
-		CreatedAt:      now,
-		Actor:          "api",
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		existing, err := q.GetDeliveryByKey(ctx, key)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// Not inserted and not there: retention retired it.
-			retired, err := q.GetRetiredDelivery(ctx, key)
-			if err != nil {
-				return Delivery{}, false, fmt.Errorf("record %s intent: read retired: %w", in.Template, err)
-			}
-			return Delivery{ID: retired.DeliveryID, OrderID: retired.OrderID, Template: retired.Template,
-				IdempotencyKey: key, Status: Status(retired.Status), SentAt: retired.SentAt, Retired: true}, false, nil
-		}
-		if err != nil {
-			return Delivery{}, false, fmt.Errorf("record %s intent: read existing: %w", in.Template, err)
-		}
-		return FromRow(existing), false, nil
-	}
+	row, created, err := recordIntent(ctx, q, in, key, data, now)
 	if err != nil {
 		return Delivery{}, false, fmt.Errorf("record %s intent: %w", in.Template, err)
 	}
-	return FromRow(dbsqlc.NotificationDelivery(row)), true, nil
+	if created {
+		return fromRow(row), true, nil
+	}
+	existing, err := q.GetDeliveryByKey(ctx, key)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Not inserted and not there: retention retired it.
+		retired, err := q.GetRetiredDelivery(ctx, key)
+		if err != nil {
+			return Delivery{}, false, fmt.Errorf("record %s intent: read retired: %w", in.Template, err)
+		}
+		return Delivery{ID: retired.DeliveryID, OrderID: retired.OrderID, Template: retired.Template,
+			IdempotencyKey: key, Status: Status(retired.Status), SentAt: retired.SentAt, Retired: true}, false, nil
+	}
+	if err != nil {
+		return Delivery{}, false, fmt.Errorf("record %s intent: read existing: %w", in.Template, err)
+	}
+	return fromRow(existing), false, nil
 }
 
 // ListByOrder returns the deliveries of one order, oldest first.
-func ListByOrder(ctx context.Context, db dbsqlc.DBTX, orderID uuid.UUID) ([]Delivery, error) {
+func ListByOrder(ctx context.Context, db DB, orderID uuid.UUID) ([]Delivery, error) {
 	rows, err := dbsqlc.New(db).ListDeliveriesByOrder(ctx, orderID)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of order %s: %w", orderID, err)
 	}
 	out := make([]Delivery, len(rows))
 	for i, r := range rows {
-		out[i] = FromRow(r)
+		out[i] = fromRow(r)
 	}
 	return out, nil
 }
 
-// FromRow converts a generated row into a Delivery.
-func FromRow(r dbsqlc.NotificationDelivery) Delivery {
+// fromRow converts a generated row into a Delivery.
+func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 	d := Delivery{
 		ID:             r.ID,
 		OrderID:        r.OrderID,
@@ -148,6 +151,7 @@ func FromRow(r dbsqlc.NotificationDelivery) Delivery {
 		UpdatedAt:      r.UpdatedAt,
 		SentAt:         r.SentAt,
 		TryingSince:    r.TryingSince,
+		leaseToken:     r.LeaseToken,
 	}
 	if r.MessageID != nil {
 		d.MessageID = *r.MessageID
@@ -162,7 +166,7 @@ func FromRow(r dbsqlc.NotificationDelivery) Delivery {
 }
 
 // Get returns one delivery.
-func Get(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (Delivery, error) {
+func Get(ctx context.Context, db DB, id uuid.UUID) (Delivery, error) {
 	row, err := dbsqlc.New(db).GetDelivery(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, ErrNotFound
@@ -170,11 +174,11 @@ func Get(ctx context.Context, db dbsqlc.DBTX, id uuid.UUID) (Delivery, error) {
 	if err != nil {
 		return Delivery{}, fmt.Errorf("get delivery %s: %w", id, err)
 	}
-	return FromRow(row), nil
+	return fromRow(row), nil
 }
 
 // GetByKey returns the delivery with this idempotency key.
-func GetByKey(ctx context.Context, db dbsqlc.DBTX, key string) (Delivery, error) {
+func GetByKey(ctx context.Context, db DB, key string) (Delivery, error) {
 	row, err := dbsqlc.New(db).GetDeliveryByKey(ctx, key)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, ErrNotFound
@@ -182,5 +186,5 @@ func GetByKey(ctx context.Context, db dbsqlc.DBTX, key string) (Delivery, error)
 	if err != nil {
 		return Delivery{}, fmt.Errorf("get delivery by key: %w", err)
 	}
-	return FromRow(row), nil
+	return fromRow(row), nil
 }

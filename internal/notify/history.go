@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/sqlc-dev/pqtype"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 )
@@ -24,7 +25,7 @@ type Event struct {
 }
 
 // History returns the events of one delivery, oldest first.
-func History(ctx context.Context, db dbsqlc.DBTX, deliveryID uuid.UUID) ([]Event, error) {
+func History(ctx context.Context, db DB, deliveryID uuid.UUID) ([]Event, error) {
 	rows, err := dbsqlc.New(db).ListEvents(ctx, deliveryID)
 	if err != nil {
 		return nil, fmt.Errorf("history of delivery %s: %w", deliveryID, err)
@@ -43,4 +44,17 @@ func History(ctx context.Context, db dbsqlc.DBTX, deliveryID uuid.UUID) ([]Event
 		}
 	}
 	return out, nil
+}
+
+// recordEvent writes an event that changes nothing, such as a suppressed
+// duplicate, into the delivery's history.
+func recordEvent(ctx context.Context, q *dbsqlc.Queries, row dbsqlc.NotificationDelivery, event, actor string, detail any) error {
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return fmt.Errorf("record %s event: %w", event, err)
+	}
+	return q.RecordEvent(ctx, dbsqlc.RecordEventParams{
+		DeliveryID: row.ID, Event: event, Status: row.Status, Attempt: row.Attempts, Actor: actor,
+		Detail: pqtype.NullRawMessage{RawMessage: b, Valid: true},
+	})
 }

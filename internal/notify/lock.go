@@ -7,9 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
 )
 
 // KeyHash is how Redis names a delivery: a hash of its idempotency key, so
@@ -107,4 +111,47 @@ func (l redisLock) cacheSent(ctx context.Context, keyHash string) error {
 		return fmt.Errorf("cache sent status: %w", err)
 	}
 	return nil
+}
+
+// heartbeat renews the Redis lock and the row's lease while a send runs.
+type heartbeat struct {
+	lost   atomic.Bool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (w *Worker) startHeartbeat(ctx context.Context, q *dbsqlc.Queries, a *attempt) *heartbeat {
+	ctx, cancel := context.WithCancel(ctx)
+	hb := &heartbeat{cancel: cancel}
+	hb.wg.Add(1)
+	go func() {
+		defer hb.wg.Done()
+		t := time.NewTicker(w.cfg.LockTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ok, err := w.lock.extend(ctx, a.keyHash, a.lockToken)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil || !ok {
+				hb.lost.Store(true)
+			}
+			// The lease is renewed even when the lock is gone: while the
+			// row's lease is ours, no other worker can claim it.
+			extendLease(ctx, q, a.row.ID, a.lease)
+		}
+	}()
+	return hb
+}
+
+func (h *heartbeat) lockLost() bool { return h.lost.Load() }
+
+func (h *heartbeat) stop() {
+	h.cancel()
+	h.wg.Wait()
 }

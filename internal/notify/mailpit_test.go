@@ -2,12 +2,12 @@ package notify_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -16,9 +16,9 @@ import (
 // once forgave envelope paths without angle brackets, which Mailpit
 // refuses (501 5.5.4), and every e-mail failed in production.
 
-func mailpitSMTP(t *testing.T, mp *testenv.Mailpit, tlsMode, user, password string) *notify.SMTP {
+func mailpitSMTP(t *testing.T, mp *testenv.Mailpit, tlsMode, user, password string) *smtp.Provider {
 	t.Helper()
-	p, err := notify.NewSMTP(notify.SMTPConfig{
+	p, err := smtp.New(smtp.Config{
 		Host: mp.Host, Port: mp.Port, TLS: tlsMode, CAFile: mp.CAFile,
 		Username: user, Password: password, HeloName: "worker-7.shop.example",
 		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key",
@@ -35,7 +35,7 @@ func TestWorkerDeliversThroughMailpit(t *testing.T) {
 	t.Parallel()
 	mp := testenv.StartMailpit(t, testenv.MailpitOptions{})
 	e := setup(t, smtpsink.Config{})
-	w := e.worker(t, workerOpts{provider: mailpitSMTP(t, mp, notify.TLSNone, "", "")})
+	w := e.worker(t, workerOpts{provider: mailpitSMTP(t, mp, smtp.TLSNone, "", "")})
 	d := e.checkout(t, "ana@example.com")
 	if err := process(context.Background(), w, d); err != nil {
 		t.Fatal(err)
@@ -61,74 +61,6 @@ func TestWorkerDeliversThroughMailpit(t *testing.T) {
 	}
 }
 
-func TestStartTLSAndAuthAgainstMailpit(t *testing.T) {
-	t.Parallel()
-	mp := testenv.StartMailpit(t, testenv.MailpitOptions{TLS: true, Auth: map[string]string{"shop": "s3cret-pass"}})
-	msg := notify.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", MessageID: "tls-1@" + mailDomain, IdempotencyKey: "k1"}
-	handOver := func() error { return nil }
-
-	if _, err := mailpitSMTP(t, mp, notify.TLSStartTLS, "shop", "s3cret-pass").Send(context.Background(), msg, handOver); err != nil {
-		t.Fatalf("with STARTTLS and the right password: %v", err)
-	}
-	if n := mp.CountByMessageID(t, msg.MessageID); n != 1 {
-		t.Errorf("%d messages with %s, want 1", n, msg.MessageID)
-	}
-
-	// A wrong password is the provider refusing us, not the recipient.
-	msg.MessageID = "tls-2@" + mailDomain
-	_, err := mailpitSMTP(t, mp, notify.TLSStartTLS, "shop", "wrong").Send(context.Background(), msg, handOver)
-	var se *notify.SendError
-	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 535 {
-		t.Errorf("wrong password: %v, want unavailable at auth with 535", err)
-	}
-	// No credentials at all: Mailpit refuses MAIL with 530.
-	_, err = mailpitSMTP(t, mp, notify.TLSStartTLS, "", "").Send(context.Background(), msg, handOver)
-	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender || se.Code != 530 {
-		t.Errorf("no credentials: %v, want unavailable at MAIL with 530", err)
-	}
-	if n := mp.CountByMessageID(t, msg.MessageID); n != 0 {
-		t.Errorf("%d messages accepted without the right credentials", n)
-	}
-}
-
-func TestMailpitRefusalsAreClassifiedByStage(t *testing.T) {
-	t.Parallel()
-	mp := testenv.StartMailpit(t, testenv.MailpitOptions{Chaos: true, AllowedRecipients: `@example\.com$`})
-	p := mailpitSMTP(t, mp, notify.TLSNone, "", "")
-	send := func(to string) *notify.SendError {
-		_, err := p.Send(context.Background(), notify.Message{To: to, Subject: "s", Text: "t", MessageID: "c@" + mailDomain, IdempotencyKey: "k"}, func() error { return nil })
-		var se *notify.SendError
-		if err != nil && !errors.As(err, &se) {
-			t.Fatalf("unclassified error %v", err)
-		}
-		return se
-	}
-	if se := send("nobody@elsewhere.test"); se == nil || se.Outcome != notify.OutcomePermanent || se.Stage != notify.StageRecipient {
-		t.Errorf("refused recipient: %v, want permanent at RCPT", se)
-	}
-	mp.SetChaos(t, testenv.MailpitChaos{Sender: &testenv.MailpitTrigger{ErrorCode: 550, Probability: 100}})
-	if se := send("ana@example.com"); se == nil || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender {
-		t.Errorf("550 at MAIL FROM: %v, want unavailable at MAIL", se)
-	}
-	if err := p.Probe(context.Background()); err == nil {
-		t.Error("the probe passed while MAIL FROM is refused")
-	}
-	mp.SetChaos(t, testenv.MailpitChaos{Recipient: &testenv.MailpitTrigger{ErrorCode: 451, Probability: 100}})
-	if se := send("ana@example.com"); se == nil || se.Outcome != notify.OutcomeTemporary || se.Stage != notify.StageRecipient {
-		t.Errorf("451 at RCPT: %v, want temporary at RCPT", se)
-	}
-	mp.ClearChaos(t)
-	if err := p.Probe(context.Background()); err != nil {
-		t.Errorf("probe after the chaos ended: %v", err)
-	}
-	if se := send("ana@example.com"); se != nil {
-		t.Errorf("after the chaos ended: %v", se)
-	}
-	if n := mp.Count(t); n != 1 {
-		t.Errorf("%d messages at Mailpit, want 1: a probe must send nothing", n)
-	}
-}
-
 // While Mailpit refuses our sender, deliveries wait: nothing is failed or
 // used up, the worker stops trying and probes, and the delivery goes out
 // once the probe gets through.
@@ -136,7 +68,7 @@ func TestProviderRefusingUsMakesDeliveriesWait(t *testing.T) {
 	t.Parallel()
 	mp := testenv.StartMailpit(t, testenv.MailpitOptions{Chaos: true})
 	e := setup(t, smtpsink.Config{})
-	w := e.worker(t, workerOpts{provider: mailpitSMTP(t, mp, notify.TLSNone, "", "")})
+	w := e.worker(t, workerOpts{provider: mailpitSMTP(t, mp, smtp.TLSNone, "", "")})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 

@@ -96,7 +96,9 @@ type SendError struct {
 	Enhanced string // RFC 3463 enhanced status code when it gave one, e.g. "5.1.1"
 	Err      error
 
-	handedOver bool // the lease check passed; never retried inside Send
+	// HandedOver: the last lease check passed, so the data may have
+	// gone out; a provider never retries such a send by itself.
+	HandedOver bool
 }
 
 func (e *SendError) Error() string {
@@ -108,9 +110,10 @@ func (e *SendError) Error() string {
 
 func (e *SendError) Unwrap() error { return e.Err }
 
-// reachedRecipient reports whether the provider had accepted the
-// recipient when the attempt failed.
-func (e *SendError) reachedRecipient() bool { return e.Stage == StageData }
+// ReachedRecipient reports whether the provider had accepted the
+// recipient when the attempt failed; an attempt that had not does not
+// count against the delivery.
+func (e *SendError) ReachedRecipient() bool { return e.Stage == StageData }
 
 // sendErrorOf returns the classification of err, treating an unclassified
 // error as ambiguous: when in doubt, do not send again.

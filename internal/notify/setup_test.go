@@ -16,6 +16,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -34,6 +35,7 @@ type env struct {
 	metrics   *notify.Metrics
 	logs      *testenv.Buffer
 	orders    *order.Service
+	ops       *notify.Operator
 }
 
 func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
@@ -54,15 +56,19 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	client := asynq.NewClient(e.redis.Opt)
 	t.Cleanup(func() { client.Close() })
 	apiReg := prometheus.NewRegistry()
-	e.orders = order.NewService(e.db.Pool, notify.NewEnqueuer(client, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg), time.Hour, apiReg)
+	enq := notify.NewEnqueuer(client, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg)
+	e.orders = order.NewService(e.db.Pool, enq, time.Hour, apiReg)
+	ins := asynq.NewInspector(e.redis.Opt)
+	t.Cleanup(func() { ins.Close() })
+	e.ops = notify.NewOperator(e.db.Pool, enq, ins, e.rdb)
 	return e
 }
 
 // smtp returns an SMTP provider pointed at the test sink.
-func (e *env) smtp(t testing.TB) *notify.SMTP {
+func (e *env) smtp(t testing.TB) *smtp.Provider {
 	t.Helper()
-	p, err := notify.NewSMTP(notify.SMTPConfig{
-		Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
+	p, err := smtp.New(smtp.Config{
+		Host: e.sink.Host(), Port: e.sink.Port(), TLS: smtp.TLSNone,
 		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key",
 		Timeout: 5 * time.Second, MaxIdle: 2,
 	})
@@ -80,7 +86,18 @@ type workerOpts struct {
 	templates *notify.Templates
 }
 
-func (e *env) worker(t testing.TB, o workerOpts) *notify.Worker {
+// testWorker is a Worker behind its Middleware, as cmd/worker serves it:
+// ProcessTask logs the attempt's line.
+type testWorker struct {
+	*notify.Worker
+	handler asynq.Handler
+}
+
+func (w testWorker) ProcessTask(ctx context.Context, task *asynq.Task) error {
+	return w.handler.ProcessTask(ctx, task)
+}
+
+func (e *env) worker(t testing.TB, o workerOpts) testWorker {
 	t.Helper()
 	if o.provider == nil {
 		o.provider = e.smtp(t)
@@ -94,10 +111,11 @@ func (e *env) worker(t testing.TB, o workerOpts) *notify.Worker {
 	if o.templates == nil {
 		o.templates = e.templates
 	}
-	return notify.NewWorker(e.db.Pool, e.rdb, o.provider, o.templates, notify.WorkerConfig{
+	w := notify.NewWorker(e.db.Pool, e.rdb, o.provider, o.templates, notify.WorkerConfig{
 		LockTTL: o.lockTTL, MaxAge: o.maxAge, ProbeInterval: 100 * time.Millisecond, SendTimeout: 10 * time.Second,
 		MessageIDDomain: mailDomain, WorkerID: t.Name(), Queue: e.redis.Queue, Concurrency: 10,
 	}, slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), e.metrics)
+	return testWorker{Worker: w, handler: w.Middleware(w)}
 }
 
 // checkout places an order and returns its confirmation delivery.
@@ -126,7 +144,7 @@ func (e *env) delivery(t testing.TB, key string) notify.Delivery {
 // process runs the handler on d's task, running it again as asynq would
 // while the task waits (a busy lock, a provider that refuses us), and
 // returns the final error; a task still waiting after 20 s is an error.
-func process(ctx context.Context, w *notify.Worker, d notify.Delivery) error {
+func process(ctx context.Context, w asynq.Handler, d notify.Delivery) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		err := w.ProcessTask(ctx, notify.NewDeliverTask(d))

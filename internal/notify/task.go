@@ -44,6 +44,17 @@ type deliverPayload struct {
 	KeyHash    string    `json:"key_hash"`
 }
 
+// decode reads a task's payload; both fields are required.
+func (p *deliverPayload) decode(b []byte) error {
+	if err := json.Unmarshal(b, p); err != nil {
+		return err
+	}
+	if p.DeliveryID == uuid.Nil || p.KeyHash == "" {
+		return errors.New("delivery_id and key_hash are required")
+	}
+	return nil
+}
+
 // maxTaskRetries bounds asynq's own retries of one task. A delivery gives
 // up by age (DELIVERY_MAX_AGE), not by count, and waiting (for a lock, a
 // provider that refuses us, a worker that knows the template) does not

@@ -3,13 +3,10 @@ package notify
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,16 +15,13 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
-	"github.com/sqlc-dev/pqtype"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/failpoint"
-	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
 // WorkerConfig tunes the delivery worker.
@@ -61,8 +55,23 @@ type WorkerConfig struct {
 	Tracer trace.Tracer
 }
 
+// An attempt's outcome is written, and its lock released, even after
+// SendTimeout has run out (a message the provider accepted must be
+// recorded as sent): these bound those two steps.
+const (
+	recordTimeout  = 10 * time.Second
+	releaseTimeout = 2 * time.Second
+)
+
+// MinShutdownTimeout is the least SIGTERM must wait for a worker whose
+// attempts may take sendTimeout: the send, then recording its outcome and
+// releasing its lock.
+func MinShutdownTimeout(sendTimeout time.Duration) time.Duration {
+	return sendTimeout + recordTimeout + releaseTimeout
+}
+
 // Worker drives deliveries pending → sending → sent. It is the asynq
-// handler for TaskTypeDeliver.
+// handler for TaskTypeDeliver; wrap it in Middleware.
 type Worker struct {
 	db        *pgxpool.Pool
 	lock      redisLock
@@ -107,122 +116,34 @@ func MessageID(idempotencyKey, domain string) string {
 	return KeyHash(idempotencyKey) + "@" + domain
 }
 
-var (
-	// errLockBusy: another worker holds the lock; try again shortly.
-	errLockBusy = errors.New("lock held by another worker")
-	// errLockLost: the lock could not be renewed, so the data was not sent.
-	errLockLost = errors.New("lock expired before the message was handed over")
-	// errLeaseLost: the row's lease is no longer ours: another worker took over.
-	errLeaseLost = errors.New("lease taken over by another worker")
-	// errDraining: the worker is shutting down; another one takes the task.
-	errDraining = errors.New("worker shutting down; task handed back")
-	// errProviderUnavailable: the provider refuses us; the task waits.
-	errProviderUnavailable = errors.New("provider refuses us; task handed back until a probe succeeds")
-	// errUnknownTemplate: this worker does not know the delivery's
-	// template (an older build during a rolling deploy); one that does
-	// takes the task.
-	errUnknownTemplate = errors.New("template unknown to this worker; task handed back")
-)
-
-// waitError asks asynq to run the task again after a delay, without
-// counting a failure: the delivery is waiting, not failing, and its
-// back-off does not grow.
-type waitError struct {
-	err   error
-	after time.Duration
+// MessageIDDomain is the right-hand side of the Message-IDs a sender
+// address gives: its domain. from must be valid (NormalizeAddress).
+func MessageIDDomain(from string) string {
+	from, _ = NormalizeAddress(from)
+	return from[strings.LastIndexByte(from, '@')+1:]
 }
 
-func (e *waitError) Error() string { return e.err.Error() }
-func (e *waitError) Unwrap() error { return e.err }
-
-// wait wraps err in a waitError of base plus up to spread of jitter.
-func wait(err error, base, spread time.Duration) error {
-	return &waitError{err: err, after: base + rand.N(spread+1)}
-}
-
-// IsFailure tells asynq which errors count as failed tasks: waiting (for
-// a lock, a provider, a worker that knows the template) is not failing.
-func IsFailure(err error) bool {
-	var we *waitError
-	return !errors.As(err, &we)
-}
-
-// RetryDelay is asynq's back-off: exponential with full jitter, from 1s up
-// to 5 minutes; a task that waits comes back after its own delay.
-func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
-	if we := (*waitError)(nil); errors.As(err, &we) {
-		return we.after
-	}
-	ceiling := time.Second << min(n, 9) // 1s, 2s, ... 512s
-	ceiling = min(ceiling, 5*time.Minute)
-	return ceiling/2 + rand.N(ceiling/2+1)
-}
-
-// providerWait is how long a task waits while the provider refuses us:
-// until after the next probe, spread so that the backlog does not come
-// back all at once, and never more than about half a minute.
-func (w *Worker) providerWait(err error) error {
-	return wait(err, w.cfg.ProbeInterval, min(5*w.cfg.ProbeInterval, 30*time.Second))
-}
-
-// unknownTemplateWait is about how long a task whose template this worker
-// does not know waits before it comes back (for another worker, or this
-// one after its upgrade).
-const unknownTemplateWait = 5 * time.Second
-
-// attempt collects what one run of the handler learned, for its one log line.
+// attempt is one claimed try at a delivery: the row as claimed, the lease
+// that fences every write of this attempt, and the Redis lock held
+// meanwhile.
 type attempt struct {
-	taskID   string
-	attrs    []slog.Attr
-	result   string
+	row       dbsqlc.NotificationDelivery
+	lease     lease
+	keyHash   string
+	lockToken string
+	taskID    string
+
 	lockLost bool // the heartbeat found the lock gone
 	sent     bool // "sent" was recorded: cache it when the lock is released
 }
 
-func (a *attempt) add(attrs ...slog.Attr) { a.attrs = append(a.attrs, attrs...) }
-
 // ProcessTask handles one delivery task. It is safe to run any number of
 // times, concurrently, on any number of workers: at most one of them
 // hands the message to the provider per claim, and none after it is sent.
-func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) {
-	start := time.Now()
-	taskID, _ := asynq.GetTaskID(ctx)
-	a := &attempt{taskID: taskID}
-	retry, _ := asynq.GetRetryCount(ctx)
-	a.add(slog.String("task_id", taskID), slog.Int("retry", retry), slog.String("worker_id", w.cfg.WorkerID))
-	// Continue the trace of the request that recorded the delivery.
-	ctx = tracing.Propagator.Extract(ctx, propagation.MapCarrier(task.Headers()))
-	ctx, span := w.tracer.Start(ctx, "deliver notification", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("messaging.message.id", taskID), attribute.Int("sekali.retry", retry)))
-	if sc := span.SpanContext(); sc.IsValid() {
-		a.add(slog.String("trace_id", sc.TraceID().String()))
-	}
-	defer func() {
-		span.SetAttributes(attribute.String("sekali.result", a.result))
-		if err != nil && IsFailure(err) {
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-	}()
-	defer func() {
-		elapsed := time.Since(start)
-		w.metrics.processing.Observe(elapsed.Seconds())
-		level := slog.LevelInfo
-		a.add(slog.String("result", a.result), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
-		switch {
-		case errors.Is(err, errProviderUnavailable) && a.result == "provider_unavailable":
-			level = slog.LevelDebug // one WARN per outage says it (providerUnavailable)
-		case err != nil && IsFailure(err):
-			level = slog.LevelWarn
-			if errors.Is(err, asynq.SkipRetry) {
-				level = slog.LevelError
-			}
-			a.add(slog.String("error", RedactAddresses(err.Error())))
-		}
-		w.log.LogAttrs(ctx, level, "delivery attempt", a.attrs...)
-	}()
+func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
+	l := taskLogFrom(ctx)
 	if err := w.limit.acquire(ctx); err != nil {
-		a.result = "shutdown"
+		l.result = "shutdown"
 		return fmt.Errorf("wait for a concurrency slot: %w", err)
 	}
 	defer w.limit.release()
@@ -230,115 +151,54 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	// While the provider refuses us, no attempt is made: the task comes
 	// back after the next probe.
 	if !w.health.available() {
-		a.result = "provider_unavailable"
+		l.result = "provider_unavailable"
 		w.metrics.handedBack.WithLabelValues("provider_unavailable").Inc()
 		return w.providerWait(errProviderUnavailable)
 	}
-
 	var p deliverPayload
-	if jerr := json.Unmarshal(task.Payload(), &p); jerr != nil || p.DeliveryID == uuid.Nil || p.KeyHash == "" {
-		a.result = "bad_payload"
-		return fmt.Errorf("malformed task payload %q: %v: %w", truncate(task.Payload(), 200), jerr, asynq.SkipRetry)
+	if err := p.decode(task.Payload()); err != nil {
+		l.result = "bad_payload"
+		return fmt.Errorf("malformed task payload %q: %w: %w", truncate(task.Payload(), 200), err, asynq.SkipRetry)
 	}
-	a.add(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
-	span.SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
+	l.set(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
 
-	// 1. The cache may say "sent"; only that answer is ever believed.
-	if w.lock.cachedSent(ctx, p.KeyHash) {
-		w.duplicate(a, "cache")
-		return nil
-	}
-
-	// 2. The source of truth.
-	q := dbsqlc.New(w.db)
-	row, err := q.GetDelivery(ctx, p.DeliveryID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		a.result = "unknown_delivery"
-		return fmt.Errorf("delivery %s does not exist: %w", p.DeliveryID, asynq.SkipRetry)
-	}
-	if err != nil {
-		a.result = "db_error"
-		w.metrics.retries.WithLabelValues("database").Inc()
-		return fmt.Errorf("read delivery: %w", err)
-	}
-	if KeyHash(row.IdempotencyKey) != p.KeyHash {
-		a.result = "bad_payload"
-		return fmt.Errorf("task key hash %s does not match delivery %s: %w", p.KeyHash, p.DeliveryID, asynq.SkipRetry)
-	}
-	a.add(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
-	if done := w.settled(ctx, a, row, "database"); done {
-		return nil
-	}
-	if Status(row.Status) == StatusPending && time.Since(row.TryingSince) >= w.cfg.MaxAge {
-		return w.expire(ctx, a, q, row)
-	}
-	if !w.templates.Has(row.Template) {
-		// An older worker during a rolling deploy: the delivery is not
-		// this worker's to fail. It waits for one that knows the template.
-		a.result = "unknown_template"
-		w.metrics.handedBack.WithLabelValues("unknown_template").Inc()
-		return wait(errUnknownTemplate, unknownTemplateWait, 2*unknownTemplateWait)
+	row, done, err := w.load(ctx, l, p)
+	if done || err != nil {
+		return err
 	}
 
-	// 3. The lock keeps two workers from doing this work at once.
-	a.add(slog.String("lock_key", lockKey(p.KeyHash)))
+	// The lock keeps two workers from doing this work at once.
+	l.set(slog.String("lock_key", lockKey(p.KeyHash)))
 	token, ok, err := w.lock.acquire(ctx, p.KeyHash)
 	if err != nil {
-		a.result = "redis_error"
+		l.result = "redis_error"
 		w.metrics.retries.WithLabelValues("redis").Inc()
 		return err
 	}
 	if !ok {
 		w.metrics.lockFailed.Inc()
 		w.metrics.retries.WithLabelValues("lock_busy").Inc()
-		a.add(slog.String("lock", "busy"))
-		w.duplicate(a, "lock")
+		l.set(slog.String("lock", "busy"))
+		w.duplicate(l, "lock")
 		return wait(errLockBusy, 500*time.Millisecond, time.Second)
 	}
 	w.metrics.lockAcquired.Inc()
-	a.add(slog.String("lock", "acquired"))
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		// Cache "sent" first, then release: one round trip to Redis.
-		released, rerr := w.lock.release(rctx, p.KeyHash, token, a.sent)
-		if rerr != nil {
-			a.add(slog.String("release_error", rerr.Error()))
-		}
-		if rerr == nil && !released && !a.lockLost {
-			// The lock expired under us without the heartbeat noticing.
-			w.metrics.lockExpired.Inc()
-		}
-	}()
+	l.set(slog.String("lock", "acquired"))
+	taskID, _ := asynq.GetTaskID(ctx)
+	a := &attempt{keyHash: p.KeyHash, lockToken: token, taskID: taskID,
+		lease: lease{token: uuid.New(), ttl: w.cfg.LockTTL, actor: w.cfg.WorkerID}}
+	defer w.releaseLock(ctx, a)
 	failpoint.Inject("after-lock")
 
-	// 4. Look again now that we hold the lock, and claim the row: the
-	// claim is one conditional UPDATE that re-reads the row under its row
-	// lock (pending, or an expired lease not handed over, and no block),
-	// so the re-read costs no extra round trip. Only when it takes nothing
-	// is the row read to say why.
 	if w.draining.Load() {
-		a.result = "handed_back"
+		l.result = "handed_back"
 		w.metrics.handedBack.WithLabelValues("shutdown").Inc()
 		return wait(errDraining, 500*time.Millisecond, time.Second)
 	}
-	lease := uuid.New()
-	cctx, claimSpan := w.tracer.Start(ctx, "claim")
-	claimedRow, err := q.ClaimDelivery(cctx, dbsqlc.ClaimDeliveryParams{
-		ID: row.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds(), Actor: w.cfg.WorkerID, TaskID: taskID,
-		MessageID: MessageID(row.IdempotencyKey, w.cfg.MessageIDDomain),
-	})
-	claimSpan.End()
-	if errors.Is(err, pgx.ErrNoRows) {
-		return w.notClaimable(ctx, a, q, row.ID)
+	if done, err := w.claim(ctx, l, a, row); done || err != nil {
+		return err
 	}
-	if err != nil {
-		a.result = "db_error"
-		w.metrics.retries.WithLabelValues("database").Inc()
-		return fmt.Errorf("claim delivery: %w", err)
-	}
-	claimed := claimedDelivery(claimedRow)
-	a.add(slog.String("from_status", claimedRow.FromStatus), slog.Int("attempt", int(claimed.Attempts)))
 	failpoint.Inject("after-claim")
 
 	// From the claim on, the attempt runs to its outcome even if asynq
@@ -346,23 +206,106 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) (err error) 
 	// makes outcomes ambiguous.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout)
 	defer cancel()
-	return w.send(sctx, a, q, claimed, lease, p.KeyHash, token)
+	providerID, sendErr := w.deliver(sctx, a)
+	// The outcome is written whatever time the send took: a message the
+	// provider accepted must be recorded as sent even if SEND_TIMEOUT ran
+	// out while waiting for its reply.
+	rctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancelRecord()
+	rctx, span := w.tracer.Start(rctx, "record outcome")
+	defer span.End()
+	return w.record(rctx, l, a, providerID, sendErr)
+}
+
+// load reads the delivery and decides whether this task has anything to
+// do: done is true (with a nil error) when it has not.
+func (w *Worker) load(ctx context.Context, l *taskLog, p deliverPayload) (row dbsqlc.NotificationDelivery, done bool, err error) {
+	// The cache may say "sent"; only that answer is ever believed.
+	if w.lock.cachedSent(ctx, p.KeyHash) {
+		w.duplicate(l, "cache")
+		return row, true, nil
+	}
+	row, err = dbsqlc.New(w.db).GetDelivery(ctx, p.DeliveryID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		l.result = "unknown_delivery"
+		return row, true, fmt.Errorf("delivery %s does not exist: %w", p.DeliveryID, asynq.SkipRetry)
+	}
+	if err != nil {
+		l.result = "db_error"
+		w.metrics.retries.WithLabelValues("database").Inc()
+		return row, true, fmt.Errorf("read delivery: %w", err)
+	}
+	if KeyHash(row.IdempotencyKey) != p.KeyHash {
+		l.result = "bad_payload"
+		return row, true, fmt.Errorf("task key hash %s does not match delivery %s: %w", p.KeyHash, p.DeliveryID, asynq.SkipRetry)
+	}
+	l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
+	if w.settled(ctx, l, row, "database") {
+		return row, true, nil
+	}
+	if Status(row.Status) == StatusPending && time.Since(row.TryingSince) >= w.cfg.MaxAge {
+		return row, true, w.expire(ctx, l, row)
+	}
+	if !w.templates.Has(row.Template) {
+		// An older worker during a rolling deploy: the delivery is not
+		// this worker's to fail. It waits for one that knows the template.
+		l.result = "unknown_template"
+		w.metrics.handedBack.WithLabelValues("unknown_template").Inc()
+		return row, true, wait(errUnknownTemplate, unknownTemplateWait, 2*unknownTemplateWait)
+	}
+	return row, false, nil
+}
+
+// claim takes the row for this attempt: one conditional UPDATE that
+// re-reads it under its row lock (pending, or an expired lease not handed
+// over, and no block), so the re-read after the lock costs no extra round
+// trip. Only when it takes nothing is the row read to say why.
+func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, row dbsqlc.NotificationDelivery) (done bool, err error) {
+	cctx, span := w.tracer.Start(ctx, "claim")
+	claimed, err := claim(cctx, dbsqlc.New(w.db), row.ID, a.lease, MessageID(row.IdempotencyKey, w.cfg.MessageIDDomain), a.taskID)
+	span.End()
+	if errors.Is(err, pgx.ErrNoRows) {
+		return true, w.notClaimable(ctx, l, row.ID)
+	}
+	if err != nil {
+		l.result = "db_error"
+		w.metrics.retries.WithLabelValues("database").Inc()
+		return true, fmt.Errorf("claim delivery: %w", err)
+	}
+	a.row = claimedDelivery(claimed)
+	l.set(slog.String("from_status", claimed.FromStatus), slog.Int("attempt", int(claimed.Attempts)))
+	return false, nil
+}
+
+// releaseLock caches "sent" when the attempt recorded it, then releases
+// the lock, in one round trip to Redis.
+func (w *Worker) releaseLock(ctx context.Context, a *attempt) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	released, err := w.lock.release(rctx, a.keyHash, a.lockToken, a.sent)
+	if err != nil {
+		taskLogFrom(ctx).set(slog.String("release_error", err.Error()))
+	}
+	if err == nil && !released && !a.lockLost {
+		// The lock expired under us without the heartbeat noticing.
+		w.metrics.lockExpired.Inc()
+	}
 }
 
 // settled acknowledges a delivery that needs no work: sent, failed or
 // held (an operator decides about those).
-func (w *Worker) settled(ctx context.Context, a *attempt, row dbsqlc.NotificationDelivery, layer string) bool {
+func (w *Worker) settled(ctx context.Context, l *taskLog, row dbsqlc.NotificationDelivery, layer string) bool {
 	switch Status(row.Status) {
 	case StatusSent:
 		if err := w.lock.cacheSent(ctx, KeyHash(row.IdempotencyKey)); err != nil {
-			a.add(slog.String("cache_error", err.Error()))
+			l.set(slog.String("cache_error", err.Error()))
 		}
 	case StatusFailed, StatusHeld:
 	default:
 		return false
 	}
-	w.duplicate(a, layer)
-	w.recordDuplicate(ctx, a, row, layer)
+	w.duplicate(l, layer)
+	w.recordDuplicate(ctx, l, row, layer)
 	return true
 }
 
@@ -370,14 +313,11 @@ func (w *Worker) settled(ctx context.Context, a *attempt, row dbsqlc.Notificatio
 // history. Duplicates caught by the cache or the lock are only counted
 // and logged: writing them down would cost the database round trip those
 // layers exist to save.
-func (w *Worker) recordDuplicate(ctx context.Context, a *attempt, row dbsqlc.NotificationDelivery, layer string) {
-	detail, _ := json.Marshal(map[string]string{"layer": layer, "task_id": a.taskID})
-	err := dbsqlc.New(w.db).RecordEvent(ctx, dbsqlc.RecordEventParams{
-		DeliveryID: row.ID, Event: "duplicate_suppressed", Status: row.Status,
-		Attempt: row.Attempts, Actor: w.cfg.WorkerID, Detail: pqtype.NullRawMessage{RawMessage: detail, Valid: true},
-	})
-	if err != nil {
-		a.add(slog.String("history_error", err.Error()))
+func (w *Worker) recordDuplicate(ctx context.Context, l *taskLog, row dbsqlc.NotificationDelivery, layer string) {
+	taskID, _ := asynq.GetTaskID(ctx)
+	if err := recordEvent(ctx, dbsqlc.New(w.db), row, "duplicate_suppressed", w.cfg.WorkerID,
+		map[string]string{"layer": layer, "task_id": taskID}); err != nil {
+		l.set(slog.String("history_error", err.Error()))
 	}
 }
 
@@ -394,37 +334,38 @@ func claimedDelivery(r dbsqlc.ClaimDeliveryRow) dbsqlc.NotificationDelivery {
 
 // expire gives up on a pending delivery whose tries began more than
 // MaxAge ago, without another try.
-func (w *Worker) expire(ctx context.Context, a *attempt, q *dbsqlc.Queries, row dbsqlc.NotificationDelivery) error {
+func (w *Worker) expire(ctx context.Context, l *taskLog, row dbsqlc.NotificationDelivery) error {
 	reason := fmt.Sprintf("expired: not sent within DELIVERY_MAX_AGE (%s)", w.cfg.MaxAge)
 	if row.LastError != nil {
 		reason += "; last error: " + truncate([]byte(*row.LastError), 900)
 	}
-	n, err := q.ExpirePending(ctx, dbsqlc.ExpirePendingParams{ID: row.ID, LastError: reason, MaxAgeSeconds: w.cfg.MaxAge.Seconds(), Actor: w.cfg.WorkerID})
+	expired, err := expirePending(ctx, dbsqlc.New(w.db), row.ID, w.cfg.MaxAge, reason, w.cfg.WorkerID)
 	if err != nil {
-		a.result = "db_error"
+		l.result = "db_error"
 		w.metrics.retries.WithLabelValues("database").Inc()
 		return fmt.Errorf("expire delivery %s: %w", row.ID, err)
 	}
-	if n == 0 {
+	if !expired {
 		// Claimed or retried meanwhile: let the task run again.
-		a.result = "raced"
+		l.result = "raced"
 		return wait(errors.New("delivery changed while being expired"), 500*time.Millisecond, time.Second)
 	}
 	w.metrics.deliveries.WithLabelValues(row.Template, "failed").Inc()
-	a.result = "expired"
-	a.add(slog.String("to_status", string(StatusFailed)))
+	l.result = "expired"
+	l.set(slog.String("to_status", string(StatusFailed)))
 	return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
 }
 
 // notClaimable explains why the claim found nothing to take.
-func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries, id uuid.UUID) error {
+func (w *Worker) notClaimable(ctx context.Context, l *taskLog, id uuid.UUID) error {
+	q := dbsqlc.New(w.db)
 	row, err := q.GetDelivery(ctx, id)
 	if err != nil {
-		a.result = "db_error"
+		l.result = "db_error"
 		w.metrics.retries.WithLabelValues("database").Inc()
 		return fmt.Errorf("re-read delivery: %w", err)
 	}
-	if w.settled(ctx, a, row, "database") {
+	if w.settled(ctx, l, row, "database") {
 		return nil
 	}
 	expired := row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now())
@@ -432,10 +373,10 @@ func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries
 		// The previous attempt died after the data went out. Sending now
 		// could be the second e-mail; the reconciler asks the provider.
 		reason := "ambiguous: a previous attempt stopped after handing the message to the provider; left for the reconciler"
-		if _, err := q.NoteAmbiguous(ctx, dbsqlc.NoteAmbiguousParams{ID: id, LastError: reason, Actor: w.cfg.WorkerID}); err != nil {
-			a.add(slog.String("note_error", err.Error()))
+		if err := noteAmbiguous(ctx, q, id, reason, w.cfg.WorkerID); err != nil {
+			l.set(slog.String("note_error", err.Error()))
 		}
-		a.result = "left_for_reconciler"
+		l.result = "left_for_reconciler"
 		w.metrics.deliveries.WithLabelValues(row.Template, "ambiguous").Inc()
 		return nil
 	}
@@ -443,51 +384,43 @@ func (w *Worker) notClaimable(ctx context.Context, a *attempt, q *dbsqlc.Queries
 		// Claimable but for an operator's block: the temporary filter.
 		// The row stays pending and the reconciler queues it again once
 		// the block has expired.
-		a.result = "blocked"
+		l.result = "blocked"
 		w.metrics.blocked.Inc()
 		return nil
 	}
 	// Another worker holds a live lease on it.
-	w.duplicate(a, "database")
-	w.recordDuplicate(ctx, a, row, "database")
-	a.result = "owned_by_another_worker"
+	w.duplicate(l, "database")
+	w.recordDuplicate(ctx, l, row, "database")
+	l.result = "owned_by_another_worker"
 	return nil
 }
 
-func (w *Worker) duplicate(a *attempt, layer string) {
+func (w *Worker) duplicate(l *taskLog, layer string) {
 	w.metrics.duplicates.WithLabelValues(layer).Inc()
-	a.result = "duplicate_" + layer
+	l.result = "duplicate_" + layer
 }
 
-// send renders, hands the message to the provider under a heartbeat, and
-// records the outcome with fenced updates.
-func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsqlc.NotificationDelivery, lease uuid.UUID, keyHash, lockToken string) error {
-	fence := func(rows int64, err error) error {
-		if err != nil {
-			return err
-		}
-		if rows == 0 {
-			return errLeaseLost
-		}
-		return nil
-	}
+// renderError: the template exists but cannot render the stored data.
+type renderError struct{ err error }
 
+func (e *renderError) Error() string {
+	return "the template cannot render this delivery's data: " + e.err.Error()
+}
+
+// deliver renders the delivery and hands it to the provider under a
+// heartbeat, with the last lease check right before the data. It writes
+// no outcome; record does.
+func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, err error) {
+	d := a.row
 	_, renderSpan := w.tracer.Start(ctx, "render", trace.WithAttributes(attribute.String("sekali.template", d.Template)))
 	r, err := w.templates.Render(d.Template, d.TemplateData)
 	renderSpan.End()
 	if err != nil {
-		// The template is known but cannot render the stored data: an
-		// operator's problem (fix the template or the data, then retry),
-		// held in plain sight rather than failed.
-		reason := "held: the template cannot render this delivery's data: " + err.Error()
-		if ferr := fence(q.HoldUnrenderable(ctx, dbsqlc.HoldUnrenderableParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); ferr != nil {
-			return w.recordFailed(ctx, a, d, ferr)
-		}
-		w.finish(a, d, StatusHeld, "held")
-		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
+		return "", &renderError{err: err}
 	}
 
-	hb := startHeartbeat(ctx, w, q, d.ID, lease, keyHash, lockToken)
+	q := dbsqlc.New(w.db)
+	hb := w.startHeartbeat(ctx, q, a)
 	msg := Message{
 		To:             d.Recipient,
 		Subject:        r.Subject,
@@ -496,190 +429,31 @@ func (w *Worker) send(ctx context.Context, a *attempt, q *dbsqlc.Queries, d dbsq
 		MessageID:      *d.MessageID, // the claim stores it when it is missing
 		IdempotencyKey: d.IdempotencyKey,
 	}
-	handOver := func() error {
+	lastLeaseCheck := func() error {
 		if hb.lockLost() {
 			return errLockLost
 		}
 		failpoint.Inject("before-data")
-		_, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: d.ID, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds(), Actor: w.cfg.WorkerID})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return errLeaseLost
+		if err := handOver(ctx, q, d.ID, a.lease); err != nil {
+			return err
 		}
-		if err == nil {
-			failpoint.Inject("after-handover")
-		}
-		return err
+		failpoint.Inject("after-handover")
+		return nil
 	}
 	sendStart := time.Now()
-	pctx, sendSpan := w.tracer.Start(ctx, "provider send", trace.WithSpanKind(trace.SpanKindClient))
-	providerID, sendErr := w.provider.Send(pctx, msg, handOver)
+	pctx, span := w.tracer.Start(ctx, "provider send", trace.WithSpanKind(trace.SpanKindClient))
+	providerID, err = w.provider.Send(pctx, msg, lastLeaseCheck)
 	w.metrics.sendLatency.Observe(time.Since(sendStart).Seconds())
-	if sendErr != nil {
-		sendSpan.SetStatus(codes.Error, sendErr.Error())
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 	}
-	sendSpan.End()
+	span.End()
 	hb.stop()
-	// The outcome is written whatever time the send took: a message the
-	// provider accepted must be recorded as sent even if SEND_TIMEOUT ran
-	// out while waiting for its reply.
-	ctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancelRecord()
-	ctx, recordSpan := w.tracer.Start(ctx, "record outcome")
-	defer recordSpan.End()
 	if hb.lockLost() {
 		a.lockLost = true
 		w.metrics.lockExpired.Inc()
 	}
-
-	if sendErr == nil {
-		failpoint.Inject("after-accept")
-		a.add(slog.String("provider_message_id", providerID))
-		if err := fence(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID, Actor: w.cfg.WorkerID})); err != nil {
-			return w.recordFailed(ctx, a, d, err)
-		}
-		a.sent = true // cached as the lock is released
-		w.finish(a, d, StatusSent, "sent")
-		failpoint.Inject("after-sent")
-		return nil
-	}
-
-	se := sendErrorOf(sendErr)
-	a.add(slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage)))
-	if se.Code != 0 {
-		a.add(slog.Int("smtp_code", se.Code))
-	}
-	if se.Enhanced != "" {
-		a.add(slog.String("smtp_enhanced", se.Enhanced))
-	}
-	reason := truncate([]byte(sendErr.Error()), 1000)
-	release := func(refund bool) error {
-		return fence(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID, RefundAttempt: refund}))
-	}
-	switch se.Outcome {
-	case OutcomeAborted:
-		if errors.Is(sendErr, errLeaseLost) {
-			return w.recordFailed(ctx, a, d, errLeaseLost)
-		}
-		// The lock was lost before the data went out: nothing was sent,
-		// so the attempt is given back, and the delivery tried again later.
-		if err := release(true); err != nil {
-			return w.recordFailed(ctx, a, d, err)
-		}
-		w.metrics.retries.WithLabelValues("lock_expired").Inc()
-		w.finish(a, d, StatusPending, "retried")
-		return sendErr
-
-	case OutcomeUnavailable:
-		// The provider refuses us, not this message: the delivery waits,
-		// using up nothing, and this worker stops sending until a probe
-		// gets through.
-		if err := release(true); err != nil {
-			return w.recordFailed(ctx, a, d, err)
-		}
-		w.providerUnavailable(ctx, se)
-		w.metrics.retries.WithLabelValues("provider_unavailable").Inc()
-		w.finish(a, d, StatusPending, "retried")
-		return w.providerWait(fmt.Errorf("%w: %s", errProviderUnavailable, RedactAddresses(reason)))
-
-	case OutcomeTemporary:
-		if age := time.Since(d.TryingSince); age >= w.cfg.MaxAge {
-			reason = fmt.Sprintf("gave up after %s of tries (DELIVERY_MAX_AGE %s): %s", age.Round(time.Second), w.cfg.MaxAge, reason)
-			if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
-				return w.recordFailed(ctx, a, d, err)
-			}
-			w.finish(a, d, StatusFailed, "failed")
-			return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
-		}
-		// An attempt the provider refused before it accepted the
-		// recipient does not count.
-		if err := release(!se.reachedRecipient()); err != nil {
-			return w.recordFailed(ctx, a, d, err)
-		}
-		w.metrics.retries.WithLabelValues(fmt.Sprintf("smtp_%dxx", max(se.Code/100, 4))).Inc()
-		w.finish(a, d, StatusPending, "retried")
-		return sendErr
-
-	case OutcomePermanent:
-		if err := fence(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID})); err != nil {
-			return w.recordFailed(ctx, a, d, err)
-		}
-		w.finish(a, d, StatusFailed, "failed")
-		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
-
-	default: // OutcomeAmbiguous
-		reason = "ambiguous: " + reason
-		if err := fence(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: d.ID, LeaseToken: lease, LastError: reason, Actor: w.cfg.WorkerID, LeaseSeconds: w.cfg.LockTTL.Seconds()})); err != nil {
-			return w.recordFailed(ctx, a, d, err)
-		}
-		w.metrics.deliveries.WithLabelValues(d.Template, "ambiguous").Inc()
-		a.result = "left_for_reconciler"
-		return nil
-	}
-}
-
-// finish records a transition that happened.
-func (w *Worker) finish(a *attempt, d dbsqlc.NotificationDelivery, to Status, outcome string) {
-	w.metrics.deliveries.WithLabelValues(d.Template, outcome).Inc()
-	a.result = outcome
-	a.add(slog.String("to_status", string(to)))
-}
-
-// recordFailed handles a fenced update that did not apply: another worker
-// owns the row now, and this one must write nothing more. A database
-// error is retried: the row's lease will expire and the claim decides.
-func (w *Worker) recordFailed(ctx context.Context, a *attempt, d dbsqlc.NotificationDelivery, err error) error {
-	if errors.Is(err, errLeaseLost) {
-		w.duplicate(a, "fencing")
-		w.recordDuplicate(ctx, a, d, "fencing")
-		a.result = "fenced_out"
-		return nil
-	}
-	a.result = "db_error"
-	w.metrics.retries.WithLabelValues("database").Inc()
-	return fmt.Errorf("record outcome of delivery %s: %w", d.ID, err)
-}
-
-// heartbeat renews the Redis lock and the row's lease while a send runs.
-type heartbeat struct {
-	lost   atomic.Bool
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-}
-
-func startHeartbeat(ctx context.Context, w *Worker, q *dbsqlc.Queries, id, lease uuid.UUID, keyHash, token string) *heartbeat {
-	ctx, cancel := context.WithCancel(ctx)
-	hb := &heartbeat{cancel: cancel}
-	hb.wg.Add(1)
-	go func() {
-		defer hb.wg.Done()
-		t := time.NewTicker(w.cfg.LockTTL / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ok, err := w.lock.extend(ctx, keyHash, token)
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil || !ok {
-				hb.lost.Store(true)
-			}
-			// The lease is renewed even when the lock is gone: while the
-			// row's lease is ours, no other worker can claim it.
-			_, _ = q.ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: id, LeaseToken: lease, LeaseSeconds: w.cfg.LockTTL.Seconds()})
-		}
-	}()
-	return hb
-}
-
-func (h *heartbeat) lockLost() bool { return h.lost.Load() }
-
-func (h *heartbeat) stop() {
-	h.cancel()
-	h.wg.Wait()
+	return providerID, err
 }
 
 func truncate(b []byte, n int) string {

@@ -3,22 +3,23 @@ package notify_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"log/slog"
-
-	"github.com/emersion/go-smtp"
+	gosmtp "github.com/emersion/go-smtp"
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 func TestSendsOnceWithDeterministicHeaders(t *testing.T) {
@@ -204,7 +205,7 @@ func TestTemporaryFailureIsRetriedThenSent(t *testing.T) {
 	var refusals atomic.Int32
 	e := setup(t, smtpsink.Config{OnRcpt: func(string) error {
 		if refusals.Add(1) <= 1 {
-			return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try later"}
+			return &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 3, 0}, Message: "try later"}
 		}
 		return nil
 	}})
@@ -242,7 +243,7 @@ func TestTemporaryFailureIsRetriedThenSent(t *testing.T) {
 func TestPermanentFailureIsFailedAndNeverRetried(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{OnRcpt: func(string) error {
-		return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: "no such user"}
+		return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: "no such user"}
 	}})
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "nobody@example.com")
@@ -273,7 +274,7 @@ func TestPermanentFailureIsFailedAndNeverRetried(t *testing.T) {
 func TestGivesUpByAgeNotByCount(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{OnData: func(*smtpsink.Message) error {
-		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "try again later"}
+		return &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 3, 0}, Message: "try again later"}
 	}})
 	w := e.worker(t, workerOpts{maxAge: time.Hour})
 	d := e.checkout(t, "hana@example.com")
@@ -320,7 +321,7 @@ func TestExpiredPendingDeliveryFailsWithoutATry(t *testing.T) {
 		t.Errorf("the worker connected to the provider for an expired delivery")
 	}
 	// An operator's retry starts a new series of tries.
-	if _, err := notify.OperatorRetry(context.Background(), e.db.Pool, d.ID, "operator", "provider fixed"); err != nil {
+	if _, _, _, err := e.ops.Retry(context.Background(), d.ID, "operator", "provider fixed"); err != nil {
 		t.Fatal(err)
 	}
 	if err := process(context.Background(), w, d); err != nil {
@@ -460,13 +461,10 @@ func TestLockLostBeforeDataIsNotSent(t *testing.T) {
 		}
 		// The heartbeat renews the lock and the lease in one beat: once the
 		// lease moved, it has tried (and failed) to renew the lost lock.
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if now := e.delivery(t, d.IdempotencyKey).LeaseExpiresAt; now != nil && now.After(*before) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		testenv.WaitFor(t, "a heartbeat after the lock was lost", 10*time.Second, func() bool {
+			now := e.delivery(t, d.IdempotencyKey).LeaseExpiresAt
+			return now != nil && now.After(*before)
+		})
 		if n, _ := e.rdb.Exists(ctx, lock).Result(); n != 0 {
 			t.Error("the heartbeat re-created a lock it did not hold")
 		}
@@ -574,43 +572,15 @@ func TestShippedEmailIsSentOnce(t *testing.T) {
 	}
 }
 
-// SMTP_TLS=starttls means STARTTLS or nothing: a server that does not
-// offer it gets no message in clear text.
-func TestStartTLSIsRequiredWhenConfigured(t *testing.T) {
-	t.Parallel()
-	e := setup(t, smtpsink.Config{}) // the sink offers no STARTTLS
-	p, err := notify.NewSMTP(notify.SMTPConfig{Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSStartTLS,
-		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	_, err = p.Send(context.Background(), notify.Message{To: "x@example.com", Subject: "s", Text: "t", MessageID: "m@shop.example"},
-		func() error { t.Error("handOver reached without TLS"); return nil })
-	var se *notify.SendError
-	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || !strings.Contains(err.Error(), "STARTTLS") {
-		t.Errorf("err = %v, want the provider unavailable, naming STARTTLS", err)
-	}
-	if n := e.sink.Count(); n != 0 {
-		t.Errorf("%d messages sent in clear text", n)
-	}
-}
-
-func TestPlainTextOnlyForDevelopmentHosts(t *testing.T) {
-	t.Parallel()
-	for host, ok := range map[string]bool{"localhost": true, "127.0.0.1": true, "::1": true, "mailhog": true, "mailpit": true,
-		"smtp.example.com": false, "10.0.0.5": false} {
-		err := notify.SMTPConfig{Host: host, Port: 25, TLS: notify.TLSNone, From: "a@shop.example", IdempotencyHeader: "Idempotency-Key"}.Validate()
-		if (err == nil) != ok {
-			t.Errorf("TLS none to %s: err = %v", host, err)
-		}
-	}
-}
-
-// countingProvider records how many sends ran at once.
+// countingProvider records how many sends ran at once. Each send waits
+// until it has company (wantTogether sends at once), so that a limit that
+// lets them through is seen for certain; under a limit that does not,
+// it gives up waiting after hold, and the test sees top stay at the limit.
 type countingProvider struct {
 	notify.Provider // Probe as it is; Send wrapped
 	active, top     atomic.Int32
+	wantTogether    atomic.Int32
+	hold            time.Duration
 }
 
 func (p *countingProvider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
@@ -622,7 +592,9 @@ func (p *countingProvider) Send(ctx context.Context, m notify.Message, handOver 
 			break
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // hold the slot long enough for others to pile up
+	for deadline := time.Now().Add(p.hold); p.top.Load() < p.wantTogether.Load() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	return p.Provider.Send(ctx, m, handOver)
 }
 
@@ -631,7 +603,8 @@ func (p *countingProvider) Send(ctx context.Context, m notify.Message, handOver 
 func TestConcurrencyCanBeLoweredAtRunTime(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
-	cp := &countingProvider{Provider: e.smtp(t)}
+	cp := &countingProvider{Provider: e.smtp(t), hold: 200 * time.Millisecond}
+	cp.wantTogether.Store(2)
 	w := e.worker(t, workerOpts{provider: cp})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -652,13 +625,7 @@ func TestConcurrencyCanBeLoweredAtRunTime(t *testing.T) {
 		wg.Wait()
 	}
 	waitLog := func(want string) {
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.Contains(e.logs.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("no log line %s", want)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		testenv.WaitFor(t, "a log line "+want, 10*time.Second, func() bool { return strings.Contains(e.logs.String(), want) })
 	}
 
 	if err := notify.SetConcurrency(ctx, e.rdb, e.redis.Queue, 1); err != nil {
@@ -674,6 +641,7 @@ func TestConcurrencyCanBeLoweredAtRunTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitLog(`"to":10`)
+	cp.hold = 10 * time.Second // now every send waits until a second one runs beside it
 	burst("many")
 	if top := cp.top.Load(); top < 2 {
 		t.Errorf("at most %d send at once after the limit was lifted", top)
@@ -691,7 +659,7 @@ func TestBlockedRecipientWaits(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "complainer@example.com")
 	ctx := context.Background()
-	b, err := notify.AddBlock(ctx, e.db.Pool, "recipient", "Complainer@example.com", "ticket 4411", time.Hour)
+	b, err := e.ops.AddBlock(ctx, "recipient", "Complainer@example.com", "ticket 4411", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -704,7 +672,7 @@ func TestBlockedRecipientWaits(t *testing.T) {
 	if n := e.counter(t, "sekali_deliveries_blocked_total"); n != 1 {
 		t.Errorf("deliveries_blocked_total = %v", n)
 	}
-	if err := notify.RemoveBlock(ctx, e.db.Pool, b.ID); err != nil {
+	if err := e.ops.RemoveBlock(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := process(ctx, w, d); err != nil {
@@ -737,7 +705,7 @@ func (p handOverHook) Send(ctx context.Context, m notify.Message, handOver func(
 func TestNoDataAfterTheDeadlineThatFollowsTheLeaseCheck(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
-	p, err := notify.NewSMTP(notify.SMTPConfig{Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
+	p, err := smtp.New(smtp.Config{Host: e.sink.Host(), Port: e.sink.Port(), TLS: smtp.TLSNone,
 		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key", Timeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -783,7 +751,7 @@ func TestKeptConnectionClosedWith421IsReplaced(t *testing.T) {
 	var idleTimeout atomic.Bool
 	e := setup(t, smtpsink.Config{OnMail: func(string) error {
 		if idleTimeout.CompareAndSwap(true, false) {
-			return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 4, 2}, Message: "idle timeout"}
+			return &gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 4, 2}, Message: "idle timeout"}
 		}
 		return nil
 	}})
@@ -813,7 +781,7 @@ func TestConnectionIsResetAfterARefusedMessage(t *testing.T) {
 	refuse.Store(true)
 	e := setup(t, smtpsink.Config{OnData: func(*smtpsink.Message) error {
 		if refuse.CompareAndSwap(true, false) {
-			return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 2, 1}, Message: "mailbox disabled"}
+			return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 2, 1}, Message: "mailbox disabled"}
 		}
 		return nil
 	}})
@@ -842,7 +810,7 @@ func TestRetryAfterADeadKeptConnectionDials(t *testing.T) {
 	e := setup(t, smtpsink.Config{
 		OnMail: func(string) error {
 			if refuse.CompareAndSwap(true, false) {
-				return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 4, 2}, Message: "closing"}
+				return &gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 4, 2}, Message: "closing"}
 			}
 			return nil
 		},
@@ -957,7 +925,7 @@ func TestMessageIDIsStoredAtTheFirstClaim(t *testing.T) {
 	var refused atomic.Bool
 	e := setup(t, smtpsink.Config{OnRcpt: func(string) error {
 		if refused.CompareAndSwap(false, true) {
-			return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: "later"}
+			return &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 3, 0}, Message: "later"}
 		}
 		return nil
 	}})

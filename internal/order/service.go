@@ -273,3 +273,13 @@ func notificationsOf(ds []notify.Delivery) []Notification {
 	}
 	return out
 }
+
+// DeleteExpiredIdempotencyKeys deletes up to batch Idempotency-Key records
+// past their window (the reconciler's clean-up).
+func DeleteExpiredIdempotencyKeys(ctx context.Context, db *pgxpool.Pool, batch int) (int, error) {
+	n, err := dbsqlc.New(db).DeleteExpiredIdempotencyKeys(ctx, int32(batch))
+	if err != nil {
+		return 0, fmt.Errorf("delete expired idempotency keys: %w", err)
+	}
+	return int(n), nil
+}

@@ -6,7 +6,6 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -18,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
 )
 
 // Policy says what to do with a delivery whose outcome is unknown and
@@ -153,13 +152,12 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	start := time.Now()
 	defer func() { r.passes.Observe(time.Since(start).Seconds()) }()
 	rep := Report{Decisions: map[string]int{}}
-	q := dbsqlc.New(r.db)
 
-	stale, err := q.CountStaleSending(ctx)
+	stale, err := notify.CountStaleSending(ctx, r.db)
 	if err != nil {
-		return rep, fmt.Errorf("count stale sending rows: %w", err)
+		return rep, err
 	}
-	rep.Stale = int(stale)
+	rep.Stale = stale
 	r.stale.Set(float64(stale))
 
 	var undecided []uuid.UUID // rows whose look-up failed in this pass
@@ -176,54 +174,40 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 		return rep, err
 	}
 
-	held, err := q.CountHeld(ctx)
+	held, err := notify.CountHeld(ctx, r.db)
 	if err != nil {
-		return rep, fmt.Errorf("count held rows: %w", err)
+		return rep, err
 	}
-	rep.Held = int(held)
+	rep.Held = held
 	r.held.Set(float64(held))
-	return rep, r.cleanUp(ctx, q, &rep)
+	return rep, r.cleanUp(ctx, &rep)
 }
 
 // cleanUp deletes what has outlived its use, a batch per pass: expired
 // Idempotency-Key records, and, with a DeliveryRetention, finished
-// deliveries. A deleted delivery leaves a tombstone (retired_deliveries)
-// committed before the delete, so its idempotency key is refused for
-// ever: a repeated business event is never recorded, or sent, again.
-func (r *Reconciler) cleanUp(ctx context.Context, q *dbsqlc.Queries, rep *Report) error {
-	n, err := q.DeleteExpiredIdempotencyKeys(ctx, int32(r.cfg.Batch))
+// deliveries, each leaving a tombstone that keeps its idempotency key
+// refused for ever (notify.Retire).
+func (r *Reconciler) cleanUp(ctx context.Context, rep *Report) error {
+	n, err := order.DeleteExpiredIdempotencyKeys(ctx, r.db, r.cfg.Batch)
 	if err != nil {
-		return fmt.Errorf("delete expired idempotency keys: %w", err)
+		return err
 	}
-	rep.CleanedKeys = int(n)
+	rep.CleanedKeys = n
 	r.cleaned.WithLabelValues("idempotency_keys").Add(float64(n))
 	if r.cfg.DeliveryRetention <= 0 {
 		return nil
 	}
-	// Two statements, two transactions: once the tombstones commit, a
-	// concurrent Record sees either the row or its tombstone.
-	ids, err := q.RetireOldDeliveries(ctx, dbsqlc.RetireOldDeliveriesParams{
-		OlderThanSeconds: r.cfg.DeliveryRetention.Seconds(), MaxAgeSeconds: r.cfg.MaxAge.Seconds(), Batch: int32(r.cfg.Batch),
-	})
+	n, err = notify.Retire(ctx, r.db, r.cfg.DeliveryRetention, r.cfg.MaxAge, r.cfg.Batch)
 	if err != nil {
-		return fmt.Errorf("retire old deliveries: %w", err)
+		return err
 	}
-	if len(ids) == 0 {
-		return nil
-	}
-	n, err = q.DeleteRetiredDeliveries(ctx, dbsqlc.DeleteRetiredDeliveriesParams{
-		Ids: ids, OlderThanSeconds: r.cfg.DeliveryRetention.Seconds(), MaxAgeSeconds: r.cfg.MaxAge.Seconds(),
-	})
-	if err != nil {
-		return fmt.Errorf("delete retired deliveries: %w", err)
-	}
-	rep.CleanedDeliveries = int(n)
+	rep.CleanedDeliveries = n
 	r.cleaned.WithLabelValues("notification_deliveries").Add(float64(n))
 	return nil
 }
 
 // decide records one decision in the metrics, the report and the log.
-func (r *Reconciler) decide(rep *Report, d dbsqlc.NotificationDelivery, decision, reason string) {
+func (r *Reconciler) decide(rep *Report, d notify.Delivery, decision, reason string) {
 	r.decisions.WithLabelValues(decision).Inc()
 	rep.Decisions[decision]++
 	level := slog.LevelInfo
@@ -238,30 +222,23 @@ func (r *Reconciler) decide(rep *Report, d dbsqlc.NotificationDelivery, decision
 		slog.String("template", d.Template),
 		slog.String("key_hash", notify.KeyHash(d.IdempotencyKey)),
 		slog.String("actor", r.cfg.Actor),
-		slog.Int("attempt", int(d.Attempts)),
+		slog.Int("attempt", d.Attempts),
 	)
 }
 
 // resolveOneStale takes one expired sending row and decides about it in
 // its own transaction. more is false when no such row is left.
 func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided *[]uuid.UUID) (more bool, err error) {
-	var requeue *dbsqlc.NotificationDelivery
+	var requeue *notify.Delivery
 	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		// Never nil: pgx sends a nil slice as NULL, and "id = ANY(NULL)" would skip every row.
-		d, err := q.PickStaleSending(ctx, append([]uuid.UUID{}, *undecided...))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("pick stale sending row: %w", err)
+		d, found, err := notify.PickStaleSending(ctx, tx, *undecided)
+		if err != nil || !found {
+			return err
 		}
 		more = true
 		toPending := func(decision, reason string) error {
-			if _, err := q.ReconcileToPending(ctx, dbsqlc.ReconcileToPendingParams{
-				ID: d.ID, LeaseToken: *d.LeaseToken, Reason: reason, Decision: decision, Actor: r.cfg.Actor,
-			}); err != nil {
-				return fmt.Errorf("reset delivery %s: %w", d.ID, err)
+			if _, err := notify.ReconcileToPending(ctx, tx, d, decision, reason, r.cfg.Actor); err != nil {
+				return err
 			}
 			r.decide(rep, d, decision, reason)
 			requeue = &d
@@ -272,13 +249,13 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			return toPending(DecisionNotHandedOver, "the worker's lease expired before it handed the message over; safe to send")
 		}
 		if r.lookup == nil {
-			return r.applyPolicy(ctx, q, rep, d, toPending)
+			return r.applyPolicy(ctx, tx, rep, d, toPending)
 		}
 		// The Message-ID the attempt stored; rows claimed by a worker older
 		// than that column have none, and get the one it would have built.
-		messageID := notify.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
-		if d.MessageID != nil {
-			messageID = *d.MessageID
+		messageID := d.MessageID
+		if messageID == "" {
+			messageID = notify.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
 		}
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		providerID, found, err := r.lookup.Find(lctx, messageID)
@@ -294,10 +271,8 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 		if !found {
 			return toPending(DecisionNotFound, "the provider has no message with Message-ID "+messageID)
 		}
-		if _, err := q.ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
-			ID: d.ID, LeaseToken: *d.LeaseToken, ProviderMessageID: providerID, Decision: DecisionFound, Actor: r.cfg.Actor,
-		}); err != nil {
-			return fmt.Errorf("mark delivery %s sent: %w", d.ID, err)
+		if _, err := notify.ReconcileToSent(ctx, tx, d, providerID, DecisionFound, r.cfg.Actor); err != nil {
+			return err
 		}
 		r.decide(rep, d, DecisionFound, "the provider holds Message-ID "+messageID)
 		return nil
@@ -311,7 +286,7 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 	return more, nil
 }
 
-func (r *Reconciler) applyPolicy(ctx context.Context, q *dbsqlc.Queries, rep *Report, d dbsqlc.NotificationDelivery, toPending func(decision, reason string) error) error {
+func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, toPending func(decision, reason string) error) error {
 	policy, ok := r.cfg.Policies[d.Template]
 	if !ok {
 		policy = r.cfg.DefaultPolicy
@@ -320,49 +295,39 @@ func (r *Reconciler) applyPolicy(ctx context.Context, q *dbsqlc.Queries, rep *Re
 		return toPending(DecisionPolicyResend, "outcome unknown and no provider look-up; template policy is resend")
 	}
 	reason := "outcome unknown and no provider look-up; template policy is hold: check with the provider, then retry or mark sent"
-	if _, err := q.ReconcileToHeld(ctx, dbsqlc.ReconcileToHeldParams{
-		ID: d.ID, LeaseToken: *d.LeaseToken, Reason: reason, Decision: DecisionPolicyHold, Actor: r.cfg.Actor,
-	}); err != nil {
-		return fmt.Errorf("hold delivery %s: %w", d.ID, err)
+	if _, err := notify.ReconcileToHeld(ctx, tx, d, DecisionPolicyHold, reason, r.cfg.Actor); err != nil {
+		return err
 	}
 	r.decide(rep, d, DecisionPolicyHold, reason)
 	return nil
 }
 
 // requeueOrphans makes sure every pending row older than PendingAfter has
-// a live task. The rows are locked while it works and touched after, so
-// that another reconciler skips them and the next pass looks at others.
+// a live task. The rows are locked while it works and touched, so that
+// another reconciler skips them and the next pass looks at others.
 func (r *Reconciler) requeueOrphans(ctx context.Context, rep *Report) error {
 	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		rows, err := q.PickOrphanedPending(ctx, dbsqlc.PickOrphanedPendingParams{
-			OlderThanSeconds: r.cfg.PendingAfter.Seconds(), Batch: int32(r.cfg.Batch),
-		})
+		ds, err := notify.PickOrphanedPending(ctx, tx, r.cfg.PendingAfter, r.cfg.Batch)
 		if err != nil {
-			return fmt.Errorf("pick pending rows: %w", err)
+			return err
 		}
-		ids := make([]uuid.UUID, len(rows))
-		for i, d := range rows {
-			ids[i] = d.ID
+		for _, d := range ds {
 			r.ensureQueued(ctx, rep, d)
-		}
-		if err := q.TouchPending(ctx, ids); err != nil {
-			return fmt.Errorf("touch pending rows: %w", err)
 		}
 		return nil
 	})
 }
 
-func (r *Reconciler) ensureQueued(ctx context.Context, rep *Report, d dbsqlc.NotificationDelivery) {
+func (r *Reconciler) ensureQueued(ctx context.Context, rep *Report, d notify.Delivery) {
 	// A row taken back from a sending attempt (its status, as read, is
 	// still sending) had a worker whose lease ran out: its task is dead.
-	created, err := r.enqueuer.EnsureQueued(ctx, r.inspector, notify.FromRow(d), d.Status == string(notify.StatusSending))
+	created, err := r.enqueuer.EnsureQueued(ctx, r.inspector, d, d.Status == notify.StatusSending)
 	switch {
 	case err != nil:
 		r.decide(rep, d, DecisionEnqueueFailed, err.Error())
-	case created && d.Status == string(notify.StatusPending):
+	case created && d.Status == notify.StatusPending:
 		r.decide(rep, d, DecisionRequeued, "pending without a live task")
-	case !created && d.Status == string(notify.StatusPending):
+	case !created && d.Status == notify.StatusPending:
 		rep.Decisions[DecisionAlreadyQueued]++
 		r.decisions.WithLabelValues(DecisionAlreadyQueued).Inc()
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -93,7 +94,7 @@ func (e *env) startWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := notify.NewSMTP(notify.SMTPConfig{Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
+	p, err := smtp.New(smtp.Config{Host: e.sink.Host(), Port: e.sink.Port(), TLS: smtp.TLSNone,
 		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second, MaxIdle: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func (e *env) startWorker(t *testing.T) {
 		DelayedTaskCheckInterval: 200 * time.Millisecond, RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 100 * time.Millisecond },
 		IsFailure: notify.IsFailure, ShutdownTimeout: 15 * time.Second, LogLevel: asynq.FatalLevel,
 	})
-	if err := srv.Start(w); err != nil {
+	if err := srv.Start(w.Middleware(w)); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -167,7 +168,7 @@ func (e *env) strand(t *testing.T, d notify.Delivery, handedOver bool) {
 // have before it died.
 func (e *env) deliverToSink(t *testing.T, d notify.Delivery) {
 	t.Helper()
-	p, err := notify.NewSMTP(notify.SMTPConfig{Host: e.sink.Host(), Port: e.sink.Port(), TLS: notify.TLSNone,
+	p, err := smtp.New(smtp.Config{Host: e.sink.Host(), Port: e.sink.Port(), TLS: smtp.TLSNone,
 		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,12 @@
-package notify
+package smtp
 
 import (
 	"errors"
 	"fmt"
 	"net/textproto"
 	"testing"
+
+	"github.com/sekali-dev/sekali/internal/notify"
 )
 
 // Only an answer about this recipient fails a delivery; whatever is about
@@ -13,42 +15,42 @@ func TestClassifySMTPByStageAndEnhancedCode(t *testing.T) {
 	t.Parallel()
 	const rcpt = "ana@example.com"
 	for _, c := range []struct {
-		stage Stage
+		stage notify.Stage
 		code  int
 		msg   string
-		want  Outcome
+		want  notify.Outcome
 	}{
 		// Our session: every delivery would get the same answer.
-		{StageConnect, 0, "connection refused", OutcomeUnavailable},
-		{StageConnect, 554, "5.3.2 not accepting connections", OutcomeUnavailable},
-		{StageAuth, 535, "5.7.8 Authentication credentials invalid", OutcomeUnavailable},
-		{StageAuth, 454, "4.7.0 temporary authentication failure", OutcomeUnavailable},
-		{StageSender, 530, "5.7.0 Authentication required", OutcomeUnavailable},
-		{StageSender, 550, "5.7.1 Sender address rejected: not owned by user", OutcomeUnavailable},
-		{StageSender, 553, "5.1.8 sender domain does not exist", OutcomeUnavailable},
-		{StageSender, 501, "5.5.4 Syntax error in parameters or arguments (invalid FROM parameter)", OutcomeUnavailable},
-		{StageSender, 451, "4.7.1 throttled, slow down", OutcomeUnavailable},
-		{StageRecipient, 421, "4.4.2 closing connection", OutcomeUnavailable},
-		{StageRecipient, 501, "5.5.4 Syntax error (invalid TO parameter)", OutcomeUnavailable},
-		{StageRecipient, 554, "5.7.1 Relay access denied", OutcomeUnavailable},
-		{StageData, 421, "4.3.0 shutting down", OutcomeUnavailable},
+		{notify.StageConnect, 0, "connection refused", notify.OutcomeUnavailable},
+		{notify.StageConnect, 554, "5.3.2 not accepting connections", notify.OutcomeUnavailable},
+		{notify.StageAuth, 535, "5.7.8 Authentication credentials invalid", notify.OutcomeUnavailable},
+		{notify.StageAuth, 454, "4.7.0 temporary authentication failure", notify.OutcomeUnavailable},
+		{notify.StageSender, 530, "5.7.0 Authentication required", notify.OutcomeUnavailable},
+		{notify.StageSender, 550, "5.7.1 Sender address rejected: not owned by user", notify.OutcomeUnavailable},
+		{notify.StageSender, 553, "5.1.8 sender domain does not exist", notify.OutcomeUnavailable},
+		{notify.StageSender, 501, "5.5.4 Syntax error in parameters or arguments (invalid FROM parameter)", notify.OutcomeUnavailable},
+		{notify.StageSender, 451, "4.7.1 throttled, slow down", notify.OutcomeUnavailable},
+		{notify.StageRecipient, 421, "4.4.2 closing connection", notify.OutcomeUnavailable},
+		{notify.StageRecipient, 501, "5.5.4 Syntax error (invalid TO parameter)", notify.OutcomeUnavailable},
+		{notify.StageRecipient, 554, "5.7.1 Relay access denied", notify.OutcomeUnavailable},
+		{notify.StageData, 421, "4.3.0 shutting down", notify.OutcomeUnavailable},
 		// This recipient, for now.
-		{StageRecipient, 450, "4.2.0 <ana@example.com>: Recipient address rejected: Greylisted", OutcomeTemporary},
-		{StageRecipient, 451, "4.7.1 Greylisting in action, please come back later", OutcomeTemporary},
-		{StageRecipient, 452, "4.2.2 mailbox full", OutcomeTemporary},
-		{StageRecipient, 552, "5.2.2 mailbox full", OutcomeTemporary}, // RFC 5321 §4.5.3.1.10
-		{StageData, 451, "4.3.0 try again later", OutcomeTemporary},
-		{StageData, 554, "5.7.1 message rejected by DMARC policy", OutcomeTemporary},
-		{StageData, 554, "5.6.0 content rejected", OutcomeTemporary},
+		{notify.StageRecipient, 450, "4.2.0 <ana@example.com>: Recipient address rejected: Greylisted", notify.OutcomeTemporary},
+		{notify.StageRecipient, 451, "4.7.1 Greylisting in action, please come back later", notify.OutcomeTemporary},
+		{notify.StageRecipient, 452, "4.2.2 mailbox full", notify.OutcomeTemporary},
+		{notify.StageRecipient, 552, "5.2.2 mailbox full", notify.OutcomeTemporary}, // RFC 5321 §4.5.3.1.10
+		{notify.StageData, 451, "4.3.0 try again later", notify.OutcomeTemporary},
+		{notify.StageData, 554, "5.7.1 message rejected by DMARC policy", notify.OutcomeTemporary},
+		{notify.StageData, 554, "5.6.0 content rejected", notify.OutcomeTemporary},
 		// This recipient, for good.
-		{StageRecipient, 550, "5.1.1 <ana@example.com>: Recipient address rejected: User unknown", OutcomePermanent},
-		{StageRecipient, 550, "5.1.0 Requested action not taken: mailbox unavailable", OutcomePermanent},
-		{StageRecipient, 550, "No such user here", OutcomePermanent},
-		{StageData, 550, "5.1.1 user unknown", OutcomePermanent},
-		{StageData, 550, "message to <ana@example.com> refused", OutcomePermanent},
+		{notify.StageRecipient, 550, "5.1.1 <ana@example.com>: Recipient address rejected: User unknown", notify.OutcomePermanent},
+		{notify.StageRecipient, 550, "5.1.0 Requested action not taken: mailbox unavailable", notify.OutcomePermanent},
+		{notify.StageRecipient, 550, "No such user here", notify.OutcomePermanent},
+		{notify.StageData, 550, "5.1.1 user unknown", notify.OutcomePermanent},
+		{notify.StageData, 550, "message to <ana@example.com> refused", notify.OutcomePermanent},
 	} {
 		t.Run(fmt.Sprintf("%s %d %s", c.stage, c.code, c.msg), func(t *testing.T) {
-			var err error = errors.New(c.msg)
+			err := errors.New(c.msg)
 			if c.code != 0 {
 				err = &textproto.Error{Code: c.code, Msg: c.msg}
 			}

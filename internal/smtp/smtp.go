@@ -1,4 +1,9 @@
-package notify
+// Package smtp is the SMTP mail provider: it implements notify.Provider
+// over any SMTP relay (a provider's SMTP endpoint, Postfix, Mailpit),
+// with the TLS policy, the composition of the MIME message, a pool of
+// kept connections, and the classification of every refusal by where in
+// the session it came and its enhanced status code.
+package smtp
 
 import (
 	"bytes"
@@ -15,7 +20,9 @@ import (
 	"time"
 
 	"github.com/wneessen/go-mail"
-	"github.com/wneessen/go-mail/smtp"
+	gosmtp "github.com/wneessen/go-mail/smtp"
+
+	"github.com/sekali-dev/sekali/internal/notify"
 )
 
 // TLS policies for the SMTP connection.
@@ -28,8 +35,8 @@ const (
 // devHosts may be reached without TLS: the compose stack's sinks.
 var devHosts = map[string]bool{"localhost": true, "mailhog": true, "mailpit": true}
 
-// SMTPConfig configures the SMTP provider.
-type SMTPConfig struct {
+// Config configures the SMTP provider.
+type Config struct {
 	Host              string
 	Port              int
 	Username          string
@@ -44,7 +51,7 @@ type SMTPConfig struct {
 }
 
 // Validate checks the configuration, including the TLS policy.
-func (c SMTPConfig) Validate() error {
+func (c Config) Validate() error {
 	var errs []error
 	if c.Host == "" {
 		errs = append(errs, errors.New("SMTP_HOST must be set"))
@@ -61,7 +68,7 @@ func (c SMTPConfig) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("SMTP_TLS %q: want none, starttls or tls", c.TLS))
 	}
-	if _, err := NormalizeAddress(c.From); err != nil {
+	if _, err := notify.NormalizeAddress(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	if c.HeloName != "" && !validHeloName(c.HeloName) {
@@ -85,7 +92,7 @@ func validHeloName(name string) bool {
 		inner := strings.TrimPrefix(name[1:len(name)-1], "IPv6:")
 		return net.ParseIP(inner) != nil
 	}
-	return validHostName(name)
+	return notify.IsHostName(name)
 }
 
 // HeloName is the default EHLO name: the machine's host name when it is
@@ -122,10 +129,11 @@ func plainTextAllowed(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// SMTP sends through an SMTP server, keeping connections open between
-// messages so that a busy worker does not pay a handshake per e-mail.
-type SMTP struct {
-	cfg   SMTPConfig
+// Provider sends through an SMTP server, keeping connections open
+// between messages so that a busy worker does not pay a handshake per
+// e-mail. It implements notify.Provider.
+type Provider struct {
+	cfg   Config
 	from  string // normalized; sent as <from>
 	roots *x509.CertPool
 	idle  chan *smtpConn
@@ -134,12 +142,12 @@ type SMTP struct {
 // smtpConn is a client and the connection under it, whose deadline the
 // provider sets itself, in absolute time.
 type smtpConn struct {
-	*smtp.Client
+	*gosmtp.Client
 	conn net.Conn
 }
 
-// NewSMTP returns an SMTP provider; cfg must be valid.
-func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
+// New returns an SMTP provider; cfg must be valid.
+func New(cfg Config) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -152,8 +160,8 @@ func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
 	if cfg.HeloName == "" {
 		cfg.HeloName = HeloName()
 	}
-	from, _ := NormalizeAddress(cfg.From)
-	s := &SMTP{cfg: cfg, from: from, idle: make(chan *smtpConn, cfg.MaxIdle)}
+	from, _ := notify.NormalizeAddress(cfg.From)
+	s := &Provider{cfg: cfg, from: from, idle: make(chan *smtpConn, cfg.MaxIdle)}
 	if cfg.CAFile != "" {
 		s.roots, _ = loadRoots(cfg.CAFile) // checked by Validate
 	}
@@ -161,7 +169,7 @@ func NewSMTP(cfg SMTPConfig) (*SMTP, error) {
 }
 
 // Close closes the idle connections.
-func (s *SMTP) Close() {
+func (s *Provider) Close() {
 	for {
 		select {
 		case c := <-s.idle:
@@ -173,11 +181,11 @@ func (s *SMTP) Close() {
 	}
 }
 
-// Send implements Provider.
-func (s *SMTP) Send(ctx context.Context, m Message, handOver func() error) (string, error) {
+// Send implements notify.Provider.
+func (s *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
 	raw, err := s.compose(m)
 	if err != nil {
-		return "", &SendError{Outcome: OutcomePermanent, Stage: StageData, Err: fmt.Errorf("compose message: %w", err)}
+		return "", &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageData, Err: fmt.Errorf("compose message: %w", err)}
 	}
 	// A kept connection may have been closed by the server while idle,
 	// with or without a 421: if it fails before the data, try once more
@@ -194,37 +202,37 @@ func (s *SMTP) Send(ctx context.Context, m Message, handOver func() error) (stri
 			return "", err
 		}
 		id, err := s.transact(ctx, c, m, raw, handOver)
-		var se *SendError
-		if reused && try == 0 && errors.As(err, &se) && se.Outcome == OutcomeUnavailable && (se.Code == 0 || se.Code == 421) && !se.handedOver {
+		var se *notify.SendError
+		if reused && try == 0 && errors.As(err, &se) && se.Outcome == notify.OutcomeUnavailable && (se.Code == 0 || se.Code == 421) && !se.HandedOver {
 			continue
 		}
 		return id, err
 	}
 }
 
-// Probe implements Provider: a fresh connection (TLS and AUTH included)
+// Probe implements notify.Provider: a fresh connection (TLS and AUTH included)
 // and a MAIL FROM that is reset at once. It sends no message. The
 // connection is kept for the next send.
-func (s *SMTP) Probe(ctx context.Context) error {
+func (s *Provider) Probe(ctx context.Context) error {
 	c, err := s.dial(ctx)
 	if err != nil {
 		return err
 	}
 	if err := c.Mail("<" + s.from + ">"); err != nil {
 		_ = c.Close()
-		return smtpError(StageSender, err, "")
+		return smtpError(notify.StageSender, err, "")
 	}
 	if err := c.Reset(); err != nil {
 		_ = c.Close()
-		return smtpError(StageSender, err, "")
+		return smtpError(notify.StageSender, err, "")
 	}
 	s.put(c)
 	return nil
 }
 
-// smtpError classifies err, met at stage, as a *SendError.
-func smtpError(stage Stage, err error, recipient string) *SendError {
-	se := &SendError{Stage: stage, Err: err}
+// smtpError classifies err, met at stage, as a *notify.SendError.
+func smtpError(stage notify.Stage, err error, recipient string) *notify.SendError {
+	se := &notify.SendError{Stage: stage, Err: err}
 	var perr *textproto.Error
 	if errors.As(err, &perr) {
 		se.Code = perr.Code
@@ -253,7 +261,7 @@ func enhancedCode(code int, msg string) string {
 
 // classifySMTP decides what a failure at stage means for the delivery.
 // Only an answer about this recipient is permanent; everything about our
-// session is the provider refusing us (OutcomeUnavailable), so that one
+// session is the provider refusing us (notify.OutcomeUnavailable), so that one
 // configuration mistake or a bad minute at the relay never fails a
 // delivery. code is 0 when no reply came (a network error).
 //
@@ -264,39 +272,39 @@ func enhancedCode(code int, msg string) string {
 //	DATA and after        temporary               permanent when it names the mailbox (x.1.x, x.2.x,
 //	                                              or the address in the text); else temporary
 //	421 anywhere, and no reply before the data: unavailable.
-func classifySMTP(stage Stage, code int, enhanced string, err error, recipient string) Outcome {
+func classifySMTP(stage notify.Stage, code int, enhanced string, err error, recipient string) notify.Outcome {
 	subject := ""
 	if parts := strings.Split(enhanced, "."); len(parts) == 3 {
 		subject = parts[1]
 	}
 	switch {
 	case code == 0 || code == 421:
-		return OutcomeUnavailable
-	case stage == StageConnect || stage == StageAuth || stage == StageSender:
-		return OutcomeUnavailable
+		return notify.OutcomeUnavailable
+	case stage == notify.StageConnect || stage == notify.StageAuth || stage == notify.StageSender:
+		return notify.OutcomeUnavailable
 	case code < 500:
-		return OutcomeTemporary
-	case stage == StageRecipient:
+		return notify.OutcomeTemporary
+	case stage == notify.StageRecipient:
 		switch {
 		case code == 552:
-			return OutcomeTemporary
+			return notify.OutcomeTemporary
 		case subject == "3" || subject == "5" || subject == "7":
-			return OutcomeUnavailable
+			return notify.OutcomeUnavailable
 		default:
-			return OutcomePermanent
+			return notify.OutcomePermanent
 		}
-	default: // StageData: 5xx to DATA or to the message
+	default: // notify.StageData: 5xx to DATA or to the message
 		if subject == "1" || subject == "2" ||
 			(recipient != "" && strings.Contains(strings.ToLower(err.Error()), strings.ToLower(recipient))) {
-			return OutcomePermanent
+			return notify.OutcomePermanent
 		}
-		return OutcomeTemporary
+		return notify.OutcomeTemporary
 	}
 }
 
 // deadline is when an exchange begun now must be over: SMTP_TIMEOUT from
 // now, or the caller's deadline if that is sooner.
-func (s *SMTP) deadline(ctx context.Context, now time.Time) time.Time {
+func (s *Provider) deadline(ctx context.Context, now time.Time) time.Time {
 	d := now.Add(s.cfg.Timeout)
 	if cd, ok := ctx.Deadline(); ok && cd.Before(d) {
 		return cd
@@ -306,15 +314,15 @@ func (s *SMTP) deadline(ctx context.Context, now time.Time) time.Time {
 
 // transact runs one SMTP transaction on c and puts c back when it is
 // still usable.
-func (s *SMTP) transact(ctx context.Context, c *smtpConn, m Message, raw []byte, handOver func() error) (string, error) {
+func (s *Provider) transact(ctx context.Context, c *smtpConn, m notify.Message, raw []byte, handOver func() error) (string, error) {
 	handedOver := false
-	fail := func(stage Stage, err error) (string, error) {
+	fail := func(stage notify.Stage, err error) (string, error) {
 		se := smtpError(stage, err, m.To)
-		se.handedOver = handedOver
+		se.HandedOver = handedOver
 		// A refusal ends the transaction, not the connection; 421 means
 		// the server is closing it, and anything without a code left it in
 		// an unknown state.
-		if se.Code != 0 && se.Code != 421 && se.Outcome != OutcomeAmbiguous && c.Reset() == nil {
+		if se.Code != 0 && se.Code != 421 && se.Outcome != notify.OutcomeAmbiguous && c.Reset() == nil {
 			s.put(c)
 		} else {
 			_ = c.Close()
@@ -323,14 +331,14 @@ func (s *SMTP) transact(ctx context.Context, c *smtpConn, m Message, raw []byte,
 	}
 
 	if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
-		return fail(StageConnect, err)
+		return fail(notify.StageConnect, err)
 	}
 	// RFC 5321 §4.1.2: both paths go in angle brackets.
 	if err := c.Mail("<" + s.from + ">"); err != nil {
-		return fail(StageSender, err)
+		return fail(notify.StageSender, err)
 	}
 	if err := c.Rcpt("<" + m.To + ">"); err != nil {
-		return fail(StageRecipient, err)
+		return fail(notify.StageRecipient, err)
 	}
 	// Last chance to stay out: once the data goes, the provider may have
 	// it. The data's deadline counts from before the lease check and is
@@ -344,32 +352,32 @@ func (s *SMTP) transact(ctx context.Context, c *smtpConn, m Message, raw []byte,
 		} else {
 			s.put(c)
 		}
-		return "", &SendError{Outcome: OutcomeAborted, Stage: StageData, Err: err}
+		return "", &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
 	}
 	handedOver = true
 	if err := c.conn.SetDeadline(s.deadline(ctx, before)); err != nil {
-		return fail(StageData, err)
+		return fail(notify.StageData, err)
 	}
 	w, err := c.Data()
 	if err != nil {
-		return fail(StageData, err)
+		return fail(notify.StageData, err)
 	}
 	if _, err := w.Write(raw); err != nil {
 		// The terminating dot never went out: the server must discard it.
-		return fail(StageData, fmt.Errorf("write message data: %w", err))
+		return fail(notify.StageData, fmt.Errorf("write message data: %w", err))
 	}
 	if err := w.Close(); err != nil {
 		var perr *textproto.Error
 		if errors.As(err, &perr) {
-			return fail(StageData, err) // a definite refusal, classified by its code
+			return fail(notify.StageData, err) // a definite refusal, classified by its code
 		}
 		// The whole message went out and no answer came back.
-		se := &SendError{Outcome: OutcomeAmbiguous, Stage: StageData, Err: fmt.Errorf("no reply after the message data: %w", err), handedOver: true}
+		se := &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Err: fmt.Errorf("no reply after the message data: %w", err), HandedOver: true}
 		_ = c.Close()
 		return "", se
 	}
 	id := m.MessageID
-	if dc, ok := w.(*smtp.DataCloser); ok {
+	if dc, ok := w.(*gosmtp.DataCloser); ok {
 		if q := queuedID(dc.ServerResponse()); q != "" {
 			id = q
 		}
@@ -391,7 +399,7 @@ func queuedID(reply string) string {
 	return strings.Trim(f[0], "<>")
 }
 
-func (s *SMTP) put(c *smtpConn) {
+func (s *Provider) put(c *smtpConn) {
 	select {
 	case s.idle <- c:
 	default:
@@ -401,7 +409,7 @@ func (s *SMTP) put(c *smtpConn) {
 }
 
 // conn returns an idle connection or dials a new one.
-func (s *SMTP) conn(ctx context.Context) (c *smtpConn, reused bool, err error) {
+func (s *Provider) conn(ctx context.Context) (c *smtpConn, reused bool, err error) {
 	select {
 	case c := <-s.idle:
 		return c, true, nil
@@ -411,9 +419,9 @@ func (s *SMTP) conn(ctx context.Context) (c *smtpConn, reused bool, err error) {
 	return c, false, err
 }
 
-func (s *SMTP) dial(ctx context.Context) (*smtpConn, error) {
+func (s *Provider) dial(ctx context.Context) (*smtpConn, error) {
 	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
-	connectErr := func(err error) error { return smtpError(StageConnect, err, "") }
+	connectErr := func(err error) error { return smtpError(notify.StageConnect, err, "") }
 	d := net.Dialer{Timeout: s.cfg.Timeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -432,7 +440,7 @@ func (s *SMTP) dial(ctx context.Context) (*smtpConn, error) {
 		}
 		conn = tc
 	}
-	c, err := smtp.NewClient(conn, s.cfg.Host)
+	c, err := gosmtp.NewClient(conn, s.cfg.Host)
 	if err != nil {
 		conn.Close()
 		return nil, connectErr(fmt.Errorf("smtp greeting from %s: %w", addr, err))
@@ -452,17 +460,17 @@ func (s *SMTP) dial(ctx context.Context) (*smtpConn, error) {
 		}
 	}
 	if s.cfg.Username != "" {
-		if err := c.Auth(smtp.PlainAuth("", s.cfg.Username, s.cfg.Password, s.cfg.Host, s.cfg.TLS == TLSNone)); err != nil {
+		if err := c.Auth(gosmtp.PlainAuth("", s.cfg.Username, s.cfg.Password, s.cfg.Host, s.cfg.TLS == TLSNone)); err != nil {
 			c.Close()
-			return nil, smtpError(StageAuth, fmt.Errorf("smtp auth: %w", err), "")
+			return nil, smtpError(notify.StageAuth, fmt.Errorf("smtp auth: %w", err), "")
 		}
 	}
 	return &smtpConn{Client: c, conn: conn}, nil
 }
 
 // compose builds the MIME message: text and HTML alternatives, the
-// deterministic Message-ID and the idempotency key header.
-func (s *SMTP) compose(m Message) ([]byte, error) {
+// deterministic notify.Message-ID and the idempotency key header.
+func (s *Provider) compose(m notify.Message) ([]byte, error) {
 	msg := mail.NewMsg(mail.WithNoDefaultUserAgent())
 	if err := msg.From(s.cfg.From); err != nil {
 		return nil, err

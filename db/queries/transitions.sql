@@ -1,6 +1,36 @@
--- Every transition below writes its delivery_events row in the same
--- statement (a data-modifying CTE): the history can never disagree with
--- the row.
+-- Every write that changes a delivery's status, grouped as the state
+-- table of internal/notify/transitions.go: who makes it, from which status
+-- to which. Each writes its delivery_events row in the same statement (a
+-- data-modifying CTE), so the history can never disagree with the row,
+-- and each is conditional on the status (and, for an attempt, on the
+-- lease) it moves from: a transition that no longer applies changes
+-- nothing.
+
+-- ---- The API: an intent is recorded (-> pending). ----
+
+-- name: InsertDelivery :one
+-- A second intent for the same event meets the unique key and changes
+-- nothing; the caller then reads the row that was there first. A key
+-- whose delivery retention has retired is refused the same way: the
+-- tombstone is committed before its delivery is deleted, so this
+-- statement sees one or the other.
+WITH ins AS (
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since)
+    SELECT @id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at
+    WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
+                      WHERE r.key_hash = sha256(convert_to(@idempotency_key::text, 'UTF8')))
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING *
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+    SELECT ins.id, 'received', NULL, 'pending', 0, @actor::text FROM ins
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at, message_id, trying_since
+FROM ins;
+
+-- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
 
 -- name: ClaimDelivery :one
 -- Take the delivery for one attempt: a pending row, or a sending row whose
@@ -146,25 +176,6 @@ SELECT id, 'held', 'sending', 'held', attempts, @actor::text,
        jsonb_build_object('error', @last_error::text)
 FROM upd;
 
--- name: ExpirePending :execrows
--- A pending delivery whose tries began longer ago than DELIVERY_MAX_AGE
--- (the provider refused us, or no worker knew its template, all that
--- time): given up without another try.
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET status     = 'failed',
-        last_error = @last_error::text,
-        updated_at = now()
-    WHERE d.id = @id
-      AND d.status = 'pending'
-      AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'expired', 'pending', 'failed', attempts, @actor::text,
-       jsonb_build_object('error', @last_error::text)
-FROM upd;
-
 -- name: MarkAmbiguous :execrows
 -- The provider may or may not have accepted the message. The row stays
 -- sending with the reason; its lease runs one more LOCK_TTL, so that a
@@ -203,7 +214,134 @@ SELECT id, 'left_for_reconciler', 'sending', 'sending', attempts, @actor::text,
        jsonb_build_object('error', @last_error::text)
 FROM upd;
 
--- name: RecordEvent :exec
--- An event without a transition, such as a suppressed duplicate.
+-- name: ExpirePending :execrows
+-- A pending delivery whose tries began longer ago than DELIVERY_MAX_AGE
+-- (the provider refused us, or no worker knew its template, all that
+-- time): given up without another try.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status     = 'failed',
+        last_error = @last_error::text,
+        updated_at = now()
+    WHERE d.id = @id
+      AND d.status = 'pending'
+      AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
+    RETURNING d.id, d.attempts
+)
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-VALUES (@delivery_id, @event, @status::text, @status::text, @attempt, @actor, @detail);
+SELECT id, 'expired', 'pending', 'failed', attempts, @actor::text,
+       jsonb_build_object('error', @last_error::text)
+FROM upd;
+
+-- ---- An operator (admin API). ----
+
+-- name: OperatorRetry :one
+-- A failed or held delivery gets a fresh set of attempts under the same
+-- idempotency key.
+WITH prev AS (
+    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
+), upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'pending',
+        attempts         = 0,
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        handed_over_at   = NULL,
+        trying_since     = now(),
+        updated_at       = now()
+    FROM prev
+    WHERE d.id = prev.id AND d.status IN ('failed', 'held')
+    RETURNING d.*, prev.status AS from_status
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, @actor::text,
+           jsonb_build_object('note', @note::text)
+    FROM upd
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at, message_id, trying_since
+FROM upd;
+
+-- name: OperatorMarkSent :one
+-- A held delivery the operator found at the provider.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status              = 'sent',
+        provider_message_id = @provider_message_id::text,
+        sent_at             = now(),
+        updated_at          = now()
+    WHERE d.id = @id AND d.status = 'held'
+    RETURNING d.*
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, @actor::text,
+           jsonb_build_object('provider_message_id', @provider_message_id::text, 'note', @note::text)
+    FROM upd
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at, message_id, trying_since
+FROM upd;
+
+-- ---- The reconciler: a sending row whose lease expired. ----
+
+-- name: ReconcileToPending :execrows
+-- Fenced on the lease the reconciler saw expire.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'pending',
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        handed_over_at   = NULL,
+        last_error       = @reason::text,
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+      AND d.lease_expires_at < now()
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'reconciled', 'sending', 'pending', attempts, @actor::text,
+       jsonb_build_object('decision', @decision::text, 'reason', @reason::text)
+FROM upd;
+
+-- name: ReconcileToSent :execrows
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status              = 'sent',
+        provider_message_id = @provider_message_id::text,
+        sent_at             = now(),
+        last_error          = NULL,
+        lease_expires_at    = NULL,
+        updated_at          = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+      AND d.lease_expires_at < now()
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'reconciled', 'sending', 'sent', attempts, @actor::text,
+       jsonb_build_object('decision', @decision::text, 'provider_message_id', @provider_message_id::text)
+FROM upd;
+
+-- name: ReconcileToHeld :execrows
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status           = 'held',
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        last_error       = @reason::text,
+        updated_at       = now()
+    WHERE d.id = @id
+      AND d.status = 'sending'
+      AND d.lease_token = @lease_token::uuid
+      AND d.lease_expires_at < now()
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'reconciled', 'sending', 'held', attempts, @actor::text,
+       jsonb_build_object('decision', @decision::text, 'reason', @reason::text)
+FROM upd;

@@ -1,0 +1,247 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+)
+
+// ErrWrongState is returned when an operator action does not apply to a
+// delivery in its current status (retrying a sent one, say).
+var ErrWrongState = errors.New("notify: the delivery is not in a state this action applies to")
+
+// ErrBlockNotFound is returned when no block has the given id.
+var ErrBlockNotFound = errors.New("notify: block not found")
+
+// Operator is what the people on call can do (docs/runbook.md): read
+// deliveries and their history, retry and mark sent, pause and resume
+// sending, lower the workers' concurrency, and hold deliveries back with
+// blocks. The admin API only decodes requests, calls it and encodes.
+type Operator struct {
+	db        *pgxpool.Pool
+	enqueuer  *Enqueuer
+	inspector *asynq.Inspector
+	rdb       redis.UniversalClient
+}
+
+// NewOperator returns the operator service over the primary, the queue
+// (enqueuer and inspector of the same Redis) and Redis itself.
+func NewOperator(db *pgxpool.Pool, enq *Enqueuer, ins *asynq.Inspector, rdb redis.UniversalClient) *Operator {
+	return &Operator{db: db, enqueuer: enq, inspector: ins, rdb: rdb}
+}
+
+// Filter selects deliveries for operators; zero fields match everything.
+type Filter struct {
+	Status    Status
+	Template  string
+	OrderID   *uuid.UUID // nil: any order
+	Key       string
+	OlderThan time.Duration // not updated for at least this long
+	Limit     int
+}
+
+// List returns the deliveries that match f, least recently updated first.
+func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
+	p := dbsqlc.ListDeliveriesParams{MaxRows: int32(f.Limit), OrderID: f.OrderID}
+	if f.Status != "" {
+		s := string(f.Status)
+		p.Status = &s
+	}
+	if f.Template != "" {
+		p.Template = &f.Template
+	}
+	if f.Key != "" {
+		p.IdempotencyKey = &f.Key
+	}
+	if f.OlderThan > 0 {
+		s := f.OlderThan.Seconds()
+		p.OlderThanSeconds = &s
+	}
+	rows, err := dbsqlc.New(o.db).ListDeliveries(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	out := make([]Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(r)
+	}
+	return out, nil
+}
+
+// Get returns one delivery and its whole history.
+func (o *Operator) Get(ctx context.Context, id uuid.UUID) (Delivery, []Event, error) {
+	d, err := Get(ctx, o.db, id)
+	if err != nil {
+		return Delivery{}, nil, err
+	}
+	events, err := History(ctx, o.db, id)
+	if err != nil {
+		return Delivery{}, nil, err
+	}
+	return d, events, nil
+}
+
+// Retry gives a failed or held delivery a fresh series of tries under the
+// same idempotency key (it can never become a second e-mail once the
+// first was sent) and queues it. queued is false when the enqueue failed:
+// the row is pending, and the reconciler queues it later; enqueueErr says why.
+func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string) (d Delivery, queued bool, enqueueErr error, err error) {
+	d, err = operatorRetry(ctx, o.db, id, actor, note)
+	if err != nil {
+		return Delivery{}, false, nil, err
+	}
+	queued, enqueueErr = o.enqueuer.EnsureQueued(ctx, o.inspector, d, false)
+	return d, queued, enqueueErr, nil
+}
+
+// MarkSent records that a held delivery was in fact accepted, as the
+// operator found at the provider.
+func (o *Operator) MarkSent(ctx context.Context, id uuid.UUID, providerMessageID, actor, note string) (Delivery, error) {
+	return operatorMarkSent(ctx, o.db, id, providerMessageID, actor, note)
+}
+
+// Pause stops all sending: workers take no tasks; recorded deliveries
+// wait, nothing is lost. Pausing a paused queue is not an error.
+func (o *Operator) Pause(ctx context.Context) error {
+	err := o.inspector.PauseQueue(o.enqueuer.Queue())
+	// asynq says "already paused" only in words; it exports no sentinel.
+	if err != nil && !strings.Contains(err.Error(), "already paused") {
+		return fmt.Errorf("pause queue %s: %w", o.enqueuer.Queue(), err)
+	}
+	return nil
+}
+
+// Resume restarts sending. Resuming a running queue is not an error.
+func (o *Operator) Resume(ctx context.Context) error {
+	err := o.inspector.UnpauseQueue(o.enqueuer.Queue())
+	if err != nil && !strings.Contains(err.Error(), "not paused") {
+		return fmt.Errorf("resume queue %s: %w", o.enqueuer.Queue(), err)
+	}
+	return nil
+}
+
+// QueueState is the delivery queue as operators see it.
+type QueueState struct {
+	Queue                string
+	ConcurrencyPerWorker int // 0: none set (each worker uses WORKER_CONCURRENCY)
+	Paused               bool
+	// Size counts the tasks that are still to run: pending, active,
+	// scheduled, retrying and archived (asynq's own Size also counts
+	// completed tasks, which are kept only to refuse a duplicate enqueue).
+	Size                                                   int
+	Pending, Active, Scheduled, Retry, Archived, Completed int
+	Latency                                                time.Duration // age of the oldest pending task
+	Provider                                               ProviderHealth
+}
+
+// ProviderHealth is whether the mail provider takes mail from us, as the
+// live workers last saw it.
+type ProviderHealth struct {
+	Up      bool            `json:"up"`
+	Reason  string          `json:"reason,omitempty"` // of the first worker that finds it refusing us
+	Workers []ProviderState `json:"workers"`
+}
+
+// Queue returns the queue's sizes, whether it is paused, the concurrency
+// limit in force and the provider's health.
+func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
+	queue := o.enqueuer.Queue()
+	info, err := QueueInfo(ctx, o.inspector, o.rdb, queue)
+	if err != nil {
+		return QueueState{}, err
+	}
+	limit, err := Concurrency(ctx, o.rdb, queue)
+	if err != nil {
+		return QueueState{}, err
+	}
+	workers, err := ProviderStates(ctx, o.rdb, queue)
+	if err != nil {
+		return QueueState{}, err
+	}
+	health := ProviderHealth{Up: true, Workers: workers}
+	if i := slices.IndexFunc(workers, func(s ProviderState) bool { return !s.Up }); i >= 0 {
+		health.Up, health.Reason = false, workers[i].Reason
+	}
+	return QueueState{
+		Queue: queue, ConcurrencyPerWorker: limit, Paused: info.Paused,
+		Size:    info.Pending + info.Active + info.Scheduled + info.Retry + info.Archived,
+		Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry,
+		Archived: info.Archived, Completed: info.Completed, Latency: info.Latency, Provider: health,
+	}, nil
+}
+
+// SetConcurrency makes every worker handle at most n deliveries at once
+// from its next check (2 s); 0 restores each one's WORKER_CONCURRENCY.
+func (o *Operator) SetConcurrency(ctx context.Context, n int) error {
+	return SetConcurrency(ctx, o.rdb, o.enqueuer.Queue(), n)
+}
+
+// QueueName is the delivery queue the operator acts on.
+func (o *Operator) QueueName() string { return o.enqueuer.Queue() }
+
+// Block is an operator's temporary filter on a key or a recipient.
+type Block struct {
+	ID        int64     `json:"id"`
+	Kind      string    `json:"kind"` // "key" or "recipient"
+	Value     string    `json:"value"`
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// AddBlock holds back deliveries to an idempotency key or a recipient for
+// ttl: they stay pending and go out after the block expires. A recipient
+// that is not a valid address is ErrInvalidAddress.
+func (o *Operator) AddBlock(ctx context.Context, kind, value, reason string, ttl time.Duration) (Block, error) {
+	if kind == "recipient" {
+		v, err := NormalizeAddress(value)
+		if err != nil {
+			return Block{}, err
+		}
+		value = v
+	}
+	r, err := dbsqlc.New(o.db).InsertBlock(ctx, dbsqlc.InsertBlockParams{Kind: kind, Value: value, Reason: reason, TtlSeconds: ttl.Seconds()})
+	if err != nil {
+		return Block{}, fmt.Errorf("add block: %w", err)
+	}
+	return blockFromRow(r), nil
+}
+
+// Blocks lists the blocks in force.
+func (o *Operator) Blocks(ctx context.Context) ([]Block, error) {
+	rows, err := dbsqlc.New(o.db).ListActiveBlocks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list blocks: %w", err)
+	}
+	out := make([]Block, len(rows))
+	for i, r := range rows {
+		out[i] = blockFromRow(r)
+	}
+	return out, nil
+}
+
+// RemoveBlock lifts a block early.
+func (o *Operator) RemoveBlock(ctx context.Context, id int64) error {
+	n, err := dbsqlc.New(o.db).DeleteBlock(ctx, id)
+	if err != nil {
+		return fmt.Errorf("remove block %d: %w", id, err)
+	}
+	if n == 0 {
+		return ErrBlockNotFound
+	}
+	return nil
+}
+
+func blockFromRow(r dbsqlc.DeliveryBlock) Block {
+	return Block{ID: r.ID, Kind: r.Kind, Value: r.Value, Reason: r.Reason, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt}
+}

@@ -1,0 +1,136 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/failpoint"
+)
+
+// What a finished send means for the delivery: record turns the outcome
+// of Worker.deliver into one transition (transitions.go).
+
+// record writes the outcome of deliver as the transition it calls for,
+// fenced on the attempt's lease.
+func (w *Worker) record(ctx context.Context, l *taskLog, a *attempt, providerID string, sendErr error) error {
+	d, q := a.row, dbsqlc.New(w.db)
+	if sendErr == nil {
+		failpoint.Inject("after-accept")
+		l.set(slog.String("provider_message_id", providerID))
+		if err := markSent(ctx, q, d.ID, a.lease, providerID); err != nil {
+			return w.notWritten(ctx, l, d, err)
+		}
+		a.sent = true // cached as the lock is released
+		w.finish(l, d, StatusSent, "sent")
+		failpoint.Inject("after-sent")
+		return nil
+	}
+	var re *renderError
+	if errors.As(sendErr, &re) {
+		// An operator's problem (fix the template or the data, then
+		// retry), held in plain sight rather than failed.
+		reason := "held: " + re.Error()
+		if err := holdUnrenderable(ctx, q, d.ID, a.lease, reason); err != nil {
+			return w.notWritten(ctx, l, d, err)
+		}
+		w.finish(l, d, StatusHeld, "held")
+		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
+	}
+
+	se := sendErrorOf(sendErr)
+	l.set(slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage)))
+	if se.Code != 0 {
+		l.set(slog.Int("smtp_code", se.Code))
+	}
+	if se.Enhanced != "" {
+		l.set(slog.String("smtp_enhanced", se.Enhanced))
+	}
+	reason := truncate([]byte(sendErr.Error()), 1000)
+	switch se.Outcome {
+	case OutcomeAborted:
+		if errors.Is(sendErr, errLeaseLost) {
+			return w.notWritten(ctx, l, d, errLeaseLost)
+		}
+		// The lock was lost before the data went out: nothing was sent,
+		// so the attempt is given back, and the delivery tried again later.
+		if err := release(ctx, q, d.ID, a.lease, reason, true); err != nil {
+			return w.notWritten(ctx, l, d, err)
+		}
+		w.metrics.retries.WithLabelValues("lock_expired").Inc()
+		w.finish(l, d, StatusPending, "retried")
+		return sendErr
+
+	case OutcomeUnavailable:
+		// The provider refuses us, not this message: the delivery waits,
+		// using up nothing, and this worker stops sending until a probe
+		// gets through.
+		if err := release(ctx, q, d.ID, a.lease, reason, true); err != nil {
+			return w.notWritten(ctx, l, d, err)
+		}
+		w.providerUnavailable(ctx, se)
+		w.metrics.retries.WithLabelValues("provider_unavailable").Inc()
+		w.finish(l, d, StatusPending, "retried")
+		return w.providerWait(fmt.Errorf("%w: %s", errProviderUnavailable, RedactAddresses(reason)))
+
+	case OutcomeTemporary:
+		if age := time.Since(d.TryingSince); age >= w.cfg.MaxAge {
+			reason = fmt.Sprintf("gave up after %s of tries (DELIVERY_MAX_AGE %s): %s", age.Round(time.Second), w.cfg.MaxAge, reason)
+			if err := markFailed(ctx, q, d.ID, a.lease, reason); err != nil {
+				return w.notWritten(ctx, l, d, err)
+			}
+			w.finish(l, d, StatusFailed, "failed")
+			return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
+		}
+		// An attempt the provider refused before it accepted the
+		// recipient does not count.
+		if err := release(ctx, q, d.ID, a.lease, reason, !se.ReachedRecipient()); err != nil {
+			return w.notWritten(ctx, l, d, err)
+		}
+		w.metrics.retries.WithLabelValues(fmt.Sprintf("smtp_%dxx", max(se.Code/100, 4))).Inc()
+		w.finish(l, d, StatusPending, "retried")
+		return sendErr
+
+	case OutcomePermanent:
+		if err := markFailed(ctx, q, d.ID, a.lease, reason); err != nil {
+			return w.notWritten(ctx, l, d, err)
+		}
+		w.finish(l, d, StatusFailed, "failed")
+		return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
+
+	default: // OutcomeAmbiguous
+		if err := markAmbiguous(ctx, q, d.ID, a.lease, "ambiguous: "+reason); err != nil {
+			return w.notWritten(ctx, l, d, err)
+		}
+		w.metrics.deliveries.WithLabelValues(d.Template, "ambiguous").Inc()
+		l.result = "left_for_reconciler"
+		return nil
+	}
+}
+
+// finish records a transition that happened.
+func (w *Worker) finish(l *taskLog, d dbsqlc.NotificationDelivery, to Status, outcome string) {
+	w.metrics.deliveries.WithLabelValues(d.Template, outcome).Inc()
+	l.result = outcome
+	l.set(slog.String("to_status", string(to)))
+}
+
+// notWritten handles an outcome write that did not apply: another worker
+// owns the row now, and this one must write nothing more. A database
+// error is retried: the row's lease will expire and the claim decides.
+func (w *Worker) notWritten(ctx context.Context, l *taskLog, d dbsqlc.NotificationDelivery, err error) error {
+	if errors.Is(err, errLeaseLost) {
+		w.duplicate(l, "fencing")
+		w.recordDuplicate(ctx, l, d, "fencing")
+		l.result = "fenced_out"
+		return nil
+	}
+	l.result = "db_error"
+	w.metrics.retries.WithLabelValues("database").Inc()
+	return fmt.Errorf("record outcome of delivery %s: %w", d.ID, err)
+}

@@ -1,0 +1,223 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+)
+
+// The delivery state machine. Every write that changes a delivery's
+// status is in this file — the API's, the worker's, the operator's and
+// the reconciler's — and its SQL, in the same order, in
+// db/queries/transitions.sql. Each is one conditional statement that also
+// writes the delivery_events row, so a transition that no longer applies
+// (the lease was taken over, an operator got there first) changes
+// nothing and the history cannot disagree with the row.
+//
+//	from     to       who         when                                                  func
+//	-        pending  API         the business event commits with its intent            Record
+//	pending  sending  worker      claim: no block; lease and (first time) Message-ID    claim
+//	sending  sending  worker      claim of an expired lease never handed over           claim
+//	sending  sending  worker      last lease check before the data (handed_over_at)    handOver
+//	sending  sent     worker      the provider accepted the message                     markSent
+//	sending  pending  worker      refused before the data, or deferred: retry later     release
+//	sending  failed   worker      refused for good for this recipient, or past max age  markFailed
+//	sending  held     worker      the template cannot render the stored data            holdUnrenderable
+//	sending  sending  worker      no answer after the data: ambiguous, for the reconciler markAmbiguous
+//	sending  sending  worker      found a dead attempt that had handed over             noteAmbiguous
+//	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            expirePending
+//	failed   pending  operator    retry, same key, a new DELIVERY_MAX_AGE               operatorRetry
+//	held     pending  operator    retry                                                 operatorRetry
+//	held     sent     operator    found at the provider                                 operatorMarkSent
+//	sending  pending  reconciler  expired lease: not handed over, or not at the provider ReconcileToPending
+//	sending  sent     reconciler  expired lease, and the provider has the message        ReconcileToSent
+//	sending  held     reconciler  expired lease, no look-up, template policy hold        ReconcileToHeld
+//
+// sent and failed are final for the worker and the reconciler; only an
+// operator moves failed (or held) back to pending, and nothing moves sent.
+
+// errLeaseLost: the row's lease is no longer ours: another worker (or the
+// reconciler) took over, and this attempt must write nothing more.
+var errLeaseLost = errors.New("lease taken over by another worker")
+
+// fenced turns a conditional write's row count into errLeaseLost.
+func fenced(rows int64, err error) error {
+	if err != nil {
+		return err
+	}
+	if rows == 0 {
+		return errLeaseLost
+	}
+	return nil
+}
+
+// recordIntent inserts a pending delivery; created is false when its key
+// exists already (or was retired), and nothing is written then.
+func recordIntent(ctx context.Context, q *dbsqlc.Queries, in Intent, key string, data json.RawMessage, now time.Time) (dbsqlc.NotificationDelivery, bool, error) {
+	row, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{
+		ID: uuid.Must(uuid.NewV7()), OrderID: in.OrderID, Template: in.Template, Recipient: in.Recipient,
+		IdempotencyKey: key, TemplateData: data, CreatedAt: now, Actor: "api",
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return dbsqlc.NotificationDelivery{}, false, nil
+	}
+	return dbsqlc.NotificationDelivery(row), err == nil, err
+}
+
+// lease is one attempt's hold on a row: its token fences every write.
+type lease struct {
+	token uuid.UUID
+	ttl   time.Duration
+	actor string // the worker's id, for the history
+}
+
+// claim takes the delivery for one attempt. pgx.ErrNoRows means it is
+// not claimable: done, another worker's, or blocked.
+func claim(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, messageID, taskID string) (dbsqlc.ClaimDeliveryRow, error) {
+	return q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{
+		ID: id, LeaseToken: l.token, LeaseSeconds: l.ttl.Seconds(), MessageID: messageID, Actor: l.actor, TaskID: taskID,
+	})
+}
+
+// handOver is the last lease check before the data goes out; it records
+// that the provider may have the message from now on.
+func handOver(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease) error {
+	_, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: id, LeaseToken: l.token, LeaseSeconds: l.ttl.Seconds(), Actor: l.actor})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return errLeaseLost
+	}
+	return err
+}
+
+// extendLease renews the lease while a send runs (no status change).
+func extendLease(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease) {
+	_, _ = q.ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: id, LeaseToken: l.token, LeaseSeconds: l.ttl.Seconds()})
+}
+
+func markSent(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, providerID string) error {
+	return fenced(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: id, LeaseToken: l.token, ProviderMessageID: providerID, Actor: l.actor}))
+}
+
+// release puts the delivery back to pending for a later attempt; with
+// refund the attempt does not count (it never reached the recipient).
+func release(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string, refund bool) error {
+	return fenced(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor, RefundAttempt: refund}))
+}
+
+func markFailed(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
+	return fenced(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor}))
+}
+
+func holdUnrenderable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
+	return fenced(q.HoldUnrenderable(ctx, dbsqlc.HoldUnrenderableParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor}))
+}
+
+// markAmbiguous leaves the row sending, with the reason, for the
+// reconciler; its lease runs one more TTL so that a provider still busy
+// with the message has time to finish before it is asked.
+func markAmbiguous(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
+	return fenced(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor, LeaseSeconds: l.ttl.Seconds()}))
+}
+
+// noteAmbiguous records why a worker that found a dead, handed-over
+// attempt did not send.
+func noteAmbiguous(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, reason, actor string) error {
+	_, err := q.NoteAmbiguous(ctx, dbsqlc.NoteAmbiguousParams{ID: id, LastError: reason, Actor: actor})
+	return err
+}
+
+// expirePending fails a pending delivery whose tries began more than
+// maxAge ago; expired is false when it changed meanwhile.
+func expirePending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, maxAge time.Duration, reason, actor string) (expired bool, err error) {
+	n, err := q.ExpirePending(ctx, dbsqlc.ExpirePendingParams{ID: id, LastError: reason, MaxAgeSeconds: maxAge.Seconds(), Actor: actor})
+	return n == 1, err
+}
+
+// operatorRetry gives a failed or held delivery a fresh series of tries
+// under the same key.
+func operatorRetry(ctx context.Context, db DB, id uuid.UUID, actor, note string) (Delivery, error) {
+	row, err := dbsqlc.New(db).OperatorRetry(ctx, dbsqlc.OperatorRetryParams{ID: id, Actor: actor, Note: note})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Delivery{}, stateError(ctx, db, id)
+	}
+	if err != nil {
+		return Delivery{}, fmt.Errorf("retry delivery %s: %w", id, err)
+	}
+	return fromRow(dbsqlc.NotificationDelivery(row)), nil
+}
+
+// operatorMarkSent records that a held delivery was in fact accepted.
+func operatorMarkSent(ctx context.Context, db DB, id uuid.UUID, providerMessageID, actor, note string) (Delivery, error) {
+	row, err := dbsqlc.New(db).OperatorMarkSent(ctx, dbsqlc.OperatorMarkSentParams{
+		ID: id, ProviderMessageID: providerMessageID, Actor: actor, Note: note,
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Delivery{}, stateError(ctx, db, id)
+	}
+	if err != nil {
+		return Delivery{}, fmt.Errorf("mark delivery %s sent: %w", id, err)
+	}
+	return fromRow(dbsqlc.NotificationDelivery(row)), nil
+}
+
+// stateError tells a missing delivery from one in the wrong state.
+func stateError(ctx context.Context, db DB, id uuid.UUID) error {
+	d, err := Get(ctx, db, id)
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: it is %s", ErrWrongState, d.Status)
+}
+
+// ReconcileToPending takes back a sending delivery whose lease expired,
+// fenced on the lease the reconciler saw expire, so that it is sent (again).
+// ok is false when the row changed meanwhile.
+func ReconcileToPending(ctx context.Context, db DB, d Delivery, decision, reason, actor string) (ok bool, err error) {
+	if d.leaseToken == nil {
+		return false, fmt.Errorf("reset delivery %s: it has no lease", d.ID)
+	}
+	n, err := dbsqlc.New(db).ReconcileToPending(ctx, dbsqlc.ReconcileToPendingParams{
+		ID: d.ID, LeaseToken: *d.leaseToken, Reason: reason, Decision: decision, Actor: actor,
+	})
+	if err != nil {
+		return false, fmt.Errorf("reset delivery %s: %w", d.ID, err)
+	}
+	return n == 1, nil
+}
+
+// ReconcileToSent records a sending delivery whose lease expired as sent:
+// the provider holds the message.
+func ReconcileToSent(ctx context.Context, db DB, d Delivery, providerID, decision, actor string) (ok bool, err error) {
+	if d.leaseToken == nil {
+		return false, fmt.Errorf("mark delivery %s sent: it has no lease", d.ID)
+	}
+	n, err := dbsqlc.New(db).ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
+		ID: d.ID, LeaseToken: *d.leaseToken, ProviderMessageID: providerID, Decision: decision, Actor: actor,
+	})
+	if err != nil {
+		return false, fmt.Errorf("mark delivery %s sent: %w", d.ID, err)
+	}
+	return n == 1, nil
+}
+
+// ReconcileToHeld parks a sending delivery whose lease expired and whose
+// outcome nobody can tell, for an operator.
+func ReconcileToHeld(ctx context.Context, db DB, d Delivery, decision, reason, actor string) (ok bool, err error) {
+	if d.leaseToken == nil {
+		return false, fmt.Errorf("hold delivery %s: it has no lease", d.ID)
+	}
+	n, err := dbsqlc.New(db).ReconcileToHeld(ctx, dbsqlc.ReconcileToHeldParams{
+		ID: d.ID, LeaseToken: *d.leaseToken, Reason: reason, Decision: decision, Actor: actor,
+	})
+	if err != nil {
+		return false, fmt.Errorf("hold delivery %s: %w", d.ID, err)
+	}
+	return n == 1, nil
+}
