@@ -7,35 +7,19 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/notify"
-	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
-// The SMTP provider against a real server we did not write: our own sink
-// once forgave envelope paths without angle brackets, which Mailpit
-// refuses (501 5.5.4), and every e-mail failed in production.
-
-func mailpitSMTP(t *testing.T, mp *testenv.Mailpit, tlsMode, user, password string) *smtp.Provider {
-	t.Helper()
-	p, err := smtp.New(smtp.Config{
-		Host: mp.Host, Port: mp.Port, TLS: tlsMode, CAFile: mp.CAFile,
-		Username: user, Password: password, HeloName: "worker-7.shop.example",
-		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key",
-		Timeout: 5 * time.Second, MaxIdle: 2,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	return p
-}
-
+// The worker against a real server we did not write (the provider alone
+// is tested in internal/smtp): our own sink once forgave envelope paths
+// without angle brackets, which Mailpit refuses (501 5.5.4), and every
+// e-mail failed in production.
 func TestWorkerDeliversThroughMailpit(t *testing.T) {
 	t.Parallel()
 	mp := testenv.StartMailpit(t, testenv.MailpitOptions{})
 	e := setup(t, smtpsink.Config{})
-	w := e.worker(t, workerOpts{provider: mailpitSMTP(t, mp, smtp.TLSNone, "", "")})
+	w := e.worker(t, workerOpts{provider: smtpAt(t, mp.Host, mp.Port)})
 	d := e.checkout(t, "ana@example.com")
 	if err := process(context.Background(), w, d); err != nil {
 		t.Fatal(err)
@@ -68,7 +52,7 @@ func TestProviderRefusingUsMakesDeliveriesWait(t *testing.T) {
 	t.Parallel()
 	mp := testenv.StartMailpit(t, testenv.MailpitOptions{Chaos: true})
 	e := setup(t, smtpsink.Config{})
-	w := e.worker(t, workerOpts{provider: mailpitSMTP(t, mp, smtp.TLSNone, "", "")})
+	w := e.worker(t, workerOpts{provider: smtpAt(t, mp.Host, mp.Port)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 

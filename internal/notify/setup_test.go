@@ -67,8 +67,14 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 // smtp returns an SMTP provider pointed at the test sink.
 func (e *env) smtp(t testing.TB) *smtp.Provider {
 	t.Helper()
+	return smtpAt(t, e.sink.Host(), e.sink.Port())
+}
+
+// smtpAt returns an SMTP provider, in plain text, for host:port.
+func smtpAt(t testing.TB, host string, port int) *smtp.Provider {
+	t.Helper()
 	p, err := smtp.New(smtp.Config{
-		Host: e.sink.Host(), Port: e.sink.Port(), TLS: smtp.TLSNone,
+		Host: host, Port: port, TLS: smtp.TLSNone, HeloName: "worker-7.shop.example",
 		From: "orders@" + mailDomain, IdempotencyHeader: "Idempotency-Key",
 		Timeout: 5 * time.Second, MaxIdle: 2,
 	})

@@ -180,44 +180,42 @@ func stateError(ctx context.Context, db DB, id uuid.UUID) error {
 // fenced on the lease the reconciler saw expire, so that it is sent (again).
 // ok is false when the row changed meanwhile.
 func ReconcileToPending(ctx context.Context, db DB, d Delivery, decision, reason, actor string) (ok bool, err error) {
-	if d.leaseToken == nil {
-		return false, fmt.Errorf("reset delivery %s: it has no lease", d.ID)
-	}
-	n, err := dbsqlc.New(db).ReconcileToPending(ctx, dbsqlc.ReconcileToPendingParams{
-		ID: d.ID, LeaseToken: *d.leaseToken, Reason: reason, Decision: decision, Actor: actor,
+	return reconciled(d, "reset", func(lease uuid.UUID) (int64, error) {
+		return dbsqlc.New(db).ReconcileToPending(ctx, dbsqlc.ReconcileToPendingParams{
+			ID: d.ID, LeaseToken: lease, Reason: reason, Decision: decision, Actor: actor,
+		})
 	})
-	if err != nil {
-		return false, fmt.Errorf("reset delivery %s: %w", d.ID, err)
-	}
-	return n == 1, nil
 }
 
 // ReconcileToSent records a sending delivery whose lease expired as sent:
 // the provider holds the message.
 func ReconcileToSent(ctx context.Context, db DB, d Delivery, providerID, decision, actor string) (ok bool, err error) {
-	if d.leaseToken == nil {
-		return false, fmt.Errorf("mark delivery %s sent: it has no lease", d.ID)
-	}
-	n, err := dbsqlc.New(db).ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
-		ID: d.ID, LeaseToken: *d.leaseToken, ProviderMessageID: providerID, Decision: decision, Actor: actor,
+	return reconciled(d, "mark sent", func(lease uuid.UUID) (int64, error) {
+		return dbsqlc.New(db).ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
+			ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID, Decision: decision, Actor: actor,
+		})
 	})
-	if err != nil {
-		return false, fmt.Errorf("mark delivery %s sent: %w", d.ID, err)
-	}
-	return n == 1, nil
 }
 
 // ReconcileToHeld parks a sending delivery whose lease expired and whose
 // outcome nobody can tell, for an operator.
 func ReconcileToHeld(ctx context.Context, db DB, d Delivery, decision, reason, actor string) (ok bool, err error) {
-	if d.leaseToken == nil {
-		return false, fmt.Errorf("hold delivery %s: it has no lease", d.ID)
-	}
-	n, err := dbsqlc.New(db).ReconcileToHeld(ctx, dbsqlc.ReconcileToHeldParams{
-		ID: d.ID, LeaseToken: *d.leaseToken, Reason: reason, Decision: decision, Actor: actor,
+	return reconciled(d, "hold", func(lease uuid.UUID) (int64, error) {
+		return dbsqlc.New(db).ReconcileToHeld(ctx, dbsqlc.ReconcileToHeldParams{
+			ID: d.ID, LeaseToken: lease, Reason: reason, Decision: decision, Actor: actor,
+		})
 	})
+}
+
+// reconciled runs one of the reconciler's writes, fenced on the lease the
+// delivery had when it was read.
+func reconciled(d Delivery, what string, write func(lease uuid.UUID) (int64, error)) (bool, error) {
+	if d.leaseToken == nil {
+		return false, fmt.Errorf("%s delivery %s: it has no lease", what, d.ID)
+	}
+	n, err := write(*d.leaseToken)
 	if err != nil {
-		return false, fmt.Errorf("hold delivery %s: %w", d.ID, err)
+		return false, fmt.Errorf("%s delivery %s: %w", what, d.ID, err)
 	}
 	return n == 1, nil
 }
