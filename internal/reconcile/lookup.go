@@ -13,9 +13,18 @@ import (
 
 // Lookup asks the mail provider whether it accepted a message.
 type Lookup interface {
-	// Find reports whether the provider holds a message with this
-	// Message-ID (without angle brackets), and the provider's id for it.
-	Find(ctx context.Context, messageID string) (providerID string, found bool, err error)
+	// Find reports whether the provider holds the message q describes,
+	// and the provider's id for it. A provider that cannot answer for
+	// certain (rate limited, a 5xx, q older than it keeps messages)
+	// returns an error: found=false means "not there", never "don't know".
+	Find(ctx context.Context, q Query) (providerID string, found bool, err error)
+}
+
+// Query describes the message of one ambiguous send.
+type Query struct {
+	MessageID    string    // the delivery's stored Message-ID, without angle brackets
+	KeyHash      string    // notify.KeyHash of its idempotency key, as sent in provider metadata
+	HandedOverAt time.Time // when the data went to the provider
 }
 
 // checkedLookup is a Lookup that can tell whether its server speaks its API.
@@ -118,7 +127,8 @@ func (m mailpit) check(ctx context.Context) error {
 	return nil
 }
 
-func (m mailpit) Find(ctx context.Context, messageID string) (string, bool, error) {
+func (m mailpit) Find(ctx context.Context, q Query) (string, bool, error) {
+	messageID := q.MessageID
 	var ans struct {
 		Messages []struct {
 			ID        string `json:"ID"`
@@ -158,7 +168,8 @@ func (m mailhog) check(ctx context.Context) error {
 	return nil
 }
 
-func (m mailhog) Find(ctx context.Context, messageID string) (string, bool, error) {
+func (m mailhog) Find(ctx context.Context, q Query) (string, bool, error) {
+	messageID := q.MessageID
 	var ans struct {
 		Items []struct {
 			ID      string `json:"ID"`

@@ -258,7 +258,7 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			messageID = notify.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
 		}
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		providerID, found, err := r.lookup.Find(lctx, messageID)
+		providerID, found, err := r.lookup.Find(lctx, Query{MessageID: messageID, KeyHash: notify.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt})
 		cancel()
 		if err != nil {
 			// Decide nothing on a failed look-up; the row stays stale (and
