@@ -1,0 +1,98 @@
+package resend
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// apiError is Resend's error answer (https://resend.com/docs/api-reference/errors).
+type apiError struct {
+	StatusCode int    `json:"statusCode"`
+	Name       string `json:"name"`
+	Message    string `json:"message"`
+}
+
+func decodeError(body []byte) apiError {
+	var e apiError
+	if json.Unmarshal(body, &e) != nil {
+		e.Message = truncate(body)
+	}
+	return e
+}
+
+// classify decides what an error answer means for the delivery. Only an
+// answer about the recipient is permanent; an answer about our key, our
+// account, our sender domain, our request's shape or Resend's health is
+// Resend refusing us (notify.OutcomeUnavailable), so that one mistake in
+// the set-up never fails deliveries. Every 5xx is unavailable too: a
+// resend under the same key cannot send a second e-mail.
+//
+//	status  name                             outcome
+//	401/403 missing_api_key, invalid_api_key, restricted_api_key, suspended_api_key,
+//	        invalid_permission, validation_error (API key, own address only,
+//	        domain not verified)             unavailable (auth, or sender for the domain)
+//	429     rate_limit_exceeded, daily_quota_exceeded, monthly_quota_exceeded
+//	                                         unavailable
+//	5xx     application_error, service_unavailable, anything
+//	                                         unavailable
+//	404/405 not_found, method_not_allowed     unavailable (a wrong base URL)
+//	400     invalid_idempotency_key          unavailable (our keys are 71 characters: a bug)
+//	409     concurrent_idempotent_requests   temporary: the first request is still running;
+//	                                         trying again later gets its answer
+//	409     invalid_idempotent_request       permanent: Resend holds another body under this
+//	                                         delivery's key, so it was handed over before
+//	                                         (the template changed in between?) and a new
+//	                                         key would send a second e-mail; see the reason
+//	400/422 validation_error, invalid_to_address about `to`
+//	                                         permanent (recipient)
+//	400/422 … about `from`                   unavailable (sender)
+//	400/422 anything else (missing_required_field, invalid_parameter, …)
+//	                                         temporary: this message; retried until
+//	                                         DELIVERY_MAX_AGE, an operator can retry after a fix
+func classify(status int, e apiError) *notify.SendError {
+	se := &notify.SendError{Code: status, Err: fmt.Errorf("resend answered %d %s: %s", status, e.Name, e.Message)}
+	msg := strings.ToLower(e.Message)
+	switch {
+	case status == 401 || status == 403:
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageAuth
+		if e.Name == "validation_error" && !strings.Contains(msg, "api key") {
+			se.Stage = notify.StageSender // testing-only address, domain not verified
+		}
+	case status == 429 || status >= 500:
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageConnect
+	case status == 404 || status == 405:
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageConnect
+	case e.Name == "invalid_idempotency_key":
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageConnect
+	case e.Name == "concurrent_idempotent_requests":
+		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData
+	case e.Name == "invalid_idempotent_request":
+		se.Outcome, se.Stage = notify.OutcomePermanent, notify.StageData
+		se.Err = fmt.Errorf("%w (Resend already took a request with another body under this delivery's idempotency key within %s, so it may have sent it: check Resend's log before retrying; a retry after %s sends it again)", se.Err, DedupWindow, DedupWindow)
+	case e.Name == "missing_required_field" || e.Name == "missing_required_parameter":
+		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData // our request lacks a field: a bug, not the recipient
+	case e.Name == "invalid_to_address" || mentionsField(msg, "to"):
+		se.Outcome, se.Stage = notify.OutcomePermanent, notify.StageRecipient
+	case mentionsField(msg, "from"):
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageSender
+	case strings.Contains(msg, "api key"):
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageAuth
+	default:
+		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData
+	}
+	return se
+}
+
+// mentionsField reports whether an error message names the request
+// field name, quoted as Resend quotes it: `to`, 'to' or "to".
+func mentionsField(msg, name string) bool {
+	for _, q := range []string{"`", "'", `"`} {
+		if strings.Contains(msg, q+name+q) {
+			return true
+		}
+	}
+	return false
+}

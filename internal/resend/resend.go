@@ -1,0 +1,356 @@
+// Package resend is the Resend mail provider: it implements
+// notify.Provider over Resend's HTTP API (POST /emails), with the
+// idempotency key that makes Resend send one e-mail however often the
+// same delivery is sent, the classification of every error Resend
+// documents, a probe that sends nothing, and the verification of
+// Resend's (Svix-signed) webhooks.
+//
+// Resend deduplicates by the Idempotency-Key header for 24 hours
+// (https://resend.com/docs/dashboard/emails/idempotency-keys): the same
+// key with the same body gets the first answer and nothing is sent
+// again. So a send whose answer was lost (notify.OutcomeAmbiguous) may
+// be sent again, under the same key, within DedupWindow; that is why
+// this package has no look-up (reconcile.Lookup).
+package resend
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// DefaultBaseURL is Resend's API.
+const DefaultBaseURL = "https://api.resend.com"
+
+// DedupWindow is how long Resend keeps an idempotency key: a send of the
+// same delivery within this time of the first one is answered with the
+// first one's result and sends nothing.
+const DedupWindow = 24 * time.Hour
+
+// maxAnswer caps what is read of an answer.
+const maxAnswer = 1 << 20
+
+// MetadataKey is the name of the tag that carries
+// notify.KeyHash(IdempotencyKey); Resend echoes tags in its webhooks.
+const MetadataKey = "sekali-key"
+
+// Config configures the Resend provider.
+type Config struct {
+	APIKey  string        // RESEND_API_KEY: a sending-only key is enough
+	From    string        // MAIL_FROM: a bare address in a domain verified at Resend
+	BaseURL string        // RESEND_BASE_URL: DefaultBaseURL when empty; plain http only for loopback
+	Timeout time.Duration // one request, counted from before the hand-over; 30s when zero
+}
+
+// Validate checks the configuration and reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if strings.TrimSpace(c.APIKey) == "" {
+		errs = append(errs, errors.New("RESEND_API_KEY must be set"))
+	} else if strings.ContainsAny(c.APIKey, " \r\n\t") {
+		errs = append(errs, errors.New("RESEND_API_KEY must not contain spaces or line breaks"))
+	}
+	if _, err := notify.NormalizeAddress(c.From); err != nil {
+		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
+	}
+	if _, err := baseURL(c.BaseURL); err != nil {
+		errs = append(errs, fmt.Errorf("RESEND_BASE_URL: %w", err))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("RESEND_TIMEOUT %s must not be negative", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// baseURL checks raw (DefaultBaseURL when empty): https, or plain http
+// to a loopback address (a test server).
+func baseURL(raw string) (string, error) {
+	if raw == "" {
+		raw = DefaultBaseURL
+	}
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%q: want an URL such as %s", raw, DefaultBaseURL)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !isLoopback(u.Hostname()) {
+			return "", fmt.Errorf("%q: plain http only for loopback addresses; use https", raw)
+		}
+	default:
+		return "", fmt.Errorf("%q: want an https URL", raw)
+	}
+	return u.String(), nil
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// IdempotencyKey is the Idempotency-Key sent for a delivery's key:
+// "sekali-" and the hex SHA-256 of key, 71 characters of [a-z0-9-]. Our
+// keys (order-confirmation:<uuid>:<email>) can be longer than the 256
+// characters Resend takes, and carry an address; the digest is the same
+// on every attempt, and only the same key gives it.
+func IdempotencyKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "sekali-" + hex.EncodeToString(sum[:])
+}
+
+// Provider sends through Resend's API. It implements notify.Provider.
+type Provider struct {
+	cfg    Config
+	base   string
+	from   string
+	client *http.Client
+}
+
+// New returns a Resend provider; cfg must be valid.
+func New(cfg Config) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	base, _ := baseURL(cfg.BaseURL)
+	from, _ := notify.NormalizeAddress(cfg.From)
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   cfg.Timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &Provider{cfg: cfg, base: base, from: from, client: &http.Client{Transport: transport}}, nil
+}
+
+// Close closes idle connections.
+func (p *Provider) Close() { p.client.CloseIdleConnections() }
+
+// Deduplicates reports that Resend sends one e-mail per idempotency key
+// within DedupWindow: an ambiguous send to Resend may be sent again
+// under the same key, and no look-up is needed to decide it.
+func (*Provider) Deduplicates() bool { return true }
+
+// email is the body of POST /emails.
+type email struct {
+	From    string            `json:"from"`
+	To      []string          `json:"to"`
+	Subject string            `json:"subject"`
+	HTML    string            `json:"html,omitempty"`
+	Text    string            `json:"text"`
+	Headers map[string]string `json:"headers"`
+	Tags    []tag             `json:"tags"`
+}
+
+type tag struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// body is the request for m; the same m gives the same bytes, so a
+// resend under the same key is the "same request" Resend deduplicates.
+func (p *Provider) body(m notify.Message) ([]byte, error) {
+	to, err := notify.NormalizeAddress(m.To)
+	if err != nil {
+		return nil, fmt.Errorf("recipient: %w", err)
+	}
+	if m.MessageID == "" || strings.ContainsAny(m.MessageID, "<> \r\n") {
+		return nil, fmt.Errorf("message id %q: want id@domain without angle brackets", m.MessageID)
+	}
+	if m.IdempotencyKey == "" {
+		return nil, errors.New("no idempotency key")
+	}
+	return json.Marshal(email{
+		From:    p.from,
+		To:      []string{to},
+		Subject: m.Subject,
+		HTML:    m.HTML,
+		// Sent even when empty: Resend would otherwise derive a text
+		// part from the HTML, and the body would depend on how it does.
+		Text:    m.Text,
+		Headers: map[string]string{"Message-ID": "<" + m.MessageID + ">"},
+		Tags:    []tag{{Name: MetadataKey, Value: notify.KeyHash(m.IdempotencyKey)}},
+	})
+}
+
+// Send implements notify.Provider. handOver runs right before the
+// request goes out; the request's deadline (Timeout) counts from before
+// it and is never extended.
+func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+	body, err := p.body(m)
+	if err != nil {
+		return "", composeError(err)
+	}
+	before := time.Now()
+	if err := handOver(); err != nil {
+		return "", &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
+	}
+	ctx, cancel := context.WithDeadline(ctx, before.Add(p.cfg.Timeout))
+	defer cancel()
+	header := http.Header{
+		"Content-Type":    {"application/json"},
+		"Idempotency-Key": {IdempotencyKey(m.IdempotencyKey)},
+	}
+	ans, se := p.do(ctx, http.MethodPost, "/emails", header, body)
+	if se != nil {
+		se.HandedOver = true
+		return "", se
+	}
+	var ok struct {
+		ID string `json:"id"`
+	}
+	if ans.status/100 == 2 {
+		if err := json.Unmarshal(ans.body, &ok); err != nil || ok.ID == "" {
+			// Accepted, most likely, but without an id we cannot record
+			// it: leave it to the reconciler, whose resend under the same
+			// key gets the first answer again.
+			return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.status, HandedOver: true,
+				Err: fmt.Errorf("answer %d without an email id: %q", ans.status, truncate(ans.body))}
+		}
+		return ok.ID, nil
+	}
+	se = classify(ans.status, decodeError(ans.body))
+	se.HandedOver = true
+	return "", se
+}
+
+// Probe implements notify.Provider: GET /domains, which sends nothing.
+// A sending-only key (the one to use) is refused there with
+// restricted_api_key, which proves the key is valid: that passes too.
+func (p *Provider) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	ans, se := p.do(ctx, http.MethodGet, "/domains", nil, nil)
+	if se != nil {
+		return se
+	}
+	if ans.status/100 == 2 {
+		return nil
+	}
+	e := decodeError(ans.body)
+	if ans.status == http.StatusUnauthorized && e.Name == "restricted_api_key" {
+		return nil
+	}
+	se = classify(ans.status, e)
+	if se.Outcome != notify.OutcomeUnavailable {
+		// Whatever GET /domains says, it is about us, not a message.
+		se.Outcome = notify.OutcomeUnavailable
+	}
+	return se
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// errFenced: the request's deadline passed before its body went out.
+var errFenced = errors.New("deadline passed before the request body was sent")
+
+// fencedBody hands out the request body only before its deadline, so
+// that a worker that stalls after its last lease check cannot start
+// sending the message once the reconciler may act on its expired lease.
+type fencedBody struct {
+	r        *bytes.Reader
+	deadline time.Time
+}
+
+func (b *fencedBody) Read(p []byte) (int, error) {
+	if !time.Now().Before(b.deadline) {
+		return 0, errFenced
+	}
+	return b.r.Read(p)
+}
+
+func (b *fencedBody) Close() error { return nil }
+
+// do runs one request. A failure without an answer is classified by
+// whether the whole request was written: before that nothing can have
+// been accepted (unavailable), after it the provider may have it
+// (ambiguous).
+func (p *Provider) do(ctx context.Context, method, path string, header http.Header, body []byte) (answer, *notify.SendError) {
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(ctx, method, p.base+path, nil)
+	if err != nil {
+		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
+	}
+	if body != nil {
+		deadline, _ := ctx.Deadline()
+		req.Body = &fencedBody{r: bytes.NewReader(body), deadline: deadline}
+		req.GetBody = func() (io.ReadCloser, error) {
+			return &fencedBody{r: bytes.NewReader(body), deadline: deadline}, nil
+		}
+		req.ContentLength = int64(len(body))
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "sekali")
+	res, err := p.client.Do(req)
+	if err != nil {
+		if wrote.Load() {
+			return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData,
+				Err: fmt.Errorf("no answer after the request was sent: %w", err)}
+		}
+		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect,
+			Err: fmt.Errorf("request not sent: %w", err)}
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
+	if err != nil && res.StatusCode/100 == 2 {
+		return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: res.StatusCode,
+			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
+	}
+	return answer{status: res.StatusCode, header: res.Header, body: b}, nil
+}
+
+// composeError classifies a message that cannot be put into a request:
+// a bad recipient is refused for good, anything else is our bug and
+// waits (retried until DELIVERY_MAX_AGE) for a fix.
+func composeError(err error) *notify.SendError {
+	if errors.Is(err, notify.ErrInvalidAddress) {
+		return &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageRecipient, Err: fmt.Errorf("compose request: %w", err)}
+	}
+	return &notify.SendError{Outcome: notify.OutcomeTemporary, Stage: notify.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
+}
+
+func truncate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,339 @@
+package resend_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/resend"
+	"github.com/sekali-dev/sekali/internal/resend/resendtest"
+)
+
+type bundle struct {
+	srv *resendtest.Server
+	p   *resend.Provider
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	srv := resendtest.NewServer()
+	t.Cleanup(srv.Close)
+	return bundle{srv: srv, p: provider(t, srv, srv.SendingOnlyKey, 5*time.Second)}
+}
+
+func provider(t *testing.T, srv *resendtest.Server, key string, timeout time.Duration) *resend.Provider {
+	t.Helper()
+	p, err := resend.New(resend.Config{APIKey: key, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// message is one delivery; our keys are longer than the 256 characters
+// Resend takes.
+func message(n int) notify.Message {
+	email := strings.Repeat("b", 60) + "@example.com"
+	key := "order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c0d:" + email + strings.Repeat("-x", 100)
+	return notify.Message{
+		To: email, Subject: "Pesanan #" + string(rune('0'+n)), Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
+		MessageID: notify.MessageID(key, "shop.example"), IdempotencyKey: key,
+	}
+}
+
+func pass() error { return nil }
+
+func sendError(t *testing.T, err error) *notify.SendError {
+	t.Helper()
+	var se *notify.SendError
+	if !errors.As(err, &se) {
+		t.Fatalf("error %v (%T) is not a *notify.SendError", err, err)
+	}
+	return se
+}
+
+func TestSendIsOneEmailPerDelivery(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(1)
+	if len(m.IdempotencyKey) <= 256 {
+		t.Fatalf("the test key has %d bytes; it should be over Resend's limit", len(m.IdempotencyKey))
+	}
+	id, err := b.p.Send(context.Background(), m, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := b.srv.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("%d e-mails sent, want 1", len(msgs))
+	}
+	got := msgs[0]
+	if got.ID != id || got.MessageID != m.MessageID || got.IdempotencyKey != resend.IdempotencyKey(m.IdempotencyKey) ||
+		got.To[0] != m.To || got.From != "orders@shop.example" || got.Subject != m.Subject || got.Text != m.Text || got.HTML != m.HTML ||
+		got.Tags[resend.MetadataKey] != notify.KeyHash(m.IdempotencyKey) {
+		t.Errorf("sent %+v (id %s), want message %+v", got, id, m)
+	}
+
+	// The worker sends the same delivery again (a redelivered task, the
+	// reconciler's resend): Resend answers with the first id.
+	again, err := b.p.Send(context.Background(), m, pass)
+	if err != nil || again != id {
+		t.Errorf("second send: %q, %v; want the first id %q", again, err, id)
+	}
+	if n := b.srv.CountByMessageID(m.MessageID); n != 1 || b.srv.Requests() != 2 {
+		t.Errorf("%d e-mails after %d requests, want 1 after 2", n, b.srv.Requests())
+	}
+}
+
+func TestIdempotencyKeyIsShortAndStable(t *testing.T) {
+	t.Parallel()
+	k := message(1).IdempotencyKey
+	a, b := resend.IdempotencyKey(k), resend.IdempotencyKey(k)
+	if a != b || len(a) != 71 || !strings.HasPrefix(a, "sekali-") || strings.Contains(a, "@") {
+		t.Errorf("IdempotencyKey = %q, %q: want the same sekali-<64 hex> twice", a, b)
+	}
+	if resend.IdempotencyKey(k+"x") == a {
+		t.Error("two keys give the same Idempotency-Key")
+	}
+}
+
+// The answer is lost after Resend sent the e-mail: the send is
+// ambiguous, and sending it again under the same key is one e-mail.
+func TestAmbiguousSendResentIsOneEmail(t *testing.T) {
+	t.Parallel()
+	for _, sent := range []bool{true, false} {
+		b := setup(t)
+		m := message(2)
+		b.srv.FailNext(resendtest.Fault{Cut: true, Sent: sent})
+		_, err := b.p.Send(context.Background(), m, pass)
+		se := sendError(t, err)
+		if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver || se.Stage != notify.StageData {
+			t.Fatalf("sent=%v: cut after the request: %v (handed over %v), want ambiguous and handed over", sent, err, se.HandedOver)
+		}
+		id, err := b.p.Send(context.Background(), m, pass)
+		if err != nil {
+			t.Fatalf("sent=%v: resend: %v", sent, err)
+		}
+		msgs := b.srv.Messages()
+		if len(msgs) != 1 || msgs[0].ID != id {
+			t.Errorf("sent=%v: %d e-mails (%+v), want one with id %s", sent, len(msgs), msgs, id)
+		}
+	}
+}
+
+func TestHandOverRefusedSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	lost := errors.New("lease lost")
+	_, err := b.p.Send(context.Background(), message(3), func() error { return lost })
+	se := sendError(t, err)
+	if se.Outcome != notify.OutcomeAborted || se.HandedOver || !errors.Is(err, lost) {
+		t.Errorf("refused hand-over: %v, want aborted, not handed over, wrapping the refusal", err)
+	}
+	if n := b.srv.Requests(); n != 0 {
+		t.Errorf("%d requests reached Resend, want 0", n)
+	}
+}
+
+// The request deadline counts from before the last lease check: a
+// worker that stalls past it sends nothing.
+func TestStallAfterHandOverSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := provider(t, b.srv, b.srv.SendingOnlyKey, 100*time.Millisecond)
+	_, err := p.Send(context.Background(), message(4), func() error { time.Sleep(200 * time.Millisecond); return nil })
+	se := sendError(t, err)
+	if se.Outcome != notify.OutcomeUnavailable || !se.HandedOver {
+		t.Errorf("stalled past the deadline: %v, want unavailable (nothing sent), handed over", err)
+	}
+	if n := b.srv.Requests(); n != 0 {
+		t.Errorf("%d requests reached Resend, want 0", n)
+	}
+}
+
+func TestNoAnswerInTimeIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := provider(t, b.srv, b.srv.SendingOnlyKey, 300*time.Millisecond)
+	arrived, release := b.srv.HoldNext()
+	defer release()
+	_, err := p.Send(context.Background(), message(5), pass)
+	<-arrived
+	se := sendError(t, err)
+	if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+		t.Errorf("no answer within the timeout: %v, want ambiguous, handed over", err)
+	}
+}
+
+func TestSameKeyOtherBodyIsRefusedForGood(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(6)
+	if _, err := b.p.Send(context.Background(), m, pass); err != nil {
+		t.Fatal(err)
+	}
+	m.Subject += " (template changed)"
+	_, err := b.p.Send(context.Background(), m, pass)
+	se := sendError(t, err)
+	if se.Outcome != notify.OutcomePermanent || se.Code != 409 || !strings.Contains(err.Error(), "invalid_idempotent_request") {
+		t.Errorf("same key, other body: %v, want permanent 409 invalid_idempotent_request", err)
+	}
+	if n := b.srv.CountByMessageID(m.MessageID); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
+	}
+}
+
+func TestConcurrentSameKeyIsTemporaryThenTheFirstAnswer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(7)
+	arrived, release := b.srv.HoldNext()
+	var (
+		wg       sync.WaitGroup
+		firstID  string
+		firstErr error
+	)
+	wg.Go(func() { firstID, firstErr = b.p.Send(context.Background(), m, pass) })
+	<-arrived
+	_, err := b.p.Send(context.Background(), m, pass)
+	se := sendError(t, err)
+	if se.Outcome != notify.OutcomeTemporary || se.Code != 409 || !strings.Contains(err.Error(), "concurrent_idempotent_requests") {
+		t.Errorf("while the first is in flight: %v, want temporary 409 concurrent_idempotent_requests", err)
+	}
+	release()
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+	id, err := b.p.Send(context.Background(), m, pass)
+	if err != nil || id != firstID {
+		t.Errorf("after the first finished: %q, %v; want %q", id, err, firstID)
+	}
+	if n := b.srv.CountByMessageID(m.MessageID); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
+	}
+}
+
+// Every documented error maps to the outcome the worker needs.
+func TestErrorsAreClassified(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		status  int
+		name    string
+		message string
+		outcome notify.Outcome
+		stage   notify.Stage
+	}{
+		{401, "missing_api_key", "Missing API key in the authorization header.", notify.OutcomeUnavailable, notify.StageAuth},
+		{401, "validation_error", "API key is invalid", notify.OutcomeUnavailable, notify.StageAuth},
+		{403, "invalid_api_key", "API key is invalid.", notify.OutcomeUnavailable, notify.StageAuth},
+		{403, "restricted_api_key", "API key is not active", notify.OutcomeUnavailable, notify.StageAuth},
+		{403, "suspended_api_key", "This API key is suspended", notify.OutcomeUnavailable, notify.StageAuth},
+		{403, "validation_error", "The `shop.example` domain is not verified. Please, add and verify your domain.", notify.OutcomeUnavailable, notify.StageSender},
+		{403, "validation_error", "You can only send testing emails to your own email address (`me@example.com`).", notify.OutcomeUnavailable, notify.StageSender},
+		{429, "rate_limit_exceeded", "Too many requests.", notify.OutcomeUnavailable, notify.StageConnect},
+		{429, "daily_quota_exceeded", "You have exceeded your daily email sending quota.", notify.OutcomeUnavailable, notify.StageConnect},
+		{429, "monthly_quota_exceeded", "You have exceeded your monthly email sending quota.", notify.OutcomeUnavailable, notify.StageConnect},
+		{500, "application_error", "An unexpected error occurred.", notify.OutcomeUnavailable, notify.StageConnect},
+		{503, "service_unavailable", "API is temporarily unavailable", notify.OutcomeUnavailable, notify.StageConnect},
+		{502, "", "<html>Bad Gateway</html>", notify.OutcomeUnavailable, notify.StageConnect},
+		{404, "not_found", "The requested endpoint does not exist.", notify.OutcomeUnavailable, notify.StageConnect},
+		{405, "method_not_allowed", "Method is not allowed for the requested path.", notify.OutcomeUnavailable, notify.StageConnect},
+		{400, "invalid_idempotency_key", "Idempotency keys, if present, must have between 1 and 256 characters.", notify.OutcomeUnavailable, notify.StageConnect},
+		{409, "concurrent_idempotent_requests", "There is another request in progress with the same idempotency key.", notify.OutcomeTemporary, notify.StageData},
+		{409, "invalid_idempotent_request", "This idempotency key has been used … request body was modified.", notify.OutcomePermanent, notify.StageData},
+		{422, "validation_error", "Invalid `to` field. The email address needs to follow the `email@example.com` or `Name <email@example.com>` format.", notify.OutcomePermanent, notify.StageRecipient},
+		{422, "invalid_to_address", "Invalid to address", notify.OutcomePermanent, notify.StageRecipient},
+		{422, "validation_error", "Invalid `from` field.", notify.OutcomeUnavailable, notify.StageSender},
+		{400, "validation_error", "API key is invalid", notify.OutcomeUnavailable, notify.StageAuth},
+		{422, "missing_required_field", "Missing `to` field.", notify.OutcomeTemporary, notify.StageData},
+		{422, "invalid_parameter", "The `id` must be a valid UUID.", notify.OutcomeTemporary, notify.StageData},
+		{400, "validation_error", "Invalid `subject` field.", notify.OutcomeTemporary, notify.StageData},
+	}
+	b := setup(t)
+	for _, c := range cases {
+		b.srv.FailNext(resendtest.Fault{Status: c.status, Name: c.name, Message: c.message})
+		_, err := b.p.Send(context.Background(), message(8), pass)
+		se := sendError(t, err)
+		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.status || !se.HandedOver {
+			t.Errorf("%d %s %q: %s at %s (code %d, handed over %v), want %s at %s", c.status, c.name, c.message, se.Outcome, se.Stage, se.Code, se.HandedOver, c.outcome, c.stage)
+		}
+	}
+	if n := len(b.srv.Messages()); n != 0 {
+		t.Errorf("%d e-mails sent on error answers", n)
+	}
+}
+
+// The server's own refusals (not injected) are classified too.
+func TestRefusalsOfTheServer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := provider(t, b.srv, "re_wrong", 5*time.Second).Send(context.Background(), message(1), pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth {
+		t.Errorf("wrong key: %v, want unavailable at auth", err)
+	}
+	b.srv.SetVerifiedDomains("other.example")
+	_, err = b.p.Send(context.Background(), message(1), pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender || se.Code != 403 {
+		t.Errorf("unverified domain: %v, want unavailable at sender, 403", err)
+	}
+	if n := len(b.srv.Messages()); n != 0 {
+		t.Errorf("%d e-mails sent", n)
+	}
+}
+
+func TestUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.Close()
+	_, err := b.p.Send(context.Background(), message(1), pass)
+	se := sendError(t, err)
+	if se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect || !se.HandedOver {
+		t.Errorf("connection refused: %v, want unavailable at connect (handed over, nothing sent)", err)
+	}
+	if err := b.p.Probe(context.Background()); err == nil {
+		t.Error("probe of a closed server passed")
+	}
+}
+
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, key := range []string{b.srv.APIKey, b.srv.SendingOnlyKey} {
+		if err := provider(t, b.srv, key, time.Second).Probe(context.Background()); err != nil {
+			t.Errorf("probe with a valid key: %v", err)
+		}
+	}
+	err := provider(t, b.srv, "re_wrong", time.Second).Probe(context.Background())
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+		t.Errorf("probe with a wrong key: %v, want unavailable", err)
+	}
+	if n := b.srv.Requests(); n != 0 {
+		t.Errorf("the probe made %d send requests", n)
+	}
+}
+
+func TestDeduplicates(t *testing.T) {
+	t.Parallel()
+	if !setup(t).p.Deduplicates() || resend.DedupWindow != 24*time.Hour {
+		t.Error("Resend deduplicates by key for 24 hours")
+	}
+}
+
+func TestValidateListsEveryProblem(t *testing.T) {
+	t.Parallel()
+	err := resend.Config{BaseURL: "http://api.resend.com", From: "Shop <orders@shop.example>", Timeout: -1}.Validate()
+	for _, want := range []string{"RESEND_API_KEY", "MAIL_FROM", "RESEND_BASE_URL", "RESEND_TIMEOUT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+	if err := (resend.Config{APIKey: "re_x", From: "orders@shop.example"}).Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+}
