@@ -44,9 +44,29 @@ func Known(code string) bool {
 
 // Format renders an amount of minor units as "IDR 150,000.00" or
 // "JPY 1,200": the currency code, thousands separated by commas and the
-// minor units after a point. It is deliberately locale-neutral; a
-// template that wants a local style formats the raw amount itself.
+// minor units after a point. It is locale-neutral: it is the English
+// style, and [Style.Format] writes an amount the way another language does.
 func Format(minor int64, code string) string {
+	return Style{Decimal: ".", Group: ","}.Format(minor, code)
+}
+
+// Style is how a language writes an amount of money.
+type Style struct {
+	// Decimal comes before the minor units ("." in English, "," in
+	// Indonesian) and Group between thousands ("," and ".").
+	Decimal, Group string
+	// Own is the currency the language writes with a symbol, Symbol, in
+	// place of its code ("IDR" and "Rp" for Indonesian); every other
+	// currency is written by its ISO 4217 code. Empty: codes only.
+	Own, Symbol string
+}
+
+// Format renders minor units of the currency code in this style: the
+// code (or the symbol of the language's own currency), a space, a minus
+// sign for a negative amount, then the digits, as many minor-unit digits
+// as the currency has (none for JPY, three for KWD, two for an unknown
+// code). Indonesian: "Rp 215.000,50", "USD 1.234,56", "JPY 1.200".
+func (s Style) Format(minor int64, code string) string {
 	d, ok := digits[code]
 	if !ok {
 		d = 2
@@ -57,26 +77,30 @@ func Format(minor int64, code string) string {
 	if neg {
 		mag = -mag
 	}
-	s := strconv.FormatUint(mag, 10)
-	if len(s) <= d {
-		s = strings.Repeat("0", d-len(s)+1) + s
+	digitsOf := strconv.FormatUint(mag, 10)
+	if len(digitsOf) <= d {
+		digitsOf = strings.Repeat("0", d-len(digitsOf)+1) + digitsOf
 	}
-	whole, frac := s[:len(s)-d], s[len(s)-d:]
+	whole, frac := digitsOf[:len(digitsOf)-d], digitsOf[len(digitsOf)-d:]
 
 	var b strings.Builder
-	b.WriteString(code)
+	if s.Own != "" && code == s.Own {
+		b.WriteString(s.Symbol)
+	} else {
+		b.WriteString(code)
+	}
 	b.WriteByte(' ')
 	if neg {
 		b.WriteByte('-')
 	}
 	for i, r := range whole {
 		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
+			b.WriteString(s.Group)
 		}
 		b.WriteRune(r)
 	}
 	if d > 0 {
-		b.WriteByte('.')
+		b.WriteString(s.Decimal)
 		b.WriteString(frac)
 	}
 	return b.String()

@@ -43,3 +43,31 @@ func TestKnown(t *testing.T) {
 		}
 	}
 }
+
+func TestStyleFormat(t *testing.T) {
+	t.Parallel()
+	indonesian := Style{Decimal: ",", Group: ".", Own: "IDR", Symbol: "Rp"}
+	tests := []struct {
+		minor int64
+		code  string
+		want  string
+	}{
+		{21500050, "IDR", "Rp 215.000,50"},
+		{0, "IDR", "Rp 0,00"},
+		{123456, "USD", "USD 1.234,56"},
+		{1200, "JPY", "JPY 1.200"},
+		{1234567, "KWD", "KWD 1.234,567"},
+		{5, "BHD", "BHD 0,005"},
+		{-250000, "IDR", "Rp -2.500,00"},
+		{math.MinInt64, "IDR", "Rp -92.233.720.368.547.758,08"},
+	}
+	for _, tt := range tests {
+		if got := indonesian.Format(tt.minor, tt.code); got != tt.want {
+			t.Errorf("Indonesian Format(%d, %q) = %q, want %q", tt.minor, tt.code, got, tt.want)
+		}
+	}
+	// The zero style's own currency is none: every amount keeps its code.
+	if got := (Style{Decimal: ".", Group: ","}).Format(21500050, "IDR"); got != "IDR 215,000.50" {
+		t.Errorf("English Format = %q", got)
+	}
+}
