@@ -6,13 +6,20 @@ MAILPIT_VERSION := v1.33.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GO ?= go
 
-.PHONY: help test preflight mailpit bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help test fuzz preflight mailpit bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-test: preflight ## run every test against the real PostgreSQL, Redis and SMTP sink
+FUZZTIME ?= 2m
+
+test: preflight ## run every test against the real PostgreSQL, Redis, Mailpit and SMTP sink, then fuzz the request parsers briefly
 	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
+fuzz: ## fuzz the checkout decoder and validator and the Idempotency-Key parser, FUZZTIME each (default 2m)
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckoutBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzIdempotencyKey$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 
 bench: preflight ## run the whole stack natively under open-loop load; prints the report (bench.md) and draws bench.png
 	$(GO) build -o bin/ ./cmd/api ./cmd/worker ./cmd/reconciler ./cmd/bench

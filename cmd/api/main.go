@@ -9,19 +9,23 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
@@ -54,6 +58,8 @@ type config struct {
 	IdempotencyTTL  time.Duration
 	ShutdownTimeout time.Duration
 	AdminToken      string
+	MetricsAddr     string
+	RateLimits      httpapi.RateLimits
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -67,6 +73,25 @@ func loadConfig(getenv func(string) string) (config, error) {
 		IdempotencyTTL:  env.Duration("IDEMPOTENCY_KEY_TTL", 24*time.Hour),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
+		MetricsAddr:     env.String("METRICS_ADDR", ":9100"),
+		RateLimits: httpapi.RateLimits{
+			Public:  httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_PUBLIC", 50, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_PUBLIC_BURST", 100, 1, 1_000_000)},
+			Backend: httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_BACKEND", 500, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_BACKEND_BURST", 1000, 1, 1_000_000)},
+		},
+	}
+	for _, cidr := range strings.Split(env.String("TRUSTED_PROXIES", ""), ",") {
+		if cidr = strings.TrimSpace(cidr); cidr == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			env.Check("TRUSTED_PROXIES", fmt.Errorf("%q: want CIDRs such as 10.0.0.0/8,192.168.1.5/32", cidr))
+			continue
+		}
+		cfg.RateLimits.TrustedProxies = append(cfg.RateLimits.TrustedProxies, p)
+	}
+	if cfg.MetricsAddr == cfg.HTTPAddr {
+		env.Check("METRICS_ADDR", fmt.Errorf("%s is HTTP_ADDR: /metrics must be on a listener of its own, kept private", cfg.MetricsAddr))
 	}
 	if t := cfg.AdminToken; t != "" && len(t) < 16 {
 		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
@@ -85,8 +110,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		migrateOnly = true
 	case len(args) == 1 && args[0] == "healthcheck":
 		return healthcheck.Probe(envconfig.New(getenv).String("HTTP_ADDR", ":8080"))
+	case len(args) >= 2 && args[0] == "keys" && args[1] == "create":
+		return createKey(ctx, args[2:], getenv, stdout, stderr)
 	default:
-		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck]")
+		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck|keys create --name NAME --scopes orders:read,orders:write]")
 		return fmt.Errorf("unexpected arguments %q", args)
 	}
 
@@ -136,8 +163,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 
 	reg := opsserver.NewRegistry()
+	ops, err := opsserver.Listen(cfg.MetricsAddr, reg)
+	if err != nil {
+		return err
+	}
+	defer ops.Close()
 	enqueuer := notify.NewEnqueuer(queue, cfg.Queue, log, reg)
 	orders := order.NewService(pool, enqueuer, cfg.IdempotencyTTL, reg)
+	keys := apikey.NewService(pool)
 	checks := []httpapi.Check{
 		{Name: "postgres", Ping: pool.Ping},
 		{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
@@ -149,9 +182,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	srv := &http.Server{
 		Handler: httpapi.NewServer(httpapi.Deps{
-			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg,
+			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
+			Keys: keys, RateLimits: cfg.RateLimits,
 			Tracer: tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
-			Admin:  httpapi.Admin{Token: cfg.AdminToken, Ops: notify.NewOperator(pool, enqueuer, inspector, rdb)},
+			Admin:  httpapi.Admin{Token: cfg.AdminToken, Ops: notify.NewOperator(pool, enqueuer, inspector, rdb), Keys: keys},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,
@@ -162,9 +196,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.AdminToken == "" {
 		log.Warn("ADMIN_TOKEN is not set: the admin API under /admin/v1 refuses every request")
 	}
-	log.Info("api listening", "addr", ln.Addr().String())
+	log.Info("api listening", "addr", ln.Addr().String(), "metrics_addr", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(ops.Serve)
 	g.Go(func() error {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
@@ -179,7 +214,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if err := srv.Shutdown(sctx); err != nil {
 			return fmt.Errorf("shut down http: %w", err)
 		}
-		return nil
+		return ops.Shutdown(sctx)
 	})
 	return g.Wait()
+}
+
+// createKey is `api keys create`: it makes an API key for the shop's
+// backend and prints it, the only time it is shown. Operators can do the
+// same, and list and revoke keys, through POST /admin/v1/api-keys.
+func createKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("api keys create", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("name", "", "whose key this is, e.g. shop-backend-2026-12")
+	scopes := fs.String("scopes", "", "comma-separated: "+fmt.Sprint(apikey.Scopes))
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	parsed, err := apikey.ParseScopes(strings.Split(*scopes, ","))
+	if err != nil || strings.TrimSpace(*name) == "" {
+		return errors.Join(err, errors.New("give --name and --scopes"))
+	}
+	env := envconfig.New(getenv)
+	pool, err := postgres.Open(ctx, env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
+		return err
+	}
+	k, secret, err := apikey.NewService(pool).Create(ctx, strings.TrimSpace(*name), parsed)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\n", secret)
+	fmt.Fprintf(stderr, "created API key %s (%s) with scopes %v; it is shown only now\n", k.Prefix, k.Name, k.Scopes)
+	return nil
 }

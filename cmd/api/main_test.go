@@ -20,10 +20,12 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 	db := testenv.NewDB(t)
 	rd := testenv.NewRedis(t)
 	pprofAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	env := map[string]string{
 		"DATABASE_URL":   db.URL,
 		"REDIS_URL":      rd.URL,
 		"HTTP_ADDR":      "127.0.0.1:0",
+		"METRICS_ADDR":   metricsAddr,
 		"DELIVERY_QUEUE": rd.Queue,
 		"PPROF_ADDR":     pprofAddr,
 	}
@@ -60,7 +62,13 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 		t.Fatalf("checkout: %v %v", res, err)
 	}
 	res.Body.Close()
+	// /metrics is on METRICS_ADDR only, never on the public listener.
 	res, err = http.Get(base + "/metrics")
+	if err != nil || res.StatusCode != http.StatusNotFound {
+		t.Errorf("/metrics on HTTP_ADDR: %v %v, want 404", res, err)
+	}
+	res.Body.Close()
+	res, err = http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,12 +147,16 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		"REDIS_URL":           "http://localhost:6379",
 		"LOG_LEVEL":           "chatty",
 		"IDEMPOTENCY_KEY_TTL": "forever",
+		"HTTP_ADDR":           ":8080",
+		"METRICS_ADDR":        ":8080",
+		"TRUSTED_PROXIES":     "10.0.0.0/8,not-a-cidr",
+		"RATE_LIMIT_PUBLIC":   "-1",
 	}
 	err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil {
 		t.Fatal("run with bad configuration returned nil")
 	}
-	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL"} {
+	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL", "METRICS_ADDR", "TRUSTED_PROXIES", "RATE_LIMIT_PUBLIC"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}

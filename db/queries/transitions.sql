@@ -270,6 +270,7 @@ WITH upd AS (
     SET status              = 'sent',
         provider_message_id = @provider_message_id::text,
         sent_at             = now(),
+        last_error          = NULL,
         updated_at          = now()
     WHERE d.id = @id AND d.status = 'held'
     RETURNING d.*

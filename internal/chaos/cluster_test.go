@@ -73,19 +73,20 @@ func TestMain(m *testing.M) {
 // SMTP sink (which can inject any fault) or a real Mailpit (for the faults
 // Mailpit can produce: a real server's refusals, AUTH, STARTTLS, restarts).
 type cluster struct {
-	t         *testing.T
-	db        testenv.DB
-	redis     *testenv.RedisServer
-	redisURL  string           // what the binaries get as REDIS_URL (the server above, or a Sentinel)
-	sink      *smtpsink.Server // nil with Mailpit
-	mailpit   *testenv.Mailpit // nil with the sink
-	smtpEnv   []string         // the workers' SMTP_* settings
-	lookupURL string
-	apiURL    string
-	api       *testenv.Process
-	rec       *testenv.Process
-	orders    []placed
-	start     time.Time // the first order; time to drain counts from here
+	t          *testing.T
+	db         testenv.DB
+	redis      *testenv.RedisServer
+	redisURL   string           // what the binaries get as REDIS_URL (the server above, or a Sentinel)
+	sink       *smtpsink.Server // nil with Mailpit
+	mailpit    *testenv.Mailpit // nil with the sink
+	smtpEnv    []string         // the workers' SMTP_* settings
+	backendKey string           // the shop's backend's API key, made by ship
+	lookupURL  string
+	apiURL     string
+	api        *testenv.Process
+	rec        *testenv.Process
+	orders     []placed
+	start      time.Time // the first order; time to drain counts from here
 }
 
 type placed struct {
@@ -189,7 +190,8 @@ func (c *cluster) common() map[string]string {
 // startAPI runs the API (built with failpoints) and waits until it listens.
 func (c *cluster) startAPI(extra ...string) *testenv.Process {
 	c.t.Helper()
-	env := merge(merge(c.common(), []string{"HTTP_ADDR", "127.0.0.1:0", "ADMIN_TOKEN", adminToken}), extra)
+	env := merge(merge(c.common(), []string{"HTTP_ADDR", "127.0.0.1:0", "METRICS_ADDR", "127.0.0.1:0", "ADMIN_TOKEN", adminToken,
+		"RATE_LIMIT_PUBLIC", "0"}), extra) // the suite places orders faster than a storefront's client would
 	p := testenv.Start(c.t, "api", testenv.Binary(c.t, "./cmd/api", "failpoints"), env)
 	c.apiURL = "http://" + p.WaitLog(c.t, "api listening", "addr", 60*time.Second)
 	c.api = p

@@ -11,6 +11,16 @@ import (
 	"github.com/sqlc-dev/pqtype"
 )
 
+type ApiKey struct {
+	ID         uuid.UUID
+	Name       string
+	Prefix     string
+	SecretHash []byte
+	Scopes     []string
+	CreatedAt  time.Time
+	RevokedAt  *time.Time
+}
+
 type DeliveryBlock struct {
 	ID        int64
 	Kind      string
@@ -63,12 +73,13 @@ type NotificationDelivery struct {
 }
 
 type Order struct {
-	ID            uuid.UUID
-	CustomerEmail string
-	CustomerName  string
-	Currency      string
-	TotalMinor    int64
-	CreatedAt     time.Time
+	ID              uuid.UUID
+	CustomerEmail   string
+	CustomerName    string
+	Currency        string
+	TotalMinor      int64
+	CreatedAt       time.Time
+	AccessTokenHash []byte
 }
 
 type OrderItem struct {

@@ -521,6 +521,7 @@ WITH upd AS (
     SET status              = 'sent',
         provider_message_id = $1::text,
         sent_at             = now(),
+        last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since

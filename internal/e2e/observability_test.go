@@ -105,7 +105,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	enq := notify.NewEnqueuer(client, rd.Queue, api.log, api.reg)
 	orders := order.NewService(db.Pool, enq, time.Hour, api.reg)
 	apiSrv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Log: api.log, Orders: orders, Templates: templates,
-		Registry: api.reg, Gatherer: api.reg, Admin: httpapi.Admin{Ops: notify.NewOperator(db.Pool, enq, inspector, rdb)}}))
+		Registry: api.reg, Admin: httpapi.Admin{Ops: notify.NewOperator(db.Pool, enq, inspector, rdb)}}))
 	t.Cleanup(apiSrv.Close)
 
 	// Worker

@@ -17,6 +17,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -25,6 +26,7 @@ import (
 type Admin struct {
 	Token string
 	Ops   *notify.Operator
+	Keys  *apikey.Service // the backend's API keys, which operators create and revoke
 }
 
 // adminDelivery is a delivery as operators see it: everything, including
@@ -441,5 +443,77 @@ func handleAdminDeleteBlock(a Admin) http.Handler {
 		}
 		addLogAttrs(r.Context(), slog.String("action", "unblock"), slog.Int64("block_id", id))
 		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+func handleAdminListKeys(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys, err := a.Keys.List(r.Context())
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		if keys == nil {
+			keys = []apikey.Key{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"api_keys": keys})
+	})
+}
+
+// handleAdminCreateKey makes a key for the shop's backend and answers
+// with its secret, the only time it is shown.
+func handleAdminCreateKey(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Name   string   `json:"name"`
+			Scopes []string `json:"scopes"`
+		}
+		raw, p := readJSONBody(w, r)
+		if p == nil {
+			p = decodeStrict(raw, &req, "")
+		}
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		var fields []fieldError
+		name := strings.TrimSpace(req.Name)
+		if name == "" {
+			fields = append(fields, fieldError{Pointer: "/name", Detail: "must say whose key this is, e.g. shop-backend-2026-12"})
+		} else if d := textProblem(name, 100, true); d != "" {
+			fields = append(fields, fieldError{Pointer: "/name", Detail: d})
+		}
+		scopes, err := apikey.ParseScopes(req.Scopes)
+		if err != nil {
+			fields = append(fields, fieldError{Pointer: "/scopes", Detail: err.Error()})
+		}
+		if len(fields) > 0 {
+			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields})
+			return
+		}
+		k, secret, err := a.Keys.Create(r.Context(), name, scopes)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "create_api_key"), slog.String("api_key", k.Prefix))
+		writeJSON(w, http.StatusCreated, map[string]any{"api_key": k, "secret": secret})
+	})
+}
+
+func handleAdminRevokeKey(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := uuid.Parse(chi.URLParam(r, "id"))
+		if err != nil {
+			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No API key has this id."})
+			return
+		}
+		k, err := a.Keys.Revoke(r.Context(), id)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "revoke_api_key"), slog.String("api_key", k.Prefix))
+		writeJSON(w, http.StatusOK, map[string]any{"api_key": k})
 	})
 }

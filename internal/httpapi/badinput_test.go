@@ -74,6 +74,17 @@ func TestBadCheckoutInputIsRefusedAndWritesNothing(t *testing.T) {
 			{"sku":"A","name":"A","quantity":1,"unit_price":9007199254740991},
 			{"sku":"B","name":"B","quantity":1,"unit_price":1}]`), nil, 422, "validation", "/items"},
 		{"too many items", "", body("items", "["+strings.TrimSuffix(strings.Repeat(`{"sku":"A","name":"A","quantity":1,"unit_price":1},`, 101), ",")+"]"), nil, 422, "validation", "/items"},
+		{"null body", "", `null`, nil, 400, "invalid-body", ""},
+		{"string body", "", `"checkout"`, nil, 400, "invalid-body", ""},
+		{"repeated key", "", `{"customer_email":"ana@example.com","customer_email":"eve@example.com","customer_name":"A","currency":"IDR","items":[]}`, nil, 400, "invalid-body", "/customer_email"},
+		{"repeated key in an item", "", body("items", `[{"sku":"A","name":"B","quantity":1,"quantity":9,"unit_price":1}]`), nil, 400, "invalid-body", "/items/0/quantity"},
+		{"invalid UTF-8", "", strings.Replace(validCheckout, "Ana Maria", "Ana \xff Maria", 1), nil, 400, "invalid-body", ""},
+		{"email at an IP address", "", body("customer_email", `"a@1.2.3.4"`), nil, 422, "validation", "/customer_email"},
+		{"email with a numeric TLD", "", body("customer_email", `"a@example.123"`), nil, 422, "validation", "/customer_email"},
+		{"name with a line separator", "", body("customer_name", `"Ana\u2028Bcc: eve@example.com"`), nil, 422, "validation", "/customer_name"},
+		{"name with a bidi override", "", body("customer_name", `"\u202eanA"`), nil, 422, "validation", "/customer_name"},
+		{"name of zero-width spaces", "", body("customer_name", `"\u200b\u200b\u200b"`), nil, 422, "validation", "/customer_name"},
+		{"item name with a paragraph separator", "", body("items", `[{"sku":"A","name":"B\u2029C","quantity":1,"unit_price":1}]`), nil, 422, "validation", "/items/0/name"},
 		{"empty idempotency key", "", validCheckout, map[string]string{"Idempotency-Key": `""`}, 400, "invalid-idempotency-key", ""},
 		{"idempotency key with spaces", "", validCheckout, map[string]string{"Idempotency-Key": "a b"}, 400, "invalid-idempotency-key", ""},
 		{"idempotency key too long", "", validCheckout, map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, 400, "invalid-idempotency-key", ""},
@@ -131,14 +142,31 @@ func TestUnknownRoutesAndMethodsAreProblems(t *testing.T) {
 	for _, tc := range []struct {
 		method, path string
 		status       int
+		allow        string // the Allow header of a 405
 	}{
-		{http.MethodGet, "/v1/nothing", 404},
-		{http.MethodDelete, "/v1/orders", 405},
-		{http.MethodPut, "/v1/orders/" + "0190c5a0-0000-7000-8000-000000000000", 405},
+		{http.MethodGet, "/v1/nothing", 404, ""},
+		{http.MethodDelete, "/v1/orders", 405, "POST"},
+		{http.MethodPut, "/v1/orders/" + "0190c5a0-0000-7000-8000-000000000000", 405, "GET, HEAD"},
+		{http.MethodGet, "/v1/orders/0190c5a0-0000-7000-8000-000000000000/shipments", 405, "POST"},
 	} {
 		res := s.do(t, tc.method, tc.path, "", nil, nil)
 		if res.status != tc.status || res.header.Get("Content-Type") != "application/problem+json" {
 			t.Errorf("%s %s = %d %s", tc.method, tc.path, res.status, res.header.Get("Content-Type"))
+		}
+		if got := res.header.Get("Allow"); got != tc.allow {
+			t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
+		}
+	}
+}
+
+// HEAD is answered wherever GET is, with GET's status and headers and no body.
+func TestHeadWhereverGet(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	for _, path := range []string{"/healthz", "/readyz", "/v1/templates", "/openapi.yaml"} {
+		res := s.do(t, http.MethodHead, path, "", nil, nil)
+		if res.status != http.StatusOK || len(res.body) != 0 || res.header.Get("Content-Type") == "" {
+			t.Errorf("HEAD %s = %d, %d bytes, Content-Type %q", path, res.status, len(res.body), res.header.Get("Content-Type"))
 		}
 	}
 }

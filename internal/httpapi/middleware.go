@@ -92,8 +92,8 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec, tracer trace.Tr
 			}
 			w.Header().Set("X-Request-Id", ri.id)
 			ctx := tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-			ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
-				trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("sekali.request_id", ri.id)))
+			ctx, span := tracer.Start(ctx, methodLabel(r.Method), trace.WithSpanKind(trace.SpanKindServer),
+				trace.WithAttributes(attribute.String("http.request.method", methodLabel(r.Method)), attribute.String("sekali.request_id", ri.id)))
 			defer span.End()
 			r = r.WithContext(context.WithValue(ctx, requestInfoKey, ri))
 			rec := &statusRecorder{ResponseWriter: w}
@@ -116,8 +116,9 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec, tracer trace.Tr
 					rec.status = http.StatusOK
 				}
 				elapsed := time.Since(start)
-				latency.WithLabelValues(r.Method, route, strconv.Itoa(rec.status)).Observe(elapsed.Seconds())
-				span.SetName(r.Method + " " + route)
+				method := methodLabel(r.Method)
+				latency.WithLabelValues(method, route, strconv.Itoa(rec.status)).Observe(elapsed.Seconds())
+				span.SetName(method + " " + route)
 				span.SetAttributes(attribute.String("http.route", route), attribute.Int("http.response.status_code", rec.status))
 				if rec.status >= 500 {
 					span.SetStatus(codes.Error, http.StatusText(rec.status))
@@ -126,7 +127,7 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec, tracer trace.Tr
 				level := slog.LevelInfo
 				attrs := []slog.Attr{
 					slog.String("request_id", ri.id),
-					slog.String("method", r.Method),
+					slog.String("method", method),
 					slog.String("route", route),
 					slog.Int("status", rec.status),
 					slog.Int("bytes", rec.bytes),

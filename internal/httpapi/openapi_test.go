@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/api"
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -55,7 +56,7 @@ func TestOpenAPIDocumentListsEveryRoute(t *testing.T) {
 	t.Parallel()
 	doc := loadOpenAPI(t)
 	reg := prometheus.NewRegistry()
-	srv := httpapi.NewServer(httpapi.Deps{Log: slog.New(slog.DiscardHandler), Registry: reg, Gatherer: reg})
+	srv := httpapi.NewServer(httpapi.Deps{Log: slog.New(slog.DiscardHandler), Registry: reg})
 	routes, ok := srv.(chi.Routes)
 	if !ok {
 		t.Fatalf("NewServer returned %T, not a chi router", srv)
@@ -188,9 +189,9 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	// Operations.
 	c.do(200, "GET", "/healthz", "", "", nil)
 	c.do(200, "GET", "/readyz", "", "", map[string]string{"X-Request-Id": "contract-test.1"})
-	c.do(200, "GET", "/metrics", "", "", nil)
-	c.do(200, "GET", "/metrics", "", "", map[string]string{
-		"Accept": "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"})
+	if res := s.do(t, "GET", "/metrics", "", nil, nil); res.status != 404 {
+		t.Errorf("GET /metrics on the public listener = %d, want 404 (it is on METRICS_ADDR)", res.status)
+	}
 	if res := c.do(200, "GET", "/openapi.yaml", "", "", nil); !bytes.Equal(res.body, api.OpenAPI) {
 		t.Error("GET /openapi.yaml does not serve api/openapi.yaml")
 	}
@@ -233,6 +234,16 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(200, "GET", orderPath, "", "", nil)
 	c.do(404, "GET", "/v1/orders/00000000-0000-4000-8000-000000000000", "", "", nil)
 	c.do(404, "GET", "/v1/orders/nope", "", "", nil)
+	// Who may read it: the order's own token, not another's; no key at all is 401.
+	c.do(200, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer " + o.AccessToken})
+	c.do(404, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer " + order.AccessTokenPrefix + "another-orders-token"})
+	c.do(401, "GET", orderPath, "", "", map[string]string{"Authorization": ""})
+	c.do(401, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer sekali_key_nope_nope"})
+	_, writeOnly, err := s.keys.Create(ctx, "write-only", []apikey.Scope{apikey.ScopeOrdersWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.do(403, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer " + writeOnly})
 
 	// Shipments.
 	shipment := `{"carrier": "JNE", "tracking_number": "JNE-0042-7781"}`
@@ -243,6 +254,13 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(422, "POST", orderPath+"/shipments", jsonCT, `{"carrier": "", "tracking_number": "x"}`, nil)
 	c.do(400, "POST", orderPath+"/shipments", jsonCT, `{"carrier": "JNE", "eta": 3}`, nil)
 	c.do(415, "POST", orderPath+"/shipments", "", shipment, nil)
+	c.do(401, "POST", orderPath+"/shipments", jsonCT, shipment, map[string]string{"Authorization": ""})
+	c.do(401, "POST", orderPath+"/shipments", jsonCT, shipment, map[string]string{"Authorization": "Bearer " + o.AccessToken})
+	_, readOnly, err := s.keys.Create(ctx, "read-only", []apikey.Scope{apikey.ScopeOrdersRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.do(403, "POST", orderPath+"/shipments", jsonCT, shipment, map[string]string{"Authorization": "Bearer " + readOnly})
 	c.do(200, "GET", orderPath, "", "", nil)
 
 	// Admin: the token is required everywhere.
@@ -310,6 +328,20 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.admin(204, "DELETE", "/admin/v1/blocks/"+jsonInt(b.ID), "")
 	c.admin(404, "DELETE", "/admin/v1/blocks/"+jsonInt(b.ID), "")
 	c.admin(404, "DELETE", "/admin/v1/blocks/x", "")
+
+	// Admin: API keys.
+	var created struct {
+		APIKey apikey.Key `json:"api_key"`
+		Secret string     `json:"secret"`
+	}
+	c.admin(201, "POST", "/admin/v1/api-keys", `{"name": "shop-backend-2026-12", "scopes": ["orders:write", "orders:read"]}`).decode(t, &created)
+	c.admin(422, "POST", "/admin/v1/api-keys", `{"name": "", "scopes": ["orders:delete"]}`)
+	c.admin(400, "POST", "/admin/v1/api-keys", `{"name": "x", "scopes": ["orders:read"], "name": "y"}`)
+	c.admin(200, "GET", "/admin/v1/api-keys", "")
+	c.admin(200, "DELETE", "/admin/v1/api-keys/"+created.APIKey.ID.String(), "")
+	c.admin(404, "DELETE", "/admin/v1/api-keys/00000000-0000-4000-8000-000000000000", "")
+	c.admin(404, "DELETE", "/admin/v1/api-keys/nope", "")
+	c.do(401, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer " + created.Secret})
 
 	var missed []string
 	for path, item := range c.doc.Paths.Map() {

@@ -1,13 +1,9 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strings"
 
@@ -184,81 +180,4 @@ func decodeCheckout(w http.ResponseWriter, r *http.Request) (order.Checkout, *pr
 		c.Items[i] = order.CheckoutItem{SKU: it.SKU, Name: it.Name, Quantity: it.Quantity, UnitPrice: it.UnitPrice}
 	}
 	return c, nil
-}
-
-// readJSONBody reads a request body that must be JSON and at most
-// maxBodyBytes long.
-func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem) {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return nil, &problem{Type: typeUnsupportedType, Status: http.StatusUnsupportedMediaType,
-			Detail: "Send the body as JSON with Content-Type: application/json."}
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return nil, &problem{Type: typeBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
-				Detail: fmt.Sprintf("The body must be at most %d bytes.", maxBodyBytes)}
-		}
-		return nil, &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Detail: "The body could not be read."}
-	}
-	return raw, nil
-}
-
-// decodeStrict decodes exactly one JSON value into dst, refusing unknown
-// fields and trailing data. prefix is the JSON pointer of the value.
-func decodeStrict(raw []byte, dst any, prefix string) *problem {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil {
-		if _, tokErr := dec.Token(); tokErr != io.EOF {
-			err = errors.New("unexpected data after the JSON value")
-		}
-	}
-	if err == nil {
-		return nil
-	}
-	invalid := func(pointer, detail string) *problem {
-		return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not valid",
-			Detail: detail, Errors: []fieldError{{Pointer: pointer, Detail: detail}}}
-	}
-	var syntaxErr *json.SyntaxError
-	var typeErr *json.UnmarshalTypeError
-	switch {
-	case errors.Is(err, io.EOF):
-		return invalid(prefix, "the body is empty; send a JSON object")
-	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		return invalid(prefix, "malformed JSON: "+err.Error())
-	case errors.As(err, &typeErr):
-		pointer := prefix
-		if typeErr.Field != "" {
-			pointer += "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
-		}
-		return invalid(pointer, fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value))
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return invalid(prefix+"/"+name, "is not a known field")
-	default:
-		return invalid(prefix, err.Error())
-	}
-}
-
-// jsonKind names a Go kind the way a JSON client thinks of it.
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
-		return "integer within range"
-	case "float32", "float64":
-		return "number"
-	case "string":
-		return "string"
-	case "slice", "array":
-		return "array"
-	case "struct", "map":
-		return "object"
-	default:
-		return goKind
-	}
 }

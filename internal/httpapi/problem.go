@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -50,6 +51,8 @@ const (
 	typeInvalidQuery    = "urn:sekali:problem:invalid-query"
 	typeInternal        = "urn:sekali:problem:internal"
 	typeUnauthorized    = "urn:sekali:problem:unauthorized"
+	typeForbidden       = "urn:sekali:problem:forbidden"
+	typeRateLimited     = "urn:sekali:problem:rate-limited"
 	typeConflict        = "urn:sekali:problem:wrong-state"
 )
 
@@ -77,6 +80,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No order has this id."})
 	case errors.Is(err, notify.ErrNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No delivery has this id."})
+	case errors.Is(err, apikey.ErrNotFound):
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No API key has this id."})
 	case errors.Is(err, notify.ErrBlockNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
 	case errors.Is(err, notify.ErrWrongState):

@@ -4,22 +4,35 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/sekali-dev/sekali/internal/apikey"
 )
 
-// addRoutes is the whole HTTP API in one place.
-func addRoutes(r chi.Router, d Deps, metrics http.Handler) {
+// addRoutes is the whole HTTP API in one place, grouped by who may call
+// it (auth.go has the trust model; docs/security.md explains it).
+func addRoutes(r chi.Router, d Deps) {
+	addr := clientAddr(d.RateLimits.TrustedProxies)
+	public, backend := newLimiter(d.RateLimits.Public), newLimiter(d.RateLimits.Backend)
+
+	// Anyone: the load balancer, the storefront, a browser.
 	r.Method(http.MethodGet, "/healthz", handleHealthz())
 	r.Method(http.MethodGet, "/readyz", handleReadyz(d.Checks))
-	r.Method(http.MethodGet, "/metrics", metrics)
-	r.Method(http.MethodGet, "/openapi.yaml", handleOpenAPI())
+	r.Group(func(r chi.Router) {
+		r.Use(limit(public, addr))
+		r.Method(http.MethodGet, "/openapi.yaml", handleOpenAPI())
+		r.Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
+		r.Method(http.MethodGet, "/v1/templates", handleListTemplates(d.Templates))
+		r.Method(http.MethodGet, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
+	})
 
-	r.Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
-	r.Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
-	r.Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
+	// The shop's backend (an API key with the scope), or, to read one
+	// order, the access token its checkout answered with.
+	r.With(requireOrderReader(d.Keys, d.Orders), limit(backend, keyOrAddr(addr))).
+		Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
+	r.With(requireKey(d.Keys, apikey.ScopeOrdersWrite), limit(backend, keyOrAddr(addr))).
+		Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
 
-	r.Method(http.MethodGet, "/v1/templates", handleListTemplates(d.Templates))
-	r.Method(http.MethodGet, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
-
+	// Operators.
 	r.Route("/admin/v1", func(r chi.Router) {
 		r.Use(requireAdmin(d.Admin.Token))
 		r.Method(http.MethodGet, "/deliveries", handleAdminListDeliveries(d.Admin))
@@ -33,5 +46,10 @@ func addRoutes(r chi.Router, d Deps, metrics http.Handler) {
 		r.Method(http.MethodGet, "/blocks", handleAdminListBlocks(d.Admin))
 		r.Method(http.MethodPost, "/blocks", handleAdminAddBlock(d.Admin))
 		r.Method(http.MethodDelete, "/blocks/{id}", handleAdminDeleteBlock(d.Admin))
+		r.Method(http.MethodGet, "/api-keys", handleAdminListKeys(d.Admin))
+		r.Method(http.MethodPost, "/api-keys", handleAdminCreateKey(d.Admin))
+		r.Method(http.MethodDelete, "/api-keys/{id}", handleAdminRevokeKey(d.Admin))
 	})
+	// /metrics and pprof are never here: they have listeners of their own
+	// (METRICS_ADDR, PPROF_ADDR) that only operators reach.
 }

@@ -6,11 +6,13 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -26,14 +28,15 @@ type Check struct {
 
 // Deps is what the API is built from.
 type Deps struct {
-	Log       *slog.Logger
-	Orders    *order.Service
-	Templates *notify.Templates
-	Checks    []Check               // asked by /readyz
-	Admin     Admin                 // the operator API under /admin/v1
-	Registry  prometheus.Registerer // receives the HTTP metrics
-	Gatherer  prometheus.Gatherer   // what /metrics exposes
-	Tracer    trace.Tracer          // one span per request; nil records none
+	Log        *slog.Logger
+	Orders     *order.Service
+	Templates  *notify.Templates
+	Keys       keyChecker            // the shop's backend's API keys (*apikey.Service)
+	RateLimits RateLimits            // zero: no limits
+	Checks     []Check               // asked by /readyz
+	Admin      Admin                 // the operator API under /admin/v1
+	Registry   prometheus.Registerer // receives the HTTP metrics (served on METRICS_ADDR, not here)
+	Tracer     trace.Tracer          // one span per request; nil records none
 }
 
 // NewServer returns the API's handler.
@@ -51,14 +54,44 @@ func NewServer(d Deps) http.Handler {
 		tracer = noop.NewTracerProvider().Tracer("")
 	}
 	r.Use(observe(d.Log, latency, tracer))
+	r.Use(middleware.GetHead) // HEAD wherever GET is served
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No such endpoint."})
 	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, r, problem{Type: typeMethod, Status: http.StatusMethodNotAllowed, Detail: "This endpoint does not take " + r.Method + "."})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allowed := allowedMethods(r, req.URL.Path)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeProblem(w, req, problem{Type: typeMethod, Status: http.StatusMethodNotAllowed,
+			Detail: "This endpoint takes " + strings.Join(allowed, ", ") + "."})
 	})
-	addRoutes(r, d, promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+	addRoutes(r, d)
 	return r
+}
+
+// methods are the request methods the API knows; any other is "other" in
+// metrics and logs, so that a client cannot grow either with made-up ones.
+var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
+
+// methodLabel is r's method if it is one of methods, else "other".
+func methodLabel(method string) string {
+	if slices.Contains(methods, method) {
+		return method
+	}
+	return "other"
+}
+
+// allowedMethods lists the methods routes serves at path, for Allow.
+func allowedMethods(routes chi.Routes, path string) []string {
+	var out []string
+	for _, m := range methods {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			out = append(out, m)
+		}
+	}
+	if slices.Contains(out, http.MethodGet) && !slices.Contains(out, http.MethodHead) {
+		out = append(out, http.MethodHead) // middleware.GetHead serves it
+	}
+	return out
 }
 
 func handleHealthz() http.Handler {

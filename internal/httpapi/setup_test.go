@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -34,11 +35,16 @@ type stack struct {
 	inspector *asynq.Inspector
 	reg       *prometheus.Registry
 	logs      *testenv.Buffer
+	keys      *apikey.Service
+	// backendKey has every scope; do sends it unless the request sets its
+	// own Authorization (even an empty one, for none).
+	backendKey string
 }
 
 type setupOpts struct {
-	redis  asynq.RedisConnOpt   // overrides the queue's Redis, e.g. with an unreachable one
-	tracer trace.TracerProvider // records the API's spans
+	redis      asynq.RedisConnOpt   // overrides the queue's Redis, e.g. with an unreachable one
+	tracer     trace.TracerProvider // records the API's spans
+	rateLimits httpapi.RateLimits   // none by default
 }
 
 func setup(t *testing.T, opts ...setupOpts) stack {
@@ -78,12 +84,18 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	}
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
+	keys := apikey.NewService(db.Pool)
+	_, backendKey, err := keys.Create(context.Background(), "test backend", apikey.Scopes)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Gatherer: reg, Tracer: tracer,
-		Admin: httpapi.Admin{Token: adminToken, Ops: notify.NewOperator(db.Pool, enq, inspector, rdb)},
+		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
+		Keys: keys, RateLimits: o.rateLimits,
+		Admin: httpapi.Admin{Token: adminToken, Ops: notify.NewOperator(db.Pool, enq, inspector, rdb), Keys: keys},
 	}))
 	t.Cleanup(srv.Close)
-	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs}
+	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, backendKey: backendKey}
 }
 
 // response is what a request got back.
@@ -119,8 +131,12 @@ func (s stack) send(method, path, contentType string, body io.Reader, header map
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
+	req.Header.Set("Authorization", "Bearer "+s.backendKey)
 	for k, v := range header {
 		req.Header.Set(k, v)
+	}
+	if req.Header.Get("Authorization") == "" {
+		req.Header.Del("Authorization")
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -60,10 +60,14 @@ func validLocalPart(s string) bool {
 	return true
 }
 
-// validDomain accepts a host name of two or more labels; address literals
-// such as [127.0.0.1] are refused.
+// validDomain accepts a DNS host name of two or more labels whose last
+// label is not numeric; address literals such as [127.0.0.1] and dotted
+// IP addresses are refused.
 func validDomain(s string) bool {
-	return strings.Count(s, ".") >= 1 && IsHostName(s)
+	tld := s[strings.LastIndexByte(s, '.')+1:]
+	// A top-level label is never all digits: a@1.2.3.4 is an IP address
+	// in disguise, and a@example.123 names no host.
+	return strings.Count(s, ".") >= 1 && IsHostName(s) && strings.ContainsFunc(tld, func(r rune) bool { return r < '0' || r > '9' })
 }
 
 // IsHostName accepts a DNS host name of one or more labels: letters,

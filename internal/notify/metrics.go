@@ -72,7 +72,25 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{"provider_unavailable", "unknown_template", "shutdown"} {
 		m.handedBack.WithLabelValues(r)
 	}
+	for _, l := range []string{"cache", "database", "lock", "fencing"} {
+		m.duplicates.WithLabelValues(l)
+	}
+	for _, r := range []string{"smtp_4xx", "smtp_5xx", "provider_unavailable", "lock_busy", "lock_expired", "database", "redis"} {
+		m.retries.WithLabelValues(r)
+	}
 	reg.MustRegister(m.duplicates, m.lockAcquired, m.lockFailed, m.lockExpired, m.retries, m.processing, m.deliveries, m.sendLatency, m.blocked,
 		m.handedBack, m.providerUp)
 	return m
+}
+
+// deliveryOutcomes are the outcome label values of sekali_deliveries_total.
+var deliveryOutcomes = []string{"sent", "failed", "retried", "held", "ambiguous"}
+
+// knowTemplates creates the series of every template and outcome, at zero.
+func (m *Metrics) knowTemplates(names []string) {
+	for _, t := range names {
+		for _, o := range deliveryOutcomes {
+			m.deliveries.WithLabelValues(t, o)
+		}
+	}
 }

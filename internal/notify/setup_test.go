@@ -31,7 +31,8 @@ type env struct {
 	rdb       redis.UniversalClient
 	sink      *smtpsink.Server
 	templates *notify.Templates
-	reg       *prometheus.Registry
+	reg       *prometheus.Registry // the worker's
+	apiReg    *prometheus.Registry // the order service's and enqueuer's
 	metrics   *notify.Metrics
 	logs      *testenv.Buffer
 	orders    *order.Service
@@ -56,6 +57,7 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	client := asynq.NewClient(e.redis.Opt)
 	t.Cleanup(func() { client.Close() })
 	apiReg := prometheus.NewRegistry()
+	e.apiReg = apiReg
 	enq := notify.NewEnqueuer(client, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg)
 	e.orders = order.NewService(e.db.Pool, enq, time.Hour, apiReg)
 	ins := asynq.NewInspector(e.redis.Opt)

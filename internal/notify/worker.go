@@ -94,6 +94,7 @@ func (w *Worker) Drain() { w.draining.Store(true) }
 // NewWorker returns a Worker. db must be the primary: every decision is
 // read from and written to the source of truth, never a replica.
 func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, templates *Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
+	metrics.knowTemplates(templates.Names())
 	return &Worker{
 		db:        db,
 		lock:      redisLock{rdb: rdb, ttl: cfg.LockTTL},
@@ -386,6 +387,12 @@ func (w *Worker) notClaimable(ctx context.Context, l *taskLog, id uuid.UUID) err
 		// the block has expired.
 		l.result = "blocked"
 		w.metrics.blocked.Inc()
+		taskID, _ := asynq.GetTaskID(ctx)
+		if err := recordEvent(ctx, q, row, "blocked", w.cfg.WorkerID, map[string]string{
+			"task_id": taskID, "reason": "an operator's block on the key or recipient holds it back",
+		}); err != nil {
+			l.set(slog.String("history_error", err.Error()))
+		}
 		return nil
 	}
 	// Another worker holds a live lease on it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -549,6 +550,32 @@ func TestNoRawAddressInWorkerLogs(t *testing.T) {
 	}
 }
 
+// A server that quotes the address in its refusal, as Postfix does, must
+// not put it into a log line: the reply stays in last_error, which only
+// the admin API shows, and the logs carry it redacted.
+func TestProviderRepliesAreScrubbedOfAddressesInLogs(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{
+		OnRcpt: func(to string) error {
+			return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: "<" + to + ">: Recipient address rejected: User unknown in virtual mailbox table"}
+		},
+	})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "unknown.user@example.com")
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+		t.Fatalf("err = %v, want the refusal to fail the delivery", err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); !strings.Contains(got.LastError, "unknown.user@example.com") {
+		t.Errorf("last_error %q lost the provider's reply", got.LastError)
+	}
+	if strings.Contains(e.logs.String(), "unknown.user") {
+		t.Errorf("a log line carries the address:\n%s", e.logs)
+	}
+	if !strings.Contains(e.logs.String(), "Recipient address rejected") {
+		t.Errorf("the log line lost the reply itself:\n%s", e.logs)
+	}
+}
+
 // The second template goes through the same worker.
 func TestShippedEmailIsSentOnce(t *testing.T) {
 	t.Parallel()
@@ -671,6 +698,13 @@ func TestBlockedRecipientWaits(t *testing.T) {
 	}
 	if n := e.counter(t, "sekali_deliveries_blocked_total"); n != 1 {
 		t.Errorf("deliveries_blocked_total = %v", n)
+	}
+	_, events, err := e.ops.Get(ctx, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(events, func(ev notify.Event) bool { return ev.Event == "blocked" }) {
+		t.Errorf("the block left no trace in the history: %+v", events)
 	}
 	if err := e.ops.RemoveBlock(ctx, b.ID); err != nil {
 		t.Fatal(err)

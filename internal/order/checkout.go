@@ -71,6 +71,13 @@ type validCheckout struct {
 
 // validate checks every field and computes the line totals and the total,
 // refusing any sum that would leave the safe integer range.
+// Validate reports what is wrong with the checkout (a *ValidationError
+// naming each field), or nil when Place would record it.
+func (c Checkout) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
 func (c Checkout) validate() (validCheckout, error) {
 	var verr ValidationError
 	v := validCheckout{Currency: c.Currency}
@@ -143,7 +150,11 @@ func (c Checkout) validate() (validCheckout, error) {
 	return v, nil
 }
 
-// checkText requires a non-empty single-line text of at most maxRunes runes.
+// checkText requires one line of visible text of at most maxRunes runes:
+// no control characters, no line or paragraph separators (U+2028,
+// U+2029), no bidirectional overrides or isolates (which make "Ana" read
+// as something else in a mail client), and at least one visible
+// character (a name of zero-width spaces only is empty).
 func checkText(verr *ValidationError, pointer, s string, maxRunes int) {
 	switch {
 	case s == "":
@@ -154,5 +165,17 @@ func checkText(verr *ValidationError, pointer, s string, maxRunes int) {
 		verr.add(pointer, "must be at most %d characters", maxRunes)
 	case strings.ContainsFunc(s, unicode.IsControl):
 		verr.add(pointer, "must not contain control characters such as line breaks")
+	case strings.ContainsFunc(s, func(r rune) bool { return unicode.In(r, unicode.Zl, unicode.Zp) }):
+		verr.add(pointer, "must be one line: no line or paragraph separators (U+2028, U+2029)")
+	case strings.ContainsFunc(s, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }):
+		verr.add(pointer, "must not contain bidirectional control characters (U+202A to U+202E, U+2066 to U+2069, ...)")
+	case !strings.ContainsFunc(s, visible):
+		verr.add(pointer, "must contain at least one visible character")
 	}
+}
+
+// visible reports whether r shows as something: a graphic character that
+// is neither a space nor a format character such as U+200B.
+func visible(r rune) bool {
+	return unicode.IsGraphic(r) && !unicode.IsSpace(r) && !unicode.Is(unicode.Cf, r)
 }

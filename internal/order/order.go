@@ -21,7 +21,12 @@ var (
 	// ErrKeyReused is returned when an Idempotency-Key comes back with a
 	// different request than the one it was first used for.
 	ErrKeyReused = errors.New("order: idempotency key already used for a different request")
+	// ErrTokenInvalid is returned when an access token is not the order's.
+	ErrTokenInvalid = errors.New("order: the access token does not open this order")
 )
+
+// AccessTokenPrefix starts every order access token.
+const AccessTokenPrefix = "sekali_order_"
 
 // Order is a recorded checkout as the API shows it.
 type Order struct {
@@ -33,6 +38,11 @@ type Order struct {
 	Total         int64          `json:"total"`
 	CreatedAt     time.Time      `json:"created_at"`
 	Notifications []Notification `json:"notifications"`
+	// AccessToken is the capability to read this order (GET
+	// /v1/orders/{id} with Authorization: Bearer <token>), for a
+	// storefront that shows the order to its customer. Only the checkout
+	// that created the order answers with it; it is stored as a hash.
+	AccessToken string `json:"access_token,omitempty"`
 }
 
 // Item is one line of an order. Amounts are integer minor units.

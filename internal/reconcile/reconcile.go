@@ -46,6 +46,10 @@ const (
 	DecisionAlreadyQueued = "already_queued"        // pending with a live task: nothing to do
 )
 
+// allDecisions lists every decision, in the order reports print them.
+var allDecisions = []string{DecisionRequeued, DecisionAlreadyQueued, DecisionNotHandedOver, DecisionFound, DecisionNotFound,
+	DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed}
+
 // Config tunes a Reconciler.
 type Config struct {
 	PendingAfter    time.Duration     // a pending row untouched this long is checked
@@ -106,6 +110,14 @@ func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, lookup Lo
 			Help: "Rows the retention clean-up deleted: expired idempotency keys, and finished deliveries past DELIVERY_RETENTION.",
 		}, []string{"table"}),
 	}
+	// Every series exists from the start, at zero, so that dashboards show
+	// it and a rate() alert fires on the first event.
+	for _, d := range allDecisions {
+		r.decisions.WithLabelValues(d)
+	}
+	for _, t := range []string{"idempotency_keys", "notification_deliveries"} {
+		r.cleaned.WithLabelValues(t)
+	}
 	reg.MustRegister(r.stale, r.held, r.decisions, r.passes, r.cleaned)
 	return r
 }
@@ -123,8 +135,7 @@ func (rep Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "stale_sending=%d held=%d cleaned_idempotency_keys=%d cleaned_deliveries=%d",
 		rep.Stale, rep.Held, rep.CleanedKeys, rep.CleanedDeliveries)
-	for _, d := range []string{DecisionRequeued, DecisionAlreadyQueued, DecisionNotHandedOver, DecisionFound, DecisionNotFound,
-		DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed} {
+	for _, d := range allDecisions {
 		fmt.Fprintf(&b, " %s=%d", d, rep.Decisions[d])
 	}
 	return b.String()

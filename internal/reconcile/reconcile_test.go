@@ -218,3 +218,20 @@ func events(t *testing.T, e *env, d notify.Delivery, name string) []notify.Event
 	}
 	return out
 }
+
+// Every decision's series exists before the first pass, at zero, so that
+// SekaliProviderLookupFailing (a rate of lookup_failed) fires on the
+// first failure.
+func TestDecisionSeriesExistFromTheStart(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	reconcile.New(nil, nil, nil, nil, reconcile.Config{}, slog.New(slog.DiscardHandler), reg)
+	for _, d := range []string{reconcile.DecisionLookupFailed, reconcile.DecisionPolicyHold, reconcile.DecisionRequeued, reconcile.DecisionFound} {
+		if !testenv.HasSeries(t, reg, "sekali_reconciler_decisions_total", "decision", d) {
+			t.Errorf("sekali_reconciler_decisions_total{decision=%q} is missing before any pass", d)
+		}
+	}
+	if !testenv.HasSeries(t, reg, "sekali_cleanup_deleted_total", "table", "notification_deliveries") {
+		t.Error("sekali_cleanup_deleted_total{table=notification_deliveries} is missing before any clean-up")
+	}
+}

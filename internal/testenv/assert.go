@@ -55,3 +55,24 @@ func hasLabels(have []*dto.LabelPair, want []string) bool {
 	}
 	return true
 }
+
+// HasSeries reports whether g has a series of metric name whose labels
+// include the given name/value pairs, whatever its value (zero included).
+func HasSeries(t testing.TB, g prometheus.Gatherer, name string, labels ...string) bool {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if hasLabels(m.GetLabel(), labels) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,179 @@
+// Package apikey holds the credentials of the shop's backend: keys with
+// scopes, created and revoked by operators, shown once and stored only as
+// a hash, checked in constant time. Several keys may be valid at once, so
+// that one is rotated by creating the next, deploying it, and revoking
+// the old one. docs/security.md says which route needs which scope.
+package apikey
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base32"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+)
+
+// Scope is what a key may do.
+type Scope string
+
+const (
+	// ScopeOrdersRead reads orders and their notifications.
+	ScopeOrdersRead Scope = "orders:read"
+	// ScopeOrdersWrite records shipments (and so sends their e-mails).
+	ScopeOrdersWrite Scope = "orders:write"
+	// ScopeNotificationsWrite triggers any template for an order.
+	ScopeNotificationsWrite Scope = "notifications:write"
+)
+
+// Scopes lists every scope, in order.
+var Scopes = []Scope{ScopeOrdersRead, ScopeOrdersWrite, ScopeNotificationsWrite}
+
+// Prefix starts every key, so that a leaked one is recognizable (secret
+// scanners look for such prefixes).
+const Prefix = "sekali_key_"
+
+var (
+	// ErrInvalid is returned for a token that is no live key.
+	ErrInvalid = errors.New("apikey: not a valid key")
+	// ErrNotFound is returned when no key has the given id.
+	ErrNotFound = errors.New("apikey: not found")
+	// ErrBadScope is returned for a scope that does not exist.
+	ErrBadScope = errors.New("apikey: unknown scope")
+)
+
+// Key is one credential, without its secret.
+type Key struct {
+	ID        uuid.UUID  `json:"id"`
+	Name      string     `json:"name"`
+	Prefix    string     `json:"prefix"` // the public part of the key, for telling keys apart
+	Scopes    []Scope    `json:"scopes"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Has reports whether k carries scope.
+func (k Key) Has(scope Scope) bool { return slices.Contains(k.Scopes, scope) }
+
+// DB is where keys are kept: a *pgxpool.Pool.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Service creates, lists, revokes and checks keys.
+type Service struct{ db DB }
+
+// NewService returns a Service over db.
+func NewService(db DB) *Service { return &Service{db: db} }
+
+// ParseScopes checks a list of scope names.
+func ParseScopes(names []string) ([]Scope, error) {
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: give at least one of %v", ErrBadScope, Scopes)
+	}
+	var out []Scope
+	for _, n := range names {
+		s := Scope(strings.TrimSpace(n))
+		if !slices.Contains(Scopes, s) {
+			return nil, fmt.Errorf("%w %q: want one of %v", ErrBadScope, n, Scopes)
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Create makes a key; secret is the whole key, shown this once.
+func (s *Service) Create(ctx context.Context, name string, scopes []Scope) (k Key, secret string, err error) {
+	var idPart [10]byte
+	var secretPart [32]byte
+	_, _ = rand.Read(idPart[:]) // crypto/rand.Read never fails on supported platforms
+	_, _ = rand.Read(secretPart[:])
+	prefix := Prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(idPart[:]))
+	secret = prefix + "_" + base64.RawURLEncoding.EncodeToString(secretPart[:])
+	hash := sha256.Sum256([]byte(secret))
+	names := make([]string, len(scopes))
+	for i, sc := range scopes {
+		names[i] = string(sc)
+	}
+	row, err := dbsqlc.New(s.db).InsertAPIKey(ctx, dbsqlc.InsertAPIKeyParams{
+		ID: uuid.Must(uuid.NewV7()), Name: name, Prefix: prefix, SecretHash: hash[:], Scopes: names,
+	})
+	if err != nil {
+		return Key{}, "", fmt.Errorf("create api key: %w", err)
+	}
+	return fromRow(row), secret, nil
+}
+
+// List returns every key, revoked ones included, oldest first.
+func (s *Service) List(ctx context.Context) ([]Key, error) {
+	rows, err := dbsqlc.New(s.db).ListAPIKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list api keys: %w", err)
+	}
+	out := make([]Key, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(r)
+	}
+	return out, nil
+}
+
+// Revoke ends a key at once; revoking a revoked key changes nothing.
+func (s *Service) Revoke(ctx context.Context, id uuid.UUID) (Key, error) {
+	row, err := dbsqlc.New(s.db).RevokeAPIKey(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Key{}, ErrNotFound
+	}
+	if err != nil {
+		return Key{}, fmt.Errorf("revoke api key %s: %w", id, err)
+	}
+	return fromRow(row), nil
+}
+
+// dummyHash is compared against when no key has the token's prefix, so
+// that an unknown prefix takes as long as a wrong secret.
+var dummyHash = sha256.Sum256([]byte("sekali: no such key"))
+
+// Authenticate returns the live key that token is, or ErrInvalid.
+func (s *Service) Authenticate(ctx context.Context, token string) (Key, error) {
+	prefix, _, ok := strings.Cut(strings.TrimPrefix(token, Prefix), "_")
+	want := dummyHash[:]
+	var row dbsqlc.ApiKey
+	if ok && strings.HasPrefix(token, Prefix) {
+		r, err := dbsqlc.New(s.db).GetAPIKeyByPrefix(ctx, Prefix+prefix)
+		switch {
+		case err == nil:
+			row, want = r, r.SecretHash
+		case !errors.Is(err, pgx.ErrNoRows):
+			return Key{}, fmt.Errorf("look up api key: %w", err)
+		}
+	}
+	have := sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(have[:], want) != 1 || row.ID == uuid.Nil || row.RevokedAt != nil {
+		return Key{}, ErrInvalid
+	}
+	return fromRow(row), nil
+}
+
+func fromRow(r dbsqlc.ApiKey) Key {
+	k := Key{ID: r.ID, Name: r.Name, Prefix: r.Prefix, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt}
+	for _, s := range r.Scopes {
+		k.Scopes = append(k.Scopes, Scope(s))
+	}
+	return k
+}

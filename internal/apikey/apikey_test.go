@@ -1,0 +1,75 @@
+package apikey_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+func TestKeysAuthenticateUntilRevoked(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	keys := apikey.NewService(db.Pool)
+	ctx := context.Background()
+	k, secret, err := keys.Create(ctx, "shop backend", []apikey.Scope{apikey.ScopeOrdersWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(secret, k.Prefix+"_") || !strings.HasPrefix(k.Prefix, apikey.Prefix) {
+		t.Fatalf("secret %q, prefix %q", secret, k.Prefix)
+	}
+	got, err := keys.Authenticate(ctx, secret)
+	if err != nil || got.ID != k.ID || !got.Has(apikey.ScopeOrdersWrite) || got.Has(apikey.ScopeOrdersRead) {
+		t.Fatalf("Authenticate = %+v, %v", got, err)
+	}
+	// The secret is stored only as a hash.
+	var stored []byte
+	if err := db.Pool.QueryRow(ctx, "SELECT secret_hash FROM api_keys WHERE id = $1", k.ID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(stored), secret[len(k.Prefix)+1:]) || len(stored) != 32 {
+		t.Errorf("stored %d bytes that hold the secret", len(stored))
+	}
+	// A second key is valid at the same time: rotation without downtime.
+	_, next, err := keys.Create(ctx, "shop backend, next", []apikey.Scope{apikey.ScopeOrdersWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{
+		"", "sekali_key_", secret + "x", secret[:len(secret)-1] + "A", k.Prefix + "_wrong", "sekali_key_nosuchprefix_" + secret[len(k.Prefix)+1:], "Bearer " + secret,
+	} {
+		if _, err := keys.Authenticate(ctx, bad); !errors.Is(err, apikey.ErrInvalid) {
+			t.Errorf("Authenticate(%q) = %v, want ErrInvalid", bad, err)
+		}
+	}
+	if _, err := keys.Revoke(ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Authenticate(ctx, secret); !errors.Is(err, apikey.ErrInvalid) {
+		t.Errorf("a revoked key still authenticates: %v", err)
+	}
+	if _, err := keys.Authenticate(ctx, next); err != nil {
+		t.Errorf("the other key stopped working: %v", err)
+	}
+	list, err := keys.List(ctx)
+	if err != nil || len(list) != 2 || list[0].RevokedAt == nil || list[1].RevokedAt != nil {
+		t.Errorf("List = %+v, %v", list, err)
+	}
+}
+
+func TestParseScopes(t *testing.T) {
+	t.Parallel()
+	got, err := apikey.ParseScopes([]string{"orders:write", " orders:read", "orders:write"})
+	if err != nil || len(got) != 2 || got[0] != apikey.ScopeOrdersRead {
+		t.Errorf("ParseScopes = %v, %v", got, err)
+	}
+	for _, bad := range [][]string{nil, {}, {"orders:delete"}, {"admin"}} {
+		if _, err := apikey.ParseScopes(bad); !errors.Is(err, apikey.ErrBadScope) {
+			t.Errorf("ParseScopes(%q) = %v", bad, err)
+		}
+	}
+}

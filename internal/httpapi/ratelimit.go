@@ -1,0 +1,168 @@
+package httpapi
+
+import (
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// RateLimit is a token bucket per client: PerSecond requests a second on
+// average, Burst at once. A zero PerSecond turns it off.
+type RateLimit struct {
+	PerSecond float64
+	Burst     int
+}
+
+// RateLimits are the API's budgets: Public per client address for the
+// endpoints anyone may call, Backend per API key (or order access token's
+// client address) for the rest. TrustedProxies are the load balancers
+// whose X-Forwarded-For names the client; without them the client is the
+// connection's peer. The buckets live in this process: with several API
+// replicas each has its own, so the budget a client gets is up to
+// replicas × the limit (docs/security.md).
+type RateLimits struct {
+	Public, Backend RateLimit
+	TrustedProxies  []netip.Prefix
+}
+
+// maxClients bounds the buckets kept: a client address space cannot grow
+// memory without end. Past it, the idlest half is dropped.
+const maxClients = 50_000
+
+// limiter keeps one token bucket per client.
+type limiter struct {
+	limit   RateLimit
+	mu      sync.Mutex
+	clients map[string]*bucket
+}
+
+type bucket struct {
+	tokens *rate.Limiter
+	seen   time.Time
+}
+
+func newLimiter(l RateLimit) *limiter {
+	return &limiter{limit: l, clients: map[string]*bucket{}}
+}
+
+// allow takes a token for client, or says how long until one is there.
+func (l *limiter) allow(client string, now time.Time) (ok bool, retryAfter time.Duration) {
+	if l == nil || l.limit.PerSecond <= 0 {
+		return true, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.clients[client]
+	if b == nil {
+		if len(l.clients) >= maxClients {
+			l.evict(now)
+		}
+		b = &bucket{tokens: rate.NewLimiter(rate.Limit(l.limit.PerSecond), max(l.limit.Burst, 1))}
+		l.clients[client] = b
+	}
+	b.seen = now
+	r := b.tokens.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// evict drops buckets idle for a minute, and if that is not enough, every
+// bucket idle longer than the median.
+func (l *limiter) evict(now time.Time) {
+	for k, b := range l.clients {
+		if now.Sub(b.seen) > time.Minute {
+			delete(l.clients, k)
+		}
+	}
+	if len(l.clients) < maxClients {
+		return
+	}
+	var total time.Duration
+	for _, b := range l.clients {
+		total += now.Sub(b.seen)
+	}
+	mean := total / time.Duration(len(l.clients))
+	for k, b := range l.clients {
+		if now.Sub(b.seen) >= mean {
+			delete(l.clients, k)
+		}
+	}
+}
+
+// limit answers 429 with Retry-After to a client over its budget; client
+// names the bucket (an API key, or the client address).
+func limit(l *limiter, client func(*http.Request) string) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ok, wait := l.allow(client(r), time.Now())
+			if !ok {
+				seconds := int(math.Ceil(wait.Seconds()))
+				w.Header().Set("Retry-After", strconv.Itoa(seconds))
+				writeProblem(w, r, problem{Type: typeRateLimited, Status: http.StatusTooManyRequests,
+					Detail: "Too many requests from this client; retry after " + strconv.Itoa(seconds) + " s."})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// clientAddr is the request's client: the connection's peer, or, when
+// that peer is a trusted proxy, the last address in X-Forwarded-For that
+// is not one.
+func clientAddr(trusted []netip.Prefix) func(*http.Request) string {
+	isTrusted := func(a netip.Addr) bool {
+		for _, p := range trusted {
+			if p.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
+	return func(r *http.Request) string {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		peer, err := netip.ParseAddr(host)
+		if err != nil {
+			return host
+		}
+		peer = peer.Unmap()
+		if !isTrusted(peer) {
+			return peer.String()
+		}
+		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
+		for i := len(hops) - 1; i >= 0; i-- {
+			a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
+			if err != nil {
+				break // a forged or broken entry: trust nothing before it
+			}
+			if a = a.Unmap(); !isTrusted(a) {
+				return a.String()
+			}
+		}
+		return peer.String()
+	}
+}
+
+// keyOrAddr is the bucket of a backend request: its API key when it has
+// one, else its client address.
+func keyOrAddr(addr func(*http.Request) string) func(*http.Request) string {
+	return func(r *http.Request) string {
+		if k, ok := keyFrom(r.Context()); ok {
+			return "key:" + k.ID.String()
+		}
+		return "addr:" + addr(r)
+	}
+}

@@ -1,0 +1,114 @@
+package httpapi_test
+
+import (
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/httpapi"
+)
+
+// seriesOf counts the series of one metric family.
+func seriesOf(t *testing.T, s stack, name string) int {
+	t.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}
+
+// Nothing a client sends can grow the metrics: made-up methods become
+// "other" and unknown paths "unmatched", so after the first of each kind
+// the number of series stays the same however many follow. The log line
+// carries the same bounded method.
+func TestMetricsLabelsAreAClosedSet(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func(n int) string {
+		const letters = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = letters[rng.IntN(len(letters))]
+		}
+		return string(b)
+	}
+	send := func(n int) {
+		for range n {
+			method := word(1 + rng.IntN(2000))
+			res, err := s.send(method, "/"+strings.ToLower(word(1+rng.IntN(50))), "", nil, map[string]string{"Authorization": ""})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.status != http.StatusNotFound && res.status != http.StatusMethodNotAllowed {
+				t.Fatalf("%.20s… = %d", method, res.status)
+			}
+		}
+	}
+	send(20)
+	before := seriesOf(t, s, "sekali_http_request_duration_seconds")
+	send(300)
+	if after := seriesOf(t, s, "sekali_http_request_duration_seconds"); after != before || before == 0 {
+		t.Errorf("series grew from %d to %d with random methods and paths", before, after)
+	}
+	for _, line := range strings.Split(s.logs.String(), "\n") {
+		if len(line) > 2000 {
+			t.Fatalf("a log line of %d bytes: the attacker's method reached it", len(line))
+		}
+	}
+	if !strings.Contains(s.logs.String(), `"method":"other"`) {
+		t.Error(`no log line says "method":"other"`)
+	}
+}
+
+// A client over its budget gets 429 with Retry-After; another client, or
+// the same one later, is not affected. Public endpoints count per client
+// address, backend ones per API key.
+func TestRateLimitsAnswer429WithRetryAfter(t *testing.T) {
+	t.Parallel()
+	s := setup(t, setupOpts{rateLimits: httpapi.RateLimits{
+		Public:  httpapi.RateLimit{PerSecond: 0.001, Burst: 3},
+		Backend: httpapi.RateLimit{PerSecond: 0.001, Burst: 2},
+	}})
+	c := newContract(t, s)
+	for i := range 3 {
+		c.do(201, "POST", "/v1/orders", "application/json", validCheckout, map[string]string{"Idempotency-Key": "rl-" + strconv.Itoa(i)})
+	}
+	res := c.do(429, "POST", "/v1/orders", "application/json", validCheckout, nil)
+	if ra, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || ra < 1 {
+		t.Errorf("Retry-After %q", res.header.Get("Retry-After"))
+	}
+	c.do(429, "GET", "/v1/templates", "", "", nil) // the same address, another public endpoint
+
+	// The backend's budget is its key's, not the address's.
+	var o struct {
+		ID string `json:"id"`
+	}
+	if res := s.do(t, "GET", "/healthz", "", nil, nil); res.status != 200 {
+		t.Errorf("health checks are limited too: %d", res.status)
+	}
+	if err := s.db.Pool.QueryRow(t.Context(), "SELECT id::text FROM orders LIMIT 1").Scan(&o.ID); err != nil {
+		t.Fatal(err)
+	}
+	path := "/v1/orders/" + o.ID
+	c.do(200, "GET", path, "", "", nil)
+	c.do(200, "GET", path, "", "", nil)
+	c.do(429, "GET", path, "", "", nil)
+	_, other, err := s.keys.Create(t.Context(), "another backend", []apikey.Scope{apikey.ScopeOrdersRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.do(200, "GET", path, "", "", map[string]string{"Authorization": "Bearer " + other})
+	if n := s.count(t, "orders"); n != 3 {
+		t.Errorf("%d orders, want the 3 let through", n)
+	}
+}

@@ -1,0 +1,71 @@
+package notify_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// A held delivery an operator found at the provider becomes sent, and its
+// last error (why it was held) goes: it no longer describes the delivery.
+func TestOperatorMarkSentClearsTheLastError(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	d := e.checkout(t, "held@example.com")
+	e.exec(t, "UPDATE notification_deliveries SET status = 'held', last_error = 'outcome unknown and no provider look-up' WHERE id = $1", d.ID)
+	got, err := e.ops.MarkSent(context.Background(), d.ID, "MH-1", "operator", "seen at the provider")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != notify.StatusSent || got.LastError != "" || got.ProviderMessageID != "MH-1" {
+		t.Errorf("after mark-sent: %s, last_error %q, provider id %q", got.Status, got.LastError, got.ProviderMessageID)
+	}
+}
+
+// The admin filter takes the nil UUID as a value: it matches no order,
+// rather than meaning "no filter" and returning every delivery.
+func TestOperatorListTakesTheNilOrderIDAsAValue(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	e.checkout(t, "someone@example.com")
+	all, err := e.ops.List(context.Background(), notify.Filter{Limit: 10})
+	if err != nil || len(all) != 1 {
+		t.Fatalf("no filter: %d deliveries, %v", len(all), err)
+	}
+	nilID := uuid.Nil
+	none, err := e.ops.List(context.Background(), notify.Filter{Limit: 10, OrderID: &nilID})
+	if err != nil || len(none) != 0 {
+		t.Errorf("order_id = the nil UUID: %d deliveries, %v", len(none), err)
+	}
+}
+
+// The series dashboards and alert rules use exist from the start, at
+// zero: a rate() alert then fires on the first event, and a panel shows
+// "0" rather than "no data".
+func TestWorkerSeriesExistFromTheStart(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	e.worker(t, workerOpts{})
+	for _, s := range [][]string{
+		{"sekali_job_retry_total", "reason", "smtp_4xx"},
+		{"sekali_job_retry_total", "reason", "provider_unavailable"},
+		{"sekali_job_retry_total", "reason", "lock_busy"},
+		{"sekali_duplicate_detected_total", "layer", "fencing"},
+		{"sekali_deliveries_total", "template", "order-shipped", "outcome", "failed"},
+		{"sekali_tasks_handed_back_total", "reason", "unknown_template"},
+		{"sekali_provider_up"},
+		{"sekali_lock_expired_before_completion_total"},
+	} {
+		if !testenv.HasSeries(t, e.reg, s[0], s[1:]...) {
+			t.Errorf("%v is missing before any event", s)
+		}
+	}
+	if !testenv.HasSeries(t, e.apiReg, "sekali_idempotency_conflict_total", "reason", "payload_mismatch") {
+		t.Error("sekali_idempotency_conflict_total{reason=payload_mismatch} is missing before any conflict")
+	}
+}
