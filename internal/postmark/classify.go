@@ -1,0 +1,109 @@
+package postmark
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// classify decides what an error answer means for the delivery
+// (https://postmarkapp.com/developer/api/overview#error-codes). Only an
+// answer about the recipient is permanent; our token, account, sender
+// signature, stream or request shape is Postmark refusing us
+// (notify.OutcomeUnavailable). Postmark does not deduplicate, so a 5xx
+// other than 503 after our request was written is ambiguous: Postmark's
+// documentation says of a 500 that "in most cases" the message is lost,
+// not in all, and the look-up can tell. jsonBody says the answer was
+// Postmark's JSON rather than, say, a firewall's HTML page.
+//
+//	HTTP   ErrorCode                                     outcome
+//	401    10 bad or missing token                       unavailable (auth)
+//	422    10                                            unavailable (auth)
+//	422    100 maintenance                               unavailable
+//	422    300 invalid email request about 'To'          permanent (recipient)
+//	422    300 … about 'From'                            unavailable (sender)
+//	422    300 anything else (no body, >50 recipients)   temporary
+//	422    400, 401 sender signature not found / not confirmed, 412 account pending
+//	                                                     unavailable (sender)
+//	422    402 invalid JSON, 403 incompatible JSON, 409 JSON required, 410 too many
+//	       batch messages                                unavailable (our request: every message would fail)
+//	422    405 not allowed to send, 413 account may not send
+//	                                                     unavailable (auth)
+//	422    406 inactive recipient (suppressed: hard bounce, complaint, manual)
+//	                                                     permanent (recipient)
+//	422    411 forbidden attachment type                 temporary
+//	422    429 rate limit                                unavailable
+//	422    other codes naming the message stream         unavailable (our set-up)
+//	422    any other code                                temporary
+//	429                                                  unavailable
+//	403 (not Postmark's JSON: a firewall), 404           unavailable
+//	413    payload too large                             temporary
+//	503                                                  unavailable
+//	other 5xx                                            ambiguous (look it up)
+//	other 4xx                                            temporary
+func classify(status, code int, message string, jsonBody bool) *notify.SendError {
+	se := &notify.SendError{Code: status, Err: fmt.Errorf("postmark answered %d, ErrorCode %d: %s", status, code, message)}
+	if !jsonBody {
+		se.Err = fmt.Errorf("postmark answered %d without its JSON error", status)
+	}
+	set := func(o notify.Outcome, s notify.Stage) *notify.SendError {
+		se.Outcome, se.Stage = o, s
+		return se
+	}
+	switch {
+	case status == 401:
+		return set(notify.OutcomeUnavailable, notify.StageAuth)
+	case status == 429:
+		return set(notify.OutcomeUnavailable, notify.StageConnect)
+	case status == 503:
+		return set(notify.OutcomeUnavailable, notify.StageConnect)
+	case status >= 500:
+		return set(notify.OutcomeAmbiguous, notify.StageData)
+	case status == 403 || status == 404:
+		return set(notify.OutcomeUnavailable, notify.StageConnect)
+	case status == 413:
+		return set(notify.OutcomeTemporary, notify.StageData)
+	case code == 0:
+		return set(notify.OutcomeTemporary, notify.StageData)
+	}
+	msg := strings.ToLower(message)
+	switch code {
+	case 10, 405, 413:
+		return set(notify.OutcomeUnavailable, notify.StageAuth)
+	case 100, 429:
+		return set(notify.OutcomeUnavailable, notify.StageConnect)
+	case 300:
+		switch {
+		case mentionsField(msg, "to"):
+			return set(notify.OutcomePermanent, notify.StageRecipient)
+		case mentionsField(msg, "from"):
+			return set(notify.OutcomeUnavailable, notify.StageSender)
+		default:
+			return set(notify.OutcomeTemporary, notify.StageData)
+		}
+	case 400, 401, 412:
+		return set(notify.OutcomeUnavailable, notify.StageSender)
+	case 402, 403, 409, 410:
+		return set(notify.OutcomeUnavailable, notify.StageData)
+	case 406:
+		return set(notify.OutcomePermanent, notify.StageRecipient)
+	case 411:
+		return set(notify.OutcomeTemporary, notify.StageData)
+	}
+	if strings.Contains(msg, "stream") {
+		return set(notify.OutcomeUnavailable, notify.StageSender)
+	}
+	return set(notify.OutcomeTemporary, notify.StageData)
+}
+
+// mentionsField reports whether an error message names a field as
+// Postmark quotes it: 'To', "To" or `To`.
+func mentionsField(msg, name string) bool {
+	for _, q := range []string{"'", `"`, "`"} {
+		if strings.Contains(msg, q+name+q) {
+			return true
+		}
+	}
+	return false
+}

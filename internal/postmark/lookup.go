@@ -1,0 +1,161 @@
+package postmark
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/reconcile"
+)
+
+// Errors of Lookup.Find when it cannot say "not there" for certain.
+var (
+	ErrOutsideRetention = errors.New("postmark: the send is older than Postmark keeps messages")
+	ErrTooRecent        = errors.New("postmark: the send is too recent for a search to be sure")
+)
+
+// DefaultRetention is how long Postmark keeps messages unless the
+// server's retention was changed (7 to 365 days).
+const DefaultRetention = 45 * 24 * time.Hour
+
+// DefaultSettle is how old a send must be before a search that misses
+// it is believed. Postmark documents no delay before a message can be
+// searched; this is a margin, not a documented figure.
+const DefaultSettle = 5 * time.Minute
+
+// The Messages API returns at most 500 a page and lets count+offset
+// reach 10,000.
+const (
+	pageSize   = 100
+	maxResults = 10000
+)
+
+// LookupConfig configures a Lookup.
+type LookupConfig struct {
+	ServerToken   string        // POSTMARK_SERVER_TOKEN
+	MessageStream string        // POSTMARK_MESSAGE_STREAM: DefaultMessageStream when empty
+	BaseURL       string        // POSTMARK_BASE_URL: DefaultBaseURL when empty
+	Retention     time.Duration // POSTMARK_RETENTION: the server's message retention; DefaultRetention when zero
+	Settle        time.Duration // POSTMARK_LOOKUP_SETTLE: DefaultSettle when zero
+	Timeout       time.Duration // one request; 30s when zero
+}
+
+// Validate checks the configuration and reports every problem at once.
+func (c LookupConfig) Validate() error {
+	errs := validateCommon(c.ServerToken, c.MessageStream, c.BaseURL, c.Timeout)
+	if c.Retention < 0 || c.Retention > 365*24*time.Hour {
+		errs = append(errs, fmt.Errorf("POSTMARK_RETENTION %s: want the server's retention, at most 365 days", c.Retention))
+	}
+	if c.Settle < 0 {
+		errs = append(errs, fmt.Errorf("POSTMARK_LOOKUP_SETTLE %s must not be negative", c.Settle))
+	}
+	return errors.Join(errs...)
+}
+
+// Lookup finds the message of an ambiguous send by the metadata every
+// message carries (MetadataKey). It implements reconcile.Lookup.
+type Lookup struct {
+	cfg    LookupConfig
+	client *client
+}
+
+// NewLookup returns a Lookup; cfg must be valid.
+func NewLookup(cfg LookupConfig) (*Lookup, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.MessageStream == "" {
+		cfg.MessageStream = DefaultMessageStream
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	return &Lookup{cfg: cfg, client: newClient(cfg.BaseURL, cfg.ServerToken, cfg.Timeout)}, nil
+}
+
+// searchAnswer is a page of GET /messages/outbound
+// (https://postmarkapp.com/developer/api/messages-api).
+type searchAnswer struct {
+	TotalCount *int `json:"TotalCount"`
+	Messages   []struct {
+		MessageID     string            `json:"MessageID"`
+		MessageStream string            `json:"MessageStream"`
+		Status        string            `json:"Status"`
+		Metadata      map[string]string `json:"Metadata"`
+	} `json:"Messages"`
+}
+
+// Find implements reconcile.Lookup: the outbound messages of the stream
+// whose metadata sekali-key is q.KeyHash, page by page. A message
+// Postmark holds in any status (queued, sent, processed) was accepted.
+// Not found is said only for a send inside the retention and older than
+// the settle margin; anything Postmark does not answer with 200 and its
+// JSON is an error.
+func (l *Lookup) Find(ctx context.Context, q reconcile.Query) (string, bool, error) {
+	if q.KeyHash == "" {
+		return "", false, errors.New("postmark: look-up without a key hash")
+	}
+	now := time.Now()
+	if !q.HandedOverAt.IsZero() && now.Sub(q.HandedOverAt) > l.cfg.Retention {
+		return "", false, fmt.Errorf("%w (%s, handed over %s ago)", ErrOutsideRetention, l.cfg.Retention, now.Sub(q.HandedOverAt).Round(time.Minute))
+	}
+	total := 0
+	for offset := 0; offset < maxResults; {
+		page, err := l.page(ctx, q.KeyHash, offset)
+		if err != nil {
+			return "", false, err
+		}
+		for _, m := range page.Messages {
+			if m.Metadata[MetadataKey] == q.KeyHash && m.MessageID != "" {
+				return m.MessageID, true, nil
+			}
+		}
+		total = *page.TotalCount
+		offset += len(page.Messages)
+		if len(page.Messages) == 0 || offset >= total {
+			break
+		}
+	}
+	switch {
+	case total > maxResults:
+		return "", false, fmt.Errorf("postmark: %d messages match, more than the %d a search can page through", total, maxResults)
+	case q.HandedOverAt.IsZero():
+		return "", false, errors.New("postmark: not found, but without a hand-over time there is no telling whether it is too recent or too old to be found")
+	case now.Sub(q.HandedOverAt) < l.cfg.Settle:
+		return "", false, fmt.Errorf("%w (handed over %s ago, settle %s)", ErrTooRecent, now.Sub(q.HandedOverAt).Round(time.Second), l.cfg.Settle)
+	}
+	return "", false, nil
+}
+
+func (l *Lookup) page(ctx context.Context, keyHash string, offset int) (searchAnswer, error) {
+	v := url.Values{}
+	v.Set("count", strconv.Itoa(pageSize))
+	v.Set("offset", strconv.Itoa(offset))
+	v.Set("messagestream", l.cfg.MessageStream)
+	v.Set("metadata_"+MetadataKey, keyHash)
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	ans, se := l.client.do(ctx, http.MethodGet, "/messages/outbound?"+v.Encode(), nil)
+	if se != nil {
+		return searchAnswer{}, fmt.Errorf("postmark look-up: %w", se.Err)
+	}
+	if ans.status != http.StatusOK {
+		return searchAnswer{}, fmt.Errorf("postmark look-up: answered %d: %s", ans.status, truncate(ans.body))
+	}
+	var page searchAnswer
+	if err := json.Unmarshal(ans.body, &page); err != nil || page.TotalCount == nil {
+		return searchAnswer{}, fmt.Errorf("postmark look-up: not a message search answer: %q", truncate(ans.body))
+	}
+	return page, nil
+}

@@ -1,0 +1,343 @@
+package postmark_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/postmark"
+	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
+	"github.com/sekali-dev/sekali/internal/reconcile"
+)
+
+// Both implement the interfaces the worker and the reconciler consume.
+var (
+	_ notify.Provider  = (*postmark.Provider)(nil)
+	_ reconcile.Lookup = (*postmark.Lookup)(nil)
+)
+
+type bundle struct {
+	srv *postmarktest.Server
+	p   *postmark.Provider
+	l   *postmark.Lookup
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	srv := postmarktest.NewServer()
+	t.Cleanup(srv.Close)
+	l, err := postmark.NewLookup(postmark.LookupConfig{ServerToken: srv.Token, BaseURL: srv.URL, Timeout: 5 * time.Second, Settle: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bundle{srv: srv, p: provider(t, srv, srv.Token, 5*time.Second), l: l}
+}
+
+func provider(t *testing.T, srv *postmarktest.Server, token string, timeout time.Duration) *postmark.Provider {
+	t.Helper()
+	p, err := postmark.New(postmark.Config{ServerToken: token, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func message(n int) notify.Message {
+	key := fmt.Sprintf("order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c%02d:budi@example.com", n)
+	return notify.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
+		MessageID: notify.MessageID(key, "shop.example"), IdempotencyKey: key}
+}
+
+func query(m notify.Message, handedOver time.Time) reconcile.Query {
+	return reconcile.Query{MessageID: m.MessageID, KeyHash: notify.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
+}
+
+func pass() error { return nil }
+
+func sendError(t *testing.T, err error) *notify.SendError {
+	t.Helper()
+	var se *notify.SendError
+	if !errors.As(err, &se) {
+		t.Fatalf("error %v (%T) is not a *notify.SendError", err, err)
+	}
+	return se
+}
+
+func TestSendAndFind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(1)
+	id, err := b.p.Send(context.Background(), m, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := b.srv.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("%d e-mails, want 1", len(msgs))
+	}
+	got := msgs[0]
+	if got.MessageID != id || got.To != m.To || got.From != "orders@shop.example" || got.TextBody != m.Text || got.HTMLBody != m.HTML ||
+		got.Headers["Message-ID"] != "<"+m.MessageID+">" || got.Metadata[postmark.MetadataKey] != notify.KeyHash(m.IdempotencyKey) ||
+		got.MessageStream != "outbound" {
+		t.Errorf("sent %+v (id %s) for %+v", got, id, m)
+	}
+	found, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Minute)))
+	if err != nil || !ok || found != id {
+		t.Errorf("Find = %q, %v, %v; want %q, true", found, ok, err, id)
+	}
+	if b.p.Deduplicates() {
+		t.Error("Postmark does not deduplicate")
+	}
+}
+
+// The connection is cut after Postmark took the message: ambiguous; the
+// look-up finds it, so the reconciler records it as sent, not resent.
+func TestAmbiguousSendIsFound(t *testing.T) {
+	t.Parallel()
+	for _, sent := range []bool{true, false} {
+		b := setup(t)
+		m := message(2)
+		b.srv.FailNext("/email", postmarktest.Fault{Cut: true, Sent: sent})
+		_, err := b.p.Send(context.Background(), m, pass)
+		se := sendError(t, err)
+		if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+			t.Fatalf("cut after the request: %v, want ambiguous, handed over", err)
+		}
+		_, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Minute)))
+		if err != nil || ok != sent {
+			t.Errorf("sent=%v: Find found %v, %v", sent, ok, err)
+		}
+	}
+}
+
+func TestHandOverRefusedSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.p.Send(context.Background(), message(3), func() error { return errors.New("lease lost") })
+	if se := sendError(t, err); se.Outcome != notify.OutcomeAborted || se.HandedOver {
+		t.Errorf("refused hand-over: %v, want aborted", err)
+	}
+	if n := b.srv.Requests("/email"); n != 0 {
+		t.Errorf("%d requests, want 0", n)
+	}
+}
+
+func TestStallAfterHandOverSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := provider(t, b.srv, b.srv.Token, 100*time.Millisecond)
+	_, err := p.Send(context.Background(), message(4), func() error { time.Sleep(200 * time.Millisecond); return nil })
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || !se.HandedOver {
+		t.Errorf("stalled past the deadline: %v, want unavailable, handed over", err)
+	}
+	if n := b.srv.Requests("/email"); n != 0 {
+		t.Errorf("%d requests, want 0", n)
+	}
+}
+
+func TestErrorsAreClassified(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		fault   postmarktest.Fault
+		outcome notify.Outcome
+		stage   notify.Stage
+	}{
+		{postmarktest.Fault{Status: 401, ErrorCode: 10, Message: "Bad or missing API token"}, notify.OutcomeUnavailable, notify.StageAuth},
+		{postmarktest.Fault{Status: 422, ErrorCode: 10, Message: "Bad or missing API token"}, notify.OutcomeUnavailable, notify.StageAuth},
+		{postmarktest.Fault{Status: 422, ErrorCode: 100, Message: "Maintenance"}, notify.OutcomeUnavailable, notify.StageConnect},
+		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Error parsing 'To': Illegal email address 'x'."}, notify.OutcomePermanent, notify.StageRecipient},
+		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Error parsing 'From': Illegal email address 'x'."}, notify.OutcomeUnavailable, notify.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Provide either email TextBody or HtmlBody or both."}, notify.OutcomeTemporary, notify.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 400, Message: "Sender Signature not found"}, notify.OutcomeUnavailable, notify.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 401, Message: "Sender signature not confirmed"}, notify.OutcomeUnavailable, notify.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 402, Message: "Invalid JSON"}, notify.OutcomeUnavailable, notify.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 403, Message: "Incompatible JSON"}, notify.OutcomeUnavailable, notify.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 405, Message: "Not allowed to send"}, notify.OutcomeUnavailable, notify.StageAuth},
+		{postmarktest.Fault{Status: 422, ErrorCode: 406, Message: "Inactive recipient"}, notify.OutcomePermanent, notify.StageRecipient},
+		{postmarktest.Fault{Status: 422, ErrorCode: 409, Message: "JSON required"}, notify.OutcomeUnavailable, notify.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 410, Message: "Too many batch messages"}, notify.OutcomeUnavailable, notify.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 411, Message: "Forbidden attachment type"}, notify.OutcomeTemporary, notify.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 412, Message: "Account is Pending"}, notify.OutcomeUnavailable, notify.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 413, Message: "Account May Not Send"}, notify.OutcomeUnavailable, notify.StageAuth},
+		{postmarktest.Fault{Status: 422, ErrorCode: 429, Message: "Rate Limit Exceeded"}, notify.OutcomeUnavailable, notify.StageConnect},
+		{postmarktest.Fault{Status: 422, ErrorCode: 1235, Message: "The message stream for the provided 'MessageStream' was not found."}, notify.OutcomeUnavailable, notify.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 9999, Message: "Something new"}, notify.OutcomeTemporary, notify.StageData},
+		{postmarktest.Fault{Status: 429, ErrorCode: 429, Message: "Rate Limit Exceeded"}, notify.OutcomeUnavailable, notify.StageConnect},
+		{postmarktest.Fault{Status: 403, Body: "<html>403 Forbidden</html>"}, notify.OutcomeUnavailable, notify.StageConnect},
+		{postmarktest.Fault{Status: 413, Body: "Payload Too Large"}, notify.OutcomeTemporary, notify.StageData},
+		{postmarktest.Fault{Status: 503, Body: "Service Unavailable"}, notify.OutcomeUnavailable, notify.StageConnect},
+		{postmarktest.Fault{Status: 500, ErrorCode: 0, Message: "Internal Server Error"}, notify.OutcomeAmbiguous, notify.StageData},
+		{postmarktest.Fault{Status: 504, Body: "Gateway Timeout"}, notify.OutcomeAmbiguous, notify.StageData},
+	}
+	b := setup(t)
+	for _, c := range cases {
+		b.srv.FailNext("/email", c.fault)
+		_, err := b.p.Send(context.Background(), message(5), pass)
+		se := sendError(t, err)
+		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.fault.Status || !se.HandedOver {
+			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Code, c.outcome, c.stage)
+		}
+	}
+	if n := len(b.srv.Messages()); n != 0 {
+		t.Errorf("%d e-mails on error answers", n)
+	}
+}
+
+// The server's own refusals, not injected.
+func TestRefusalsOfTheServer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := provider(t, b.srv, "wrong", 5*time.Second).Send(context.Background(), message(6), pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 401 {
+		t.Errorf("wrong token: %v", err)
+	}
+	b.srv.Deactivate("budi@example.com")
+	_, err = b.p.Send(context.Background(), message(6), pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomePermanent || se.Stage != notify.StageRecipient {
+		t.Errorf("inactive recipient: %v, want permanent", err)
+	}
+	b.srv.SetSenderSignatures("other.example")
+	m := message(6)
+	m.To = "ani@example.com"
+	_, err = b.p.Send(context.Background(), m, pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender {
+		t.Errorf("no sender signature: %v, want unavailable at sender", err)
+	}
+	p, err := postmark.New(postmark.Config{ServerToken: b.srv.Token, From: "orders@shop.example", BaseURL: b.srv.URL, MessageStream: "nope"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv.SetSenderSignatures()
+	_, err = p.Send(context.Background(), m, pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+		t.Errorf("unknown stream: %v, want unavailable", err)
+	}
+	if n := len(b.srv.Messages()); n != 0 {
+		t.Errorf("%d e-mails sent", n)
+	}
+}
+
+func TestUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.Close()
+	_, err := b.p.Send(context.Background(), message(7), pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
+		t.Errorf("connection refused: %v, want unavailable at connect", err)
+	}
+	if _, _, err := b.l.Find(context.Background(), query(message(7), time.Now().Add(-time.Hour))); err == nil {
+		t.Error("Find on a closed server said not found")
+	}
+}
+
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := b.p.Probe(context.Background()); err != nil {
+		t.Errorf("probe: %v", err)
+	}
+	err := provider(t, b.srv, "wrong", time.Second).Probe(context.Background())
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+		t.Errorf("probe with a wrong token: %v", err)
+	}
+	if n := b.srv.Requests("/email"); n != 0 {
+		t.Errorf("the probe sent %d e-mails", n)
+	}
+}
+
+// A look-up never turns "cannot tell" into "not there".
+func TestFindNeverGuesses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(8)
+	old := time.Now().Add(-time.Hour)
+	for _, f := range [][]postmarktest.Fault{
+		{{Status: 429, ErrorCode: 429, Message: "Rate Limit Exceeded"}},
+		{{Status: 500, Message: "Internal Server Error"}},
+		{{Status: 503, Body: "<html>maintenance</html>"}},
+		{{Status: 401, ErrorCode: 10, Message: "Bad token"}},
+		{{Status: 200, Body: "<html>a captive portal</html>"}},
+	} {
+		b.srv.FailNext("/messages/outbound", f...)
+		if _, found, err := b.l.Find(context.Background(), query(m, old)); err == nil || found {
+			t.Errorf("%+v: found=%v err=%v, want an error", f, found, err)
+		}
+	}
+	// A cut connection (a fresh one: net/http retries a GET cut on a
+	// kept one, and that retry's answer would count).
+	fresh, err := postmark.NewLookup(postmark.LookupConfig{ServerToken: b.srv.Token, BaseURL: b.srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.srv.FailNext("/messages/outbound", postmarktest.Fault{Cut: true})
+	if _, found, err := fresh.Find(context.Background(), query(m, old)); err == nil || found {
+		t.Errorf("cut: found=%v err=%v, want an error", found, err)
+	}
+	// Outside the retention: an error, without asking.
+	before := b.srv.Requests("/messages/outbound")
+	_, _, err = b.l.Find(context.Background(), query(m, time.Now().Add(-46*24*time.Hour)))
+	if !errors.Is(err, postmark.ErrOutsideRetention) || b.srv.Requests("/messages/outbound") != before {
+		t.Errorf("46 days ago: %v, want ErrOutsideRetention without a request", err)
+	}
+	// Too recent: a miss is not believed; a hit is.
+	b.srv.SetSearchDelay(time.Hour)
+	id, err := b.p.Send(context.Background(), m, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.l.Find(context.Background(), query(m, time.Now())); !errors.Is(err, postmark.ErrTooRecent) {
+		t.Errorf("just sent, not yet searchable: %v, want ErrTooRecent", err)
+	}
+	if _, _, err := b.l.Find(context.Background(), query(m, time.Time{})); err == nil {
+		t.Error("no hand-over time: a miss was believed")
+	}
+	b.srv.SetSearchDelay(0)
+	if got, ok, err := b.l.Find(context.Background(), query(m, time.Now())); err != nil || !ok || got != id {
+		t.Errorf("just sent, searchable: %q %v %v", got, ok, err)
+	}
+	// Settled and inside the retention: not there is not there.
+	if _, ok, err := b.l.Find(context.Background(), query(message(9), old)); err != nil || ok {
+		t.Errorf("never sent: found=%v err=%v, want not found", ok, err)
+	}
+}
+
+// The search filter may match more than our key; Find pages through and
+// checks each message.
+func TestFindPagesAndChecks(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(10)
+	hash := notify.KeyHash(m.IdempotencyKey)
+	id := b.srv.Add(postmarktest.Message{To: m.To, Metadata: map[string]string{postmark.MetadataKey: hash}, ReceivedAt: time.Now().Add(-2 * time.Hour)})
+	for i := range 250 { // newer look-alikes, listed first
+		b.srv.Add(postmarktest.Message{To: m.To, Metadata: map[string]string{postmark.MetadataKey: hash + fmt.Sprintf("-%d", i)}, ReceivedAt: time.Now().Add(-time.Hour)})
+	}
+	got, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Hour)))
+	if err != nil || !ok || got != id {
+		t.Errorf("Find = %q %v %v, want %q", got, ok, err, id)
+	}
+	if n := b.srv.Requests("/messages/outbound"); n != 3 {
+		t.Errorf("%d search requests, want 3 pages", n)
+	}
+}
+
+func TestValidateListsEveryProblem(t *testing.T) {
+	t.Parallel()
+	err := postmark.Config{BaseURL: "ftp://x", MessageStream: "a b", Timeout: -1}.Validate()
+	for _, want := range []string{"POSTMARK_SERVER_TOKEN", "MAIL_FROM", "POSTMARK_BASE_URL", "POSTMARK_MESSAGE_STREAM", "POSTMARK_TIMEOUT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+	err = postmark.LookupConfig{ServerToken: "t", Retention: 400 * 24 * time.Hour, Settle: -1}.Validate()
+	for _, want := range []string{"POSTMARK_RETENTION", "POSTMARK_LOOKUP_SETTLE"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("LookupConfig.Validate() = %v, want it to name %s", err, want)
+		}
+	}
+}
