@@ -1,0 +1,179 @@
+package mailgun
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/reconcile"
+)
+
+// Errors of Lookup.Find when it cannot say "not there" for certain.
+var (
+	ErrOutsideRetention = errors.New("mailgun: the send is older than Mailgun keeps events")
+	ErrTooRecent        = errors.New("mailgun: the send is too recent for the events to be complete")
+)
+
+// DefaultRetention is the least Mailgun keeps events ("at least 3
+// days"); a plan that keeps them longer can say so (MAILGUN_RETENTION).
+const DefaultRetention = 3 * 24 * time.Hour
+
+// DefaultSettle is how old a send must be before a miss is believed:
+// Mailgun's event-polling guide calls pages with events younger than
+// about half an hour not trustworthy, since events reach storage late
+// and out of order.
+const DefaultSettle = 30 * time.Minute
+
+// Events are searched from this long before the hand-over (clock skew).
+const searchSkew = 10 * time.Minute
+
+const (
+	eventsLimit = 300 // the most the Events API returns a page
+	maxPages    = 100
+)
+
+// LookupConfig configures a Lookup.
+type LookupConfig struct {
+	APIKey    string        // MAILGUN_API_KEY: a key that can read events
+	Domain    string        // MAILGUN_DOMAIN
+	BaseURL   string        // MAILGUN_BASE_URL
+	Retention time.Duration // MAILGUN_RETENTION: how long the plan keeps events; DefaultRetention when zero
+	Settle    time.Duration // MAILGUN_LOOKUP_SETTLE: DefaultSettle when zero
+	Timeout   time.Duration // one request; 30s when zero
+}
+
+// Validate checks the configuration and reports every problem at once.
+func (c LookupConfig) Validate() error {
+	errs := validateCommon(c.APIKey, c.Domain, c.BaseURL, c.Timeout)
+	if c.Retention < 0 {
+		errs = append(errs, fmt.Errorf("MAILGUN_RETENTION %s must not be negative", c.Retention))
+	}
+	if c.Settle < 0 {
+		errs = append(errs, fmt.Errorf("MAILGUN_LOOKUP_SETTLE %s must not be negative", c.Settle))
+	}
+	return errors.Join(errs...)
+}
+
+// Lookup finds the message of an ambiguous send by our Message-ID in
+// Mailgun's Events API. It implements reconcile.Lookup.
+type Lookup struct {
+	cfg    LookupConfig
+	host   string // paging links must stay on it: they get our key
+	client *client
+}
+
+// NewLookup returns a Lookup; cfg must be valid.
+func NewLookup(cfg LookupConfig) (*Lookup, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = DefaultSettle
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	c := newClient(cfg.BaseURL, cfg.APIKey, cfg.Timeout)
+	u, _ := url.Parse(c.base)
+	return &Lookup{cfg: cfg, host: u.Scheme + "://" + u.Host, client: c}, nil
+}
+
+// eventsPage is a page of GET /v3/<domain>/events.
+type eventsPage struct {
+	Items []struct {
+		Event   string `json:"event"`
+		Message struct {
+			Headers struct {
+				MessageID string `json:"message-id"`
+			} `json:"headers"`
+		} `json:"message"`
+	} `json:"items"`
+	Paging *struct {
+		Next string `json:"next"`
+	} `json:"paging"`
+}
+
+// Find implements reconcile.Lookup: the domain's events for our
+// Message-ID, from shortly before the hand-over on, page by page until
+// an empty one. Any event but "rejected" (accepted, delivered, failed,
+// opened, …) means Mailgun took the message. Not found is said only for
+// a send inside the retention and older than the settle margin; an
+// answer that is not 200 with Mailgun's JSON is an error.
+func (l *Lookup) Find(ctx context.Context, q reconcile.Query) (string, bool, error) {
+	if q.MessageID == "" {
+		return "", false, errors.New("mailgun: look-up without a Message-ID")
+	}
+	now := time.Now()
+	if !q.HandedOverAt.IsZero() && now.Sub(q.HandedOverAt) > l.cfg.Retention {
+		return "", false, fmt.Errorf("%w (%s, handed over %s ago)", ErrOutsideRetention, l.cfg.Retention, now.Sub(q.HandedOverAt).Round(time.Minute))
+	}
+	begin := now.Add(-l.cfg.Retention)
+	if !q.HandedOverAt.IsZero() {
+		begin = q.HandedOverAt.Add(-searchSkew)
+	}
+	v := url.Values{}
+	v.Set("message-id", q.MessageID)
+	v.Set("begin", strconv.FormatInt(begin.Unix(), 10))
+	v.Set("ascending", "yes")
+	v.Set("limit", strconv.Itoa(eventsLimit))
+	target := "/v3/" + l.cfg.Domain + "/events?" + v.Encode()
+	for pages := 0; ; pages++ {
+		if pages == maxPages {
+			return "", false, fmt.Errorf("mailgun look-up: more than %d pages of events for %s", maxPages, q.MessageID)
+		}
+		page, err := l.page(ctx, target)
+		if err != nil {
+			return "", false, err
+		}
+		for _, it := range page.Items {
+			if sameID(it.Message.Headers.MessageID, q.MessageID) && it.Event != "rejected" && it.Event != "" {
+				return stripID(it.Message.Headers.MessageID), true, nil
+			}
+		}
+		if len(page.Items) == 0 {
+			break
+		}
+		if page.Paging == nil || page.Paging.Next == "" {
+			return "", false, errors.New("mailgun look-up: a page of events without a next link")
+		}
+		if !strings.HasPrefix(page.Paging.Next, l.host+"/") {
+			return "", false, fmt.Errorf("mailgun look-up: next link %q leaves %s", page.Paging.Next, l.host)
+		}
+		target = page.Paging.Next
+	}
+	switch {
+	case q.HandedOverAt.IsZero():
+		return "", false, errors.New("mailgun: not found, but without a hand-over time there is no telling whether it is too recent or too old to be found")
+	case now.Sub(q.HandedOverAt) < l.cfg.Settle:
+		return "", false, fmt.Errorf("%w (handed over %s ago, settle %s)", ErrTooRecent, now.Sub(q.HandedOverAt).Round(time.Second), l.cfg.Settle)
+	}
+	return "", false, nil
+}
+
+func (l *Lookup) page(ctx context.Context, target string) (eventsPage, error) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	ans, se := l.client.do(ctx, http.MethodGet, target, nil)
+	if se != nil {
+		return eventsPage{}, fmt.Errorf("mailgun look-up: %w", se.Err)
+	}
+	if ans.status != http.StatusOK {
+		return eventsPage{}, fmt.Errorf("mailgun look-up: answered %d: %s", ans.status, truncate(ans.body))
+	}
+	var page eventsPage
+	if err := json.Unmarshal(ans.body, &page); err != nil || page.Items == nil {
+		return eventsPage{}, fmt.Errorf("mailgun look-up: not a page of events: %q", truncate(ans.body))
+	}
+	return page, nil
+}
+
+func sameID(a, b string) bool { return strings.EqualFold(stripID(a), stripID(b)) }

@@ -1,0 +1,390 @@
+// Package mailgun is the Mailgun mail provider: it implements
+// notify.Provider over Mailgun's HTTP API (POST /v3/<domain>/messages),
+// classifies its answers, probes with GET /v4/domains/<domain>, finds
+// the message of an ambiguous send by our Message-ID in the Events API
+// (reconcile.Lookup), and checks Mailgun's signed webhooks.
+//
+// Mailgun has no idempotency key: a second request is a second e-mail.
+// Every message carries our Message-ID (h:Message-Id) and our key's hash
+// (v:sekali-key), so the look-up and the webhooks can name it.
+package mailgun
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// Mailgun's API hosts: US, and EU for domains created in the EU region.
+const (
+	DefaultBaseURL = "https://api.mailgun.net"
+	EUBaseURL      = "https://api.eu.mailgun.net"
+)
+
+// VariableKey names the custom variable (v:sekali-key) that carries
+// notify.KeyHash(IdempotencyKey); events and webhooks echo it in
+// user-variables.
+const VariableKey = "sekali-key"
+
+const maxAnswer = 1 << 20
+
+// Config configures the Mailgun provider.
+type Config struct {
+	APIKey  string        // MAILGUN_API_KEY: a key that can send and read the domain (the probe reads it)
+	Domain  string        // MAILGUN_DOMAIN: the sending domain, e.g. mg.shop.example
+	From    string        // MAIL_FROM: a bare address
+	BaseURL string        // MAILGUN_BASE_URL: DefaultBaseURL, or EUBaseURL for an EU domain; plain http only for loopback
+	Timeout time.Duration // one request, counted from before the hand-over; 30s when zero
+}
+
+// Validate checks the configuration and reports every problem at once.
+func (c Config) Validate() error {
+	errs := validateCommon(c.APIKey, c.Domain, c.BaseURL, c.Timeout)
+	if _, err := notify.NormalizeAddress(c.From); err != nil {
+		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func validateCommon(key, domain, base string, timeout time.Duration) []error {
+	var errs []error
+	if strings.TrimSpace(key) == "" {
+		errs = append(errs, errors.New("MAILGUN_API_KEY must be set"))
+	} else if strings.ContainsAny(key, " \r\n\t:") {
+		errs = append(errs, errors.New("MAILGUN_API_KEY must not contain spaces, line breaks or colons"))
+	}
+	if !notify.IsHostName(domain) || !strings.Contains(domain, ".") {
+		errs = append(errs, fmt.Errorf("MAILGUN_DOMAIN %q: want the sending domain, e.g. mg.shop.example", domain))
+	}
+	if _, err := baseURL(base); err != nil {
+		errs = append(errs, fmt.Errorf("MAILGUN_BASE_URL: %w", err))
+	}
+	if timeout < 0 {
+		errs = append(errs, fmt.Errorf("MAILGUN_TIMEOUT %s must not be negative", timeout))
+	}
+	return errs
+}
+
+// baseURL checks raw (DefaultBaseURL when empty): https, or plain http
+// to a loopback address (a test server).
+func baseURL(raw string) (string, error) {
+	if raw == "" {
+		raw = DefaultBaseURL
+	}
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+		return "", fmt.Errorf("%q: want an URL such as %s or %s", raw, DefaultBaseURL, EUBaseURL)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !isLoopback(u.Hostname()) {
+			return "", fmt.Errorf("%q: plain http only for loopback addresses; use https", raw)
+		}
+	default:
+		return "", fmt.Errorf("%q: want an https URL", raw)
+	}
+	return u.String(), nil
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Provider sends through Mailgun's API. It implements notify.Provider.
+type Provider struct {
+	cfg    Config
+	from   string
+	client *client
+}
+
+// New returns a Mailgun provider; cfg must be valid.
+func New(cfg Config) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	from, _ := notify.NormalizeAddress(cfg.From)
+	return &Provider{cfg: cfg, from: from, client: newClient(cfg.BaseURL, cfg.APIKey, cfg.Timeout)}, nil
+}
+
+// Close closes idle connections.
+func (p *Provider) Close() { p.client.http.CloseIdleConnections() }
+
+// Deduplicates reports that Mailgun does not: a second request is a
+// second e-mail, so an ambiguous send is decided by the look-up.
+func (*Provider) Deduplicates() bool { return false }
+
+func (p *Provider) form(m notify.Message) ([]byte, error) {
+	to, err := notify.NormalizeAddress(m.To)
+	if err != nil {
+		return nil, fmt.Errorf("recipient: %w", err)
+	}
+	if m.MessageID == "" || strings.ContainsAny(m.MessageID, "<> \r\n") || !strings.Contains(m.MessageID, "@") {
+		return nil, fmt.Errorf("message id %q: want id@domain without angle brackets", m.MessageID)
+	}
+	if m.IdempotencyKey == "" {
+		return nil, errors.New("no idempotency key")
+	}
+	if m.Text == "" && m.HTML == "" {
+		return nil, errors.New("no text and no HTML: Mailgun needs one")
+	}
+	v := url.Values{}
+	v.Set("from", p.from)
+	v.Set("to", to)
+	v.Set("subject", m.Subject)
+	if m.Text != "" {
+		v.Set("text", m.Text)
+	}
+	if m.HTML != "" {
+		v.Set("html", m.HTML)
+	}
+	v.Set("h:Message-Id", "<"+m.MessageID+">")
+	v.Set("v:"+VariableKey, notify.KeyHash(m.IdempotencyKey))
+	return []byte(v.Encode()), nil
+}
+
+// Send implements notify.Provider. handOver runs right before the
+// request goes out; the request's deadline (Timeout) counts from before
+// it and is never extended.
+func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+	body, err := p.form(m)
+	if err != nil {
+		return "", composeError(err)
+	}
+	before := time.Now()
+	if err := handOver(); err != nil {
+		return "", &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
+	}
+	ctx, cancel := context.WithDeadline(ctx, before.Add(p.cfg.Timeout))
+	defer cancel()
+	ans, se := p.client.do(ctx, http.MethodPost, "/v3/"+p.cfg.Domain+"/messages", body)
+	if se != nil {
+		se.HandedOver = true
+		return "", se
+	}
+	var a struct {
+		ID      string `json:"id"`
+		Message string `json:"message"`
+	}
+	decodeErr := json.Unmarshal(ans.body, &a)
+	if ans.status == http.StatusOK {
+		if decodeErr != nil || a.ID == "" {
+			return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.status, HandedOver: true,
+				Err: fmt.Errorf("answer %d without an id: %q", ans.status, truncate(ans.body))}
+		}
+		return stripID(a.ID), nil
+	}
+	message := a.Message
+	if decodeErr != nil {
+		message = truncate(ans.body)
+	}
+	se = classify(ans.status, message)
+	se.HandedOver = true
+	return "", se
+}
+
+// Probe implements notify.Provider: GET /v4/domains/<domain>, which
+// needs the key and sends nothing. A domain sending key cannot read the
+// domain, so the probe needs a key that can; so does the look-up.
+func (p *Provider) Probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	ans, se := p.client.do(ctx, http.MethodGet, "/v4/domains/"+p.cfg.Domain, nil)
+	if se != nil {
+		return se
+	}
+	if ans.status == http.StatusOK {
+		return nil
+	}
+	var a struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(ans.body, &a) != nil {
+		a.Message = truncate(ans.body)
+	}
+	se = classify(ans.status, a.Message)
+	se.Outcome = notify.OutcomeUnavailable // whatever the domain read says is about us
+	return se
+}
+
+// classify decides what an error answer means for the delivery
+// (https://documentation.mailgun.com/docs/mailgun/quickstart-guide/responses).
+// Only an answer about the recipient is permanent. Mailgun does not
+// deduplicate, so a 5xx other than 503 after our request was written is
+// ambiguous: the look-up tells whether Mailgun took the message.
+//
+//	401, 402, 403      our key, plan or access              unavailable (auth)
+//	404                the domain, here or in the region    unavailable
+//	429                rate limit                           unavailable
+//	503                                                     unavailable
+//	other 5xx                                               ambiguous (look it up)
+//	400 about 'to'                                          permanent (recipient)
+//	400 about 'from'                                        unavailable (sender)
+//	400 anything else, 413, other 4xx                       temporary
+func classify(status int, message string) *notify.SendError {
+	se := &notify.SendError{Code: status, Err: fmt.Errorf("mailgun answered %d: %s", status, message)}
+	msg := strings.ToLower(message)
+	switch {
+	case status == 401 || status == 402 || status == 403:
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageAuth
+	case status == 404:
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageSender
+	case status == 429 || status == 503:
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageConnect
+	case status >= 500:
+		se.Outcome, se.Stage = notify.OutcomeAmbiguous, notify.StageData
+	case status == 400 && mentionsParam(msg, "to"):
+		se.Outcome, se.Stage = notify.OutcomePermanent, notify.StageRecipient
+	case status == 400 && mentionsParam(msg, "from"):
+		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageSender
+	default:
+		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData
+	}
+	return se
+}
+
+// mentionsParam reports whether a message names a form parameter as
+// Mailgun does: 'to' parameter, to parameter.
+func mentionsParam(msg, name string) bool {
+	return strings.Contains(msg, "'"+name+"' parameter") || strings.HasPrefix(msg, name+" parameter") || strings.Contains(msg, " "+name+" parameter")
+}
+
+// client makes Mailgun API requests with Basic auth api:<key>.
+type client struct {
+	base string
+	key  string
+	http *http.Client
+}
+
+func newClient(base, key string, timeout time.Duration) *client {
+	base, _ = baseURL(base)
+	if timeout == 0 {
+		timeout = 30 * time.Second
+	}
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &client{base: base, key: key, http: &http.Client{Transport: transport}}
+}
+
+type answer struct {
+	status int
+	body   []byte
+}
+
+// errFenced: the request's deadline passed before its body went out.
+var errFenced = errors.New("deadline passed before the request body was sent")
+
+// fencedBody hands out the request body only before its deadline, so
+// that a worker that stalls after its last lease check cannot start
+// sending the message once the reconciler may act on its expired lease.
+type fencedBody struct {
+	r        *bytes.Reader
+	deadline time.Time
+}
+
+func (b *fencedBody) Read(p []byte) (int, error) {
+	if !time.Now().Before(b.deadline) {
+		return 0, errFenced
+	}
+	return b.r.Read(p)
+}
+
+func (b *fencedBody) Close() error { return nil }
+
+// do runs one request to target, a path under the base URL or a full
+// URL on the base URL's host (a paging link). A failure without an
+// answer is classified by whether the whole request was written: before
+// that nothing can have been accepted (unavailable), after it Mailgun
+// may have the message (ambiguous).
+func (c *client) do(ctx context.Context, method, target string, body []byte) (answer, *notify.SendError) {
+	if !strings.HasPrefix(target, "http") {
+		target = c.base + target
+	}
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
+	}
+	if body != nil {
+		deadline, _ := ctx.Deadline()
+		req.Body = &fencedBody{r: bytes.NewReader(body), deadline: deadline}
+		req.GetBody = func() (io.ReadCloser, error) {
+			return &fencedBody{r: bytes.NewReader(body), deadline: deadline}, nil
+		}
+		req.ContentLength = int64(len(body))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	req.SetBasicAuth("api", c.key)
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "sekali")
+	res, err := c.http.Do(req)
+	if err != nil {
+		if wrote.Load() {
+			return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData,
+				Err: fmt.Errorf("no answer after the request was sent: %w", err)}
+		}
+		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect,
+			Err: fmt.Errorf("request not sent: %w", err)}
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
+	if err != nil && res.StatusCode == http.StatusOK {
+		return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: res.StatusCode,
+			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
+	}
+	return answer{status: res.StatusCode, body: b}, nil
+}
+
+// composeError classifies a message that cannot be put into a request:
+// a bad recipient is refused for good, anything else is our bug and
+// waits (retried until DELIVERY_MAX_AGE) for a fix.
+func composeError(err error) *notify.SendError {
+	if errors.Is(err, notify.ErrInvalidAddress) {
+		return &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageRecipient, Err: fmt.Errorf("compose request: %w", err)}
+	}
+	return &notify.SendError{Outcome: notify.OutcomeTemporary, Stage: notify.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
+}
+
+// stripID returns a Message-ID without its angle brackets.
+func stripID(s string) string { return strings.Trim(strings.TrimSpace(s), "<>") }
+
+func truncate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}

@@ -1,0 +1,320 @@
+package mailgun_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/mailgun"
+	"github.com/sekali-dev/sekali/internal/mailgun/mailguntest"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/reconcile"
+)
+
+var (
+	_ notify.Provider  = (*mailgun.Provider)(nil)
+	_ reconcile.Lookup = (*mailgun.Lookup)(nil)
+)
+
+const domain = "mg.shop.example"
+
+type bundle struct {
+	srv *mailguntest.Server
+	p   *mailgun.Provider
+	l   *mailgun.Lookup
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	srv := mailguntest.NewServer(domain)
+	t.Cleanup(srv.Close)
+	return bundle{srv: srv, p: provider(t, srv, srv.APIKey, 5*time.Second), l: lookup(t, srv)}
+}
+
+func provider(t *testing.T, srv *mailguntest.Server, key string, timeout time.Duration) *mailgun.Provider {
+	t.Helper()
+	p, err := mailgun.New(mailgun.Config{APIKey: key, Domain: domain, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func lookup(t *testing.T, srv *mailguntest.Server) *mailgun.Lookup {
+	t.Helper()
+	l, err := mailgun.NewLookup(mailgun.LookupConfig{APIKey: srv.APIKey, Domain: domain, BaseURL: srv.URL, Settle: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func message(n int) notify.Message {
+	key := fmt.Sprintf("order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c%02d:budi@example.com", n)
+	return notify.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
+		MessageID: notify.MessageID(key, "shop.example"), IdempotencyKey: key}
+}
+
+func query(m notify.Message, handedOver time.Time) reconcile.Query {
+	return reconcile.Query{MessageID: m.MessageID, KeyHash: notify.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
+}
+
+func pass() error { return nil }
+
+func sendError(t *testing.T, err error) *notify.SendError {
+	t.Helper()
+	var se *notify.SendError
+	if !errors.As(err, &se) {
+		t.Fatalf("error %v (%T) is not a *notify.SendError", err, err)
+	}
+	return se
+}
+
+func TestSendAndFind(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(1)
+	id, err := b.p.Send(context.Background(), m, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := b.srv.Messages()
+	if len(msgs) != 1 {
+		t.Fatalf("%d e-mails, want 1", len(msgs))
+	}
+	got := msgs[0]
+	if id != m.MessageID || got.ID != m.MessageID || got.To != m.To || got.From != "orders@shop.example" || got.Text != m.Text ||
+		got.HTML != m.HTML || got.Subject != m.Subject || got.UserVariables[mailgun.VariableKey] != notify.KeyHash(m.IdempotencyKey) {
+		t.Errorf("sent %+v, id %q, for %+v", got, id, m)
+	}
+	// Within the settle margin a hit counts, and later too.
+	for _, at := range []time.Time{time.Now(), time.Now().Add(-2 * time.Minute)} {
+		found, ok, err := b.l.Find(context.Background(), query(m, at))
+		if err != nil || !ok || found != m.MessageID {
+			t.Errorf("Find = %q %v %v, want %q", found, ok, err, m.MessageID)
+		}
+	}
+	if b.p.Deduplicates() {
+		t.Error("Mailgun does not deduplicate")
+	}
+}
+
+func TestAmbiguousSendIsFound(t *testing.T) {
+	t.Parallel()
+	for _, sent := range []bool{true, false} {
+		b := setup(t)
+		m := message(2)
+		b.srv.FailNext("messages", mailguntest.Fault{Cut: true, Sent: sent})
+		_, err := b.p.Send(context.Background(), m, pass)
+		if se := sendError(t, err); se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+			t.Fatalf("cut after the request: %v, want ambiguous, handed over", err)
+		}
+		b.srv.AddEvent(mailguntest.Event{Event: "accepted", MessageID: "someone-else@shop.example", Timestamp: time.Now()})
+		_, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Minute)))
+		if err != nil || ok != sent {
+			t.Errorf("sent=%v: Find found %v, %v", sent, ok, err)
+		}
+	}
+}
+
+func TestHandOverRefusedSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.p.Send(context.Background(), message(3), func() error { return errors.New("lease lost") })
+	if se := sendError(t, err); se.Outcome != notify.OutcomeAborted || se.HandedOver {
+		t.Errorf("refused hand-over: %v, want aborted", err)
+	}
+	if n := b.srv.Requests("messages"); n != 0 {
+		t.Errorf("%d requests, want 0", n)
+	}
+}
+
+func TestStallAfterHandOverSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := provider(t, b.srv, b.srv.APIKey, 100*time.Millisecond)
+	_, err := p.Send(context.Background(), message(4), func() error { time.Sleep(200 * time.Millisecond); return nil })
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || !se.HandedOver {
+		t.Errorf("stalled past the deadline: %v", err)
+	}
+	if n := b.srv.Requests("messages"); n != 0 {
+		t.Errorf("%d requests, want 0", n)
+	}
+}
+
+func TestErrorsAreClassified(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		fault   mailguntest.Fault
+		outcome notify.Outcome
+		stage   notify.Stage
+	}{
+		{mailguntest.Fault{Status: 401, Message: "Forbidden", Raw: true}, notify.OutcomeUnavailable, notify.StageAuth},
+		{mailguntest.Fault{Status: 403, Message: "Sandbox subdomains are for test purposes only."}, notify.OutcomeUnavailable, notify.StageAuth},
+		{mailguntest.Fault{Status: 402, Message: "Payment required"}, notify.OutcomeUnavailable, notify.StageAuth},
+		{mailguntest.Fault{Status: 404, Message: "Domain not found: mg.shop.example"}, notify.OutcomeUnavailable, notify.StageSender},
+		{mailguntest.Fault{Status: 429, Message: "Too many requests"}, notify.OutcomeUnavailable, notify.StageConnect},
+		{mailguntest.Fault{Status: 503, Message: "Service unavailable", Raw: true}, notify.OutcomeUnavailable, notify.StageConnect},
+		{mailguntest.Fault{Status: 500, Message: "Internal error"}, notify.OutcomeAmbiguous, notify.StageData},
+		{mailguntest.Fault{Status: 502, Message: "<html>Bad Gateway</html>", Raw: true}, notify.OutcomeAmbiguous, notify.StageData},
+		{mailguntest.Fault{Status: 400, Message: "'to' parameter is not a valid address. please check documentation"}, notify.OutcomePermanent, notify.StageRecipient},
+		{mailguntest.Fault{Status: 400, Message: "'from' parameter is not a valid address. please check documentation"}, notify.OutcomeUnavailable, notify.StageSender},
+		{mailguntest.Fault{Status: 400, Message: "from parameter is missing"}, notify.OutcomeUnavailable, notify.StageSender},
+		{mailguntest.Fault{Status: 400, Message: "Need at least one of 'text', 'html' or 'template' parameters specified"}, notify.OutcomeTemporary, notify.StageData},
+		{mailguntest.Fault{Status: 413, Message: "Request Entity Too Large", Raw: true}, notify.OutcomeTemporary, notify.StageData},
+	}
+	b := setup(t)
+	for _, c := range cases {
+		b.srv.FailNext("messages", c.fault)
+		_, err := b.p.Send(context.Background(), message(5), pass)
+		se := sendError(t, err)
+		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.fault.Status || !se.HandedOver {
+			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Code, c.outcome, c.stage)
+		}
+	}
+	if n := len(b.srv.Messages()); n != 0 {
+		t.Errorf("%d e-mails on error answers", n)
+	}
+}
+
+func TestRefusalsOfTheServer(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := provider(t, b.srv, "key-wrong", 5*time.Second).Send(context.Background(), message(6), pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 401 {
+		t.Errorf("wrong key: %v", err)
+	}
+	p, err := mailgun.New(mailgun.Config{APIKey: b.srv.APIKey, Domain: "mg.other.example", From: "orders@shop.example", BaseURL: b.srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Send(context.Background(), message(6), pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Code != 404 {
+		t.Errorf("unknown domain (another region?): %v", err)
+	}
+	if err := p.Probe(context.Background()); err == nil {
+		t.Error("probe of an unknown domain passed")
+	}
+	if n := len(b.srv.Messages()); n != 0 {
+		t.Errorf("%d e-mails sent", n)
+	}
+}
+
+func TestUnreachableIsUnavailable(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.Close()
+	_, err := b.p.Send(context.Background(), message(7), pass)
+	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
+		t.Errorf("connection refused: %v", err)
+	}
+	if _, _, err := b.l.Find(context.Background(), query(message(7), time.Now().Add(-time.Hour))); err == nil {
+		t.Error("Find on a closed server said not found")
+	}
+}
+
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := b.p.Probe(context.Background()); err != nil {
+		t.Errorf("probe: %v", err)
+	}
+	if err := provider(t, b.srv, "key-wrong", time.Second).Probe(context.Background()); err == nil {
+		t.Error("probe with a wrong key passed")
+	}
+	if n := b.srv.Requests("messages"); n != 0 {
+		t.Errorf("the probe sent %d e-mails", n)
+	}
+}
+
+func TestFindNeverGuesses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(8)
+	old := time.Now().Add(-time.Hour)
+	for _, f := range []mailguntest.Fault{
+		{Status: 429, Message: "Too many requests"},
+		{Status: 500, Message: "Internal error"},
+		{Status: 404, Message: "Domain not found"},
+		{Status: 401, Message: "Forbidden", Raw: true},
+		{Status: 200, Message: "<html>a captive portal</html>", Raw: true},
+	} {
+		b.srv.FailNext("events", f)
+		if _, found, err := b.l.Find(context.Background(), query(m, old)); err == nil || found {
+			t.Errorf("%+v: found=%v err=%v, want an error", f, found, err)
+		}
+	}
+	fresh := lookup(t, b.srv) // a fresh connection: net/http retries a GET cut on a kept one
+	b.srv.FailNext("events", mailguntest.Fault{Cut: true})
+	if _, found, err := fresh.Find(context.Background(), query(m, old)); err == nil || found {
+		t.Errorf("cut: found=%v err=%v, want an error", found, err)
+	}
+	before := b.srv.Requests("events")
+	if _, _, err := b.l.Find(context.Background(), query(m, time.Now().Add(-4*24*time.Hour))); !errors.Is(err, mailgun.ErrOutsideRetention) || b.srv.Requests("events") != before {
+		t.Errorf("4 days ago: %v, want ErrOutsideRetention without a request", err)
+	}
+	// Events reach storage late: a miss within the settle margin is not
+	// believed, and neither is one without a hand-over time.
+	b.srv.SetEventDelay(time.Hour)
+	if _, err := b.p.Send(context.Background(), m, pass); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.l.Find(context.Background(), query(m, time.Now())); !errors.Is(err, mailgun.ErrTooRecent) {
+		t.Errorf("sent, events not yet stored: %v, want ErrTooRecent", err)
+	}
+	if _, _, err := b.l.Find(context.Background(), query(m, time.Time{})); err == nil {
+		t.Error("no hand-over time: a miss was believed")
+	}
+	b.srv.SetEventDelay(0)
+	if _, ok, err := b.l.Find(context.Background(), query(message(9), old)); err != nil || ok {
+		t.Errorf("never sent: found=%v err=%v, want not found", ok, err)
+	}
+	// A rejected event is no acceptance.
+	b.srv.AddEvent(mailguntest.Event{Event: "rejected", MessageID: message(10).MessageID, Timestamp: old})
+	if _, ok, err := b.l.Find(context.Background(), query(message(10), old)); err != nil || ok {
+		t.Errorf("rejected only: found=%v err=%v, want not found", ok, err)
+	}
+}
+
+// Find follows paging.next until an empty page.
+func TestFindPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	m := message(11)
+	start := time.Now().Add(-2 * time.Hour)
+	for i := range 650 { // refusals first: they do not count
+		b.srv.AddEvent(mailguntest.Event{Event: "rejected", MessageID: m.MessageID, Timestamp: start.Add(time.Duration(i) * time.Millisecond)})
+	}
+	if _, ok, err := b.l.Find(context.Background(), query(m, start)); err != nil || ok {
+		t.Fatalf("only refusals: %v %v", ok, err)
+	}
+	if n := b.srv.Requests("events"); n != 4 {
+		t.Errorf("%d pages read, want 4 (300, 300, 50, empty)", n)
+	}
+	b.srv.AddEvent(mailguntest.Event{Event: "delivered", MessageID: m.MessageID, Timestamp: start.Add(time.Second)})
+	got, ok, err := b.l.Find(context.Background(), query(m, start))
+	if err != nil || !ok || got != m.MessageID {
+		t.Errorf("Find = %q %v %v", got, ok, err)
+	}
+	if n := b.srv.Requests("events"); n != 4+3 {
+		t.Errorf("%d pages read, want 3 more", n-4)
+	}
+}
+
+func TestValidateListsEveryProblem(t *testing.T) {
+	t.Parallel()
+	err := mailgun.Config{APIKey: "a:b", Domain: "localhost", BaseURL: "http://api.mailgun.net", Timeout: -1}.Validate()
+	for _, want := range []string{"MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAIL_FROM", "MAILGUN_BASE_URL", "MAILGUN_TIMEOUT"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want it to name %s", err, want)
+		}
+	}
+	ok := mailgun.Config{APIKey: "key", Domain: domain, From: "orders@shop.example", BaseURL: mailgun.EUBaseURL}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("EU: %v", err)
+	}
+}

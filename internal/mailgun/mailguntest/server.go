@@ -1,0 +1,397 @@
+// Package mailguntest is an HTTP server that speaks the part of
+// Mailgun's API that package mailgun uses: POST /v3/<domain>/messages,
+// GET /v4/domains/<domain>, and the Events API, GET /v3/<domain>/events
+// with its paging links. It records the e-mails it "sends" with an
+// accepted event each, and can inject Mailgun's failure modes: error
+// answers, connections cut after the request was read (with or without
+// the e-mail sent), and events that reach storage late.
+//
+// It refuses what Mailgun refuses: Basic credentials other than
+// api:<key> (401 "Forbidden"), an unknown domain (404), a missing or bad
+// from or to (400 with {"message"}), no text and no html, an events
+// limit over 300, and a paging link it did not hand out. Mailgun uses a
+// custom h:Message-Id as the message's id; so does this server.
+//
+// It is meant for tests and test binaries, so it does not depend on
+// package testing; its methods are safe for concurrent use.
+package mailguntest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"net/mail"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Message is one e-mail the server sent.
+type Message struct {
+	ID            string // its Message-Id, without angle brackets
+	From, To      string
+	Subject       string
+	Text, HTML    string
+	Headers       map[string]string // h: parameters
+	UserVariables map[string]string // v: parameters
+	SentAt        time.Time
+}
+
+// Event is one entry of the Events API.
+type Event struct {
+	ID        string
+	Event     string // accepted, delivered, failed, rejected, …
+	MessageID string // message.headers.message-id, without angle brackets
+	Recipient string
+	Timestamp time.Time
+}
+
+// Fault is what the server does with one request instead of, or after,
+// handling it.
+type Fault struct {
+	Status  int    // answer this status …
+	Message string // … with {"message"}, or this text when Raw
+	Raw     bool
+	Cut     bool // read the request and close the connection without an answer
+	Sent    bool // with Cut on messages: send first
+}
+
+// Server is a running fake Mailgun API.
+type Server struct {
+	URL    string // for mailgun.Config.BaseURL
+	APIKey string
+	Domain string
+
+	ln   net.Listener
+	http *http.Server
+
+	mu         sync.Mutex
+	faults     map[string][]Fault // by "messages", "events", "domains"
+	eventDelay time.Duration
+	msgs       []Message
+	events     []Event
+	pages      map[string]pageState
+	requests   map[string]int
+}
+
+type pageState struct {
+	messageID string
+	begin     time.Time
+	offset    int
+	limit     int
+}
+
+// NewServer starts a server for one domain on a loopback port; it panics
+// if it cannot listen, as httptest.NewServer does.
+func NewServer(domain string) *Server {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(fmt.Sprintf("mailguntest: listen: %v", err))
+	}
+	s := &Server{
+		URL:      "http://" + ln.Addr().String(),
+		APIKey:   "key-" + randomHex(16),
+		Domain:   domain,
+		ln:       ln,
+		faults:   map[string][]Fault{},
+		pages:    map[string]pageState{},
+		requests: map[string]int{},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v3/{domain}/messages", s.handleMessages)
+	mux.HandleFunc("GET /v3/{domain}/events", s.handleEvents)
+	mux.HandleFunc("GET /v3/{domain}/events/{page}", s.handleEvents)
+	mux.HandleFunc("GET /v4/domains/{domain}", s.handleDomain)
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) })
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.http.Serve(ln) }()
+	return s
+}
+
+// Close stops the server.
+func (s *Server) Close() { _ = s.http.Close() }
+
+// FailNext queues faults for the next requests of a kind: "messages",
+// "events" or "domains".
+func (s *Server) FailNext(kind string, faults ...Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.faults[kind] = append(s.faults[kind], faults...)
+}
+
+// SetEventDelay hides events from the Events API for d after they
+// happened.
+func (s *Server) SetEventDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.eventDelay = d
+}
+
+// AddEvent stores an event (an id and time are made up when empty).
+func (s *Server) AddEvent(e Event) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addEvent(e)
+}
+
+func (s *Server) addEvent(e Event) {
+	if e.ID == "" {
+		e.ID = randomHex(11)
+	}
+	if e.Timestamp.IsZero() {
+		e.Timestamp = time.Now()
+	}
+	s.events = append(s.events, e)
+	slices.SortStableFunc(s.events, func(a, b Event) int { return a.Timestamp.Compare(b.Timestamp) })
+}
+
+// Messages returns a copy of the e-mails sent, in order.
+func (s *Server) Messages() []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Message, len(s.msgs))
+	for i, m := range s.msgs {
+		m.Headers, m.UserVariables = maps.Clone(m.Headers), maps.Clone(m.UserVariables)
+		out[i] = m
+	}
+	return out
+}
+
+// CountByMessageID counts the e-mails sent with a Message-Id.
+func (s *Server) CountByMessageID(id string) int {
+	n := 0
+	for _, m := range s.Messages() {
+		if m.ID == strings.Trim(id, "<>") {
+			n++
+		}
+	}
+	return n
+}
+
+// Requests counts the requests of a kind: "messages", "events", "domains".
+func (s *Server) Requests(kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests[kind]
+}
+
+func (s *Server) begin(kind string) *Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests[kind]++
+	if len(s.faults[kind]) == 0 {
+		return nil
+	}
+	f := s.faults[kind][0]
+	s.faults[kind] = s.faults[kind][1:]
+	return &f
+}
+
+func answerFault(w http.ResponseWriter, f *Fault) {
+	switch {
+	case f.Cut:
+		hangUp(w)
+	case f.Raw:
+		w.WriteHeader(f.Status)
+		_, _ = io.WriteString(w, f.Message)
+	default:
+		writeJSON(w, f.Status, map[string]string{"message": f.Message})
+	}
+}
+
+// authorized checks Basic api:<key> and the domain.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	user, key, ok := r.BasicAuth()
+	if !ok || user != "api" || key != s.APIKey {
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = io.WriteString(w, "Forbidden")
+		return false
+	}
+	if r.PathValue("domain") != s.Domain {
+		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Domain not found: " + r.PathValue("domain")})
+		return false
+	}
+	return true
+}
+
+func (s *Server) handleDomain(w http.ResponseWriter, r *http.Request) {
+	if f := s.begin("domains"); f != nil {
+		answerFault(w, f)
+		return
+	}
+	if !s.authorized(w, r) {
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"domain": map[string]string{"name": s.Domain, "state": "active"}})
+}
+
+func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
+	fault := s.begin("messages")
+	if err := r.ParseMultipartForm(32 << 20); err != nil && !errors.Is(err, http.ErrNotMultipart) {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "cannot read the form: " + err.Error()})
+		return
+	}
+	if fault != nil && !(fault.Cut && fault.Sent) {
+		answerFault(w, fault)
+		return
+	}
+	if !s.authorized(w, r) {
+		return
+	}
+	f := r.PostForm
+	m := Message{From: f.Get("from"), To: f.Get("to"), Subject: f.Get("subject"), Text: f.Get("text"), HTML: f.Get("html"),
+		Headers: map[string]string{}, UserVariables: map[string]string{}}
+	switch {
+	case m.From == "":
+		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "from parameter is missing"})
+		return
+	case !validAddress(m.From):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "'from' parameter is not a valid address. please check documentation"})
+		return
+	case m.To == "":
+		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "to parameter is missing"})
+		return
+	case !validAddress(m.To):
+		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "'to' parameter is not a valid address. please check documentation"})
+		return
+	case m.Text == "" && m.HTML == "":
+		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Need at least one of 'text', 'html' or 'template' parameters specified"})
+		return
+	}
+	for k, v := range f {
+		if name, ok := strings.CutPrefix(k, "h:"); ok {
+			m.Headers[name] = v[0]
+		}
+		if name, ok := strings.CutPrefix(k, "v:"); ok {
+			m.UserVariables[name] = v[0]
+		}
+	}
+	for k, v := range m.Headers {
+		if strings.EqualFold(k, "Message-Id") {
+			m.ID = strings.Trim(strings.TrimSpace(v), "<>")
+		}
+	}
+	if m.ID == "" {
+		m.ID = time.Now().UTC().Format("20060102150405") + "." + randomHex(6) + "@" + s.Domain
+	}
+	s.mu.Lock()
+	m.SentAt = time.Now()
+	s.msgs = append(s.msgs, m)
+	to, _ := mail.ParseAddress(m.To)
+	s.addEvent(Event{Event: "accepted", MessageID: m.ID, Recipient: to.Address, Timestamp: m.SentAt})
+	s.mu.Unlock()
+	if fault != nil {
+		hangUp(w)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"id": "<" + m.ID + ">", "message": "Queued. Thank you."})
+}
+
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	if f := s.begin("events"); f != nil {
+		answerFault(w, f)
+		return
+	}
+	if !s.authorized(w, r) {
+		return
+	}
+	var st pageState
+	if token := r.PathValue("page"); token != "" {
+		s.mu.Lock()
+		var ok bool
+		st, ok = s.pages[token]
+		s.mu.Unlock()
+		if !ok {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Invalid page URL"})
+			return
+		}
+	} else {
+		q := r.URL.Query()
+		st.limit = 100
+		if l := q.Get("limit"); l != "" {
+			n, err := strconv.Atoi(l)
+			if err != nil || n < 1 || n > 300 {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Invalid limit: it must be at most 300"})
+				return
+			}
+			st.limit = n
+		}
+		if q.Get("ascending") != "yes" || q.Get("begin") == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "this server serves ascending=yes with begin only"})
+			return
+		}
+		sec, err := strconv.ParseInt(q.Get("begin"), 10, 64)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Invalid begin"})
+			return
+		}
+		st.begin = time.Unix(sec, 0)
+		st.messageID = strings.Trim(q.Get("message-id"), "<>")
+	}
+	s.mu.Lock()
+	now := time.Now()
+	var matched []Event
+	for _, e := range s.events {
+		if e.Timestamp.Before(st.begin) || now.Sub(e.Timestamp) < s.eventDelay || (st.messageID != "" && e.MessageID != st.messageID) {
+			continue
+		}
+		matched = append(matched, e)
+	}
+	items := []map[string]any{}
+	for i := st.offset; i < len(matched) && i < st.offset+st.limit; i++ {
+		e := matched[i]
+		items = append(items, map[string]any{
+			"id": e.ID, "event": e.Event, "timestamp": float64(e.Timestamp.UnixNano()) / 1e9, "recipient": e.Recipient,
+			"message": map[string]any{"headers": map[string]string{"message-id": e.MessageID}},
+		})
+	}
+	next := st
+	next.offset += len(items)
+	token := randomHex(12)
+	s.pages[token] = next
+	s.mu.Unlock()
+	base := s.URL + "/v3/" + s.Domain + "/events/"
+	writeJSON(w, http.StatusOK, map[string]any{"items": items, "paging": map[string]string{
+		"next": base + token, "previous": base + base64.RawURLEncoding.EncodeToString([]byte("previous")),
+	}})
+}
+
+func validAddress(s string) bool {
+	a, err := mail.ParseAddress(s)
+	return err == nil && strings.Contains(a.Address, "@")
+}
+
+// hangUp closes the connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic("mailguntest: connection cannot be hijacked")
+	}
+	if conn, _, err := hj.Hijack(); err == nil {
+		_ = conn.Close()
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	_ = json.NewEncoder(&buf).Encode(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,161 @@
+package mailgun
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// Errors of WebhookVerifier.Verify. The HTTP layer answers
+// ErrBadSignature and ErrStale with 401, ErrMalformed with 400.
+var (
+	ErrBadSignature = errors.New("mailgun: webhook signature missing or wrong")
+	ErrStale        = errors.New("mailgun: webhook timestamp too far from now")
+	ErrMalformed    = errors.New("mailgun: webhook body malformed")
+)
+
+// MaxWebhookBody is the largest webhook body Verify reads.
+const MaxWebhookBody = 1 << 20
+
+// DefaultWebhookTolerance is how far a webhook's signed timestamp may be
+// from now, either way.
+const DefaultWebhookTolerance = 5 * time.Minute
+
+// WebhookVerifier checks Mailgun's webhooks
+// (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks):
+// the JSON body's signature holds a timestamp, a random token and the hex
+// HMAC-SHA256 of timestamp and token concatenated, keyed with the
+// webhook signing key. For a subaccount's domain, parent-signature is
+// the same keyed with the primary account's key; either may match.
+type WebhookVerifier struct {
+	key       []byte
+	Tolerance time.Duration // DefaultWebhookTolerance when zero
+}
+
+// NewWebhookVerifier returns a verifier for the webhook signing key
+// (MAILGUN_WEBHOOK_SIGNING_KEY).
+func NewWebhookVerifier(signingKey string) (*WebhookVerifier, error) {
+	signingKey = strings.TrimSpace(signingKey)
+	if signingKey == "" {
+		return nil, errors.New("MAILGUN_WEBHOOK_SIGNING_KEY must be set")
+	}
+	return &WebhookVerifier{key: []byte(signingKey)}, nil
+}
+
+// webhook is a Mailgun webhook body.
+type webhook struct {
+	Signature *struct {
+		Timestamp       json.RawMessage `json:"timestamp"` // a string in the docs; a number in older payloads
+		Token           string          `json:"token"`
+		Signature       string          `json:"signature"`
+		ParentSignature string          `json:"parent-signature"`
+	} `json:"signature"`
+	EventData *struct {
+		ID        string  `json:"id"`
+		Event     string  `json:"event"`
+		Timestamp float64 `json:"timestamp"`
+		Severity  string  `json:"severity"`
+		Reason    string  `json:"reason"`
+		Recipient string  `json:"recipient"`
+		Message   struct {
+			Headers struct {
+				MessageID string `json:"message-id"`
+			} `json:"headers"`
+		} `json:"message"`
+		UserVariables  map[string]any `json:"user-variables"`
+		DeliveryStatus struct {
+			Code        int    `json:"code"`
+			Message     string `json:"message"`
+			Description string `json:"description"`
+		} `json:"delivery-status"`
+	} `json:"event-data"`
+}
+
+// Verify checks a webhook body's signature and timestamp and returns its
+// event if it is about delivery: delivered, failed (permanent: bounced;
+// temporary: deferred) or complained; other events give no Feedback and
+// no error. EventID is Mailgun's event id. header is unused: Mailgun
+// signs inside the body.
+func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) ([]notify.Feedback, error) {
+	if len(body) > MaxWebhookBody {
+		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(body), MaxWebhookBody)
+	}
+	var w webhook
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if w.Signature == nil || w.Signature.Token == "" || w.Signature.Signature == "" {
+		return nil, fmt.Errorf("%w: no signature", ErrBadSignature)
+	}
+	ts := strings.Trim(string(w.Signature.Timestamp), `"`)
+	sec, err := strconv.ParseInt(ts, 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("%w: timestamp %q is not a number", ErrBadSignature, ts)
+	}
+	mac := hmac.New(sha256.New, v.key)
+	mac.Write([]byte(ts + w.Signature.Token))
+	want := mac.Sum(nil)
+	ok := false
+	for _, s := range []string{w.Signature.Signature, w.Signature.ParentSignature} {
+		if got, err := hex.DecodeString(s); err == nil && hmac.Equal(got, want) {
+			ok = true
+		}
+	}
+	if !ok {
+		return nil, ErrBadSignature
+	}
+	tolerance := v.Tolerance
+	if tolerance == 0 {
+		tolerance = DefaultWebhookTolerance
+	}
+	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
+		return nil, fmt.Errorf("%w: signed at %s, %s from now", ErrStale, time.Unix(sec, 0).UTC().Format(time.RFC3339), d.Round(time.Second))
+	}
+	e := w.EventData
+	if e == nil || e.Event == "" {
+		return nil, fmt.Errorf("%w: no event-data", ErrMalformed)
+	}
+	f := notify.Feedback{Provider: "mailgun", EventID: e.ID, MessageID: stripID(e.Message.Headers.MessageID)}
+	f.ProviderMessageID = f.MessageID
+	switch e.Event {
+	case "delivered":
+		f.Kind = notify.FeedbackDelivered
+	case "complained":
+		f.Kind = notify.FeedbackComplained
+	case "failed":
+		switch e.Severity {
+		case "permanent":
+			f.Kind = notify.FeedbackBounced
+		case "temporary":
+			f.Kind = notify.FeedbackDeferred
+		default:
+			return nil, fmt.Errorf("%w: failed event with severity %q", ErrMalformed, e.Severity)
+		}
+		f.Detail = strings.TrimSpace(fmt.Sprintf("%s %s %s", e.Reason, e.DeliveryStatus.Message, e.DeliveryStatus.Description))
+		if e.DeliveryStatus.Code != 0 {
+			f.Detail = strconv.Itoa(e.DeliveryStatus.Code) + " " + f.Detail
+		}
+	default:
+		return nil, nil
+	}
+	if e.ID == "" || f.MessageID == "" || e.Timestamp <= 0 || math.IsInf(e.Timestamp, 0) {
+		return nil, fmt.Errorf("%w: %s event without id, message-id or timestamp", ErrMalformed, e.Event)
+	}
+	whole, frac := math.Modf(e.Timestamp)
+	f.At = time.Unix(int64(whole), int64(frac*1e9))
+	f.Recipient, _ = notify.NormalizeAddress(e.Recipient)
+	if k, ok := e.UserVariables[VariableKey].(string); ok {
+		f.KeyHash = k
+	}
+	return []notify.Feedback{f}, nil
+}
