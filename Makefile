@@ -6,7 +6,7 @@ MAILPIT_VERSION := v1.33.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GO ?= go
 
-.PHONY: help test fuzz preflight mailpit bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help test fuzz gallery preflight mailpit bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,10 @@ chaos: preflight ## the fault-injection suite's short variant (also part of make
 
 chaos-long: preflight ## the short variant plus PostgreSQL restarts and a soak (CHAOS_SOAK_ORDERS, default 300)
 	$(GO) test -count=1 -v -tags chaoslong -timeout 60m ./internal/chaos 2>&1 | tee chaos.out | grep -E '^(--- |ok|FAIL|\|)|summary'
+
+gallery: preflight ## open the template gallery in headless Chromium (installed from Debian's packages if missing) and save docs/templates-gallery.png
+	@command -v chromium >/dev/null || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; $$sudo apt-get install -y -qq chromium; }
+	SCREENSHOT=$(CURDIR)/docs/templates-gallery.png $(GO) test -count=1 -tags browser -run TestGalleryInABrowser -v ./internal/httpapi
 
 preflight: mailpit ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit
 	@$(GO) run ./internal/testenv/preflight

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -191,4 +193,42 @@ func watchForAddr(t *testing.T) (io.Writer, <-chan string) {
 		}
 	}()
 	return pw, addr
+}
+
+// `api templates check DIR` prints each problem of a broken directory, as
+// file:line: message, and fails; a good directory passes.
+func TestTemplatesCheck(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("payment-reminder/schema.json", `{"type":"object","required":["customer_name"],"properties":{"customer_name":{"type":"string"}}}`)
+	write("payment-reminder/sample.json", `{"customer_name":"Sari"}`)
+	write("payment-reminder/subject.tmpl", `Pengingat pembayaran untuk {{.customer_name}}`)
+	write("payment-reminder/text.tmpl", "Halo {{.customer_name}},\nmohon selesaikan pembayaran Anda.\n")
+	write("payment-reminder/html.tmpl", `<p>Halo {{.customer_name}}, mohon selesaikan pembayaran Anda.</p>`)
+	var out strings.Builder
+	if err := run(context.Background(), []string{"templates", "check", dir}, func(string) string { return "" }, &out, io.Discard); err != nil {
+		t.Fatalf("a good directory: %v\n%s", err, out.String())
+	}
+	write("payment-reminder/text.tmpl", "Halo {{.customer_name}},\n{{monye 1}}\n")
+	write("order-confirmation/subject.tmpl", `clash`)
+	out.Reset()
+	err := run(context.Background(), []string{"templates", "check", dir}, func(string) string { return "" }, &out, io.Discard)
+	if err == nil {
+		t.Fatalf("a broken directory passed:\n%s", out.String())
+	}
+	for _, want := range []string{"payment-reminder/text.tmpl:2:", "monye", "order-confirmation"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
 }

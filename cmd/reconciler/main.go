@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (want --once or healthcheck)", fs.Args())
 	}
-	templates, err := notify.LoadTemplates()
+	templates, err := notify.LoadTemplatesFrom(notify.TemplatesFromEnv(getenv))
 	if err != nil {
 		return err
 	}

@@ -28,7 +28,7 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	defer dead.Close()
 	reg := prometheus.NewRegistry()
-	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), time.Hour, reg)
+	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
 	var ids []uuid.UUID
 	for _, email := range []string{"o1@example.com", "o2@example.com", "held@example.com"} {

@@ -138,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer profiles.Close()
 	}
 
-	templates, err := notify.LoadTemplates()
+	templates, err := notify.LoadTemplatesFrom(notify.TemplatesFromEnv(getenv))
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func newWorld(t *testing.T, sinkCfg smtpsink.Config) *world {
 	client := asynq.NewClient(w.redis.Opt)
 	t.Cleanup(func() { client.Close() })
 	reg := prometheus.NewRegistry()
-	w.orders = order.NewService(w.db.Pool, notify.NewEnqueuer(client, w.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), time.Hour, reg)
+	w.orders = order.NewService(w.db.Pool, notify.NewEnqueuer(client, w.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	return w
 }
 

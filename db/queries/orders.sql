@@ -3,8 +3,8 @@
 -- lines' foreign key is checked at the end of the statement, when the
 -- order row exists.
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash)
-    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)
+    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text)
 )
 INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
 SELECT @id::uuid,

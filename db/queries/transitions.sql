@@ -15,8 +15,8 @@
 -- tombstone is committed before its delivery is deleted, so this
 -- statement sees one or the other.
 WITH ins AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since)
-    SELECT @id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
+    SELECT @id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at, sqlc.narg(locale)::text
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to(@idempotency_key::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
@@ -27,7 +27,7 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -65,7 +65,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, from_status
+       created_at, updated_at, sent_at, message_id, trying_since, locale, from_status
 FROM claimed;
 
 -- name: HandOver :one
@@ -112,7 +112,7 @@ WITH upd AS (
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'sent', 'sending', 'sent', attempts, @actor::text,
-       jsonb_build_object('provider_message_id', @provider_message_id::text)
+       jsonb_build_object('provider_message_id', @provider_message_id::text, 'language', @language::text)
 FROM upd;
 
 -- name: ReleaseForRetry :execrows
@@ -260,7 +260,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -282,7 +282,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired. ----

@@ -70,6 +70,7 @@ type NotificationDelivery struct {
 	SentAt            *time.Time
 	MessageID         *string
 	TryingSince       time.Time
+	Locale            *string
 }
 
 type Order struct {
@@ -80,6 +81,7 @@ type Order struct {
 	TotalMinor      int64
 	CreatedAt       time.Time
 	AccessTokenHash []byte
+	Locale          *string
 }
 
 type OrderItem struct {

@@ -13,7 +13,7 @@ import (
 )
 
 const getOrder = `-- name: GetOrder :one
-SELECT id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash FROM orders WHERE id = $1
+SELECT id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale FROM orders WHERE id = $1
 `
 
 func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
@@ -27,14 +27,15 @@ func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
 		&i.TotalMinor,
 		&i.CreatedAt,
 		&i.AccessTokenHash,
+		&i.Locale,
 	)
 	return i, err
 }
 
 const insertOrder = `-- name: InsertOrder :exec
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash)
-    VALUES ($1, $7, $8, $9, $10, $11, $12)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)
+    VALUES ($1, $7, $8, $9, $10, $11, $12, $13::text)
 )
 INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
 SELECT $1::uuid,
@@ -58,6 +59,7 @@ type InsertOrderParams struct {
 	TotalMinor      int64
 	CreatedAt       time.Time
 	AccessTokenHash []byte
+	Locale          *string
 }
 
 // The order and all its lines in one statement: one round trip. The
@@ -77,6 +79,7 @@ func (q *Queries) InsertOrder(ctx context.Context, arg InsertOrderParams) error 
 		arg.TotalMinor,
 		arg.CreatedAt,
 		arg.AccessTokenHash,
+		arg.Locale,
 	)
 	return err
 }

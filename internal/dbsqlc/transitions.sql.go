@@ -33,7 +33,7 @@ WITH prev AS (
                       WHERE b.expires_at > now()
                         AND ((b.kind = 'key' AND b.value = d.idempotency_key)
                           OR (b.kind = 'recipient' AND b.value = d.recipient)))
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, prev.status AS from_status
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $5::text,
@@ -42,7 +42,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, from_status
+       created_at, updated_at, sent_at, message_id, trying_since, locale, from_status
 FROM claimed
 `
 
@@ -74,6 +74,7 @@ type ClaimDeliveryRow struct {
 	SentAt            *time.Time
 	MessageID         *string
 	TryingSince       time.Time
+	Locale            *string
 	FromStatus        string
 }
 
@@ -111,6 +112,7 @@ func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (C
 		&i.SentAt,
 		&i.MessageID,
 		&i.TryingSince,
+		&i.Locale,
 		&i.FromStatus,
 	)
 	return i, err
@@ -265,19 +267,19 @@ const insertDelivery = `-- name: InsertDelivery :one
 
 
 WITH ins AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $7, $7
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $7, $7, $8::text
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
-    SELECT ins.id, 'received', NULL, 'pending', 0, $8::text FROM ins
+    SELECT ins.id, 'received', NULL, 'pending', 0, $9::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale
 FROM ins
 `
 
@@ -289,6 +291,7 @@ type InsertDeliveryParams struct {
 	IdempotencyKey string
 	TemplateData   []byte
 	CreatedAt      time.Time
+	Locale         *string
 	Actor          string
 }
 
@@ -311,6 +314,7 @@ type InsertDeliveryRow struct {
 	SentAt            *time.Time
 	MessageID         *string
 	TryingSince       time.Time
+	Locale            *string
 }
 
 // Every write that changes a delivery's status, grouped as the state
@@ -335,6 +339,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		arg.IdempotencyKey,
 		arg.TemplateData,
 		arg.CreatedAt,
+		arg.Locale,
 		arg.Actor,
 	)
 	var i InsertDeliveryRow
@@ -357,6 +362,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.SentAt,
 		&i.MessageID,
 		&i.TryingSince,
+		&i.Locale,
 	)
 	return i, err
 }
@@ -450,20 +456,21 @@ WITH upd AS (
         sent_at             = now(),
         last_error          = NULL,
         updated_at          = now()
-    WHERE d.id = $3
+    WHERE d.id = $4
       AND d.status = 'sending'
-      AND d.lease_token = $4::uuid
+      AND d.lease_token = $5::uuid
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'sent', 'sending', 'sent', attempts, $1::text,
-       jsonb_build_object('provider_message_id', $2::text)
+       jsonb_build_object('provider_message_id', $2::text, 'language', $3::text)
 FROM upd
 `
 
 type MarkSentParams struct {
 	Actor             string
 	ProviderMessageID string
+	Language          string
 	ID                uuid.UUID
 	LeaseToken        uuid.UUID
 }
@@ -473,6 +480,7 @@ func (q *Queries) MarkSent(ctx context.Context, arg MarkSentParams) (int64, erro
 	result, err := q.db.Exec(ctx, markSent,
 		arg.Actor,
 		arg.ProviderMessageID,
+		arg.Language,
 		arg.ID,
 		arg.LeaseToken,
 	)
@@ -524,7 +532,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -533,7 +541,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale
 FROM upd
 `
 
@@ -563,6 +571,7 @@ type OperatorMarkSentRow struct {
 	SentAt            *time.Time
 	MessageID         *string
 	TryingSince       time.Time
+	Locale            *string
 }
 
 // A held delivery the operator found at the provider.
@@ -593,6 +602,7 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.SentAt,
 		&i.MessageID,
 		&i.TryingSince,
+		&i.Locale,
 	)
 	return i, err
 }
@@ -612,7 +622,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, prev.status AS from_status
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $2::text,
@@ -621,7 +631,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale
 FROM upd
 `
 
@@ -650,6 +660,7 @@ type OperatorRetryRow struct {
 	SentAt            *time.Time
 	MessageID         *string
 	TryingSince       time.Time
+	Locale            *string
 }
 
 // ---- An operator (admin API). ----
@@ -677,6 +688,7 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.SentAt,
 		&i.MessageID,
 		&i.TryingSince,
+		&i.Locale,
 	)
 	return i, err
 }

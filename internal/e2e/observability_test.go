@@ -103,7 +103,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	// API
 	api := newComponent(httpapi.LogHandler)
 	enq := notify.NewEnqueuer(client, rd.Queue, api.log, api.reg)
-	orders := order.NewService(db.Pool, enq, time.Hour, api.reg)
+	orders := order.NewService(db.Pool, enq, templates, time.Hour, api.reg)
 	apiSrv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Log: api.log, Orders: orders, Templates: templates,
 		Registry: api.reg, Admin: httpapi.Admin{Ops: notify.NewOperator(db.Pool, enq, inspector, rdb)}}))
 	t.Cleanup(apiSrv.Close)
@@ -297,7 +297,7 @@ func checkoutWithoutTask(t *testing.T, ctx context.Context, db testenv.DB, email
 	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	defer dead.Close()
 	reg := prometheus.NewRegistry()
-	svc := order.NewService(db.Pool, notify.NewEnqueuer(dead, "none", slog.New(slog.NewTextHandler(io.Discard, nil)), reg), time.Hour, reg)
+	svc := order.NewService(db.Pool, notify.NewEnqueuer(dead, "none", slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
 	o, _, err := svc.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "IDR",
 		Items: []order.CheckoutItem{{SKU: "S", Name: "S", Quantity: 1, UnitPrice: &price}}}, "")

@@ -263,6 +263,36 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(403, "POST", orderPath+"/shipments", jsonCT, shipment, map[string]string{"Authorization": "Bearer " + readOnly})
 	c.do(200, "GET", orderPath, "", "", nil)
 
+	// The one trigger for any template, here a built-in one with an event id.
+	data := `{"order_id":"` + o.ID.String() + `","customer_name":"Ana","carrier":"SiCepat","tracking_number":"SC-2",` +
+		`"items":[{"sku":"TEA-01","name":"Teh","quantity":1}],"shipped_at":"2026-12-01T10:00:00Z"}`
+	trigger := `{"template": "order-shipped", "event_id": "second-parcel", "data": ` + data + `}`
+	triggered := c.do(201, "POST", orderPath+"/notifications", jsonCT, trigger, nil)
+	if again := c.do(200, "POST", orderPath+"/notifications", jsonCT, trigger, nil); !bytes.Equal(again.body, triggered.body) {
+		t.Errorf("the same trigger again answered %s, want %s", again.body, triggered.body)
+	}
+	replayKey := map[string]string{"Idempotency-Key": "trigger-1"}
+	c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "third-parcel", "data": `+data+`}`, replayKey)
+	if res := c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "third-parcel", "data": `+data+`}`, replayKey); res.header.Get("Idempotent-Replayed") != "true" {
+		t.Error("a repeated trigger with its Idempotency-Key was not replayed")
+	}
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "fourth-parcel", "data": `+data+`}`, replayKey)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "data": {"carrier": ""}}`, nil)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "no-such-template", "data": {}}`, nil)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "a:b", "data": `+data+`}`, nil)
+	c.do(400, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "template": "x", "data": {}}`, nil)
+	c.do(404, "POST", "/v1/orders/00000000-0000-4000-8000-000000000000/notifications", jsonCT, trigger, nil)
+	c.do(401, "POST", orderPath+"/notifications", jsonCT, trigger, map[string]string{"Authorization": ""})
+	c.do(403, "POST", orderPath+"/notifications", jsonCT, trigger, map[string]string{"Authorization": "Bearer " + writeOnly})
+
+	// Previews with custom data, in a language, and the gallery.
+	c.do(200, "POST", "/v1/templates/order-shipped/preview?lang=en-GB", jsonCT, data, nil)
+	c.do(200, "POST", "/v1/templates/order-shipped/preview?format=text", jsonCT, data, nil)
+	c.do(422, "POST", "/v1/templates/order-shipped/preview", jsonCT, `{"carrier": 5}`, nil)
+	c.do(400, "POST", "/v1/templates/order-shipped/preview", jsonCT, `[1]`, nil)
+	c.do(404, "POST", "/v1/templates/nope/preview", jsonCT, data, nil)
+	c.do(200, "GET", "/templates", "", "", nil)
+
 	// Admin: the token is required everywhere.
 	for _, header := range []map[string]string{nil, {"Authorization": "Bearer wrong-token-wrong-token"}} {
 		c.do(401, "GET", "/admin/v1/deliveries", "", "", header)

@@ -24,6 +24,7 @@ type checkoutRequest struct {
 	CustomerName  string            `json:"customer_name"`
 	Currency      string            `json:"currency"`
 	Items         []json.RawMessage `json:"items"`
+	Locale        string            `json:"locale"`
 }
 
 type checkoutItemRequest struct {
@@ -113,6 +114,59 @@ func handleCreateShipment(orders *order.Service) http.Handler {
 	})
 }
 
+// notificationRequest is the JSON body of POST /v1/orders/{id}/notifications.
+type notificationRequest struct {
+	Template  string          `json:"template"`
+	Data      json.RawMessage `json:"data"`
+	EventID   string          `json:"event_id"`
+	Recipient string          `json:"recipient"`
+}
+
+// handleCreateNotification is the one trigger for any template: it
+// records the intent (validated against the template's schema) and queues
+// it; 201 the first time, 200 with the same notification when that event
+// was already recorded. It honours Idempotency-Key like the checkout.
+func handleCreateNotification(orders *order.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := orderIDOf(w, r)
+		if !ok {
+			return
+		}
+		key, p := idempotencyKeyOf(r)
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		raw, p := readJSONBody(w, r)
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		var req notificationRequest
+		if p := decodeStrict(raw, &req, ""); p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		n, created, replayed, err := orders.Notify(r.Context(), id, order.Trigger{
+			Template: req.Template, Data: req.Data, EventID: req.EventID, Recipient: req.Recipient,
+		}, key)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("order_id", id.String()), slog.String("delivery_id", n.ID.String()),
+			slog.String("template", n.Template), slog.Bool("idempotent_replay", replayed))
+		if replayed {
+			w.Header().Set("Idempotent-Replayed", "true")
+		}
+		status := http.StatusOK
+		if created {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, n)
+	})
+}
+
 // orderIDOf parses the {id} path parameter; an id that is not a UUID
 // names no order.
 func orderIDOf(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
@@ -171,6 +225,7 @@ func decodeCheckout(w http.ResponseWriter, r *http.Request) (order.Checkout, *pr
 		CustomerName:  req.CustomerName,
 		Currency:      req.Currency,
 		Items:         make([]order.CheckoutItem, len(req.Items)),
+		Locale:        req.Locale,
 	}
 	for i, rawItem := range req.Items {
 		var it checkoutItemRequest

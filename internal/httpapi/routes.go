@@ -23,6 +23,8 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
 		r.Method(http.MethodGet, "/v1/templates", handleListTemplates(d.Templates))
 		r.Method(http.MethodGet, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
+		r.Method(http.MethodPost, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
+		r.Method(http.MethodGet, "/templates", handleGallery(d.Templates))
 	})
 
 	// The shop's backend (an API key with the scope), or, to read one
@@ -31,6 +33,8 @@ func addRoutes(r chi.Router, d Deps) {
 		Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
 	r.With(requireKey(d.Keys, apikey.ScopeOrdersWrite), limit(backend, keyOrAddr(addr))).
 		Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
+	r.With(requireKey(d.Keys, apikey.ScopeNotificationsWrite), limit(backend, keyOrAddr(addr))).
+		Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
 
 	// Operators.
 	r.Route("/admin/v1", func(r chi.Router) {

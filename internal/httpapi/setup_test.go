@@ -45,6 +45,7 @@ type setupOpts struct {
 	redis      asynq.RedisConnOpt   // overrides the queue's Redis, e.g. with an unreachable one
 	tracer     trace.TracerProvider // records the API's spans
 	rateLimits httpapi.RateLimits   // none by default
+	templates  *notify.Templates    // the built-in ones by default
 }
 
 func setup(t *testing.T, opts ...setupOpts) stack {
@@ -71,16 +72,19 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	inspector := asynq.NewInspector(rd.Opt)
 	t.Cleanup(func() { inspector.Close() })
 
-	reg := prometheus.NewRegistry()
-	enq := notify.NewEnqueuer(client, rd.Queue, log, reg)
-	orders := order.NewService(db.Pool, enq, 24*time.Hour, reg)
-	checks := []httpapi.Check{
-		{Name: "postgres", Ping: db.Pool.Ping},
-		{Name: "redis", Ping: func(ctx context.Context) error { return client.Ping() }},
-	}
 	templates, err := notify.LoadTemplates()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.templates != nil {
+		templates = o.templates
+	}
+	reg := prometheus.NewRegistry()
+	enq := notify.NewEnqueuer(client, rd.Queue, log, reg)
+	orders := order.NewService(db.Pool, enq, templates, 24*time.Hour, reg)
+	checks := []httpapi.Check{
+		{Name: "postgres", Ping: db.Pool.Ping},
+		{Name: "redis", Ping: func(ctx context.Context) error { return client.Ping() }},
 	}
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })

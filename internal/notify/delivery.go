@@ -60,6 +60,7 @@ type Delivery struct {
 	UpdatedAt         time.Time
 	SentAt            *time.Time
 	TryingSince       time.Time // start of the current series of tries (DELIVERY_MAX_AGE counts from here)
+	Locale            string    // the customer's language (BCP 47); "" for the default
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.
@@ -76,12 +77,30 @@ func Key(template string, orderID uuid.UUID, recipient string) string {
 	return template + ":" + orderID.String() + ":" + recipient
 }
 
+// EventKey is the idempotency key of an event that can happen more than
+// once per order (a payment reminder, a change of address): the caller's
+// id of the event goes between the order and the recipient, e.g.
+// "payment-reminder:<orderId>:<eventId>:<email>".
+func EventKey(template string, orderID uuid.UUID, eventID, recipient string) string {
+	return template + ":" + orderID.String() + ":" + eventID + ":" + recipient
+}
+
 // Intent is what a caller asks to be sent.
 type Intent struct {
 	OrderID   uuid.UUID
 	Template  string
 	Recipient string // normalized
 	Data      any    // snapshot rendered by the template; marshalled to JSON
+	Locale    string // BCP 47, canonical; "" for the default language
+	EventID   string // for events that can happen more than once per order; "" for once per order
+}
+
+// key is the intent's idempotency key.
+func (in Intent) key() string {
+	if in.EventID != "" {
+		return EventKey(in.Template, in.OrderID, in.EventID, in.Recipient)
+	}
+	return Key(in.Template, in.OrderID, in.Recipient)
 }
 
 // Record writes the intent inside the caller's transaction, so that it
@@ -97,7 +116,7 @@ func Record(ctx context.Context, tx DB, in Intent, now time.Time) (d Delivery, c
 		return Delivery{}, false, fmt.Errorf("record %s intent: encode template data: %w", in.Template, err)
 	}
 	q := dbsqlc.New(tx)
-	key := Key(in.Template, in.OrderID, in.Recipient)
+	key := in.key()
 	row, created, err := recordIntent(ctx, q, in, key, data, now)
 	if err != nil {
 		return Delivery{}, false, fmt.Errorf("record %s intent: %w", in.Template, err)
@@ -155,6 +174,9 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 	}
 	if r.MessageID != nil {
 		d.MessageID = *r.MessageID
+	}
+	if r.Locale != nil {
+		d.Locale = *r.Locale
 	}
 	if r.LastError != nil {
 		d.LastError = *r.LastError

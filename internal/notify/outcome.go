@@ -23,7 +23,8 @@ func (w *Worker) record(ctx context.Context, l *taskLog, a *attempt, providerID 
 	if sendErr == nil {
 		failpoint.Inject("after-accept")
 		l.set(slog.String("provider_message_id", providerID))
-		if err := markSent(ctx, q, d.ID, a.lease, providerID); err != nil {
+		l.set(slog.String("language", a.language))
+		if err := markSent(ctx, q, d.ID, a.lease, providerID, a.language); err != nil {
 			return w.notWritten(ctx, l, d, err)
 		}
 		a.sent = true // cached as the lock is released

@@ -59,7 +59,7 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	apiReg := prometheus.NewRegistry()
 	e.apiReg = apiReg
 	enq := notify.NewEnqueuer(client, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg)
-	e.orders = order.NewService(e.db.Pool, enq, time.Hour, apiReg)
+	e.orders = order.NewService(e.db.Pool, enq, e.templates, time.Hour, apiReg)
 	ins := asynq.NewInspector(e.redis.Opt)
 	t.Cleanup(func() { ins.Close() })
 	e.ops = notify.NewOperator(e.db.Pool, enq, ins, e.rdb)

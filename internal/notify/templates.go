@@ -2,6 +2,7 @@ package notify
 
 import (
 	"bytes"
+	"cmp"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -122,6 +123,13 @@ func templateFuncs(f locale.Format) map[string]any {
 			return strings.ToUpper(head)
 		},
 	}
+}
+
+// TemplatesFromEnv is the TemplateConfig the binaries read from
+// TEMPLATES_DIR (default none) and TEMPLATES_DEFAULT_LANGUAGE (default id).
+func TemplatesFromEnv(getenv func(string) string) TemplateConfig {
+	return TemplateConfig{Dir: strings.TrimSpace(getenv("TEMPLATES_DIR")),
+		DefaultLanguage: cmp.Or(strings.TrimSpace(getenv("TEMPLATES_DEFAULT_LANGUAGE")), "id")}
 }
 
 // LoadTemplates loads the built-in templates, in English by default. See

@@ -61,9 +61,13 @@ func fenced(rows int64, err error) error {
 // recordIntent inserts a pending delivery; created is false when its key
 // exists already (or was retired), and nothing is written then.
 func recordIntent(ctx context.Context, q *dbsqlc.Queries, in Intent, key string, data json.RawMessage, now time.Time) (dbsqlc.NotificationDelivery, bool, error) {
+	var locale *string
+	if in.Locale != "" {
+		locale = &in.Locale
+	}
 	row, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{
 		ID: uuid.Must(uuid.NewV7()), OrderID: in.OrderID, Template: in.Template, Recipient: in.Recipient,
-		IdempotencyKey: key, TemplateData: data, CreatedAt: now, Actor: "api",
+		IdempotencyKey: key, TemplateData: data, CreatedAt: now, Actor: "api", Locale: locale,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.NotificationDelivery{}, false, nil
@@ -101,8 +105,10 @@ func extendLease(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease) 
 	_, _ = q.ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: id, LeaseToken: l.token, LeaseSeconds: l.ttl.Seconds()})
 }
 
-func markSent(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, providerID string) error {
-	return fenced(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: id, LeaseToken: l.token, ProviderMessageID: providerID, Actor: l.actor}))
+// markSent records the provider's acceptance, and in the history the
+// language the e-mail was written in.
+func markSent(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, providerID, language string) error {
+	return fenced(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: id, LeaseToken: l.token, ProviderMessageID: providerID, Actor: l.actor, Language: language}))
 }
 
 // release puts the delivery back to pending for a later attempt; with

@@ -134,8 +134,9 @@ type attempt struct {
 	lockToken string
 	taskID    string
 
-	lockLost bool // the heartbeat found the lock gone
-	sent     bool // "sent" was recorded: cache it when the lock is released
+	lockLost bool   // the heartbeat found the lock gone
+	sent     bool   // "sent" was recorded: cache it when the lock is released
+	language string // the template variant rendered, for the history
 }
 
 // ProcessTask handles one delivery task. It is safe to run any number of
@@ -329,7 +330,7 @@ func claimedDelivery(r dbsqlc.ClaimDeliveryRow) dbsqlc.NotificationDelivery {
 		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, LeaseToken: r.LeaseToken,
 		LeaseExpiresAt: r.LeaseExpiresAt, HandedOverAt: r.HandedOverAt, ProviderMessageID: r.ProviderMessageID,
 		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
-		MessageID: r.MessageID, TryingSince: r.TryingSince,
+		MessageID: r.MessageID, TryingSince: r.TryingSince, Locale: r.Locale,
 	}
 }
 
@@ -420,11 +421,16 @@ func (e *renderError) Error() string {
 func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, err error) {
 	d := a.row
 	_, renderSpan := w.tracer.Start(ctx, "render", trace.WithAttributes(attribute.String("sekali.template", d.Template)))
-	r, err := w.templates.Render(d.Template, d.TemplateData)
+	locale := ""
+	if d.Locale != nil {
+		locale = *d.Locale
+	}
+	r, err := w.templates.RenderLocale(d.Template, d.TemplateData, locale)
 	renderSpan.End()
 	if err != nil {
 		return "", &renderError{err: err}
 	}
+	a.language = r.Language
 
 	q := dbsqlc.New(w.db)
 	hb := w.startHeartbeat(ctx, q, a)

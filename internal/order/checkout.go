@@ -1,10 +1,13 @@
 package order
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/language"
 
 	"github.com/sekali-dev/sekali/internal/money"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -26,6 +29,7 @@ type Checkout struct {
 	CustomerName  string
 	Currency      string
 	Items         []CheckoutItem
+	Locale        string // the customer's language, BCP 47 (id-ID, en); "" for the default
 }
 
 // CheckoutItem is one requested line. UnitPrice is a pointer so that a
@@ -67,10 +71,9 @@ type validCheckout struct {
 	Currency string
 	Items    []Item
 	Total    int64
+	Locale   string `json:",omitempty"` // canonical BCP 47
 }
 
-// validate checks every field and computes the line totals and the total,
-// refusing any sum that would leave the safe integer range.
 // Validate reports what is wrong with the checkout (a *ValidationError
 // naming each field), or nil when Place would record it.
 func (c Checkout) Validate() error {
@@ -78,6 +81,8 @@ func (c Checkout) Validate() error {
 	return err
 }
 
+// validate checks every field and computes the line totals and the total,
+// refusing any sum that would leave the safe integer range.
 func (c Checkout) validate() (validCheckout, error) {
 	var verr ValidationError
 	v := validCheckout{Currency: c.Currency}
@@ -90,6 +95,13 @@ func (c Checkout) validate() (validCheckout, error) {
 
 	v.Name = strings.TrimSpace(c.CustomerName)
 	checkText(&verr, "/customer_name", v.Name, maxNameRunes)
+
+	if c.Locale != "" {
+		v.Locale, err = canonicalLocale(c.Locale)
+		if err != nil {
+			verr.add("/locale", "%v", err)
+		}
+	}
 
 	if !money.Known(c.Currency) {
 		verr.add("/currency", "must be an active ISO 4217 currency code in upper case, such as USD or IDR")
@@ -178,4 +190,17 @@ func checkText(verr *ValidationError, pointer, s string, maxRunes int) {
 // is neither a space nor a format character such as U+200B.
 func visible(r rune) bool {
 	return unicode.IsGraphic(r) && !unicode.IsSpace(r) && !unicode.Is(unicode.Cf, r)
+}
+
+// canonicalLocale checks a BCP 47 language tag and returns its canonical
+// form: "id-id" becomes "id-ID", "in" (the old code) "id".
+func canonicalLocale(s string) (string, error) {
+	if len(s) > 35 {
+		return "", errors.New("must be a BCP 47 language tag such as id-ID or en, of at most 35 characters")
+	}
+	tag, err := language.Parse(s)
+	if err != nil {
+		return "", errors.New("must be a BCP 47 language tag such as id-ID or en")
+	}
+	return tag.String(), nil
 }

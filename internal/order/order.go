@@ -36,6 +36,7 @@ type Order struct {
 	Currency      string         `json:"currency"`
 	Items         []Item         `json:"items"`
 	Total         int64          `json:"total"`
+	Locale        string         `json:"locale,omitempty"` // the customer's language, as given at checkout
 	CreatedAt     time.Time      `json:"created_at"`
 	Notifications []Notification `json:"notifications"`
 	// AccessToken is the capability to read this order (GET

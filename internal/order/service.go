@@ -32,12 +32,20 @@ type enqueuer interface {
 	EnqueueAfterCommit(ctx context.Context, deliveries []notify.Delivery)
 }
 
+// templates is what the generic trigger needs of the registry
+// (*notify.Templates).
+type templates interface {
+	Has(name string) bool
+	Validate(name string, data json.RawMessage) error
+}
+
 // Service records and reads orders.
 type Service struct {
-	pool     *pgxpool.Pool
-	enqueuer enqueuer
-	keyTTL   time.Duration
-	now      func() time.Time
+	pool      *pgxpool.Pool
+	enqueuer  enqueuer
+	templates templates
+	keyTTL    time.Duration
+	now       func() time.Time
 
 	created    prometheus.Counter
 	replays    prometheus.Counter
@@ -45,8 +53,9 @@ type Service struct {
 }
 
 // NewService returns a Service that keeps Idempotency-Key responses for
-// keyTTL and registers its metrics with reg.
-func NewService(pool *pgxpool.Pool, enq enqueuer, keyTTL time.Duration, reg prometheus.Registerer) *Service {
+// keyTTL and registers its metrics with reg. tmpl validates the data of
+// the generic trigger (Notify); with nil, Notify refuses every template.
+func NewService(pool *pgxpool.Pool, enq enqueuer, tmpl *notify.Templates, keyTTL time.Duration, reg prometheus.Registerer) *Service {
 	s := &Service{
 		pool:     pool,
 		enqueuer: enq,
@@ -70,6 +79,9 @@ func NewService(pool *pgxpool.Pool, enq enqueuer, keyTTL time.Duration, reg prom
 		s.keyClashes.WithLabelValues(r) // at zero from the start: a rate() alert fires on the first one
 	}
 	reg.MustRegister(s.created, s.replays, s.keyClashes)
+	if tmpl != nil {
+		s.templates = tmpl
+	}
 	return s
 }
 
@@ -103,12 +115,15 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		if idempotencyKey != "" {
-			prior, found, err := s.lookupKey(ctx, q, idempotencyKey, hash, now)
+			prior, found, err := s.lookupKey(ctx, q, idempotencyScope, idempotencyKey, hash, now)
 			if err != nil {
 				return err
 			}
 			if found {
-				o, replayed = prior, true
+				if err := json.Unmarshal(prior, &o); err != nil {
+					return fmt.Errorf("decode remembered response: %w", err)
+				}
+				replayed = true
 				return nil
 			}
 		}
@@ -120,6 +135,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 			Currency:      v.Currency,
 			Items:         v.Items,
 			Total:         v.Total,
+			Locale:        v.Locale,
 			CreatedAt:     now,
 			AccessToken:   newAccessToken(),
 		}
@@ -138,6 +154,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 				Total:        o.Total,
 				PlacedAt:     o.CreatedAt,
 			},
+			Locale: o.Locale,
 		}, now)
 		if err != nil {
 			return err
@@ -150,14 +167,8 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 			if err != nil {
 				return fmt.Errorf("remember idempotent response: %w", err)
 			}
-			if err := q.InsertIdempotencyKey(ctx, dbsqlc.InsertIdempotencyKeyParams{
-				Scope:        idempotencyScope,
-				Key:          idempotencyKey,
-				RequestHash:  hash,
-				ResponseBody: body,
-				ExpiresAt:    now.Add(s.keyTTL),
-			}); err != nil {
-				return fmt.Errorf("remember idempotency key: %w", err)
+			if err := s.rememberKey(ctx, q, idempotencyScope, idempotencyKey, hash, body, now); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -175,40 +186,46 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 	return o, false, nil
 }
 
-// lookupKey takes the key's transaction-scoped lock and returns the order
-// a live earlier use of the key recorded. An expired record is removed so
-// the key starts afresh.
-func (s *Service) lookupKey(ctx context.Context, q *dbsqlc.Queries, key string, hash []byte, now time.Time) (Order, bool, error) {
-	locked, err := q.TryLockIdempotencyKey(ctx, dbsqlc.TryLockIdempotencyKeyParams{Scope: idempotencyScope, Key: key})
+// lookupKey takes the key's transaction-scoped lock and returns the
+// response a live earlier use of the key in scope recorded. An expired
+// record is removed so the key starts afresh.
+func (s *Service) lookupKey(ctx context.Context, q *dbsqlc.Queries, scope, key string, hash []byte, now time.Time) ([]byte, bool, error) {
+	locked, err := q.TryLockIdempotencyKey(ctx, dbsqlc.TryLockIdempotencyKeyParams{Scope: scope, Key: key})
 	if err != nil {
-		return Order{}, false, fmt.Errorf("lock idempotency key: %w", err)
+		return nil, false, fmt.Errorf("lock idempotency key: %w", err)
 	}
 	if !locked {
 		s.keyClashes.WithLabelValues("in_flight").Inc()
-		return Order{}, false, ErrRequestInFlight
+		return nil, false, ErrRequestInFlight
 	}
-	row, err := q.GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: idempotencyScope, Key: key})
+	row, err := q.GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: scope, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Order{}, false, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return Order{}, false, fmt.Errorf("read idempotency key: %w", err)
+		return nil, false, fmt.Errorf("read idempotency key: %w", err)
 	}
 	if !row.ExpiresAt.After(now) {
-		if err := q.DeleteIdempotencyKey(ctx, dbsqlc.DeleteIdempotencyKeyParams{Scope: idempotencyScope, Key: key}); err != nil {
-			return Order{}, false, fmt.Errorf("drop expired idempotency key: %w", err)
+		if err := q.DeleteIdempotencyKey(ctx, dbsqlc.DeleteIdempotencyKeyParams{Scope: scope, Key: key}); err != nil {
+			return nil, false, fmt.Errorf("drop expired idempotency key: %w", err)
 		}
-		return Order{}, false, nil
+		return nil, false, nil
 	}
 	if !bytes.Equal(row.RequestHash, hash) {
 		s.keyClashes.WithLabelValues("payload_mismatch").Inc()
-		return Order{}, false, ErrKeyReused
+		return nil, false, ErrKeyReused
 	}
-	var o Order
-	if err := json.Unmarshal(row.ResponseBody, &o); err != nil {
-		return Order{}, false, fmt.Errorf("decode remembered response: %w", err)
+	return row.ResponseBody, true, nil
+}
+
+// rememberKey stores the response of the first use of key in scope.
+func (s *Service) rememberKey(ctx context.Context, q *dbsqlc.Queries, scope, key string, hash, body []byte, now time.Time) error {
+	if err := q.InsertIdempotencyKey(ctx, dbsqlc.InsertIdempotencyKeyParams{
+		Scope: scope, Key: key, RequestHash: hash, ResponseBody: body, ExpiresAt: now.Add(s.keyTTL),
+	}); err != nil {
+		return fmt.Errorf("remember idempotency key: %w", err)
 	}
-	return o, true, nil
+	return nil
 }
 
 func insertOrder(ctx context.Context, q *dbsqlc.Queries, o Order) error {
@@ -223,6 +240,9 @@ func insertOrder(ctx context.Context, q *dbsqlc.Queries, o Order) error {
 	if o.AccessToken != "" {
 		sum := sha256.Sum256([]byte(o.AccessToken))
 		p.AccessTokenHash = sum[:]
+	}
+	if o.Locale != "" {
+		p.Locale = &o.Locale
 	}
 	for i, it := range o.Items {
 		p.LineNos = append(p.LineNos, int32(i+1))
@@ -263,6 +283,7 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 		Total:         row.TotalMinor,
 		CreatedAt:     row.CreatedAt.UTC(),
 		Items:         make([]Item, len(items)),
+		Locale:        derefString(row.Locale),
 		Notifications: notificationsOf(deliveries),
 	}
 	for i, it := range items {
@@ -318,4 +339,11 @@ func (s *Service) Authorize(ctx context.Context, id uuid.UUID, token string) err
 		return ErrTokenInvalid
 	}
 	return nil
+}
+
+func derefString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

@@ -2,7 +2,6 @@ package order
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -51,7 +50,7 @@ func (s Shipment) validate() (Shipment, error) {
 }
 
 // Ship records that an order shipped and the intent to tell its customer,
-// through the same notify.Record every notification uses. An order ships
+// through the same path as the generic trigger (recordAbout). An order ships
 // once: a repeated call returns the notification recorded the first time
 // (created=false) and queues nothing new.
 func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment) (n Notification, created bool, err error) {
@@ -63,12 +62,9 @@ func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment) (n N
 	var d notify.Delivery
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		o, err := q.GetOrder(ctx, orderID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
+		o, err := getOrder(ctx, q, orderID)
 		if err != nil {
-			return fmt.Errorf("get order %s: %w", orderID, err)
+			return err
 		}
 		rows, err := q.ListOrderItems(ctx, orderID)
 		if err != nil {
@@ -78,18 +74,13 @@ func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment) (n N
 		for i, r := range rows {
 			items[i] = shippedItem{SKU: r.Sku, Name: r.Name, Quantity: r.Quantity}
 		}
-		d, created, err = notify.Record(ctx, tx, notify.Intent{
-			OrderID:   o.ID,
-			Template:  TemplateShipped,
-			Recipient: o.CustomerEmail,
-			Data: shippedData{
-				OrderID:        o.ID,
-				CustomerName:   o.CustomerName,
-				Carrier:        sh.Carrier,
-				TrackingNumber: sh.TrackingNumber,
-				Items:          items,
-				ShippedAt:      now,
-			},
+		d, created, err = recordAbout(ctx, tx, o, TemplateShipped, "", o.CustomerEmail, shippedData{
+			OrderID:        o.ID,
+			CustomerName:   o.CustomerName,
+			Carrier:        sh.Carrier,
+			TrackingNumber: sh.TrackingNumber,
+			Items:          items,
+			ShippedAt:      now,
 		}, now)
 		return err
 	})

@@ -1,0 +1,114 @@
+package httpapi_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+)
+
+// A template an adopter added as a directory (deploy/templates, as the
+// compose stack mounts it) is sent through the one trigger, once per
+// event: the same event again is the same notification; another event is
+// another e-mail; data that breaks the schema is refused field by field.
+func TestTriggerATemplateFromADirectory(t *testing.T) {
+	t.Parallel()
+	templates, err := notify.LoadTemplatesFrom(notify.TemplateConfig{Dir: "../../deploy/templates", DefaultLanguage: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := setup(t, setupOpts{templates: templates})
+	var o order.Order
+	s.postOrder(t, strings.Replace(validCheckout, `"currency": "IDR",`, `"currency": "IDR", "locale": "en-GB",`, 1), nil).decode(t, &o)
+	data := `{"order_id":"` + o.ID.String() + `","customer_name":"Ana","currency":"IDR","amount_due":21500050,` +
+		`"due_at":"2026-12-03T17:00:00Z","payment_url":"https://shop.example/pay/1"}`
+	path := "/v1/orders/" + o.ID.String() + "/notifications"
+	post := func(body string) response {
+		return s.do(t, http.MethodPost, path, "application/json", strings.NewReader(body), nil)
+	}
+	var first, again, second order.Notification
+	res := post(`{"template":"payment-reminder","event_id":"reminder-1","data":` + data + `}`)
+	if res.status != http.StatusCreated {
+		t.Fatalf("first reminder: %d %s", res.status, res.body)
+	}
+	res.decode(t, &first)
+	if want := "payment-reminder:" + o.ID.String() + ":reminder-1:ana.maria@example.com"; first.IdempotencyKey != want {
+		t.Errorf("key %q, want %q", first.IdempotencyKey, want)
+	}
+	if res := post(`{"template":"payment-reminder","event_id":"reminder-1","data":` + data + `}`); res.status != http.StatusOK {
+		t.Errorf("the same reminder again: %d", res.status)
+	} else {
+		res.decode(t, &again)
+	}
+	if again.ID != first.ID {
+		t.Errorf("the same event made another notification: %s, %s", first.ID, again.ID)
+	}
+	post(`{"template":"payment-reminder","event_id":"reminder-2","data":` + data + `}`).decode(t, &second)
+	if second.ID == first.ID || second.ID.String() == "00000000-0000-0000-0000-000000000000" {
+		t.Errorf("a second event did not make a second notification")
+	}
+	if n := s.count(t, "notification_deliveries"); n != 3 {
+		t.Errorf("%d deliveries, want the confirmation and two reminders", n)
+	}
+	// The delivery carries the order's language.
+	var locale string
+	if err := s.db.Pool.QueryRow(t.Context(), "SELECT locale FROM notification_deliveries WHERE id = $1", first.ID).Scan(&locale); err != nil || locale != "en-GB" {
+		t.Errorf("the reminder's locale %q, %v", locale, err)
+	}
+
+	bad := post(`{"template":"payment-reminder","event_id":"reminder-3","data":{"order_id":"x","currency":"idr","amount_due":0,"coupon":1}}`)
+	if bad.status != http.StatusUnprocessableEntity {
+		t.Fatalf("bad data: %d %s", bad.status, bad.body)
+	}
+	for _, pointer := range []string{"/data/order_id", "/data/currency", "/data/amount_due", "/data/coupon", "/data/customer_name"} {
+		if !strings.Contains(string(bad.body), `"pointer":"`+pointer+`"`) {
+			t.Errorf("the problem does not name %s: %s", pointer, bad.body)
+		}
+	}
+	if n := s.count(t, "notification_deliveries"); n != 3 {
+		t.Errorf("bad data wrote a delivery: %d", n)
+	}
+}
+
+// The gallery shows every template in every language, its subject, its
+// HTML in a sandboxed frame and its text, and lets no script run.
+func TestGalleryShowsEveryTemplateInEveryLanguage(t *testing.T) {
+	t.Parallel()
+	templates, err := notify.LoadTemplatesFrom(notify.TemplateConfig{Dir: "../../deploy/templates", DefaultLanguage: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := setup(t, setupOpts{templates: templates})
+	res := s.do(t, http.MethodGet, "/templates", "", nil, nil)
+	if res.status != http.StatusOK || !strings.HasPrefix(res.header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /templates = %d %s", res.status, res.header.Get("Content-Type"))
+	}
+	if csp := res.header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("Content-Security-Policy %q lets scripts run", csp)
+	}
+	page := string(res.body)
+	for _, name := range templates.Names() {
+		sample, _ := templates.Sample(name)
+		for _, lang := range templates.Languages(name) {
+			out, err := templates.RenderLocale(name, sample, lang)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(page, `id="`+name+`"`) || !strings.Contains(page, ">"+lang+"<") {
+				t.Errorf("the gallery lacks %s in %s", name, lang)
+			}
+			if !strings.Contains(page, htmlEscape(out.Subject)) {
+				t.Errorf("the gallery lacks the %s subject of %s: %q", lang, name, out.Subject)
+			}
+		}
+	}
+	if strings.Count(page, "<iframe") != strings.Count(page, `sandbox srcdoc="`) || strings.Contains(page, "<script") {
+		t.Error("a frame without sandbox, or a script, in the gallery")
+	}
+}
+
+func htmlEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&#34;", "'", "&#39;").Replace(s)
+}

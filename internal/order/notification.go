@@ -1,0 +1,191 @@
+package order
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// notifyScope names the generic trigger's Idempotency-Keys.
+const notifyScope = "POST /v1/orders/{id}/notifications"
+
+// maxEventIDLen bounds the caller's event id, which goes into the key.
+const maxEventIDLen = 100
+
+// Trigger asks for one e-mail of any template about an order: the
+// no-code path for a template an adopter added to TEMPLATES_DIR.
+type Trigger struct {
+	Template string
+	// Data is what the template renders, checked against its schema.json.
+	Data json.RawMessage
+	// EventID names an event that can happen more than once per order (a
+	// second payment reminder); empty for an e-mail an order gets once.
+	EventID string
+	// Recipient overrides the order's customer; empty for the customer.
+	Recipient string
+}
+
+// Notify records the intent to send t's template about order orderID in
+// one transaction, with the same guarantees as the built-in triggers,
+// and queues it. Its idempotency key is <template>:<orderId>:<email>, or
+// <template>:<orderId>:<eventId>:<email> with an EventID, so the same
+// trigger again returns the same notification (created=false) and sends
+// nothing. With an idempotencyKey, a repeat of the same request replays
+// the first answer (replayed=true), like the checkout.
+func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, idempotencyKey string) (n Notification, created, replayed bool, err error) {
+	if err := s.validateTrigger(&t); err != nil {
+		return Notification{}, false, false, err
+	}
+	var hash []byte
+	if idempotencyKey != "" {
+		fingerprint, _ := json.Marshal(struct {
+			Order uuid.UUID
+			Trigger
+		}{orderID, t}) // cannot fail: every field is plain
+		sum := sha256.Sum256(fingerprint)
+		hash = sum[:]
+	}
+	now := s.now().UTC().Truncate(time.Microsecond)
+	var d notify.Delivery
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		if idempotencyKey != "" {
+			prior, found, err := s.lookupKey(ctx, q, notifyScope, idempotencyKey, hash, now)
+			if err != nil {
+				return err
+			}
+			if found {
+				var r rememberedNotification
+				if err := json.Unmarshal(prior, &r); err != nil {
+					return fmt.Errorf("decode remembered response: %w", err)
+				}
+				n, created, replayed = r.Notification, r.Created, true
+				return nil
+			}
+		}
+		o, err := getOrder(ctx, q, orderID)
+		if err != nil {
+			return err
+		}
+		recipient := o.CustomerEmail
+		if t.Recipient != "" {
+			recipient = t.Recipient
+		}
+		d, created, err = recordAbout(ctx, tx, o, t.Template, t.EventID, recipient, t.Data, now)
+		if err != nil {
+			return err
+		}
+		n = notificationsOf([]notify.Delivery{d})[0]
+		if idempotencyKey != "" {
+			body, _ := json.Marshal(rememberedNotification{Notification: n, Created: created}) // plain fields
+			return s.rememberKey(ctx, q, notifyScope, idempotencyKey, hash, body, now)
+		}
+		return nil
+	})
+	if err != nil {
+		return Notification{}, false, false, err
+	}
+	if created && !replayed {
+		s.enqueuer.EnqueueAfterCommit(ctx, []notify.Delivery{d})
+	}
+	return n, created, replayed, nil
+}
+
+// rememberedNotification is what an Idempotency-Key of the trigger keeps.
+type rememberedNotification struct {
+	Notification Notification `json:"notification"`
+	Created      bool         `json:"created"`
+}
+
+// validateTrigger checks t and puts it in canonical form: every problem,
+// the schema's included, as one *ValidationError.
+func (s *Service) validateTrigger(t *Trigger) error {
+	var verr ValidationError
+	switch {
+	case t.Template == "":
+		verr.add("/template", "must name a template (GET /v1/templates lists them)")
+	case s.templates == nil || !s.templates.Has(t.Template):
+		verr.add("/template", "is not a template this service knows (GET /v1/templates lists them)")
+	case len(bytes.TrimSpace(t.Data)) == 0:
+		verr.add("/data", "is required: the data the template renders, as its schema.json describes")
+	default:
+		var derr *notify.DataError
+		switch err := s.templates.Validate(t.Template, t.Data); {
+		case errors.As(err, &derr):
+			for _, f := range derr.Fields {
+				verr.add("/data"+f.Pointer, "%s", f.Detail)
+			}
+		case err != nil:
+			return err
+		}
+	}
+	if t.EventID != "" && !validEventID(t.EventID) {
+		verr.add("/event_id", "must be 1 to %d characters of letters, digits, '.', '_' and '-'", maxEventIDLen)
+	}
+	if t.Recipient != "" {
+		r, err := notify.NormalizeAddress(t.Recipient)
+		if err != nil {
+			verr.add("/recipient", "%v", err)
+		}
+		t.Recipient = r
+	}
+	if len(verr.Fields) > 0 {
+		return &verr
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, t.Data); err == nil {
+		t.Data = compact.Bytes()
+	}
+	return nil
+}
+
+// validEventID keeps the event id out of the key's separators.
+func validEventID(s string) bool {
+	if s == "" || len(s) > maxEventIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// getOrder reads an order row, ErrNotFound when there is none.
+func getOrder(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) (dbsqlc.Order, error) {
+	o, err := q.GetOrder(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return dbsqlc.Order{}, ErrNotFound
+	}
+	if err != nil {
+		return dbsqlc.Order{}, fmt.Errorf("get order %s: %w", id, err)
+	}
+	return o, nil
+}
+
+// recordAbout records, in tx, the intent to send template about order o
+// to recipient, in the order's language: the one path every trigger of
+// an order's e-mail takes after its own checks (shipments, the generic
+// trigger). The caller enqueues it after the commit when created.
+func recordAbout(ctx context.Context, tx pgx.Tx, o dbsqlc.Order, template, eventID, recipient string, data any, now time.Time) (notify.Delivery, bool, error) {
+	return notify.Record(ctx, tx, notify.Intent{
+		OrderID:   o.ID,
+		Template:  template,
+		Recipient: recipient,
+		Data:      data,
+		Locale:    derefString(o.Locale),
+		EventID:   eventID,
+	}, now)
+}
