@@ -42,7 +42,7 @@ func (b *bench) ceiling(ctx context.Context, d time.Duration) (ceilingResult, er
 	var done atomic.Int64
 	var firstErr error
 	var once sync.Once
-	cpuBefore := b.sampleCPU()
+	cpuBefore := b.sampleCPU(nil)
 	stop := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for w := 0; w < b.o.concurrency; w++ {
@@ -65,7 +65,7 @@ func (b *bench) ceiling(ctx context.Context, d time.Duration) (ceilingResult, er
 	}
 	elapsed := time.Since(start)
 	n := float64(done.Load())
-	return ceilingResult{rate: n / elapsed.Seconds(), cpu: b.sampleCPU().since(cpuBefore, elapsed, n)}, nil
+	return ceilingResult{rate: n / elapsed.Seconds(), cpu: b.sampleCPU(nil).since(cpuBefore, elapsed, n)}, nil
 }
 
 // ceilingResult is one measurement of the ceiling.

@@ -9,11 +9,11 @@ import (
 )
 
 // cpuSample is the CPU time used so far by everything that serves an
-// order: the service's processes, the benchmark itself (load generator
+// order: the pipeline's processes, the benchmark itself (load generator
 // and SMTP sink, or the ceiling's client), every PostgreSQL process, and
-// the benchmark's redis-server; and the machine's busy and total time.
+// the pipeline's redis-server; and the machine's busy and total time.
 type cpuSample struct {
-	procs       []time.Duration // b.procs, in order
+	procs       []time.Duration // the deployment's, in order
 	bench       time.Duration
 	postgres    map[int]time.Duration // by pid: backends come and go
 	redis       time.Duration
@@ -29,13 +29,16 @@ type cpuUse struct {
 	orders                 float64 // orders served in the window
 }
 
-func (b *bench) sampleCPU() cpuSample {
+// sampleCPU samples dep's processes, or none for a nil dep (the ceiling).
+func (b *bench) sampleCPU(dep *deployment) cpuSample {
 	s := cpuSample{postgres: map[int]time.Duration{}, bench: procUsage(os.Getpid()).CPU}
-	for _, p := range b.procs {
-		s.procs = append(s.procs, procUsage(p.cmd.Process.Pid).CPU)
-	}
-	if b.redisPid != 0 {
-		s.redis = procUsage(b.redisPid).CPU
+	if dep != nil {
+		for _, p := range dep.procs {
+			s.procs = append(s.procs, procUsage(p.cmd.Process.Pid).CPU)
+		}
+		if dep.redisPid != 0 {
+			s.redis = procUsage(dep.redisPid).CPU
+		}
 	}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
@@ -77,7 +80,7 @@ func (u cpuUse) perOrder(t time.Duration) float64 {
 }
 
 // own is the CPU time of PostgreSQL and the benchmark's process: all a
-// ceiling measurement costs (the service's processes idle meanwhile).
+// ceiling measurement costs (no pipeline runs meanwhile).
 func (u cpuUse) own() time.Duration { return u.postgres + u.bench }
 
 // all is the CPU time of every component counted.

@@ -4,9 +4,11 @@
 // fixed rates (open loop: requests leave on schedule whether or not the
 // earlier ones have answered), and reports latency, throughput, drain
 // time, e-mails against orders, and the memory and CPU of each process.
-// In the same run it drives the same SQL straight at PostgreSQL, for the
-// ceiling the service is compared with. `make bench` runs it;
-// docs/performance.md explains the method and keeps the results.
+// In the same run it measures, the same way, a reference pipeline built
+// on River (riverref.go; `bench riverref api|worker` are its processes),
+// and drives the same SQL straight at PostgreSQL, for the ceiling both
+// are compared with. `make bench` runs it; docs/performance.md explains
+// the method and keeps the results.
 package main
 
 import (
@@ -34,11 +36,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/logbuf"
-	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
 
 func main() {
@@ -67,9 +67,18 @@ type options struct {
 	plot        string
 	profileDir  string
 	onlyCeiling bool
+
+	reference          bool // also measure the River reference
+	onlyReference      bool
+	riverWorkers       int // MaxWorkers of each River worker; 0: -concurrency
+	riverFetchCooldown time.Duration
+	riverFetchPoll     time.Duration
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "riverref" {
+		return runRiverRef(ctx, args[1:], getenv, stdout)
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o options
@@ -79,7 +88,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.lowRate, "low-rate", 20, "checkouts/s of the low-load run (checkout-to-sent latency)")
 	fs.Float64Var(&o.startRate, "start-rate", 50, "first rate of the search for the maximum sustainable rate")
 	fs.Float64Var(&o.growth, "growth", 1.2, "factor between successive rates")
-	fs.IntVar(&o.maxSteps, "max-steps", 20, "most rates tried")
+	fs.IntVar(&o.maxSteps, "max-steps", 30, "most rates tried (from -start-rate 50 at -growth 1.2, 30 reach 9900/s)")
 	fs.IntVar(&o.refine, "refine", 2, "rates tried between the last sustainable and the first unsustainable one")
 	fs.DurationVar(&o.p99Bound, "p99", 100*time.Millisecond, "API p99 a sustainable rate must stay under")
 	fs.IntVar(&o.workers, "workers", 1, "worker processes")
@@ -88,11 +97,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&o.plot, "plot", "", "write a PNG of latency and throughput against offered rate to this file")
 	fs.BoolVar(&o.onlyCeiling, "only-ceiling", false, "measure only the PostgreSQL ceiling, for -step, and print it")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile of each process for each rate into this directory (go tool pprof)")
+	fs.BoolVar(&o.reference, "reference", true, "also measure the reference pipeline built on River, the same way (-reference=false: sekali only)")
+	fs.BoolVar(&o.onlyReference, "only-reference", false, "measure only the River reference (and the ceiling), to tune it")
+	fs.IntVar(&o.riverWorkers, "river-workers", 0, "MaxWorkers of each River worker process (0: the same as -concurrency)")
+	fs.DurationVar(&o.riverFetchCooldown, "river-fetch-cooldown", 5*time.Millisecond, "River's FetchCooldown in the reference's processes (River's default is 100ms)")
+	fs.DurationVar(&o.riverFetchPoll, "river-fetch-poll", 100*time.Millisecond, "River's FetchPollInterval in the reference's processes (River's default is 1s)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	b := &bench{o: o, log: stderr}
-	defer b.close()
+	b := &bench{o: o, log: stderr, client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}}
 	report, err := b.run(ctx)
 	if report != "" {
 		fmt.Fprint(stdout, report)
@@ -105,27 +118,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return err
 }
 
-// bench is one run: the deployment it started and what it measured.
+// bench is one run: what it measured, and what all its pipelines share.
 type bench struct {
 	o               options
 	log             io.Writer
-	cleanup         []func()
-	sink            *smtpsink.Server
-	pool            *pgxpool.Pool
-	procs           []*proc
-	apiURL          string
-	redisPid        int
 	profiles        int  // steps profiled so far (-profile)
 	unsettled       bool // a VACUUM or CHECKPOINT was refused
 	noLocalPostgres bool // no postgres process to count the CPU of
 	client          *http.Client
 	seq             atomic.Int64
-}
-
-func (b *bench) close() {
-	for i := len(b.cleanup) - 1; i >= 0; i-- {
-		b.cleanup[i]()
-	}
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -152,169 +153,47 @@ func (b *bench) run(ctx context.Context) (string, error) {
 		return fmt.Sprintf("PostgreSQL ceiling (same SQL, %d in flight): %.0f orders/s, %.2f ms CPU per order (PostgreSQL %.2f)\n",
 			b.o.concurrency, c.rate, c.cpu.perOrder(c.cpu.own()), c.cpu.perOrder(c.cpu.postgres)), nil
 	}
-	if err := b.start(ctx); err != nil {
-		return "", err
+	pipelines := []pipeline{sekali}
+	switch {
+	case b.o.onlyReference:
+		pipelines = []pipeline{riverReference}
+	case b.o.reference:
+		pipelines = append(pipelines, riverReference)
 	}
-	if len(b.sampleCPU().postgres) == 0 {
+	if len(b.sampleCPU(nil).postgres) == 0 {
 		b.noLocalPostgres = true
 		b.logf("no postgres process on this machine: PostgreSQL's CPU cannot be counted")
 	}
 
-	// The ceiling is measured before the load starts (the service's
-	// processes are up, idle) and again after it: the two bracket the
-	// run, and the ratio uses their mean.
+	// The ceiling is measured before the first pipeline starts and
+	// after the last has stopped, with none of their processes up: the
+	// two bracket the run, and the ratios use their mean.
 	b.logf("ceiling (before): the same SQL straight at PostgreSQL, %d at a time", b.o.concurrency)
 	before, err := b.ceiling(ctx, b.o.step)
 	if err != nil {
 		return "", err
 	}
 	b.logf("  %.0f orders/s", before.rate)
-
-	b.logf("warm-up")
-	if _, err := b.offer(ctx, 50, 2*time.Second); err != nil {
-		return "", err
-	}
-	b.logf("low load: %d/s for %v", b.o.lowRate, b.o.step)
-	low, err := b.offer(ctx, float64(b.o.lowRate), b.o.step)
-	if err != nil {
-		return "", err
-	}
-
-	var steps []step
-	best, failed := step{}, step{}
-	rate := b.o.startRate
-	for i := 0; i < b.o.maxSteps; i++ {
-		b.logf("offering %.0f/s for %v", rate, b.o.step)
-		s, err := b.offer(ctx, rate, b.o.step)
+	var outs []outcome
+	for _, p := range pipelines {
+		out, err := b.measure(ctx, p)
 		if err != nil {
 			return "", err
 		}
-		steps = append(steps, s)
-		if !s.Sustainable {
-			failed = s
-			break
-		}
-		best = s
-		rate *= b.o.growth
+		outs = append(outs, out)
 	}
-	if best.Offered == 0 {
-		return "", fmt.Errorf("not even %.0f checkouts/s were sustainable", b.o.startRate)
-	}
-	// Narrow the gap between the last sustainable rate and the first
-	// that was not, so the maximum is not understated by up to a growth
-	// factor.
-	for i := 0; i < b.o.refine && failed.Offered > 0; i++ {
-		rate := (best.Offered + failed.Offered) / 2
-		b.logf("refining: offering %.0f/s for %v", rate, b.o.step)
-		s, err := b.offer(ctx, rate, b.o.step)
-		if err != nil {
-			return "", err
-		}
-		steps = append(steps, s)
-		if s.Sustainable {
-			best = s
-		} else {
-			failed = s
-		}
-	}
-	slices.SortFunc(steps, func(x, y step) int { return cmp.Compare(x.Offered, y.Offered) })
-	b.logf("half the maximum: %.0f/s", best.Offered/2)
-	half, err := b.offer(ctx, best.Offered/2, b.o.step)
-	if err != nil {
-		return "", err
-	}
-
 	b.logf("ceiling (after): the same SQL straight at PostgreSQL, %d at a time", b.o.concurrency)
 	after, err := b.ceiling(ctx, b.o.step)
 	if err != nil {
 		return "", err
 	}
 	b.logf("  %.0f orders/s", after.rate)
-	emails, dups, orders, err := b.count(ctx)
-	if err != nil {
-		return "", err
-	}
 	if b.o.plot != "" {
-		if err := plot(b.o.plot, steps, b.o.p99Bound); err != nil {
+		if err := plot(b.o.plot, outs, b.o.p99Bound); err != nil {
 			return "", err
 		}
 	}
-	return b.report(low, steps, best, half, before, after, orders, emails, dups), nil
-}
-
-// start creates the database, Redis and the sink, and the processes.
-func (b *bench) start(ctx context.Context) error {
-	for _, name := range []string{"api", "worker", "reconciler"} {
-		if _, err := os.Stat(filepath.Join(b.o.binDir, name)); err != nil {
-			return fmt.Errorf("%s: build the binaries first (make bench does): %w", name, err)
-		}
-	}
-	dbURL, err := b.freshDatabase(ctx, "sekali_bench")
-	if err != nil {
-		return err
-	}
-	if b.pool, err = pgxpool.New(ctx, dbURL); err != nil {
-		return err
-	}
-	b.cleanup = append(b.cleanup, b.pool.Close)
-	redisURL, err := b.startRedis()
-	if err != nil {
-		return err
-	}
-	if b.sink, err = smtpsink.Start(smtpsink.Config{}); err != nil {
-		return err
-	}
-	b.cleanup = append(b.cleanup, func() { b.sink.Close() })
-
-	common := map[string]string{"REDIS_URL": redisURL, "LOG_LEVEL": "warn", "MAIL_FROM": "orders@shop.example", "DELIVERY_QUEUE": "bench"}
-	with := func(extra map[string]string) map[string]string {
-		m := map[string]string{}
-		for k, v := range common {
-			m[k] = v
-		}
-		for k, v := range extra {
-			m[k] = v
-		}
-		return m
-	}
-	// The API logs its listening address at info; everything else at warn.
-	api, err := b.startProc(ctx, "api", with(map[string]string{"DATABASE_URL": withParam(dbURL, "pool_max_conns", "8"), "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "info"}))
-	if err != nil {
-		return err
-	}
-	addr, err := api.waitLog("api listening", "addr", 60*time.Second)
-	if err != nil {
-		return err
-	}
-	b.apiURL = "http://" + addr
-	for i := 0; i < b.o.workers; i++ {
-		if _, err := b.startProc(ctx, "worker", with(map[string]string{
-			"DATABASE_URL": withParam(dbURL, "pool_max_conns", strconv.Itoa(b.o.concurrency)), "METRICS_ADDR": "127.0.0.1:0",
-			"SMTP_HOST": b.sink.Host(), "SMTP_PORT": strconv.Itoa(b.sink.Port()), "SMTP_TLS": "none",
-			"WORKER_CONCURRENCY": strconv.Itoa(b.o.concurrency),
-		})); err != nil {
-			return err
-		}
-	}
-	if _, err := b.startProc(ctx, "reconciler", with(map[string]string{"DATABASE_URL": withParam(dbURL, "pool_max_conns", "2"), "METRICS_ADDR": "127.0.0.1:0"})); err != nil {
-		return err
-	}
-	b.client = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}
-	// Wait for the API to be ready (the others migrate concurrently).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		res, err := b.client.Get(b.apiURL + "/readyz")
-		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the API never became ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return b.report(outs, before, after), nil
 }
 
 func withParam(raw, k, v string) string {
@@ -347,7 +226,7 @@ func (b *bench) freshDatabase(ctx context.Context, name string) (string, error) 
 	return u.String(), nil
 }
 
-func (b *bench) startRedis() (string, error) {
+func (b *bench) startRedis(d *deployment) (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
@@ -363,8 +242,8 @@ func (b *bench) startRedis() (string, error) {
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("start redis-server: %w", err)
 	}
-	b.redisPid = cmd.Process.Pid
-	b.cleanup = append(b.cleanup, func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.RemoveAll(dir) })
+	d.redisPid = cmd.Process.Pid
+	d.cleanup = append(d.cleanup, func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.RemoveAll(dir) })
 	for i := 0; i < 200; i++ {
 		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
 			c.Close()
@@ -375,16 +254,19 @@ func (b *bench) startRedis() (string, error) {
 	return "", fmt.Errorf("redis-server did not start")
 }
 
-// proc is one of the service's processes.
+// proc is one of a pipeline's processes.
 type proc struct {
-	name      string
+	name      string // its binary's name, or the reference's process
+	role      string // api, worker or reconciler: the row it is counted in when pipelines are compared
 	pprofAddr string // with -profile: where the process serves its profiles
 	cmd       *exec.Cmd
 	out       logbuf.Buffer
 }
 
-func (b *bench) startProc(ctx context.Context, name string, env map[string]string) (*proc, error) {
-	p := &proc{name: name, cmd: exec.Command(filepath.Join(b.o.binDir, name))}
+// startProc runs argv (the binary and its arguments) with env as one of
+// d's processes.
+func (b *bench) startProc(ctx context.Context, d *deployment, name, role string, argv []string, env map[string]string) (*proc, error) {
+	p := &proc{name: name, role: role, cmd: exec.Command(argv[0], argv[1:]...)}
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	if b.o.profileDir != "" {
 		p.cmd.Env = append(p.cmd.Env, "PPROF_ADDR=127.0.0.1:0")
@@ -397,7 +279,7 @@ func (b *bench) startProc(ctx context.Context, name string, env map[string]strin
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	b.procs = append(b.procs, p)
+	d.procs = append(d.procs, p)
 	if b.o.profileDir != "" {
 		var err error
 		if p.pprofAddr, err = p.waitLog("serving runtime profiles", "pprof_addr", 60*time.Second); err != nil {
@@ -405,7 +287,7 @@ func (b *bench) startProc(ctx context.Context, name string, env map[string]strin
 			return nil, err
 		}
 	}
-	b.cleanup = append(b.cleanup, func() {
+	d.cleanup = append(d.cleanup, func() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { _ = p.cmd.Wait(); close(done) }()
@@ -431,12 +313,13 @@ func (p *proc) waitLog(msg, field string, timeout time.Duration) (string, error)
 // offer sends checkouts at rate per second for d, open loop: request i
 // leaves at start + i/rate, and its latency counts from then, so a
 // stalled server cannot hide its stall by slowing the load down.
-func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step, error) {
+func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time.Duration) (step, error) {
 	s := step{Offered: rate}
 	interval := time.Duration(float64(time.Second) / rate)
-	b.settle(ctx, b.pool, b.seq.Load() > 0) // vacuum once there are orders
-	cpuBefore := b.sampleCPU()
-	profiled := b.profile(ctx, rate, d)
+	b.settle(ctx, dep.pool, dep.offers > 0) // vacuum once there are orders
+	dep.offers++
+	cpuBefore := b.sampleCPU(dep)
+	profiled := b.profile(ctx, dep, rate, d)
 	start := time.Now()
 	var mu sync.Mutex
 	var lats []time.Duration
@@ -454,7 +337,7 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok := b.checkout()
+			ok := b.checkout(dep.apiURL)
 			lat := time.Since(at)
 			mu.Lock()
 			defer mu.Unlock()
@@ -474,10 +357,11 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 	slices.Sort(lats)
 	s.P50, s.P95, s.P99, s.Max = pct(lats, 0.50), pct(lats, 0.95), pct(lats, 0.99), lats[len(lats)-1]
 
-	// Drain: until nothing is pending or sending.
+	// Drain: until every e-mail is done (sekali: nothing pending or
+	// sending; River: every job finalized).
 	for {
 		var open int
-		if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM notification_deliveries WHERE status IN ('pending', 'sending')").Scan(&open); err != nil {
+		if err := dep.pool.QueryRow(ctx, dep.pipeline.openSQL).Scan(&open); err != nil {
 			return s, err
 		}
 		if open == 0 {
@@ -491,12 +375,9 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 	s.Drain = time.Since(loadEnd)
 	// CPU from the first request until the last delivery was done: all
 	// the work of the step's orders, and only theirs.
-	s.cpu = b.sampleCPU().since(cpuBefore, time.Since(start), float64(s.Requests-s.Errors))
+	s.cpu = b.sampleCPU(dep).since(cpuBefore, time.Since(start), float64(s.Requests-s.Errors))
 	var p50, p99 float64
-	if err := b.pool.QueryRow(ctx, `
-		SELECT coalesce(percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)), 0),
-		       coalesce(percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM sent_at - created_at)), 0)
-		FROM notification_deliveries WHERE created_at >= $1 AND created_at < $2 AND status = 'sent'`, start, loadEnd).Scan(&p50, &p99); err != nil {
+	if err := dep.pool.QueryRow(ctx, dep.pipeline.sentSQL, start, loadEnd).Scan(&p50, &p99); err != nil {
 		return s, err
 	}
 	s.SentP50, s.SentP99 = time.Duration(p50*float64(time.Second)), time.Duration(p99*float64(time.Second))
@@ -510,7 +391,7 @@ func (b *bench) offer(ctx context.Context, rate float64, d time.Duration) (step,
 
 // profile takes a CPU profile of each process for d while the rate is
 // offered, when -profile is set; the returned function waits for them.
-func (b *bench) profile(ctx context.Context, rate float64, d time.Duration) func() error {
+func (b *bench) profile(ctx context.Context, dep *deployment, rate float64, d time.Duration) func() error {
 	if b.o.profileDir == "" {
 		return func() error { return nil }
 	}
@@ -532,7 +413,7 @@ func (b *bench) profile(ctx context.Context, rate float64, d time.Duration) func
 		self.Close()
 		return func() error { return err }
 	}
-	for i, p := range b.procs {
+	for i, p := range dep.procs {
 		g.Go(func() error {
 			u := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, max(1, int(math.Ceil(d.Seconds()))))
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -564,11 +445,11 @@ func (b *bench) profile(ctx context.Context, rate float64, d time.Duration) func
 	}
 }
 
-func (b *bench) checkout() bool {
+func (b *bench) checkout(apiURL string) bool {
 	n := b.seq.Add(1)
 	body := `{"customer_email":"b` + strconv.FormatInt(n, 10) + `@example.com","customer_name":"Bench","currency":"IDR",` +
 		`"items":[{"sku":"TEA-01","name":"Teh melati","quantity":2,"unit_price":4500000},{"sku":"CUP-02","name":"Cangkir","quantity":1,"unit_price":12500050}]}`
-	req, _ := http.NewRequest(http.MethodPost, b.apiURL+"/v1/orders", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	res, err := b.client.Do(req)
 	if err != nil {
@@ -591,12 +472,12 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microse
 
 // count compares the sink with the database: e-mails, duplicates (more
 // than one message for one Message-ID) and orders.
-func (b *bench) count(ctx context.Context) (emails, dups, orders int, err error) {
-	if err := b.pool.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&orders); err != nil {
+func (b *bench) count(ctx context.Context, d *deployment) (emails, dups, orders int, err error) {
+	if err := d.pool.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&orders); err != nil {
 		return 0, 0, 0, err
 	}
 	perID := map[string]int{}
-	for _, m := range b.sink.Messages() {
+	for _, m := range d.sink.Messages() {
 		perID[m.MessageID]++
 	}
 	for _, n := range perID {
@@ -604,5 +485,5 @@ func (b *bench) count(ctx context.Context) (emails, dups, orders int, err error)
 			dups += n - 1
 		}
 	}
-	return b.sink.Count(), dups, orders, nil
+	return d.sink.Count(), dups, orders, nil
 }
