@@ -36,6 +36,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/tracing"
+	"github.com/sekali-dev/sekali/internal/webhooks"
 )
 
 func main() {
@@ -60,6 +61,7 @@ type config struct {
 	AdminToken      string
 	MetricsAddr     string
 	RateLimits      httpapi.RateLimits
+	Webhooks        []httpapi.Webhook
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -90,12 +92,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 		cfg.RateLimits.TrustedProxies = append(cfg.RateLimits.TrustedProxies, p)
 	}
-	if cfg.MetricsAddr == cfg.HTTPAddr {
+	if _, port, _ := net.SplitHostPort(cfg.MetricsAddr); cfg.MetricsAddr == cfg.HTTPAddr && port != "0" {
 		env.Check("METRICS_ADDR", fmt.Errorf("%s is HTTP_ADDR: /metrics must be on a listener of its own, kept private", cfg.MetricsAddr))
 	}
 	if t := cfg.AdminToken; t != "" && len(t) < 16 {
 		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
 	}
+	cfg.Webhooks = webhooks.FromEnv(env)
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
@@ -185,7 +188,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
-			Keys: keys, RateLimits: cfg.RateLimits,
+			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks,
 			Tracer: tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
 			Admin:  httpapi.Admin{Token: cfg.AdminToken, Ops: notify.NewOperator(pool, enqueuer, inspector, rdb), Keys: keys},
 		}),

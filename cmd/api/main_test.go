@@ -153,12 +153,18 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		"METRICS_ADDR":        ":8080",
 		"TRUSTED_PROXIES":     "10.0.0.0/8,not-a-cidr",
 		"RATE_LIMIT_PUBLIC":   "-1",
+		// A webhook half configured is an error, not a webhook that
+		// accepts anything.
+		"RESEND_WEBHOOK_SECRET": "whsec_not*base64",
+		"POSTMARK_WEBHOOK_USER": "hooks",
+		"SES_SNS_TOPIC_ARNS":    "arn:aws:sqs:eu-west-1:123456789012:not-a-topic",
 	}
 	err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil {
 		t.Fatal("run with bad configuration returned nil")
 	}
-	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL", "METRICS_ADDR", "TRUSTED_PROXIES", "RATE_LIMIT_PUBLIC"} {
+	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL", "METRICS_ADDR", "TRUSTED_PROXIES", "RATE_LIMIT_PUBLIC",
+		"RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}

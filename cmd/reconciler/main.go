@@ -27,11 +27,14 @@ import (
 	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
+	"github.com/sekali-dev/sekali/internal/mailgun"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/postmark"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/resend"
 )
 
 func main() {
@@ -54,6 +57,9 @@ type config struct {
 	Interval    time.Duration
 	LookupURL   string
 	LookupAPI   string
+	Provider    string // PROVIDER, as the workers': which look-up or guarantee settles ambiguous sends
+	Postmark    postmark.LookupConfig
+	Mailgun     mailgun.LookupConfig
 	Reconcile   reconcile.Config
 }
 
@@ -76,6 +82,28 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 		},
 	}
 	cfg.Reconcile.DeliveryRetention = env.DurationOrZero("DELIVERY_RETENTION", 0)
+	cfg.Provider = env.OneOf("PROVIDER", "smtp", "smtp", "resend", "postmark", "mailgun")
+	// Within this long of a hand-over, an ambiguous send is safe to send
+	// again: the provider refuses a second message under the same key.
+	// Resend keeps keys 24 h; an hour of margin.
+	defaultWindow := time.Duration(0)
+	if cfg.Provider == "resend" {
+		defaultWindow = resend.DedupWindow - time.Hour
+	}
+	cfg.Reconcile.DedupWindow = env.DurationOrZero("PROVIDER_DEDUP_WINDOW", defaultWindow)
+	switch cfg.Provider {
+	case "postmark":
+		cfg.Postmark = postmark.LookupConfig{ServerToken: env.Secret("POSTMARK_SERVER_TOKEN", ""), MessageStream: env.String("POSTMARK_MESSAGE_STREAM", ""),
+			BaseURL: env.String("POSTMARK_BASE_URL", ""), Retention: env.DurationOrZero("POSTMARK_RETENTION", 0), Settle: env.DurationOrZero("POSTMARK_LOOKUP_SETTLE", 0)}
+		env.Check("PROVIDER=postmark", cfg.Postmark.Validate())
+	case "mailgun":
+		cfg.Mailgun = mailgun.LookupConfig{APIKey: env.Secret("MAILGUN_API_KEY", ""), Domain: env.String("MAILGUN_DOMAIN", ""),
+			BaseURL: env.String("MAILGUN_BASE_URL", ""), Retention: env.DurationOrZero("MAILGUN_RETENTION", 0), Settle: env.DurationOrZero("MAILGUN_LOOKUP_SETTLE", 0)}
+		env.Check("PROVIDER=mailgun", cfg.Mailgun.Validate())
+	}
+	if cfg.Provider != "smtp" && cfg.LookupURL != "" {
+		env.Check("MAIL_LOOKUP_URL", fmt.Errorf("is for PROVIDER=smtp with a Mailpit or MailHog; with PROVIDER=%s the provider's own API settles ambiguous sends", cfg.Provider))
+	}
 	var err error
 	if cfg.LookupURL != "" {
 		_, err = reconcile.ParseLookupURL(cfg.LookupURL)
@@ -178,7 +206,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	var lookup reconcile.Lookup
-	if cfg.LookupURL != "" {
+	switch {
+	case cfg.Provider == "postmark":
+		if lookup, err = postmark.NewLookup(cfg.Postmark); err != nil {
+			return fmt.Errorf("configuration:\n%w", err)
+		}
+	case cfg.Provider == "mailgun":
+		if lookup, err = mailgun.NewLookup(cfg.Mailgun); err != nil {
+			return fmt.Errorf("configuration:\n%w", err)
+		}
+	case cfg.LookupURL != "":
 		if lookup, err = newLookup(ctx, cfg.LookupAPI, cfg.LookupURL); err != nil {
 			return fmt.Errorf("configuration:\n%w", err)
 		}
@@ -205,7 +242,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log.Info("reconciler started", "actor", actor, "interval", cfg.Interval.String(),
-		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "lookup", cfg.LookupURL != "", "metrics_addr", ops.Addr())
+		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "provider", cfg.Provider, "lookup", lookup != nil,
+		"dedup_window", cfg.Reconcile.DedupWindow.String(), "metrics_addr", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(ops.Serve)

@@ -142,3 +142,36 @@ func TestWrongLookupAPIStopsTheReconcilerAtStart(t *testing.T) {
 		t.Fatalf("auto: %v", err)
 	}
 }
+
+// With an HTTP provider the reconciler settles ambiguous sends that
+// provider's way: a Mailpit look-up is refused next to it, and Resend's
+// dedup window defaults to just under the 24 hours Resend keeps a key.
+func TestProviderSettings(t *testing.T) {
+	t.Parallel()
+	templates, err := notify.LoadTemplates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"PROVIDER": "resend", "MAIL_LOOKUP_URL": "http://mailpit:8025"}
+	if _, err := loadConfig(func(k string) string { return env[k] }, templates); err == nil || !strings.Contains(err.Error(), "MAIL_LOOKUP_URL") {
+		t.Errorf("a Mailpit look-up with PROVIDER=resend: %v", err)
+	}
+	cfg, err := loadConfig(func(k string) string { return map[string]string{"PROVIDER": "resend"}[k] }, templates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Reconcile.DedupWindow != 23*time.Hour {
+		t.Errorf("resend's dedup window = %v, want 23h", cfg.Reconcile.DedupWindow)
+	}
+	cfg, err = loadConfig(func(string) string { return "" }, templates)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Reconcile.DedupWindow != 0 {
+		t.Errorf("smtp's dedup window = %v, want none", cfg.Reconcile.DedupWindow)
+	}
+	env = map[string]string{"PROVIDER": "postmark", "POSTMARK_RETENTION": "9000h"}
+	if _, err := loadConfig(func(k string) string { return env[k] }, templates); err == nil || !strings.Contains(err.Error(), "POSTMARK") {
+		t.Errorf("postmark without a token, retention past a year: %v", err)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -56,6 +55,7 @@ type config struct {
 	ShutdownTimeout   time.Duration
 	TaskCheckInterval time.Duration
 	SMTP              smtp.Config
+	Provider          providerConfig
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -83,6 +83,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 			HeloName:          env.String("SMTP_HELO", smtp.HeloName()),
 			CAFile:            env.String("SMTP_CA_FILE", ""),
 			IdempotencyHeader: env.String("SMTP_IDEMPOTENCY_HEADER", "Idempotency-Key"),
+			MetadataHeader:    env.String("SMTP_METADATA_HEADER", ""),
 			Timeout:           env.Duration("SMTP_TIMEOUT", 15*time.Second),
 		},
 	}
@@ -90,18 +91,19 @@ func loadConfig(getenv func(string) string) (config, error) {
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
-	env.Check("SMTP", cfg.SMTP.Validate())
+	cfg.Provider = readProvider(env, cfg.SMTP)
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := notify.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
 		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be at least %v (SEND_TIMEOUT %v, then recording the outcome and releasing the lock), so that SIGTERM lets a send finish and be recorded",
 			cfg.ShutdownTimeout, least, cfg.SendTimeout))
 	}
-	if cfg.SMTP.Timeout >= cfg.LockTTL {
+	if t := cfg.Provider.timeout(); t >= cfg.LockTTL {
 		// A worker frozen after its last lease check must not be able to
 		// write message data once its lease has expired and the reconciler
-		// may act: the SMTP deadline has to run out first.
-		env.Check("SMTP_TIMEOUT", fmt.Errorf("%v must be shorter than LOCK_TTL %v", cfg.SMTP.Timeout, cfg.LockTTL))
+		// may act: the provider's deadline has to run out first.
+		name := map[bool]string{true: "SMTP_TIMEOUT", false: "PROVIDER_TIMEOUT"}[cfg.Provider.Name == "smtp"]
+		env.Check(name, fmt.Errorf("%v must be shorter than LOCK_TTL %v", t, cfg.LockTTL))
 	}
 	if v := env.String("MAX_ATTEMPTS", ""); v != "" {
 		// Deliveries give up by age now: a count ran out in seconds while
@@ -155,11 +157,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
-	provider, err := smtp.New(cfg.SMTP)
+	provider, closeProvider, err := cfg.Provider.open()
 	if err != nil {
 		return err
 	}
-	defer provider.Close()
+	defer closeProvider()
 
 	tp, stopTracing, err := tracing.Setup(ctx, "sekali-worker", getenv)
 	if err != nil {
@@ -211,7 +213,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("start asynq server: %w", err)
 	}
 	log.Info("worker started", "worker_id", workerID, "queue", cfg.Queue, "concurrency", cfg.Concurrency,
-		"metrics_addr", ops.Addr(), "smtp", net.JoinHostPort(cfg.SMTP.Host, strconv.Itoa(cfg.SMTP.Port)))
+		"metrics_addr", ops.Addr(), "provider", cfg.Provider.describe())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

@@ -300,3 +300,30 @@ func TestSIGTERMLetsTheSendInProgressFinish(t *testing.T) {
 		t.Errorf("%d e-mails, want 1", n)
 	}
 }
+
+// PROVIDER names the sender; its settings are checked at start, all at
+// once, and its request timeout must end before the lease can.
+func TestConfigOfAnHTTPProvider(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"PROVIDER": "resend", "RESEND_BASE_URL": "http://api.resend.example", "PROVIDER_TIMEOUT": "30s", "LOCK_TTL": "30s"}
+	_, err := loadConfig(func(k string) string { return env[k] })
+	if err == nil {
+		t.Fatal("bad configuration accepted")
+	}
+	for _, want := range []string{"RESEND_API_KEY", "http://api.resend.example", "PROVIDER_TIMEOUT"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+	if _, err := loadConfig(func(k string) string { return map[string]string{"PROVIDER": "sendgrid"}[k] }); err == nil || !strings.Contains(err.Error(), "PROVIDER") {
+		t.Errorf("an unknown provider: %v", err)
+	}
+	env = map[string]string{"PROVIDER": "mailgun", "MAILGUN_API_KEY": "key-0123456789abcdef", "MAILGUN_DOMAIN": "mg.shop.example"}
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Provider.Name != "mailgun" || cfg.Provider.timeout() != 15*time.Second {
+		t.Errorf("mailgun: %+v", cfg.Provider)
+	}
+}

@@ -56,6 +56,7 @@ WITH prev AS (
                       WHERE b.expires_at > now()
                         AND ((b.kind = 'key' AND b.value = d.idempotency_key)
                           OR (b.kind = 'recipient' AND b.value = d.recipient)))
+      AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = d.recipient)
     RETURNING d.*, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -233,6 +234,25 @@ SELECT id, 'expired', 'pending', 'failed', attempts, @actor::text,
        jsonb_build_object('error', @last_error::text)
 FROM upd;
 
+-- name: SuppressPending :execrows
+-- A pending delivery to a recipient on the suppression list: not sent,
+-- and kept visible with the reason.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status     = 'suppressed',
+        last_error = 'suppressed: ' || s.reason,
+        updated_at = now()
+    FROM suppressions s
+    WHERE d.id = @id
+      AND d.status = 'pending'
+      AND s.recipient = d.recipient
+    RETURNING d.id, d.attempts, s.source, s.reason
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'suppressed', 'pending', 'suppressed', attempts, @actor::text,
+       jsonb_build_object('source', source, 'reason', reason)
+FROM upd;
+
 -- ---- An operator (admin API). ----
 
 -- name: OperatorRetry :one
@@ -250,7 +270,7 @@ WITH prev AS (
         trying_since     = now(),
         updated_at       = now()
     FROM prev
-    WHERE d.id = prev.id AND d.status IN ('failed', 'held')
+    WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
     RETURNING d.*, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -79,8 +81,10 @@ type cluster struct {
 	redisURL   string           // what the binaries get as REDIS_URL (the server above, or a Sentinel)
 	sink       *smtpsink.Server // nil with Mailpit
 	mailpit    *testenv.Mailpit // nil with the sink
-	smtpEnv    []string         // the workers' SMTP_* settings
-	backendKey string           // the shop's backend's API key, made by ship
+	resend     *resendtest.Server
+	smtpEnv    []string // the workers' SMTP_* (or PROVIDER and its) settings
+	recEnv     []string // the reconciler's provider settings
+	backendKey string   // the shop's backend's API key, made by ship
 	lookupURL  string
 	apiURL     string
 	api        *testenv.Process
@@ -149,6 +153,12 @@ type email struct {
 func (c *cluster) emails() []email {
 	c.t.Helper()
 	var out []email
+	if c.resend != nil {
+		for _, m := range c.resend.Messages() {
+			out = append(out, email{to: m.To, messageID: m.MessageID})
+		}
+		return out
+	}
 	if c.mailpit != nil {
 		for _, m := range c.mailpit.Messages(c.t) {
 			out = append(out, email{to: m.Recipients(), messageID: m.MessageID})
@@ -164,6 +174,9 @@ func (c *cluster) emails() []email {
 // emailCount is len(c.emails()), cheaper.
 func (c *cluster) emailCount() int {
 	c.t.Helper()
+	if c.resend != nil {
+		return len(c.resend.Messages())
+	}
 	if c.mailpit != nil {
 		return c.mailpit.Count(c.t)
 	}
@@ -216,7 +229,7 @@ func (c *cluster) startReconciler(extra ...string) *testenv.Process {
 	env := merge(merge(c.common(), []string{
 		"METRICS_ADDR", "127.0.0.1:0", "RECONCILE_INTERVAL", "500ms", "PENDING_REENQUEUE_AFTER", "2s",
 		"MAIL_LOOKUP_URL", c.lookupURL, "MAIL_LOOKUP_API", "auto",
-	}), extra)
+	}), append(slices.Clone(c.recEnv), extra...))
 	p := testenv.Start(c.t, "reconciler", testenv.Binary(c.t, "./cmd/reconciler"), env)
 	p.WaitLog(c.t, "reconciler started", "actor", 60*time.Second)
 	c.rec = p

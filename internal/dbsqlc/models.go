@@ -93,6 +93,14 @@ type OrderItem struct {
 	UnitPriceMinor int64
 }
 
+type ProviderEvent struct {
+	Provider   string
+	EventID    string
+	Kind       string
+	DeliveryID *uuid.UUID
+	ReceivedAt time.Time
+}
+
 type RetiredDelivery struct {
 	KeyHash    []byte
 	DeliveryID uuid.UUID
@@ -101,4 +109,21 @@ type RetiredDelivery struct {
 	Status     string
 	SentAt     *time.Time
 	RetiredAt  time.Time
+}
+
+type Suppression struct {
+	Recipient string
+	Source    string
+	Reason    string
+	CreatedAt time.Time
+}
+
+type SuppressionEvent struct {
+	ID        int64
+	Recipient string
+	At        time.Time
+	Action    string
+	Source    string
+	Actor     string
+	Note      string
 }

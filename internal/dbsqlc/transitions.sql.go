@@ -33,6 +33,7 @@ WITH prev AS (
                       WHERE b.expires_at > now()
                         AND ((b.kind = 'key' AND b.value = d.idempotency_key)
                           OR (b.kind = 'recipient' AND b.value = d.recipient)))
+      AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = d.recipient)
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -621,7 +622,7 @@ WITH prev AS (
         trying_since     = now(),
         updated_at       = now()
     FROM prev
-    WHERE d.id = prev.id AND d.status IN ('failed', 'held')
+    WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -864,6 +865,39 @@ func (q *Queries) ReleaseForRetry(ctx context.Context, arg ReleaseForRetryParams
 		arg.ID,
 		arg.LeaseToken,
 	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const suppressPending = `-- name: SuppressPending :execrows
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status     = 'suppressed',
+        last_error = 'suppressed: ' || s.reason,
+        updated_at = now()
+    FROM suppressions s
+    WHERE d.id = $2
+      AND d.status = 'pending'
+      AND s.recipient = d.recipient
+    RETURNING d.id, d.attempts, s.source, s.reason
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'suppressed', 'pending', 'suppressed', attempts, $1::text,
+       jsonb_build_object('source', source, 'reason', reason)
+FROM upd
+`
+
+type SuppressPendingParams struct {
+	Actor string
+	ID    uuid.UUID
+}
+
+// A pending delivery to a recipient on the suppression list: not sent,
+// and kept visible with the reason.
+func (q *Queries) SuppressPending(ctx context.Context, arg SuppressPendingParams) (int64, error) {
+	result, err := q.db.Exec(ctx, suppressPending, arg.Actor, arg.ID)
 	if err != nil {
 		return 0, err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -125,10 +126,10 @@ func handleAdminListDeliveries(a Admin) http.Handler {
 		f := notify.Filter{Template: q.Get("template"), Key: q.Get("key"), Limit: 100}
 		if s := q.Get("status"); s != "" {
 			switch notify.Status(s) {
-			case notify.StatusPending, notify.StatusSending, notify.StatusSent, notify.StatusFailed, notify.StatusHeld:
+			case notify.StatusPending, notify.StatusSending, notify.StatusSent, notify.StatusFailed, notify.StatusHeld, notify.StatusSuppressed:
 				f.Status = notify.Status(s)
 			default:
-				badRequest(w, r, "status", "status must be pending, sending, sent, failed or held")
+				badRequest(w, r, "status", "status must be pending, sending, sent, failed, held or suppressed")
 				return
 			}
 		}
@@ -516,4 +517,117 @@ func handleAdminRevokeKey(a Admin) http.Handler {
 		addLogAttrs(r.Context(), slog.String("action", "revoke_api_key"), slog.String("api_key", k.Prefix))
 		writeJSON(w, http.StatusOK, map[string]any{"api_key": k})
 	})
+}
+
+func handleAdminListSuppressions(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit := 100
+		if s := r.URL.Query().Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > 1000 {
+				badRequest(w, r, "limit", "limit must be from 1 to 1000")
+				return
+			}
+			limit = n
+		}
+		list, err := a.Ops.Suppressions(r.Context(), limit)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"suppressions": list})
+	})
+}
+
+func handleAdminGetSuppression(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, events, err := a.Ops.Suppression(r.Context(), recipientParam(r))
+		if errors.Is(err, notify.ErrInvalidAddress) {
+			err = notify.ErrSuppressionNotFound // an address that is not one is on no list
+		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"suppression": s, "events": events})
+	})
+}
+
+// handleAdminAddSuppression puts an address on the list by an operator's
+// decision: 201, or 200 when it was there already.
+func handleAdminAddSuppression(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Recipient string `json:"recipient"`
+			Note      string `json:"note"`
+		}
+		raw, p := readJSONBody(w, r)
+		if p == nil {
+			p = decodeStrict(raw, &req, "")
+		}
+		if p != nil {
+			writeProblem(w, r, *p)
+			return
+		}
+		var fields []fieldError
+		if _, err := notify.NormalizeAddress(req.Recipient); err != nil {
+			fields = append(fields, fieldError{Pointer: "/recipient", Detail: err.Error()})
+		}
+		if strings.TrimSpace(req.Note) == "" {
+			fields = append(fields, fieldError{Pointer: "/note", Detail: "must say why, for the record"})
+		} else if d := textProblem(req.Note, 1000, false); d != "" {
+			fields = append(fields, fieldError{Pointer: "/note", Detail: d})
+		}
+		if len(fields) > 0 {
+			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields})
+			return
+		}
+		s, added, err := a.Ops.Suppress(r.Context(), req.Recipient, strings.TrimSpace(req.Note), actorOf(r))
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "suppress"), slog.String("recipient_hash", notify.KeyHash(s.Recipient)))
+		status := http.StatusOK
+		if added {
+			status = http.StatusCreated
+		}
+		writeJSON(w, status, map[string]any{"suppression": s})
+	})
+}
+
+// handleAdminRemoveSuppression takes an address off the list; ?note= says
+// why, for the record.
+func handleAdminRemoveSuppression(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		note := strings.TrimSpace(r.URL.Query().Get("note"))
+		if note == "" {
+			badRequest(w, r, "note", "note must say why the address may be written to again")
+			return
+		}
+		if d := textProblem(note, 1000, false); d != "" {
+			badRequest(w, r, "note", "note "+d)
+			return
+		}
+		err := a.Ops.Unsuppress(r.Context(), recipientParam(r), note, actorOf(r))
+		if errors.Is(err, notify.ErrInvalidAddress) {
+			err = notify.ErrSuppressionNotFound
+		}
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "unsuppress"))
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
+
+// recipientParam is the address in the path, as sent or percent-encoded
+// (gone%40example.com); one that does not decode is no address.
+func recipientParam(r *http.Request) string {
+	v, err := url.PathUnescape(chi.URLParam(r, "recipient"))
+	if err != nil {
+		return ""
+	}
+	return v
 }

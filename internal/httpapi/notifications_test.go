@@ -45,7 +45,7 @@ func TestTriggerATemplateFromADirectory(t *testing.T) {
 	if again.ID != first.ID {
 		t.Errorf("the same event made another notification: %s, %s", first.ID, again.ID)
 	}
-	post(`{"template":"payment-reminder","event_id":"reminder-2","data":` + data + `}`).decode(t, &second)
+	post(`{"template":"payment-reminder","event_id":"reminder-2","data":`+data+`}`).decode(t, &second)
 	if second.ID == first.ID || second.ID.String() == "00000000-0000-0000-0000-000000000000" {
 		t.Errorf("a second event did not make a second notification")
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -23,6 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 )
 
 // loadOpenAPI loads api/openapi.yaml and checks that it is a valid
@@ -181,7 +183,7 @@ func (c *contract) check(method, path string, res response) {
 // the document, and every documented operation is among them.
 func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	s, secret := hookStack(t)
 	c := newContract(t, s)
 	ctx := context.Background()
 	jsonCT := "application/json"
@@ -372,6 +374,41 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.admin(404, "DELETE", "/admin/v1/api-keys/00000000-0000-4000-8000-000000000000", "")
 	c.admin(404, "DELETE", "/admin/v1/api-keys/nope", "")
 	c.do(401, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer " + created.Secret})
+
+	// Admin: suppressions.
+	c.admin(201, "POST", "/admin/v1/suppressions", `{"recipient": "Gone@Example.com", "note": "bounced at the old shop"}`)
+	c.admin(200, "POST", "/admin/v1/suppressions", `{"recipient": "gone@example.com", "note": "again"}`)
+	c.admin(422, "POST", "/admin/v1/suppressions", `{"recipient": "nope", "note": ""}`)
+	c.admin(400, "POST", "/admin/v1/suppressions", `{"recipient": "gone@example.com", "note": "x", "why": 1}`)
+	c.admin(200, "GET", "/admin/v1/suppressions", "")
+	c.admin(400, "GET", "/admin/v1/suppressions?limit=0", "")
+	c.admin(200, "GET", "/admin/v1/suppressions/gone@example.com", "")
+	c.admin(404, "GET", "/admin/v1/suppressions/nobody@example.com", "")
+	c.admin(400, "DELETE", "/admin/v1/suppressions/gone@example.com", "")
+	c.admin(204, "DELETE", "/admin/v1/suppressions/gone%40example.com?note=fixed", "")
+	c.admin(404, "DELETE", "/admin/v1/suppressions/gone@example.com?note=fixed", "")
+
+	// Providers' webhooks.
+	s.sentVia(t, o, "5d2c3b1a-7e4f-4a8b-9c0d-1e2f3a4b5c6d")
+	now := time.Now()
+	bounce := resendBounce("5d2c3b1a-7e4f-4a8b-9c0d-1e2f3a4b5c6d", "ana.maria@example.com", now)
+	signed := func(id string, at time.Time, body string) map[string]string {
+		h, err := resendtest.SignWebhook(secret, id, at, []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string]string{"Authorization": "", "svix-id": h.Get("svix-id"), "svix-timestamp": h.Get("svix-timestamp"), "svix-signature": h.Get("svix-signature")}
+	}
+	c.do(200, "POST", "/v1/webhooks/resend", jsonCT, bounce, signed("msg_contract", now, bounce))
+	c.do(200, "POST", "/v1/webhooks/resend", jsonCT, bounce, signed("msg_contract", now, bounce))
+	c.do(401, "POST", "/v1/webhooks/resend", jsonCT, bounce, signed("msg_old", now.Add(-time.Hour), bounce))
+	c.do(401, "POST", "/v1/webhooks/postmark", jsonCT, `{}`, map[string]string{"Authorization": ""})
+	c.do(400, "POST", "/v1/webhooks/resend", jsonCT, `[]`, signed("msg_array", now, `[]`))
+	other := resendBounce("00000000-0000-4000-8000-00000000beef", "x@example.com", now)
+	c.do(422, "POST", "/v1/webhooks/resend", jsonCT, other, signed("msg_other", now, other))
+	c.do(404, "POST", "/v1/webhooks/mailgun", jsonCT, bounce, nil)
+	huge := `{"pad": "` + strings.Repeat("x", 1<<20) + `"}`
+	c.do(413, "POST", "/v1/webhooks/resend", jsonCT, huge, signed("msg_huge", now, huge))
 
 	var missed []string
 	for path, item := range c.doc.Paths.Map() {

@@ -53,6 +53,7 @@ const (
 	typeUnauthorized    = "urn:sekali:problem:unauthorized"
 	typeForbidden       = "urn:sekali:problem:forbidden"
 	typeRateLimited     = "urn:sekali:problem:rate-limited"
+	typeUnknownMessage  = "urn:sekali:problem:unknown-message"
 	typeConflict        = "urn:sekali:problem:wrong-state"
 )
 
@@ -82,6 +83,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No delivery has this id."})
 	case errors.Is(err, apikey.ErrNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No API key has this id."})
+	case errors.Is(err, notify.ErrSuppressionNotFound):
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "This address is not on the suppression list."})
 	case errors.Is(err, notify.ErrBlockNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
 	case errors.Is(err, notify.ErrWrongState):

@@ -10,7 +10,7 @@ import (
 
 // addRoutes is the whole HTTP API in one place, grouped by who may call
 // it (auth.go has the trust model; docs/security.md explains it).
-func addRoutes(r chi.Router, d Deps) {
+func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	addr := clientAddr(d.RateLimits.TrustedProxies)
 	public, backend := newLimiter(d.RateLimits.Public), newLimiter(d.RateLimits.Backend)
 
@@ -26,6 +26,11 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Method(http.MethodPost, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
 		r.Method(http.MethodGet, "/templates", handleGallery(d.Templates))
 	})
+	// Providers' events: authenticated by the provider's signature or
+	// credentials, not by ours. A provider posts from few addresses in
+	// bursts, so they get the backend's limit, not a browser's.
+	r.With(limit(backend, addr)).
+		Method(http.MethodPost, "/v1/webhooks/{provider}", handleWebhook(d.Webhooks, d.Admin.Ops, hooks))
 
 	// The shop's backend (an API key with the scope), or, to read one
 	// order, the access token its checkout answered with.
@@ -50,6 +55,10 @@ func addRoutes(r chi.Router, d Deps) {
 		r.Method(http.MethodGet, "/blocks", handleAdminListBlocks(d.Admin))
 		r.Method(http.MethodPost, "/blocks", handleAdminAddBlock(d.Admin))
 		r.Method(http.MethodDelete, "/blocks/{id}", handleAdminDeleteBlock(d.Admin))
+		r.Method(http.MethodGet, "/suppressions", handleAdminListSuppressions(d.Admin))
+		r.Method(http.MethodPost, "/suppressions", handleAdminAddSuppression(d.Admin))
+		r.Method(http.MethodGet, "/suppressions/{recipient}", handleAdminGetSuppression(d.Admin))
+		r.Method(http.MethodDelete, "/suppressions/{recipient}", handleAdminRemoveSuppression(d.Admin))
 		r.Method(http.MethodGet, "/api-keys", handleAdminListKeys(d.Admin))
 		r.Method(http.MethodPost, "/api-keys", handleAdminCreateKey(d.Admin))
 		r.Method(http.MethodDelete, "/api-keys/{id}", handleAdminRevokeKey(d.Admin))

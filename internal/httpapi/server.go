@@ -34,6 +34,7 @@ type Deps struct {
 	Keys       keyChecker            // the shop's backend's API keys (*apikey.Service)
 	RateLimits RateLimits            // zero: no limits
 	Checks     []Check               // asked by /readyz
+	Webhooks   []Webhook             // the providers whose events POST /v1/webhooks/{provider} takes
 	Admin      Admin                 // the operator API under /admin/v1
 	Registry   prometheus.Registerer // receives the HTTP metrics (served on METRICS_ADDR, not here)
 	Tracer     trace.Tracer          // one span per request; nil records none
@@ -47,6 +48,7 @@ func NewServer(d Deps) http.Handler {
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"method", "route", "code"})
 	d.Registry.MustRegister(latency)
+	hooks := newWebhookMetrics(d.Registry, d.Webhooks)
 
 	r := chi.NewRouter()
 	tracer := d.Tracer
@@ -64,7 +66,7 @@ func NewServer(d Deps) http.Handler {
 		writeProblem(w, req, problem{Type: typeMethod, Status: http.StatusMethodNotAllowed,
 			Detail: "This endpoint takes " + strings.Join(allowed, ", ") + "."})
 	})
-	addRoutes(r, d)
+	addRoutes(r, d, hooks)
 	return r
 }
 

@@ -46,6 +46,7 @@ type setupOpts struct {
 	tracer     trace.TracerProvider // records the API's spans
 	rateLimits httpapi.RateLimits   // none by default
 	templates  *notify.Templates    // the built-in ones by default
+	webhooks   []httpapi.Webhook    // none by default
 }
 
 func setup(t *testing.T, opts ...setupOpts) stack {
@@ -95,7 +96,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	}
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
-		Keys: keys, RateLimits: o.rateLimits,
+		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks,
 		Admin: httpapi.Admin{Token: adminToken, Ops: notify.NewOperator(db.Pool, enq, inspector, rdb), Keys: keys},
 	}))
 	t.Cleanup(srv.Close)

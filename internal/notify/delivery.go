@@ -28,6 +28,9 @@ const (
 	StatusSent    Status = "sent"    // the provider accepted it; never sent again
 	StatusFailed  Status = "failed"  // given up; only an operator may retry it
 	StatusHeld    Status = "held"    // outcome unknown and the policy says an operator decides
+	// StatusSuppressed: the recipient is on the suppression list (a hard
+	// bounce, a complaint, an operator); nothing was sent.
+	StatusSuppressed Status = "suppressed"
 )
 
 // ErrNotFound is returned when no delivery matches.

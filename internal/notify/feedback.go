@@ -1,6 +1,18 @@
 package notify
 
-import "time"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+)
 
 // FeedbackKind is what a provider reports about a message after it
 // accepted it, through its webhooks.
@@ -25,4 +37,94 @@ type Feedback struct {
 	Recipient         string // normalized (NormalizeAddress), when given
 	At                time.Time
 	Detail            string // the provider's reason, e.g. a bounce's diagnostic
+}
+
+// ErrUnknownMessage is returned for a provider event that names no
+// delivery of this service.
+var ErrUnknownMessage = errors.New("notify: the event names no delivery of this service")
+
+// ErrSuppressionNotFound is returned when the recipient is not suppressed.
+var ErrSuppressionNotFound = errors.New("notify: the recipient is not on the suppression list")
+
+// FeedbackOutcome says what an event changed.
+type FeedbackOutcome struct {
+	DeliveryID uuid.UUID
+	Duplicate  bool // this provider sent this event before: nothing changed
+	Suppressed bool // the recipient was put on the suppression list
+}
+
+// RecordFeedback writes one verified provider event, in one transaction:
+// into the history of the delivery it is about, and, for a hard bounce or
+// a complaint, the recipient onto the suppression list. The same event
+// again (by provider and event id) changes nothing; an event that names
+// no delivery of this service is ErrUnknownMessage and changes nothing.
+func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f Feedback) (FeedbackOutcome, error) {
+	var out FeedbackOutcome
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		var pid, mid *string
+		if f.ProviderMessageID != "" {
+			pid = &f.ProviderMessageID
+		}
+		if f.MessageID != "" {
+			mid = &f.MessageID
+		}
+		if pid == nil && mid == nil {
+			return ErrUnknownMessage
+		}
+		d, err := q.FindDeliveryForFeedback(ctx, dbsqlc.FindDeliveryForFeedbackParams{ProviderMessageID: pid, MessageID: mid})
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrUnknownMessage
+		}
+		if err != nil {
+			return fmt.Errorf("find the delivery of a %s event: %w", f.Provider, err)
+		}
+		out.DeliveryID = d.ID
+		n, err := q.InsertProviderEvent(ctx, dbsqlc.InsertProviderEventParams{Provider: f.Provider, EventID: f.EventID, Kind: string(f.Kind), DeliveryID: &d.ID})
+		if err != nil {
+			return fmt.Errorf("record %s event %s: %w", f.Provider, f.EventID, err)
+		}
+		if n == 0 {
+			out.Duplicate = true
+			return nil
+		}
+		detail, _ := json.Marshal(map[string]string{"provider": f.Provider, "event_id": f.EventID, "detail": f.Detail,
+			"at": f.At.UTC().Format(time.RFC3339)}) // plain strings
+		if err := q.RecordFeedbackEvent(ctx, dbsqlc.RecordFeedbackEventParams{
+			DeliveryID: d.ID, Event: string(f.Kind), Actor: f.Provider, Detail: detail,
+		}); err != nil {
+			return fmt.Errorf("record %s event in the history: %w", f.Provider, err)
+		}
+		source := map[FeedbackKind]string{FeedbackBounced: "bounce", FeedbackComplained: "complaint"}[f.Kind]
+		if source == "" {
+			return nil
+		}
+		reason := fmt.Sprintf("%s reported a %s for delivery %s", f.Provider, source, d.ID)
+		if f.Detail != "" {
+			reason += ": " + truncate([]byte(f.Detail), 500)
+		}
+		if _, err := q.AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: d.Recipient, Source: source, Reason: reason, Actor: f.Provider}); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("suppress the recipient of delivery %s: %w", d.ID, err)
+		}
+		out.Suppressed = true
+		return nil
+	})
+	return out, err
+}
+
+// Suppression is one address the service does not send to.
+type Suppression struct {
+	Recipient string    `json:"recipient"`
+	Source    string    `json:"source"` // bounce, complaint or operator
+	Reason    string    `json:"reason"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// SuppressionEvent is one change of the list, for the record.
+type SuppressionEvent struct {
+	At     time.Time `json:"at"`
+	Action string    `json:"action"` // added or removed
+	Source string    `json:"source"`
+	Actor  string    `json:"actor"`
+	Note   string    `json:"note"`
 }

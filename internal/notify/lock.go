@@ -23,6 +23,16 @@ func KeyHash(idempotencyKey string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
+// ProviderKey is the idempotency key given to a provider that keeps
+// keys of its own (Resend, over HTTP or in its SMTP header):
+// "sekali-" and the hex SHA-256 of key, 71 characters of [a-z0-9-]. Our
+// keys can be longer than providers take (Resend: 256) and carry an
+// address; the digest is the same on every attempt, over every channel.
+func ProviderKey(idempotencyKey string) string {
+	sum := sha256.Sum256([]byte(idempotencyKey))
+	return "sekali-" + hex.EncodeToString(sum[:])
+}
+
 func lockKey(keyHash string) string { return "sekali:lock:" + keyHash }
 func sentKey(keyHash string) string { return "sekali:sent:" + keyHash }
 

@@ -84,7 +84,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // deliveryOutcomes are the outcome label values of sekali_deliveries_total.
-var deliveryOutcomes = []string{"sent", "failed", "retried", "held", "ambiguous"}
+var deliveryOutcomes = []string{"sent", "failed", "retried", "held", "ambiguous", "suppressed"}
 
 // knowTemplates creates the series of every template and outcome, at zero.
 func (m *Metrics) knowTemplates(names []string) {

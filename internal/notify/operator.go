@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -244,4 +245,85 @@ func (o *Operator) RemoveBlock(ctx context.Context, id int64) error {
 
 func blockFromRow(r dbsqlc.DeliveryBlock) Block {
 	return Block{ID: r.ID, Kind: r.Kind, Value: r.Value, Reason: r.Reason, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt}
+}
+
+// Suppressions lists the suppression list, newest first, at most limit.
+func (o *Operator) Suppressions(ctx context.Context, limit int) ([]Suppression, error) {
+	rows, err := dbsqlc.New(o.db).ListSuppressions(ctx, int32(limit))
+	if err != nil {
+		return nil, fmt.Errorf("list suppressions: %w", err)
+	}
+	out := make([]Suppression, len(rows))
+	for i, r := range rows {
+		out[i] = Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt}
+	}
+	return out, nil
+}
+
+// Suppression returns one entry of the list with its history.
+func (o *Operator) Suppression(ctx context.Context, recipient string) (Suppression, []SuppressionEvent, error) {
+	recipient, err := NormalizeAddress(recipient)
+	if err != nil {
+		return Suppression{}, nil, err
+	}
+	q := dbsqlc.New(o.db)
+	r, err := q.GetSuppression(ctx, recipient)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Suppression{}, nil, ErrSuppressionNotFound
+	}
+	if err != nil {
+		return Suppression{}, nil, fmt.Errorf("get suppression: %w", err)
+	}
+	rows, err := q.ListSuppressionEvents(ctx, recipient)
+	if err != nil {
+		return Suppression{}, nil, fmt.Errorf("suppression history: %w", err)
+	}
+	events := make([]SuppressionEvent, len(rows))
+	for i, e := range rows {
+		events[i] = SuppressionEvent{At: e.At, Action: e.Action, Source: e.Source, Actor: e.Actor, Note: e.Note}
+	}
+	return Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt}, events, nil
+}
+
+// Suppress puts a recipient on the list by an operator's decision, with
+// a note for the record; added is false when it was there already (its
+// first reason stays). Its pending deliveries are not sent from now on.
+func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) (s Suppression, added bool, err error) {
+	recipient, err = NormalizeAddress(recipient)
+	if err != nil {
+		return Suppression{}, false, err
+	}
+	r, err := dbsqlc.New(o.db).AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: recipient, Source: "operator", Reason: note, Actor: actor})
+	if errors.Is(err, pgx.ErrNoRows) {
+		s, _, err := o.Suppression(ctx, recipient)
+		return s, false, err
+	}
+	if err != nil {
+		return Suppression{}, false, fmt.Errorf("suppress %s: %w", KeyHash(recipient), err)
+	}
+	return Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt}, true, nil
+}
+
+// Unsuppress takes a recipient off the list, with a note for the record.
+// Deliveries already suppressed stay so until an operator retries them.
+func (o *Operator) Unsuppress(ctx context.Context, recipient, note, actor string) error {
+	recipient, err := NormalizeAddress(recipient)
+	if err != nil {
+		return err
+	}
+	n, err := dbsqlc.New(o.db).RemoveSuppression(ctx, dbsqlc.RemoveSuppressionParams{Recipient: recipient, Note: note, Actor: actor})
+	if err != nil {
+		return fmt.Errorf("unsuppress: %w", err)
+	}
+	if n == 0 {
+		return ErrSuppressionNotFound
+	}
+	return nil
+}
+
+// RecordFeedback is RecordFeedback on the operator's database: a
+// provider's verified event into the history and, for a hard bounce or a
+// complaint, the suppression list.
+func (o *Operator) RecordFeedback(ctx context.Context, f Feedback) (FeedbackOutcome, error) {
+	return RecordFeedback(ctx, o.db, f)
 }

@@ -33,15 +33,18 @@ import (
 //	sending  sending  worker      no answer after the data: ambiguous, for the reconciler markAmbiguous
 //	sending  sending  worker      found a dead attempt that had handed over             noteAmbiguous
 //	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            expirePending
+//	pending  suppressed worker    the recipient is on the suppression list              suppressPending
 //	failed   pending  operator    retry, same key, a new DELIVERY_MAX_AGE               operatorRetry
 //	held     pending  operator    retry                                                 operatorRetry
+//	suppressed pending operator   retry, once the recipient is off the list             operatorRetry
 //	held     sent     operator    found at the provider                                 operatorMarkSent
 //	sending  pending  reconciler  expired lease: not handed over, or not at the provider ReconcileToPending
 //	sending  sent     reconciler  expired lease, and the provider has the message        ReconcileToSent
 //	sending  held     reconciler  expired lease, no look-up, template policy hold        ReconcileToHeld
 //
-// sent and failed are final for the worker and the reconciler; only an
-// operator moves failed (or held) back to pending, and nothing moves sent.
+// sent, failed and suppressed are final for the worker and the
+// reconciler; only an operator moves failed, held or suppressed back to
+// pending, and nothing moves sent.
 
 // errLeaseLost: the row's lease is no longer ours: another worker (or the
 // reconciler) took over, and this attempt must write nothing more.
@@ -143,6 +146,14 @@ func noteAmbiguous(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, reason,
 // maxAge ago; expired is false when it changed meanwhile.
 func expirePending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, maxAge time.Duration, reason, actor string) (expired bool, err error) {
 	n, err := q.ExpirePending(ctx, dbsqlc.ExpirePendingParams{ID: id, LastError: reason, MaxAgeSeconds: maxAge.Seconds(), Actor: actor})
+	return n == 1, err
+}
+
+// suppressPending marks a pending delivery to a suppressed recipient;
+// suppressed is false when the recipient is not on the list (or the
+// delivery is no longer pending).
+func suppressPending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, actor string) (suppressed bool, err error) {
+	n, err := q.SuppressPending(ctx, dbsqlc.SuppressPendingParams{ID: id, Actor: actor})
 	return n == 1, err
 }
 

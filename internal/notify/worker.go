@@ -302,7 +302,7 @@ func (w *Worker) settled(ctx context.Context, l *taskLog, row dbsqlc.Notificatio
 		if err := w.lock.cacheSent(ctx, KeyHash(row.IdempotencyKey)); err != nil {
 			l.set(slog.String("cache_error", err.Error()))
 		}
-	case StatusFailed, StatusHeld:
+	case StatusFailed, StatusHeld, StatusSuppressed:
 	default:
 		return false
 	}
@@ -383,7 +383,20 @@ func (w *Worker) notClaimable(ctx context.Context, l *taskLog, id uuid.UUID) err
 		return nil
 	}
 	if Status(row.Status) == StatusPending {
-		// Claimable but for an operator's block: the temporary filter.
+		// Claimable but for the suppression list, or an operator's block.
+		suppressed, err := suppressPending(ctx, q, id, w.cfg.WorkerID)
+		if err != nil {
+			l.result = "db_error"
+			w.metrics.retries.WithLabelValues("database").Inc()
+			return fmt.Errorf("suppress delivery: %w", err)
+		}
+		if suppressed {
+			l.result = "suppressed"
+			l.set(slog.String("to_status", string(StatusSuppressed)))
+			w.metrics.deliveries.WithLabelValues(row.Template, "suppressed").Inc()
+			return nil
+		}
+		// The temporary filter.
 		// The row stays pending and the reconciler queues it again once
 		// the block has expired.
 		l.result = "blocked"

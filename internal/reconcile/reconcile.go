@@ -44,11 +44,12 @@ const (
 	DecisionLookupFailed  = "lookup_failed"         // the look-up failed; decided next pass
 	DecisionEnqueueFailed = "enqueue_failed"        // could not enqueue; tried again next pass
 	DecisionAlreadyQueued = "already_queued"        // pending with a live task: nothing to do
+	DecisionDedupResend   = "provider_dedupes"      // no look-up, but the provider deduplicates by key: back to pending
 )
 
 // allDecisions lists every decision, in the order reports print them.
 var allDecisions = []string{DecisionRequeued, DecisionAlreadyQueued, DecisionNotHandedOver, DecisionFound, DecisionNotFound,
-	DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed}
+	DecisionDedupResend, DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed}
 
 // Config tunes a Reconciler.
 type Config struct {
@@ -65,6 +66,12 @@ type Config struct {
 	// MaxAge is the workers' DELIVERY_MAX_AGE: retention never deletes a
 	// delivery whose tries began less than this long ago.
 	MaxAge time.Duration
+	// DedupWindow, when positive, is how long after a hand-over the
+	// provider itself refuses a second message under the delivery's key
+	// (Resend: 24 h). Without a look-up, an ambiguous send handed over
+	// within it is sent again: the provider keeps it to one e-mail, the
+	// stalled worker's late copy included. Past it, the template's policy.
+	DedupWindow time.Duration
 }
 
 // Reconciler runs reconciliation passes. Several may run at once: rows
@@ -260,6 +267,9 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			return toPending(DecisionNotHandedOver, "the worker's lease expired before it handed the message over; safe to send")
 		}
 		if r.lookup == nil {
+			if r.cfg.DedupWindow > 0 && time.Since(*d.HandedOverAt) < r.cfg.DedupWindow {
+				return toPending(DecisionDedupResend, "outcome unknown; the provider refuses a second message under this delivery's key, so sending again is safe")
+			}
 			return r.applyPolicy(ctx, tx, rep, d, toPending)
 		}
 		// The Message-ID the attempt stored; rows claimed by a worker older

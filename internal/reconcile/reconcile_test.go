@@ -56,7 +56,7 @@ func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
 	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { dead.Close() })
 	reg := prometheus.NewRegistry()
-	e.orders = order.NewService(e.db.Pool, notify.NewEnqueuer(dead, rd.Queue, quiet, reg), time.Hour, reg)
+	e.orders = order.NewService(e.db.Pool, notify.NewEnqueuer(dead, rd.Queue, quiet, reg), nil, time.Hour, reg)
 	return e
 }
 
@@ -65,6 +65,7 @@ type recOpts struct {
 	policy    reconcile.Policy
 	policies  map[string]reconcile.Policy
 	retention time.Duration
+	dedup     time.Duration
 }
 
 func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
@@ -74,7 +75,7 @@ func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
 	}
 	return reconcile.New(e.db.Pool, e.enq, e.inspector, o.lookup, reconcile.Config{
 		PendingAfter: time.Minute, Batch: 50, DefaultPolicy: o.policy, Policies: o.policies,
-		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8], DeliveryRetention: o.retention,
+		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8], DeliveryRetention: o.retention, DedupWindow: o.dedup,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), prometheus.NewRegistry())
 }
 
@@ -233,5 +234,31 @@ func TestDecisionSeriesExistFromTheStart(t *testing.T) {
 	}
 	if !testenv.HasSeries(t, reg, "sekali_cleanup_deleted_total", "table", "notification_deliveries") {
 		t.Error("sekali_cleanup_deleted_total{table=notification_deliveries} is missing before any clean-up")
+	}
+}
+
+// With a provider that deduplicates by the delivery's key (Resend), an
+// ambiguous send is sent again without a look-up while the provider still
+// remembers the key; after that window, the template's policy decides.
+func TestProviderDedupWindowResendsAmbiguousSends(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	r := e.reconciler(t, recOpts{dedup: time.Hour, policy: reconcile.PolicyHold})
+	recent, old := e.pending(t, "recent@example.com"), e.pending(t, "old@example.com")
+	e.strand(t, recent, true)
+	e.strand(t, old, true)
+	e.exec(t, "UPDATE notification_deliveries SET handed_over_at = now() - interval '2 hours' WHERE id = $1", old.ID)
+	rep, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionDedupResend] != 1 || rep.Decisions[reconcile.DecisionPolicyHold] != 1 {
+		t.Errorf("decisions %v, want one resend within the window and one hold past it", rep.Decisions)
+	}
+	if got := e.get(t, recent.ID); got.Status != notify.StatusPending {
+		t.Errorf("within the window: %s", got.Status)
+	}
+	if got := e.get(t, old.ID); got.Status != notify.StatusHeld {
+		t.Errorf("past the window: %s", got.Status)
 	}
 }

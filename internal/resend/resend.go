@@ -16,8 +16,6 @@ package resend
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,10 +109,7 @@ func isLoopback(host string) bool {
 // keys (order-confirmation:<uuid>:<email>) can be longer than the 256
 // characters Resend takes, and carry an address; the digest is the same
 // on every attempt, and only the same key gives it.
-func IdempotencyKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return "sekali-" + hex.EncodeToString(sum[:])
-}
+func IdempotencyKey(key string) string { return notify.ProviderKey(key) }
 
 // Provider sends through Resend's API. It implements notify.Provider.
 type Provider struct {

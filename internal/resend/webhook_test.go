@@ -1,8 +1,6 @@
 package resend_test
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"net/http"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/resend"
+	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 )
 
 // Svix's published example (docs.svix.com, "Verifying Webhooks
@@ -42,16 +41,15 @@ func svixHeader(id string, ts int64, sigs ...string) http.Header {
 	return h
 }
 
-// sign signs body as Svix does, with the secret's key.
+// sign signs body as Svix does, with the secret's key (resendtest's
+// signer, which the published example below checks).
 func sign(t *testing.T, secret, id string, ts int64, body string) string {
 	t.Helper()
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
+	h, err := resendtest.SignWebhook(secret, id, time.Unix(ts, 0), []byte(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id + "." + strconv.FormatInt(ts, 10) + "." + body))
-	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	return h.Get("svix-signature")
 }
 
 func TestSvixPublishedExample(t *testing.T) {

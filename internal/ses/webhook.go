@@ -86,7 +86,8 @@ func NewWebhookVerifier(topicARNs ...string) (*WebhookVerifier, error) {
 		return nil, errors.New("SES_SNS_TOPIC_ARNS must name at least one topic")
 	}
 	for _, arn := range topicARNs {
-		if !strings.HasPrefix(arn, "arn:aws") || strings.Count(arn, ":") != 5 {
+		parts := strings.Split(arn, ":")
+		if len(parts) != 6 || parts[0] != "arn" || !strings.HasPrefix(parts[1], "aws") || parts[2] != "sns" || parts[5] == "" {
 			return nil, fmt.Errorf("SES_SNS_TOPIC_ARNS: %q is not a topic ARN (arn:aws:sns:<region>:<account>:<topic>)", arn)
 		}
 	}

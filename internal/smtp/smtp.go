@@ -45,7 +45,8 @@ type Config struct {
 	From              string // envelope and header sender, a bare address
 	HeloName          string // our name in EHLO: this machine's (HeloName() when empty), never the sender's domain
 	CAFile            string // optional PEM bundle trusted besides the system's roots
-	IdempotencyHeader string // header that carries the idempotency key
+	IdempotencyHeader string // header that carries the idempotency key; Resend-Idempotency-Key carries notify.ProviderKey of it
+	MetadataHeader    string // optional header that carries the key's hash, e.g. X-PM-Metadata-sekali-key for Postmark's look-up
 	Timeout           time.Duration
 	MaxIdle           int // connections kept open for reuse
 }
@@ -81,6 +82,9 @@ func (c Config) Validate() error {
 	}
 	if textproto.CanonicalMIMEHeaderKey(c.IdempotencyHeader) == "" || strings.ContainsAny(c.IdempotencyHeader, " :\r\n") {
 		errs = append(errs, fmt.Errorf("idempotency header %q is not a header name", c.IdempotencyHeader))
+	}
+	if c.MetadataHeader != "" && strings.ContainsAny(c.MetadataHeader, " :\r\n") {
+		errs = append(errs, fmt.Errorf("SMTP_METADATA_HEADER %q is not a header name", c.MetadataHeader))
 	}
 	return errors.Join(errs...)
 }
@@ -480,7 +484,14 @@ func (s *Provider) compose(m notify.Message) ([]byte, error) {
 	}
 	msg.Subject(m.Subject)
 	msg.SetMessageIDWithValue(m.MessageID)
-	msg.SetGenHeader(mail.Header(s.cfg.IdempotencyHeader), m.IdempotencyKey)
+	key := m.IdempotencyKey
+	if strings.EqualFold(s.cfg.IdempotencyHeader, "Resend-Idempotency-Key") {
+		key = notify.ProviderKey(key) // what Resend's HTTP API gets too: at most 256 characters, no address
+	}
+	msg.SetGenHeader(mail.Header(s.cfg.IdempotencyHeader), key)
+	if s.cfg.MetadataHeader != "" {
+		msg.SetGenHeader(mail.Header(s.cfg.MetadataHeader), notify.KeyHash(m.IdempotencyKey))
+	}
 	msg.SetDate()
 	msg.SetBodyString(mail.TypeTextPlain, m.Text)
 	if m.HTML != "" {

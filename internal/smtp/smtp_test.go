@@ -144,3 +144,30 @@ func TestPlainTextOnlyForDevelopmentHosts(t *testing.T) {
 		}
 	}
 }
+
+// Over a provider's SMTP endpoint the key travels in the provider's own
+// header: Resend-Idempotency-Key gets the same derived key as Resend's
+// HTTP API (no address, at most 256 characters), and a metadata header
+// (Postmark's X-PM-Metadata-*) the key's hash, which its look-up searches.
+func TestProviderHeadersOverSMTP(t *testing.T) {
+	t.Parallel()
+	s := sink(t, smtpsink.Config{})
+	p, err := smtp.New(smtp.Config{Host: s.Host(), Port: s.Port(), TLS: smtp.TLSNone, From: "orders@" + mailDomain,
+		IdempotencyHeader: "Resend-Idempotency-Key", MetadataHeader: "X-PM-Metadata-sekali-key", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	key := "order-confirmation:0193a5b2-7c1e-7d4a-9f00-3c2b1a0e9d87:ana@example.com"
+	if _, err := p.Send(context.Background(), notify.Message{To: "ana@example.com", Subject: "s", Text: "t", MessageID: "h@" + mailDomain, IdempotencyKey: key},
+		func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	h := s.Messages()[0].Header
+	if got := h.Get("Resend-Idempotency-Key"); got != notify.ProviderKey(key) || strings.Contains(got, "@") || len(got) > 256 {
+		t.Errorf("Resend-Idempotency-Key %q", got)
+	}
+	if got := h.Get("X-Pm-Metadata-Sekali-Key"); got != notify.KeyHash(key) {
+		t.Errorf("metadata header %q, want the key hash", got)
+	}
+}

@@ -83,6 +83,7 @@ type Server struct {
 	now      func() time.Time
 	verified []string // from domains accepted; nil: all
 	faults   []Fault
+	outage   *Fault
 	holds    []hold
 	keys     map[string]*keyEntry
 	msgs     []Message
@@ -162,6 +163,15 @@ func (s *Server) FailNext(faults ...Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults = append(s.faults, faults...)
+}
+
+// SetOutage makes every POST /emails meet f (after its key is checked,
+// as FailNext's faults do) until SetOutage(nil): Resend down, or
+// throttling, for as long as a test needs.
+func (s *Server) SetOutage(f *Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outage = f
 }
 
 // HoldNext makes the next POST /emails that claims an idempotency key
@@ -360,7 +370,11 @@ func (s *Server) handleEmails(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	var fault *Fault
-	if len(s.faults) > 0 {
+	switch {
+	case s.outage != nil:
+		f := *s.outage
+		fault = &f
+	case len(s.faults) > 0:
 		f := s.faults[0]
 		s.faults = s.faults[1:]
 		fault = &f

@@ -1,0 +1,50 @@
+-- name: InsertProviderEvent :execrows
+-- 0 rows: this provider sent this event before; it changes nothing again.
+INSERT INTO provider_events (provider, event_id, kind, delivery_id)
+VALUES (@provider, @event_id, @kind, sqlc.narg(delivery_id)::uuid)
+ON CONFLICT (provider, event_id) DO NOTHING;
+
+-- name: FindDeliveryForFeedback :one
+-- The delivery a provider's event is about: by the provider's id for the
+-- message, or by our Message-ID.
+SELECT * FROM notification_deliveries
+WHERE (sqlc.narg(provider_message_id)::text IS NOT NULL AND provider_message_id = sqlc.narg(provider_message_id)::text)
+   OR (sqlc.narg(message_id)::text IS NOT NULL AND message_id = sqlc.narg(message_id)::text)
+ORDER BY created_at DESC
+LIMIT 1;
+
+-- name: RecordFeedbackEvent :exec
+-- A provider's event in the delivery's history; the status does not change.
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT d.id, @event::text, d.status, d.status, d.attempts, @actor::text, @detail::jsonb
+FROM notification_deliveries d WHERE d.id = @delivery_id;
+
+-- name: AddSuppression :one
+-- Adds a recipient (a second addition keeps the first reason) and writes
+-- the list's history in the same statement.
+WITH ins AS (
+    INSERT INTO suppressions (recipient, source, reason)
+    VALUES (@recipient, @source, @reason)
+    ON CONFLICT (recipient) DO NOTHING
+    RETURNING *
+), ev AS (
+    INSERT INTO suppression_events (recipient, action, source, actor, note)
+    SELECT recipient, 'added', source, @actor::text, @reason::text FROM ins
+)
+SELECT recipient, source, reason, created_at FROM ins;
+
+-- name: RemoveSuppression :execrows
+WITH del AS (
+    DELETE FROM suppressions s WHERE s.recipient = @recipient RETURNING s.recipient, s.source
+)
+INSERT INTO suppression_events (recipient, action, source, actor, note)
+SELECT del.recipient, 'removed', del.source, @actor::text, @note::text FROM del;
+
+-- name: GetSuppression :one
+SELECT * FROM suppressions WHERE recipient = @recipient;
+
+-- name: ListSuppressions :many
+SELECT * FROM suppressions ORDER BY created_at DESC, recipient LIMIT @max_rows;
+
+-- name: ListSuppressionEvents :many
+SELECT * FROM suppression_events WHERE recipient = @recipient ORDER BY id;

@@ -1,0 +1,245 @@
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/resend/resendtest"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// Resend's bad minutes, against a server that speaks Resend's API and
+// deduplicates by Idempotency-Key as Resend documents: Resend down,
+// answers lost after it sent, and a request held in flight past the
+// worker's lease. With Resend, an ambiguous send is sent again under the
+// same key (PROVIDER_DEDUP_WINDOW) and the key makes it one e-mail.
+
+// newResendCluster is a cluster whose workers send through Resend's HTTP
+// API and whose reconciler settles ambiguous sends Resend's way.
+func newResendCluster(t *testing.T) *cluster {
+	t.Helper()
+	rs := resendtest.NewServer()
+	t.Cleanup(rs.Close)
+	c := &cluster{t: t, db: testenv.NewDB(t), redis: testenv.NewRedisServer(t), resend: rs}
+	c.redisURL = c.redis.URL
+	c.smtpEnv = []string{"PROVIDER", "resend", "RESEND_API_KEY", rs.APIKey, "RESEND_BASE_URL", rs.URL, "PROVIDER_TIMEOUT", "2s"}
+	c.recEnv = []string{"PROVIDER", "resend", "MAIL_LOOKUP_URL", ""}
+	return c
+}
+
+// decisions counts the reconciler's decisions of one kind in the history.
+func (c *cluster) decisions(decision string) int {
+	c.t.Helper()
+	var n int
+	if err := c.db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM delivery_events WHERE detail->>'decision' = $1", decision).Scan(&n); err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+func TestResendDownThenBack(t *testing.T) {
+	t.Parallel()
+	down := fault(15*time.Second, 2*time.Minute)
+	c := newResendCluster(t)
+	c.startAPI()
+	c.startWorker()
+	c.startWorker()
+	c.startReconciler()
+	c.placeOrders("resend-before", 3)
+	testenv.WaitFor(t, "the first e-mails", 30*time.Second, func() bool { return c.emailCount() >= 3 })
+	c.resend.SetOutage(&resendtest.Fault{Status: 503, Name: "service_unavailable", Message: "We are experiencing an outage."})
+	c.placeDuring("resend-down", 20, down)
+	c.noAttemptsUsed()
+	c.resend.SetOutage(nil)
+	backlogWithinAMinute(t, c.recovered(time.Now(), 2*time.Minute))
+	c.verdict(fmt.Sprintf("Resend answers 503 for %v, then back", down), expect{})
+}
+
+// Resend took each request but the answer never came back (the
+// connection cut after it sent, or before): the worker cannot know, the
+// reconciler sends again under the same key, and Resend answers the
+// first send's id instead of sending again.
+func TestResendAnswersLost(t *testing.T) {
+	t.Parallel()
+	c := newResendCluster(t)
+	var faults []resendtest.Fault
+	for i := range 12 {
+		faults = append(faults, resendtest.Fault{Cut: true, Sent: i%3 != 2})
+	}
+	c.resend.FailNext(faults...)
+	c.startAPI()
+	c.startWorker()
+	c.startWorker()
+	c.startReconciler()
+	c.placeOrders("resend-lost", 12)
+	c.settled(2 * time.Minute)
+	r := c.verdict("Resend answers lost (8 sent, 4 not)", expect{})
+	if n := c.decisions("provider_dedupes"); n < 12 {
+		t.Errorf("%d ambiguous sends sent again under their key, want all 12", n)
+	}
+	if req := c.resend.Requests(); req < r.Emails+12 {
+		t.Errorf("%d requests for %d e-mails: the lost answers were not sent again", req, r.Emails)
+	}
+}
+
+// Resend holds a request past the worker's PROVIDER_TIMEOUT and its
+// lease: the worker gives up on an ambiguous send, the reconciler sends
+// it again while the first is still in flight (Resend: 409, try later),
+// and when the first completes the retry gets its answer. This is the
+// window no lease closes — a send still on its way when another begins —
+// and Resend's key closes it.
+func TestResendHoldsARequestPastTheLease(t *testing.T) {
+	t.Parallel()
+	held := fault(10*time.Second, 90*time.Second)
+	c := newResendCluster(t)
+	arrived, release := c.resend.HoldNext()
+	c.startAPI()
+	c.startWorker()
+	c.startWorker()
+	c.startReconciler()
+	c.placeOrders("resend-held", 1)
+	select {
+	case <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no request reached Resend")
+	}
+	c.placeOrders("resend-meanwhile", 5)
+	testenv.WaitFor(t, "the reconciler to send the held one again", 60*time.Second, func() bool {
+		return c.decisions("provider_dedupes") >= 1
+	})
+	time.Sleep(held)
+	release()
+	c.settled(2 * time.Minute)
+	c.verdict(fmt.Sprintf("Resend holds a request for %v, past the lease", held), expect{})
+	if n := c.resend.CountByIdempotencyKey(notify.ProviderKey(c.orders[0].Key)); n != 1 {
+		t.Errorf("%d e-mails under the held delivery's key, want 1", n)
+	}
+}
+
+// heldProxy forwards TCP connections to target, except that what clients
+// send is held back while held is set: bytes that left a worker and sit
+// in the network, as a paused VM's buffered request does.
+type heldProxy struct {
+	URL     string
+	mu      sync.Mutex
+	held    bool
+	waiting int // chunks held
+	release chan struct{}
+}
+
+func newHeldProxy(t *testing.T, target string) *heldProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	p := &heldProxy{URL: "http://" + ln.Addr().String(), held: true, release: make(chan struct{})}
+	host := strings.TrimPrefix(target, "http://")
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.forward(client, host)
+		}
+	}()
+	return p
+}
+
+// forward copies client to a connection to host, each chunk after the
+// release while held; a client that hangs up meanwhile does not take its
+// bytes back. It dials host with the first chunk it forwards, as a
+// delayed packet opens nothing before it arrives.
+func (p *heldProxy) forward(client net.Conn, host string) {
+	defer client.Close()
+	var server net.Conn
+	defer func() {
+		if server != nil {
+			_ = server.(*net.TCPConn).CloseWrite()
+		}
+	}()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := client.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			held := p.held
+			if held {
+				p.waiting++
+			}
+			p.mu.Unlock()
+			if held {
+				<-p.release
+			}
+			if server == nil {
+				if server, err = net.Dial("tcp", host); err != nil {
+					return
+				}
+				go func() { _, _ = io.Copy(client, server) }()
+			}
+			if _, werr := server.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *heldProxy) holding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.waiting
+}
+
+func (p *heldProxy) let() {
+	p.mu.Lock()
+	p.held = false
+	p.mu.Unlock()
+	close(p.release)
+}
+
+// The case no lease closes: a worker's request has left it, but reaches
+// Resend only after its lease expired, the reconciler sent the delivery
+// again and another worker's copy was sent — a paused VM whose kernel had
+// the bytes buffered, or a network that sat on them. The late copy
+// carries the same key and body, and Resend answers it with the first
+// send's id: one e-mail. Without Resend's key this is the duplicate the
+// runbook's section 4 counts.
+func TestResendLateCopyFromAStalledWorker(t *testing.T) {
+	t.Parallel()
+	late := fault(5*time.Second, 60*time.Second)
+	c := newResendCluster(t)
+	proxy := newHeldProxy(t, c.resend.URL)
+	c.startAPI()
+	c.startWorker("RESEND_BASE_URL", proxy.URL, "WORKER_CONCURRENCY", "1")
+	c.placeOrders("resend-late", 1)
+	testenv.WaitFor(t, "the stalled worker's request to be on its way", 30*time.Second, func() bool { return proxy.holding() > 0 })
+	c.startWorker()
+	c.startReconciler()
+	testenv.WaitFor(t, "the delivery to be sent again by the other worker", 60*time.Second, func() bool { return c.emailCount() == 1 })
+	c.settled(time.Minute)
+	before := c.resend.Requests()
+	time.Sleep(late)
+	proxy.let()
+	testenv.WaitFor(t, "the late copy to reach Resend", 30*time.Second, func() bool { return c.resend.Requests() > before })
+	time.Sleep(time.Second) // let it be handled
+	c.verdict(fmt.Sprintf("Resend: a stalled worker's copy arrives %v after the resend", late), expect{})
+	if n := c.resend.CountByIdempotencyKey(notify.ProviderKey(c.orders[0].Key)); n != 1 {
+		t.Errorf("%d e-mails under the delivery's key, want 1", n)
+	}
+	if n := c.decisions("provider_dedupes"); n < 1 {
+		t.Errorf("the reconciler sent the stalled delivery again %d times, want at least once", n)
+	}
+}

@@ -1,0 +1,242 @@
+package httpapi_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/resend/resendtest"
+	"github.com/sekali-dev/sekali/internal/webhooks"
+)
+
+const (
+	postmarkUser     = "postmark-hooks"
+	postmarkPassword = "a-password-of-some-length"
+)
+
+// hookStack is the API with Resend's and Postmark's webhooks configured
+// as an operator would, through the environment.
+func hookStack(t *testing.T) (stack, string) {
+	t.Helper()
+	key := make([]byte, 24)
+	_, _ = rand.Read(key)
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
+	env := envconfig.New(func(k string) string {
+		return map[string]string{
+			"RESEND_WEBHOOK_SECRET":     secret,
+			"POSTMARK_WEBHOOK_USER":     postmarkUser,
+			"POSTMARK_WEBHOOK_PASSWORD": postmarkPassword,
+		}[k]
+	})
+	hooks := webhooks.FromEnv(env)
+	if err := env.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return setup(t, setupOpts{webhooks: hooks}), secret
+}
+
+// sentVia records that the order's confirmation was accepted by Resend
+// under providerID, as the worker does.
+func (s stack) sentVia(t *testing.T, o order.Order, providerID string) {
+	t.Helper()
+	if _, err := s.db.Pool.Exec(context.Background(),
+		"UPDATE notification_deliveries SET status = 'sent', sent_at = now(), provider_message_id = $1 WHERE order_id = $2",
+		providerID, o.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s stack) resendHook(t *testing.T, secret, id string, at time.Time, body string) response {
+	t.Helper()
+	h, err := resendtest.SignWebhook(secret, id, at, []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := map[string]string{"Authorization": ""}
+	for k := range h {
+		header[k] = h.Get(k)
+	}
+	return s.do(t, http.MethodPost, "/v1/webhooks/resend", "application/json", strings.NewReader(body), header)
+}
+
+func resendBounce(emailID, to string, at time.Time) string {
+	return fmt.Sprintf(`{"type":"email.bounced","created_at":%q,"data":{"email_id":%q,"to":[%q],`+
+		`"bounce":{"type":"Permanent","subType":"General","message":"550 5.1.1 mailbox does not exist"}}}`,
+		at.UTC().Format(time.RFC3339Nano), emailID, to)
+}
+
+// A bounce that Resend signs reaches the delivery's history and the
+// suppression list once, however often it comes; whatever is not
+// Resend's — unsigned, signed with another secret, replayed from long
+// ago, not an event, too large, about no message of ours, for a provider
+// not configured — is refused and changes nothing.
+func TestResendWebhookRecordsABounceOnce(t *testing.T) {
+	t.Parallel()
+	s, secret := hookStack(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	s.sentVia(t, o, "4ef9a417-02e9-4d39-ad75-9611e0fcc33c")
+	now := time.Now()
+	body := resendBounce("4ef9a417-02e9-4d39-ad75-9611e0fcc33c", "Ana Maria <ana.maria@example.com>", now)
+
+	refused := []struct {
+		name   string
+		res    func() response
+		status int
+	}{
+		{"unsigned", func() response {
+			return s.do(t, http.MethodPost, "/v1/webhooks/resend", "application/json", strings.NewReader(body), map[string]string{"Authorization": ""})
+		}, http.StatusUnauthorized},
+		{"another secret", func() response {
+			return s.resendHook(t, "whsec_"+base64.StdEncoding.EncodeToString([]byte("not the configured secret")), "msg_1", now, body)
+		}, http.StatusUnauthorized},
+		{"replayed an hour later", func() response { return s.resendHook(t, secret, "msg_1", now.Add(-time.Hour), body) }, http.StatusUnauthorized},
+		{"not an event", func() response { return s.resendHook(t, secret, "msg_2", now, `{"hello":"world"}`) }, http.StatusBadRequest},
+		{"too large", func() response {
+			return s.resendHook(t, secret, "msg_3", now, `{"type":"email.bounced","pad":"`+strings.Repeat("x", 2<<20)+`"}`)
+		}, http.StatusRequestEntityTooLarge},
+		{"not our message", func() response {
+			return s.resendHook(t, secret, "msg_4", now, resendBounce("b1a5c0de-0000-4000-8000-000000000000", "someone@example.com", now))
+		}, http.StatusUnprocessableEntity},
+		{"unconfigured provider", func() response { return s.resendHook(t, secret, "msg_5", now, body) }, 0},
+	}
+	for _, c := range refused {
+		if c.status == 0 {
+			res := s.do(t, http.MethodPost, "/v1/webhooks/mailgun", "application/json", strings.NewReader(body), map[string]string{"Authorization": ""})
+			if res.status != http.StatusNotFound {
+				t.Errorf("%s: %d %s", c.name, res.status, res.body)
+			}
+			continue
+		}
+		res := c.res()
+		if res.status != c.status || !strings.HasPrefix(res.header.Get("Content-Type"), "application/problem+json") {
+			t.Errorf("%s: %d %s, want %d as problem+json", c.name, res.status, res.body, c.status)
+		}
+		if c.status == http.StatusUnauthorized && res.header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: a 401 without WWW-Authenticate", c.name)
+		}
+	}
+	if n := s.count(t, "provider_events") + s.count(t, "suppressions"); n != 0 {
+		t.Fatalf("refused requests wrote %d rows", n)
+	}
+	if n := s.counter(t, "sekali_provider_events_total", "provider", "resend", "result", "rejected"); n != 5 {
+		t.Errorf("rejected = %v, want 5", n)
+	}
+	if n := s.counter(t, "sekali_provider_events_total", "provider", "resend", "result", "unknown_message"); n != 1 {
+		t.Errorf("unknown_message = %v, want 1", n)
+	}
+
+	for i := range 3 { // Svix retries until it gets a 2xx; the same svix-id each time
+		res := s.resendHook(t, secret, "msg_bounce", now, body)
+		want := `{"duplicates":0,"recorded":1}`
+		if i > 0 {
+			want = `{"duplicates":1,"recorded":0}`
+		}
+		if res.status != http.StatusOK || strings.TrimSpace(string(res.body)) != want {
+			t.Errorf("delivery #%d: %d %s, want %s", i+1, res.status, res.body, want)
+		}
+	}
+	if n := s.count(t, "provider_events"); n != 1 {
+		t.Errorf("%d provider events, want 1", n)
+	}
+	if n := s.counter(t, "sekali_delivery_feedback_total", "provider", "resend", "kind", "bounced"); n != 1 {
+		t.Errorf("feedback bounced = %v, want 1", n)
+	}
+	res := s.admin(t, http.MethodGet, "/admin/v1/suppressions/"+url.PathEscape("ana.maria@example.com"), "")
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"source":"bounce"`) || !strings.Contains(string(res.body), `"actor":"resend"`) {
+		t.Errorf("the suppression: %d %s", res.status, res.body)
+	}
+}
+
+// Postmark authenticates its webhooks with Basic credentials: wrong ones
+// get a Basic challenge; right ones record the event.
+func TestPostmarkWebhookNeedsItsCredentials(t *testing.T) {
+	t.Parallel()
+	s, _ := hookStack(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	s.sentVia(t, o, "883953f4-6105-42a2-a16a-77a8eac79483")
+	body := `{"RecordType":"SpamComplaint","ID":42,"Type":"SpamComplaint","TypeCode":512,"MessageID":"883953f4-6105-42a2-a16a-77a8eac79483",` +
+		`"Email":"ana.maria@example.com","BouncedAt":"2026-12-01T10:00:00Z","Details":"complaint"}`
+	basic := func(user, password string) map[string]string {
+		return map[string]string{"Authorization": "Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+password))}
+	}
+	for name, header := range map[string]map[string]string{
+		"none":           {"Authorization": ""},
+		"wrong password": basic(postmarkUser, "not-the-password-at-all"),
+		"wrong user":     basic("someone", postmarkPassword),
+	} {
+		res := s.do(t, http.MethodPost, "/v1/webhooks/postmark", "application/json", strings.NewReader(body), header)
+		if res.status != http.StatusUnauthorized || !strings.HasPrefix(res.header.Get("WWW-Authenticate"), "Basic ") {
+			t.Errorf("%s credentials: %d %q %s", name, res.status, res.header.Get("WWW-Authenticate"), res.body)
+		}
+	}
+	if n := s.count(t, "suppressions"); n != 0 {
+		t.Fatalf("%d suppressions before an authenticated event", n)
+	}
+	res := s.do(t, http.MethodPost, "/v1/webhooks/postmark", "application/json", strings.NewReader(body), basic(postmarkUser, postmarkPassword))
+	if res.status != http.StatusOK {
+		t.Fatalf("authenticated: %d %s", res.status, res.body)
+	}
+	res = s.admin(t, http.MethodGet, "/admin/v1/suppressions", "")
+	if !strings.Contains(string(res.body), `"recipient":"ana.maria@example.com","source":"complaint"`) {
+		t.Errorf("after a complaint: %s", res.body)
+	}
+}
+
+// Operators add an address by hand, with a reason; list, look up and lift
+// it, with a note; the record keeps both. Bad input is a problem.
+func TestAdminSuppressions(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	// In order: the first addition is 201, the second 200.
+	steps := []struct {
+		body string
+		want int
+	}{
+		{`{"recipient":"Budi+Shop@Example.com","note":"asked not to be e-mailed, ticket 77"}`, http.StatusCreated},
+		{`{"recipient":"budi+shop@example.com","note":"again"}`, http.StatusOK},
+		{`{"recipient":"not an address","note":"x"}`, http.StatusUnprocessableEntity},
+		{`{"recipient":"a@example.com","note":"  "}`, http.StatusUnprocessableEntity},
+		{`{"recipient":"a@example.com","note":"x","extra":1}`, http.StatusBadRequest},
+	}
+	for _, st := range steps {
+		if res := s.admin(t, http.MethodPost, "/admin/v1/suppressions", st.body); res.status != st.want {
+			t.Errorf("POST %s: %d %s, want %d", st.body, res.status, res.body, st.want)
+		}
+	}
+	res := s.admin(t, http.MethodGet, "/admin/v1/suppressions", "")
+	if strings.Count(string(res.body), `"recipient"`) != 1 || !strings.Contains(string(res.body), `"source":"operator"`) {
+		t.Errorf("list: %s", res.body)
+	}
+	path := "/admin/v1/suppressions/" + url.PathEscape("budi+shop@example.com")
+	if res := s.admin(t, http.MethodDelete, path, ""); res.status != http.StatusBadRequest {
+		t.Errorf("lifting without a note: %d %s", res.status, res.body)
+	}
+	escaped := "/admin/v1/suppressions/budi%2Bshop%40example.com?note=" + url.QueryEscape("customer asked again, ticket 78")
+	if res := s.admin(t, http.MethodDelete, escaped, ""); res.status != http.StatusNoContent {
+		t.Errorf("lifting: %d %s", res.status, res.body)
+	}
+	if res := s.admin(t, http.MethodGet, path, ""); res.status != http.StatusNotFound {
+		t.Errorf("after lifting: %d %s", res.status, res.body)
+	}
+	if res := s.admin(t, http.MethodDelete, escaped, ""); res.status != http.StatusNotFound {
+		t.Errorf("lifting twice: %d %s", res.status, res.body)
+	}
+	var added, removed int
+	if err := s.db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FILTER (WHERE action = 'added'), count(*) FILTER (WHERE action = 'removed') FROM suppression_events").Scan(&added, &removed); err != nil {
+		t.Fatal(err)
+	}
+	if added != 1 || removed != 1 {
+		t.Errorf("history: %d added, %d removed, want 1 and 1", added, removed)
+	}
+}
