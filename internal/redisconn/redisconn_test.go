@@ -2,9 +2,11 @@ package redisconn
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestParse(t *testing.T) {
@@ -25,6 +27,9 @@ func TestParse(t *testing.T) {
 				DB:               2,
 			}},
 		{"redis-sentinel://s1:26379?master=m", asynq.RedisFailoverClientOpt{MasterName: "m", SentinelAddrs: []string{"s1:26379"}}},
+		{"redis-cluster://app:s3cret@10.0.0.1:7000,10.0.0.2:7001, [::1]:7002",
+			asynq.RedisClusterClientOpt{Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7001", "[::1]:7002"}, Username: "app", Password: "s3cret"}},
+		{"redis-cluster://:pw@node-a:7000/0", asynq.RedisClusterClientOpt{Addrs: []string{"node-a:7000"}, Password: "pw"}},
 	}
 	for _, tt := range tests {
 		got, err := Parse(tt.in)
@@ -56,5 +61,72 @@ func TestParse(t *testing.T) {
 		if _, err := Parse(bad); err == nil {
 			t.Errorf("Parse(%q) = nil error, want a refusal", bad)
 		}
+	}
+}
+
+func TestParseClusterTLS(t *testing.T) {
+	t.Parallel()
+	opt, err := Parse("rediss-cluster://:pw@node-a.example.com:7000,node-b.example.com:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := opt.(asynq.RedisClusterClientOpt)
+	if c.TLSConfig == nil {
+		t.Fatal("rediss-cluster:// has no TLS config")
+	}
+	// Each node is checked against its own name, which the client takes
+	// from the address it dials; one ServerName would fit one node only.
+	if c.TLSConfig.ServerName != "" {
+		t.Errorf("rediss-cluster:// TLS ServerName = %q, want empty (the dialed host)", c.TLSConfig.ServerName)
+	}
+	plain, err := Parse("redis-cluster://node-a:7000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.(asynq.RedisClusterClientOpt).TLSConfig != nil {
+		t.Error("redis-cluster:// would use TLS")
+	}
+}
+
+// A bad cluster URL is refused with a reason an operator can act on.
+func TestParseClusterRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"redis-cluster://", "needs at least one host:port"},
+		{"redis-cluster:///0", "needs at least one host:port"},
+		{"redis-cluster://h1:7000/2", "only database 0, not 2"},
+		{"redis-cluster://h1:7000/x", `database "x" is not a non-negative number`},
+		{"redis-cluster://h1:7000,h2", `cluster address "h2" is not host:port`},
+		{"redis-cluster://h1:7000,,h2:7001", "empty address"},
+		{"redis-cluster://h1:7000,h2:0", `cluster address "h2:0" has no valid port`},
+		{"redis-cluster://h1:7000,h2:70000", `cluster address "h2:70000" has no valid port`},
+		{"redis-cluster://h1:7000,:7001", `cluster address ":7001" is not host:port`},
+		{"redis-cluster://h1:7000?master=m", "takes no query parameters"},
+		{"rediss-cluster://h1:7000,h2:7000/1", "only database 0"},
+		{"redis+cluster://h1:7000", "unsupported scheme"},
+	} {
+		_, err := Parse(tt.in)
+		if err == nil {
+			t.Errorf("Parse(%q) = nil error, want one saying %q", tt.in, tt.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Parse(%q) = %q, want it to say %q", tt.in, err, tt.want)
+		}
+	}
+}
+
+// The lock and cache client of a cluster URL is a cluster client, which
+// follows the cluster's slots; a plain client would meet MOVED.
+func TestNewClientForCluster(t *testing.T) {
+	t.Parallel()
+	opt, err := Parse("redis-cluster://127.0.0.1:7000,127.0.0.1:7001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := NewClient(opt)
+	defer rdb.Close()
+	if _, ok := rdb.(*redis.ClusterClient); !ok {
+		t.Errorf("NewClient(cluster) = %T, want *redis.ClusterClient", rdb)
 	}
 }
