@@ -6,7 +6,7 @@ MAILPIT_VERSION := v1.33.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GO ?= go
 
-.PHONY: help test fuzz gallery preflight mailpit bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help test fuzz gallery preflight mailpit pgbouncer bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -38,8 +38,15 @@ gallery: preflight ## open the template gallery in headless Chromium (installed 
 	@command -v chromium >/dev/null || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; $$sudo apt-get install -y -qq chromium; }
 	SCREENSHOT=$(CURDIR)/docs/templates-gallery.png $(GO) test -count=1 -tags browser -run TestGalleryInABrowser -v ./internal/httpapi
 
-preflight: mailpit ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit
+preflight: mailpit pgbouncer ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit and PgBouncer
 	@$(GO) run ./internal/testenv/preflight
+
+# The tests start PgBouncers of their own (internal/testenv/pgbouncer.go);
+# Debian's lives in /usr/sbin, which is not on every user's PATH.
+pgbouncer: ## install PgBouncer from Debian's packages unless it is there
+	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer || \
+		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer; }; }
 
 # bin/mailpit is the real SMTP server the tests deliver to; go install
 # stamps the module version into it (`mailpit version` itself says "dev").
