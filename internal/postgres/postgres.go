@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -34,24 +36,43 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	return pool, nil
 }
 
-// Migrate applies every pending migration. A PostgreSQL advisory lock held
-// for the whole run lets several replicas start at once: one migrates, the
-// others wait and then find nothing left to do.
+// Migrate applies every pending migration. Several replicas may start at
+// once: one migrates, the others wait for it and then find nothing left
+// to do.
+//
+// They take turns through a PostgreSQL advisory lock that a transaction of
+// its own holds, on a connection outside the pool, for the whole run. The
+// lock is transaction-scoped on purpose: behind a pooler in transaction
+// mode (PgBouncer) a session lock would be taken on one server connection
+// and released, or not, on another, and a second replica handed the first
+// one's server connection would find the lock already its own; a
+// transaction stays on one server connection until it ends, wherever it
+// runs. goose's own session locker is therefore not used.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	fsys, err := fs.Sub(db.Migrations, "migrations")
 	if err != nil {
 		return fmt.Errorf("migrations: %w", err)
 	}
-	locker, err := lock.NewPostgresSessionLocker()
+	unlock, err := lockMigrations(ctx, pool.Config().ConnConfig, log)
 	if err != nil {
-		return fmt.Errorf("migration locker: %w", err)
+		return err
 	}
+	err = migrate(ctx, pool, fsys, log)
+	if uerr := unlock(context.WithoutCancel(ctx)); uerr != nil && err == nil {
+		// The lock's transaction ended before the migrations did (its
+		// connection was cut): another replica may have migrated beside
+		// this one. Each migration is a transaction of its own and goose
+		// records it, so at worst that replica failed; say so rather than
+		// start as if nothing happened.
+		return fmt.Errorf("migration lock lost while migrating: %w", uerr)
+	}
+	return err
+}
+
+func migrate(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, log *slog.Logger) error {
 	sqlDB := stdlib.OpenDBFromPool(pool)
 	defer sqlDB.Close()
-	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys,
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-	)
+	provider, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, goose.WithDisableGlobalRegistry(true))
 	if err != nil {
 		return fmt.Errorf("migration provider: %w", err)
 	}
@@ -63,4 +84,79 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 		log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration_ms", r.Duration.Milliseconds())
 	}
 	return nil
+}
+
+// migrationLockID is goose's lock.DefaultLockID, the key its session
+// locker used before: a session lock and a transaction lock on one key
+// exclude each other, so during a rolling upgrade a binary of the previous
+// release and one of this release do not migrate at once.
+const migrationLockID = lock.DefaultLockID
+
+// Replicas that find the lock taken try again every migrationLockRetry,
+// for up to migrationLockWait (goose's session locker waited 5 minutes
+// too), then give up with an error: a migration stuck that long needs an
+// operator, and a binary that stops says so.
+const (
+	migrationLockRetry = 500 * time.Millisecond
+	migrationLockWait  = 5 * time.Minute
+)
+
+// lockMigrations takes the migration lock in a transaction on a new
+// connection, made with the pool's settings, and returns the function
+// that ends the transaction and the connection. The connection is not the
+// pool's, so a pool of one connection still has it for the migrations.
+//
+// A replica that finds the lock taken ends its transaction before it
+// tries again: between tries it holds no server connection of a pooler,
+// so replicas waiting in numbers cannot starve the one that migrates.
+// Behind a pooler, migrating therefore needs two server connections: the
+// lock's and the migrations'.
+func lockMigrations(ctx context.Context, cfg *pgx.ConnConfig, log *slog.Logger) (func(context.Context) error, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect for the migration lock: %w", err)
+	}
+	fail := func(err error) (func(context.Context) error, error) {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	giveUp := time.Now().Add(migrationLockWait)
+	for waited := false; ; waited = true {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return fail(fmt.Errorf("begin the migration lock's transaction: %w", err))
+		}
+		// With PostgreSQL's idle_in_transaction_session_timeout set, the
+		// transaction, and the lock with it, would end while it waits for
+		// the migrations; set_config(..., true) lasts as long as it does.
+		// No prepared statement: the lock is taken before anything else,
+		// whatever default_query_exec_mode the URL sets.
+		var locked bool
+		err = tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1) FROM set_config('idle_in_transaction_session_timeout', '0', true)",
+			pgx.QueryExecModeExec, migrationLockID).Scan(&locked)
+		if err == nil && locked {
+			if waited {
+				log.Info("migration lock taken")
+			}
+			return func(ctx context.Context) error {
+				defer conn.Close(ctx)
+				return tx.Rollback(ctx) // it wrote nothing
+			}, nil
+		}
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			return fail(fmt.Errorf("take the migration lock: %w", err))
+		}
+		if !waited {
+			log.Info("waiting for the migration lock", "lock_id", migrationLockID)
+		}
+		if time.Now().After(giveUp) {
+			return fail(fmt.Errorf("the migration lock (advisory lock %d) has been held by another process for %v", migrationLockID, migrationLockWait))
+		}
+		select {
+		case <-ctx.Done():
+			return fail(fmt.Errorf("wait for the migration lock: %w", ctx.Err()))
+		case <-time.After(migrationLockRetry):
+		}
+	}
 }

@@ -1,0 +1,236 @@
+package postgres_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/sekali-dev/sekali/db"
+	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// emptyDB is a database with no schema at all, dropped when t ends
+// (testenv.NewDB's come migrated).
+func emptyDB(t *testing.T) testenv.DB {
+	t.Helper()
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, testenv.DatabaseURL())
+	if err != nil {
+		t.Fatalf("cannot reach PostgreSQL at %s: %v (see make preflight)", testenv.DatabaseURL(), err)
+	}
+	defer admin.Close(ctx)
+	name := "sekali_t_" + strings.ToLower(rand.Text())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), testenv.DatabaseURL())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Error(err)
+		}
+	})
+	u, err := url.Parse(testenv.DatabaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return testenv.DB{Pool: pool, URL: u.String(), Name: name}
+}
+
+func withParams(t *testing.T, raw string, kv ...string) string {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	for i := 0; i+1 < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func migrationCount(t *testing.T) int {
+	t.Helper()
+	files, err := fs.Glob(db.Migrations, "migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("embedded migrations: %v %v", files, err)
+	}
+	return len(files)
+}
+
+// Replicas starting together behind PgBouncer in transaction mode, with
+// fewer server connections than replicas, take turns: while the first
+// migrates, no other does, whichever server connection the bouncer hands
+// it; each migration is applied once, every replica starts, and no
+// advisory lock is left behind on a server connection.
+//
+// To catch the first one mid-run, the test creates the first
+// migration's first table itself in a transaction it keeps open: the
+// replica's CREATE TABLE waits for that transaction, on one server
+// connection, while its lock is held. goose's session locker took its
+// lock on one server connection and then ran on any; the next replica
+// handed that connection held the same session lock "again" and migrated
+// beside the first, and the two waited here together.
+func TestMigrateThroughPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := emptyDB(t)
+	b := testenv.NewPgBouncer(t, d, testenv.PgBouncerOptions{PoolSize: 2})
+	url := withParams(t, b.URL, "default_query_exec_mode", "cache_describe", "pool_max_conns", "2")
+
+	blocker, err := d.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Rollback(ctx) //nolint:errcheck // rolled back below
+	if _, err := blocker.Exec(ctx, "CREATE TABLE orders (id int)"); err != nil {
+		t.Fatal(err)
+	}
+
+	const replicas = 6
+	errs := make([]error, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() {
+			pool, err := postgres.Open(ctx, url)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer pool.Close()
+			errs[i] = postgres.Migrate(ctx, pool, quiet)
+		})
+	}
+	migrating := func() int {
+		var n int
+		if err := d.Pool.QueryRow(ctx,
+			"SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND query ILIKE '%CREATE TABLE orders%'",
+			d.Name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Either the others are all queued at the bouncer behind the one
+	// that migrates (it holds both server connections: its lock's and its
+	// migration's), or a second one got in.
+	testenv.WaitFor(t, "one replica to migrate while the others wait for it (or a second to migrate beside it)", 30*time.Second, func() bool {
+		n := migrating()
+		waiting, _ := strconv.Atoi(b.Pool(t)["cl_waiting"])
+		return n >= 2 || (n == 1 && waiting >= replicas-1)
+	})
+	if n := migrating(); n != 1 {
+		t.Errorf("%d replicas migrating at once", n)
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+	}
+
+	var applied, versions int
+	if err := d.Pool.QueryRow(ctx,
+		"SELECT count(*), count(DISTINCT version_id) FROM goose_db_version WHERE version_id > 0 AND is_applied").Scan(&applied, &versions); err != nil {
+		t.Fatal(err)
+	}
+	if want := migrationCount(t); applied != want || versions != want {
+		t.Errorf("goose_db_version: %d rows for %d versions, want %d of each (one per migration)", applied, versions, want)
+	}
+	var held int
+	if err := d.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE l.locktype = 'advisory' AND d.datname = current_database()").Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if held != 0 {
+		t.Errorf("%d advisory locks still held after every replica finished", held)
+	}
+}
+
+// While another process holds the migration lock, Migrate applies
+// nothing; it goes ahead once the lock is free. The holder may be a
+// transaction (this release) or a session (goose's locker, the previous
+// release, during a rolling upgrade).
+func TestMigrateWaitsForTheLock(t *testing.T) {
+	t.Parallel()
+	for _, holder := range []string{"transaction", "session"} {
+		t.Run(holder, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			d := emptyDB(t)
+			other, err := pgx.Connect(ctx, d.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close(ctx)
+			var release func()
+			if holder == "transaction" {
+				tx, err := other.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lock.DefaultLockID); err != nil {
+					t.Fatal(err)
+				}
+				release = func() { _ = tx.Rollback(ctx) }
+			} else {
+				if _, err := other.Exec(ctx, "SELECT pg_advisory_lock($1)", lock.DefaultLockID); err != nil {
+					t.Fatal(err)
+				}
+				release = func() { _, _ = other.Exec(ctx, "SELECT pg_advisory_unlock($1)", lock.DefaultLockID) }
+			}
+
+			short, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+			err = postgres.Migrate(short, d.Pool, quiet)
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Migrate while the lock is held: %v, want it to wait until its context ends", err)
+			}
+			var exists bool
+			if err := d.Pool.QueryRow(ctx, "SELECT to_regclass('goose_db_version') IS NOT NULL").Scan(&exists); err != nil {
+				t.Fatal(err)
+			}
+			if exists {
+				t.Error("Migrate touched the schema without the lock")
+			}
+
+			release()
+			if err := postgres.Migrate(ctx, d.Pool, quiet); err != nil {
+				t.Fatalf("Migrate once the lock is free: %v", err)
+			}
+			var n int
+			if err := d.Pool.QueryRow(ctx, "SELECT count(*) FROM goose_db_version WHERE version_id > 0").Scan(&n); err != nil || n != migrationCount(t) {
+				t.Errorf("%d migrations recorded (%v), want %d", n, err, migrationCount(t))
+			}
+		})
+	}
+}
