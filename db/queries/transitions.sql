@@ -34,11 +34,16 @@ FROM ins;
 
 -- name: ClaimDelivery :one
 -- Take the delivery for one attempt: a pending row, or a sending row whose
--- worker died before it handed the message over, that no operator's block
--- holds back. Commits before anything is sent; no row back means someone
--- else owns it, it is done, or it is blocked.
-WITH prev AS (
-    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
+-- worker died before it handed the message over, that is the task's (its
+-- key hash), of a template this worker has, still within its max age, and
+-- that no operator's block or the suppression list holds back. Commits
+-- before anything is sent. It is also the worker's only read of the row:
+-- no row back means someone else owns it, it is done, or one of those
+-- conditions failed, and only then is the row read to say which.
+WITH nosync AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), prev AS (
+    SELECT n.id, n.status FROM notification_deliveries n, nosync WHERE n.id = @id FOR UPDATE OF n
 ), claimed AS (
     UPDATE notification_deliveries d
     SET status           = 'sending',
@@ -52,6 +57,9 @@ WITH prev AS (
     WHERE d.id = prev.id
       AND (d.status = 'pending'
            OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
+      AND encode(substring(sha256(convert_to(d.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') = @key_hash::text
+      AND d.template = ANY(@templates::text[])
+      AND (d.status <> 'pending' OR d.trying_since > now() - make_interval(secs => @max_age_seconds::float8))
       AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
                       WHERE b.expires_at > now()
                         AND ((b.kind = 'key' AND b.value = d.idempotency_key)
@@ -99,13 +107,21 @@ WHERE id = @id
 
 -- name: MarkSent :execrows
 -- Fenced: only the worker whose lease this is may record the outcome.
-WITH upd AS (
+-- Committed without waiting for the WAL flush (synchronous_commit off for
+-- this statement's transaction alone): if PostgreSQL crashes before the
+-- flush, the row is back to sending and handed over — what a worker crash
+-- after the provider's acceptance leaves — and the reconciler settles it
+-- by asking the provider. The flush is most of this statement's cost.
+WITH nosync AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), upd AS (
     UPDATE notification_deliveries d
     SET status              = 'sent',
         provider_message_id = @provider_message_id::text,
         sent_at             = now(),
         last_error          = NULL,
         updated_at          = now()
+    FROM nosync
     WHERE d.id = @id
       AND d.status = 'sending'
       AND d.lease_token = @lease_token::uuid

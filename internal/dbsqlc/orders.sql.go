@@ -32,6 +32,96 @@ func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
 	return i, err
 }
 
+const insertCheckout = `-- name: InsertCheckout :exec
+WITH o AS (
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)
+    VALUES ($7, $8, $9, $10, $11, $12, $13, $14::text)
+), lines AS (
+    INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
+    SELECT $7::uuid,
+           unnest($15::integer[]),
+           unnest($16::text[]),
+           unnest($17::text[]),
+           unnest($18::integer[]),
+           unnest($19::bigint[])
+), d AS (
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
+    VALUES ($20, $7, $21, $22, $23, $24, $12, $12, $12, $14::text)
+    RETURNING id
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+    SELECT d.id, 'received', NULL, 'pending', 0, 'api' FROM d
+)
+INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at)
+SELECT $1::text, $2::text, $3::bytea, $4::bytea, $5::timestamptz
+WHERE $6::boolean
+`
+
+type InsertCheckoutParams struct {
+	Scope           string
+	Key             string
+	RequestHash     []byte
+	ResponseBody    []byte
+	ExpiresAt       time.Time
+	Remember        bool
+	ID              uuid.UUID
+	CustomerEmail   string
+	CustomerName    string
+	Currency        string
+	TotalMinor      int64
+	CreatedAt       time.Time
+	AccessTokenHash []byte
+	Locale          *string
+	LineNos         []int32
+	Skus            []string
+	Names           []string
+	Quantities      []int32
+	UnitPricesMinor []int64
+	DeliveryID      uuid.UUID
+	Template        string
+	Recipient       string
+	IdempotencyKey  string
+	TemplateData    []byte
+}
+
+// A checkout in one statement, so that without an Idempotency-Key it is
+// one round trip and one commit: the order, its lines, its confirmation's
+// delivery (-> pending, the transition InsertDelivery makes for every
+// other intent) with its 'received' event, and, when remember is set, the
+// Idempotency-Key's response. A new order's key can be neither recorded
+// nor retired yet, so the delivery needs no conflict handling; the
+// Idempotency-Key's primary key refuses a twin that slipped past the
+// caller's lock, which rolls all of it back.
+func (q *Queries) InsertCheckout(ctx context.Context, arg InsertCheckoutParams) error {
+	_, err := q.db.Exec(ctx, insertCheckout,
+		arg.Scope,
+		arg.Key,
+		arg.RequestHash,
+		arg.ResponseBody,
+		arg.ExpiresAt,
+		arg.Remember,
+		arg.ID,
+		arg.CustomerEmail,
+		arg.CustomerName,
+		arg.Currency,
+		arg.TotalMinor,
+		arg.CreatedAt,
+		arg.AccessTokenHash,
+		arg.Locale,
+		arg.LineNos,
+		arg.Skus,
+		arg.Names,
+		arg.Quantities,
+		arg.UnitPricesMinor,
+		arg.DeliveryID,
+		arg.Template,
+		arg.Recipient,
+		arg.IdempotencyKey,
+		arg.TemplateData,
+	)
+	return err
+}
+
 const insertOrder = `-- name: InsertOrder :exec
 WITH o AS (
     INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)

@@ -14,8 +14,10 @@ import (
 
 const claimDelivery = `-- name: ClaimDelivery :one
 
-WITH prev AS (
-    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = $1 FOR UPDATE
+WITH nosync AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), prev AS (
+    SELECT n.id, n.status FROM notification_deliveries n, nosync WHERE n.id = $1 FOR UPDATE OF n
 ), claimed AS (
     UPDATE notification_deliveries d
     SET status           = 'sending',
@@ -29,6 +31,9 @@ WITH prev AS (
     WHERE d.id = prev.id
       AND (d.status = 'pending'
            OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
+      AND encode(substring(sha256(convert_to(d.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') = $5::text
+      AND d.template = ANY($6::text[])
+      AND (d.status <> 'pending' OR d.trying_since > now() - make_interval(secs => $7::float8))
       AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
                       WHERE b.expires_at > now()
                         AND ((b.kind = 'key' AND b.value = d.idempotency_key)
@@ -37,8 +42,8 @@ WITH prev AS (
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'claimed', from_status, 'sending', attempts, $5::text,
-           jsonb_build_object('task_id', $6::text)
+    SELECT id, 'claimed', from_status, 'sending', attempts, $8::text,
+           jsonb_build_object('task_id', $9::text)
     FROM claimed
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
@@ -48,12 +53,15 @@ FROM claimed
 `
 
 type ClaimDeliveryParams struct {
-	ID           uuid.UUID
-	LeaseToken   uuid.UUID
-	LeaseSeconds float64
-	MessageID    string
-	Actor        string
-	TaskID       string
+	ID            uuid.UUID
+	LeaseToken    uuid.UUID
+	LeaseSeconds  float64
+	MessageID     string
+	KeyHash       string
+	Templates     []string
+	MaxAgeSeconds float64
+	Actor         string
+	TaskID        string
 }
 
 type ClaimDeliveryRow struct {
@@ -81,15 +89,21 @@ type ClaimDeliveryRow struct {
 
 // ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
 // Take the delivery for one attempt: a pending row, or a sending row whose
-// worker died before it handed the message over, that no operator's block
-// holds back. Commits before anything is sent; no row back means someone
-// else owns it, it is done, or it is blocked.
+// worker died before it handed the message over, that is the task's (its
+// key hash), of a template this worker has, still within its max age, and
+// that no operator's block or the suppression list holds back. Commits
+// before anything is sent. It is also the worker's only read of the row:
+// no row back means someone else owns it, it is done, or one of those
+// conditions failed, and only then is the row read to say which.
 func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (ClaimDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, claimDelivery,
 		arg.ID,
 		arg.LeaseToken,
 		arg.LeaseSeconds,
 		arg.MessageID,
+		arg.KeyHash,
+		arg.Templates,
+		arg.MaxAgeSeconds,
 		arg.Actor,
 		arg.TaskID,
 	)
@@ -450,13 +464,16 @@ func (q *Queries) MarkFailed(ctx context.Context, arg MarkFailedParams) (int64, 
 }
 
 const markSent = `-- name: MarkSent :execrows
-WITH upd AS (
+WITH nosync AS (
+    SELECT set_config('synchronous_commit', 'off', true)
+), upd AS (
     UPDATE notification_deliveries d
     SET status              = 'sent',
         provider_message_id = $2::text,
         sent_at             = now(),
         last_error          = NULL,
         updated_at          = now()
+    FROM nosync
     WHERE d.id = $4
       AND d.status = 'sending'
       AND d.lease_token = $5::uuid
@@ -477,6 +494,11 @@ type MarkSentParams struct {
 }
 
 // Fenced: only the worker whose lease this is may record the outcome.
+// Committed without waiting for the WAL flush (synchronous_commit off for
+// this statement's transaction alone): if PostgreSQL crashes before the
+// flush, the row is back to sending and handed over — what a worker crash
+// after the provider's acceptance leaves — and the reconciler settles it
+// by asking the provider. The flush is most of this statement's cost.
 func (q *Queries) MarkSent(ctx context.Context, arg MarkSentParams) (int64, error) {
 	result, err := q.db.Exec(ctx, markSent,
 		arg.Actor,

@@ -143,6 +143,29 @@ func Record(ctx context.Context, tx DB, in Intent, now time.Time) (d Delivery, c
 	return fromRow(existing), false, nil
 }
 
+// PreparedIntent is an intent made ready for a caller that writes it in
+// a statement of its own (the checkout's, which records the order and its
+// confirmation in one round trip): the delivery as it is once committed,
+// and its template data as stored. Only a new order's intent may be
+// written this way: its key cannot exist yet, so nothing needs to be read.
+type PreparedIntent struct {
+	Delivery Delivery // pending, with the id and key to insert
+	Data     json.RawMessage
+}
+
+// Prepare returns the intent's delivery as Record would create it.
+func (in Intent) Prepare(now time.Time) (PreparedIntent, error) {
+	data, err := json.Marshal(in.Data)
+	if err != nil {
+		return PreparedIntent{}, fmt.Errorf("prepare %s intent: encode template data: %w", in.Template, err)
+	}
+	return PreparedIntent{Data: data, Delivery: Delivery{
+		ID: uuid.Must(uuid.NewV7()), OrderID: in.OrderID, Template: in.Template, Recipient: in.Recipient,
+		IdempotencyKey: in.key(), Status: StatusPending, Data: data,
+		CreatedAt: now, UpdatedAt: now, TryingSince: now, Locale: in.Locale,
+	}}, nil
+}
+
 // ListByOrder returns the deliveries of one order, oldest first.
 func ListByOrder(ctx context.Context, db DB, orderID uuid.UUID) ([]Delivery, error) {
 	rows, err := dbsqlc.New(db).ListDeliveriesByOrder(ctx, orderID)

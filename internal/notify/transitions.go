@@ -87,10 +87,22 @@ type lease struct {
 
 // claim takes the delivery for one attempt. pgx.ErrNoRows means it is
 // not claimable: done, another worker's, or blocked.
-func claim(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, messageID, taskID string) (dbsqlc.ClaimDeliveryRow, error) {
+func claim(ctx context.Context, q *dbsqlc.Queries, c claimArgs) (dbsqlc.ClaimDeliveryRow, error) {
 	return q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{
-		ID: id, LeaseToken: l.token, LeaseSeconds: l.ttl.Seconds(), MessageID: messageID, Actor: l.actor, TaskID: taskID,
+		ID: c.id, KeyHash: c.keyHash, LeaseToken: c.lease.token, LeaseSeconds: c.lease.ttl.Seconds(), MessageID: c.messageID,
+		Templates: c.templates, MaxAgeSeconds: c.maxAge.Seconds(), Actor: c.lease.actor, TaskID: c.taskID,
 	})
+}
+
+// claimArgs is what a claim checks and writes: the task's delivery and
+// key hash, the templates the worker has, the deliveries' max age, and
+// the attempt's lease, Message-ID and task.
+type claimArgs struct {
+	id                         uuid.UUID
+	keyHash, messageID, taskID string
+	lease                      lease
+	templates                  []string
+	maxAge                     time.Duration
 }
 
 // handOver is the last lease check before the data goes out; it records

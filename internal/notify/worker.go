@@ -77,13 +77,15 @@ type Worker struct {
 	lock      redisLock
 	provider  Provider
 	templates *Templates
-	cfg       WorkerConfig
-	log       *slog.Logger
-	metrics   *Metrics
-	limit     *limiter
-	health    *health
-	tracer    trace.Tracer
-	draining  atomic.Bool
+	// templateNames are the templates this worker may claim deliveries of.
+	templateNames []string
+	cfg           WorkerConfig
+	log           *slog.Logger
+	metrics       *Metrics
+	limit         *limiter
+	health        *health
+	tracer        trace.Tracer
+	draining      atomic.Bool
 }
 
 // Drain makes the worker start no new attempt: tasks that have not
@@ -96,16 +98,17 @@ func (w *Worker) Drain() { w.draining.Store(true) }
 func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, templates *Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
 	metrics.knowTemplates(templates.Names())
 	return &Worker{
-		db:        db,
-		lock:      redisLock{rdb: rdb, ttl: cfg.LockTTL},
-		provider:  provider,
-		templates: templates,
-		cfg:       cfg,
-		log:       log,
-		metrics:   metrics,
-		limit:     newLimiter(max(cfg.Concurrency, 1)),
-		health:    newHealth(metrics.providerUp),
-		tracer:    cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
+		db:            db,
+		lock:          redisLock{rdb: rdb, ttl: cfg.LockTTL},
+		provider:      provider,
+		templates:     templates,
+		templateNames: templates.Names(),
+		cfg:           cfg,
+		log:           log,
+		metrics:       metrics,
+		limit:         newLimiter(max(cfg.Concurrency, 1)),
+		health:        newHealth(metrics.providerUp),
+		tracer:        cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
 	}
 }
 
@@ -165,9 +168,10 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	l.set(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
 
-	row, done, err := w.load(ctx, l, p)
-	if done || err != nil {
-		return err
+	// The cache may say "sent"; only that answer is ever believed.
+	if w.lock.cachedSent(ctx, p.KeyHash) {
+		w.duplicate(l, "cache")
+		return nil
 	}
 
 	// The lock keeps two workers from doing this work at once.
@@ -198,7 +202,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		w.metrics.handedBack.WithLabelValues("shutdown").Inc()
 		return wait(errDraining, 500*time.Millisecond, time.Second)
 	}
-	if done, err := w.claim(ctx, l, a, row); done || err != nil {
+	if done, err := w.claim(ctx, l, a, p); done || err != nil {
 		return err
 	}
 	failpoint.Inject("after-claim")
@@ -219,55 +223,21 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	return w.record(rctx, l, a, providerID, sendErr)
 }
 
-// load reads the delivery and decides whether this task has anything to
-// do: done is true (with a nil error) when it has not.
-func (w *Worker) load(ctx context.Context, l *taskLog, p deliverPayload) (row dbsqlc.NotificationDelivery, done bool, err error) {
-	// The cache may say "sent"; only that answer is ever believed.
-	if w.lock.cachedSent(ctx, p.KeyHash) {
-		w.duplicate(l, "cache")
-		return row, true, nil
-	}
-	row, err = dbsqlc.New(w.db).GetDelivery(ctx, p.DeliveryID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		l.result = "unknown_delivery"
-		return row, true, fmt.Errorf("delivery %s does not exist: %w", p.DeliveryID, asynq.SkipRetry)
-	}
-	if err != nil {
-		l.result = "db_error"
-		w.metrics.retries.WithLabelValues("database").Inc()
-		return row, true, fmt.Errorf("read delivery: %w", err)
-	}
-	if KeyHash(row.IdempotencyKey) != p.KeyHash {
-		l.result = "bad_payload"
-		return row, true, fmt.Errorf("task key hash %s does not match delivery %s: %w", p.KeyHash, p.DeliveryID, asynq.SkipRetry)
-	}
-	l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
-	if w.settled(ctx, l, row, "database") {
-		return row, true, nil
-	}
-	if Status(row.Status) == StatusPending && time.Since(row.TryingSince) >= w.cfg.MaxAge {
-		return row, true, w.expire(ctx, l, row)
-	}
-	if !w.templates.Has(row.Template) {
-		// An older worker during a rolling deploy: the delivery is not
-		// this worker's to fail. It waits for one that knows the template.
-		l.result = "unknown_template"
-		w.metrics.handedBack.WithLabelValues("unknown_template").Inc()
-		return row, true, wait(errUnknownTemplate, unknownTemplateWait, 2*unknownTemplateWait)
-	}
-	return row, false, nil
-}
-
 // claim takes the row for this attempt: one conditional UPDATE that
-// re-reads it under its row lock (pending, or an expired lease not handed
-// over, and no block), so the re-read after the lock costs no extra round
-// trip. Only when it takes nothing is the row read to say why.
-func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, row dbsqlc.NotificationDelivery) (done bool, err error) {
+// reads it under its row lock and takes it only if it is the task's,
+// claimable (pending, or an expired lease not handed over), of a template
+// this worker has, not too old, and neither blocked nor suppressed. It is
+// the attempt's first and, on the way to a send, only read of the row;
+// only when it takes nothing is the row read to say why.
+func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPayload) (done bool, err error) {
 	cctx, span := w.tracer.Start(ctx, "claim")
-	claimed, err := claim(cctx, dbsqlc.New(w.db), row.ID, a.lease, MessageID(row.IdempotencyKey, w.cfg.MessageIDDomain), a.taskID)
+	claimed, err := claim(cctx, dbsqlc.New(w.db), claimArgs{
+		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: p.KeyHash + "@" + w.cfg.MessageIDDomain,
+		taskID: a.taskID, templates: w.templateNames, maxAge: w.cfg.MaxAge,
+	})
 	span.End()
 	if errors.Is(err, pgx.ErrNoRows) {
-		return true, w.notClaimable(ctx, l, row.ID)
+		return true, w.notClaimable(ctx, l, p)
 	}
 	if err != nil {
 		l.result = "db_error"
@@ -275,7 +245,8 @@ func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, row dbsqlc.N
 		return true, fmt.Errorf("claim delivery: %w", err)
 	}
 	a.row = claimedDelivery(claimed)
-	l.set(slog.String("from_status", claimed.FromStatus), slog.Int("attempt", int(claimed.Attempts)))
+	l.set(slog.String("order_id", claimed.OrderID.String()), slog.String("template", claimed.Template),
+		slog.String("from_status", claimed.FromStatus), slog.Int("attempt", int(claimed.Attempts)))
 	return false, nil
 }
 
@@ -358,17 +329,42 @@ func (w *Worker) expire(ctx context.Context, l *taskLog, row dbsqlc.Notification
 	return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
 }
 
-// notClaimable explains why the claim found nothing to take.
-func (w *Worker) notClaimable(ctx context.Context, l *taskLog, id uuid.UUID) error {
+// notClaimable reads the row the claim did not take and decides what
+// the task does: nothing (done, or another worker's), fail it (expired),
+// hand it back (a template this worker lacks), or leave it to the
+// reconciler, the suppression list or an operator's block.
+func (w *Worker) notClaimable(ctx context.Context, l *taskLog, p deliverPayload) error {
 	q := dbsqlc.New(w.db)
+	id := p.DeliveryID
 	row, err := q.GetDelivery(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		l.result = "unknown_delivery"
+		return fmt.Errorf("delivery %s does not exist: %w", id, asynq.SkipRetry)
+	}
 	if err != nil {
 		l.result = "db_error"
 		w.metrics.retries.WithLabelValues("database").Inc()
 		return fmt.Errorf("re-read delivery: %w", err)
 	}
+	if KeyHash(row.IdempotencyKey) != p.KeyHash {
+		l.result = "bad_payload"
+		return fmt.Errorf("task key hash %s does not match delivery %s: %w", p.KeyHash, id, asynq.SkipRetry)
+	}
+	l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
 	if w.settled(ctx, l, row, "database") {
 		return nil
+	}
+	claimable := Status(row.Status) == StatusPending ||
+		(Status(row.Status) == StatusSending && row.HandedOverAt == nil && row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now()))
+	if claimable && !w.templates.Has(row.Template) {
+		// An older worker during a rolling deploy: the delivery is not
+		// this worker's to fail. It waits for one that knows the template.
+		l.result = "unknown_template"
+		w.metrics.handedBack.WithLabelValues("unknown_template").Inc()
+		return wait(errUnknownTemplate, unknownTemplateWait, 2*unknownTemplateWait)
+	}
+	if Status(row.Status) == StatusPending && time.Since(row.TryingSince) >= w.cfg.MaxAge {
+		return w.expire(ctx, l, row)
 	}
 	expired := row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now())
 	if Status(row.Status) == StatusSending && row.HandedOverAt != nil && expired {

@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -982,5 +983,32 @@ func TestMessageIDIsStoredAtTheFirstClaim(t *testing.T) {
 	}
 	if msgs := e.sink.ByMessageID(stored); len(msgs) != 1 {
 		t.Errorf("%d messages with the stored Message-ID %s, want 1", len(msgs), stored)
+	}
+}
+
+// The claim and the "sent" write skip the WAL flush for their own
+// transaction only: the hand-over, the one write that must be durable
+// before the data goes out, and everything after on the same connection
+// still wait for it.
+func TestAsyncCommitDoesNotLeakOntoTheConnection(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	pool, _ := testenv.OneBackend(t, e.db)
+	d := e.checkout(t, "durable@example.com")
+	w := notify.NewWorker(pool, e.rdb, e.smtp(t), e.templates, notify.WorkerConfig{
+		WorkerID: "test", LockTTL: 5 * time.Second, SendTimeout: 5 * time.Second, MaxAge: time.Hour, MessageIDDomain: "shop.example", Concurrency: 1,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent {
+		t.Fatalf("status %s", got.Status)
+	}
+	var setting string
+	if err := pool.QueryRow(context.Background(), "SHOW synchronous_commit").Scan(&setting); err != nil {
+		t.Fatal(err)
+	}
+	if setting != "on" {
+		t.Errorf("after an attempt, the worker's connection has synchronous_commit=%s", setting)
 	}
 }

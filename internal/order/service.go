@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -111,79 +112,121 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/sekali-dev/sekali/internal/order").Start(ctx, "checkout transaction")
 	defer span.End()
 
-	var deliveries []notify.Delivery
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		if idempotencyKey != "" {
-			prior, found, err := s.lookupKey(ctx, q, idempotencyScope, idempotencyKey, hash, now)
-			if err != nil {
-				return err
-			}
-			if found {
-				if err := json.Unmarshal(prior, &o); err != nil {
-					return fmt.Errorf("decode remembered response: %w", err)
-				}
-				replayed = true
-				return nil
-			}
-		}
-
-		o = Order{
-			ID:            uuid.Must(uuid.NewV7()),
-			CustomerEmail: v.Email,
-			CustomerName:  v.Name,
-			Currency:      v.Currency,
-			Items:         v.Items,
-			Total:         v.Total,
-			Locale:        v.Locale,
-			CreatedAt:     now,
-			AccessToken:   newAccessToken(),
-		}
-		if err := insertOrder(ctx, q, o); err != nil {
-			return err
-		}
-		d, _, err := notify.Record(ctx, tx, notify.Intent{
-			OrderID:   o.ID,
-			Template:  TemplateConfirmation,
-			Recipient: o.CustomerEmail,
-			Data: confirmationData{
-				OrderID:      o.ID,
-				CustomerName: o.CustomerName,
-				Currency:     o.Currency,
-				Items:        o.Items,
-				Total:        o.Total,
-				PlacedAt:     o.CreatedAt,
-			},
-			Locale: o.Locale,
-		}, now)
-		if err != nil {
-			return err
-		}
-		deliveries = append(deliveries, d)
-		o.Notifications = notificationsOf(deliveries)
-
-		if idempotencyKey != "" {
-			body, err := json.Marshal(o)
-			if err != nil {
-				return fmt.Errorf("remember idempotent response: %w", err)
-			}
-			if err := s.rememberKey(ctx, q, idempotencyScope, idempotencyKey, hash, body, now); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	o = Order{
+		ID:            uuid.Must(uuid.NewV7()),
+		CustomerEmail: v.Email,
+		CustomerName:  v.Name,
+		Currency:      v.Currency,
+		Items:         v.Items,
+		Total:         v.Total,
+		Locale:        v.Locale,
+		CreatedAt:     now,
+		AccessToken:   newAccessToken(),
+	}
+	intent, err := notify.Intent{
+		OrderID:   o.ID,
+		Template:  TemplateConfirmation,
+		Recipient: o.CustomerEmail,
+		Data: confirmationData{
+			OrderID:      o.ID,
+			CustomerName: o.CustomerName,
+			Currency:     o.Currency,
+			Items:        o.Items,
+			Total:        o.Total,
+			PlacedAt:     o.CreatedAt,
+		},
+		Locale: o.Locale,
+	}.Prepare(now)
 	if err != nil {
 		return Order{}, false, err
 	}
-	if replayed {
-		s.replays.Inc()
-		return o, true, nil
+	deliveries := []notify.Delivery{intent.Delivery}
+	o.Notifications = notificationsOf(deliveries)
+	p := checkoutParams(o, intent)
+
+	if idempotencyKey == "" {
+		// One statement: one round trip, one commit.
+		if err := dbsqlc.New(s.pool).InsertCheckout(ctx, p); err != nil {
+			return Order{}, false, fmt.Errorf("insert order: %w", err)
+		}
+	} else {
+		var prior Order
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			q := dbsqlc.New(tx)
+			body, found, err := s.lookupKey(ctx, q, idempotencyScope, idempotencyKey, hash, now)
+			if err != nil || found {
+				if found {
+					replayed = true
+					if err := json.Unmarshal(body, &prior); err != nil {
+						return fmt.Errorf("decode remembered response: %w", err)
+					}
+				}
+				return err
+			}
+			if p.ResponseBody, err = json.Marshal(o); err != nil {
+				return fmt.Errorf("remember idempotent response: %w", err)
+			}
+			p.Remember, p.Scope, p.Key, p.RequestHash, p.ExpiresAt = true, idempotencyScope, idempotencyKey, hash, now.Add(s.keyTTL)
+			if err := q.InsertCheckout(ctx, p); err != nil {
+				if isUniqueViolation(err, "idempotency_keys_pkey") {
+					// A twin committed between our snapshot and our lock:
+					// it is the first; this one is rolled back.
+					s.keyClashes.WithLabelValues("in_flight").Inc()
+					return ErrRequestInFlight
+				}
+				return fmt.Errorf("insert order: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return Order{}, false, err
+		}
+		if replayed {
+			s.replays.Inc()
+			return prior, true, nil
+		}
 	}
 	s.created.Inc()
 	failpoint.Inject("api-after-commit") // a crash here leaves intents without tasks
 	s.enqueuer.EnqueueAfterCommit(ctx, deliveries)
 	return o, false, nil
+}
+
+// checkoutParams are the columns of a new order and its confirmation.
+func checkoutParams(o Order, intent notify.PreparedIntent) dbsqlc.InsertCheckoutParams {
+	p := dbsqlc.InsertCheckoutParams{
+		ID:             o.ID,
+		CustomerEmail:  o.CustomerEmail,
+		CustomerName:   o.CustomerName,
+		Currency:       o.Currency,
+		TotalMinor:     o.Total,
+		CreatedAt:      o.CreatedAt,
+		DeliveryID:     intent.Delivery.ID,
+		Template:       intent.Delivery.Template,
+		Recipient:      intent.Delivery.Recipient,
+		IdempotencyKey: intent.Delivery.IdempotencyKey,
+		TemplateData:   intent.Data,
+	}
+	sum := sha256.Sum256([]byte(o.AccessToken))
+	p.AccessTokenHash = sum[:]
+	if o.Locale != "" {
+		p.Locale = &o.Locale
+	}
+	for i, it := range o.Items {
+		p.LineNos = append(p.LineNos, int32(i+1))
+		p.Skus = append(p.Skus, it.SKU)
+		p.Names = append(p.Names, it.Name)
+		p.Quantities = append(p.Quantities, it.Quantity)
+		p.UnitPricesMinor = append(p.UnitPricesMinor, it.UnitPrice)
+	}
+	return p
+}
+
+// isUniqueViolation reports whether err is PostgreSQL refusing a
+// duplicate in constraint.
+func isUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == constraint
 }
 
 // lookupKey takes the key's transaction-scoped lock and returns the
@@ -224,35 +267,6 @@ func (s *Service) rememberKey(ctx context.Context, q *dbsqlc.Queries, scope, key
 		Scope: scope, Key: key, RequestHash: hash, ResponseBody: body, ExpiresAt: now.Add(s.keyTTL),
 	}); err != nil {
 		return fmt.Errorf("remember idempotency key: %w", err)
-	}
-	return nil
-}
-
-func insertOrder(ctx context.Context, q *dbsqlc.Queries, o Order) error {
-	p := dbsqlc.InsertOrderParams{
-		ID:            o.ID,
-		CustomerEmail: o.CustomerEmail,
-		CustomerName:  o.CustomerName,
-		Currency:      o.Currency,
-		TotalMinor:    o.Total,
-		CreatedAt:     o.CreatedAt,
-	}
-	if o.AccessToken != "" {
-		sum := sha256.Sum256([]byte(o.AccessToken))
-		p.AccessTokenHash = sum[:]
-	}
-	if o.Locale != "" {
-		p.Locale = &o.Locale
-	}
-	for i, it := range o.Items {
-		p.LineNos = append(p.LineNos, int32(i+1))
-		p.Skus = append(p.Skus, it.SKU)
-		p.Names = append(p.Names, it.Name)
-		p.Quantities = append(p.Quantities, it.Quantity)
-		p.UnitPricesMinor = append(p.UnitPricesMinor, it.UnitPrice)
-	}
-	if err := q.InsertOrder(ctx, p); err != nil {
-		return fmt.Errorf("insert order: %w", err)
 	}
 	return nil
 }
