@@ -4,12 +4,15 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
@@ -57,7 +60,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	err = migrate(ctx, pool, fsys, log)
+	err = withPoolerHint(pool.Config().ConnConfig, migrate(ctx, pool, fsys, log))
 	if uerr := unlock(context.WithoutCancel(ctx)); uerr != nil && err == nil {
 		// The lock's transaction ended before the migrations did (its
 		// connection was cut): another replica may have migrated beside
@@ -84,6 +87,20 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, fsys fs.FS, log *slog.Logg
 		log.Info("migration applied", "version", r.Source.Version, "file", r.Source.Path, "duration_ms", r.Duration.Milliseconds())
 	}
 	return nil
+}
+
+// withPoolerHint adds to err what to do when it is pgx's statement cache
+// meeting a pooler in transaction mode: a statement pgx prepared on one
+// server connection missing on the next (26000), or another client's
+// copy of it already there (42P05). Every binary migrates at start, so
+// that is where the missing setting shows first.
+func withPoolerHint(cfg *pgx.ConnConfig, err error) error {
+	var pgErr *pgconn.PgError
+	if cfg.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || !errors.As(err, &pgErr) ||
+		(pgErr.Code != "26000" && pgErr.Code != "42P05") || !strings.Contains(pgErr.Message, "stmtcache_") {
+		return err
+	}
+	return fmt.Errorf("%w (behind a pooler in transaction mode, such as PgBouncer, add default_query_exec_mode=cache_describe to DATABASE_URL: see docs/deploy.md)", err)
 }
 
 // migrationLockID is goose's lock.DefaultLockID, the key its session

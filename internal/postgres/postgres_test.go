@@ -234,3 +234,35 @@ func TestMigrateWaitsForTheLock(t *testing.T) {
 		})
 	}
 }
+
+// Behind PgBouncer without default_query_exec_mode, pgx's statement cache
+// meets the statements other clients prepared on the same server
+// connections. The binaries migrate at start, so that is where it shows;
+// the error then says what to set. (With three replicas one after the
+// other and two server connections, the third at the latest finds its
+// first statement already prepared there.)
+func TestMigrateBehindPgBouncerWithoutTheSettingSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := testenv.NewDB(t)
+	b := testenv.NewPgBouncer(t, d, testenv.PgBouncerOptions{PoolSize: 2})
+	failed := 0
+	for range 3 {
+		pool, err := postgres.Open(ctx, b.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = postgres.Migrate(ctx, pool, quiet)
+		pool.Close()
+		if err == nil {
+			continue
+		}
+		failed++
+		if !strings.Contains(err.Error(), "add default_query_exec_mode=cache_describe to DATABASE_URL") {
+			t.Errorf("Migrate: %v; want the hint", err)
+		}
+	}
+	if failed == 0 {
+		t.Error("three replicas migrated through the bouncer with pgx's statement cache; want the collision this test is about")
+	}
+}
