@@ -6,6 +6,7 @@
 package chaos_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -77,6 +78,7 @@ func TestMain(m *testing.M) {
 type cluster struct {
 	t          *testing.T
 	db         testenv.DB
+	dbURL      string // what the binaries get as DATABASE_URL, if not db.URL (a PgBouncer in front of it)
 	redis      *testenv.RedisServer
 	redisURL   string           // what the binaries get as REDIS_URL (the server above, or a Sentinel)
 	sink       *smtpsink.Server // nil with Mailpit
@@ -192,7 +194,7 @@ func merge(base map[string]string, extra []string) map[string]string {
 
 func (c *cluster) common() map[string]string {
 	return map[string]string{
-		"DATABASE_URL":   c.db.URL,
+		"DATABASE_URL":   cmp.Or(c.dbURL, c.db.URL),
 		"REDIS_URL":      c.redisURL,
 		"DELIVERY_QUEUE": c.redis.Queue,
 		"MAIL_FROM":      "orders@" + mailDomain,
