@@ -63,7 +63,7 @@ func emptyDB(t *testing.T) testenv.DB {
 	return testenv.DB{Pool: pool, URL: u.String(), Name: name}
 }
 
-func withParams(t *testing.T, raw string, kv ...string) string {
+func withParams(t testing.TB, raw string, kv ...string) string {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
