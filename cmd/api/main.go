@@ -62,6 +62,7 @@ type config struct {
 	MetricsAddr     string
 	RateLimits      httpapi.RateLimits
 	Webhooks        []httpapi.Webhook
+	MaxInFlight     int
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -76,6 +77,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 		MetricsAddr:     env.String("METRICS_ADDR", ":9100"),
+		MaxInFlight:     env.Int("HTTP_MAX_IN_FLIGHT", 128, 0, 100_000),
 		RateLimits: httpapi.RateLimits{
 			Public:  httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_PUBLIC", 50, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_PUBLIC_BURST", 100, 1, 1_000_000)},
 			Backend: httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_BACKEND", 500, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_BACKEND_BURST", 1000, 1, 1_000_000)},
@@ -188,7 +190,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
-			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks,
+			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks, MaxInFlight: cfg.MaxInFlight,
 			Tracer: tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
 			Admin:  httpapi.Admin{Token: cfg.AdminToken, Ops: notify.NewOperator(pool, enqueuer, inspector, rdb), Keys: keys},
 		}),

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -50,7 +51,7 @@ func (b *bench) ceiling(ctx context.Context, d time.Duration) (ceilingResult, er
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stop) && ctx.Err() == nil {
-				if err := oneOrder(ctx, pool); err != nil {
+				if err := oneOrder(ctx, pool, b.o.keys); err != nil {
 					once.Do(func() { firstErr = err })
 					return
 				}
@@ -100,7 +101,7 @@ func (b *bench) settle(ctx context.Context, pool *pgxpool.Pool, vacuum bool) {
 // oneOrder is one order's SQL, with the values the API and the worker
 // send for the checkout the load generator offers: the same two lines and
 // the same template snapshot.
-func oneOrder(ctx context.Context, pool *pgxpool.Pool) error {
+func oneOrder(ctx context.Context, pool *pgxpool.Pool, withKey bool) error {
 	orderID := uuid.Must(uuid.NewV7())
 	deliveryID := uuid.Must(uuid.NewV7())
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -115,27 +116,37 @@ func oneOrder(ctx context.Context, pool *pgxpool.Pool) error {
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := dbsqlc.New(tx)
-		if err := q.InsertOrder(ctx, dbsqlc.InsertOrderParams{ID: orderID, CustomerEmail: email, CustomerName: "Bench",
-			Currency: "IDR", TotalMinor: 21500050, CreatedAt: now, LineNos: []int32{1, 2},
-			Skus: []string{"TEA-01", "CUP-02"}, Names: []string{"Teh melati", "Cangkir"}, Quantities: []int32{2, 1},
-			UnitPricesMinor: []int64{4500000, 12500050}}); err != nil {
-			return err
-		}
-		_, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{ID: deliveryID, OrderID: orderID, Template: "order-confirmation",
-			Recipient: email, IdempotencyKey: notify.Key("order-confirmation", orderID, email), TemplateData: data, CreatedAt: now, Actor: "api"})
-		return err
-	})
+	q := dbsqlc.New(pool)
+	key := notify.Key("order-confirmation", orderID, email)
+	p := dbsqlc.InsertCheckoutParams{ID: orderID, CustomerEmail: email, CustomerName: "Bench",
+		Currency: "IDR", TotalMinor: 21500050, CreatedAt: now, AccessTokenHash: make([]byte, 32), LineNos: []int32{1, 2},
+		Skus: []string{"TEA-01", "CUP-02"}, Names: []string{"Teh melati", "Cangkir"}, Quantities: []int32{2, 1},
+		UnitPricesMinor: []int64{4500000, 12500050}, DeliveryID: deliveryID, Template: "order-confirmation",
+		Recipient: email, IdempotencyKey: key, TemplateData: data}
+	if !withKey {
+		err = q.InsertCheckout(ctx, p)
+	} else {
+		// As the API runs a checkout with an Idempotency-Key: its lock,
+		// the look-up that finds nothing, the checkout with the response.
+		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, "POST /v1/orders", "ceiling-"+orderID.String(),
+			make([]byte, 32), data, now.Add(24*time.Hour)
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			tq := dbsqlc.New(tx)
+			if _, err := tq.TryLockIdempotencyKey(ctx, dbsqlc.TryLockIdempotencyKeyParams{Scope: p.Scope, Key: p.Key}); err != nil {
+				return err
+			}
+			if _, err := tq.GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: p.Scope, Key: p.Key}); !errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("a fresh key found: %w", err)
+			}
+			return tq.InsertCheckout(ctx, p)
+		})
+	}
 	if err != nil {
 		return fmt.Errorf("ceiling checkout: %w", err)
 	}
-	q := dbsqlc.New(pool)
-	if _, err := q.GetDelivery(ctx, deliveryID); err != nil { // the worker's read before its lock
-		return fmt.Errorf("ceiling read: %w", err)
-	}
 	lease := uuid.New()
-	if _, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: deliveryID, LeaseToken: lease, LeaseSeconds: 30, Actor: "w", TaskID: "t"}); err != nil {
+	if _, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: deliveryID, KeyHash: notify.KeyHash(key), Templates: []string{"order-confirmation"},
+		MaxAgeSeconds: 3600, LeaseToken: lease, LeaseSeconds: 30, MessageID: notify.KeyHash(key) + "@shop.example", Actor: "w", TaskID: "t"}); err != nil {
 		return fmt.Errorf("ceiling claim: %w", err)
 	}
 	if _, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: deliveryID, LeaseToken: lease, LeaseSeconds: 30, Actor: "w"}); err != nil {

@@ -67,6 +67,7 @@ type options struct {
 	plot        string
 	profileDir  string
 	onlyCeiling bool
+	keys        bool // send an Idempotency-Key with every checkout
 
 	reference          bool // also measure the River reference
 	onlyReference      bool
@@ -95,6 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.concurrency, "concurrency", 16, "WORKER_CONCURRENCY of each worker, and the ceiling's parallel orders")
 	fs.StringVar(&o.out, "out", "", "also write the report (Markdown) to this file")
 	fs.StringVar(&o.plot, "plot", "", "write a PNG of latency and throughput against offered rate to this file")
+	fs.BoolVar(&o.keys, "idempotency-key", true, "send a fresh Idempotency-Key with every checkout, as a shop's backend does")
 	fs.BoolVar(&o.onlyCeiling, "only-ceiling", false, "measure only the PostgreSQL ceiling, for -step, and print it")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile of each process for each rate into this directory (go tool pprof)")
 	fs.BoolVar(&o.reference, "reference", true, "also measure the reference pipeline built on River, the same way (-reference=false: sekali only)")
@@ -451,6 +453,9 @@ func (b *bench) checkout(apiURL string) bool {
 		`"items":[{"sku":"TEA-01","name":"Teh melati","quantity":2,"unit_price":4500000},{"sku":"CUP-02","name":"Cangkir","quantity":1,"unit_price":12500050}]}`
 	req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	if b.o.keys {
+		req.Header.Set("Idempotency-Key", "bench-"+strconv.FormatInt(n, 10))
+	}
 	res, err := b.client.Do(req)
 	if err != nil {
 		return false

@@ -1,5 +1,6 @@
-// Package e2e_test drives the API, the worker and the reconciler together,
-// in one process, against the real PostgreSQL, Redis and an SMTP sink.
+// Package e2e_test drives the API, the worker and the reconciler together
+// against the real PostgreSQL, Redis and an SMTP sink: in one process, or
+// as the binaries they ship as (pgbouncer_test.go).
 package e2e_test
 
 import (

@@ -53,6 +53,7 @@ const (
 	typeUnauthorized    = "urn:sekali:problem:unauthorized"
 	typeForbidden       = "urn:sekali:problem:forbidden"
 	typeRateLimited     = "urn:sekali:problem:rate-limited"
+	typeOverloaded      = "urn:sekali:problem:overloaded"
 	typeUnknownMessage  = "urn:sekali:problem:unknown-message"
 	typeConflict        = "urn:sekali:problem:wrong-state"
 )

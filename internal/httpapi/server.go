@@ -4,6 +4,7 @@ package httpapi
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -38,6 +39,11 @@ type Deps struct {
 	Admin      Admin                 // the operator API under /admin/v1
 	Registry   prometheus.Registerer // receives the HTTP metrics (served on METRICS_ADDR, not here)
 	Tracer     trace.Tracer          // one span per request; nil records none
+	// MaxInFlight bounds the requests handled at once (0: no bound);
+	// one more is refused with 503 at once rather than queued, so that
+	// overload costs neither memory nor the latency of the requests
+	// already admitted. /healthz and /readyz are never refused.
+	MaxInFlight int
 }
 
 // NewServer returns the API's handler.
@@ -56,6 +62,7 @@ func NewServer(d Deps) http.Handler {
 		tracer = noop.NewTracerProvider().Tracer("")
 	}
 	r.Use(observe(d.Log, latency, tracer))
+	r.Use(shed(d.MaxInFlight))
 	r.Use(middleware.GetHead) // HEAD wherever GET is served
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No such endpoint."})
@@ -68,6 +75,34 @@ func NewServer(d Deps) http.Handler {
 	})
 	addRoutes(r, d, hooks)
 	return r
+}
+
+// shed admits at most n requests at once; the next is answered 503 with
+// Retry-After. An open-loop flood beyond what PostgreSQL takes would
+// otherwise pile up requests, each holding its buffers, until the
+// process's memory and every admitted request's latency go with them.
+func shed(n int) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		if n <= 0 {
+			return next
+		}
+		slots := make(chan struct{}, n)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+				next.ServeHTTP(w, r)
+			default:
+				w.Header().Set("Retry-After", "1")
+				writeProblem(w, r, problem{Type: typeOverloaded, Status: http.StatusServiceUnavailable,
+					Detail: fmt.Sprintf("The API is handling %d requests already; retry in a second.", n)})
+			}
+		})
+	}
 }
 
 // methods are the request methods the API knows; any other is "other" in

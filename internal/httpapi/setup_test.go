@@ -42,11 +42,12 @@ type stack struct {
 }
 
 type setupOpts struct {
-	redis      asynq.RedisConnOpt   // overrides the queue's Redis, e.g. with an unreachable one
-	tracer     trace.TracerProvider // records the API's spans
-	rateLimits httpapi.RateLimits   // none by default
-	templates  *notify.Templates    // the built-in ones by default
-	webhooks   []httpapi.Webhook    // none by default
+	redis       asynq.RedisConnOpt   // overrides the queue's Redis, e.g. with an unreachable one
+	tracer      trace.TracerProvider // records the API's spans
+	rateLimits  httpapi.RateLimits   // none by default
+	templates   *notify.Templates    // the built-in ones by default
+	webhooks    []httpapi.Webhook    // none by default
+	maxInFlight int                  // no bound by default
 }
 
 func setup(t *testing.T, opts ...setupOpts) stack {
@@ -96,7 +97,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	}
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
-		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks,
+		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks, MaxInFlight: o.maxInFlight,
 		Admin: httpapi.Admin{Token: adminToken, Ops: notify.NewOperator(db.Pool, enq, inspector, rdb), Keys: keys},
 	}))
 	t.Cleanup(srv.Close)

@@ -1,14 +1,17 @@
 package httpapi_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // seriesOf counts the series of one metric family.
@@ -110,5 +113,51 @@ func TestRateLimitsAnswer429WithRetryAfter(t *testing.T) {
 	c.do(200, "GET", path, "", "", map[string]string{"Authorization": "Bearer " + other})
 	if n := s.count(t, "orders"); n != 3 {
 		t.Errorf("%d orders, want the 3 let through", n)
+	}
+}
+
+// Past HTTP_MAX_IN_FLIGHT requests at once, the next is refused at once
+// with 503 and Retry-After, writes nothing, and health checks still
+// answer; the admitted one completes.
+func TestOverloadIsShedNotQueued(t *testing.T) {
+	t.Parallel()
+	s := setup(t, setupOpts{maxInFlight: 1})
+	ctx := context.Background()
+	tx, err := s.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	if _, err := tx.Exec(ctx, "LOCK TABLE orders IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan response, 1)
+	go func() {
+		res, err := s.send(http.MethodPost, "/v1/orders", "application/json", strings.NewReader(validCheckout), nil)
+		if err != nil {
+			t.Error(err)
+		}
+		first <- res
+	}()
+	testenv.WaitFor(t, "the first checkout to wait on the table lock", 10*time.Second, func() bool {
+		var n int
+		_ = s.db.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE relation = 'orders'::regclass AND NOT granted").Scan(&n)
+		return n > 0
+	})
+	res := s.postOrder(t, strings.Replace(validCheckout, "Ana Maria", "Budi", 1), nil)
+	if res.status != http.StatusServiceUnavailable || res.header.Get("Retry-After") == "" || !strings.Contains(string(res.body), "urn:sekali:problem:overloaded") {
+		t.Errorf("over the bound: %d %q %s", res.status, res.header.Get("Retry-After"), res.body)
+	}
+	if res := s.do(t, http.MethodGet, "/healthz", "", nil, nil); res.status != http.StatusOK {
+		t.Errorf("/healthz while overloaded: %d", res.status)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-first; got.status != http.StatusCreated {
+		t.Errorf("the admitted checkout: %d %s", got.status, got.body)
+	}
+	if n := s.count(t, "orders"); n != 1 {
+		t.Errorf("%d orders, want only the admitted one", n)
 	}
 }

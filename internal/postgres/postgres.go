@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 
 	"github.com/sekali-dev/sekali/db"
 )
@@ -28,6 +29,7 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse DATABASE_URL: %w", err)
 	}
+	cfg.AfterConnect = registerTypes
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres pool: %w", err)
@@ -37,6 +39,16 @@ func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("reach postgres at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	return pool, nil
+}
+
+// registerTypes teaches a connection to encode and scan google/uuid's
+// UUID as PostgreSQL's uuid directly. Without it pgx goes through the
+// type's driver.Valuer and sql.Scanner, as text, and plans the encoding
+// anew for every parameter: about a tenth of the worker's CPU under load
+// (every statement of a delivery carries its id and lease token).
+func registerTypes(_ context.Context, conn *pgx.Conn) error {
+	pgxuuid.Register(conn.TypeMap())
+	return nil
 }
 
 // Migrate applies every pending migration. Several replicas may start at

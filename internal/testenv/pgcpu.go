@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sekali-dev/sekali/internal/postgres"
 )
 
 // OneBackend is a pool of a single connection to db, and the CPU time its
@@ -19,12 +20,11 @@ import (
 // machine, as it does in the tests.
 func OneBackend(t testing.TB, db DB) (*pgxpool.Pool, func() time.Duration) {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(db.URL)
-	if err != nil {
-		t.Fatal(err)
+	sep := "?"
+	if strings.Contains(db.URL, "?") {
+		sep = "&"
 	}
-	cfg.MaxConns, cfg.MinConns = 1, 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	pool, err := postgres.Open(context.Background(), db.URL+sep+"pool_max_conns=1&pool_min_conns=1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func NewDB(t testing.TB) DB {
 		t.Fatalf("create test database from %s: %v", tmpl, err)
 	}
 	dbURL := withDatabase(t, DatabaseURL(), name)
-	pool, err := pgxpool.New(ctx, dbURL)
+	pool, err := postgres.Open(ctx, dbURL) // configured as the binaries' pools are
 	if err != nil {
 		t.Fatalf("open test database: %v", err)
 	}
