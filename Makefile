@@ -26,7 +26,7 @@ bench: preflight ## run the whole stack natively under open-loop load; prints th
 	bin/bench -bin bin -out bench.md -plot bench.png $(BENCH_FLAGS)
 
 bench-go: preflight ## the hot-path Go benchmarks, 6 times each, for benchstat
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/notify ./internal/order | tee bench-go.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/notify ./internal/order ./internal/postgres | tee bench-go.txt
 
 chaos: preflight ## the fault-injection suite's short variant (also part of make test), with its summary table
 	$(GO) test -count=1 -v -timeout 20m ./internal/chaos 2>&1 | tee chaos.out | grep -E '^(--- |ok|FAIL|\|)|summary'
