@@ -133,18 +133,50 @@ func (c *RedisCluster) Primary(t testing.TB, key string) string {
 
 // Failover makes the replica of key's primary take over with CLUSTER
 // FAILOVER, the planned hand-over (the replica catches up first, so no
-// acknowledged write is lost), and waits until every node agrees.
-// It returns the new primary's address.
+// acknowledged write is lost), and waits until every node agrees and the
+// former primary, now a replica, is in sync. It returns the new
+// primary's address.
 func (c *RedisCluster) Failover(t testing.TB, key string) string {
 	t.Helper()
 	old := c.Primary(t, key)
 	replica := c.replicaOf(t, old)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.node(replica).ClusterFailover(ctx).Err(); err != nil {
-		t.Fatalf("CLUSTER FAILOVER on %s: %v", replica, err)
+	// The primary must know the replica as its own, or it ignores the
+	// replica's request to pause for the hand-over.
+	c.waitFor(t, old+" to know "+replica+" as its replica", 10*time.Second, func(ctx context.Context) error {
+		id, err := c.node(old).Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			return err
+		}
+		replicas, err := c.node(old).Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
+		if err != nil {
+			return err
+		}
+		for _, line := range replicas {
+			if f := strings.Fields(line); len(f) > 2 && strings.HasPrefix(f[1], replica+"@") && !strings.Contains(f[2], "fail") {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s's replicas: %q", old, replicas)
+	})
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.node(replica).ClusterFailover(ctx).Err()
+		cancel()
+		if err != nil {
+			t.Fatalf("CLUSTER FAILOVER on %s: %v", replica, err)
+		}
+		// A manual failover gives up after 5 s, as when the primary does
+		// not know the replica as its own yet (right after an earlier
+		// failover); then it is asked again.
+		err = poll(6*time.Second, c.promoted(key, replica))
+		if err == nil {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("CLUSTER FAILOVER on %s did not happen, three times: %v\n%s", replica, err, c.logs())
+		}
 	}
-	c.waitPromoted(t, key, replica)
+	c.waitFor(t, "every replica to be in sync after the failover", 30*time.Second, c.healthy)
 	return replica
 }
 
@@ -165,15 +197,14 @@ func (c *RedisCluster) KillPrimary(t testing.TB, key string) string {
 		}
 	}
 	c.mu.Unlock()
-	c.waitPromoted(t, key, replica)
+	c.waitFor(t, replica+" to serve "+key+" on every node", 30*time.Second, c.promoted(key, replica))
 	return replica
 }
 
-// waitPromoted waits until every live node says replica serves key's
-// slot and reports the cluster ok.
-func (c *RedisCluster) waitPromoted(t testing.TB, key, replica string) {
-	t.Helper()
-	c.waitFor(t, replica+" to serve "+key+" on every node", 30*time.Second, func(ctx context.Context) error {
+// promoted is nil once replica is a primary and every live node says it
+// serves key's slot and reports the cluster ok.
+func (c *RedisCluster) promoted(key, replica string) func(context.Context) error {
+	return func(ctx context.Context) error {
 		role, err := c.role(ctx, replica)
 		if err != nil {
 			return err
@@ -194,7 +225,7 @@ func (c *RedisCluster) waitPromoted(t testing.TB, key, replica string) {
 			}
 		}
 		return nil
-	})
+	}
 }
 
 // healthy is nil when every live node reports the cluster ok, knows all
@@ -321,16 +352,21 @@ func (c *RedisCluster) logs() string {
 // last error and the nodes' logs.
 func (c *RedisCluster) waitFor(t testing.TB, what string, timeout time.Duration, cond func(context.Context) error) {
 	t.Helper()
+	if err := poll(timeout, cond); err != nil {
+		t.Fatalf("timed out after %v waiting for %s: %v\n%s", timeout, what, err, c.logs())
+	}
+}
+
+// poll calls cond every 50 ms until it returns nil, or returns its last
+// error after timeout.
+func poll(timeout time.Duration, cond func(context.Context) error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		err := cond(ctx)
 		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s: %v\n%s", timeout, what, err, c.logs())
+		if err == nil || time.Now().After(deadline) {
+			return err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
