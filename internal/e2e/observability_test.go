@@ -182,7 +182,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	// Lock contention: another holder has the delivery's lock when its
 	// task arrives (the task is queued after the lock is taken).
 	contended := checkoutWithoutTask(t, ctx, db, "contended@example.com")
-	lockKey := "sekali:lock:" + notify.KeyHash(contended.IdempotencyKey)
+	lockKey := "sekali:{" + notify.KeyHash(contended.IdempotencyKey) + "}:lock"
 	if err := rdb.Set(ctx, lockKey, "someone-else", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

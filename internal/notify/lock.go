@@ -33,31 +33,64 @@ func ProviderKey(idempotencyKey string) string {
 	return "sekali-" + hex.EncodeToString(sum[:])
 }
 
-func lockKey(keyHash string) string { return "sekali:lock:" + keyHash }
-func sentKey(keyHash string) string { return "sekali:sent:" + keyHash }
+// A delivery's lock and cache entry share the hash tag {<keyhash>}: on a
+// Redis Cluster they live in one hash slot, so one script may read and
+// write both. (Before the tag they were sekali:lock:<keyhash> and
+// sekali:sent:<keyhash>; a worker of either layout stays correct beside
+// one of the other, see acquire.)
+func lockKey(keyHash string) string { return "sekali:{" + keyHash + "}:lock" }
+func sentKey(keyHash string) string { return "sekali:{" + keyHash + "}:sent" }
 
 // sentCacheTTL is how long the status cache remembers a sent delivery. It
 // outlives any redelivery of the task (its retention is 24h).
 const sentCacheTTL = 48 * time.Hour
 
-// Compare-and-act scripts: a worker only ever extends or deletes the lock
-// it holds, never one another worker took after its own expired.
+// The lock's scripts compare before they act: a worker only ever extends
+// or deletes the lock it holds, never one another worker took after its
+// own expired. Each touches one delivery's keys only, which share a slot.
 var (
+	// acquireScript answers from the status cache or takes the lock, in
+	// one round trip: 2 when the cache says "sent" (no lock taken), 1 when
+	// the lock is now ours, 0 when another worker holds it. A cache entry
+	// that cannot be read (pcall: a wrong type) is a miss, as before.
+	//
+	// KEYS: sent, lock. ARGV: "sent", token, ttl in ms.
+	acquireScript = redis.NewScript(`
+if redis.pcall("GET", KEYS[1]) == ARGV[1] then
+  return 2
+end
+if redis.call("SET", KEYS[2], ARGV[2], "NX", "PX", ARGV[3]) then
+  return 1
+end
+return 0`)
+
 	extendScript = redis.NewScript(`
 if redis.call("GET", KEYS[1]) == ARGV[1] then
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 end
 return 0`)
-)
 
-// releaseSource deletes the lock only if it holds this worker's token. It
-// is sent whole (EVAL) because it runs inside a pipeline, where the
-// EVALSHA-then-EVAL fallback of redis.Script cannot happen.
-const releaseSource = `
-if redis.call("GET", KEYS[1]) == ARGV[1] then
-  return redis.call("DEL", KEYS[1])
+	// releaseScript writes "sent" into the status cache when ARGV[2] is
+	// not empty, whoever holds the lock, then deletes the lock if it is
+	// still ours: 1 when it deleted it. The cache is written with pcall
+	// so that a refused write (out of memory) still releases the lock; its
+	// error is answered after.
+	//
+	// KEYS: lock, sent. ARGV: token, "sent" or "", cache ttl in ms.
+	releaseScript = redis.NewScript(`
+local cached = true
+if ARGV[2] ~= "" then
+  cached = redis.pcall("SET", KEYS[2], ARGV[2], "PX", ARGV[3])
 end
-return 0`
+local released = 0
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  released = redis.call("DEL", KEYS[1])
+end
+if type(cached) == "table" and cached.err then
+  return cached
+end
+return released`)
+)
 
 // redisLock is the Redis side of a delivery: a lock that keeps two workers
 // from doing the same work at once, and a cache that may say "sent"
@@ -67,16 +100,43 @@ type redisLock struct {
 	ttl time.Duration
 }
 
-// acquire takes the lock with SET NX PX and a random token.
-func (l redisLock) acquire(ctx context.Context, keyHash string) (token string, ok bool, err error) {
+// lockOutcome is what acquire found.
+type lockOutcome int
+
+const (
+	lockBusy       lockOutcome = iota // another worker holds the lock
+	lockTaken                         // the lock is ours, under the token returned
+	lockCachedSent                    // the cache says "sent": nothing to do, no lock taken
+)
+
+// acquire asks the status cache and, unless it says "sent", takes the
+// lock with SET NX PX and a random token: one script, one round trip.
+// Only a "sent" answer is believed; anything else in the cache, or
+// nothing, is "don't know".
+//
+// Neither answer is needed for correctness, which is why a mixed deploy
+// (workers that name the keys sekali:lock:<keyhash> and sekali:sent:<keyhash>
+// beside workers that use the tagged names) is safe: two workers may then
+// both hold "the" lock, and PostgreSQL's conditional claim lets one of
+// them in; a cache written under the other layout is a miss, and the
+// claim finds the row sent.
+func (l redisLock) acquire(ctx context.Context, keyHash string) (token string, got lockOutcome, err error) {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token = hex.EncodeToString(b[:])
-	ok, err = l.rdb.SetNX(ctx, lockKey(keyHash), token, l.ttl).Result()
+	n, err := acquireScript.Run(ctx, l.rdb, []string{sentKey(keyHash), lockKey(keyHash)},
+		string(StatusSent), token, l.ttl.Milliseconds()).Int()
 	if err != nil {
-		return "", false, fmt.Errorf("acquire lock: %w", err)
+		return "", lockBusy, fmt.Errorf("acquire lock: %w", err)
 	}
-	return token, ok, nil
+	switch n {
+	case 2:
+		return "", lockCachedSent, nil
+	case 1:
+		return token, lockTaken, nil
+	default:
+		return "", lockBusy, nil
+	}
 }
 
 // extend pushes the lock's expiry out by ttl if it is still ours.
@@ -89,31 +149,18 @@ func (l redisLock) extend(ctx context.Context, keyHash, token string) (bool, err
 }
 
 // release deletes the lock if it is still ours. With sent, it first
-// writes the status cache, in the same round trip.
+// writes the status cache, in the same script.
 func (l redisLock) release(ctx context.Context, keyHash, token string, sent bool) (bool, error) {
-	var result *redis.Cmd
-	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		if sent {
-			p.Set(ctx, sentKey(keyHash), string(StatusSent), sentCacheTTL)
-		}
-		result = p.Eval(ctx, releaseSource, []string{lockKey(keyHash)}, token)
-		return nil
-	})
+	status := ""
+	if sent {
+		status = string(StatusSent)
+	}
+	n, err := releaseScript.Run(ctx, l.rdb, []string{lockKey(keyHash), sentKey(keyHash)},
+		token, status, sentCacheTTL.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("cache status and release lock: %w", err)
 	}
-	n, err := result.Int()
-	if err != nil {
-		return false, fmt.Errorf("release lock: %w", err)
-	}
 	return n == 1, nil
-}
-
-// cachedSent reports whether the cache says the delivery was sent. A miss
-// or an error is "don't know", never "not sent".
-func (l redisLock) cachedSent(ctx context.Context, keyHash string) bool {
-	v, err := l.rdb.Get(ctx, sentKey(keyHash)).Result()
-	return err == nil && v == string(StatusSent)
 }
 
 func (l redisLock) cacheSent(ctx context.Context, keyHash string) error {

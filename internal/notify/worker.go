@@ -168,21 +168,21 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	l.set(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
 
-	// The cache may say "sent"; only that answer is ever believed.
-	if w.lock.cachedSent(ctx, p.KeyHash) {
+	// One round trip: the cache may say "sent" (only that answer is ever
+	// believed); otherwise the lock keeps two workers from doing this work
+	// at once.
+	token, got, err := w.lock.acquire(ctx, p.KeyHash)
+	if got == lockCachedSent {
 		w.duplicate(l, "cache")
 		return nil
 	}
-
-	// The lock keeps two workers from doing this work at once.
 	l.set(slog.String("lock_key", lockKey(p.KeyHash)))
-	token, ok, err := w.lock.acquire(ctx, p.KeyHash)
 	if err != nil {
 		l.result = "redis_error"
 		w.metrics.retries.WithLabelValues("redis").Inc()
 		return err
 	}
-	if !ok {
+	if got == lockBusy {
 		w.metrics.lockFailed.Inc()
 		w.metrics.retries.WithLabelValues("lock_busy").Inc()
 		l.set(slog.String("lock", "busy"))

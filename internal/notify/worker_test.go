@@ -81,7 +81,7 @@ func TestSameTaskTwiceSendsOneEmail(t *testing.T) {
 	if n := e.counter(t, "sekali_duplicate_detected_total", "layer", "cache"); n != 1 {
 		t.Errorf("duplicates caught by the cache = %v, want 1", n)
 	}
-	if err := e.rdb.Del(ctx, "sekali:sent:"+notify.KeyHash(d.IdempotencyKey)).Err(); err != nil {
+	if err := e.rdb.Del(ctx, "sekali:{"+notify.KeyHash(d.IdempotencyKey)+"}:sent").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := process(ctx, w, d); err != nil {
@@ -119,7 +119,7 @@ func TestNegativeCacheEntryIsNotTrusted(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "dewi@example.com")
 	ctx := context.Background()
-	if err := e.rdb.Set(ctx, "sekali:sent:"+notify.KeyHash(d.IdempotencyKey), "pending", time.Hour).Err(); err != nil {
+	if err := e.rdb.Set(ctx, "sekali:{"+notify.KeyHash(d.IdempotencyKey)+"}:sent", "pending", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := process(ctx, w, d); err != nil {
@@ -180,7 +180,7 @@ func TestBusyLockIsRetriedNotFailed(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "fajar@example.com")
 	ctx := context.Background()
-	lock := "sekali:lock:" + notify.KeyHash(d.IdempotencyKey)
+	lock := "sekali:{" + notify.KeyHash(d.IdempotencyKey) + "}:lock"
 	if err := e.rdb.Set(ctx, lock, "someone-else", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -455,7 +455,7 @@ func TestLockLostBeforeDataIsNotSent(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
 	d := e.checkout(t, "made@example.com")
 	ctx := context.Background()
-	lock := "sekali:lock:" + notify.KeyHash(d.IdempotencyKey)
+	lock := "sekali:{" + notify.KeyHash(d.IdempotencyKey) + "}:lock"
 	w := e.worker(t, workerOpts{lockTTL: time.Second, provider: pausingProvider{Provider: e.smtp(t), beforeData: func() {
 		before := e.delivery(t, d.IdempotencyKey).LeaseExpiresAt
 		if err := e.rdb.Del(ctx, lock).Err(); err != nil {
