@@ -76,7 +76,7 @@ func TestMain(m *testing.M) {
 // SMTP sink (which can inject any fault) or a real Mailpit (for the faults
 // Mailpit can produce: a real server's refusals, AUTH, STARTTLS, restarts).
 type cluster struct {
-	t          *testing.T
+	t          testing.TB
 	db         testenv.DB
 	dbURL      string // what the binaries get as DATABASE_URL, if not db.URL (a PgBouncer in front of it)
 	redis      *testenv.RedisServer
@@ -102,14 +102,14 @@ type placed struct {
 	Key        string
 }
 
-func newCluster(t *testing.T, sinkCfg smtpsink.Config) *cluster {
+func newCluster(t testing.TB, sinkCfg smtpsink.Config) *cluster {
 	t.Helper()
 	return newClusterOn(t, testenv.NewDB(t), sinkCfg)
 }
 
 // newClusterOn is newCluster on a given database, such as one on a
 // PostgreSQL server of the test's own.
-func newClusterOn(t *testing.T, db testenv.DB, sinkCfg smtpsink.Config) *cluster {
+func newClusterOn(t testing.TB, db testenv.DB, sinkCfg smtpsink.Config) *cluster {
 	t.Helper()
 	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t)}
 	c.redisURL = c.redis.URL
