@@ -51,3 +51,53 @@ WITH o AS (
 INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at)
 SELECT @scope::text, @key::text, @request_hash::bytea, @response_body::bytea, @expires_at::timestamptz
 WHERE @remember::boolean;
+
+-- name: InsertKeyedCheckout :one
+-- A checkout with an Idempotency-Key in one statement: the key's lock
+-- (held to the end of this statement's own transaction), its earlier
+-- response if any, and — only with the lock and no earlier response —
+-- everything InsertCheckout writes, the response included. The caller
+-- reads what happened from the one row: locked false, a twin is in
+-- flight; a prior_* value, the key was used (live or expired); inserted,
+-- the checkout is recorded. The statement's snapshot predates the lock:
+-- a twin that committed in between is not seen as prior, and its key's
+-- primary key refuses this insert, which rolls all of it back.
+WITH lk AS (
+    SELECT pg_try_advisory_xact_lock(385697, hashtext(@scope::text || ' ' || @key::text)) AS locked
+), prior AS (
+    SELECT k.request_hash, k.response_body, k.expires_at
+    FROM idempotency_keys k, lk
+    WHERE lk.locked AND k.scope = @scope::text AND k.key = @key::text
+), go AS (
+    SELECT 1 AS one FROM lk WHERE lk.locked AND NOT EXISTS (SELECT 1 FROM prior)
+), o AS (
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)
+    SELECT @id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text
+    FROM go
+), lines AS (
+    INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
+    SELECT @id::uuid,
+           unnest(@line_nos::integer[]),
+           unnest(@skus::text[]),
+           unnest(@names::text[]),
+           unnest(@quantities::integer[]),
+           unnest(@unit_prices_minor::bigint[])
+    FROM go
+), d AS (
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
+    SELECT @delivery_id, @id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at, sqlc.narg(locale)::text
+    FROM go
+    RETURNING id
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+    SELECT d.id, 'received', NULL, 'pending', 0, 'api' FROM d
+), k AS (
+    INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at)
+    SELECT @scope::text, @key::text, @request_hash::bytea, @response_body::bytea, @expires_at::timestamptz
+    FROM go
+    RETURNING 1 AS one
+)
+SELECT (SELECT lk.locked FROM lk) AS locked,
+       p.request_hash AS prior_request_hash, p.response_body AS prior_response_body, p.expires_at AS prior_expires_at,
+       EXISTS (SELECT 1 FROM k) AS inserted
+FROM (SELECT 1) AS one LEFT JOIN prior p ON true;

@@ -122,6 +122,128 @@ func (q *Queries) InsertCheckout(ctx context.Context, arg InsertCheckoutParams) 
 	return err
 }
 
+const insertKeyedCheckout = `-- name: InsertKeyedCheckout :one
+WITH lk AS (
+    SELECT pg_try_advisory_xact_lock(385697, hashtext($1::text || ' ' || $2::text)) AS locked
+), prior AS (
+    SELECT k.request_hash, k.response_body, k.expires_at
+    FROM idempotency_keys k, lk
+    WHERE lk.locked AND k.scope = $1::text AND k.key = $2::text
+), go AS (
+    SELECT 1 AS one FROM lk WHERE lk.locked AND NOT EXISTS (SELECT 1 FROM prior)
+), o AS (
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)
+    SELECT $3, $4, $5, $6, $7, $8, $9, $10::text
+    FROM go
+), lines AS (
+    INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
+    SELECT $3::uuid,
+           unnest($11::integer[]),
+           unnest($12::text[]),
+           unnest($13::text[]),
+           unnest($14::integer[]),
+           unnest($15::bigint[])
+    FROM go
+), d AS (
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
+    SELECT $16, $3, $17, $18, $19, $20, $8, $8, $8, $10::text
+    FROM go
+    RETURNING id
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+    SELECT d.id, 'received', NULL, 'pending', 0, 'api' FROM d
+), k AS (
+    INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at)
+    SELECT $1::text, $2::text, $21::bytea, $22::bytea, $23::timestamptz
+    FROM go
+    RETURNING 1 AS one
+)
+SELECT (SELECT lk.locked FROM lk) AS locked,
+       p.request_hash AS prior_request_hash, p.response_body AS prior_response_body, p.expires_at AS prior_expires_at,
+       EXISTS (SELECT 1 FROM k) AS inserted
+FROM (SELECT 1) AS one LEFT JOIN prior p ON true
+`
+
+type InsertKeyedCheckoutParams struct {
+	Scope           string
+	Key             string
+	ID              uuid.UUID
+	CustomerEmail   string
+	CustomerName    string
+	Currency        string
+	TotalMinor      int64
+	CreatedAt       time.Time
+	AccessTokenHash []byte
+	Locale          *string
+	LineNos         []int32
+	Skus            []string
+	Names           []string
+	Quantities      []int32
+	UnitPricesMinor []int64
+	DeliveryID      uuid.UUID
+	Template        string
+	Recipient       string
+	IdempotencyKey  string
+	TemplateData    []byte
+	RequestHash     []byte
+	ResponseBody    []byte
+	ExpiresAt       time.Time
+}
+
+type InsertKeyedCheckoutRow struct {
+	Locked            bool
+	PriorRequestHash  []byte
+	PriorResponseBody []byte
+	PriorExpiresAt    *time.Time
+	Inserted          bool
+}
+
+// A checkout with an Idempotency-Key in one statement: the key's lock
+// (held to the end of this statement's own transaction), its earlier
+// response if any, and — only with the lock and no earlier response —
+// everything InsertCheckout writes, the response included. The caller
+// reads what happened from the one row: locked false, a twin is in
+// flight; a prior_* value, the key was used (live or expired); inserted,
+// the checkout is recorded. The statement's snapshot predates the lock:
+// a twin that committed in between is not seen as prior, and its key's
+// primary key refuses this insert, which rolls all of it back.
+func (q *Queries) InsertKeyedCheckout(ctx context.Context, arg InsertKeyedCheckoutParams) (InsertKeyedCheckoutRow, error) {
+	row := q.db.QueryRow(ctx, insertKeyedCheckout,
+		arg.Scope,
+		arg.Key,
+		arg.ID,
+		arg.CustomerEmail,
+		arg.CustomerName,
+		arg.Currency,
+		arg.TotalMinor,
+		arg.CreatedAt,
+		arg.AccessTokenHash,
+		arg.Locale,
+		arg.LineNos,
+		arg.Skus,
+		arg.Names,
+		arg.Quantities,
+		arg.UnitPricesMinor,
+		arg.DeliveryID,
+		arg.Template,
+		arg.Recipient,
+		arg.IdempotencyKey,
+		arg.TemplateData,
+		arg.RequestHash,
+		arg.ResponseBody,
+		arg.ExpiresAt,
+	)
+	var i InsertKeyedCheckoutRow
+	err := row.Scan(
+		&i.Locked,
+		&i.PriorRequestHash,
+		&i.PriorResponseBody,
+		&i.PriorExpiresAt,
+		&i.Inserted,
+	)
+	return i, err
+}
+
 const insertOrder = `-- name: InsertOrder :exec
 WITH o AS (
     INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)

@@ -150,38 +150,16 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 			return Order{}, false, fmt.Errorf("insert order: %w", err)
 		}
 	} else {
-		var prior Order
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			q := dbsqlc.New(tx)
-			body, found, err := s.lookupKey(ctx, q, idempotencyScope, idempotencyKey, hash, now)
-			if err != nil || found {
-				if found {
-					replayed = true
-					if err := json.Unmarshal(body, &prior); err != nil {
-						return fmt.Errorf("decode remembered response: %w", err)
-					}
-				}
-				return err
-			}
-			if p.ResponseBody, err = json.Marshal(o); err != nil {
-				return fmt.Errorf("remember idempotent response: %w", err)
-			}
-			p.Remember, p.Scope, p.Key, p.RequestHash, p.ExpiresAt = true, idempotencyScope, idempotencyKey, hash, now.Add(s.keyTTL)
-			if err := q.InsertCheckout(ctx, p); err != nil {
-				if isUniqueViolation(err, "idempotency_keys_pkey") {
-					// A twin committed between our snapshot and our lock:
-					// it is the first; this one is rolled back.
-					s.keyClashes.WithLabelValues("in_flight").Inc()
-					return ErrRequestInFlight
-				}
-				return fmt.Errorf("insert order: %w", err)
-			}
-			return nil
-		})
+		body, err := json.Marshal(o)
+		if err != nil {
+			return Order{}, false, fmt.Errorf("remember idempotent response: %w", err)
+		}
+		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, idempotencyScope, idempotencyKey, hash, body, now.Add(s.keyTTL)
+		prior, found, err := s.placeKeyed(ctx, p, now)
 		if err != nil {
 			return Order{}, false, err
 		}
-		if replayed {
+		if found {
 			s.replays.Inc()
 			return prior, true, nil
 		}
@@ -190,6 +168,61 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 	failpoint.Inject("api-after-commit") // a crash here leaves intents without tasks
 	s.enqueuer.EnqueueAfterCommit(ctx, deliveries)
 	return o, false, nil
+}
+
+// placeKeyed records a checkout with an Idempotency-Key, or finds the
+// response its key already has. The common case — a key not seen before —
+// is one statement (InsertKeyedCheckout): lock, look-up and inserts in one
+// round trip and one commit. A key whose record expired takes the long
+// way: a transaction that locks it, drops the old record and inserts.
+func (s *Service) placeKeyed(ctx context.Context, p dbsqlc.InsertCheckoutParams, now time.Time) (prior Order, found bool, err error) {
+	r, err := dbsqlc.New(s.pool).InsertKeyedCheckout(ctx, keyedParams(p))
+	switch {
+	case isUniqueViolation(err, "idempotency_keys_pkey"):
+		// A twin committed between this statement's snapshot and its
+		// lock: it is the first; nothing of this one was written.
+		s.keyClashes.WithLabelValues("in_flight").Inc()
+		return Order{}, false, ErrRequestInFlight
+	case err != nil:
+		return Order{}, false, fmt.Errorf("insert order: %w", err)
+	case !r.Locked:
+		s.keyClashes.WithLabelValues("in_flight").Inc()
+		return Order{}, false, ErrRequestInFlight
+	case r.Inserted:
+		return Order{}, false, nil
+	case r.PriorExpiresAt != nil && r.PriorExpiresAt.After(now):
+		if !bytes.Equal(r.PriorRequestHash, p.RequestHash) {
+			s.keyClashes.WithLabelValues("payload_mismatch").Inc()
+			return Order{}, false, ErrKeyReused
+		}
+		if err := json.Unmarshal(r.PriorResponseBody, &prior); err != nil {
+			return Order{}, false, fmt.Errorf("decode remembered response: %w", err)
+		}
+		return prior, true, nil
+	}
+	// The key's record expired: start afresh under the key's lock.
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		body, live, err := s.lookupKey(ctx, q, p.Scope, p.Key, p.RequestHash, now)
+		if err != nil || live {
+			if live {
+				found = true
+				if err := json.Unmarshal(body, &prior); err != nil {
+					return fmt.Errorf("decode remembered response: %w", err)
+				}
+			}
+			return err
+		}
+		if err := q.InsertCheckout(ctx, p); err != nil {
+			if isUniqueViolation(err, "idempotency_keys_pkey") {
+				s.keyClashes.WithLabelValues("in_flight").Inc()
+				return ErrRequestInFlight
+			}
+			return fmt.Errorf("insert order: %w", err)
+		}
+		return nil
+	})
+	return prior, found, err
 }
 
 // checkoutParams are the columns of a new order and its confirmation.
@@ -220,6 +253,17 @@ func checkoutParams(o Order, intent notify.PreparedIntent) dbsqlc.InsertCheckout
 		p.UnitPricesMinor = append(p.UnitPricesMinor, it.UnitPrice)
 	}
 	return p
+}
+
+// keyedParams are p's columns for InsertKeyedCheckout.
+func keyedParams(p dbsqlc.InsertCheckoutParams) dbsqlc.InsertKeyedCheckoutParams {
+	return dbsqlc.InsertKeyedCheckoutParams{
+		Scope: p.Scope, Key: p.Key, RequestHash: p.RequestHash, ResponseBody: p.ResponseBody, ExpiresAt: p.ExpiresAt,
+		ID: p.ID, CustomerEmail: p.CustomerEmail, CustomerName: p.CustomerName, Currency: p.Currency, TotalMinor: p.TotalMinor,
+		CreatedAt: p.CreatedAt, AccessTokenHash: p.AccessTokenHash, Locale: p.Locale,
+		LineNos: p.LineNos, Skus: p.Skus, Names: p.Names, Quantities: p.Quantities, UnitPricesMinor: p.UnitPricesMinor,
+		DeliveryID: p.DeliveryID, Template: p.Template, Recipient: p.Recipient, IdempotencyKey: p.IdempotencyKey, TemplateData: p.TemplateData,
+	}
 }
 
 // isUniqueViolation reports whether err is PostgreSQL refusing a
