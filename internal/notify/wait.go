@@ -48,8 +48,9 @@ func IsFailure(err error) bool {
 	return !errors.As(err, &we)
 }
 
-// RetryDelay is asynq's back-off: exponential with full jitter, from 1s up
-// to 5 minutes; a task that waits comes back after its own delay.
+// RetryDelay is asynq's back-off: exponential, a ceiling of 1s doubling up
+// to 5 minutes, with jitter from half the ceiling to all of it; a task that
+// waits comes back after its own delay.
 func RetryDelay(n int, err error, _ *asynq.Task) time.Duration {
 	if we := (*waitError)(nil); errors.As(err, &we) {
 		return we.after
