@@ -78,6 +78,11 @@ func TestBadCheckoutInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"string body", "", `"checkout"`, nil, 400, "invalid-body", ""},
 		{"repeated key", "", `{"customer_email":"ana@example.com","customer_email":"eve@example.com","customer_name":"A","currency":"IDR","items":[]}`, nil, 400, "invalid-body", "/customer_email"},
 		{"repeated key in an item", "", body("items", `[{"sku":"A","name":"B","quantity":1,"quantity":9,"unit_price":1}]`), nil, 400, "invalid-body", "/items/0/quantity"},
+		// encoding/json matches field names regardless of case, so these
+		// are repeats too: the last would win.
+		{"repeated key in another case", "", `{"customer_email":"ana@example.com","CUSTOMER_EMAIL":"eve@example.com","customer_name":"A","currency":"IDR","items":[]}`, nil, 400, "invalid-body", "/CUSTOMER_EMAIL"},
+		{"repeated key in mixed case", "", `{"customer_email":"ana@example.com","customer_name":"A","currency":"IDR","Currency":"USD","items":[]}`, nil, 400, "invalid-body", "/Currency"},
+		{"repeated key under Unicode folding", "", body("items", `[{"sku":"A","\u017fku":"B","name":"B","quantity":1,"unit_price":1}]`), nil, 400, "invalid-body", "/items/0/\u017fku"},
 		{"invalid UTF-8", "", strings.Replace(validCheckout, "Ana Maria", "Ana \xff Maria", 1), nil, 400, "invalid-body", ""},
 		{"email at an IP address", "", body("customer_email", `"a@1.2.3.4"`), nil, 422, "validation", "/customer_email"},
 		{"email with a numeric TLD", "", body("customer_email", `"a@example.123"`), nil, 422, "validation", "/customer_email"},

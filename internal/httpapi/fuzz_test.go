@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,13 +14,16 @@ import (
 
 // The checkout decoder and validator never panic, and whatever they let
 // through is a checkout the service can record: every answer is either a
-// checkout that validates or a 4xx problem naming what is wrong. make
-// test runs this briefly; make fuzz runs it longer.
+// checkout that validates or a 4xx problem naming what is wrong. No body
+// it decodes has two keys in one object that encoding/json takes for one
+// field. make test runs this briefly; make fuzz runs it longer.
 func FuzzCheckoutBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"customer_email":"ana@example.com","customer_name":"Ana","currency":"IDR","items":[{"sku":"A","name":"B","quantity":1,"unit_price":1}]}`,
 		`{"customer_email":"a@b.co","customer_email":"c@d.co"}`,
 		`{"items":[{"sku":"A","sku":"B"}]}`,
+		`{"customer_email":"a@b.co","CUSTOMER_EMAIL":"c@d.co"}`,
+		`{"items":[{"sku":"A","\u017fku":"B"}]}`,
 		`null`, `[]`, `"x"`, `{}`, `{"customer_name":"\u202e"}`, "{\"customer_name\":\"\xff\"}",
 		`{"customer_email":"a@1.2.3.4","customer_name":"A","currency":"USD","items":[{"sku":"A","name":"B","quantity":1,"unit_price":9007199254740991}]}`,
 	} {
@@ -37,6 +41,9 @@ func FuzzCheckoutBody(f *testing.F) {
 		}
 		if !utf8.Valid(body) {
 			t.Fatalf("invalid UTF-8 was decoded: %q", body)
+		}
+		if a, b, ok := foldedRepeat(body); ok {
+			t.Fatalf("decoded %q with keys %q and %q in one object", body, a, b)
 		}
 		if err := c.Validate(); err != nil {
 			return // a 422 naming the fields
@@ -72,4 +79,52 @@ func FuzzIdempotencyKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+// foldedRepeat finds two keys of one object in the JSON value raw that
+// bytes.EqualFold, as encoding/json does when it matches a key to a
+// field, takes for one: an oracle for repeatedKey that shares none of its
+// code. Malformed JSON has none.
+func foldedRepeat(raw []byte) (string, string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var a, b string
+	var walk func() (found bool, err error)
+	walk = func() (bool, error) {
+		tok, err := dec.Token()
+		if err != nil {
+			return false, err
+		}
+		switch tok {
+		case json.Delim('{'):
+			var keys []string
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return false, err
+				}
+				k, _ := kt.(string)
+				for _, prior := range keys {
+					if bytes.EqualFold([]byte(prior), []byte(k)) {
+						a, b = prior, k
+						return true, nil
+					}
+				}
+				keys = append(keys, k)
+				if found, err := walk(); found || err != nil {
+					return found, err
+				}
+			}
+			_, err = dec.Token()
+		case json.Delim('['):
+			for dec.More() {
+				if found, err := walk(); found || err != nil {
+					return found, err
+				}
+			}
+			_, err = dec.Token()
+		}
+		return false, err
+	}
+	found, _ := walk()
+	return a, b, found
 }

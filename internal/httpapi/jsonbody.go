@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -17,7 +18,10 @@ import (
 // most maxBodyBytes, valid UTF-8, one object, every key once, no unknown
 // field. A proxy or WAF that looks at the first of two equal keys and a
 // decoder that keeps the last would disagree about what was sent; so
-// would one that replaces invalid UTF-8 and one that refuses it.
+// would one that replaces invalid UTF-8 and one that refuses it. "Equal"
+// is encoding/json's idea of it: it matches a key to a struct field
+// regardless of case (Unicode simple folding, so "\u017fku" is "sku"),
+// so keys that differ only in case are one key repeated.
 
 // readJSONBody reads a request body that must be JSON and at most
 // maxBodyBytes long.
@@ -54,8 +58,12 @@ func decodeStrict(raw []byte, dst any, prefix string) *problem {
 	if len(trimmed) > 0 && trimmed[0] != '{' && json.Valid(trimmed) {
 		return invalid(prefix, "must be a JSON object, not "+jsonValueKind(trimmed[0]))
 	}
-	if pointer, ok := repeatedKey(raw, prefix); ok {
-		return invalid(pointer, "appears more than once; send each field once")
+	if pointer, first, ok := repeatedKey(raw, prefix); ok {
+		detail := "appears more than once; send each field once"
+		if first != "" {
+			detail = fmt.Sprintf("repeats %q in another case (keys are matched regardless of case); send each field once", first)
+		}
+		return invalid(pointer, detail)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -124,14 +132,16 @@ func jsonValueKind(b byte) string {
 }
 
 // repeatedKey finds the first object key that appears twice in the same
-// object of raw, and returns its JSON pointer. Malformed JSON is left to
-// the decoder to report.
-func repeatedKey(raw []byte, prefix string) (string, bool) {
+// object of raw, as written or in another case (foldKey), and returns
+// its JSON pointer as written the second time, and the key as first
+// written when that differs ("" for an exact repeat). Malformed JSON is
+// left to the decoder to report.
+func repeatedKey(raw []byte, prefix string) (pointer, first string, repeated bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	type frame struct {
 		object bool
-		keys   map[string]bool
+		keys   map[string]string // folded key -> the key as first written
 		path   string
 		index  int    // next array index
 		key    string // the key whose value comes next, in an object
@@ -164,40 +174,73 @@ func repeatedKey(raw []byte, prefix string) (string, bool) {
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return "", false
+			return "", "", false
 		}
 		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expect {
 			f := stack[n-1]
 			if tok == json.Delim('}') {
 				stack = stack[:n-1]
 				if done() {
-					return "", false
+					return "", "", false
 				}
 				continue
 			}
 			k, _ := tok.(string)
-			if f.keys[k] {
-				return f.path + "/" + escapePointer(k), true
+			folded := foldKey(k)
+			if prior, ok := f.keys[folded]; ok {
+				if prior == k {
+					prior = ""
+				}
+				return f.path + "/" + escapePointer(k), prior, true
 			}
-			f.keys[k], f.key, f.expect = true, k, false
+			f.keys[folded], f.key, f.expect = k, k, false
 			continue
 		}
 		switch tok {
 		case json.Delim('{'):
-			stack = append(stack, &frame{object: true, keys: map[string]bool{}, path: child(), expect: true})
+			stack = append(stack, &frame{object: true, keys: map[string]string{}, path: child(), expect: true})
 		case json.Delim('['):
 			stack = append(stack, &frame{path: child()})
 		case json.Delim(']'):
 			stack = stack[:len(stack)-1]
 			if done() {
-				return "", false
+				return "", "", false
 			}
 		default:
 			child()
 			if done() {
-				return "", false
+				return "", "", false
 			}
 		}
+	}
+}
+
+// foldKey is k in the form encoding/json compares field names in:
+// foldKey(a) == foldKey(b) exactly when bytes.EqualFold(a, b). ASCII
+// letters become upper case, and every other rune the smallest of its
+// Unicode simple folding orbit (U+212A KELVIN SIGN and "k" are "K").
+func foldKey(k string) string {
+	var b strings.Builder
+	b.Grow(len(k))
+	for _, r := range k {
+		switch {
+		case r < utf8.RuneSelf:
+			b.WriteRune(unicode.ToUpper(r))
+		default:
+			b.WriteRune(foldRune(r))
+		}
+	}
+	return b.String()
+}
+
+// foldRune is the smallest rune of r's simple folding orbit.
+func foldRune(r rune) rune {
+	for {
+		next := unicode.SimpleFold(r)
+		if next <= r {
+			return next
+		}
+		r = next
 	}
 }
 
