@@ -68,22 +68,18 @@ func requireAdmin(token string) func(http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			deny := func(detail string) {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="sekali-admin"`)
-				writeProblem(w, r, problem{Type: typeUnauthorized, Status: http.StatusUnauthorized, Detail: detail})
-			}
 			if token == "" {
-				deny("The admin API is disabled: set ADMIN_TOKEN to enable it.")
+				deny(w, r, "sekali-admin", "The admin API is disabled: set ADMIN_TOKEN to enable it.")
 				return
 			}
-			scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-			if !ok || !strings.EqualFold(scheme, "Bearer") {
-				deny("Send Authorization: Bearer <ADMIN_TOKEN>.")
+			got := bearer(r)
+			if got == "" {
+				deny(w, r, "sekali-admin", "Send Authorization: Bearer <ADMIN_TOKEN>.")
 				return
 			}
-			have := sha256.Sum256([]byte(strings.TrimSpace(got)))
+			have := sha256.Sum256([]byte(got))
 			if subtle.ConstantTimeCompare(have[:], want[:]) != 1 {
-				deny("The token is not valid.")
+				deny(w, r, "sekali-admin", "The token is not valid.")
 				return
 			}
 			addLogAttrs(r.Context(), slog.Bool("admin", true))

@@ -35,11 +35,13 @@ func bearer(r *http.Request) string {
 	return strings.TrimSpace(token)
 }
 
-// deny answers 401 with a challenge (RFC 6750): the credentials are
-// missing or not valid.
+// deny answers 401 with a challenge (RFC 6750 §3): the credentials are
+// missing or not valid. error="invalid_token" is added only when a bearer
+// token was sent; a request without one (no Authorization, or another
+// scheme) gets the bare challenge, as §3.1 says it should.
 func deny(w http.ResponseWriter, r *http.Request, realm, detail string) {
 	challenge := `Bearer realm="` + realm + `"`
-	if r.Header.Get("Authorization") != "" {
+	if bearer(r) != "" {
 		challenge += `, error="invalid_token"`
 	}
 	w.Header().Set("WWW-Authenticate", challenge)

@@ -161,3 +161,30 @@ func TestOverloadIsShedNotQueued(t *testing.T) {
 		t.Errorf("%d orders, want only the admitted one", n)
 	}
 }
+
+// A 401's challenge follows RFC 6750 §3.1, on the admin API and on the
+// backend's routes alike: error="invalid_token" when a bearer token was
+// sent and is not valid, and no error code when the request carried no
+// bearer token at all (no Authorization, or another scheme).
+func TestUnauthorizedChallengeNamesAnInvalidToken(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	orderPath := "/v1/orders/0190c5a0-0000-7000-8000-000000000000"
+	for _, tc := range []struct {
+		name, method, path, authorization, want string
+	}{
+		{"admin, none", http.MethodGet, "/admin/v1/queue", "", `Bearer realm="sekali-admin"`},
+		{"admin, another scheme", http.MethodGet, "/admin/v1/queue", "Basic " + adminToken, `Bearer realm="sekali-admin"`},
+		{"admin, a wrong token", http.MethodGet, "/admin/v1/queue", "Bearer not-the-admin-token", `Bearer realm="sekali-admin", error="invalid_token"`},
+		{"admin, an API key", http.MethodGet, "/admin/v1/queue", "Bearer " + s.backendKey, `Bearer realm="sekali-admin", error="invalid_token"`},
+		{"key, none", http.MethodGet, orderPath, "", `Bearer realm="sekali"`},
+		{"key, another scheme", http.MethodGet, orderPath, "Basic " + s.backendKey, `Bearer realm="sekali"`},
+		{"key, a wrong key", http.MethodGet, orderPath, "Bearer sekali_key_nope_nope", `Bearer realm="sekali", error="invalid_token"`},
+		{"key, the admin token", http.MethodPost, orderPath + "/shipments", "Bearer " + adminToken, `Bearer realm="sekali", error="invalid_token"`},
+	} {
+		res := s.do(t, tc.method, tc.path, "", nil, map[string]string{"Authorization": tc.authorization})
+		if got := res.header.Get("WWW-Authenticate"); res.status != http.StatusUnauthorized || got != tc.want {
+			t.Errorf("%s: %d %q, want 401 %q", tc.name, res.status, got, tc.want)
+		}
+	}
+}
