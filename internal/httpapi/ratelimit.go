@@ -21,8 +21,9 @@ type RateLimit struct {
 }
 
 // RateLimits are the API's budgets: Public per client address for the
-// endpoints anyone may call, Backend per API key (or order access token's
-// client address) for the rest. TrustedProxies are the load balancers
+// endpoints anyone may call, and for the requests to the backend's routes
+// that fail their credential check; Backend per API key (or order access
+// token's client address) for the rest. TrustedProxies are the load balancers
 // whose X-Forwarded-For names the client; without them the client is the
 // connection's peer. The buckets live in this process: with several API
 // replicas each has its own, so the budget a client gets is up to
@@ -52,13 +53,54 @@ func newLimiter(l RateLimit) *limiter {
 	return &limiter{limit: l, clients: map[string]*bucket{}}
 }
 
+func (l *limiter) off() bool { return l == nil || l.limit.PerSecond <= 0 }
+
 // allow takes a token for client, or says how long until one is there.
 func (l *limiter) allow(client string, now time.Time) (ok bool, retryAfter time.Duration) {
-	if l == nil || l.limit.PerSecond <= 0 {
+	if l.off() {
 		return true, 0
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	b := l.bucket(client, now)
+	r := b.tokens.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// empty says whether client has no token left, and how long until it
+// has one, without taking one. A client without a bucket has its burst.
+func (l *limiter) empty(client string, now time.Time) (bool, time.Duration) {
+	if l.off() {
+		return false, 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.clients[client]
+	if b == nil {
+		return false, 0
+	}
+	if missing := 1 - b.tokens.TokensAt(now); missing > 0 {
+		return true, time.Duration(missing / l.limit.PerSecond * float64(time.Second))
+	}
+	return false, 0
+}
+
+// spend takes a token of client's if one is left.
+func (l *limiter) spend(client string, now time.Time) {
+	if l.off() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.bucket(client, now).tokens.AllowN(now, 1)
+}
+
+// bucket is client's bucket, made full if it has none; l.mu is held.
+func (l *limiter) bucket(client string, now time.Time) *bucket {
 	b := l.clients[client]
 	if b == nil {
 		if len(l.clients) >= maxClients {
@@ -68,12 +110,7 @@ func (l *limiter) allow(client string, now time.Time) (ok bool, retryAfter time.
 		l.clients[client] = b
 	}
 	b.seen = now
-	r := b.tokens.ReserveN(now, 1)
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return false, d
-	}
-	return true, 0
+	return b
 }
 
 // evict drops buckets idle for a minute, and if that is not enough, every
@@ -104,17 +141,54 @@ func (l *limiter) evict(now time.Time) {
 func limit(l *limiter, client func(*http.Request) string) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ok, wait := l.allow(client(r), time.Now())
-			if !ok {
-				seconds := int(math.Ceil(wait.Seconds()))
-				w.Header().Set("Retry-After", strconv.Itoa(seconds))
-				writeProblem(w, r, problem{Type: typeRateLimited, Status: http.StatusTooManyRequests,
-					Detail: "Too many requests from this client; retry after " + strconv.Itoa(seconds) + " s."})
+			if ok, wait := l.allow(client(r), time.Now()); !ok {
+				tooMany(w, r, wait, "Too many requests from this client")
 				return
 			}
 			next.ServeHTTP(w, r)
 		})
 	}
+}
+
+// limitRefusals wraps a credential check (requireKey, requireOrderReader)
+// so that the requests it refuses (401, 403, or 404 for an order token
+// that is not the order's) spend a token of their client's bucket in l,
+// and a client with none left is answered 429 before the check runs, so
+// that guessing keys or order tokens costs no look-up past the budget.
+// Requests that pass the check spend nothing here: a backend whose
+// credentials are good is limited by its key's budget alone, after the
+// check. An answer of the check's that is not a refusal (a 500 when the
+// database is down) spends nothing either.
+func limitRefusals(l *limiter, client func(*http.Request) string, check func(http.Handler) http.Handler) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		if l.off() {
+			return check(next)
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c := client(r)
+			if empty, wait := l.empty(c, time.Now()); empty {
+				tooMany(w, r, wait, "Too many requests with credentials that are not valid from this client")
+				return
+			}
+			passed := false
+			rec := &statusRecorder{ResponseWriter: w}
+			check(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				passed = true
+				next.ServeHTTP(w, r)
+			})).ServeHTTP(rec, r)
+			if !passed && rec.status >= 400 && rec.status < 500 {
+				l.spend(c, time.Now())
+			}
+		})
+	}
+}
+
+// tooMany answers 429 with the whole seconds until a token is there.
+func tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration, why string) {
+	seconds := max(int(math.Ceil(wait.Seconds())), 1)
+	w.Header().Set("Retry-After", strconv.Itoa(seconds))
+	writeProblem(w, r, problem{Type: typeRateLimited, Status: http.StatusTooManyRequests,
+		Detail: why + "; retry after " + strconv.Itoa(seconds) + " s."})
 }
 
 // clientAddr is the request's client: the connection's peer, or, when

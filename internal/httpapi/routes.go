@@ -13,6 +13,17 @@ import (
 func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	addr := clientAddr(d.RateLimits.TrustedProxies)
 	public, backend := newLimiter(d.RateLimits.Public), newLimiter(d.RateLimits.Backend)
+	// Requests to the backend's routes whose credentials fail (no key, a
+	// wrong or revoked one, a guessed order token) have proved nothing, so
+	// they get what an anonymous client gets: the public budget, per
+	// client address, in buckets of their own (a broken backend key does
+	// not eat the checkouts of a storefront at the same address). Each
+	// costs a database look-up; past the budget the answer is 429 before
+	// any. A client whose credentials pass spends only its key's budget.
+	refused := newLimiter(d.RateLimits.Public)
+	guarded := func(check func(http.Handler) http.Handler) func(http.Handler) http.Handler {
+		return limitRefusals(refused, addr, check)
+	}
 
 	// Anyone: the load balancer, the storefront, a browser.
 	r.Method(http.MethodGet, "/healthz", handleHealthz())
@@ -34,11 +45,14 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 
 	// The shop's backend (an API key with the scope), or, to read one
 	// order, the access token its checkout answered with.
-	r.With(requireOrderReader(d.Keys, d.Orders), limit(backend, keyOrAddr(addr))).
+	// Failed credentials spend the address's refusal budget (above); the
+	// requests that pass, their key's (or, with an order token, their
+	// address's) backend budget.
+	r.With(guarded(requireOrderReader(d.Keys, d.Orders)), limit(backend, keyOrAddr(addr))).
 		Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
-	r.With(requireKey(d.Keys, apikey.ScopeOrdersWrite), limit(backend, keyOrAddr(addr))).
+	r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr))).
 		Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
-	r.With(requireKey(d.Keys, apikey.ScopeNotificationsWrite), limit(backend, keyOrAddr(addr))).
+	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
 		Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
 
 	// Operators.

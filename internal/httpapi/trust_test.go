@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -113,6 +115,63 @@ func TestRateLimitsAnswer429WithRetryAfter(t *testing.T) {
 	c.do(200, "GET", path, "", "", map[string]string{"Authorization": "Bearer " + other})
 	if n := s.count(t, "orders"); n != 3 {
 		t.Errorf("%d orders, want the 3 let through", n)
+	}
+}
+
+// Requests to the backend's routes whose credentials fail — no key, a
+// wrong key, a guessed order token — spend a budget per client address
+// (the public one), so guessing is bounded, each guess being a database
+// look-up. Past it the answer is 429 with Retry-After before any look-up,
+// so even a good key from that address waits; requests with good
+// credentials spend nothing of it, and other addresses are not affected.
+func TestFailedCredentialsAreRateLimitedPerAddress(t *testing.T) {
+	t.Parallel()
+	s := setup(t, setupOpts{rateLimits: httpapi.RateLimits{
+		Public:         httpapi.RateLimit{PerSecond: 0.001, Burst: 3},
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+	}})
+	c := newContract(t, s)
+	var o order.Order
+	s.postOrder(t, validCheckout, map[string]string{"X-Forwarded-For": "198.51.100.1"}).decode(t, &o)
+	orderPath := "/v1/orders/" + o.ID.String()
+	from := func(addr, authorization string) map[string]string {
+		return map[string]string{"X-Forwarded-For": addr, "Authorization": authorization}
+	}
+	const guesser, other = "203.0.113.7", "203.0.113.8"
+	good := "Bearer " + s.backendKey
+	shipment := `{"carrier": "JNE", "tracking_number": "JNE-1"}`
+
+	// Good credentials spend nothing of the refusal budget.
+	for range 5 {
+		c.do(200, "GET", orderPath, "", "", from(guesser, good))
+	}
+	c.do(200, "GET", orderPath, "", "", from(guesser, "Bearer "+o.AccessToken))
+	// Three refusals, one of each kind, use up the burst of 3 ...
+	c.do(401, "GET", orderPath, "", "", from(guesser, "Bearer sekali_key_nope_nope"))
+	c.do(401, "POST", orderPath+"/shipments", "application/json", shipment, from(guesser, ""))
+	c.do(404, "GET", orderPath, "", "", from(guesser, "Bearer "+order.AccessTokenPrefix+"a-guessed-token"))
+	// ... and the next is 429, whatever its credentials, on every backend route.
+	for _, req := range []struct{ method, path, body, authorization string }{
+		{"GET", orderPath, "", "Bearer sekali_key_nope_nope"},
+		{"POST", orderPath + "/notifications", `{}`, "Bearer sekali_key_still_wrong"},
+		{"GET", orderPath, "", "Bearer " + order.AccessTokenPrefix + "another-guess"},
+		{"POST", orderPath + "/shipments", shipment, good},
+	} {
+		ct := ""
+		if req.body != "" {
+			ct = "application/json"
+		}
+		res := c.do(429, req.method, req.path, ct, req.body, from(guesser, req.authorization))
+		if ra, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || ra < 1 {
+			t.Errorf("%s %s: Retry-After %q", req.method, req.path, res.header.Get("Retry-After"))
+		}
+	}
+	// Another address, and the public endpoints of the same one, are not affected.
+	c.do(200, "GET", orderPath, "", "", from(other, good))
+	c.do(401, "GET", orderPath, "", "", from(other, "Bearer sekali_key_nope_nope"))
+	c.do(200, "GET", "/v1/templates", "", "", from(guesser, ""))
+	if n := s.count(t, "notification_deliveries"); n != 1 {
+		t.Errorf("%d deliveries, want the confirmation only", n)
 	}
 }
 
