@@ -16,13 +16,18 @@ import (
 // The delivery state machine. Every write that changes a delivery's
 // status is in this file — the API's, the worker's, the operator's and
 // the reconciler's — and its SQL, in the same order, in
-// db/queries/transitions.sql. Each is one conditional statement that also
+// db/queries/transitions.sql. One creation is elsewhere: the checkout
+// writes its order, lines and pending delivery in a single statement
+// (InsertCheckout and InsertKeyedCheckout in db/queries/orders.sql, one
+// round trip per checkout), with the row's values built here by
+// Intent.Prepare, so that Record and the checkout cannot write different
+// rows. Each is one conditional statement that also
 // writes the delivery_events row, so a transition that no longer applies
 // (the lease was taken over, an operator got there first) changes
 // nothing and the history cannot disagree with the row.
 //
 //	from     to       who         when                                                  func
-//	-        pending  API         the business event commits with its intent            Record
+//	-        pending  API         the business event commits with its intent            Record (checkout: Prepare)
 //	pending  sending  worker      claim: no block; lease and (first time) Message-ID    claim
 //	sending  sending  worker      claim of an expired lease never handed over           claim
 //	sending  sending  worker      last lease check before the data (handed_over_at)    handOver
