@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
@@ -279,3 +280,90 @@ func TestAdminBlocks(t *testing.T) {
 }
 
 func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
+
+// An operator's one-line fields are held to the checkout's rule for one
+// line of visible text: no line or paragraph separator, no bidirectional
+// control, something visible. Notes and reasons may run over lines but
+// take no bidirectional control and no control character but tab and
+// line breaks. Each refusal names the field and writes nothing.
+func TestAdminTextFieldsAreVisibleText(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := context.Background()
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	delivery := "/admin/v1/deliveries/" + o.Notifications[0].ID.String()
+	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'held' WHERE id = $1", o.Notifications[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]string{ // JSON string bodies that are not one line of visible text
+		"a line separator":      `"shop\u2028backend"`,
+		"a paragraph separator": `"shop\u2029backend"`,
+		"a bidi override":       `"\u202edneckab"`,
+		"a bidi isolate":        `"shop\u2066backend\u2069"`,
+		"zero-width spaces":     `"\u200b\u200b"`,
+		"a line break":          `"shop\nbackend"`,
+	}
+	for what, v := range bad {
+		for _, c := range []struct{ method, path, body, pointer string }{
+			{"POST", "/admin/v1/api-keys", `{"name": ` + v + `, "scopes": ["orders:read"]}`, "/name"},
+			{"POST", "/admin/v1/blocks", `{"kind": "key", "value": ` + v + `, "reason": "x", "expires_in": "1h"}`, "/value"},
+			{"POST", delivery + "/mark-sent", `{"provider_message_id": ` + v + `}`, "/provider_message_id"},
+		} {
+			res := s.admin(t, c.method, c.path, c.body)
+			if res.status != http.StatusUnprocessableEntity || !strings.Contains(string(res.body), `"pointer":"`+c.pointer+`"`) {
+				t.Errorf("%s %s with %s: %d %s", c.method, c.path, what, res.status, res.body)
+			}
+		}
+		var q string
+		if err := json.Unmarshal([]byte(v), &q); err != nil {
+			t.Fatal(err)
+		}
+		if res := s.admin(t, "GET", "/admin/v1/deliveries?template="+url.QueryEscape(q), ""); res.status != http.StatusBadRequest {
+			t.Errorf("a template filter with %s: %d %s", what, res.status, res.body)
+		}
+	}
+	notes := map[string]string{ // notes and reasons that are refused
+		"a bidi override":   `"customer asked \u202eyadot ton\u202c"`,
+		"zero-width spaces": `"\u200b"`,
+		"an escape":         `"\u001b[2Jcleared"`,
+	}
+	for what, v := range notes {
+		for _, c := range []struct{ method, path, body, pointer string }{
+			{"POST", "/admin/v1/blocks", `{"kind": "key", "value": "k", "reason": ` + v + `, "expires_in": "1h"}`, "/reason"},
+			{"POST", "/admin/v1/suppressions", `{"recipient": "gone@example.com", "note": ` + v + `}`, "/note"},
+			{"POST", delivery + "/mark-sent", `{"provider_message_id": "MH-1", "note": ` + v + `}`, "/note"},
+		} {
+			res := s.admin(t, c.method, c.path, c.body)
+			if res.status != http.StatusUnprocessableEntity || !strings.Contains(string(res.body), `"pointer":"`+c.pointer+`"`) {
+				t.Errorf("%s %s with %s: %d %s", c.method, c.path, what, res.status, res.body)
+			}
+		}
+	}
+	if res := s.admin(t, "DELETE", "/admin/v1/suppressions/gone%40example.com?note="+url.QueryEscape("fixed\u202e"), ""); res.status != http.StatusBadRequest {
+		t.Errorf("lifting with a bidi override in the note: %d %s", res.status, res.body)
+	}
+	for _, table := range []string{"delivery_blocks", "suppressions"} {
+		if n := s.count(t, table); n != 0 {
+			t.Errorf("%s has %d rows after refused requests", table, n)
+		}
+	}
+	if n := s.count(t, "api_keys"); n != 1 {
+		t.Errorf("%d API keys, want only the test's own", n)
+	}
+	if got := s.admin(t, "GET", delivery, ""); !strings.Contains(string(got.body), `"status":"held"`) {
+		t.Errorf("a refused mark-sent changed the delivery: %s", got.body)
+	}
+
+	// What is one line of visible text, in any script, passes; a note may
+	// run over lines.
+	if res := s.admin(t, "POST", "/admin/v1/api-keys", `{"name": "toko-bandung \u0645\u062a\u062c\u0631", "scopes": ["orders:read"]}`); res.status != http.StatusCreated {
+		t.Errorf("a name in two scripts: %d %s", res.status, res.body)
+	}
+	if res := s.admin(t, "POST", "/admin/v1/blocks", `{"kind": "key", "value": "k", "reason": "ticket 4411:\n\tduplicates", "expires_in": "1h"}`); res.status != http.StatusCreated {
+		t.Errorf("a reason over two lines: %d %s", res.status, res.body)
+	}
+	if res := s.admin(t, "POST", delivery+"/mark-sent", `{"provider_message_id": "<MH-1@mail.example>", "note": "seen in\r\nthe log"}`); res.status != http.StatusOK {
+		t.Errorf("mark-sent with a note over two lines: %d %s", res.status, res.body)
+	}
+}

@@ -162,33 +162,49 @@ func (c Checkout) validate() (validCheckout, error) {
 	return v, nil
 }
 
-// checkText requires one line of visible text of at most maxRunes runes:
-// no control characters, no line or paragraph separators (U+2028,
-// U+2029), no bidirectional overrides or isolates (which make "Ana" read
-// as something else in a mail client), and at least one visible
-// character (a name of zero-width spaces only is empty).
+// checkText requires one line of visible text of at most maxRunes runes
+// (OneLineProblem).
 func checkText(verr *ValidationError, pointer, s string, maxRunes int) {
-	switch {
-	case s == "":
-		verr.add(pointer, "must not be empty")
-	case !utf8.ValidString(s):
-		verr.add(pointer, "must be valid UTF-8")
-	case utf8.RuneCountInString(s) > maxRunes:
-		verr.add(pointer, "must be at most %d characters", maxRunes)
-	case strings.ContainsFunc(s, unicode.IsControl):
-		verr.add(pointer, "must not contain control characters such as line breaks")
-	case strings.ContainsFunc(s, func(r rune) bool { return unicode.In(r, unicode.Zl, unicode.Zp) }):
-		verr.add(pointer, "must be one line: no line or paragraph separators (U+2028, U+2029)")
-	case strings.ContainsFunc(s, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }):
-		verr.add(pointer, "must not contain bidirectional control characters (U+202A to U+202E, U+2066 to U+2069, ...)")
-	case !strings.ContainsFunc(s, visible):
-		verr.add(pointer, "must contain at least one visible character")
+	if d := OneLineProblem(s, maxRunes); d != "" {
+		verr.add(pointer, "%s", d)
 	}
 }
 
-// visible reports whether r shows as something: a graphic character that
+// OneLineProblem says what keeps s from being one line of visible text of
+// at most maxRunes runes, "" if nothing: it must be valid UTF-8, with no
+// control characters, no line or paragraph separators (U+2028, U+2029),
+// no bidirectional overrides or isolates (which make "Ana" read as
+// something else in a mail client or a terminal), and at least one
+// Visible character (a name of zero-width spaces only is empty). Every
+// one-line text field the API takes, a customer's or an operator's, is
+// held to it.
+func OneLineProblem(s string, maxRunes int) string {
+	switch {
+	case s == "":
+		return "must not be empty"
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	case utf8.RuneCountInString(s) > maxRunes:
+		return fmt.Sprintf("must be at most %d characters", maxRunes)
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return "must not contain control characters such as line breaks"
+	case strings.ContainsFunc(s, func(r rune) bool { return unicode.In(r, unicode.Zl, unicode.Zp) }):
+		return "must be one line: no line or paragraph separators (U+2028, U+2029)"
+	case strings.ContainsFunc(s, BidiControl):
+		return "must not contain bidirectional control characters (U+202A to U+202E, U+2066 to U+2069, ...)"
+	case !strings.ContainsFunc(s, Visible):
+		return "must contain at least one visible character"
+	}
+	return ""
+}
+
+// BidiControl reports whether r is a bidirectional control character:
+// an embedding, override or isolate, or a mark such as U+200F.
+func BidiControl(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }
+
+// Visible reports whether r shows as something: a graphic character that
 // is neither a space nor a format character such as U+200B.
-func visible(r rune) bool {
+func Visible(r rune) bool {
 	return unicode.IsGraphic(r) && !unicode.IsSpace(r) && !unicode.Is(unicode.Cf, r)
 }
 
