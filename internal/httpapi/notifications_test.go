@@ -1,9 +1,12 @@
 package httpapi_test
 
 import (
+	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -69,6 +72,87 @@ func TestTriggerATemplateFromADirectory(t *testing.T) {
 	}
 	if n := s.count(t, "notification_deliveries"); n != 3 {
 		t.Errorf("bad data wrote a delivery: %d", n)
+	}
+}
+
+// A trigger with a recipient sends the e-mail to that address, not to
+// the order's customer, under a key that names it: the same trigger
+// again is the same notification, and the same trigger for the customer
+// is another. A recipient that is not one bare address is a 422 naming
+// it, and records nothing.
+func TestTriggerWithARecipient(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	sink := s.startWorker(t, nil)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	path := "/v1/orders/" + o.ID.String() + "/notifications"
+	post := func(recipient string) response {
+		body := `{"template": "order-shipped", "event_id": "gift", "data": {"order_id": "` + o.ID.String() + `",` +
+			`"customer_name": "Ana", "carrier": "SiCepat", "tracking_number": "SC-7", "items": [{"sku": "TEA-01", "name": "Teh", "quantity": 1}],` +
+			`"shipped_at": "2026-12-01T10:00:00Z"}`
+		if recipient != "" {
+			body += `, "recipient": ` + recipient
+		}
+		return s.do(t, http.MethodPost, path, "application/json", strings.NewReader(body+"}"), nil)
+	}
+
+	res := post(`" Budi.Santoso@Example.com "`)
+	var n order.Notification
+	res.decode(t, &n)
+	if want := "order-shipped:" + o.ID.String() + ":gift:budi.santoso@example.com"; res.status != http.StatusCreated || n.IdempotencyKey != want {
+		t.Fatalf("with a recipient: %d %s, want 201 with key %s", res.status, res.body, want)
+	}
+	var again order.Notification
+	if res := post(`"budi.santoso@example.com"`); res.status != http.StatusOK {
+		t.Errorf("the same trigger again: %d %s", res.status, res.body)
+	} else if res.decode(t, &again); again.ID != n.ID {
+		t.Errorf("the same trigger again made notification %s, want %s", again.ID, n.ID)
+	}
+	var forCustomer order.Notification
+	post("").decode(t, &forCustomer)
+	if want := "order-shipped:" + o.ID.String() + ":gift:ana.maria@example.com"; forCustomer.IdempotencyKey != want || forCustomer.ID == n.ID {
+		t.Errorf("the trigger without a recipient: %+v, want a notification of its own with key %s", forCustomer, want)
+	}
+
+	// The confirmation and the shipped e-mail go to the customer; the one
+	// with a recipient goes to that address alone.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := sink.WaitForCount(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	toBudi := sink.ByRecipient("budi.santoso@example.com")
+	if len(toBudi) != 1 || !slices.Equal(toBudi[0].To, []string{"budi.santoso@example.com"}) ||
+		!strings.Contains(toBudi[0].Header.Get("To"), "budi.santoso@example.com") || strings.Contains(toBudi[0].Header.Get("To"), "ana") {
+		t.Errorf("to the recipient: %d messages, %+v", len(toBudi), toBudi)
+	}
+	if toAna := sink.ByRecipient("ana.maria@example.com"); len(toAna) != 2 {
+		t.Errorf("%d messages to the customer, want the confirmation and her shipped e-mail", len(toAna))
+	}
+	var recipient string
+	if err := s.db.Pool.QueryRow(ctx, "SELECT recipient FROM notification_deliveries WHERE id = $1", n.ID).Scan(&recipient); err != nil || recipient != "budi.santoso@example.com" {
+		t.Errorf("the delivery's recipient %q, %v", recipient, err)
+	}
+
+	for _, bad := range []string{
+		`"not an address"`,
+		`"Budi <budi@example.com>"`,
+		`"budi@example.com, eve@example.com"`,
+		`"budi@example.com\r\nRCPT TO:<eve@example.com>"`,
+		`"budi@1.2.3.4"`,
+		`"  "`,
+	} {
+		res := post(bad)
+		if res.status != http.StatusUnprocessableEntity || !strings.Contains(string(res.body), `"pointer":"/recipient"`) {
+			t.Errorf("recipient %s: %d %s, want 422 naming /recipient", bad, res.status, res.body)
+		}
+	}
+	if res := post(`42`); res.status != http.StatusBadRequest || !strings.Contains(string(res.body), `"pointer":"/recipient"`) {
+		t.Errorf("a recipient that is a number: %d %s", res.status, res.body)
+	}
+	if n := s.count(t, "notification_deliveries"); n != 3 {
+		t.Errorf("%d deliveries after bad recipients, want 3", n)
 	}
 }
 

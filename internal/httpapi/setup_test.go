@@ -21,6 +21,8 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtp"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -36,6 +38,7 @@ type stack struct {
 	reg       *prometheus.Registry
 	logs      *testenv.Buffer
 	keys      *apikey.Service
+	templates *notify.Templates
 	// backendKey has every scope; do sends it unless the request sets its
 	// own Authorization (even an empty one, for none).
 	backendKey string
@@ -101,7 +104,38 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 		Admin: httpapi.Admin{Token: adminToken, Ops: notify.NewOperator(db.Pool, enq, inspector, rdb), Keys: keys},
 	}))
 	t.Cleanup(srv.Close)
-	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, backendKey: backendKey}
+	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates, backendKey: backendKey}
+}
+
+// startWorker runs a worker on the stack's queue, as cmd/worker does,
+// that sends through SMTP to the sink it returns; tracer (nil for none)
+// records its spans.
+func (s stack) startWorker(t *testing.T, tracer trace.Tracer) *smtpsink.Server {
+	t.Helper()
+	sink, err := smtpsink.Start(smtpsink.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	provider, err := smtp.New(smtp.Config{Host: sink.Host(), Port: sink.Port(), TLS: smtp.TLSNone,
+		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(provider.Close)
+	rdb := redisconn.NewClient(s.redis.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	w := notify.NewWorker(s.db.Pool, rdb, provider, s.templates, notify.WorkerConfig{
+		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
+		WorkerID: "test-worker", Concurrency: 2, Tracer: tracer,
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
+	srv := asynq.NewServer(s.redis.Opt, asynq.Config{Concurrency: 2, Queues: map[string]int{s.redis.Queue: 1},
+		TaskCheckInterval: 20 * time.Millisecond, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(w.Middleware(w)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return sink
 }
 
 // response is what a request got back.

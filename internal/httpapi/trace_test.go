@@ -2,22 +2,14 @@ package httpapi_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/hibiken/asynq"
-	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
-	"github.com/sekali-dev/sekali/internal/redisconn"
-	"github.com/sekali-dev/sekali/internal/smtp"
-	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -34,33 +26,7 @@ func TestCheckoutAndDeliveryShareOneTrace(t *testing.T) {
 	})
 	s := setup(t, setupOpts{tracer: tp})
 
-	sink, err := smtpsink.Start(smtpsink.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sink.Close() })
-	templates, err := notify.LoadTemplates()
-	if err != nil {
-		t.Fatal(err)
-	}
-	provider, err := smtp.New(smtp.Config{Host: sink.Host(), Port: sink.Port(), TLS: smtp.TLSNone,
-		From: "orders@shop.example", IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(provider.Close)
-	rdb := redisconn.NewClient(s.redis.Opt)
-	t.Cleanup(func() { rdb.Close() })
-	w := notify.NewWorker(s.db.Pool, rdb, provider, templates, notify.WorkerConfig{
-		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
-		WorkerID: "trace-test", Concurrency: 2, Tracer: tp.Tracer("worker"),
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
-	srv := asynq.NewServer(s.redis.Opt, asynq.Config{Concurrency: 2, Queues: map[string]int{s.redis.Queue: 1},
-		TaskCheckInterval: 20 * time.Millisecond, LogLevel: asynq.FatalLevel})
-	if err := srv.Start(w.Middleware(w)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	sink := s.startWorker(t, tp.Tracer("worker"))
 
 	res := s.postOrder(t, validCheckout, nil)
 	var o order.Order
