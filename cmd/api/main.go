@@ -61,7 +61,7 @@ type config struct {
 	AdminToken      string
 	MetricsAddr     string
 	RateLimits      httpapi.RateLimits
-	Webhooks        []httpapi.Webhook
+	Webhooks        webhooks.Settings
 	MaxInFlight     int
 }
 
@@ -100,7 +100,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if t := cfg.AdminToken; t != "" && len(t) < 16 {
 		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
 	}
-	cfg.Webhooks = webhooks.FromEnv(env)
+	cfg.Webhooks = webhooks.ReadEnv(env)
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
 	env.Check("REDIS_URL", err)
@@ -183,6 +183,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		{Name: "redis", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }},
 	}
 
+	operator := notify.NewOperator(pool, enqueuer, inspector, rdb)
+
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
@@ -190,9 +192,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
-			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks, MaxInFlight: cfg.MaxInFlight,
+			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Hooks(operator), MaxInFlight: cfg.MaxInFlight,
 			Tracer: tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
-			Admin:  httpapi.Admin{Token: cfg.AdminToken, Ops: notify.NewOperator(pool, enqueuer, inspector, rdb), Keys: keys},
+			Admin:  httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

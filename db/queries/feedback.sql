@@ -4,6 +4,26 @@ INSERT INTO provider_events (provider, event_id, kind, delivery_id)
 VALUES (@provider, @event_id, @kind, sqlc.narg(delivery_id)::uuid)
 ON CONFLICT (provider, event_id) DO NOTHING;
 
+-- name: RememberWebhookToken :execrows
+-- 0 rows: this provider's webhook came with this token before, and it is
+-- refused now. The same statement prunes, a batch at a time and without
+-- waiting for another request's batch, tokens that expired over ten
+-- minutes ago by the database's clock: no API whose clock is within ten
+-- minutes of it accepts their signatures any more.
+WITH pruned AS (
+    DELETE FROM webhook_tokens
+    WHERE (provider, token) IN (
+        SELECT t.provider, t.token FROM webhook_tokens t
+        WHERE t.expires_at < now() - interval '10 minutes'
+          AND NOT (t.provider = @provider AND t.token = @token)
+        ORDER BY t.expires_at
+        LIMIT 100
+        FOR UPDATE SKIP LOCKED)
+)
+INSERT INTO webhook_tokens (provider, token, expires_at)
+VALUES (@provider, @token, @expires_at)
+ON CONFLICT (provider, token) DO NOTHING;
+
 -- name: FindDeliveryForFeedback :one
 -- The delivery a provider's event is about: by the provider's id for the
 -- message, or by our Message-ID.

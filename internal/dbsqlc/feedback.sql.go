@@ -228,6 +228,41 @@ func (q *Queries) RecordFeedbackEvent(ctx context.Context, arg RecordFeedbackEve
 	return err
 }
 
+const rememberWebhookToken = `-- name: RememberWebhookToken :execrows
+WITH pruned AS (
+    DELETE FROM webhook_tokens
+    WHERE (provider, token) IN (
+        SELECT t.provider, t.token FROM webhook_tokens t
+        WHERE t.expires_at < now() - interval '10 minutes'
+          AND NOT (t.provider = $1 AND t.token = $2)
+        ORDER BY t.expires_at
+        LIMIT 100
+        FOR UPDATE SKIP LOCKED)
+)
+INSERT INTO webhook_tokens (provider, token, expires_at)
+VALUES ($1, $2, $3)
+ON CONFLICT (provider, token) DO NOTHING
+`
+
+type RememberWebhookTokenParams struct {
+	Provider  string
+	Token     string
+	ExpiresAt time.Time
+}
+
+// 0 rows: this provider's webhook came with this token before, and it is
+// refused now. The same statement prunes, a batch at a time and without
+// waiting for another request's batch, tokens that expired over ten
+// minutes ago by the database's clock: no API whose clock is within ten
+// minutes of it accepts their signatures any more.
+func (q *Queries) RememberWebhookToken(ctx context.Context, arg RememberWebhookTokenParams) (int64, error) {
+	result, err := q.db.Exec(ctx, rememberWebhookToken, arg.Provider, arg.Token, arg.ExpiresAt)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const removeSuppression = `-- name: RemoveSuppression :execrows
 WITH del AS (
     DELETE FROM suppressions s WHERE s.recipient = $3 RETURNING s.recipient, s.source

@@ -127,3 +127,10 @@ type SuppressionEvent struct {
 	Actor     string
 	Note      string
 }
+
+type WebhookToken struct {
+	Provider   string
+	Token      string
+	ExpiresAt  time.Time
+	ReceivedAt time.Time
+}

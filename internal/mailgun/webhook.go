@@ -81,26 +81,41 @@ type webhook struct {
 	} `json:"event-data"`
 }
 
+// Verified is a webhook whose signature is Mailgun's and recent.
+type Verified struct {
+	// Token is the signature's random token, and Expires when Verify
+	// starts refusing the signature as too old. Mailgun signs the
+	// timestamp and the token, not the event-data: until Expires, whoever
+	// captured the request can send the signature with an event of their
+	// own. The caller must accept a token once (Mailgun's advice:
+	// notify.RememberWebhookToken). Both are set as soon as the signature
+	// checks out, even when the event then is malformed.
+	Token   string
+	Expires time.Time
+	// Feedback is the event, if it is about delivery.
+	Feedback []notify.Feedback
+}
+
 // Verify checks a webhook body's signature and timestamp and returns its
 // event if it is about delivery: delivered, failed (permanent: bounced;
 // temporary: deferred) or complained; other events give no Feedback and
 // no error. EventID is Mailgun's event id. header is unused: Mailgun
 // signs inside the body.
-func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) ([]notify.Feedback, error) {
+func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Verified, error) {
 	if len(body) > MaxWebhookBody {
-		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(body), MaxWebhookBody)
+		return Verified{}, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(body), MaxWebhookBody)
 	}
 	var w webhook
 	if err := json.Unmarshal(body, &w); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Verified{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	if w.Signature == nil || w.Signature.Token == "" || w.Signature.Signature == "" {
-		return nil, fmt.Errorf("%w: no signature", ErrBadSignature)
+		return Verified{}, fmt.Errorf("%w: no signature", ErrBadSignature)
 	}
 	ts := strings.Trim(string(w.Signature.Timestamp), `"`)
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("%w: timestamp %q is not a number", ErrBadSignature, ts)
+		return Verified{}, fmt.Errorf("%w: timestamp %q is not a number", ErrBadSignature, ts)
 	}
 	mac := hmac.New(sha256.New, v.key)
 	mac.Write([]byte(ts + w.Signature.Token))
@@ -112,15 +127,24 @@ func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) ([]n
 		}
 	}
 	if !ok {
-		return nil, ErrBadSignature
+		return Verified{}, ErrBadSignature
 	}
 	tolerance := v.Tolerance
 	if tolerance == 0 {
 		tolerance = DefaultWebhookTolerance
 	}
-	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
-		return nil, fmt.Errorf("%w: signed at %s, %s from now", ErrStale, time.Unix(sec, 0).UTC().Format(time.RFC3339), d.Round(time.Second))
+	signedAt := time.Unix(sec, 0)
+	if d := now.Sub(signedAt); d > tolerance || d < -tolerance {
+		return Verified{}, fmt.Errorf("%w: signed at %s, %s from now", ErrStale, signedAt.UTC().Format(time.RFC3339), d.Round(time.Second))
 	}
+	res := Verified{Token: w.Signature.Token, Expires: signedAt.Add(tolerance)}
+	fs, err := event(w)
+	res.Feedback = fs
+	return res, err
+}
+
+// event is the Feedback of a verified webhook's event-data.
+func event(w webhook) ([]notify.Feedback, error) {
 	e := w.EventData
 	if e == nil || e.Event == "" {
 		return nil, fmt.Errorf("%w: no event-data", ErrMalformed)

@@ -53,11 +53,17 @@ func TestWebhookEvents(t *testing.T) {
 		{"accepted", "", ""},
 	} {
 		body := signed(signingKey, now.Unix(), token, eventData(c.event, c.severity))
-		fs, err := v.Verify(nil, []byte(body), now)
+		res, err := v.Verify(nil, []byte(body), now)
 		if err != nil {
 			t.Errorf("%s %s: %v", c.event, c.severity, err)
 			continue
 		}
+		// Every verified webhook, about delivery or not, names its token
+		// for the caller to refuse the next time.
+		if res.Token != token || !res.Expires.Equal(time.Unix(now.Unix(), 0).Add(mailgun.DefaultWebhookTolerance)) {
+			t.Errorf("%s: token %q, expires %v", c.event, res.Token, res.Expires)
+		}
+		fs := res.Feedback
 		if c.kind == "" {
 			if len(fs) != 0 {
 				t.Errorf("%s: %+v, want no feedback", c.event, fs)
@@ -90,8 +96,14 @@ func TestWebhookRefusals(t *testing.T) {
 	data := eventData("delivered", "")
 	check := func(name, body string, want error) {
 		t.Helper()
-		if _, err := v.Verify(nil, []byte(body), now); !errors.Is(err, want) {
+		res, err := v.Verify(nil, []byte(body), now)
+		if !errors.Is(err, want) {
 			t.Errorf("%s: %v, want %v", name, err, want)
+		}
+		// A signature that is not Mailgun's, or too old, names no token to
+		// remember; a good one does, even when its event is malformed.
+		if signedOK := want == mailgun.ErrMalformed && strings.Contains(body, `"signature"`); signedOK != (res.Token != "") {
+			t.Errorf("%s: token %q", name, res.Token)
 		}
 	}
 	check("wrong key", signed("key-other", ts, token, data), mailgun.ErrBadSignature)

@@ -43,6 +43,10 @@ type Feedback struct {
 // delivery of this service.
 var ErrUnknownMessage = errors.New("notify: the event names no delivery of this service")
 
+// ErrWebhookReplay is returned for a webhook signature whose token came
+// before (RememberWebhookToken).
+var ErrWebhookReplay = errors.New("notify: the webhook's signature was used before")
+
 // ErrSuppressionNotFound is returned when the recipient is not suppressed.
 var ErrSuppressionNotFound = errors.New("notify: the recipient is not on the suppression list")
 
@@ -110,6 +114,27 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f Feedback) (Feedback
 		return nil
 	})
 	return out, err
+}
+
+// RememberWebhookToken records the token of a verified webhook signature
+// that does not cover the event it came with (Mailgun's covers a
+// timestamp and a random token), to refuse the token the next time: a
+// captured signature could otherwise carry a forged event until it is
+// too old to be accepted. expires is when the verifier starts refusing
+// the signature as too old; the row is pruned a while after. A token
+// seen before is ErrWebhookReplay and records nothing. A provider's
+// retry is no replay: Mailgun retries five minutes later at the
+// earliest, when the first signature is too old, so each attempt comes
+// signed afresh.
+func RememberWebhookToken(ctx context.Context, db *pgxpool.Pool, provider, token string, expires time.Time) error {
+	n, err := dbsqlc.New(db).RememberWebhookToken(ctx, dbsqlc.RememberWebhookTokenParams{Provider: provider, Token: token, ExpiresAt: expires})
+	if err != nil {
+		return fmt.Errorf("remember a %s webhook token: %w", provider, err)
+	}
+	if n == 0 {
+		return ErrWebhookReplay
+	}
+	return nil
 }
 
 // Suppression is one address the service does not send to.

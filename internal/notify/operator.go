@@ -327,3 +327,9 @@ func (o *Operator) Unsuppress(ctx context.Context, recipient, note, actor string
 func (o *Operator) RecordFeedback(ctx context.Context, f Feedback) (FeedbackOutcome, error) {
 	return RecordFeedback(ctx, o.db, f)
 }
+
+// RememberWebhookToken is RememberWebhookToken on the operator's
+// database: ErrWebhookReplay for a signature's token that came before.
+func (o *Operator) RememberWebhookToken(ctx context.Context, provider, token string, expires time.Time) error {
+	return RememberWebhookToken(ctx, o.db, provider, token, expires)
+}

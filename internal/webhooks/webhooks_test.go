@@ -1,0 +1,205 @@
+package webhooks_test
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/testenv"
+	"github.com/sekali-dev/sekali/internal/webhooks"
+)
+
+const (
+	mailgunKey       = "key-3ax6xnjp29jd6fds4gc373sgvjxteol0"
+	postmarkUser     = "postmark-hooks"
+	postmarkPassword = "a-password-of-some-length"
+)
+
+// env is the API's webhooks, configured through the environment and
+// built over a database of the test's own as cmd/api builds them, and
+// one confirmation the worker has sent.
+type env struct {
+	url string
+	db  testenv.DB
+	d   notify.Delivery
+}
+
+func setup(t *testing.T) env {
+	t.Helper()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
+	queue := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"}) // the enqueue after the checkout fails; nothing here needs it
+	t.Cleanup(func() { queue.Close() })
+	reg := prometheus.NewRegistry()
+	orders := order.NewService(db.Pool, notify.NewEnqueuer(queue, "webhooks-test", discard, reg), nil, time.Hour, reg)
+	price := int64(100)
+	o, _, err := orders.Place(ctx, order.Checkout{CustomerEmail: "Ana@Example.com", CustomerName: "Ana", Currency: "USD",
+		Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := notify.NewOperator(db.Pool, nil, nil, nil)
+	d, _, err := operator.Get(ctx, o.Notifications[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sent as the worker records it, but without the provider's id: the
+	// answer that carried it was lost, and the reconciler found the
+	// message by our metadata.
+	d.MessageID = notify.MessageID(d.IdempotencyKey, "shop.example")
+	if _, err := db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'sent', sent_at = now(), message_id = $1 WHERE id = $2",
+		d.MessageID, d.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	e := envconfig.New(func(k string) string {
+		return map[string]string{
+			"MAILGUN_WEBHOOK_SIGNING_KEY": mailgunKey,
+			"POSTMARK_WEBHOOK_USER":       postmarkUser,
+			"POSTMARK_WEBHOOK_PASSWORD":   postmarkPassword,
+		}[k]
+	})
+	settings := webhooks.ReadEnv(e)
+	if err := e.Err(); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+		Log: discard, Registry: prometheus.NewRegistry(), Webhooks: settings.Hooks(operator),
+		Admin: httpapi.Admin{Ops: operator},
+	}))
+	t.Cleanup(srv.Close)
+	return env{url: srv.URL, db: db, d: d}
+}
+
+func (e env) post(t *testing.T, provider, body string, header http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.url+"/v1/webhooks/"+provider, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = header.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+// count counts what feedback wrote: events, suppressions, history.
+func (e env) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := e.db.Pool.QueryRow(context.Background(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (e env) written(t *testing.T) string {
+	t.Helper()
+	return fmt.Sprintf("provider_events=%d suppressions=%d feedback_history=%d",
+		e.count(t, "SELECT count(*) FROM provider_events"), e.count(t, "SELECT count(*) FROM suppressions"),
+		e.count(t, "SELECT count(*) FROM delivery_events WHERE actor IN ('mailgun', 'postmark')"))
+}
+
+// mailgunSigned is a webhook body as Mailgun signs it: the hex
+// HMAC-SHA256 of timestamp and token, nothing of the event-data.
+func mailgunSigned(ts int64, token, eventData string) string {
+	mac := hmac.New(sha256.New, []byte(mailgunKey))
+	fmt.Fprintf(mac, "%d%s", ts, token)
+	return fmt.Sprintf(`{"signature":{"timestamp":"%d","token":%q,"signature":%q},"event-data":%s}`,
+		ts, token, hex.EncodeToString(mac.Sum(nil)), eventData)
+}
+
+func mailgunEvent(id, event, severity, messageID string) string {
+	return fmt.Sprintf(`{"id":%q,"event":%q,"severity":%q,"reason":"bounce","timestamp":%d,"recipient":"ana@example.com",
+"message":{"headers":{"message-id":"<%s>"}},"delivery-status":{"code":550,"message":"5.1.1 no such user","description":""}}`,
+		id, event, severity, time.Now().Unix(), messageID)
+}
+
+// Mailgun signs a timestamp and a token, not the event: a signature
+// captured from one webhook is refused with any other event-data (say a
+// permanent failure, which would suppress the address) and even with its
+// own, and so is the token of an event the API ignores. Nothing refused
+// is recorded; a webhook with a fresh token is. Tokens past their
+// signature's age are pruned by the next insert.
+func TestMailgunTokenCountsOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ts := time.Now().Unix()
+	first, ignored, fresh := strings.Repeat("a1", 25), strings.Repeat("b2", 25), strings.Repeat("c3", 25)
+	mid := e.d.MessageID
+
+	if _, err := e.db.Pool.Exec(context.Background(),
+		"INSERT INTO webhook_tokens (provider, token, expires_at) VALUES ('mailgun', 'expired-long-ago', now() - interval '1 hour')"); err != nil {
+		t.Fatal(err)
+	}
+	deferred := mailgunSigned(ts, first, mailgunEvent("ev-deferred", "failed", "temporary", mid))
+	if status, body := e.post(t, "mailgun", deferred, nil); status != http.StatusOK || !strings.Contains(body, `"recorded":1`) {
+		t.Fatalf("a signed webhook: %d %s", status, body)
+	}
+	if n := e.count(t, "SELECT count(*) FROM webhook_tokens WHERE token = 'expired-long-ago'"); n != 0 {
+		t.Errorf("an expired token was kept after the next insert")
+	}
+	before := e.written(t)
+
+	for _, c := range []struct{ name, body string }{
+		{"its signature with a forged permanent failure", mailgunSigned(ts, first, mailgunEvent("ev-forged", "failed", "permanent", mid))},
+		{"its signature with its own event again", deferred},
+	} {
+		status, body := e.post(t, "mailgun", c.body, nil)
+		if status != http.StatusUnauthorized {
+			t.Errorf("%s: %d %s, want 401", c.name, status, body)
+		}
+	}
+	if status, body := e.post(t, "mailgun", mailgunSigned(ts, ignored, mailgunEvent("ev-opened", "opened", "", mid)), nil); status != http.StatusOK {
+		t.Fatalf("an ignored event: %d %s", status, body)
+	}
+	if status, body := e.post(t, "mailgun", mailgunSigned(ts, ignored, mailgunEvent("ev-forged-2", "failed", "permanent", mid)), nil); status != http.StatusUnauthorized {
+		t.Errorf("the token of an ignored event with a forged permanent failure: %d %s, want 401", status, body)
+	}
+	if after := e.written(t); after != before {
+		t.Fatalf("refused webhooks wrote: %s, was %s", after, before)
+	}
+
+	bounce := mailgunSigned(ts, fresh, mailgunEvent("ev-bounce", "failed", "permanent", mid))
+	if status, body := e.post(t, "mailgun", bounce, nil); status != http.StatusOK || !strings.Contains(body, `"recorded":1`) {
+		t.Fatalf("a permanent failure with a fresh token: %d %s", status, body)
+	}
+	if n := e.count(t, "SELECT count(*) FROM suppressions WHERE recipient = 'ana@example.com'"); n != 1 {
+		t.Errorf("%d suppressions after a genuine permanent failure, want 1", n)
+	}
+}
+
+// Without the database FromEnv cannot refuse a replayed Mailgun
+// signature, so it refuses to build Mailgun's webhook.
+func TestFromEnvRefusesMailgun(t *testing.T) {
+	t.Parallel()
+	e := envconfig.New(func(k string) string { return map[string]string{"MAILGUN_WEBHOOK_SIGNING_KEY": mailgunKey}[k] })
+	if hooks := webhooks.FromEnv(e); len(hooks) != 0 || e.Err() == nil || !strings.Contains(e.Err().Error(), "MAILGUN_WEBHOOK_SIGNING_KEY") {
+		t.Errorf("FromEnv with Mailgun's key: %d webhooks, %v", len(hooks), e.Err())
+	}
+}
