@@ -7,11 +7,13 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 func (s stack) admin(t *testing.T, method, path, body string) response {
@@ -226,6 +228,36 @@ func TestAdminQueueControls(t *testing.T) {
 	}
 	if res := s.admin(t, http.MethodPut, "/admin/v1/queue/concurrency", `{"per_worker": 0}`); res.status != 200 {
 		t.Errorf("clear concurrency = %d", res.status)
+	}
+}
+
+// The queue's size is the tasks still to run: a delivery the worker has
+// finished leaves a completed task behind (kept to refuse a duplicate
+// enqueue), and that is reported as completed, not counted in size.
+func TestAdminQueueSizeLeavesOutCompletedTasks(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.startWorker(t, nil)
+	type queue struct {
+		Size      int  `json:"size"`
+		Pending   int  `json:"pending"`
+		Completed int  `json:"completed"`
+		Paused    bool `json:"paused"`
+	}
+	read := func() queue {
+		var q queue
+		s.admin(t, http.MethodGet, "/admin/v1/queue", "").decode(t, &q)
+		return q
+	}
+	s.postOrder(t, validCheckout, nil)
+	testenv.WaitFor(t, "the worker to complete the confirmation's task", 30*time.Second, func() bool { return read().Completed == 1 })
+	// Paused, the next delivery stays a pending task.
+	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/pause", ""); res.status != http.StatusOK {
+		t.Fatalf("pause = %d %s", res.status, res.body)
+	}
+	s.postOrder(t, strings.Replace(validCheckout, "Ana Maria", "Budi", 1), nil)
+	if q := read(); q.Size != 1 || q.Pending != 1 || q.Completed != 1 || !q.Paused {
+		t.Errorf("queue %+v, want size 1: the pending task, not the completed one", q)
 	}
 }
 
