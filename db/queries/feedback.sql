@@ -33,6 +33,15 @@ WHERE (sqlc.narg(provider_message_id)::text IS NOT NULL AND provider_message_id 
 ORDER BY created_at DESC
 LIMIT 1;
 
+-- name: FindDeliveryForFeedbackByKeyHash :one
+-- The delivery a provider's event is about, when neither id above
+-- matches: by the key hash our metadata carried (notify.KeyHash), which
+-- is our Message-ID's local part.
+SELECT * FROM notification_deliveries
+WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = @key_hash::text
+ORDER BY created_at DESC
+LIMIT 1;
+
 -- name: RecordFeedbackEvent :exec
 -- A provider's event in the delivery's history; the status does not change.
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)

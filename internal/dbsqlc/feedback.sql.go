@@ -100,6 +100,43 @@ func (q *Queries) FindDeliveryForFeedback(ctx context.Context, arg FindDeliveryF
 	return i, err
 }
 
+const findDeliveryForFeedbackByKeyHash = `-- name: FindDeliveryForFeedbackByKeyHash :one
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale FROM notification_deliveries
+WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = $1::text
+ORDER BY created_at DESC
+LIMIT 1
+`
+
+// The delivery a provider's event is about, when neither id above
+// matches: by the key hash our metadata carried (notify.KeyHash), which
+// is our Message-ID's local part.
+func (q *Queries) FindDeliveryForFeedbackByKeyHash(ctx context.Context, keyHash string) (NotificationDelivery, error) {
+	row := q.db.QueryRow(ctx, findDeliveryForFeedbackByKeyHash, keyHash)
+	var i NotificationDelivery
+	err := row.Scan(
+		&i.ID,
+		&i.OrderID,
+		&i.Template,
+		&i.Recipient,
+		&i.IdempotencyKey,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.LeaseToken,
+		&i.LeaseExpiresAt,
+		&i.HandedOverAt,
+		&i.ProviderMessageID,
+		&i.TemplateData,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
+		&i.Locale,
+	)
+	return i, err
+}
+
 const getSuppression = `-- name: GetSuppression :one
 SELECT recipient, source, reason, created_at FROM suppressions WHERE recipient = $1
 `

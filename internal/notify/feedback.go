@@ -59,7 +59,9 @@ type FeedbackOutcome struct {
 
 // RecordFeedback writes one verified provider event, in one transaction:
 // into the history of the delivery it is about, and, for a hard bounce or
-// a complaint, the recipient onto the suppression list. The same event
+// a complaint, the recipient onto the suppression list. The delivery is
+// the one of the provider's id for the message or of our Message-ID, else
+// the one of the key hash echoed from our metadata. The same event
 // again (by provider and event id) changes nothing; an event that names
 // no delivery of this service is ErrUnknownMessage and changes nothing.
 func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f Feedback) (FeedbackOutcome, error) {
@@ -73,10 +75,16 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f Feedback) (Feedback
 		if f.MessageID != "" {
 			mid = &f.MessageID
 		}
-		if pid == nil && mid == nil {
+		if pid == nil && mid == nil && f.KeyHash == "" {
 			return ErrUnknownMessage
 		}
 		d, err := q.FindDeliveryForFeedback(ctx, dbsqlc.FindDeliveryForFeedbackParams{ProviderMessageID: pid, MessageID: mid})
+		if errors.Is(err, pgx.ErrNoRows) && f.KeyHash != "" {
+			// The provider's id was never stored (the answer that carried
+			// it was lost) and it does not echo our Message-ID, but it
+			// does echo our metadata.
+			d, err = q.FindDeliveryForFeedbackByKeyHash(ctx, f.KeyHash)
+		}
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrUnknownMessage
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -202,4 +203,43 @@ func TestFromEnvRefusesMailgun(t *testing.T) {
 	if hooks := webhooks.FromEnv(e); len(hooks) != 0 || e.Err() == nil || !strings.Contains(e.Err().Error(), "MAILGUN_WEBHOOK_SIGNING_KEY") {
 		t.Errorf("FromEnv with Mailgun's key: %d webhooks, %v", len(hooks), e.Err())
 	}
+}
+
+func postmarkBounce(id int, messageID, keyHash string) string {
+	return fmt.Sprintf(`{"RecordType":"Bounce","ID":%d,"Type":"HardBounce","MessageID":%q,"Email":"ana@example.com",
+"BouncedAt":%q,"Description":"The server was unable to deliver your message","Details":"550 5.1.1 no such user",
+"Inactive":true,"Metadata":{"sekali-key":%q}}`, id, messageID, time.Now().UTC().Format(time.RFC3339), keyHash)
+}
+
+// An event that names neither a provider's id we stored nor our
+// Message-ID is matched by the key hash our metadata carried: here a
+// Postmark bounce of a message whose Postmark id the worker never
+// stored. A key hash of no delivery of ours matches nothing.
+func TestFeedbackMatchedByKeyHashAlone(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	auth := http.Header{}
+	auth.Set("Authorization", "Basic "+basic(postmarkUser, postmarkPassword))
+
+	stranger := postmarkBounce(1, "0a129aee-e1cd-480d-b08d-4f48548ff48d", notify.KeyHash("order-confirmation:not-ours:someone@example.com"))
+	if status, body := e.post(t, "postmark", stranger, auth); status != http.StatusUnprocessableEntity {
+		t.Errorf("a key hash of no delivery: %d %s, want 422", status, body)
+	}
+	bounce := postmarkBounce(2, "b7bc2f4a-e38e-4336-af7d-e6c392c2f817", notify.KeyHash(e.d.IdempotencyKey))
+	if status, body := e.post(t, "postmark", bounce, auth); status != http.StatusOK || !strings.Contains(body, `"recorded":1`) {
+		t.Fatalf("a bounce matched by its key hash alone: %d %s", status, body)
+	}
+	if n := e.count(t, "SELECT count(*) FROM delivery_events WHERE delivery_id = $1 AND event = 'bounced' AND actor = 'postmark'", e.d.ID); n != 1 {
+		t.Errorf("%d bounced events in the delivery's history, want 1", n)
+	}
+	if n := e.count(t, "SELECT count(*) FROM provider_events WHERE delivery_id = $1", e.d.ID); n != 1 {
+		t.Errorf("%d provider events of the delivery, want 1", n)
+	}
+	if n := e.count(t, "SELECT count(*) FROM suppressions WHERE recipient = 'ana@example.com'"); n != 1 {
+		t.Errorf("%d suppressions after the hard bounce, want 1", n)
+	}
+}
+
+func basic(user, password string) string {
+	return base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
 }
