@@ -129,6 +129,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration:\n%w", err)
 	}
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))).With("service", "api")
+	// Templates first: a broken TEMPLATES_DIR is named even while the
+	// database is down. `api migrate` needs none.
+	var templates *notify.Templates
+	if !migrateOnly {
+		if templates, err = notify.LoadTemplatesFrom(notify.TemplatesFromEnv(getenv)); err != nil {
+			return err
+		}
+	}
 	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -148,10 +156,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer profiles.Close()
 	}
 
-	templates, err := notify.LoadTemplatesFrom(notify.TemplatesFromEnv(getenv))
-	if err != nil {
-		return err
-	}
 	queue := asynq.NewClient(cfg.Redis)
 	defer queue.Close()
 	inspector := asynq.NewInspector(cfg.Redis)

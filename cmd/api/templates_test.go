@@ -100,3 +100,20 @@ func checkBrokenTemplatesStopStartUp(t *testing.T, args []string, env map[string
 		t.Errorf("with the template fixed: did not start, run = %v", err)
 	}
 }
+
+// A broken TEMPLATES_DIR is named even while the database is down: the
+// templates are read before the first connection.
+func TestBrokenTemplatesDirIsNamedWhileTheDatabaseIsDown(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		"DATABASE_URL":  fmt.Sprintf("postgres://postgres@127.0.0.1:%d/none?connect_timeout=1", testenv.FreePort(t)),
+		"REDIS_URL":     "redis://127.0.0.1:6379/0",
+		"HTTP_ADDR":     "127.0.0.1:0",
+		"METRICS_ADDR":  fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		"TEMPLATES_DIR": templatesDir(t, true),
+	}
+	started, err := startUp(t, nil, env, "api listening")
+	if started || err == nil || !strings.Contains(err.Error(), "payment-reminder/text.tmpl:2:") {
+		t.Fatalf("started=%v, err=%v; want the broken template named before the database is tried", started, err)
+	}
+}
