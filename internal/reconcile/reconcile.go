@@ -154,7 +154,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 	defer t.Stop()
 	for {
 		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error("reconciliation pass failed", "error", err.Error())
+			r.log.Error("reconciliation pass failed", "error", notify.RedactAddresses(err.Error()))
 		}
 		select {
 		case <-ctx.Done():
@@ -226,6 +226,11 @@ func (r *Reconciler) cleanUp(ctx context.Context, rep *Report) error {
 
 // decide records one decision in the metrics, the report and the log.
 func (r *Reconciler) decide(rep *Report, d notify.Delivery, decision, reason string) {
+	// A reason may quote a provider's reply (a failed look-up's), and a
+	// reply may quote the recipient's address: the log line gets it
+	// redacted, the delivery's own Message-ID (which looks like an
+	// address) kept.
+	reason = redactAddresses(reason, r.messageID(d))
 	r.decisions.WithLabelValues(decision).Inc()
 	rep.Decisions[decision]++
 	level := slog.LevelInfo
@@ -272,12 +277,7 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			}
 			return r.applyPolicy(ctx, tx, rep, d, toPending)
 		}
-		// The Message-ID the attempt stored; rows claimed by a worker older
-		// than that column have none, and get the one it would have built.
-		messageID := d.MessageID
-		if messageID == "" {
-			messageID = notify.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
-		}
+		messageID := r.messageID(d)
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		providerID, found, err := r.lookup.Find(lctx, Query{MessageID: messageID, KeyHash: notify.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt})
 		cancel()
@@ -305,6 +305,28 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 		r.ensureQueued(ctx, rep, *requeue)
 	}
 	return more, nil
+}
+
+// messageID is the Message-ID the delivery's attempt stored; rows
+// claimed by a worker older than that column have none, and get the one
+// it would have built.
+func (r *Reconciler) messageID(d notify.Delivery) string {
+	if d.MessageID != "" {
+		return d.MessageID
+	}
+	return notify.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
+}
+
+// redactAddresses is notify.RedactAddresses on s, except for keep.
+func redactAddresses(s, keep string) string {
+	if keep == "" {
+		return notify.RedactAddresses(s)
+	}
+	parts := strings.Split(s, keep)
+	for i, p := range parts {
+		parts[i] = notify.RedactAddresses(p)
+	}
+	return strings.Join(parts, keep)
 }
 
 func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, toPending func(decision, reason string) error) error {

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/internal/mailgun/mailguntest"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+const recipient = "ana.maria@example.com"
+
+// stalled is a reconciler's world with one confirmation, to recipient,
+// whose worker handed it to the provider two hours ago and stopped: a
+// sending row with an expired lease, which only a look-up can settle.
+type stalled struct {
+	db  testenv.DB
+	env map[string]string
+	d   notify.Delivery
+}
+
+func newStalled(t *testing.T) stalled {
+	t.Helper()
+	db := testenv.NewDB(t)
+	rd := testenv.NewRedis(t)
+	ctx := context.Background()
+	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { dead.Close() })
+	reg := prometheus.NewRegistry()
+	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
+	price := int64(100)
+	o, _, err := orders.Place(ctx, order.Checkout{CustomerEmail: recipient, CustomerName: "Ana", Currency: "USD",
+		Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, err := notify.NewOperator(db.Pool, nil, nil, nil).Get(ctx, o.Notifications[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.MessageID = notify.MessageID(d.IdempotencyKey, "shop.example")
+	if _, err := db.Pool.Exec(ctx, `UPDATE notification_deliveries SET status = 'sending', attempts = 1, lease_token = gen_random_uuid(),
+		lease_expires_at = now() - interval '1 minute', handed_over_at = now() - interval '2 hours', message_id = $1 WHERE id = $2`,
+		d.MessageID, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	return stalled{db: db, d: d, env: map[string]string{
+		"DATABASE_URL": db.URL, "REDIS_URL": rd.URL, "DELIVERY_QUEUE": rd.Queue,
+		"MAIL_FROM": "orders@shop.example", "RECONCILE_DEFAULT_POLICY": "hold",
+	}}
+}
+
+// once runs reconciler --once and returns its log.
+func (s stalled) once(t *testing.T, env map[string]string) string {
+	t.Helper()
+	for k, v := range s.env {
+		env[k] = v
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"--once"}, func(k string) string { return env[k] }, &stdout, &stderr); err != nil {
+		t.Fatalf("run --once: %v\n%s", err, stderr.String())
+	}
+	return stderr.String()
+}
+
+func (s stalled) status(t *testing.T) (status, providerID string) {
+	t.Helper()
+	var pid *string
+	if err := s.db.Pool.QueryRow(context.Background(), "SELECT status, provider_message_id FROM notification_deliveries WHERE id = $1", s.d.ID).
+		Scan(&status, &pid); err != nil {
+		t.Fatal(err)
+	}
+	if pid != nil {
+		providerID = *pid
+	}
+	return status, providerID
+}
+
+// A provider's answer to a look-up may quote the recipient's address;
+// the reconciler's log line about the failed look-up carries the answer
+// without it (the worker's logs are scrubbed the same way:
+// TestProviderRepliesAreScrubbedOfAddressesInLogs).
+func TestLookupRepliesAreScrubbedOfAddressesInLogs(t *testing.T) {
+	t.Parallel()
+	reply := "Invalid 'recipient' address: '" + recipient + "'."
+	for _, c := range []struct {
+		provider string
+		env      func(t *testing.T) map[string]string
+	}{
+		{"postmark", func(t *testing.T) map[string]string {
+			pm := postmarktest.NewServer()
+			t.Cleanup(pm.Close)
+			pm.FailNext("/messages/outbound", postmarktest.Fault{Status: 422, ErrorCode: 300, Message: reply})
+			return map[string]string{"PROVIDER": "postmark", "POSTMARK_SERVER_TOKEN": pm.Token, "POSTMARK_BASE_URL": pm.URL}
+		}},
+		{"mailgun", func(t *testing.T) map[string]string {
+			mg := mailguntest.NewServer("mg.shop.example")
+			t.Cleanup(mg.Close)
+			mg.FailNext("events", mailguntest.Fault{Status: 400, Message: reply})
+			return map[string]string{"PROVIDER": "mailgun", "MAILGUN_API_KEY": mg.APIKey, "MAILGUN_DOMAIN": mg.Domain, "MAILGUN_BASE_URL": mg.URL}
+		}},
+	} {
+		t.Run(c.provider, func(t *testing.T) {
+			t.Parallel()
+			s := newStalled(t)
+			log := s.once(t, c.env(t))
+			if !strings.Contains(log, `"decision":"lookup_failed"`) || !strings.Contains(log, "Invalid 'recipient' address") {
+				t.Fatalf("no log line with the failed look-up's answer:\n%s", log)
+			}
+			if strings.Contains(log, "ana.maria") {
+				t.Errorf("a log line carries the address:\n%s", log)
+			}
+			if status, _ := s.status(t); status != "sending" {
+				t.Errorf("after a failed look-up: %s, want still sending", status)
+			}
+		})
+	}
+}
