@@ -24,6 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
+	"github.com/sekali-dev/sekali/internal/webhooks"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -49,7 +50,7 @@ type setupOpts struct {
 	tracer      trace.TracerProvider // records the API's spans
 	rateLimits  httpapi.RateLimits   // none by default
 	templates   *notify.Templates    // the built-in ones by default
-	webhooks    []httpapi.Webhook    // none by default
+	webhooks    webhooks.Settings    // built over the stack's operator, as cmd/api builds them; none by default
 	maxInFlight int                  // no bound by default
 }
 
@@ -98,10 +99,11 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	operator := notify.NewOperator(db.Pool, enq, inspector, rdb)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
-		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks, MaxInFlight: o.maxInFlight,
-		Admin: httpapi.Admin{Token: adminToken, Ops: notify.NewOperator(db.Pool, enq, inspector, rdb), Keys: keys},
+		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks.Hooks(operator), MaxInFlight: o.maxInFlight,
+		Admin: httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys},
 	}))
 	t.Cleanup(srv.Close)
 	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates, backendKey: backendKey}

@@ -2,11 +2,16 @@ package httpapi_test
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,18 +34,23 @@ func hookStack(t *testing.T) (stack, string) {
 	key := make([]byte, 24)
 	_, _ = rand.Read(key)
 	secret := "whsec_" + base64.StdEncoding.EncodeToString(key)
-	env := envconfig.New(func(k string) string {
-		return map[string]string{
-			"RESEND_WEBHOOK_SECRET":     secret,
-			"POSTMARK_WEBHOOK_USER":     postmarkUser,
-			"POSTMARK_WEBHOOK_PASSWORD": postmarkPassword,
-		}[k]
-	})
-	hooks := webhooks.FromEnv(env)
+	return configuredStack(t, map[string]string{
+		"RESEND_WEBHOOK_SECRET":     secret,
+		"POSTMARK_WEBHOOK_USER":     postmarkUser,
+		"POSTMARK_WEBHOOK_PASSWORD": postmarkPassword,
+	}), secret
+}
+
+// configuredStack is the API with the webhooks these variables configure,
+// read and built as cmd/api does.
+func configuredStack(t *testing.T, vars map[string]string) stack {
+	t.Helper()
+	env := envconfig.New(func(k string) string { return vars[k] })
+	settings := webhooks.ReadEnv(env)
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return setup(t, setupOpts{webhooks: hooks}), secret
+	return setup(t, setupOpts{webhooks: settings})
 }
 
 // sentVia records that the order's confirmation was accepted by Resend
@@ -238,5 +248,172 @@ func TestAdminSuppressions(t *testing.T) {
 	}
 	if added != 1 || removed != 1 {
 		t.Errorf("history: %d added, %d removed, want 1 and 1", added, removed)
+	}
+}
+
+const mailgunKey = "key-5b2d8c1f9e4a7d3b6c0e1f2a3b4c5d6e"
+
+// mailgunSigned is a webhook body as Mailgun signs it: the hex
+// HMAC-SHA256, keyed with the webhook signing key, of the timestamp and
+// the token, next to the event-data (which the signature does not cover).
+func mailgunSigned(key string, at time.Time, token, eventData string) string {
+	ts := strconv.FormatInt(at.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(key))
+	mac.Write([]byte(ts + token))
+	return fmt.Sprintf(`{"signature":{"timestamp":%q,"token":%q,"signature":%q},"event-data":%s}`,
+		ts, token, hex.EncodeToString(mac.Sum(nil)), eventData)
+}
+
+// mailgunFailure is Mailgun's event-data of a permanent failure of the
+// message whose Message-Id is messageID.
+func mailgunFailure(id, messageID, recipient string, at time.Time) string {
+	return fmt.Sprintf(`{"id":%q,"event":"failed","severity":"permanent","reason":"bounce","timestamp":%d.25,`+
+		`"recipient":%q,"message":{"headers":{"message-id":"<%s>"}},`+
+		`"delivery-status":{"code":550,"message":"5.1.1 The email account that you tried to reach does not exist","description":""}}`,
+		id, at.Unix(), recipient, messageID)
+}
+
+// A permanent failure that Mailgun signs reaches the delivery's history
+// and the suppression list once: Mailgun's retry of the event, signed
+// anew, is a duplicate, and the same signature again is refused. What
+// Mailgun did not sign — no signature, another key, a token the
+// signature is not of, an old timestamp — is 401 with a challenge; a body
+// that is no event is 400, an event about no message of ours 422; none
+// of them writes anything.
+func TestMailgunWebhookRecordsAFailureOnce(t *testing.T) {
+	t.Parallel()
+	s := configuredStack(t, map[string]string{"MAILGUN_WEBHOOK_SIGNING_KEY": mailgunKey})
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	const messageID = "20261201101500.5f3c9a@shop.example"
+	s.sentVia(t, o, messageID)
+	now := time.Now()
+	event := mailgunFailure("Ase7i2zsRYeDXztHGENqRA", messageID, "ana.maria@example.com", now)
+	post := func(body string) response {
+		return s.do(t, http.MethodPost, "/v1/webhooks/mailgun", "application/json", strings.NewReader(body), map[string]string{"Authorization": ""})
+	}
+	token := func(n int) string { return fmt.Sprintf("%050d", n) }
+
+	tampered := strings.Replace(mailgunSigned(mailgunKey, now, token(1), event), token(1), token(2), 1)
+	for _, c := range []struct {
+		name, body string
+		status     int
+	}{
+		{"unsigned", `{"event-data":` + event + `}`, http.StatusUnauthorized},
+		{"another key", mailgunSigned("key-not-the-configured-one-at-all", now, token(3), event), http.StatusUnauthorized},
+		{"a token the signature is not of", tampered, http.StatusUnauthorized},
+		{"signed an hour ago", mailgunSigned(mailgunKey, now.Add(-time.Hour), token(4), event), http.StatusUnauthorized},
+		{"not an event", mailgunSigned(mailgunKey, now, token(5), `{"hello":"world"}`), http.StatusBadRequest},
+		{"not our message", mailgunSigned(mailgunKey, now, token(6), mailgunFailure("ev-other", "someone-else@shop.example", "x@example.com", now)), http.StatusUnprocessableEntity},
+	} {
+		res := post(c.body)
+		if res.status != c.status || !strings.HasPrefix(res.header.Get("Content-Type"), "application/problem+json") {
+			t.Errorf("%s: %d %s, want %d as problem+json", c.name, res.status, res.body, c.status)
+		}
+		if c.status == http.StatusUnauthorized && res.header.Get("WWW-Authenticate") != `Signature realm="sekali-webhooks"` {
+			t.Errorf("%s: WWW-Authenticate %q", c.name, res.header.Get("WWW-Authenticate"))
+		}
+	}
+	if n := s.count(t, "provider_events") + s.count(t, "suppressions"); n != 0 {
+		t.Fatalf("refused webhooks wrote %d rows", n)
+	}
+	if n := s.counter(t, "sekali_provider_events_total", "provider", "mailgun", "result", "rejected"); n != 5 {
+		t.Errorf("rejected = %v, want 5", n)
+	}
+
+	signed := mailgunSigned(mailgunKey, now, token(7), event)
+	if res := post(signed); res.status != http.StatusOK || strings.TrimSpace(string(res.body)) != `{"duplicates":0,"recorded":1}` {
+		t.Fatalf("the signed failure: %d %s", res.status, res.body)
+	}
+	// Mailgun retries an event until it gets a 2xx, signing each attempt.
+	if res := post(mailgunSigned(mailgunKey, now.Add(time.Second), token(8), event)); res.status != http.StatusOK || strings.TrimSpace(string(res.body)) != `{"duplicates":1,"recorded":0}` {
+		t.Errorf("Mailgun's retry: %d %s", res.status, res.body)
+	}
+	if res := post(signed); res.status != http.StatusUnauthorized {
+		t.Errorf("the same signature again: %d %s, want 401", res.status, res.body)
+	}
+	if n := s.count(t, "provider_events"); n != 1 {
+		t.Errorf("%d provider events, want 1", n)
+	}
+	if n := s.counter(t, "sekali_delivery_feedback_total", "provider", "mailgun", "kind", "bounced"); n != 1 {
+		t.Errorf("feedback bounced = %v, want 1", n)
+	}
+	res := s.admin(t, http.MethodGet, "/admin/v1/suppressions/"+url.PathEscape("ana.maria@example.com"), "")
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"source":"bounce"`) || !strings.Contains(string(res.body), `"actor":"mailgun"`) {
+		t.Errorf("the suppression: %d %s", res.status, res.body)
+	}
+}
+
+const sesTopic = "arn:aws:sns:us-east-1:123456789012:ses-feedback"
+
+// snsMessage is an SNS notification carrying an SES bounce of the message
+// whose Message-ID is messageID, with the signature fields to be set.
+func snsMessage(messageID string, at time.Time) map[string]string {
+	record := `{"eventType":"Bounce","bounce":{"bounceType":"Permanent","bounceSubType":"General",` +
+		`"bouncedRecipients":[{"emailAddress":"ana.maria@example.com","diagnosticCode":"smtp; 550 5.1.1 user unknown"}],` +
+		`"timestamp":"` + at.UTC().Format(time.RFC3339) + `"},"mail":{"timestamp":"` + at.UTC().Format(time.RFC3339) + `",` +
+		`"source":"orders@shop.example","messageId":"0100018c-ses-id","destination":["ana.maria@example.com"],` +
+		`"commonHeaders":{"messageId":"<` + messageID + `>"}}}`
+	return map[string]string{
+		"Type": "Notification", "MessageId": "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324", "TopicArn": sesTopic,
+		"Subject": "Amazon SES Email Event Notification", "Message": record, "Timestamp": at.UTC().Format("2006-01-02T15:04:05.000Z"),
+		"SignatureVersion": "2", "Signature": base64.StdEncoding.EncodeToString([]byte("not SNS's signature")),
+		"SigningCertURL": "https://sns.us-east-1.amazonaws.com/SimpleNotificationService-0000000000000000000000.pem",
+	}
+}
+
+// What SNS did not sign for our topic is refused before anything of its
+// Message is believed, and before any certificate is fetched: a
+// signature version SNS does not use, a signature that is not one, a
+// certificate URL that is not https on an SNS host (a look-alike host,
+// plain http, credentials in it). A body that is not an SNS message is
+// 400. None writes anything.
+func TestSESWebhookRefusesWhatSNSDidNotSign(t *testing.T) {
+	t.Parallel()
+	s := configuredStack(t, map[string]string{"SES_SNS_TOPIC_ARNS": sesTopic})
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	const messageID = "20261201101500.5f3c9a@shop.example"
+	s.sentVia(t, o, "0100018c-ses-id")
+	now := time.Now()
+	with := func(field, value string) string {
+		m := snsMessage(messageID, now)
+		m[field] = value
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, c := range []struct {
+		name, body string
+		status     int
+	}{
+		{"no signature", with("Signature", ""), http.StatusUnauthorized},
+		{"signature version 3", with("SignatureVersion", "3"), http.StatusUnauthorized},
+		{"a signature that is not base64", with("Signature", "%%%"), http.StatusUnauthorized},
+		{"a look-alike certificate host", with("SigningCertURL", "https://sns.us-east-1.amazonaws.com.attacker.example/cert.pem"), http.StatusUnauthorized},
+		{"a certificate over http", with("SigningCertURL", "http://sns.us-east-1.amazonaws.com/cert.pem"), http.StatusUnauthorized},
+		{"credentials in the certificate URL", with("SigningCertURL", "https://user:pw@sns.us-east-1.amazonaws.com/cert.pem"), http.StatusUnauthorized},
+		{"another port", with("SigningCertURL", "https://sns.us-east-1.amazonaws.com:8443/cert.pem"), http.StatusUnauthorized},
+		{"not an SNS message type", with("Type", "Gossip"), http.StatusBadRequest},
+		{"not JSON", `{"Type":`, http.StatusBadRequest},
+	} {
+		res := s.do(t, http.MethodPost, "/v1/webhooks/ses", "text/plain; charset=UTF-8", strings.NewReader(c.body), map[string]string{"Authorization": ""})
+		if res.status != c.status || !strings.HasPrefix(res.header.Get("Content-Type"), "application/problem+json") {
+			t.Errorf("%s: %d %s, want %d as problem+json", c.name, res.status, res.body, c.status)
+		}
+		if c.status == http.StatusUnauthorized && res.header.Get("WWW-Authenticate") != `Signature realm="sekali-webhooks"` {
+			t.Errorf("%s: WWW-Authenticate %q", c.name, res.header.Get("WWW-Authenticate"))
+		}
+	}
+	if n := s.count(t, "provider_events") + s.count(t, "suppressions"); n != 0 {
+		t.Errorf("refused SNS messages wrote %d rows", n)
+	}
+	if n := s.counter(t, "sekali_provider_events_total", "provider", "ses", "result", "rejected"); n != 9 {
+		t.Errorf("rejected = %v, want 9", n)
+	}
+	if res := s.do(t, http.MethodPost, "/v1/webhooks/mailgun", "application/json", strings.NewReader(`{}`), map[string]string{"Authorization": ""}); res.status != http.StatusNotFound {
+		t.Errorf("an unconfigured provider: %d %s", res.status, res.body)
 	}
 }
