@@ -87,6 +87,49 @@ func (s stalled) status(t *testing.T) (status, providerID string) {
 	return status, providerID
 }
 
+// PROVIDER=postmark settles an ambiguous send by searching Postmark's
+// messages for our metadata, PROVIDER=mailgun by Mailgun's events for
+// our Message-ID: each finds the message at its own provider, and only
+// there, and the delivery becomes sent. Any other look-up, or none (the
+// policy would hold it), leaves it otherwise.
+func TestProviderChoosesItsLookup(t *testing.T) {
+	t.Parallel()
+	t.Run("postmark", func(t *testing.T) {
+		t.Parallel()
+		s := newStalled(t)
+		pm := postmarktest.NewServer()
+		defer pm.Close()
+		id := pm.Add(postmarktest.Message{To: recipient, Metadata: map[string]string{"sekali-key": notify.KeyHash(s.d.IdempotencyKey)},
+			ReceivedAt: time.Now().Add(-2 * time.Hour)})
+		log := s.once(t, map[string]string{"PROVIDER": "postmark", "POSTMARK_SERVER_TOKEN": pm.Token, "POSTMARK_BASE_URL": pm.URL})
+		if status, pid := s.status(t); status != "sent" || pid != id {
+			t.Errorf("after the look-up: %s, provider id %q, want sent as %s\n%s", status, pid, id, log)
+		}
+		if pm.Requests("/messages/outbound") == 0 {
+			t.Error("Postmark's Messages API was not searched")
+		}
+	})
+	t.Run("mailgun", func(t *testing.T) {
+		t.Parallel()
+		s := newStalled(t)
+		mg := mailguntest.NewServer("mg.shop.example")
+		defer mg.Close()
+		mg.AddEvent(mailguntest.Event{Event: "accepted", MessageID: s.d.MessageID, Recipient: recipient, Timestamp: time.Now().Add(-2 * time.Hour)})
+		log := s.once(t, map[string]string{"PROVIDER": "mailgun", "MAILGUN_API_KEY": mg.APIKey, "MAILGUN_DOMAIN": mg.Domain, "MAILGUN_BASE_URL": mg.URL})
+		if status, pid := s.status(t); status != "sent" || pid != s.d.MessageID {
+			t.Errorf("after the look-up: %s, provider id %q, want sent as %s\n%s", status, pid, s.d.MessageID, log)
+		}
+		if mg.Requests("events") == 0 {
+			t.Error("Mailgun's Events API was not searched")
+		}
+		// The decision's log line keeps the delivery's Message-ID, which
+		// looks like an address but is none.
+		if !strings.Contains(log, `"decision":"found_at_provider"`) || !strings.Contains(log, s.d.MessageID) {
+			t.Errorf("no decision log line naming %s:\n%s", s.d.MessageID, log)
+		}
+	})
+}
+
 // A provider's answer to a look-up may quote the recipient's address;
 // the reconciler's log line about the failed look-up carries the answer
 // without it (the worker's logs are scrubbed the same way:
