@@ -65,18 +65,6 @@ func ReadEnv(env *envconfig.Reader) Settings {
 	return s
 }
 
-// FromEnv is the webhooks ReadEnv configures, for a caller without the
-// API's database. Mailgun's needs it (Hooks) to refuse a signature seen
-// before, so configuring it here is reported to env as an error.
-func FromEnv(env *envconfig.Reader) []httpapi.Webhook {
-	s := ReadEnv(env)
-	if s.mailgun != nil {
-		env.Check("MAILGUN_WEBHOOK_SIGNING_KEY", errors.New("Mailgun's webhook needs the database to refuse a replayed signature: build it with ReadEnv(env).Hooks"))
-		s.mailgun = nil
-	}
-	return s.Hooks(nil)
-}
-
 // Tokens remembers the tokens of webhook signatures that do not cover
 // their event (*notify.Operator): a token seen before is
 // notify.ErrWebhookReplay.
