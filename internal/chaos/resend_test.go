@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -128,21 +129,23 @@ func TestResendHoldsARequestPastTheLease(t *testing.T) {
 // send is held back while held is set: bytes that left a worker and sit
 // in the network, as a paused VM's buffered request does.
 type heldProxy struct {
-	URL     string
-	mu      sync.Mutex
-	held    bool
-	waiting int // chunks held
-	release chan struct{}
+	URL      string
+	strip    string // a header line the held bytes lose on their way, if set
+	mu       sync.Mutex
+	held     bool
+	waiting  int // chunks held
+	stripped int // header lines removed
+	release  chan struct{}
 }
 
-func newHeldProxy(t *testing.T, target string) *heldProxy {
+func newHeldProxy(t *testing.T, target, strip string) *heldProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	p := &heldProxy{URL: "http://" + ln.Addr().String(), held: true, release: make(chan struct{})}
+	p := &heldProxy{URL: "http://" + ln.Addr().String(), strip: strip, held: true, release: make(chan struct{})}
 	host := strings.TrimPrefix(target, "http://")
 	go func() {
 		for {
@@ -178,8 +181,10 @@ func (p *heldProxy) forward(client net.Conn, host string) {
 				p.waiting++
 			}
 			p.mu.Unlock()
+			chunk := buf[:n]
 			if held {
 				<-p.release
+				chunk = p.stripHeader(chunk)
 			}
 			if server == nil {
 				if server, err = net.Dial("tcp", host); err != nil {
@@ -187,7 +192,7 @@ func (p *heldProxy) forward(client net.Conn, host string) {
 				}
 				go func() { _, _ = io.Copy(client, server) }()
 			}
-			if _, werr := server.Write(buf[:n]); werr != nil {
+			if _, werr := server.Write(chunk); werr != nil {
 				return
 			}
 		}
@@ -195,6 +200,38 @@ func (p *heldProxy) forward(client net.Conn, host string) {
 			return
 		}
 	}
+}
+
+// stripHeader removes the header line p.strip from an HTTP/1.1 request's
+// bytes: the request a worker would have sent without it. Headers are
+// written in one piece ahead of the body, so one chunk holds the line.
+func (p *heldProxy) stripHeader(chunk []byte) []byte {
+	if p.strip == "" {
+		return chunk
+	}
+	end := bytes.Index(chunk, []byte("\r\n\r\n"))
+	if end < 0 {
+		return chunk
+	}
+	lines := bytes.Split(chunk[:end], []byte("\r\n"))
+	kept := lines[:0]
+	for _, l := range lines {
+		name, _, ok := bytes.Cut(l, []byte(":"))
+		if ok && strings.EqualFold(string(name), p.strip) {
+			p.mu.Lock()
+			p.stripped++
+			p.mu.Unlock()
+			continue
+		}
+		kept = append(kept, l)
+	}
+	return append(bytes.Join(kept, []byte("\r\n")), chunk[end:]...)
+}
+
+func (p *heldProxy) strippedLines() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stripped
 }
 
 func (p *heldProxy) holding() int {
@@ -216,12 +253,30 @@ func (p *heldProxy) let() {
 // the bytes buffered, or a network that sat on them. The late copy
 // carries the same key and body, and Resend answers it with the first
 // send's id: one e-mail. Without Resend's key this is the duplicate the
-// runbook's section 4 counts.
+// runbook's section 4 counts: the control runs the same scenario with the
+// key taken out of the late copy and must see the second e-mail.
 func TestResendLateCopyFromAStalledWorker(t *testing.T) {
 	t.Parallel()
+	r := lateCopyFromAStalledWorker(t, "", "")
+	if r.Duplicates != 0 {
+		t.Errorf("%d duplicates, want 0", r.Duplicates)
+	}
+}
+
+func TestResendLateCopyWithoutTheKeyIsASecondEmail(t *testing.T) {
+	t.Parallel()
+	r := lateCopyFromAStalledWorker(t, "Idempotency-Key", "CONTROL: ")
+	if r.Duplicates != 1 {
+		t.Errorf("%d duplicates, want 1: without the key the late copy is a second e-mail, or the scenario did not reach the window", r.Duplicates)
+	}
+}
+
+// lateCopyFromAStalledWorker runs the scenario; strip names a header the
+// late copy loses on its way.
+func lateCopyFromAStalledWorker(t *testing.T, strip, label string) result {
 	late := fault(5*time.Second, 60*time.Second)
 	c := newResendCluster(t)
-	proxy := newHeldProxy(t, c.resend.URL)
+	proxy := newHeldProxy(t, c.resend.URL, strip)
 	c.startAPI()
 	c.startWorker("RESEND_BASE_URL", proxy.URL, "WORKER_CONCURRENCY", "1")
 	c.placeOrders("resend-late", 1)
@@ -235,11 +290,17 @@ func TestResendLateCopyFromAStalledWorker(t *testing.T) {
 	proxy.let()
 	testenv.WaitFor(t, "the late copy to reach Resend", 30*time.Second, func() bool { return c.resend.Requests() > before })
 	time.Sleep(time.Second) // let it be handled
-	c.verdict(fmt.Sprintf("Resend: a stalled worker's copy arrives %v after the resend", late), expect{})
+	if strip != "" && proxy.strippedLines() != 1 {
+		t.Fatalf("%d %s lines taken out of the late copy, want 1", proxy.strippedLines(), strip)
+	}
+	r := c.verdict(fmt.Sprintf("%sResend: a stalled worker's copy arrives %v after the resend%s", label, late,
+		map[bool]string{true: ", without our key", false: ""}[strip != ""]), expect{control: strip != ""})
+	// A copy without the key is not counted under it: one either way.
 	if n := c.resend.CountByIdempotencyKey(notify.ProviderKey(c.orders[0].Key)); n != 1 {
 		t.Errorf("%d e-mails under the delivery's key, want 1", n)
 	}
 	if n := c.decisions("provider_dedupes"); n < 1 {
 		t.Errorf("the reconciler sent the stalled delivery again %d times, want at least once", n)
 	}
+	return r
 }
