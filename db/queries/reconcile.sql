@@ -51,13 +51,23 @@ ON CONFLICT (key_hash) DO UPDATE
 SET delivery_id = EXCLUDED.delivery_id, status = EXCLUDED.status, sent_at = EXCLUDED.sent_at, retired_at = now()
 RETURNING delivery_id;
 
--- name: DeleteRetiredDeliveries :execrows
+-- name: DeleteRetiredDeliveries :one
 -- Retention, step two: delete the deliveries step one retired, with their
 -- history (ON DELETE CASCADE). The conditions are repeated here, outside
 -- any subquery, so that a row an operator retried in between (failed ->
--- pending) is re-checked under its row lock and kept.
-DELETE FROM notification_deliveries d
-WHERE d.id = ANY(@ids::uuid[])
-  AND d.status IN ('sent', 'failed')
-  AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
-  AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8);
+-- pending) is re-checked under its row lock and kept; the tombstone of a
+-- row kept goes, so that retired_deliveries holds only rows that are gone
+-- (the row itself keeps its key refused). Returns the rows deleted.
+WITH gone AS (
+    DELETE FROM notification_deliveries d
+    WHERE d.id = ANY(@ids::uuid[])
+      AND d.status IN ('sent', 'failed')
+      AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
+      AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
+    RETURNING d.id
+), unretired AS (
+    DELETE FROM retired_deliveries r
+    WHERE r.delivery_id = ANY(@ids::uuid[])
+      AND r.delivery_id NOT IN (SELECT id FROM gone)
+)
+SELECT count(*) FROM gone;

@@ -34,12 +34,20 @@ func (q *Queries) CountStaleSending(ctx context.Context) (int64, error) {
 	return count, err
 }
 
-const deleteRetiredDeliveries = `-- name: DeleteRetiredDeliveries :execrows
-DELETE FROM notification_deliveries d
-WHERE d.id = ANY($1::uuid[])
-  AND d.status IN ('sent', 'failed')
-  AND d.updated_at < now() - make_interval(secs => $2::float8)
-  AND d.trying_since < now() - make_interval(secs => $3::float8)
+const deleteRetiredDeliveries = `-- name: DeleteRetiredDeliveries :one
+WITH gone AS (
+    DELETE FROM notification_deliveries d
+    WHERE d.id = ANY($1::uuid[])
+      AND d.status IN ('sent', 'failed')
+      AND d.updated_at < now() - make_interval(secs => $2::float8)
+      AND d.trying_since < now() - make_interval(secs => $3::float8)
+    RETURNING d.id
+), unretired AS (
+    DELETE FROM retired_deliveries r
+    WHERE r.delivery_id = ANY($1::uuid[])
+      AND r.delivery_id NOT IN (SELECT id FROM gone)
+)
+SELECT count(*) FROM gone
 `
 
 type DeleteRetiredDeliveriesParams struct {
@@ -51,13 +59,14 @@ type DeleteRetiredDeliveriesParams struct {
 // Retention, step two: delete the deliveries step one retired, with their
 // history (ON DELETE CASCADE). The conditions are repeated here, outside
 // any subquery, so that a row an operator retried in between (failed ->
-// pending) is re-checked under its row lock and kept.
+// pending) is re-checked under its row lock and kept; the tombstone of a
+// row kept goes, so that retired_deliveries holds only rows that are gone
+// (the row itself keeps its key refused). Returns the rows deleted.
 func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetiredDeliveriesParams) (int64, error) {
-	result, err := q.db.Exec(ctx, deleteRetiredDeliveries, arg.Ids, arg.OlderThanSeconds, arg.MaxAgeSeconds)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	row := q.db.QueryRow(ctx, deleteRetiredDeliveries, arg.Ids, arg.OlderThanSeconds, arg.MaxAgeSeconds)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const pickOrphanedPending = `-- name: PickOrphanedPending :many

@@ -185,4 +185,7 @@ func TestRetentionKeepsADeliveryRetriedWhileItsDeleteWaits(t *testing.T) {
 	if got := e.get(t, d.ID); got.Status != notify.StatusPending || got.Attempts != 0 {
 		t.Errorf("retried delivery: status %s, attempts %d; want pending, 0", got.Status, got.Attempts)
 	}
+	if e.tombstone(t, d) {
+		t.Error("the kept delivery still has the tombstone step one wrote: retired_deliveries should hold only rows that are gone")
+	}
 }
