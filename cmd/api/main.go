@@ -247,6 +247,10 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil || strings.TrimSpace(*name) == "" {
 		return errors.Join(err, errors.New("give --name and --scopes"))
 	}
+	// The rule POST /admin/v1/api-keys applies to the name.
+	if p := order.OneLineProblem(strings.TrimSpace(*name), 100); p != "" {
+		return fmt.Errorf("--name %s", p)
+	}
 	env := envconfig.New(getenv)
 	pool, err := postgres.Open(ctx, env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"))
 	if err != nil {
