@@ -257,7 +257,7 @@ func (p *heldProxy) let() {
 // key taken out of the late copy and must see the second e-mail.
 func TestResendLateCopyFromAStalledWorker(t *testing.T) {
 	t.Parallel()
-	r := lateCopyFromAStalledWorker(t, "", "")
+	r, _ := lateCopyFromAStalledWorker(t, "", "")
 	if r.Duplicates != 0 {
 		t.Errorf("%d duplicates, want 0", r.Duplicates)
 	}
@@ -265,16 +265,19 @@ func TestResendLateCopyFromAStalledWorker(t *testing.T) {
 
 func TestResendLateCopyWithoutTheKeyIsASecondEmail(t *testing.T) {
 	t.Parallel()
-	r := lateCopyFromAStalledWorker(t, "Idempotency-Key", "CONTROL: ")
-	if r.Duplicates != 1 {
-		t.Errorf("%d duplicates, want 1: without the key the late copy is a second e-mail, or the scenario did not reach the window", r.Duplicates)
+	r, late := lateCopyFromAStalledWorker(t, "Idempotency-Key", "CONTROL: ")
+	if r.Duplicates != late {
+		t.Errorf("%d duplicates for %d late copies without our key, want as many: each is another e-mail", r.Duplicates, late)
 	}
 }
 
 // lateCopyFromAStalledWorker runs the scenario; strip names a header the
-// late copy loses on its way.
-func lateCopyFromAStalledWorker(t *testing.T, strip, label string) result {
-	late := fault(5*time.Second, 60*time.Second)
+// late copies lose on their way, and late counts the copies that lost it.
+// The stalled worker may be given the delivery more than once before the
+// other worker gets it (the reconciler resets it each time its lease runs
+// out): each of its tries is held, and each arrives late.
+func lateCopyFromAStalledWorker(t *testing.T, strip, label string) (r result, late int) {
+	delay := fault(5*time.Second, 60*time.Second)
 	c := newResendCluster(t)
 	proxy := newHeldProxy(t, c.resend.URL, strip)
 	c.startAPI()
@@ -286,14 +289,15 @@ func lateCopyFromAStalledWorker(t *testing.T, strip, label string) result {
 	testenv.WaitFor(t, "the delivery to be sent again by the other worker", 60*time.Second, func() bool { return c.emailCount() == 1 })
 	c.settled(time.Minute)
 	before := c.resend.Requests()
-	time.Sleep(late)
+	time.Sleep(delay)
 	proxy.let()
 	testenv.WaitFor(t, "the late copy to reach Resend", 30*time.Second, func() bool { return c.resend.Requests() > before })
 	time.Sleep(time.Second) // let it be handled
-	if strip != "" && proxy.strippedLines() != 1 {
-		t.Fatalf("%d %s lines taken out of the late copy, want 1", proxy.strippedLines(), strip)
+	late = proxy.strippedLines()
+	if strip != "" && late < 1 {
+		t.Fatalf("no %s line taken out of the late copies", strip)
 	}
-	r := c.verdict(fmt.Sprintf("%sResend: a stalled worker's copy arrives %v after the resend%s", label, late,
+	r = c.verdict(fmt.Sprintf("%sResend: a stalled worker's copy arrives %v after the resend%s", label, delay,
 		map[bool]string{true: ", without our key", false: ""}[strip != ""]), expect{control: strip != ""})
 	// A copy without the key is not counted under it: one either way.
 	if n := c.resend.CountByIdempotencyKey(notify.ProviderKey(c.orders[0].Key)); n != 1 {
@@ -302,5 +306,5 @@ func lateCopyFromAStalledWorker(t *testing.T, strip, label string) result {
 	if n := c.decisions("provider_dedupes"); n < 1 {
 		t.Errorf("the reconciler sent the stalled delivery again %d times, want at least once", n)
 	}
-	return r
+	return r, late
 }

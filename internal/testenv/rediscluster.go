@@ -30,10 +30,11 @@ type RedisCluster struct {
 }
 
 type clusterNode struct {
-	addr string
-	dir  string
-	cmd  *exec.Cmd
-	dead bool
+	addr   string
+	dir    string
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd's process has exited
+	dead   bool
 }
 
 // clusterNodeTimeout is how long the cluster takes a silent primary for
@@ -55,26 +56,6 @@ func NewRedisCluster(t testing.TB) *RedisCluster {
 	}
 	dir := t.TempDir()
 	c := &RedisCluster{clients: map[string]*redis.Client{}}
-	for i := range 6 {
-		port, bus := FreePort(t), FreePort(t)
-		n := &clusterNode{addr: fmt.Sprintf("127.0.0.1:%d", port), dir: mkdir(t, dir, "node-"+strconv.Itoa(i))}
-		n.cmd = exec.Command(server,
-			"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
-			"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-			"--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
-			"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())),
-			// A replica may always take over, however long it was cut off:
-			// the tests kill primaries on purpose.
-			"--cluster-replica-validity-factor", "0",
-			// A replica's first sync starts at once, not after 5 s.
-			"--repl-diskless-sync-delay", "0",
-			"--save", "", "--appendonly", "no", "--dir", n.dir, "--logfile", filepath.Join(n.dir, "redis.log"))
-		n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := n.cmd.Start(); err != nil {
-			t.Fatalf("start redis-server for the cluster: %v", err)
-		}
-		c.nodes = append(c.nodes, n)
-	}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -83,13 +64,26 @@ func NewRedisCluster(t testing.TB) *RedisCluster {
 		}
 		for _, n := range c.nodes {
 			_ = n.cmd.Process.Kill()
-			_ = n.cmd.Wait()
+			<-n.exited
 		}
 	})
+	// Twelve distinct ports (a node's and its cluster bus's). Another
+	// process may still take one before its node binds it: such a node
+	// exits at once, and starts again on other ports.
+	ports := FreePorts(t, 12)
+	for i := range 6 {
+		n := &clusterNode{dir: mkdir(t, dir, "node-"+strconv.Itoa(i))}
+		c.startNode(t, server, n, ports[2*i], ports[2*i+1])
+		c.nodes = append(c.nodes, n)
+	}
 	for _, n := range c.nodes {
-		c.waitFor(t, "node "+n.addr+" to answer", 10*time.Second, func(ctx context.Context) error {
-			return c.node(n.addr).Ping(ctx).Err()
-		})
+		for try := 1; !c.answers(n, 10*time.Second); try++ {
+			if try == 3 {
+				t.Fatalf("redis-server for the cluster at %s did not come up:\n%s", n.addr, c.logs())
+			}
+			more := FreePorts(t, 2)
+			c.startNode(t, server, n, more[0], more[1])
+		}
 	}
 
 	args := []string{"--cluster", "create"}
@@ -116,6 +110,53 @@ func NewRedisCluster(t testing.TB) *RedisCluster {
 	}
 	c.Queue = "test-" + randomHex(6)
 	return c
+}
+
+// startNode starts n's redis-server on port and bus.
+func (c *RedisCluster) startNode(t testing.TB, server string, n *clusterNode, port, bus int) {
+	t.Helper()
+	n.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	n.cmd = exec.Command(server,
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+		"--cluster-config-file", filepath.Join(n.dir, "nodes.conf"),
+		"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())),
+		// A replica may always take over, however long it was cut off:
+		// the tests kill primaries on purpose.
+		"--cluster-replica-validity-factor", "0",
+		// A replica's first sync starts at once, not after 5 s.
+		"--repl-diskless-sync-delay", "0",
+		"--save", "", "--appendonly", "no", "--dir", n.dir, "--logfile", filepath.Join(n.dir, "redis.log"))
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatalf("start redis-server for the cluster: %v", err)
+	}
+	n.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) {
+		_, _ = cmd.Process.Wait()
+		close(exited)
+	}(n.cmd, n.exited)
+}
+
+// answers waits until n answers PING, and reports false if its process
+// exits first (its port was taken) or timeout passes.
+func (c *RedisCluster) answers(n *clusterNode, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-n.exited:
+			return false
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.node(n.addr).Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 // Primary is the address of the primary that serves key's hash slot, as
@@ -192,7 +233,7 @@ func (c *RedisCluster) KillPrimary(t testing.TB, key string) string {
 	for _, n := range c.nodes {
 		if n.addr == old {
 			_ = n.cmd.Process.Kill()
-			_ = n.cmd.Wait()
+			<-n.exited
 			n.dead = true
 		}
 	}
