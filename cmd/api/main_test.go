@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -31,25 +28,12 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 		"DELIVERY_QUEUE": rd.Queue,
 		"PPROF_ADDR":     pprofAddr,
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	api := testenv.StartRun(t, run, env)
+	addr := api.WaitLog(t, "api listening", "addr", 30*time.Second)
+	base := "http://" + addr
 
-	stdout, addr := watchForAddr(t)
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, stdout, io.Discard) }()
-
-	var base string
-	select {
-	case a := <-addr:
-		base = "http://" + a
-	case err := <-done:
-		t.Fatalf("run returned before listening: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("api did not start listening")
-	}
-
-	healthEnv := map[string]string{"HTTP_ADDR": strings.TrimPrefix(base, "http://")}
-	if err := run(ctx, []string{"healthcheck"}, func(k string) string { return healthEnv[k] }, io.Discard, io.Discard); err != nil {
+	healthEnv := map[string]string{"HTTP_ADDR": addr}
+	if err := run(context.Background(), []string{"healthcheck"}, func(k string) string { return healthEnv[k] }, io.Discard, io.Discard); err != nil {
 		t.Errorf("api healthcheck against the running API: %v", err)
 	}
 
@@ -89,21 +73,15 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 	}
 	res.Body.Close()
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run after cancel = %v, want nil", err)
-		}
-		if res, err := http.Get("http://" + pprofAddr + "/debug/pprof/cmdline"); err == nil {
-			res.Body.Close()
-			t.Error("the profile server still answers after the API stopped")
-		}
-		if err := run(context.Background(), []string{"healthcheck"}, func(k string) string { return healthEnv[k] }, io.Discard, io.Discard); err == nil {
-			t.Error("api healthcheck passed with the API stopped")
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("run did not return after cancel")
+	if err := api.Stop(t, 20*time.Second); err != nil {
+		t.Errorf("run after cancel = %v, want nil", err)
+	}
+	if res, err := http.Get("http://" + pprofAddr + "/debug/pprof/cmdline"); err == nil {
+		res.Body.Close()
+		t.Error("the profile server still answers after the API stopped")
+	}
+	if err := run(context.Background(), []string{"healthcheck"}, func(k string) string { return healthEnv[k] }, io.Discard, io.Discard); err == nil {
+		t.Error("api healthcheck passed with the API stopped")
 	}
 }
 
@@ -179,54 +157,17 @@ func TestRedisSentinelURLIsAccepted(t *testing.T) {
 	}
 }
 
-// watchForAddr returns a writer for run's log and a channel that yields the
-// address from its "api listening" line.
-func watchForAddr(t *testing.T) (io.Writer, <-chan string) {
-	t.Helper()
-	pr, pw := io.Pipe()
-	t.Cleanup(func() { pw.Close() })
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			var line struct {
-				Msg  string `json:"msg"`
-				Addr string `json:"addr"`
-			}
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "api listening" {
-				addr <- line.Addr
-			}
-		}
-	}()
-	return pw, addr
-}
-
 // `api templates check DIR` prints each problem of a broken directory, as
 // file:line: message, and fails; a good directory passes.
 func TestTemplatesCheck(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("payment-reminder/schema.json", `{"type":"object","required":["customer_name"],"properties":{"customer_name":{"type":"string"}}}`)
-	write("payment-reminder/sample.json", `{"customer_name":"Sari"}`)
-	write("payment-reminder/subject.tmpl", `Pengingat pembayaran untuk {{.customer_name}}`)
-	write("payment-reminder/text.tmpl", "Halo {{.customer_name}},\nmohon selesaikan pembayaran Anda.\n")
-	write("payment-reminder/html.tmpl", `<p>Halo {{.customer_name}}, mohon selesaikan pembayaran Anda.</p>`)
+	dir := testenv.TemplatesDir(t, false)
 	var out strings.Builder
 	if err := run(context.Background(), []string{"templates", "check", dir}, func(string) string { return "" }, &out, io.Discard); err != nil {
 		t.Fatalf("a good directory: %v\n%s", err, out.String())
 	}
-	write("payment-reminder/text.tmpl", "Halo {{.customer_name}},\n{{monye 1}}\n")
-	write("order-confirmation/subject.tmpl", `clash`)
+	testenv.WriteFile(t, filepath.Join(dir, "payment-reminder/text.tmpl"), "Halo {{.customer_name}},\n{{monye 1}}\n")
+	testenv.WriteFile(t, filepath.Join(dir, "order-confirmation/subject.tmpl"), `clash`)
 	out.Reset()
 	err := run(context.Background(), []string{"templates", "check", dir}, func(string) string { return "" }, &out, io.Discard)
 	if err == nil {

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -21,19 +19,14 @@ import (
 func TestAttemptLogLinesOfTheBinaryHaveEachKeyOnce(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, smtpsink.Config{})
-	env := w.env()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &testenv.Buffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logs, io.Discard) }()
+	worker := testenv.StartRun(t, run, w.env())
 
 	d := w.checkout(t, "sari@example.com")
 	testenv.WaitFor(t, "the delivery to be sent", 30*time.Second, func() bool { return w.delivery(t, d).Status == notify.StatusSent })
-	cancel()
-	if err := <-done; err != nil {
+	if err := worker.Stop(t, 60*time.Second); err != nil {
 		t.Errorf("run = %v", err)
 	}
+	logs := worker.Logs
 
 	attempts := 0
 	sc := bufio.NewScanner(strings.NewReader(logs.String()))

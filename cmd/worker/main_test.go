@@ -90,12 +90,7 @@ func (w *world) delivery(t *testing.T, d notify.Delivery) notify.Delivery {
 func TestRunSendsQueuedDeliveriesAndStopsOnCancel(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, smtpsink.Config{})
-	env := w.env()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	logs := &testenv.Buffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, logs, io.Discard) }()
+	worker := testenv.StartRun(t, run, w.env())
 
 	var ds []notify.Delivery
 	for _, email := range []string{"r1@example.com", "r2@example.com", "r3@example.com"} {
@@ -121,16 +116,10 @@ func TestRunSendsQueuedDeliveriesAndStopsOnCancel(t *testing.T) {
 	}
 	t.Logf("checkout commit to message at the sink, idle worker: %v", lat)
 
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("run = %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("run did not return after cancel")
+	if err := worker.Stop(t, 60*time.Second); err != nil {
+		t.Errorf("run = %v", err)
 	}
-	if !strings.Contains(logs.String(), `"msg":"delivery attempt"`) || !strings.Contains(logs.String(), `"result":"sent"`) {
+	if logs := worker.Logs.String(); !strings.Contains(logs, `"msg":"delivery attempt"`) || !strings.Contains(logs, `"result":"sent"`) {
 		t.Errorf("no per-attempt log lines:\n%s", logs)
 	}
 }
