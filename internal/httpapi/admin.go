@@ -122,9 +122,39 @@ func textProblem(s string, maxRunes int, oneLine bool) string {
 	return ""
 }
 
+// requiredText is textProblem for a field that must not be blank:
+// missing when it is.
+func requiredText(s, missing string, maxRunes int, oneLine bool) string {
+	if strings.TrimSpace(s) == "" {
+		return missing
+	}
+	return textProblem(s, maxRunes, oneLine)
+}
+
+// badRequest answers 400 for the query parameter pointer.
 func badRequest(w http.ResponseWriter, r *http.Request, pointer, detail string) {
 	writeProblem(w, r, problem{Type: typeInvalidQuery, Status: http.StatusBadRequest, Detail: detail,
 		Errors: []fieldError{{Pointer: pointer, Detail: detail}}})
+}
+
+// validationFailed answers 422 with what is wrong with each field.
+func validationFailed(w http.ResponseWriter, r *http.Request, fields ...fieldError) {
+	writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields})
+}
+
+// limitParam reads ?limit=, from 1 to 1000, def when it is absent; a bad
+// one is answered with 400.
+func limitParam(w http.ResponseWriter, r *http.Request, def int) (int, bool) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1000 {
+		badRequest(w, r, "limit", "limit must be from 1 to 1000")
+		return 0, false
+	}
+	return n, true
 }
 
 func handleAdminListDeliveries(a Admin) http.Handler {
@@ -136,7 +166,7 @@ func handleAdminListDeliveries(a Admin) http.Handler {
 				return
 			}
 		}
-		f := notify.Filter{Template: q.Get("template"), Key: q.Get("key"), Limit: 100}
+		f := notify.Filter{Template: q.Get("template"), Key: q.Get("key")}
 		if s := q.Get("status"); s != "" {
 			switch notify.Status(s) {
 			case notify.StatusPending, notify.StatusSending, notify.StatusSent, notify.StatusFailed, notify.StatusHeld, notify.StatusSuppressed:
@@ -162,14 +192,11 @@ func handleAdminListDeliveries(a Admin) http.Handler {
 			}
 			f.OlderThan = d
 		}
-		if s := q.Get("limit"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > 1000 {
-				badRequest(w, r, "limit", "limit must be from 1 to 1000")
-				return
-			}
-			f.Limit = n
+		limit, ok := limitParam(w, r, 100)
+		if !ok {
+			return
 		}
+		f.Limit = limit
 		ds, err := a.Ops.List(r.Context(), f)
 		if err != nil {
 			writeError(w, r, err)
@@ -185,12 +212,7 @@ func handleAdminListDeliveries(a Admin) http.Handler {
 
 // deliveryIDOf parses {id}; writes a 404 when it is not a UUID.
 func deliveryIDOf(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
-	id, err := uuid.Parse(chi.URLParam(r, "id"))
-	if err != nil {
-		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No delivery has this id: delivery ids are UUIDs."})
-		return uuid.Nil, false
-	}
-	return id, true
+	return uuidParam(w, r, "No delivery has this id: delivery ids are UUIDs.")
 }
 
 func handleAdminGetDelivery(a Admin) http.Handler {
@@ -227,30 +249,26 @@ func decodeAdminAction(w http.ResponseWriter, r *http.Request, withProviderID bo
 	if r.ContentLength == 0 {
 		return req, true
 	}
-	raw, p := readJSONBody(w, r)
-	if p == nil {
-		if withProviderID {
-			p = decodeStrict(raw, &req, "")
-		} else {
-			var rr retryRequest
-			p = decodeStrict(raw, &rr, "")
-			req.Note = rr.Note
+	if withProviderID {
+		if !decodeJSON(w, r, &req) {
+			return req, false
 		}
+	} else {
+		var rr retryRequest
+		if !decodeJSON(w, r, &rr) {
+			return req, false
+		}
+		req.Note = rr.Note
 	}
-	if p == nil {
-		var fields []fieldError
-		if d := textProblem(req.Note, 1000, false); d != "" {
-			fields = append(fields, fieldError{Pointer: "/note", Detail: d})
-		}
-		if d := textProblem(req.ProviderMessageID, 500, true); d != "" {
-			fields = append(fields, fieldError{Pointer: "/provider_message_id", Detail: d})
-		}
-		if len(fields) > 0 {
-			p = &problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields}
-		}
+	var fields []fieldError
+	if d := textProblem(req.Note, 1000, false); d != "" {
+		fields = append(fields, fieldError{Pointer: "/note", Detail: d})
 	}
-	if p != nil {
-		writeProblem(w, r, *p)
+	if d := textProblem(req.ProviderMessageID, 500, true); d != "" {
+		fields = append(fields, fieldError{Pointer: "/provider_message_id", Detail: d})
+	}
+	if len(fields) > 0 {
+		validationFailed(w, r, fields...)
 		return req, false
 	}
 	return req, true
@@ -357,12 +375,7 @@ func handleAdminConcurrency(a Admin) http.Handler {
 		var req struct {
 			PerWorker *int `json:"per_worker"`
 		}
-		raw, p := readJSONBody(w, r)
-		if p == nil {
-			p = decodeStrict(raw, &req, "")
-		}
-		if p != nil {
-			writeProblem(w, r, *p)
+		if !decodeJSON(w, r, &req) {
 			return
 		}
 		if req.PerWorker == nil || *req.PerWorker < 0 || *req.PerWorker > 1000 {
@@ -399,26 +412,17 @@ func handleAdminAddBlock(a Admin) http.Handler {
 			Reason    string `json:"reason"`
 			ExpiresIn string `json:"expires_in"`
 		}
-		raw, p := readJSONBody(w, r)
-		if p == nil {
-			p = decodeStrict(raw, &req, "")
-		}
-		if p != nil {
-			writeProblem(w, r, *p)
+		if !decodeJSON(w, r, &req) {
 			return
 		}
 		var fields []fieldError
 		if req.Kind != "key" && req.Kind != "recipient" {
 			fields = append(fields, fieldError{Pointer: "/kind", Detail: "must be key or recipient"})
 		}
-		if strings.TrimSpace(req.Value) == "" {
-			fields = append(fields, fieldError{Pointer: "/value", Detail: "must not be empty"})
-		} else if d := textProblem(req.Value, 500, true); d != "" {
+		if d := requiredText(req.Value, "must not be empty", 500, true); d != "" {
 			fields = append(fields, fieldError{Pointer: "/value", Detail: d})
 		}
-		if strings.TrimSpace(req.Reason) == "" {
-			fields = append(fields, fieldError{Pointer: "/reason", Detail: "must say why, for the next person on call"})
-		} else if d := textProblem(req.Reason, 1000, false); d != "" {
+		if d := requiredText(req.Reason, "must say why, for the next person on call", 1000, false); d != "" {
 			fields = append(fields, fieldError{Pointer: "/reason", Detail: d})
 		}
 		ttl, err := time.ParseDuration(req.ExpiresIn)
@@ -426,13 +430,12 @@ func handleAdminAddBlock(a Admin) http.Handler {
 			fields = append(fields, fieldError{Pointer: "/expires_in", Detail: "must be a duration from 1s to 720h, such as 2h"})
 		}
 		if len(fields) > 0 {
-			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields})
+			validationFailed(w, r, fields...)
 			return
 		}
 		b, err := a.Ops.AddBlock(r.Context(), req.Kind, strings.TrimSpace(req.Value), strings.TrimSpace(req.Reason), ttl)
 		if errors.Is(err, notify.ErrInvalidAddress) {
-			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.",
-				Errors: []fieldError{{Pointer: "/value", Detail: err.Error()}}})
+			validationFailed(w, r, fieldError{Pointer: "/value", Detail: err.Error()})
 			return
 		}
 		if err != nil {
@@ -482,19 +485,12 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			Name   string   `json:"name"`
 			Scopes []string `json:"scopes"`
 		}
-		raw, p := readJSONBody(w, r)
-		if p == nil {
-			p = decodeStrict(raw, &req, "")
-		}
-		if p != nil {
-			writeProblem(w, r, *p)
+		if !decodeJSON(w, r, &req) {
 			return
 		}
 		var fields []fieldError
 		name := strings.TrimSpace(req.Name)
-		if name == "" {
-			fields = append(fields, fieldError{Pointer: "/name", Detail: "must say whose key this is, e.g. shop-backend-2026-12"})
-		} else if d := textProblem(name, 100, true); d != "" {
+		if d := requiredText(name, "must say whose key this is, e.g. shop-backend-2026-12", 100, true); d != "" {
 			fields = append(fields, fieldError{Pointer: "/name", Detail: d})
 		}
 		scopes, err := apikey.ParseScopes(req.Scopes)
@@ -502,7 +498,7 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			fields = append(fields, fieldError{Pointer: "/scopes", Detail: err.Error()})
 		}
 		if len(fields) > 0 {
-			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields})
+			validationFailed(w, r, fields...)
 			return
 		}
 		k, secret, err := a.Keys.Create(r.Context(), name, scopes)
@@ -517,9 +513,8 @@ func handleAdminCreateKey(a Admin) http.Handler {
 
 func handleAdminRevokeKey(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, err := uuid.Parse(chi.URLParam(r, "id"))
-		if err != nil {
-			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No API key has this id."})
+		id, ok := uuidParam(w, r, "No API key has this id.")
+		if !ok {
 			return
 		}
 		k, err := a.Keys.Revoke(r.Context(), id)
@@ -534,14 +529,9 @@ func handleAdminRevokeKey(a Admin) http.Handler {
 
 func handleAdminListSuppressions(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		limit := 100
-		if s := r.URL.Query().Get("limit"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > 1000 {
-				badRequest(w, r, "limit", "limit must be from 1 to 1000")
-				return
-			}
-			limit = n
+		limit, ok := limitParam(w, r, 100)
+		if !ok {
+			return
 		}
 		list, err := a.Ops.Suppressions(r.Context(), limit)
 		if err != nil {
@@ -574,25 +564,18 @@ func handleAdminAddSuppression(a Admin) http.Handler {
 			Recipient string `json:"recipient"`
 			Note      string `json:"note"`
 		}
-		raw, p := readJSONBody(w, r)
-		if p == nil {
-			p = decodeStrict(raw, &req, "")
-		}
-		if p != nil {
-			writeProblem(w, r, *p)
+		if !decodeJSON(w, r, &req) {
 			return
 		}
 		var fields []fieldError
 		if _, err := notify.NormalizeAddress(req.Recipient); err != nil {
 			fields = append(fields, fieldError{Pointer: "/recipient", Detail: err.Error()})
 		}
-		if strings.TrimSpace(req.Note) == "" {
-			fields = append(fields, fieldError{Pointer: "/note", Detail: "must say why, for the record"})
-		} else if d := textProblem(req.Note, 1000, false); d != "" {
+		if d := requiredText(req.Note, "must say why, for the record", 1000, false); d != "" {
 			fields = append(fields, fieldError{Pointer: "/note", Detail: d})
 		}
 		if len(fields) > 0 {
-			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity, Detail: "See errors.", Errors: fields})
+			validationFailed(w, r, fields...)
 			return
 		}
 		s, added, err := a.Ops.Suppress(r.Context(), req.Recipient, strings.TrimSpace(req.Note), actorOf(r))
@@ -614,11 +597,7 @@ func handleAdminAddSuppression(a Admin) http.Handler {
 func handleAdminRemoveSuppression(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		note := strings.TrimSpace(r.URL.Query().Get("note"))
-		if note == "" {
-			badRequest(w, r, "note", "note must say why the address may be written to again")
-			return
-		}
-		if d := textProblem(note, 1000, false); d != "" {
+		if d := requiredText(note, "must say why the address may be written to again", 1000, false); d != "" {
 			badRequest(w, r, "note", "note "+d)
 			return
 		}

@@ -43,6 +43,21 @@ func readJSONBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem) {
 	return raw, nil
 }
 
+// decodeJSON reads the request's JSON body (readJSONBody) and decodes it
+// strictly into dst (decodeStrict); when it cannot, it answers with the
+// problem and returns false.
+func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
+	raw, p := readJSONBody(w, r)
+	if p == nil {
+		p = decodeStrict(raw, dst, "")
+	}
+	if p != nil {
+		writeProblem(w, r, *p)
+		return false
+	}
+	return true
+}
+
 // decodeStrict decodes exactly one JSON object into dst, refusing
 // invalid UTF-8, anything but an object, repeated keys, unknown fields
 // and trailing data. prefix is the JSON pointer of the value.

@@ -90,14 +90,8 @@ func handleCreateShipment(orders *order.Service) http.Handler {
 		if !ok {
 			return
 		}
-		raw, p := readJSONBody(w, r)
-		if p != nil {
-			writeProblem(w, r, *p)
-			return
-		}
 		var req shipmentRequest
-		if p := decodeStrict(raw, &req, ""); p != nil {
-			writeProblem(w, r, *p)
+		if !decodeJSON(w, r, &req) {
 			return
 		}
 		n, created, err := orders.Ship(r.Context(), id, order.Shipment{Carrier: req.Carrier, TrackingNumber: req.TrackingNumber})
@@ -137,14 +131,8 @@ func handleCreateNotification(orders *order.Service) http.Handler {
 			writeProblem(w, r, *p)
 			return
 		}
-		raw, p := readJSONBody(w, r)
-		if p != nil {
-			writeProblem(w, r, *p)
-			return
-		}
 		var req notificationRequest
-		if p := decodeStrict(raw, &req, ""); p != nil {
-			writeProblem(w, r, *p)
+		if !decodeJSON(w, r, &req) {
 			return
 		}
 		n, created, replayed, err := orders.Notify(r.Context(), id, order.Trigger{
@@ -170,10 +158,15 @@ func handleCreateNotification(orders *order.Service) http.Handler {
 // orderIDOf parses the {id} path parameter; an id that is not a UUID
 // names no order.
 func orderIDOf(w http.ResponseWriter, r *http.Request) (uuid.UUID, bool) {
+	return uuidParam(w, r, "No order has this id: order ids are UUIDs.")
+}
+
+// uuidParam parses the {id} path parameter; an id that is not a UUID is
+// answered with a 404 that says notFound.
+func uuidParam(w http.ResponseWriter, r *http.Request, notFound string) (uuid.UUID, bool) {
 	id, err := uuid.Parse(chi.URLParam(r, "id"))
 	if err != nil {
-		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound,
-			Detail: "No order has this id: order ids are UUIDs."})
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: notFound})
 		return uuid.Nil, false
 	}
 	return id, true
