@@ -154,16 +154,7 @@ func TestResendWebhookRecordsABounceOnce(t *testing.T) {
 			t.Errorf("delivery #%d: %d %s, want %s", i+1, res.status, res.body, want)
 		}
 	}
-	if n := s.count(t, "provider_events"); n != 1 {
-		t.Errorf("%d provider events, want 1", n)
-	}
-	if n := s.counter(t, "sekali_delivery_feedback_total", "provider", "resend", "kind", "bounced"); n != 1 {
-		t.Errorf("feedback bounced = %v, want 1", n)
-	}
-	res := s.admin(t, http.MethodGet, "/admin/v1/suppressions/"+url.PathEscape("ana.maria@example.com"), "")
-	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"source":"bounce"`) || !strings.Contains(string(res.body), `"actor":"resend"`) {
-		t.Errorf("the suppression: %d %s", res.status, res.body)
-	}
+	s.checkBounceRecordedOnce(t, "resend")
 }
 
 // Postmark authenticates its webhooks with Basic credentials: wrong ones
@@ -251,6 +242,36 @@ func TestAdminSuppressions(t *testing.T) {
 	}
 }
 
+// checkBounceRecordedOnce checks what a bounce of ana.maria@example.com
+// that provider reported, however many times, leaves: one provider
+// event, one bounce counted, and the address suppressed by provider.
+func (s stack) checkBounceRecordedOnce(t *testing.T, provider string) {
+	t.Helper()
+	if n := s.count(t, "provider_events"); n != 1 {
+		t.Errorf("%d provider events, want 1", n)
+	}
+	if n := s.counter(t, "sekali_delivery_feedback_total", "provider", provider, "kind", "bounced"); n != 1 {
+		t.Errorf("feedback bounced = %v, want 1", n)
+	}
+	res := s.admin(t, http.MethodGet, "/admin/v1/suppressions/"+url.PathEscape("ana.maria@example.com"), "")
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"source":"bounce"`) || !strings.Contains(string(res.body), `"actor":"`+provider+`"`) {
+		t.Errorf("the suppression: %d %s", res.status, res.body)
+	}
+}
+
+// checkSignatureRefused checks that the webhook request called name was
+// refused with status as problem+json, and a 401 with the challenge of
+// the providers that sign their requests.
+func checkSignatureRefused(t *testing.T, name string, res response, status int) {
+	t.Helper()
+	if res.status != status || !strings.HasPrefix(res.header.Get("Content-Type"), "application/problem+json") {
+		t.Errorf("%s: %d %s, want %d as problem+json", name, res.status, res.body, status)
+	}
+	if status == http.StatusUnauthorized && res.header.Get("WWW-Authenticate") != `Signature realm="sekali-webhooks"` {
+		t.Errorf("%s: WWW-Authenticate %q", name, res.header.Get("WWW-Authenticate"))
+	}
+}
+
 const mailgunKey = "key-5b2d8c1f9e4a7d3b6c0e1f2a3b4c5d6e"
 
 // mailgunSigned is a webhook body as Mailgun signs it: the hex
@@ -306,13 +327,7 @@ func TestMailgunWebhookRecordsAFailureOnce(t *testing.T) {
 		{"not an event", mailgunSigned(mailgunKey, now, token(5), `{"hello":"world"}`), http.StatusBadRequest},
 		{"not our message", mailgunSigned(mailgunKey, now, token(6), mailgunFailure("ev-other", "someone-else@shop.example", "x@example.com", now)), http.StatusUnprocessableEntity},
 	} {
-		res := post(c.body)
-		if res.status != c.status || !strings.HasPrefix(res.header.Get("Content-Type"), "application/problem+json") {
-			t.Errorf("%s: %d %s, want %d as problem+json", c.name, res.status, res.body, c.status)
-		}
-		if c.status == http.StatusUnauthorized && res.header.Get("WWW-Authenticate") != `Signature realm="sekali-webhooks"` {
-			t.Errorf("%s: WWW-Authenticate %q", c.name, res.header.Get("WWW-Authenticate"))
-		}
+		checkSignatureRefused(t, c.name, post(c.body), c.status)
 	}
 	if n := s.count(t, "provider_events") + s.count(t, "suppressions"); n != 0 {
 		t.Fatalf("refused webhooks wrote %d rows", n)
@@ -332,16 +347,7 @@ func TestMailgunWebhookRecordsAFailureOnce(t *testing.T) {
 	if res := post(signed); res.status != http.StatusUnauthorized {
 		t.Errorf("the same signature again: %d %s, want 401", res.status, res.body)
 	}
-	if n := s.count(t, "provider_events"); n != 1 {
-		t.Errorf("%d provider events, want 1", n)
-	}
-	if n := s.counter(t, "sekali_delivery_feedback_total", "provider", "mailgun", "kind", "bounced"); n != 1 {
-		t.Errorf("feedback bounced = %v, want 1", n)
-	}
-	res := s.admin(t, http.MethodGet, "/admin/v1/suppressions/"+url.PathEscape("ana.maria@example.com"), "")
-	if res.status != http.StatusOK || !strings.Contains(string(res.body), `"source":"bounce"`) || !strings.Contains(string(res.body), `"actor":"mailgun"`) {
-		t.Errorf("the suppression: %d %s", res.status, res.body)
-	}
+	s.checkBounceRecordedOnce(t, "mailgun")
 }
 
 const sesTopic = "arn:aws:sns:us-east-1:123456789012:ses-feedback"
@@ -400,12 +406,7 @@ func TestSESWebhookRefusesWhatSNSDidNotSign(t *testing.T) {
 		{"not JSON", `{"Type":`, http.StatusBadRequest},
 	} {
 		res := s.do(t, http.MethodPost, "/v1/webhooks/ses", "text/plain; charset=UTF-8", strings.NewReader(c.body), map[string]string{"Authorization": ""})
-		if res.status != c.status || !strings.HasPrefix(res.header.Get("Content-Type"), "application/problem+json") {
-			t.Errorf("%s: %d %s, want %d as problem+json", c.name, res.status, res.body, c.status)
-		}
-		if c.status == http.StatusUnauthorized && res.header.Get("WWW-Authenticate") != `Signature realm="sekali-webhooks"` {
-			t.Errorf("%s: WWW-Authenticate %q", c.name, res.header.Get("WWW-Authenticate"))
-		}
+		checkSignatureRefused(t, c.name, res, c.status)
 	}
 	if n := s.count(t, "provider_events") + s.count(t, "suppressions"); n != 0 {
 		t.Errorf("refused SNS messages wrote %d rows", n)
