@@ -69,7 +69,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
 		PprofAddr:       env.String("PPROF_ADDR", ""),
-		DatabaseURL:     env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		DatabaseURL:     env.Secret("DATABASE_URL", postgres.DefaultURL),
 		HTTPAddr:        env.String("HTTP_ADDR", ":8080"),
 		LogLevel:        env.LogLevel("LOG_LEVEL"),
 		Queue:           env.String("DELIVERY_QUEUE", notify.DefaultQueue),
@@ -102,7 +102,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.Webhooks = webhooks.ReadEnv(env)
 	var err error
-	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
+	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
 	return cfg, env.Err()
 }
@@ -252,7 +252,7 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("--name %s", p)
 	}
 	env := envconfig.New(getenv)
-	pool, err := postgres.Open(ctx, env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"))
+	pool, err := postgres.Open(ctx, env.Secret("DATABASE_URL", postgres.DefaultURL))
 	if err != nil {
 		return err
 	}

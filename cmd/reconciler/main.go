@@ -67,7 +67,7 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 	env := envconfig.New(getenv)
 	cfg := config{
 		PprofAddr:   env.String("PPROF_ADDR", ""),
-		DatabaseURL: env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		DatabaseURL: env.Secret("DATABASE_URL", postgres.DefaultURL),
 		LogLevel:    env.LogLevel("LOG_LEVEL"),
 		Queue:       env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		MetricsAddr: env.String("METRICS_ADDR", ":9102"),
@@ -109,7 +109,7 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 		_, err = reconcile.ParseLookupURL(cfg.LookupURL)
 		env.Check("MAIL_LOOKUP_URL", err)
 	}
-	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
+	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
 	from := env.String("MAIL_FROM", "orders@shop.example")
 	_, err = notify.NormalizeAddress(from)

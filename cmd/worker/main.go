@@ -62,7 +62,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
 		PprofAddr:         env.String("PPROF_ADDR", ""),
-		DatabaseURL:       env.Secret("DATABASE_URL", "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"),
+		DatabaseURL:       env.Secret("DATABASE_URL", postgres.DefaultURL),
 		LogLevel:          env.LogLevel("LOG_LEVEL"),
 		Queue:             env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		MetricsAddr:       env.String("METRICS_ADDR", ":9101"),
@@ -89,7 +89,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.SMTP.MaxIdle = cfg.Concurrency
 	var err error
-	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", "redis://localhost:6379/0"))
+	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
 	cfg.Provider = readProvider(env, cfg.SMTP)
 	// A send may take SEND_TIMEOUT, then recording its outcome and

@@ -22,6 +22,10 @@ import (
 	"github.com/sekali-dev/sekali/db"
 )
 
+// DefaultURL is DATABASE_URL's default in every binary: the database of
+// docker compose's postgres service.
+const DefaultURL = "postgres://sekali:sekali@localhost:5432/sekali?sslmode=disable"
+
 // Open connects to PostgreSQL and checks the connection. Pool settings
 // such as pool_max_conns ride on the URL, as pgxpool reads them there.
 func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {

@@ -15,6 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// DefaultURL is REDIS_URL's default in every binary: a Redis on this
+// machine's standard port, database 0.
+const DefaultURL = "redis://localhost:6379/0"
+
 // Parse understands these forms:
 //
 //	redis://[user:password@]host:port[/db]
