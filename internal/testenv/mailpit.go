@@ -116,10 +116,8 @@ func StartMailpit(t testing.TB, opts MailpitOptions) *Mailpit {
 	t.Helper()
 	bin := mailpitBinary(t)
 	dir := t.TempDir()
-	smtpPort, httpPort := FreePort(t), FreePort(t)
-	for httpPort == smtpPort {
-		httpPort = FreePort(t)
-	}
+	ports := FreePorts(t, 2)
+	smtpPort, httpPort := ports[0], ports[1]
 	m := &Mailpit{
 		Host:   "127.0.0.1",
 		Port:   smtpPort,

@@ -35,7 +35,8 @@ func NewRedisSentinel(t testing.TB) *RedisSentinel {
 		t.Fatalf("redis-server is not on PATH (apt-get install redis-server): %v", err)
 	}
 	dir := t.TempDir()
-	pPort, rPort, sPort := FreePort(t), FreePort(t), FreePort(t)
+	ports := FreePorts(t, 3)
+	pPort, rPort, sPort := ports[0], ports[1], ports[2]
 	start := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(bin, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
