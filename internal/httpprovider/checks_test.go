@@ -1,0 +1,71 @@
+package httpprovider_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/httpprovider"
+)
+
+func TestCheckWebhookBody(t *testing.T) {
+	t.Parallel()
+	if err := httpprovider.CheckWebhookBody(make([]byte, httpprovider.MaxWebhookBody)); err != nil {
+		t.Errorf("at the cap: %v", err)
+	}
+	if err := httpprovider.CheckWebhookBody(make([]byte, httpprovider.MaxWebhookBody+1)); err == nil {
+		t.Error("over the cap: accepted")
+	}
+}
+
+func TestCheckSignedAt(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	tol := httpprovider.WebhookTolerance
+	for _, d := range []time.Duration{0, tol, -tol, time.Minute} {
+		if err := httpprovider.CheckSignedAt(now.Add(d), now, tol); err != nil {
+			t.Errorf("signed %s from now: %v", d, err)
+		}
+	}
+	for _, d := range []time.Duration{tol + time.Second, -tol - time.Second, 24 * time.Hour} {
+		if err := httpprovider.CheckSignedAt(now.Add(-d), now, tol); err == nil || !strings.Contains(err.Error(), "from now") {
+			t.Errorf("signed %s ago: %v, want refused", d, err)
+		}
+	}
+}
+
+var (
+	errOutside   = errors.New("outside the retention")
+	errTooRecent = errors.New("too recent")
+)
+
+func TestCheckRetention(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	for _, at := range []time.Time{{}, now, now.Add(-72 * time.Hour)} {
+		if err := httpprovider.CheckRetention(at, now, 72*time.Hour, errOutside); err != nil {
+			t.Errorf("handed over at %v: %v", at, err)
+		}
+	}
+	if err := httpprovider.CheckRetention(now.Add(-73*time.Hour), now, 72*time.Hour, errOutside); !errors.Is(err, errOutside) {
+		t.Errorf("older than the retention: %v, want errOutside", err)
+	}
+}
+
+// A miss is believed only for a send whose time is known and older than
+// the settle margin.
+func TestCheckMiss(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	if err := httpprovider.CheckMiss("p", now.Add(-time.Hour), now, 30*time.Minute, errTooRecent); err != nil {
+		t.Errorf("settled: %v", err)
+	}
+	if err := httpprovider.CheckMiss("p", now.Add(-time.Minute), now, 30*time.Minute, errTooRecent); !errors.Is(err, errTooRecent) {
+		t.Errorf("within the settle margin: %v, want errTooRecent", err)
+	}
+	err := httpprovider.CheckMiss("p", time.Time{}, now, 30*time.Minute, errTooRecent)
+	if err == nil || errors.Is(err, errTooRecent) || !strings.HasPrefix(err.Error(), "p: not found, but without a hand-over time") {
+		t.Errorf("no hand-over time: %v, want an error of its own", err)
+	}
+}

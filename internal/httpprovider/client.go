@@ -1,0 +1,161 @@
+package httpprovider
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// maxAnswer caps what is read of an answer.
+const maxAnswer = 1 << 20
+
+// Client makes one provider's API requests.
+type Client struct {
+	base     string
+	header   http.Header
+	timeout  time.Duration
+	accepted func(status int) bool
+	http     *http.Client
+}
+
+// NewClient returns a Client for the API at base, a URL BaseURL returned,
+// that sends header (the provider's credentials) with every request and
+// gives each at most timeout, which dialling and the TLS handshake get
+// too. accepted tells the statuses with which the provider answers a
+// request it took: such an answer cut short is ambiguous.
+func NewClient(base string, header http.Header, timeout time.Duration, accepted func(status int) bool) *Client {
+	transport := &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          64,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &Client{base: base, header: header, timeout: timeout, accepted: accepted, http: &http.Client{Transport: transport}}
+}
+
+// Close closes idle connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Answer is a provider's answer, its body read up to 1 MiB.
+type Answer struct {
+	Status int
+	Body   []byte
+}
+
+// HandOver sends the request of a delivery: handOver (the worker's last
+// lease check) runs right before it goes out, and the request's
+// deadline is the client's timeout counted from before handOver, never
+// extended. A refused hand-over is notify.OutcomeAborted and sends
+// nothing; every other error is Do's, with HandedOver set.
+func (c *Client) HandOver(ctx context.Context, handOver func() error, method, target string, header http.Header, body []byte) (Answer, *notify.SendError) {
+	before := time.Now()
+	if err := handOver(); err != nil {
+		return Answer{}, &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
+	}
+	ctx, cancel := context.WithDeadline(ctx, before.Add(c.timeout))
+	defer cancel()
+	ans, se := c.do(ctx, method, target, header, body)
+	if se != nil {
+		se.HandedOver = true
+	}
+	return ans, se
+}
+
+// Do runs one request that sends no message (a probe, a search), for at
+// most the client's timeout. target is a path under the base URL (it
+// may carry a query) or a full URL, such as a paging link, which the
+// caller has checked stays on the API's host: it gets the credentials.
+// A failure without an answer is classified by whether the whole
+// request was written: before that nothing can have been accepted
+// (notify.OutcomeUnavailable), after it the provider may have it
+// (notify.OutcomeAmbiguous). An answer is returned whatever its status.
+func (c *Client) Do(ctx context.Context, method, target string, header http.Header, body []byte) (Answer, *notify.SendError) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.do(ctx, method, target, header, body)
+}
+
+// errFenced: the request's deadline passed before its body went out.
+var errFenced = errors.New("deadline passed before the request body was sent")
+
+// fencedBody hands out the request body only before its deadline, so
+// that a worker that stalls after its last lease check cannot start
+// sending the message once the reconciler may act on its expired lease.
+type fencedBody struct {
+	r        *bytes.Reader
+	deadline time.Time
+}
+
+func (b *fencedBody) Read(p []byte) (int, error) {
+	if !time.Now().Before(b.deadline) {
+		return 0, errFenced
+	}
+	return b.r.Read(p)
+}
+
+func (b *fencedBody) Close() error { return nil }
+
+// do runs one request within ctx's deadline (see Do).
+func (c *Client) do(ctx context.Context, method, target string, header http.Header, body []byte) (Answer, *notify.SendError) {
+	if !strings.HasPrefix(target, "http") {
+		target = c.base + target
+	}
+	var wrote atomic.Bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) {
+			if i.Err == nil {
+				wrote.Store(true)
+			}
+		},
+	})
+	req, err := http.NewRequestWithContext(ctx, method, target, nil)
+	if err != nil {
+		return Answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
+	}
+	if body != nil {
+		deadline, _ := ctx.Deadline()
+		req.Body = &fencedBody{r: bytes.NewReader(body), deadline: deadline}
+		req.GetBody = func() (io.ReadCloser, error) {
+			return &fencedBody{r: bytes.NewReader(body), deadline: deadline}, nil
+		}
+		req.ContentLength = int64(len(body))
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	for k, v := range c.header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "sekali")
+	res, err := c.http.Do(req)
+	if err != nil {
+		if wrote.Load() {
+			return Answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData,
+				Err: fmt.Errorf("no answer after the request was sent: %w", err)}
+		}
+		return Answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect,
+			Err: fmt.Errorf("request not sent: %w", err)}
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
+	if err != nil && c.accepted(res.StatusCode) {
+		return Answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: res.StatusCode,
+			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
+	}
+	return Answer{Status: res.StatusCode, Body: b}, nil
+}

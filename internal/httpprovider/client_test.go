@@ -1,0 +1,213 @@
+package httpprovider_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/httpprovider"
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+func TestBaseURL(t *testing.T) {
+	t.Parallel()
+	const def = "https://api.provider.example"
+	for raw, want := range map[string]string{
+		"":                                 def,
+		"https://api.eu.provider.example/": "https://api.eu.provider.example",
+		"https://api.provider.example/v1":  "https://api.provider.example/v1",
+		"http://127.0.0.1:8025":            "http://127.0.0.1:8025",
+		"http://[::1]:8025/":               "http://[::1]:8025",
+		"http://localhost:8025":            "http://localhost:8025",
+	} {
+		if got, err := httpprovider.BaseURL(raw, def); err != nil || got != want {
+			t.Errorf("BaseURL(%q) = %q, %v; want %q", raw, got, err, want)
+		}
+	}
+	for raw, want := range map[string]string{
+		"http://api.provider.example":            "plain http only for loopback",
+		"http://10.0.0.1:8025":                   "plain http only for loopback",
+		"ftp://api.provider.example":             "want an https URL",
+		"api.provider.example":                   "want an URL such as " + def,
+		"https://":                               "want an URL such as " + def,
+		"https://api.provider.example?region=eu": "want an URL such as " + def,
+		"https://api.provider.example#eu":        "want an URL such as " + def,
+	} {
+		if got, err := httpprovider.BaseURL(raw, def); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("BaseURL(%q) = %q, %v; want an error saying %q", raw, got, err, want)
+		}
+	}
+}
+
+// server is a provider's API that counts the requests it gets and
+// answers each with handle.
+type server struct {
+	*httptest.Server
+	requests atomic.Int64
+}
+
+func newServer(t *testing.T, handle http.HandlerFunc) *server {
+	t.Helper()
+	s := &server{}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		handle(w, r)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func ok200(status int) bool { return status == http.StatusOK }
+
+func client(t *testing.T, s *server, timeout time.Duration) *httpprovider.Client {
+	t.Helper()
+	c := httpprovider.NewClient(s.URL, http.Header{"X-Key": {"secret"}}, timeout, ok200)
+	t.Cleanup(c.Close)
+	return c
+}
+
+func pass() error { return nil }
+
+// hangUp reads the whole request, then closes the connection without an
+// answer: the provider has the message, the client does not know.
+func hangUp(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err == nil {
+		_ = conn.Close()
+	}
+}
+
+var body = []byte(`{"to":"budi@example.com"}`)
+
+func TestRequestCarriesCredentialsAndBody(t *testing.T) {
+	t.Parallel()
+	var got atomic.Value
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got.Store(r.Method + " " + r.URL.RequestURI() + " " + r.Header.Get("X-Key") + " " + r.Header.Get("Content-Type") + " " +
+			r.Header.Get("Accept") + " " + r.Header.Get("User-Agent") + " " + string(b))
+		_, _ = io.WriteString(w, `{"id":"1"}`)
+	})
+	c := client(t, s, 5*time.Second)
+	ans, se := c.HandOver(context.Background(), pass, http.MethodPost, "/emails", http.Header{"Content-Type": {"application/json"}}, body)
+	if se != nil || ans.Status != 200 || string(ans.Body) != `{"id":"1"}` {
+		t.Fatalf("HandOver = %+v, %v", ans, se)
+	}
+	if want := "POST /emails secret application/json application/json sekali " + string(body); got.Load() != want {
+		t.Errorf("the server got %q, want %q", got.Load(), want)
+	}
+	// A full URL on the API's host (a paging link) is taken as it is.
+	if _, se := c.Do(context.Background(), http.MethodGet, s.URL+"/events/page-2?x=1", nil, nil); se != nil {
+		t.Fatal(se)
+	}
+	if want := "GET /events/page-2?x=1 secret  application/json sekali "; got.Load() != want {
+		t.Errorf("paging: the server got %q, want %q", got.Load(), want)
+	}
+}
+
+// A refused hand-over (the lease is lost) sends nothing.
+func TestHandOverRefusedSendsNothing(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(http.ResponseWriter, *http.Request) {})
+	lost := errors.New("lease lost")
+	_, se := client(t, s, 5*time.Second).HandOver(context.Background(), func() error { return lost }, http.MethodPost, "/emails", nil, body)
+	if se == nil || se.Outcome != notify.OutcomeAborted || se.HandedOver || !errors.Is(se, lost) {
+		t.Errorf("refused hand-over: %v, want aborted, not handed over, wrapping the refusal", se)
+	}
+	if n := s.requests.Load(); n != 0 {
+		t.Errorf("%d requests reached the server, want 0", n)
+	}
+}
+
+// The deadline counts from before the hand-over: a worker that stalls
+// in it past the timeout sends nothing, and the send is unavailable,
+// not ambiguous.
+func TestStallInHandOverSendsNothing(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(http.ResponseWriter, *http.Request) {})
+	stall := func() error { time.Sleep(200 * time.Millisecond); return nil }
+	_, se := client(t, s, 100*time.Millisecond).HandOver(context.Background(), stall, http.MethodPost, "/emails", nil, body)
+	if se == nil || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect || !se.HandedOver {
+		t.Errorf("stalled past the deadline: %v, want unavailable at connect, handed over", se)
+	}
+	if n := s.requests.Load(); n != 0 {
+		t.Errorf("%d requests reached the server, want 0", n)
+	}
+}
+
+// Nothing was written: the provider cannot have the message.
+func TestNoAnswerBeforeTheRequestWasWrittenIsUnavailable(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(http.ResponseWriter, *http.Request) {})
+	c := client(t, s, 5*time.Second)
+	s.Close()
+	_, se := c.HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
+	if se == nil || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect || !se.HandedOver {
+		t.Errorf("connection refused: %v, want unavailable at connect, handed over", se)
+	}
+	if _, se := c.Do(context.Background(), http.MethodGet, "/server", nil, nil); se == nil || se.Outcome != notify.OutcomeUnavailable {
+		t.Errorf("probe of a closed server: %v, want unavailable", se)
+	}
+}
+
+// The whole request was written and no answer came: the provider may
+// have the message.
+func TestNoAnswerAfterTheRequestWasWrittenIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, hangUp)
+	_, se := client(t, s, 5*time.Second).HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
+	if se == nil || se.Outcome != notify.OutcomeAmbiguous || se.Stage != notify.StageData || !se.HandedOver {
+		t.Errorf("cut after the request: %v, want ambiguous at data, handed over", se)
+	}
+}
+
+func TestNoAnswerInTimeIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	s := newServer(t, func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	_, se := client(t, s, 200*time.Millisecond).HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
+	if se == nil || se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+		t.Errorf("no answer within the timeout: %v, want ambiguous, handed over", se)
+	}
+}
+
+// An answer that says the provider took the request, cut short, is
+// ambiguous; any other is returned with what arrived of it.
+func TestAnswerCutShort(t *testing.T) {
+	t.Parallel()
+	var status atomic.Value
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		_, _ = io.WriteString(conn, "HTTP/1.1 "+status.Load().(string)+"\r\nContent-Length: 100\r\n\r\n{\"id\":")
+	})
+	c := client(t, s, 5*time.Second)
+	status.Store("200 OK")
+	_, se := c.HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
+	if se == nil || se.Outcome != notify.OutcomeAmbiguous || se.Code != 200 || !se.HandedOver {
+		t.Errorf("200 cut short: %v, want ambiguous, code 200, handed over", se)
+	}
+	status.Store("500 Internal Server Error")
+	ans, se := c.HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
+	if se != nil || ans.Status != 500 || string(ans.Body) != `{"id":` {
+		t.Errorf("500 cut short: %+v, %v; want the answer as it came", ans, se)
+	}
+}

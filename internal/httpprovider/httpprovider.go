@@ -1,0 +1,76 @@
+// Package httpprovider is what the HTTP mail providers (internal/resend,
+// internal/postmark, internal/mailgun) share, so that the next one is a
+// sibling package that brings only its protocol: the paths, the
+// credentials, the body and the meaning of its error answers.
+//
+// It owns the base-URL rule (https, or plain http only to a loopback
+// address), the connection pool, and one request to the provider's API
+// with the two rules that keep a send from being handed over twice or
+// lost: the request body is handed to the connection only before the
+// request's deadline, which counts from before the worker's last lease
+// check (Client.HandOver), and a request without an answer is
+// classified by whether it was written whole (notify.OutcomeUnavailable
+// before, notify.OutcomeAmbiguous after). It also holds the few rules
+// the providers' webhook verifiers and look-ups have in common: the body
+// cap, the signed timestamp's window, and when a search that missed a
+// send can be believed.
+package httpprovider
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// BaseURL checks raw, a provider's API base URL (def when empty): https,
+// or plain http to a loopback address (a test server), with a host and
+// no query or fragment. It returns it without a trailing slash.
+func BaseURL(raw, def string) (string, error) {
+	if raw == "" {
+		raw = def
+	}
+	u, err := url.Parse(strings.TrimRight(raw, "/"))
+	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%q: want an URL such as %s", raw, def)
+	}
+	switch u.Scheme {
+	case "https":
+	case "http":
+		if !isLoopback(u.Hostname()) {
+			return "", fmt.Errorf("%q: plain http only for loopback addresses; use https", raw)
+		}
+	default:
+		return "", fmt.Errorf("%q: want an https URL", raw)
+	}
+	return u.String(), nil
+}
+
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ComposeError classifies a message that cannot be put into a request:
+// a bad recipient is refused for good, anything else is our bug and
+// waits (retried until DELIVERY_MAX_AGE) for a fix.
+func ComposeError(err error) *notify.SendError {
+	if errors.Is(err, notify.ErrInvalidAddress) {
+		return &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageRecipient, Err: fmt.Errorf("compose request: %w", err)}
+	}
+	return &notify.SendError{Outcome: notify.OutcomeTemporary, Stage: notify.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
+}
+
+// Truncate returns the start of an answer's body for an error message.
+func Truncate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
+}
