@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 )
 
@@ -65,7 +66,7 @@ func (c LookupConfig) Validate() error {
 type Lookup struct {
 	cfg    LookupConfig
 	host   string // paging links must stay on it: they get our key
-	client *client
+	client *httpprovider.Client
 }
 
 // NewLookup returns a Lookup; cfg must be valid.
@@ -82,9 +83,9 @@ func NewLookup(cfg LookupConfig) (*Lookup, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	c := newClient(cfg.BaseURL, cfg.APIKey, cfg.Timeout)
-	u, _ := url.Parse(c.base)
-	return &Lookup{cfg: cfg, host: u.Scheme + "://" + u.Host, client: c}, nil
+	base, _ := baseURL(cfg.BaseURL)
+	u, _ := url.Parse(base)
+	return &Lookup{cfg: cfg, host: u.Scheme + "://" + u.Host, client: newClient(base, cfg.APIKey, cfg.Timeout)}, nil
 }
 
 // eventsPage is a page of GET /v3/<domain>/events.
@@ -113,8 +114,8 @@ func (l *Lookup) Find(ctx context.Context, q reconcile.Query) (string, bool, err
 		return "", false, errors.New("mailgun: look-up without a Message-ID")
 	}
 	now := time.Now()
-	if !q.HandedOverAt.IsZero() && now.Sub(q.HandedOverAt) > l.cfg.Retention {
-		return "", false, fmt.Errorf("%w (%s, handed over %s ago)", ErrOutsideRetention, l.cfg.Retention, now.Sub(q.HandedOverAt).Round(time.Minute))
+	if err := httpprovider.CheckRetention(q.HandedOverAt, now, l.cfg.Retention, ErrOutsideRetention); err != nil {
+		return "", false, err
 	}
 	begin := now.Add(-l.cfg.Retention)
 	if !q.HandedOverAt.IsZero() {
@@ -150,28 +151,23 @@ func (l *Lookup) Find(ctx context.Context, q reconcile.Query) (string, bool, err
 		}
 		target = page.Paging.Next
 	}
-	switch {
-	case q.HandedOverAt.IsZero():
-		return "", false, errors.New("mailgun: not found, but without a hand-over time there is no telling whether it is too recent or too old to be found")
-	case now.Sub(q.HandedOverAt) < l.cfg.Settle:
-		return "", false, fmt.Errorf("%w (handed over %s ago, settle %s)", ErrTooRecent, now.Sub(q.HandedOverAt).Round(time.Second), l.cfg.Settle)
+	if err := httpprovider.CheckMiss("mailgun", q.HandedOverAt, now, l.cfg.Settle, ErrTooRecent); err != nil {
+		return "", false, err
 	}
 	return "", false, nil
 }
 
 func (l *Lookup) page(ctx context.Context, target string) (eventsPage, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
-	defer cancel()
-	ans, se := l.client.do(ctx, http.MethodGet, target, nil)
+	ans, se := l.client.Do(ctx, http.MethodGet, target, nil, nil)
 	if se != nil {
 		return eventsPage{}, fmt.Errorf("mailgun look-up: %w", se.Err)
 	}
-	if ans.status != http.StatusOK {
-		return eventsPage{}, fmt.Errorf("mailgun look-up: answered %d: %s", ans.status, truncate(ans.body))
+	if ans.Status != http.StatusOK {
+		return eventsPage{}, fmt.Errorf("mailgun look-up: answered %d: %s", ans.Status, httpprovider.Truncate(ans.Body))
 	}
 	var page eventsPage
-	if err := json.Unmarshal(ans.body, &page); err != nil || page.Items == nil {
-		return eventsPage{}, fmt.Errorf("mailgun look-up: not a page of events: %q", truncate(ans.body))
+	if err := json.Unmarshal(ans.Body, &page); err != nil || page.Items == nil {
+		return eventsPage{}, fmt.Errorf("mailgun look-up: not a page of events: %q", httpprovider.Truncate(ans.Body))
 	}
 	return page, nil
 }

@@ -10,20 +10,17 @@
 package mailgun
 
 import (
-	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -37,8 +34,6 @@ const (
 // notify.KeyHash(IdempotencyKey); events and webhooks echo it in
 // user-variables.
 const VariableKey = "sekali-key"
-
-const maxAnswer = 1 << 20
 
 // Config configures the Mailgun provider.
 type Config struct {
@@ -78,7 +73,7 @@ func validateCommon(key, domain, base string, timeout time.Duration) []error {
 }
 
 // baseURL checks raw (DefaultBaseURL when empty): https, or plain http
-// to a loopback address (a test server).
+// to a loopback address (a test server); a host, not a path under it.
 func baseURL(raw string) (string, error) {
 	if raw == "" {
 		raw = DefaultBaseURL
@@ -87,31 +82,14 @@ func baseURL(raw string) (string, error) {
 	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
 		return "", fmt.Errorf("%q: want an URL such as %s or %s", raw, DefaultBaseURL, EUBaseURL)
 	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		if !isLoopback(u.Hostname()) {
-			return "", fmt.Errorf("%q: plain http only for loopback addresses; use https", raw)
-		}
-	default:
-		return "", fmt.Errorf("%q: want an https URL", raw)
-	}
-	return u.String(), nil
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return httpprovider.BaseURL(raw, DefaultBaseURL)
 }
 
 // Provider sends through Mailgun's API. It implements notify.Provider.
 type Provider struct {
 	cfg    Config
 	from   string
-	client *client
+	client *httpprovider.Client
 }
 
 // New returns a Mailgun provider; cfg must be valid.
@@ -122,12 +100,13 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
+	base, _ := baseURL(cfg.BaseURL)
 	from, _ := notify.NormalizeAddress(cfg.From)
-	return &Provider{cfg: cfg, from: from, client: newClient(cfg.BaseURL, cfg.APIKey, cfg.Timeout)}, nil
+	return &Provider{cfg: cfg, from: from, client: newClient(base, cfg.APIKey, cfg.Timeout)}, nil
 }
 
 // Close closes idle connections.
-func (p *Provider) Close() { p.client.http.CloseIdleConnections() }
+func (p *Provider) Close() { p.client.Close() }
 
 // Deduplicates reports that Mailgun does not: a second request is a
 // second e-mail, so an ambiguous send is decided by the look-up.
@@ -168,36 +147,30 @@ func (p *Provider) form(m notify.Message) ([]byte, error) {
 func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
 	body, err := p.form(m)
 	if err != nil {
-		return "", composeError(err)
+		return "", httpprovider.ComposeError(err)
 	}
-	before := time.Now()
-	if err := handOver(); err != nil {
-		return "", &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
-	}
-	ctx, cancel := context.WithDeadline(ctx, before.Add(p.cfg.Timeout))
-	defer cancel()
-	ans, se := p.client.do(ctx, http.MethodPost, "/v3/"+p.cfg.Domain+"/messages", body)
+	header := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
+	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/v3/"+p.cfg.Domain+"/messages", header, body)
 	if se != nil {
-		se.HandedOver = true
 		return "", se
 	}
 	var a struct {
 		ID      string `json:"id"`
 		Message string `json:"message"`
 	}
-	decodeErr := json.Unmarshal(ans.body, &a)
-	if ans.status == http.StatusOK {
+	decodeErr := json.Unmarshal(ans.Body, &a)
+	if ans.Status == http.StatusOK {
 		if decodeErr != nil || a.ID == "" {
-			return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.status, HandedOver: true,
-				Err: fmt.Errorf("answer %d without an id: %q", ans.status, truncate(ans.body))}
+			return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.Status, HandedOver: true,
+				Err: fmt.Errorf("answer %d without an id: %q", ans.Status, httpprovider.Truncate(ans.Body))}
 		}
 		return stripID(a.ID), nil
 	}
 	message := a.Message
 	if decodeErr != nil {
-		message = truncate(ans.body)
+		message = httpprovider.Truncate(ans.Body)
 	}
-	se = classify(ans.status, message)
+	se = classify(ans.Status, message)
 	se.HandedOver = true
 	return "", se
 }
@@ -206,22 +179,20 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 // needs the key and sends nothing. A domain sending key cannot read the
 // domain, so the probe needs a key that can; so does the look-up.
 func (p *Provider) Probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	ans, se := p.client.do(ctx, http.MethodGet, "/v4/domains/"+p.cfg.Domain, nil)
+	ans, se := p.client.Do(ctx, http.MethodGet, "/v4/domains/"+p.cfg.Domain, nil, nil)
 	if se != nil {
 		return se
 	}
-	if ans.status == http.StatusOK {
+	if ans.Status == http.StatusOK {
 		return nil
 	}
 	var a struct {
 		Message string `json:"message"`
 	}
-	if json.Unmarshal(ans.body, &a) != nil {
-		a.Message = truncate(ans.body)
+	if json.Unmarshal(ans.Body, &a) != nil {
+		a.Message = httpprovider.Truncate(ans.Body)
 	}
-	se = classify(ans.status, a.Message)
+	se = classify(ans.Status, a.Message)
 	se.Outcome = notify.OutcomeUnavailable // whatever the domain read says is about us
 	return se
 }
@@ -268,123 +239,14 @@ func mentionsParam(msg, name string) bool {
 	return strings.Contains(msg, "'"+name+"' parameter") || strings.HasPrefix(msg, name+" parameter") || strings.Contains(msg, " "+name+" parameter")
 }
 
-// client makes Mailgun API requests with Basic auth api:<key>.
-type client struct {
-	base string
-	key  string
-	http *http.Client
-}
-
-func newClient(base, key string, timeout time.Duration) *client {
-	base, _ = baseURL(base)
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
-	transport := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   timeout,
-		ExpectContinueTimeout: time.Second,
-	}
-	return &client{base: base, key: key, http: &http.Client{Transport: transport}}
-}
-
-type answer struct {
-	status int
-	body   []byte
-}
-
-// errFenced: the request's deadline passed before its body went out.
-var errFenced = errors.New("deadline passed before the request body was sent")
-
-// fencedBody hands out the request body only before its deadline, so
-// that a worker that stalls after its last lease check cannot start
-// sending the message once the reconciler may act on its expired lease.
-type fencedBody struct {
-	r        *bytes.Reader
-	deadline time.Time
-}
-
-func (b *fencedBody) Read(p []byte) (int, error) {
-	if !time.Now().Before(b.deadline) {
-		return 0, errFenced
-	}
-	return b.r.Read(p)
-}
-
-func (b *fencedBody) Close() error { return nil }
-
-// do runs one request to target, a path under the base URL or a full
-// URL on the base URL's host (a paging link). A failure without an
-// answer is classified by whether the whole request was written: before
-// that nothing can have been accepted (unavailable), after it Mailgun
-// may have the message (ambiguous).
-func (c *client) do(ctx context.Context, method, target string, body []byte) (answer, *notify.SendError) {
-	if !strings.HasPrefix(target, "http") {
-		target = c.base + target
-	}
-	var wrote atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, method, target, nil)
-	if err != nil {
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
-	}
-	if body != nil {
-		deadline, _ := ctx.Deadline()
-		req.Body = &fencedBody{r: bytes.NewReader(body), deadline: deadline}
-		req.GetBody = func() (io.ReadCloser, error) {
-			return &fencedBody{r: bytes.NewReader(body), deadline: deadline}, nil
-		}
-		req.ContentLength = int64(len(body))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	req.SetBasicAuth("api", c.key)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "sekali")
-	res, err := c.http.Do(req)
-	if err != nil {
-		if wrote.Load() {
-			return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData,
-				Err: fmt.Errorf("no answer after the request was sent: %w", err)}
-		}
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect,
-			Err: fmt.Errorf("request not sent: %w", err)}
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
-	if err != nil && res.StatusCode == http.StatusOK {
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: res.StatusCode,
-			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
-	}
-	return answer{status: res.StatusCode, body: b}, nil
-}
-
-// composeError classifies a message that cannot be put into a request:
-// a bad recipient is refused for good, anything else is our bug and
-// waits (retried until DELIVERY_MAX_AGE) for a fix.
-func composeError(err error) *notify.SendError {
-	if errors.Is(err, notify.ErrInvalidAddress) {
-		return &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageRecipient, Err: fmt.Errorf("compose request: %w", err)}
-	}
-	return &notify.SendError{Outcome: notify.OutcomeTemporary, Stage: notify.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
+// newClient returns a client of Mailgun's API at base (as baseURL
+// returns it) with Basic auth api:<key>, whose requests take at most
+// timeout.
+func newClient(base, key string, timeout time.Duration) *httpprovider.Client {
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("api:"+key))
+	return httpprovider.NewClient(base, http.Header{"Authorization": {auth}}, timeout,
+		func(status int) bool { return status == http.StatusOK })
 }
 
 // stripID returns a Message-ID without its angle brackets.
 func stripID(s string) string { return strings.Trim(strings.TrimSpace(s), "<>") }
-
-func truncate(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "…"
-	}
-	return string(b)
-}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -25,11 +26,11 @@ var (
 )
 
 // MaxWebhookBody is the largest webhook body Verify reads.
-const MaxWebhookBody = 1 << 20
+const MaxWebhookBody = httpprovider.MaxWebhookBody
 
 // DefaultWebhookTolerance is how far a webhook's signed timestamp may be
 // from now, either way.
-const DefaultWebhookTolerance = 5 * time.Minute
+const DefaultWebhookTolerance = httpprovider.WebhookTolerance
 
 // WebhookVerifier checks Mailgun's webhooks
 // (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks):
@@ -102,8 +103,8 @@ type Verified struct {
 // no error. EventID is Mailgun's event id. header is unused: Mailgun
 // signs inside the body.
 func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Verified, error) {
-	if len(body) > MaxWebhookBody {
-		return Verified{}, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(body), MaxWebhookBody)
+	if err := httpprovider.CheckWebhookBody(body); err != nil {
+		return Verified{}, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	var w webhook
 	if err := json.Unmarshal(body, &w); err != nil {
@@ -134,8 +135,8 @@ func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Ver
 		tolerance = DefaultWebhookTolerance
 	}
 	signedAt := time.Unix(sec, 0)
-	if d := now.Sub(signedAt); d > tolerance || d < -tolerance {
-		return Verified{}, fmt.Errorf("%w: signed at %s, %s from now", ErrStale, signedAt.UTC().Format(time.RFC3339), d.Round(time.Second))
+	if err := httpprovider.CheckSignedAt(signedAt, now, tolerance); err != nil {
+		return Verified{}, fmt.Errorf("%w: %w", ErrStale, err)
 	}
 	res := Verified{Token: w.Signature.Token, Expires: signedAt.Add(tolerance)}
 	fs, err := event(w)

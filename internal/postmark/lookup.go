@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 )
 
@@ -61,7 +62,7 @@ func (c LookupConfig) Validate() error {
 // message carries (MetadataKey). It implements reconcile.Lookup.
 type Lookup struct {
 	cfg    LookupConfig
-	client *client
+	client *httpprovider.Client
 }
 
 // NewLookup returns a Lookup; cfg must be valid.
@@ -107,8 +108,8 @@ func (l *Lookup) Find(ctx context.Context, q reconcile.Query) (string, bool, err
 		return "", false, errors.New("postmark: look-up without a key hash")
 	}
 	now := time.Now()
-	if !q.HandedOverAt.IsZero() && now.Sub(q.HandedOverAt) > l.cfg.Retention {
-		return "", false, fmt.Errorf("%w (%s, handed over %s ago)", ErrOutsideRetention, l.cfg.Retention, now.Sub(q.HandedOverAt).Round(time.Minute))
+	if err := httpprovider.CheckRetention(q.HandedOverAt, now, l.cfg.Retention, ErrOutsideRetention); err != nil {
+		return "", false, err
 	}
 	total := 0
 	for offset := 0; offset < maxResults; {
@@ -127,13 +128,11 @@ func (l *Lookup) Find(ctx context.Context, q reconcile.Query) (string, bool, err
 			break
 		}
 	}
-	switch {
-	case total > maxResults:
+	if total > maxResults {
 		return "", false, fmt.Errorf("postmark: %d messages match, more than the %d a search can page through", total, maxResults)
-	case q.HandedOverAt.IsZero():
-		return "", false, errors.New("postmark: not found, but without a hand-over time there is no telling whether it is too recent or too old to be found")
-	case now.Sub(q.HandedOverAt) < l.cfg.Settle:
-		return "", false, fmt.Errorf("%w (handed over %s ago, settle %s)", ErrTooRecent, now.Sub(q.HandedOverAt).Round(time.Second), l.cfg.Settle)
+	}
+	if err := httpprovider.CheckMiss("postmark", q.HandedOverAt, now, l.cfg.Settle, ErrTooRecent); err != nil {
+		return "", false, err
 	}
 	return "", false, nil
 }
@@ -144,18 +143,16 @@ func (l *Lookup) page(ctx context.Context, keyHash string, offset int) (searchAn
 	v.Set("offset", strconv.Itoa(offset))
 	v.Set("messagestream", l.cfg.MessageStream)
 	v.Set("metadata_"+MetadataKey, keyHash)
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
-	defer cancel()
-	ans, se := l.client.do(ctx, http.MethodGet, "/messages/outbound?"+v.Encode(), nil)
+	ans, se := l.client.Do(ctx, http.MethodGet, "/messages/outbound?"+v.Encode(), nil, nil)
 	if se != nil {
 		return searchAnswer{}, fmt.Errorf("postmark look-up: %w", se.Err)
 	}
-	if ans.status != http.StatusOK {
-		return searchAnswer{}, fmt.Errorf("postmark look-up: answered %d: %s", ans.status, truncate(ans.body))
+	if ans.Status != http.StatusOK {
+		return searchAnswer{}, fmt.Errorf("postmark look-up: answered %d: %s", ans.Status, httpprovider.Truncate(ans.Body))
 	}
 	var page searchAnswer
-	if err := json.Unmarshal(ans.body, &page); err != nil || page.TotalCount == nil {
-		return searchAnswer{}, fmt.Errorf("postmark look-up: not a message search answer: %q", truncate(ans.body))
+	if err := json.Unmarshal(ans.Body, &page); err != nil || page.TotalCount == nil {
+		return searchAnswer{}, fmt.Errorf("postmark look-up: not a message search answer: %q", httpprovider.Truncate(ans.Body))
 	}
 	return page, nil
 }

@@ -13,20 +13,15 @@
 package postmark
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -39,8 +34,6 @@ const DefaultMessageStream = "outbound"
 // MetadataKey names the metadata field that carries
 // notify.KeyHash(IdempotencyKey); look-ups and webhooks read it back.
 const MetadataKey = "sekali-key"
-
-const maxAnswer = 1 << 20
 
 // Config configures the Postmark provider.
 type Config struct {
@@ -94,39 +87,13 @@ func validStream(s string) bool {
 
 // baseURL checks raw (DefaultBaseURL when empty): https, or plain http
 // to a loopback address (a test server).
-func baseURL(raw string) (string, error) {
-	if raw == "" {
-		raw = DefaultBaseURL
-	}
-	u, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("%q: want an URL such as %s", raw, DefaultBaseURL)
-	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		if !isLoopback(u.Hostname()) {
-			return "", fmt.Errorf("%q: plain http only for loopback addresses; use https", raw)
-		}
-	default:
-		return "", fmt.Errorf("%q: want an https URL", raw)
-	}
-	return u.String(), nil
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func baseURL(raw string) (string, error) { return httpprovider.BaseURL(raw, DefaultBaseURL) }
 
 // Provider sends through Postmark's API. It implements notify.Provider.
 type Provider struct {
 	cfg    Config
 	from   string
-	client *client
+	client *httpprovider.Client
 }
 
 // New returns a Postmark provider; cfg must be valid.
@@ -145,7 +112,7 @@ func New(cfg Config) (*Provider, error) {
 }
 
 // Close closes idle connections.
-func (p *Provider) Close() { p.client.http.CloseIdleConnections() }
+func (p *Provider) Close() { p.client.Close() }
 
 // Deduplicates reports that Postmark does not: a second request is a
 // second e-mail, so an ambiguous send is decided by the look-up.
@@ -204,30 +171,23 @@ type sendAnswer struct {
 func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
 	body, err := p.body(m)
 	if err != nil {
-		return "", composeError(err)
+		return "", httpprovider.ComposeError(err)
 	}
-	before := time.Now()
-	if err := handOver(); err != nil {
-		return "", &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
-	}
-	ctx, cancel := context.WithDeadline(ctx, before.Add(p.cfg.Timeout))
-	defer cancel()
-	ans, se := p.client.do(ctx, http.MethodPost, "/email", body)
+	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/email", http.Header{"Content-Type": {"application/json"}}, body)
 	if se != nil {
-		se.HandedOver = true
 		return "", se
 	}
 	var a sendAnswer
-	decodeErr := json.Unmarshal(ans.body, &a)
-	if ans.status == http.StatusOK && decodeErr == nil && a.ErrorCode == 0 && a.MessageID != "" {
+	decodeErr := json.Unmarshal(ans.Body, &a)
+	if ans.Status == http.StatusOK && decodeErr == nil && a.ErrorCode == 0 && a.MessageID != "" {
 		return a.MessageID, nil
 	}
-	if ans.status == http.StatusOK && (decodeErr != nil || a.MessageID == "") && a.ErrorCode == 0 {
+	if ans.Status == http.StatusOK && (decodeErr != nil || a.MessageID == "") && a.ErrorCode == 0 {
 		// Accepted, most likely, but without an id: the look-up decides.
-		return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.status, HandedOver: true,
-			Err: fmt.Errorf("answer %d without a MessageID: %q", ans.status, truncate(ans.body))}
+		return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.Status, HandedOver: true,
+			Err: fmt.Errorf("answer %d without a MessageID: %q", ans.Status, httpprovider.Truncate(ans.Body))}
 	}
-	se = classify(ans.status, a.ErrorCode, a.Message, decodeErr == nil)
+	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
 	se.HandedOver = true
 	return "", se
 }
@@ -235,132 +195,24 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 // Probe implements notify.Provider: GET /server, which needs the server
 // token and sends nothing.
 func (p *Provider) Probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	ans, se := p.client.do(ctx, http.MethodGet, "/server", nil)
+	ans, se := p.client.Do(ctx, http.MethodGet, "/server", nil, nil)
 	if se != nil {
 		return se
 	}
-	if ans.status == http.StatusOK {
+	if ans.Status == http.StatusOK {
 		return nil
 	}
 	var a sendAnswer
-	decodeErr := json.Unmarshal(ans.body, &a)
-	se = classify(ans.status, a.ErrorCode, a.Message, decodeErr == nil)
+	decodeErr := json.Unmarshal(ans.Body, &a)
+	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
 	se.Outcome = notify.OutcomeUnavailable // whatever GET /server says is about us
 	return se
 }
 
-// client makes Postmark API requests with the server token.
-type client struct {
-	base  string
-	token string
-	http  *http.Client
-}
-
-func newClient(base, token string, timeout time.Duration) *client {
+// newClient returns a client of Postmark's API at base (checked by
+// Validate) with the server token, whose requests take at most timeout.
+func newClient(base, token string, timeout time.Duration) *httpprovider.Client {
 	base, _ = baseURL(base)
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
-	transport := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   timeout,
-		ExpectContinueTimeout: time.Second,
-	}
-	return &client{base: base, token: token, http: &http.Client{Transport: transport}}
-}
-
-type answer struct {
-	status int
-	body   []byte
-}
-
-// errFenced: the request's deadline passed before its body went out.
-var errFenced = errors.New("deadline passed before the request body was sent")
-
-// fencedBody hands out the request body only before its deadline, so
-// that a worker that stalls after its last lease check cannot start
-// sending the message once the reconciler may act on its expired lease.
-type fencedBody struct {
-	r        *bytes.Reader
-	deadline time.Time
-}
-
-func (b *fencedBody) Read(p []byte) (int, error) {
-	if !time.Now().Before(b.deadline) {
-		return 0, errFenced
-	}
-	return b.r.Read(p)
-}
-
-func (b *fencedBody) Close() error { return nil }
-
-// do runs one request (path may carry a query). A failure without an
-// answer is classified by whether the whole request was written: before
-// that nothing can have been accepted (unavailable), after it Postmark
-// may have the message (ambiguous).
-func (c *client) do(ctx context.Context, method, path string, body []byte) (answer, *notify.SendError) {
-	var wrote atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
-	if err != nil {
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
-	}
-	if body != nil {
-		deadline, _ := ctx.Deadline()
-		req.Body = &fencedBody{r: bytes.NewReader(body), deadline: deadline}
-		req.GetBody = func() (io.ReadCloser, error) {
-			return &fencedBody{r: bytes.NewReader(body), deadline: deadline}, nil
-		}
-		req.ContentLength = int64(len(body))
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Postmark-Server-Token", c.token)
-	req.Header.Set("User-Agent", "sekali")
-	res, err := c.http.Do(req)
-	if err != nil {
-		if wrote.Load() {
-			return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData,
-				Err: fmt.Errorf("no answer after the request was sent: %w", err)}
-		}
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect,
-			Err: fmt.Errorf("request not sent: %w", err)}
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
-	if err != nil && res.StatusCode == http.StatusOK {
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: res.StatusCode,
-			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
-	}
-	return answer{status: res.StatusCode, body: b}, nil
-}
-
-// composeError classifies a message that cannot be put into a request:
-// a bad recipient is refused for good, anything else is our bug and
-// waits (retried until DELIVERY_MAX_AGE) for a fix.
-func composeError(err error) *notify.SendError {
-	if errors.Is(err, notify.ErrInvalidAddress) {
-		return &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageRecipient, Err: fmt.Errorf("compose request: %w", err)}
-	}
-	return &notify.SendError{Outcome: notify.OutcomeTemporary, Stage: notify.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
-}
-
-func truncate(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "…"
-	}
-	return string(b)
+	return httpprovider.NewClient(base, http.Header{"X-Postmark-Server-Token": {token}}, timeout,
+		func(status int) bool { return status == http.StatusOK })
 }

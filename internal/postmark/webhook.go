@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -22,7 +23,7 @@ var (
 )
 
 // MaxWebhookBody is the largest webhook body Verify reads.
-const MaxWebhookBody = 1 << 20
+const MaxWebhookBody = httpprovider.MaxWebhookBody
 
 // WebhookVerifier checks Postmark's webhooks. Postmark signs nothing: a
 // webhook is authenticated by the HTTP Basic credentials configured with
@@ -61,8 +62,8 @@ func (v *WebhookVerifier) Verify(header http.Header, body []byte, _ time.Time) (
 	if subtle.ConstantTimeCompare(u[:], v.user[:])&subtle.ConstantTimeCompare(p[:], v.password[:]) != 1 {
 		return nil, ErrBadCredentials
 	}
-	if len(body) > MaxWebhookBody {
-		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(body), MaxWebhookBody)
+	if err := httpprovider.CheckWebhookBody(body); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	return feedback(body)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -18,7 +19,7 @@ type apiError struct {
 func decodeError(body []byte) apiError {
 	var e apiError
 	if json.Unmarshal(body, &e) != nil {
-		e.Message = truncate(body)
+		e.Message = httpprovider.Truncate(body)
 	}
 	return e
 }

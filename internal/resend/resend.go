@@ -14,20 +14,15 @@
 package resend
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/http/httptrace"
-	"net/url"
 	"strings"
-	"sync/atomic"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -38,9 +33,6 @@ const DefaultBaseURL = "https://api.resend.com"
 // same delivery within this time of the first one is answered with the
 // first one's result and sends nothing.
 const DedupWindow = 24 * time.Hour
-
-// maxAnswer caps what is read of an answer.
-const maxAnswer = 1 << 20
 
 // MetadataKey is the name of the tag that carries
 // notify.KeyHash(IdempotencyKey); Resend echoes tags in its webhooks.
@@ -76,33 +68,7 @@ func (c Config) Validate() error {
 
 // baseURL checks raw (DefaultBaseURL when empty): https, or plain http
 // to a loopback address (a test server).
-func baseURL(raw string) (string, error) {
-	if raw == "" {
-		raw = DefaultBaseURL
-	}
-	u, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("%q: want an URL such as %s", raw, DefaultBaseURL)
-	}
-	switch u.Scheme {
-	case "https":
-	case "http":
-		if !isLoopback(u.Hostname()) {
-			return "", fmt.Errorf("%q: plain http only for loopback addresses; use https", raw)
-		}
-	default:
-		return "", fmt.Errorf("%q: want an https URL", raw)
-	}
-	return u.String(), nil
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func baseURL(raw string) (string, error) { return httpprovider.BaseURL(raw, DefaultBaseURL) }
 
 // IdempotencyKey is the Idempotency-Key sent for a delivery's key:
 // "sekali-" and the hex SHA-256 of key, 71 characters of [a-z0-9-]. Our
@@ -114,9 +80,8 @@ func IdempotencyKey(key string) string { return notify.ProviderKey(key) }
 // Provider sends through Resend's API. It implements notify.Provider.
 type Provider struct {
 	cfg    Config
-	base   string
 	from   string
-	client *http.Client
+	client *httpprovider.Client
 }
 
 // New returns a Resend provider; cfg must be valid.
@@ -129,21 +94,13 @@ func New(cfg Config) (*Provider, error) {
 	}
 	base, _ := baseURL(cfg.BaseURL)
 	from, _ := notify.NormalizeAddress(cfg.From)
-	transport := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          64,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   cfg.Timeout,
-		ExpectContinueTimeout: time.Second,
-	}
-	return &Provider{cfg: cfg, base: base, from: from, client: &http.Client{Transport: transport}}, nil
+	client := httpprovider.NewClient(base, http.Header{"Authorization": {"Bearer " + cfg.APIKey}}, cfg.Timeout,
+		func(status int) bool { return status/100 == 2 })
+	return &Provider{cfg: cfg, from: from, client: client}, nil
 }
 
 // Close closes idle connections.
-func (p *Provider) Close() { p.client.CloseIdleConnections() }
+func (p *Provider) Close() { p.client.Close() }
 
 // Deduplicates reports that Resend sends one e-mail per idempotency key
 // within DedupWindow: an ambiguous send to Resend may be sent again
@@ -198,37 +155,30 @@ func (p *Provider) body(m notify.Message) ([]byte, error) {
 func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
 	body, err := p.body(m)
 	if err != nil {
-		return "", composeError(err)
+		return "", httpprovider.ComposeError(err)
 	}
-	before := time.Now()
-	if err := handOver(); err != nil {
-		return "", &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
-	}
-	ctx, cancel := context.WithDeadline(ctx, before.Add(p.cfg.Timeout))
-	defer cancel()
 	header := http.Header{
 		"Content-Type":    {"application/json"},
 		"Idempotency-Key": {IdempotencyKey(m.IdempotencyKey)},
 	}
-	ans, se := p.do(ctx, http.MethodPost, "/emails", header, body)
+	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/emails", header, body)
 	if se != nil {
-		se.HandedOver = true
 		return "", se
 	}
 	var ok struct {
 		ID string `json:"id"`
 	}
-	if ans.status/100 == 2 {
-		if err := json.Unmarshal(ans.body, &ok); err != nil || ok.ID == "" {
+	if ans.Status/100 == 2 {
+		if err := json.Unmarshal(ans.Body, &ok); err != nil || ok.ID == "" {
 			// Accepted, most likely, but without an id we cannot record
 			// it: leave it to the reconciler, whose resend under the same
 			// key gets the first answer again.
-			return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.status, HandedOver: true,
-				Err: fmt.Errorf("answer %d without an email id: %q", ans.status, truncate(ans.body))}
+			return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.Status, HandedOver: true,
+				Err: fmt.Errorf("answer %d without an email id: %q", ans.Status, httpprovider.Truncate(ans.Body))}
 		}
 		return ok.ID, nil
 	}
-	se = classify(ans.status, decodeError(ans.body))
+	se = classify(ans.Status, decodeError(ans.Body))
 	se.HandedOver = true
 	return "", se
 }
@@ -237,115 +187,21 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 // A sending-only key (the one to use) is refused there with
 // restricted_api_key, which proves the key is valid: that passes too.
 func (p *Provider) Probe(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
-	defer cancel()
-	ans, se := p.do(ctx, http.MethodGet, "/domains", nil, nil)
+	ans, se := p.client.Do(ctx, http.MethodGet, "/domains", nil, nil)
 	if se != nil {
 		return se
 	}
-	if ans.status/100 == 2 {
+	if ans.Status/100 == 2 {
 		return nil
 	}
-	e := decodeError(ans.body)
-	if ans.status == http.StatusUnauthorized && e.Name == "restricted_api_key" {
+	e := decodeError(ans.Body)
+	if ans.Status == http.StatusUnauthorized && e.Name == "restricted_api_key" {
 		return nil
 	}
-	se = classify(ans.status, e)
+	se = classify(ans.Status, e)
 	if se.Outcome != notify.OutcomeUnavailable {
 		// Whatever GET /domains says, it is about us, not a message.
 		se.Outcome = notify.OutcomeUnavailable
 	}
 	return se
-}
-
-type answer struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// errFenced: the request's deadline passed before its body went out.
-var errFenced = errors.New("deadline passed before the request body was sent")
-
-// fencedBody hands out the request body only before its deadline, so
-// that a worker that stalls after its last lease check cannot start
-// sending the message once the reconciler may act on its expired lease.
-type fencedBody struct {
-	r        *bytes.Reader
-	deadline time.Time
-}
-
-func (b *fencedBody) Read(p []byte) (int, error) {
-	if !time.Now().Before(b.deadline) {
-		return 0, errFenced
-	}
-	return b.r.Read(p)
-}
-
-func (b *fencedBody) Close() error { return nil }
-
-// do runs one request. A failure without an answer is classified by
-// whether the whole request was written: before that nothing can have
-// been accepted (unavailable), after it the provider may have it
-// (ambiguous).
-func (p *Provider) do(ctx context.Context, method, path string, header http.Header, body []byte) (answer, *notify.SendError) {
-	var wrote atomic.Bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	})
-	req, err := http.NewRequestWithContext(ctx, method, p.base+path, nil)
-	if err != nil {
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
-	}
-	if body != nil {
-		deadline, _ := ctx.Deadline()
-		req.Body = &fencedBody{r: bytes.NewReader(body), deadline: deadline}
-		req.GetBody = func() (io.ReadCloser, error) {
-			return &fencedBody{r: bytes.NewReader(body), deadline: deadline}, nil
-		}
-		req.ContentLength = int64(len(body))
-	}
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	req.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "sekali")
-	res, err := p.client.Do(req)
-	if err != nil {
-		if wrote.Load() {
-			return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData,
-				Err: fmt.Errorf("no answer after the request was sent: %w", err)}
-		}
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect,
-			Err: fmt.Errorf("request not sent: %w", err)}
-	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
-	if err != nil && res.StatusCode/100 == 2 {
-		return answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: res.StatusCode,
-			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
-	}
-	return answer{status: res.StatusCode, header: res.Header, body: b}, nil
-}
-
-// composeError classifies a message that cannot be put into a request:
-// a bad recipient is refused for good, anything else is our bug and
-// waits (retried until DELIVERY_MAX_AGE) for a fix.
-func composeError(err error) *notify.SendError {
-	if errors.Is(err, notify.ErrInvalidAddress) {
-		return &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageRecipient, Err: fmt.Errorf("compose request: %w", err)}
-	}
-	return &notify.SendError{Outcome: notify.OutcomeTemporary, Stage: notify.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
-}
-
-func truncate(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "…"
-	}
-	return string(b)
 }

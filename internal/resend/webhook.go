@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -24,11 +25,11 @@ var (
 )
 
 // MaxWebhookBody is the largest webhook body Verify reads.
-const MaxWebhookBody = 1 << 20
+const MaxWebhookBody = httpprovider.MaxWebhookBody
 
 // WebhookTolerance is how far a webhook's timestamp may be from now,
 // either way, as Svix's own libraries allow.
-const WebhookTolerance = 5 * time.Minute
+const WebhookTolerance = httpprovider.WebhookTolerance
 
 // WebhookVerifier checks Resend's webhooks, which Svix signs
 // (https://docs.svix.com/receiving/verifying-payloads/how-manual):
@@ -58,8 +59,8 @@ func NewWebhookVerifier(secret string) (*WebhookVerifier, error) {
 // (email.sent, email.opened, …) give no Feedback and no error.
 // EventID is svix-id, the same when Resend sends the same event again.
 func (v *WebhookVerifier) Verify(header http.Header, body []byte, now time.Time) ([]notify.Feedback, error) {
-	if len(body) > MaxWebhookBody {
-		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(body), MaxWebhookBody)
+	if err := httpprovider.CheckWebhookBody(body); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
 	id, ts, sigs := svixHeader(header, "id"), svixHeader(header, "timestamp"), svixHeader(header, "signature")
 	if id == "" || ts == "" || sigs == "" {
@@ -72,8 +73,8 @@ func (v *WebhookVerifier) Verify(header http.Header, body []byte, now time.Time)
 	if !v.signed(id, ts, body, sigs) {
 		return nil, ErrBadSignature
 	}
-	if d := now.Sub(time.Unix(sec, 0)); d > WebhookTolerance || d < -WebhookTolerance {
-		return nil, fmt.Errorf("%w: signed at %s, %s from now", ErrStale, time.Unix(sec, 0).UTC().Format(time.RFC3339), d.Round(time.Second))
+	if err := httpprovider.CheckSignedAt(time.Unix(sec, 0), now, WebhookTolerance); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStale, err)
 	}
 	return feedback(id, body)
 }
