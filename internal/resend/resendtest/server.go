@@ -344,11 +344,17 @@ func (s *Server) handleEmails(w http.ResponseWriter, r *http.Request) {
 		s.keys[key] = entry
 		s.mu.Unlock()
 	}
-	sent := false
-	defer func() {
-		if entry == nil {
+	// settle ends the claim on the key: kept if the e-mail was sent,
+	// dropped if not. A written answer leaves when the handler returns,
+	// after the deferred settle; a hang-up is at once, so settle runs
+	// before it: a resend right after must find the key settled, not in
+	// flight.
+	sent, settled := false, false
+	settle := func() {
+		if entry == nil || settled {
 			return
 		}
+		settled = true
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if sent {
@@ -356,7 +362,8 @@ func (s *Server) handleEmails(w http.ResponseWriter, r *http.Request) {
 		} else {
 			delete(s.keys, key)
 		}
-	}()
+	}
+	defer settle()
 
 	msg, status, name, text := s.validate(req)
 	if status != 0 {
@@ -393,6 +400,7 @@ func (s *Server) handleEmails(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	settle()
 	hangUp(w)
 }
 
