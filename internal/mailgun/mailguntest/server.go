@@ -17,16 +17,10 @@
 package mailguntest
 
 import (
-	"bytes"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/mail"
 	"slices"
@@ -34,6 +28,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 )
 
 // Message is one e-mail the server sent.
@@ -72,16 +68,14 @@ type Server struct {
 	APIKey string
 	Domain string
 
-	ln   net.Listener
-	http *http.Server
+	http   *http.Server
+	faults httpprovidertest.Faults[Fault] // by "messages", "events", "domains"
 
 	mu         sync.Mutex
-	faults     map[string][]Fault // by "messages", "events", "domains"
 	eventDelay time.Duration
 	msgs       []Message
 	events     []Event
 	pages      map[string]pageState
-	requests   map[string]int
 }
 
 type pageState struct {
@@ -94,18 +88,12 @@ type pageState struct {
 // NewServer starts a server for one domain on a loopback port; it panics
 // if it cannot listen, as httptest.NewServer does.
 func NewServer(domain string) *Server {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("mailguntest: listen: %v", err))
-	}
+	ln, url := httpprovidertest.Listen("mailguntest")
 	s := &Server{
-		URL:      "http://" + ln.Addr().String(),
-		APIKey:   "key-" + randomHex(16),
-		Domain:   domain,
-		ln:       ln,
-		faults:   map[string][]Fault{},
-		pages:    map[string]pageState{},
-		requests: map[string]int{},
+		URL:    url,
+		APIKey: "key-" + httpprovidertest.RandomHex(16),
+		Domain: domain,
+		pages:  map[string]pageState{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v3/{domain}/messages", s.handleMessages)
@@ -113,8 +101,7 @@ func NewServer(domain string) *Server {
 	mux.HandleFunc("GET /v3/{domain}/events/{page}", s.handleEvents)
 	mux.HandleFunc("GET /v4/domains/{domain}", s.handleDomain)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) })
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.http.Serve(ln) }()
+	s.http = httpprovidertest.Serve(ln, mux)
 	return s
 }
 
@@ -123,11 +110,7 @@ func (s *Server) Close() { _ = s.http.Close() }
 
 // FailNext queues faults for the next requests of a kind: "messages",
 // "events" or "domains".
-func (s *Server) FailNext(kind string, faults ...Fault) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults[kind] = append(s.faults[kind], faults...)
-}
+func (s *Server) FailNext(kind string, faults ...Fault) { s.faults.Add(kind, faults...) }
 
 // SetEventDelay hides events from the Events API for d after they
 // happened.
@@ -146,7 +129,7 @@ func (s *Server) AddEvent(e Event) {
 
 func (s *Server) addEvent(e Event) {
 	if e.ID == "" {
-		e.ID = randomHex(11)
+		e.ID = httpprovidertest.RandomHex(11)
 	}
 	if e.Timestamp.IsZero() {
 		e.Timestamp = time.Now()
@@ -179,33 +162,17 @@ func (s *Server) CountByMessageID(id string) int {
 }
 
 // Requests counts the requests of a kind: "messages", "events", "domains".
-func (s *Server) Requests(kind string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[kind]
-}
-
-func (s *Server) begin(kind string) *Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests[kind]++
-	if len(s.faults[kind]) == 0 {
-		return nil
-	}
-	f := s.faults[kind][0]
-	s.faults[kind] = s.faults[kind][1:]
-	return &f
-}
+func (s *Server) Requests(kind string) int { return s.faults.Requests(kind) }
 
 func answerFault(w http.ResponseWriter, f *Fault) {
 	switch {
 	case f.Cut:
-		hangUp(w)
+		httpprovidertest.HangUp(w)
 	case f.Raw:
 		w.WriteHeader(f.Status)
 		_, _ = io.WriteString(w, f.Message)
 	default:
-		writeJSON(w, f.Status, map[string]string{"message": f.Message})
+		writeError(w, f.Status, f.Message)
 	}
 }
 
@@ -218,27 +185,27 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if r.PathValue("domain") != s.Domain {
-		writeJSON(w, http.StatusNotFound, map[string]string{"message": "Domain not found: " + r.PathValue("domain")})
+		writeError(w, http.StatusNotFound, "Domain not found: "+r.PathValue("domain"))
 		return false
 	}
 	return true
 }
 
 func (s *Server) handleDomain(w http.ResponseWriter, r *http.Request) {
-	if f := s.begin("domains"); f != nil {
+	if f := s.faults.Begin("domains"); f != nil {
 		answerFault(w, f)
 		return
 	}
 	if !s.authorized(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"domain": map[string]string{"name": s.Domain, "state": "active"}})
+	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]any{"domain": map[string]string{"name": s.Domain, "state": "active"}})
 }
 
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
-	fault := s.begin("messages")
+	fault := s.faults.Begin("messages")
 	if err := r.ParseMultipartForm(32 << 20); err != nil && !errors.Is(err, http.ErrNotMultipart) {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "cannot read the form: " + err.Error()})
+		writeError(w, http.StatusBadRequest, "cannot read the form: "+err.Error())
 		return
 	}
 	if fault != nil && !(fault.Cut && fault.Sent) {
@@ -253,19 +220,19 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		Headers: map[string]string{}, UserVariables: map[string]string{}}
 	switch {
 	case m.From == "":
-		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "from parameter is missing"})
+		writeError(w, http.StatusBadRequest, "from parameter is missing")
 		return
 	case !validAddress(m.From):
-		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "'from' parameter is not a valid address. please check documentation"})
+		writeError(w, http.StatusBadRequest, "'from' parameter is not a valid address. please check documentation")
 		return
 	case m.To == "":
-		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "to parameter is missing"})
+		writeError(w, http.StatusBadRequest, "to parameter is missing")
 		return
 	case !validAddress(m.To):
-		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "'to' parameter is not a valid address. please check documentation"})
+		writeError(w, http.StatusBadRequest, "'to' parameter is not a valid address. please check documentation")
 		return
 	case m.Text == "" && m.HTML == "":
-		writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Need at least one of 'text', 'html' or 'template' parameters specified"})
+		writeError(w, http.StatusBadRequest, "Need at least one of 'text', 'html' or 'template' parameters specified")
 		return
 	}
 	for k, v := range f {
@@ -282,7 +249,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if m.ID == "" {
-		m.ID = time.Now().UTC().Format("20060102150405") + "." + randomHex(6) + "@" + s.Domain
+		m.ID = time.Now().UTC().Format("20060102150405") + "." + httpprovidertest.RandomHex(6) + "@" + s.Domain
 	}
 	s.mu.Lock()
 	m.SentAt = time.Now()
@@ -291,14 +258,14 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	s.addEvent(Event{Event: "accepted", MessageID: m.ID, Recipient: to.Address, Timestamp: m.SentAt})
 	s.mu.Unlock()
 	if fault != nil {
-		hangUp(w)
+		httpprovidertest.HangUp(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"id": "<" + m.ID + ">", "message": "Queued. Thank you."})
+	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]string{"id": "<" + m.ID + ">", "message": "Queued. Thank you."})
 }
 
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
-	if f := s.begin("events"); f != nil {
+	if f := s.faults.Begin("events"); f != nil {
 		answerFault(w, f)
 		return
 	}
@@ -312,7 +279,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		st, ok = s.pages[token]
 		s.mu.Unlock()
 		if !ok {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Invalid page URL"})
+			writeError(w, http.StatusBadRequest, "Invalid page URL")
 			return
 		}
 	} else {
@@ -321,18 +288,18 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 		if l := q.Get("limit"); l != "" {
 			n, err := strconv.Atoi(l)
 			if err != nil || n < 1 || n > 300 {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Invalid limit: it must be at most 300"})
+				writeError(w, http.StatusBadRequest, "Invalid limit: it must be at most 300")
 				return
 			}
 			st.limit = n
 		}
 		if q.Get("ascending") != "yes" || q.Get("begin") == "" {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "this server serves ascending=yes with begin only"})
+			writeError(w, http.StatusBadRequest, "this server serves ascending=yes with begin only")
 			return
 		}
 		sec, err := strconv.ParseInt(q.Get("begin"), 10, 64)
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"message": "Invalid begin"})
+			writeError(w, http.StatusBadRequest, "Invalid begin")
 			return
 		}
 		st.begin = time.Unix(sec, 0)
@@ -357,11 +324,11 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	next := st
 	next.offset += len(items)
-	token := randomHex(12)
+	token := httpprovidertest.RandomHex(12)
 	s.pages[token] = next
 	s.mu.Unlock()
 	base := s.URL + "/v3/" + s.Domain + "/events/"
-	writeJSON(w, http.StatusOK, map[string]any{"items": items, "paging": map[string]string{
+	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]any{"items": items, "paging": map[string]string{
 		"next": base + token, "previous": base + base64.RawURLEncoding.EncodeToString([]byte("previous")),
 	}})
 }
@@ -371,27 +338,7 @@ func validAddress(s string) bool {
 	return err == nil && strings.Contains(a.Address, "@")
 }
 
-// hangUp closes the connection without an answer.
-func hangUp(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		panic("mailguntest: connection cannot be hijacked")
-	}
-	if conn, _, err := hj.Hijack(); err == nil {
-		_ = conn.Close()
-	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	_ = json.NewEncoder(&buf).Encode(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+// writeError answers Mailgun's error shape, {"message"}.
+func writeError(w http.ResponseWriter, status int, message string) {
+	httpprovidertest.WriteJSON(w, status, map[string]string{"message": message})
 }

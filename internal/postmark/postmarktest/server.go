@@ -24,14 +24,11 @@ package postmarktest
 
 import (
 	"bytes"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"net/mail"
 	"slices"
@@ -41,6 +38,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 )
 
 // Message is one e-mail the server holds.
@@ -74,46 +73,35 @@ type Server struct {
 	URL   string // for postmark.Config.BaseURL
 	Token string // the server token
 
-	ln   net.Listener
-	http *http.Server
+	http   *http.Server
+	faults httpprovidertest.Faults[Fault] // by path
 
 	mu          sync.Mutex
 	senders     []string // From addresses or domains with a signature; nil: all
 	streams     []string
 	inactive    map[string]bool
-	faults      map[string][]Fault
 	searchDelay time.Duration
 	msgs        []Message
-	requests    map[string]int
 }
 
 // NewServer starts a server on a loopback port; it panics if it cannot
 // listen, as httptest.NewServer does.
 func NewServer() *Server {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("postmarktest: listen: %v", err))
-	}
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
+	ln, url := httpprovidertest.Listen("postmarktest")
 	s := &Server{
-		URL:      "http://" + ln.Addr().String(),
-		Token:    hex.EncodeToString(b),
-		ln:       ln,
+		URL:      url,
+		Token:    httpprovidertest.RandomHex(16),
 		streams:  []string{"outbound"},
 		inactive: map[string]bool{},
-		faults:   map[string][]Fault{},
-		requests: map[string]int{},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /email", s.handleEmail)
 	mux.HandleFunc("GET /server", s.handleServer)
 	mux.HandleFunc("GET /messages/outbound", s.handleSearch)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]any{"ErrorCode": 0, "Message": "Entity doesn't exist"})
+		httpprovidertest.WriteJSON(w, http.StatusNotFound, map[string]any{"ErrorCode": 0, "Message": "Entity doesn't exist"})
 	})
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.http.Serve(ln) }()
+	s.http = httpprovidertest.Serve(ln, mux)
 	return s
 }
 
@@ -152,11 +140,7 @@ func (s *Server) SetSearchDelay(d time.Duration) {
 
 // FailNext queues faults for the next requests to path ("/email",
 // "/messages/outbound", "/server"), in order.
-func (s *Server) FailNext(path string, faults ...Fault) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.faults[path] = append(s.faults[path], faults...)
-}
+func (s *Server) FailNext(path string, faults ...Fault) { s.faults.Add(path, faults...) }
 
 // Add stores a message as if it had been sent at m.ReceivedAt (now when
 // zero); it returns the message's id.
@@ -203,24 +187,7 @@ func (s *Server) CountByMetadata(key, value string) int {
 }
 
 // Requests counts the requests received on a path, answered or not.
-func (s *Server) Requests(path string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests[path]
-}
-
-// begin counts the request and takes its fault, if any.
-func (s *Server) begin(path string) *Fault {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests[path]++
-	if len(s.faults[path]) == 0 {
-		return nil
-	}
-	f := s.faults[path][0]
-	s.faults[path] = s.faults[path][1:]
-	return &f
-}
+func (s *Server) Requests(path string) int { return s.faults.Requests(path) }
 
 // answerFault answers f; it reports false for a Cut that sends first.
 func answerFault(w http.ResponseWriter, f *Fault) bool {
@@ -228,7 +195,7 @@ func answerFault(w http.ResponseWriter, f *Fault) bool {
 	case f.Cut && f.Sent:
 		return false
 	case f.Cut:
-		hangUp(w)
+		httpprovidertest.HangUp(w)
 	case f.Body != "":
 		w.Header().Set("Content-Type", "text/html")
 		w.WriteHeader(f.Status)
@@ -252,19 +219,19 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 }
 
 func (s *Server) handleServer(w http.ResponseWriter, r *http.Request) {
-	if f := s.begin("/server"); f != nil {
+	if f := s.faults.Begin("/server"); f != nil {
 		answerFault(w, f)
 		return
 	}
 	if !s.authorized(w, r) {
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"ID": 1, "Name": "sekali test server", "DeliveryType": "Live"})
+	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]any{"ID": 1, "Name": "sekali test server", "DeliveryType": "Live"})
 }
 
 func (s *Server) handleEmail(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 10<<20+1))
-	fault := s.begin("/email")
+	fault := s.faults.Begin("/email")
 	if err != nil {
 		return
 	}
@@ -279,7 +246,7 @@ func (s *Server) handleEmail(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(body) > 10<<20 {
-		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"ErrorCode": 0, "Message": "Payload Too Large"})
+		httpprovidertest.WriteJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"ErrorCode": 0, "Message": "Payload Too Large"})
 		return
 	}
 	m, code, text := s.validate(body)
@@ -289,10 +256,10 @@ func (s *Server) handleEmail(w http.ResponseWriter, r *http.Request) {
 	}
 	id := s.Add(m)
 	if fault != nil { // Cut after sending
-		hangUp(w)
+		httpprovidertest.HangUp(w)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"To": m.To, "SubmittedAt": time.Now().Format(time.RFC3339Nano), "MessageID": id, "ErrorCode": 0, "Message": "OK"})
+	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]any{"To": m.To, "SubmittedAt": time.Now().Format(time.RFC3339Nano), "MessageID": id, "ErrorCode": 0, "Message": "OK"})
 }
 
 func (s *Server) validate(body []byte) (Message, int, string) {
@@ -358,7 +325,7 @@ func (s *Server) validate(body []byte) (Message, int, string) {
 }
 
 func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
-	if f := s.begin("/messages/outbound"); f != nil {
+	if f := s.faults.Begin("/messages/outbound"); f != nil {
 		answerFault(w, f)
 		return
 	}
@@ -408,7 +375,7 @@ func (s *Server) handleSearch(w http.ResponseWriter, r *http.Request) {
 			"Subject": m.Subject, "ReceivedAt": m.ReceivedAt.Format(time.RFC3339Nano), "Tag": "", "Cc": []any{}, "Bcc": []any{},
 		})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"TotalCount": len(matched), "Messages": page})
+	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]any{"TotalCount": len(matched), "Messages": page})
 }
 
 func (s *Server) delay() time.Duration {
@@ -417,25 +384,6 @@ func (s *Server) delay() time.Duration {
 	return s.searchDelay
 }
 
-// hangUp closes the connection without an answer.
-func hangUp(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		panic("postmarktest: connection cannot be hijacked")
-	}
-	if conn, _, err := hj.Hijack(); err == nil {
-		_ = conn.Close()
-	}
-}
-
 func writeError(w http.ResponseWriter, status, code int, message string) {
-	writeJSON(w, status, map[string]any{"ErrorCode": code, "Message": message})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	_ = json.NewEncoder(&buf).Encode(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	httpprovidertest.WriteJSON(w, status, map[string]any{"ErrorCode": code, "Message": message})
 }

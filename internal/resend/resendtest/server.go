@@ -22,14 +22,10 @@
 package resendtest
 
 import (
-	"bytes"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/mail"
 	"slices"
@@ -38,6 +34,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 )
 
 // Message is one e-mail the server sent (answered 200 to, or processed
@@ -75,7 +73,6 @@ type Server struct {
 	APIKey         string // a full-access key
 	SendingOnlyKey string // a key that can only send: GET /domains answers restricted_api_key
 
-	ln   net.Listener
 	http *http.Server
 	done chan struct{}
 
@@ -109,15 +106,11 @@ const keyWindow = 24 * time.Hour
 // NewServer starts a server on a loopback port; it panics if it cannot
 // listen, as httptest.NewServer does.
 func NewServer() *Server {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(fmt.Sprintf("resendtest: listen: %v", err))
-	}
+	ln, url := httpprovidertest.Listen("resendtest")
 	s := &Server{
-		URL:            "http://" + ln.Addr().String(),
-		APIKey:         "re_full_" + randomHex(12),
-		SendingOnlyKey: "re_send_" + randomHex(12),
-		ln:             ln,
+		URL:            url,
+		APIKey:         "re_full_" + httpprovidertest.RandomHex(12),
+		SendingOnlyKey: "re_send_" + httpprovidertest.RandomHex(12),
 		done:           make(chan struct{}),
 		now:            time.Now,
 		keys:           map[string]*keyEntry{},
@@ -128,8 +121,7 @@ func NewServer() *Server {
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "The requested endpoint does not exist.")
 	})
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = s.http.Serve(ln) }()
+	s.http = httpprovidertest.Serve(ln, mux)
 	return s
 }
 
@@ -284,7 +276,7 @@ func (s *Server) handleDomains(w http.ResponseWriter, r *http.Request) {
 	for _, d := range domains {
 		data = append(data, map[string]string{"name": d, "status": "verified"})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
 }
 
 func (s *Server) handleEmails(w http.ResponseWriter, r *http.Request) {
@@ -401,7 +393,7 @@ func (s *Server) handleEmails(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	settle()
-	hangUp(w)
+	httpprovidertest.HangUp(w)
 }
 
 // wait holds a request claimed under a key when HoldNext asked for it.
@@ -436,18 +428,6 @@ func (s *Server) send(msg Message, entry *keyEntry) []byte {
 		entry.answer = answer
 	}
 	return answer
-}
-
-// hangUp closes the connection without an answer.
-func hangUp(w http.ResponseWriter) {
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		panic("resendtest: connection cannot be hijacked")
-	}
-	conn, _, err := hj.Hijack()
-	if err == nil {
-		_ = conn.Close()
-	}
 }
 
 // validate checks a POST /emails body as Resend does.
@@ -555,19 +535,5 @@ func canonical(req map[string]json.RawMessage) [32]byte {
 }
 
 func writeError(w http.ResponseWriter, status int, name, message string) {
-	writeJSON(w, status, map[string]any{"statusCode": status, "name": name, "message": message})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	_ = json.NewEncoder(&buf).Encode(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	httpprovidertest.WriteJSON(w, status, map[string]any{"statusCode": status, "name": name, "message": message})
 }
