@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 	"github.com/sekali-dev/sekali/internal/mailgun"
 	"github.com/sekali-dev/sekali/internal/mailgun/mailguntest"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -65,15 +66,6 @@ func query(m notify.Message, handedOver time.Time) reconcile.Query {
 
 func pass() error { return nil }
 
-func sendError(t *testing.T, err error) *notify.SendError {
-	t.Helper()
-	var se *notify.SendError
-	if !errors.As(err, &se) {
-		t.Fatalf("error %v (%T) is not a *notify.SendError", err, err)
-	}
-	return se
-}
-
 func TestSendAndFind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -110,7 +102,7 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 		m := message(2)
 		b.srv.FailNext("messages", mailguntest.Fault{Cut: true, Sent: sent})
 		_, err := b.p.Send(context.Background(), m, pass)
-		if se := sendError(t, err); se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+		if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
 			t.Fatalf("cut after the request: %v, want ambiguous, handed over", err)
 		}
 		b.srv.AddEvent(mailguntest.Event{Event: "accepted", MessageID: "someone-else@shop.example", Timestamp: time.Now()})
@@ -124,26 +116,14 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 func TestHandOverRefusedSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.p.Send(context.Background(), message(3), func() error { return errors.New("lease lost") })
-	if se := sendError(t, err); se.Outcome != notify.OutcomeAborted || se.HandedOver {
-		t.Errorf("refused hand-over: %v, want aborted", err)
-	}
-	if n := b.srv.Requests("messages"); n != 0 {
-		t.Errorf("%d requests, want 0", n)
-	}
+	httpprovidertest.RefusedHandOverSendsNothing(t, b.p, message(3), func() int { return b.srv.Requests("messages") })
 }
 
 func TestStallAfterHandOverSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := provider(t, b.srv, b.srv.APIKey, 100*time.Millisecond)
-	_, err := p.Send(context.Background(), message(4), func() error { time.Sleep(200 * time.Millisecond); return nil })
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || !se.HandedOver {
-		t.Errorf("stalled past the deadline: %v", err)
-	}
-	if n := b.srv.Requests("messages"); n != 0 {
-		t.Errorf("%d requests, want 0", n)
-	}
+	httpprovidertest.StallAfterHandOverSendsNothing(t, p, message(4), 200*time.Millisecond, func() int { return b.srv.Requests("messages") })
 }
 
 func TestErrorsAreClassified(t *testing.T) {
@@ -171,7 +151,7 @@ func TestErrorsAreClassified(t *testing.T) {
 	for _, c := range cases {
 		b.srv.FailNext("messages", c.fault)
 		_, err := b.p.Send(context.Background(), message(5), pass)
-		se := sendError(t, err)
+		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.fault.Status || !se.HandedOver {
 			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Code, c.outcome, c.stage)
 		}
@@ -185,7 +165,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := provider(t, b.srv, "key-wrong", 5*time.Second).Send(context.Background(), message(6), pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 401 {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 401 {
 		t.Errorf("wrong key: %v", err)
 	}
 	p, err := mailgun.New(mailgun.Config{APIKey: b.srv.APIKey, Domain: "mg.other.example", From: "orders@shop.example", BaseURL: b.srv.URL})
@@ -193,7 +173,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = p.Send(context.Background(), message(6), pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Code != 404 {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Code != 404 {
 		t.Errorf("unknown domain (another region?): %v", err)
 	}
 	if err := p.Probe(context.Background()); err == nil {
@@ -209,7 +189,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b := setup(t)
 	b.srv.Close()
 	_, err := b.p.Send(context.Background(), message(7), pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
 		t.Errorf("connection refused: %v", err)
 	}
 	if _, _, err := b.l.Find(context.Background(), query(message(7), time.Now().Add(-time.Hour))); err == nil {

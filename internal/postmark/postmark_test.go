@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postmark"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
@@ -59,15 +60,6 @@ func query(m notify.Message, handedOver time.Time) reconcile.Query {
 
 func pass() error { return nil }
 
-func sendError(t *testing.T, err error) *notify.SendError {
-	t.Helper()
-	var se *notify.SendError
-	if !errors.As(err, &se) {
-		t.Fatalf("error %v (%T) is not a *notify.SendError", err, err)
-	}
-	return se
-}
-
 func TestSendAndFind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -104,7 +96,7 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 		m := message(2)
 		b.srv.FailNext("/email", postmarktest.Fault{Cut: true, Sent: sent})
 		_, err := b.p.Send(context.Background(), m, pass)
-		se := sendError(t, err)
+		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
 			t.Fatalf("cut after the request: %v, want ambiguous, handed over", err)
 		}
@@ -118,26 +110,14 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 func TestHandOverRefusedSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.p.Send(context.Background(), message(3), func() error { return errors.New("lease lost") })
-	if se := sendError(t, err); se.Outcome != notify.OutcomeAborted || se.HandedOver {
-		t.Errorf("refused hand-over: %v, want aborted", err)
-	}
-	if n := b.srv.Requests("/email"); n != 0 {
-		t.Errorf("%d requests, want 0", n)
-	}
+	httpprovidertest.RefusedHandOverSendsNothing(t, b.p, message(3), func() int { return b.srv.Requests("/email") })
 }
 
 func TestStallAfterHandOverSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := provider(t, b.srv, b.srv.Token, 100*time.Millisecond)
-	_, err := p.Send(context.Background(), message(4), func() error { time.Sleep(200 * time.Millisecond); return nil })
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || !se.HandedOver {
-		t.Errorf("stalled past the deadline: %v, want unavailable, handed over", err)
-	}
-	if n := b.srv.Requests("/email"); n != 0 {
-		t.Errorf("%d requests, want 0", n)
-	}
+	httpprovidertest.StallAfterHandOverSendsNothing(t, p, message(4), 200*time.Millisecond, func() int { return b.srv.Requests("/email") })
 }
 
 func TestErrorsAreClassified(t *testing.T) {
@@ -178,7 +158,7 @@ func TestErrorsAreClassified(t *testing.T) {
 	for _, c := range cases {
 		b.srv.FailNext("/email", c.fault)
 		_, err := b.p.Send(context.Background(), message(5), pass)
-		se := sendError(t, err)
+		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.fault.Status || !se.HandedOver {
 			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Code, c.outcome, c.stage)
 		}
@@ -193,19 +173,19 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := provider(t, b.srv, "wrong", 5*time.Second).Send(context.Background(), message(6), pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 401 {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 401 {
 		t.Errorf("wrong token: %v", err)
 	}
 	b.srv.Deactivate("budi@example.com")
 	_, err = b.p.Send(context.Background(), message(6), pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomePermanent || se.Stage != notify.StageRecipient {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomePermanent || se.Stage != notify.StageRecipient {
 		t.Errorf("inactive recipient: %v, want permanent", err)
 	}
 	b.srv.SetSenderSignatures("other.example")
 	m := message(6)
 	m.To = "ani@example.com"
 	_, err = b.p.Send(context.Background(), m, pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender {
 		t.Errorf("no sender signature: %v, want unavailable at sender", err)
 	}
 	p, err := postmark.New(postmark.Config{ServerToken: b.srv.Token, From: "orders@shop.example", BaseURL: b.srv.URL, MessageStream: "nope"})
@@ -214,7 +194,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	}
 	b.srv.SetSenderSignatures()
 	_, err = p.Send(context.Background(), m, pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable {
 		t.Errorf("unknown stream: %v, want unavailable", err)
 	}
 	if n := len(b.srv.Messages()); n != 0 {
@@ -227,7 +207,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b := setup(t)
 	b.srv.Close()
 	_, err := b.p.Send(context.Background(), message(7), pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
 		t.Errorf("connection refused: %v, want unavailable at connect", err)
 	}
 	if _, _, err := b.l.Find(context.Background(), query(message(7), time.Now().Add(-time.Hour))); err == nil {
@@ -242,7 +222,7 @@ func TestProbe(t *testing.T) {
 		t.Errorf("probe: %v", err)
 	}
 	err := provider(t, b.srv, "wrong", time.Second).Probe(context.Background())
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable {
 		t.Errorf("probe with a wrong token: %v", err)
 	}
 	if n := b.srv.Requests("/email"); n != 0 {

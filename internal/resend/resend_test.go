@@ -2,12 +2,12 @@ package resend_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
@@ -47,15 +47,6 @@ func message(n int) notify.Message {
 }
 
 func pass() error { return nil }
-
-func sendError(t *testing.T, err error) *notify.SendError {
-	t.Helper()
-	var se *notify.SendError
-	if !errors.As(err, &se) {
-		t.Fatalf("error %v (%T) is not a *notify.SendError", err, err)
-	}
-	return se
-}
 
 func TestSendIsOneEmailPerDelivery(t *testing.T) {
 	t.Parallel()
@@ -111,7 +102,7 @@ func TestAmbiguousSendResentIsOneEmail(t *testing.T) {
 		m := message(2)
 		b.srv.FailNext(resendtest.Fault{Cut: true, Sent: sent})
 		_, err := b.p.Send(context.Background(), m, pass)
-		se := sendError(t, err)
+		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver || se.Stage != notify.StageData {
 			t.Fatalf("sent=%v: cut after the request: %v (handed over %v), want ambiguous and handed over", sent, err, se.HandedOver)
 		}
@@ -129,15 +120,7 @@ func TestAmbiguousSendResentIsOneEmail(t *testing.T) {
 func TestHandOverRefusedSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	lost := errors.New("lease lost")
-	_, err := b.p.Send(context.Background(), message(3), func() error { return lost })
-	se := sendError(t, err)
-	if se.Outcome != notify.OutcomeAborted || se.HandedOver || !errors.Is(err, lost) {
-		t.Errorf("refused hand-over: %v, want aborted, not handed over, wrapping the refusal", err)
-	}
-	if n := b.srv.Requests(); n != 0 {
-		t.Errorf("%d requests reached Resend, want 0", n)
-	}
+	httpprovidertest.RefusedHandOverSendsNothing(t, b.p, message(3), b.srv.Requests)
 }
 
 // The request deadline counts from before the last lease check: a
@@ -146,14 +129,7 @@ func TestStallAfterHandOverSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := provider(t, b.srv, b.srv.SendingOnlyKey, 100*time.Millisecond)
-	_, err := p.Send(context.Background(), message(4), func() error { time.Sleep(200 * time.Millisecond); return nil })
-	se := sendError(t, err)
-	if se.Outcome != notify.OutcomeUnavailable || !se.HandedOver {
-		t.Errorf("stalled past the deadline: %v, want unavailable (nothing sent), handed over", err)
-	}
-	if n := b.srv.Requests(); n != 0 {
-		t.Errorf("%d requests reached Resend, want 0", n)
-	}
+	httpprovidertest.StallAfterHandOverSendsNothing(t, p, message(4), 200*time.Millisecond, b.srv.Requests)
 }
 
 func TestNoAnswerInTimeIsAmbiguous(t *testing.T) {
@@ -164,7 +140,7 @@ func TestNoAnswerInTimeIsAmbiguous(t *testing.T) {
 	defer release()
 	_, err := p.Send(context.Background(), message(5), pass)
 	<-arrived
-	se := sendError(t, err)
+	se := httpprovidertest.SendError(t, err)
 	if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
 		t.Errorf("no answer within the timeout: %v, want ambiguous, handed over", err)
 	}
@@ -179,7 +155,7 @@ func TestSameKeyOtherBodyIsRefusedForGood(t *testing.T) {
 	}
 	m.Subject += " (template changed)"
 	_, err := b.p.Send(context.Background(), m, pass)
-	se := sendError(t, err)
+	se := httpprovidertest.SendError(t, err)
 	if se.Outcome != notify.OutcomePermanent || se.Code != 409 || !strings.Contains(err.Error(), "invalid_idempotent_request") {
 		t.Errorf("same key, other body: %v, want permanent 409 invalid_idempotent_request", err)
 	}
@@ -201,7 +177,7 @@ func TestConcurrentSameKeyIsTemporaryThenTheFirstAnswer(t *testing.T) {
 	wg.Go(func() { firstID, firstErr = b.p.Send(context.Background(), m, pass) })
 	<-arrived
 	_, err := b.p.Send(context.Background(), m, pass)
-	se := sendError(t, err)
+	se := httpprovidertest.SendError(t, err)
 	if se.Outcome != notify.OutcomeTemporary || se.Code != 409 || !strings.Contains(err.Error(), "concurrent_idempotent_requests") {
 		t.Errorf("while the first is in flight: %v, want temporary 409 concurrent_idempotent_requests", err)
 	}
@@ -259,7 +235,7 @@ func TestErrorsAreClassified(t *testing.T) {
 	for _, c := range cases {
 		b.srv.FailNext(resendtest.Fault{Status: c.status, Name: c.name, Message: c.message})
 		_, err := b.p.Send(context.Background(), message(8), pass)
-		se := sendError(t, err)
+		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.status || !se.HandedOver {
 			t.Errorf("%d %s %q: %s at %s (code %d, handed over %v), want %s at %s", c.status, c.name, c.message, se.Outcome, se.Stage, se.Code, se.HandedOver, c.outcome, c.stage)
 		}
@@ -274,12 +250,12 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := provider(t, b.srv, "re_wrong", 5*time.Second).Send(context.Background(), message(1), pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth {
 		t.Errorf("wrong key: %v, want unavailable at auth", err)
 	}
 	b.srv.SetVerifiedDomains("other.example")
 	_, err = b.p.Send(context.Background(), message(1), pass)
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender || se.Code != 403 {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender || se.Code != 403 {
 		t.Errorf("unverified domain: %v, want unavailable at sender, 403", err)
 	}
 	if n := len(b.srv.Messages()); n != 0 {
@@ -292,7 +268,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b := setup(t)
 	b.srv.Close()
 	_, err := b.p.Send(context.Background(), message(1), pass)
-	se := sendError(t, err)
+	se := httpprovidertest.SendError(t, err)
 	if se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect || !se.HandedOver {
 		t.Errorf("connection refused: %v, want unavailable at connect (handed over, nothing sent)", err)
 	}
@@ -310,7 +286,7 @@ func TestProbe(t *testing.T) {
 		}
 	}
 	err := provider(t, b.srv, "re_wrong", time.Second).Probe(context.Background())
-	if se := sendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable {
 		t.Errorf("probe with a wrong key: %v, want unavailable", err)
 	}
 	if n := b.srv.Requests(); n != 0 {
