@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
+	"github.com/sekali-dev/sekali/internal/notify"
 )
 
 func TestCheckWebhookBody(t *testing.T) {
@@ -67,5 +68,37 @@ func TestCheckMiss(t *testing.T) {
 	err := httpprovider.CheckMiss("p", time.Time{}, now, 30*time.Minute, errTooRecent)
 	if err == nil || errors.Is(err, errTooRecent) || !strings.HasPrefix(err.Error(), "p: not found, but without a hand-over time") {
 		t.Errorf("no hand-over time: %v, want an error of its own", err)
+	}
+}
+
+// A bad recipient fails the delivery for good; any other message that
+// cannot be put into a request is our bug, and waits for a fix.
+func TestCheckMessageAndComposeError(t *testing.T) {
+	t.Parallel()
+	m := notify.Message{To: " Budi@Example.com", MessageID: "abc@shop.example", IdempotencyKey: "order-confirmation:1:budi@example.com"}
+	if to, err := httpprovider.CheckMessage(m); err != nil || to != "budi@example.com" {
+		t.Fatalf("CheckMessage = %q, %v; want budi@example.com", to, err)
+	}
+	cases := []struct {
+		change  func(*notify.Message)
+		outcome notify.Outcome
+	}{
+		{func(m *notify.Message) { m.To = "Budi <budi@example.com>" }, notify.OutcomePermanent},
+		{func(m *notify.Message) { m.To = "" }, notify.OutcomePermanent},
+		{func(m *notify.Message) { m.MessageID = "<abc@shop.example>" }, notify.OutcomeTemporary},
+		{func(m *notify.Message) { m.MessageID = "" }, notify.OutcomeTemporary},
+		{func(m *notify.Message) { m.IdempotencyKey = "" }, notify.OutcomeTemporary},
+	}
+	for i, c := range cases {
+		bad := m
+		c.change(&bad)
+		_, err := httpprovider.CheckMessage(bad)
+		if err == nil {
+			t.Errorf("case %d: %+v accepted", i, bad)
+			continue
+		}
+		if se := httpprovider.ComposeError(err); se.Outcome != c.outcome || se.HandedOver || !errors.Is(se, err) {
+			t.Errorf("case %d: %v, want %s, not handed over", i, se, c.outcome)
+		}
 	}
 }

@@ -11,9 +11,10 @@
 // check (Client.HandOver), and a request without an answer is
 // classified by whether it was written whole (notify.OutcomeUnavailable
 // before, notify.OutcomeAmbiguous after). It also holds the few rules
-// the providers' webhook verifiers and look-ups have in common: the body
-// cap, the signed timestamp's window, and when a search that missed a
-// send can be believed.
+// the providers have in common around that: what a message must carry
+// before it becomes a request (CheckMessage, ComposeError), and in their
+// webhook verifiers and look-ups the body cap, the signed timestamp's
+// window, and when a search that missed a send can be believed.
 package httpprovider
 
 import (
@@ -55,6 +56,24 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// CheckMessage checks what every provider's request needs of m and
+// returns its recipient, normalized: an address (an error wrapping
+// notify.ErrInvalidAddress if not), our Message-ID without angle
+// brackets, and an idempotency key. Its errors go to ComposeError.
+func CheckMessage(m notify.Message) (to string, err error) {
+	to, err = notify.NormalizeAddress(m.To)
+	if err != nil {
+		return "", fmt.Errorf("recipient: %w", err)
+	}
+	if m.MessageID == "" || strings.ContainsAny(m.MessageID, "<> \r\n") {
+		return "", fmt.Errorf("message id %q: want id@domain without angle brackets", m.MessageID)
+	}
+	if m.IdempotencyKey == "" {
+		return "", errors.New("no idempotency key")
+	}
+	return to, nil
 }
 
 // ComposeError classifies a message that cannot be put into a request:

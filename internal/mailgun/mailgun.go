@@ -113,15 +113,12 @@ func (p *Provider) Close() { p.client.Close() }
 func (*Provider) Deduplicates() bool { return false }
 
 func (p *Provider) form(m notify.Message) ([]byte, error) {
-	to, err := notify.NormalizeAddress(m.To)
+	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
-		return nil, fmt.Errorf("recipient: %w", err)
+		return nil, err
 	}
-	if m.MessageID == "" || strings.ContainsAny(m.MessageID, "<> \r\n") || !strings.Contains(m.MessageID, "@") {
+	if !strings.Contains(m.MessageID, "@") { // Mailgun takes it as the message's id
 		return nil, fmt.Errorf("message id %q: want id@domain without angle brackets", m.MessageID)
-	}
-	if m.IdempotencyKey == "" {
-		return nil, errors.New("no idempotency key")
 	}
 	if m.Text == "" && m.HTML == "" {
 		return nil, errors.New("no text and no HTML: Mailgun needs one")

@@ -137,15 +137,9 @@ type header struct {
 }
 
 func (p *Provider) body(m notify.Message) ([]byte, error) {
-	to, err := notify.NormalizeAddress(m.To)
+	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
-		return nil, fmt.Errorf("recipient: %w", err)
-	}
-	if m.MessageID == "" || strings.ContainsAny(m.MessageID, "<> \r\n") {
-		return nil, fmt.Errorf("message id %q: want id@domain without angle brackets", m.MessageID)
-	}
-	if m.IdempotencyKey == "" {
-		return nil, errors.New("no idempotency key")
+		return nil, err
 	}
 	if m.Text == "" && m.HTML == "" {
 		return nil, errors.New("no text and no HTML: Postmark needs one")

@@ -126,15 +126,9 @@ type tag struct {
 // body is the request for m; the same m gives the same bytes, so a
 // resend under the same key is the "same request" Resend deduplicates.
 func (p *Provider) body(m notify.Message) ([]byte, error) {
-	to, err := notify.NormalizeAddress(m.To)
+	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
-		return nil, fmt.Errorf("recipient: %w", err)
-	}
-	if m.MessageID == "" || strings.ContainsAny(m.MessageID, "<> \r\n") {
-		return nil, fmt.Errorf("message id %q: want id@domain without angle brackets", m.MessageID)
-	}
-	if m.IdempotencyKey == "" {
-		return nil, errors.New("no idempotency key")
+		return nil, err
 	}
 	return json.Marshal(email{
 		From:    p.from,
