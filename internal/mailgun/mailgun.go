@@ -67,7 +67,7 @@ func validateCommon(key, domain, base string, timeout time.Duration) []error {
 		errs = append(errs, fmt.Errorf("MAILGUN_BASE_URL: %w", err))
 	}
 	if timeout < 0 {
-		errs = append(errs, fmt.Errorf("MAILGUN_TIMEOUT %s must not be negative", timeout))
+		errs = append(errs, fmt.Errorf("PROVIDER_TIMEOUT %s must not be negative", timeout))
 	}
 	return errs
 }

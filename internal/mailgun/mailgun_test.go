@@ -288,7 +288,7 @@ func TestFindPages(t *testing.T) {
 func TestValidateListsEveryProblem(t *testing.T) {
 	t.Parallel()
 	err := mailgun.Config{APIKey: "a:b", Domain: "localhost", BaseURL: "http://api.mailgun.net", Timeout: -1}.Validate()
-	for _, want := range []string{"MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAIL_FROM", "MAILGUN_BASE_URL", "MAILGUN_TIMEOUT"} {
+	for _, want := range []string{"MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAIL_FROM", "MAILGUN_BASE_URL", "PROVIDER_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}

@@ -309,7 +309,7 @@ func TestFindPagesAndChecks(t *testing.T) {
 func TestValidateListsEveryProblem(t *testing.T) {
 	t.Parallel()
 	err := postmark.Config{BaseURL: "ftp://x", MessageStream: "a b", Timeout: -1}.Validate()
-	for _, want := range []string{"POSTMARK_SERVER_TOKEN", "MAIL_FROM", "POSTMARK_BASE_URL", "POSTMARK_MESSAGE_STREAM", "POSTMARK_TIMEOUT"} {
+	for _, want := range []string{"POSTMARK_SERVER_TOKEN", "MAIL_FROM", "POSTMARK_BASE_URL", "POSTMARK_MESSAGE_STREAM", "PROVIDER_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}

@@ -61,7 +61,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("RESEND_BASE_URL: %w", err))
 	}
 	if c.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("RESEND_TIMEOUT %s must not be negative", c.Timeout))
+		errs = append(errs, fmt.Errorf("PROVIDER_TIMEOUT %s must not be negative", c.Timeout))
 	}
 	return errors.Join(errs...)
 }

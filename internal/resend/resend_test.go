@@ -304,7 +304,7 @@ func TestDeduplicates(t *testing.T) {
 func TestValidateListsEveryProblem(t *testing.T) {
 	t.Parallel()
 	err := resend.Config{BaseURL: "http://api.resend.com", From: "Shop <orders@shop.example>", Timeout: -1}.Validate()
-	for _, want := range []string{"RESEND_API_KEY", "MAIL_FROM", "RESEND_BASE_URL", "RESEND_TIMEOUT"} {
+	for _, want := range []string{"RESEND_API_KEY", "MAIL_FROM", "RESEND_BASE_URL", "PROVIDER_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
