@@ -117,7 +117,13 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, t
 // stored one. Derived from the idempotency key, so a provider or a mailbox
 // that deduplicates by Message-ID sees one message however often it arrives.
 func MessageID(idempotencyKey, domain string) string {
-	return KeyHash(idempotencyKey) + "@" + domain
+	return messageIDFromHash(KeyHash(idempotencyKey), domain)
+}
+
+// messageIDFromHash is MessageID for a key already hashed (KeyHash), as a
+// task's payload carries it.
+func messageIDFromHash(keyHash, domain string) string {
+	return keyHash + "@" + domain
 }
 
 // MessageIDDomain is the right-hand side of the Message-IDs a sender
@@ -232,7 +238,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPayload) (done bool, err error) {
 	cctx, span := w.tracer.Start(ctx, "claim")
 	claimed, err := claim(cctx, dbsqlc.New(w.db), claimArgs{
-		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: p.KeyHash + "@" + w.cfg.MessageIDDomain,
+		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: messageIDFromHash(p.KeyHash, w.cfg.MessageIDDomain),
 		taskID: a.taskID, templates: w.templateNames, maxAge: w.cfg.MaxAge,
 	})
 	span.End()
