@@ -238,18 +238,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 func createKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("api keys create", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	name := fs.String("name", "", "whose key this is, e.g. shop-backend-2026-12")
+	rawName := fs.String("name", "", "whose key this is, e.g. shop-backend-2026-12")
 	scopes := fs.String("scopes", "", "comma-separated: "+fmt.Sprint(apikey.Scopes))
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	parsed, err := apikey.ParseScopes(strings.Split(*scopes, ","))
-	if err != nil || strings.TrimSpace(*name) == "" {
+	name, problem := apikey.CheckName(*rawName)
+	if err != nil || name == "" {
 		return errors.Join(err, errors.New("give --name and --scopes"))
 	}
-	// The rule POST /admin/v1/api-keys applies to the name.
-	if p := order.OneLineProblem(strings.TrimSpace(*name), 100); p != "" {
-		return fmt.Errorf("--name %s", p)
+	if problem != "" {
+		return fmt.Errorf("--name %s", problem)
 	}
 	env := envconfig.New(getenv)
 	pool, err := postgres.Open(ctx, env.Secret("DATABASE_URL", postgres.DefaultURL))
@@ -260,7 +260,7 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
 		return err
 	}
-	k, secret, err := apikey.NewService(pool).Create(ctx, strings.TrimSpace(*name), parsed)
+	k, secret, err := apikey.NewService(pool).Create(ctx, name, parsed)
 	if err != nil {
 		return err
 	}

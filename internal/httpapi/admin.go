@@ -91,9 +91,9 @@ func requireAdmin(token string) func(http.Handler) http.Handler {
 
 // textProblem says what is wrong with an operator's text, "" if nothing
 // (and for "": whether a field may be empty is the caller's business).
-// One-line fields (a key's name, a block's value, a provider's message
-// id, a filter) are held to the rule the checkout's are
-// (order.OneLineProblem): no control characters, no line or paragraph
+// One-line fields (a block's value, a provider's message id, a filter)
+// are held to the rule the checkout's are (order.OneLineProblem), as a
+// key's name is (apikey.CheckName): no control characters, no line or paragraph
 // separators, no bidirectional controls, something visible. Notes and
 // reasons may run over lines, as a provider's reply quoted into one
 // does; they take no control character but tab and line breaks (and
@@ -489,9 +489,12 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			return
 		}
 		var fields []fieldError
-		name := strings.TrimSpace(req.Name)
-		if d := requiredText(name, "must say whose key this is, e.g. shop-backend-2026-12", 100, true); d != "" {
-			fields = append(fields, fieldError{Pointer: "/name", Detail: d})
+		name, problem := apikey.CheckName(req.Name)
+		if name == "" {
+			problem = "must say whose key this is, e.g. shop-backend-2026-12"
+		}
+		if problem != "" {
+			fields = append(fields, fieldError{Pointer: "/name", Detail: problem})
 		}
 		scopes, err := apikey.ParseScopes(req.Scopes)
 		if err != nil {
