@@ -19,6 +19,9 @@ import (
 // maxAnswer caps what is read of an answer.
 const maxAnswer = 1 << 20
 
+// DefaultTimeout is a request's bound when NewClient is given none.
+const DefaultTimeout = 30 * time.Second
+
 // Client makes one provider's API requests.
 type Client struct {
 	base     string
@@ -30,10 +33,14 @@ type Client struct {
 
 // NewClient returns a Client for the API at base, a URL BaseURL returned,
 // that sends header (the provider's credentials) with every request and
-// gives each at most timeout, which dialling and the TLS handshake get
-// too. accepted tells the statuses with which the provider answers a
-// request it took: such an answer cut short is ambiguous.
+// gives each at most timeout (DefaultTimeout when zero), which dialling
+// and the TLS handshake get too. accepted tells the statuses with which
+// the provider answers a request it took: such an answer cut short is
+// ambiguous.
 func NewClient(base string, header http.Header, timeout time.Duration, accepted func(status int) bool) *Client {
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
 	transport := &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,

@@ -46,7 +46,7 @@ type LookupConfig struct {
 	BaseURL   string        // MAILGUN_BASE_URL
 	Retention time.Duration // MAILGUN_RETENTION: how long the plan keeps events; DefaultRetention when zero
 	Settle    time.Duration // MAILGUN_LOOKUP_SETTLE: DefaultSettle when zero
-	Timeout   time.Duration // one request; 30s when zero
+	Timeout   time.Duration // one request; httpprovider.DefaultTimeout (30s) when zero
 }
 
 // Validate checks the configuration and reports every problem at once.
@@ -79,9 +79,6 @@ func NewLookup(cfg LookupConfig) (*Lookup, error) {
 	}
 	if cfg.Settle == 0 {
 		cfg.Settle = DefaultSettle
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
 	}
 	base, _ := baseURL(cfg.BaseURL)
 	u, _ := url.Parse(base)

@@ -41,7 +41,7 @@ type Config struct {
 	Domain  string        // MAILGUN_DOMAIN: the sending domain, e.g. mg.shop.example
 	From    string        // MAIL_FROM: a bare address
 	BaseURL string        // MAILGUN_BASE_URL: DefaultBaseURL, or EUBaseURL for an EU domain; plain http only for loopback
-	Timeout time.Duration // one request, counted from before the hand-over; 30s when zero
+	Timeout time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
 }
 
 // Validate checks the configuration and reports every problem at once.
@@ -96,9 +96,6 @@ type Provider struct {
 func New(cfg Config) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
 	}
 	base, _ := baseURL(cfg.BaseURL)
 	from, _ := notify.NormalizeAddress(cfg.From)

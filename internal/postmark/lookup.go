@@ -43,7 +43,7 @@ type LookupConfig struct {
 	BaseURL       string        // POSTMARK_BASE_URL: DefaultBaseURL when empty
 	Retention     time.Duration // POSTMARK_RETENTION: the server's message retention; DefaultRetention when zero
 	Settle        time.Duration // POSTMARK_LOOKUP_SETTLE: DefaultSettle when zero
-	Timeout       time.Duration // one request; 30s when zero
+	Timeout       time.Duration // one request; httpprovider.DefaultTimeout (30s) when zero
 }
 
 // Validate checks the configuration and reports every problem at once.
@@ -78,9 +78,6 @@ func NewLookup(cfg LookupConfig) (*Lookup, error) {
 	}
 	if cfg.Settle == 0 {
 		cfg.Settle = DefaultSettle
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
 	}
 	return &Lookup{cfg: cfg, client: newClient(cfg.BaseURL, cfg.ServerToken, cfg.Timeout)}, nil
 }

@@ -41,7 +41,7 @@ type Config struct {
 	From          string        // MAIL_FROM: a bare address with a confirmed sender signature or domain
 	MessageStream string        // POSTMARK_MESSAGE_STREAM: DefaultMessageStream when empty
 	BaseURL       string        // POSTMARK_BASE_URL: DefaultBaseURL when empty; plain http only for loopback
-	Timeout       time.Duration // one request, counted from before the hand-over; 30s when zero
+	Timeout       time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
 }
 
 // Validate checks the configuration and reports every problem at once.
@@ -100,9 +100,6 @@ type Provider struct {
 func New(cfg Config) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
 	}
 	if cfg.MessageStream == "" {
 		cfg.MessageStream = DefaultMessageStream

@@ -43,7 +43,7 @@ type Config struct {
 	APIKey  string        // RESEND_API_KEY: a sending-only key is enough
 	From    string        // MAIL_FROM: a bare address in a domain verified at Resend
 	BaseURL string        // RESEND_BASE_URL: DefaultBaseURL when empty; plain http only for loopback
-	Timeout time.Duration // one request, counted from before the hand-over; 30s when zero
+	Timeout time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
 }
 
 // Validate checks the configuration and reports every problem at once.
@@ -88,9 +88,6 @@ type Provider struct {
 func New(cfg Config) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 30 * time.Second
 	}
 	base, _ := baseURL(cfg.BaseURL)
 	from, _ := notify.NormalizeAddress(cfg.From)
