@@ -255,7 +255,7 @@ func (o *Operator) Suppressions(ctx context.Context, limit int) ([]Suppression, 
 	}
 	out := make([]Suppression, len(rows))
 	for i, r := range rows {
-		out[i] = Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt}
+		out[i] = suppressionFromRow(r)
 	}
 	return out, nil
 }
@@ -267,12 +267,9 @@ func (o *Operator) Suppression(ctx context.Context, recipient string) (Suppressi
 		return Suppression{}, nil, err
 	}
 	q := dbsqlc.New(o.db)
-	r, err := q.GetSuppression(ctx, recipient)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Suppression{}, nil, ErrSuppressionNotFound
-	}
+	s, err := getSuppression(ctx, q, recipient)
 	if err != nil {
-		return Suppression{}, nil, fmt.Errorf("get suppression: %w", err)
+		return Suppression{}, nil, err
 	}
 	rows, err := q.ListSuppressionEvents(ctx, recipient)
 	if err != nil {
@@ -282,7 +279,23 @@ func (o *Operator) Suppression(ctx context.Context, recipient string) (Suppressi
 	for i, e := range rows {
 		events[i] = SuppressionEvent{At: e.At, Action: e.Action, Source: e.Source, Actor: e.Actor, Note: e.Note}
 	}
-	return Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt}, events, nil
+	return s, events, nil
+}
+
+// getSuppression reads one entry of the list; recipient is normalized.
+func getSuppression(ctx context.Context, q *dbsqlc.Queries, recipient string) (Suppression, error) {
+	r, err := q.GetSuppression(ctx, recipient)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Suppression{}, ErrSuppressionNotFound
+	}
+	if err != nil {
+		return Suppression{}, fmt.Errorf("get suppression: %w", err)
+	}
+	return suppressionFromRow(r), nil
+}
+
+func suppressionFromRow(r dbsqlc.Suppression) Suppression {
+	return Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt}
 }
 
 // Suppress puts a recipient on the list by an operator's decision, with
@@ -293,15 +306,16 @@ func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) 
 	if err != nil {
 		return Suppression{}, false, err
 	}
-	r, err := dbsqlc.New(o.db).AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: recipient, Source: "operator", Reason: note, Actor: actor})
+	q := dbsqlc.New(o.db)
+	r, err := q.AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: recipient, Source: "operator", Reason: note, Actor: actor})
 	if errors.Is(err, pgx.ErrNoRows) {
-		s, _, err := o.Suppression(ctx, recipient)
+		s, err := getSuppression(ctx, q, recipient)
 		return s, false, err
 	}
 	if err != nil {
 		return Suppression{}, false, fmt.Errorf("suppress %s: %w", KeyHash(recipient), err)
 	}
-	return Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt}, true, nil
+	return suppressionFromRow(dbsqlc.Suppression(r)), true, nil
 }
 
 // Unsuppress takes a recipient off the list, with a note for the record.
