@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
@@ -91,35 +89,20 @@ func requireAdmin(token string) func(http.Handler) http.Handler {
 
 // textProblem says what is wrong with an operator's text, "" if nothing
 // (and for "": whether a field may be empty is the caller's business).
-// One-line fields (a block's value, a provider's message id, a filter)
-// are held to the rule the checkout's are (order.OneLineProblem), as a
-// key's name is (apikey.CheckName): no control characters, no line or paragraph
-// separators, no bidirectional controls, something visible. Notes and
-// reasons may run over lines, as a provider's reply quoted into one
-// does; they take no control character but tab and line breaks (and
-// PostgreSQL no NUL), no bidirectional controls either (which make a
-// note read as something else to the next operator), and something
-// visible.
+// It is order.TextProblem. One-line fields (a block's value, a
+// provider's message id, a filter) are held to the rule the checkout's
+// are, as a key's name is (apikey.CheckName): no control characters, no
+// line or paragraph separators, no bidirectional controls, something
+// visible. Notes and reasons may run over lines, as a provider's reply
+// quoted into one does; they take no control character but tab and line
+// breaks (and PostgreSQL no NUL), no bidirectional controls either (which
+// make a note read as something else to the next operator), and
+// something visible.
 func textProblem(s string, maxRunes int, oneLine bool) string {
-	switch {
-	case s == "":
+	if s == "" {
 		return ""
-	case oneLine:
-		return order.OneLineProblem(s, maxRunes)
-	case !utf8.ValidString(s):
-		return "must be valid UTF-8"
-	case utf8.RuneCountInString(s) > maxRunes:
-		return "must be at most " + strconv.Itoa(maxRunes) + " characters"
-	case strings.ContainsRune(s, 0):
-		return "must not contain NUL characters"
-	case strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' }):
-		return "must not contain control characters other than tabs and line breaks"
-	case strings.ContainsFunc(s, order.BidiControl):
-		return "must not contain bidirectional control characters (U+202A to U+202E, U+2066 to U+2069, ...)"
-	case !strings.ContainsFunc(s, order.Visible):
-		return "must contain at least one visible character"
 	}
-	return ""
+	return order.TextProblem(s, maxRunes, oneLine)
 }
 
 // requiredText is textProblem for a field that must not be blank:

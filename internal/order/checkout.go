@@ -178,7 +178,13 @@ func checkText(verr *ValidationError, pointer, s string, maxRunes int) {
 // Visible character (a name of zero-width spaces only is empty). Every
 // one-line text field the API takes, a customer's or an operator's, is
 // held to it.
-func OneLineProblem(s string, maxRunes int) string {
+func OneLineProblem(s string, maxRunes int) string { return TextProblem(s, maxRunes, true) }
+
+// TextProblem is OneLineProblem when oneLine is set. Otherwise s may run
+// over lines, as an operator's note does: the one difference is which
+// control characters it may hold, tab and line breaks (but not NUL,
+// which PostgreSQL refuses), and line and paragraph separators.
+func TextProblem(s string, maxRunes int, oneLine bool) string {
 	switch {
 	case s == "":
 		return "must not be empty"
@@ -186,14 +192,36 @@ func OneLineProblem(s string, maxRunes int) string {
 		return "must be valid UTF-8"
 	case utf8.RuneCountInString(s) > maxRunes:
 		return fmt.Sprintf("must be at most %d characters", maxRunes)
-	case strings.ContainsFunc(s, unicode.IsControl):
-		return "must not contain control characters such as line breaks"
-	case strings.ContainsFunc(s, func(r rune) bool { return unicode.In(r, unicode.Zl, unicode.Zp) }):
-		return "must be one line: no line or paragraph separators (U+2028, U+2029)"
+	}
+	if d := controlProblem(s, oneLine); d != "" {
+		return d
+	}
+	switch {
 	case strings.ContainsFunc(s, BidiControl):
 		return "must not contain bidirectional control characters (U+202A to U+202E, U+2066 to U+2069, ...)"
 	case !strings.ContainsFunc(s, Visible):
 		return "must contain at least one visible character"
+	}
+	return ""
+}
+
+// controlProblem is TextProblem's test of control characters and line
+// separators, the part where one line and several differ.
+func controlProblem(s string, oneLine bool) string {
+	if oneLine {
+		switch {
+		case strings.ContainsFunc(s, unicode.IsControl):
+			return "must not contain control characters such as line breaks"
+		case strings.ContainsFunc(s, func(r rune) bool { return unicode.In(r, unicode.Zl, unicode.Zp) }):
+			return "must be one line: no line or paragraph separators (U+2028, U+2029)"
+		}
+		return ""
+	}
+	switch {
+	case strings.ContainsRune(s, 0):
+		return "must not contain NUL characters"
+	case strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' }):
+		return "must not contain control characters other than tabs and line breaks"
 	}
 	return ""
 }
