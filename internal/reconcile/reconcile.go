@@ -226,11 +226,6 @@ func (r *Reconciler) cleanUp(ctx context.Context, rep *Report) error {
 
 // decide records one decision in the metrics, the report and the log.
 func (r *Reconciler) decide(rep *Report, d notify.Delivery, decision, reason string) {
-	// A reason may quote a provider's reply (a failed look-up's), and a
-	// reply may quote the recipient's address: the log line gets it
-	// redacted, the delivery's own Message-ID (which looks like an
-	// address) kept.
-	reason = redactAddresses(reason, r.messageID(d))
 	r.decisions.WithLabelValues(decision).Inc()
 	rep.Decisions[decision]++
 	level := slog.LevelInfo
@@ -284,8 +279,11 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 		if err != nil {
 			// Decide nothing on a failed look-up; the row stays stale (and
 			// counted) until the provider answers. The rest of the pass
-			// goes on without it.
-			r.decide(rep, d, DecisionLookupFailed, err.Error())
+			// goes on without it. The error may quote the provider's reply,
+			// and a reply may quote the recipient's address: the log line
+			// gets it redacted, the delivery's own Message-ID (which looks
+			// like an address) kept.
+			r.decide(rep, d, DecisionLookupFailed, redactAddresses(err.Error(), messageID))
 			*undecided = append(*undecided, d.ID)
 			return nil
 		}
