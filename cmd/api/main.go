@@ -275,14 +275,13 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 func checkTemplates(dir string, getenv func(string) string, stdout io.Writer) error {
 	cfg := notify.TemplatesFromEnv(getenv)
 	cfg.Dir = dir
-	problems := notify.CheckTemplates(cfg)
-	for _, p := range problems {
-		fmt.Fprintln(stdout, p.String())
-	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%d problems in the templates of %s", len(problems), dir)
-	}
 	names, err := notify.LoadTemplatesFrom(cfg)
+	if terr := (*notify.TemplateError)(nil); errors.As(err, &terr) {
+		for _, p := range terr.Problems {
+			fmt.Fprintln(stdout, p.String())
+		}
+		return fmt.Errorf("%d problems in the templates of %s", len(terr.Problems), dir)
+	}
 	if err != nil {
 		return err
 	}
