@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
+	"path"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -84,9 +86,10 @@ func (c *Client) HandOver(ctx context.Context, handOver func() error, method, ta
 
 // Do runs one request that sends no message (a probe, a search), for at
 // most the client's timeout. target is a path under the base URL (it
-// may carry a query) or a full URL, such as a paging link, which the
-// caller has checked stays on the API's host: it gets the credentials.
-// A failure without an answer is classified by whether the whole
+// may carry a query) or a full URL, such as a paging link, which must
+// be on the base URL (its scheme and host, a path under its path): it
+// gets the credentials, so any other is refused, unsent
+// (notify.OutcomeUnavailable). A failure without an answer is classified by whether the whole
 // request was written: before that nothing can have been accepted
 // (notify.OutcomeUnavailable), after it the provider may have it
 // (notify.OutcomeAmbiguous). An answer is returned whatever its status.
@@ -120,6 +123,8 @@ func (b *fencedBody) Close() error { return nil }
 func (c *Client) do(ctx context.Context, method, target string, header http.Header, body []byte) (Answer, *notify.SendError) {
 	if !strings.HasPrefix(target, "http") {
 		target = c.base + target
+	} else if err := c.onBase(target); err != nil {
+		return Answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
 	}
 	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
@@ -165,4 +170,24 @@ func (c *Client) do(ctx context.Context, method, target string, header http.Head
 			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
 	}
 	return Answer{Status: res.StatusCode, Body: b}, nil
+}
+
+// onBase checks that target, a full URL, is on the base URL: the same
+// scheme and host, and a path under the base's. Only such a target gets
+// the credentials.
+func (c *Client) onBase(target string) error {
+	base, err := url.Parse(c.base)
+	if err != nil {
+		return fmt.Errorf("base URL %q: %w", c.base, err)
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return fmt.Errorf("target %q: %w", target, err)
+	}
+	p := path.Clean("/" + u.Path)
+	if u.Scheme != base.Scheme || !strings.EqualFold(u.Host, base.Host) || u.User != nil ||
+		(base.Path != "" && p != base.Path && !strings.HasPrefix(p, base.Path+"/")) {
+		return fmt.Errorf("target %q leaves %s", target, c.base)
+	}
+	return nil
 }

@@ -112,6 +112,55 @@ func TestRequestCarriesCredentialsAndBody(t *testing.T) {
 	}
 }
 
+// A full URL off the base URL (another host or scheme, a path outside
+// the base's) would carry the credentials elsewhere: it is refused,
+// unsent, whoever passes it.
+func TestFullURLOffTheBaseIsRefused(t *testing.T) {
+	t.Parallel()
+	var keys atomic.Int64
+	other := newServer(t, func(_ http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Key") != "" {
+			keys.Add(1)
+		}
+	})
+	s := newServer(t, func(_ http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Key") != "" {
+			keys.Add(1)
+		}
+	})
+	c := httpprovider.NewClient(s.URL+"/v1", http.Header{"X-Key": {"secret"}}, 5*time.Second, ok200)
+	t.Cleanup(c.Close)
+	host := strings.TrimPrefix(s.URL, "http://")
+	for _, target := range []string{
+		other.URL + "/v1/events/page-2",
+		"https://" + host + "/v1/events/page-2",
+		"http://user@" + host + "/v1/events/page-2",
+		s.URL + "/v2/events",
+		s.URL + "/v1x/events",
+		s.URL + "/v1/../v2/events",
+		s.URL,
+	} {
+		_, se := c.Do(context.Background(), http.MethodGet, target, nil, nil)
+		if se == nil || se.Outcome != notify.OutcomeUnavailable || !strings.Contains(se.Error(), "leaves") {
+			t.Errorf("Do(%q) = %v, want it refused as unavailable", target, se)
+		}
+		_, se = c.HandOver(context.Background(), pass, http.MethodPost, target, nil, body)
+		if se == nil || se.Outcome != notify.OutcomeUnavailable || !strings.Contains(se.Error(), "leaves") {
+			t.Errorf("HandOver(%q) = %v, want it refused as unavailable", target, se)
+		}
+	}
+	if n := other.requests.Load() + s.requests.Load(); n != 0 {
+		t.Errorf("%d requests went out, %d with the credentials; want none", n, keys.Load())
+	}
+	// On the base URL, a full URL is taken.
+	if _, se := c.Do(context.Background(), http.MethodGet, s.URL+"/v1/events/page-2", nil, nil); se != nil {
+		t.Fatal(se)
+	}
+	if n := keys.Load(); n != 1 {
+		t.Errorf("%d requests with the credentials, want the one on the base URL", n)
+	}
+}
+
 // A refused hand-over (the lease is lost) sends nothing.
 func TestHandOverRefusedSendsNothing(t *testing.T) {
 	t.Parallel()
