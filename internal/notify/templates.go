@@ -80,11 +80,10 @@ type Templates struct {
 }
 
 type emailTemplate struct {
-	schema    *jsonschema.Schema
-	rawSchema json.RawMessage
-	sample    json.RawMessage
-	variants  []*templateVariant // the default language first, then by tag
-	matcher   language.Matcher   // over the variants' languages, in that order
+	schema   *jsonschema.Schema
+	sample   json.RawMessage
+	variants []*templateVariant // the default language first, then by tag
+	matcher  language.Matcher   // over the variants' languages, in that order
 }
 
 // templateVariant is a template in one language. Its functions (money,
@@ -265,15 +264,6 @@ func (t *Templates) Sample(name string) (json.RawMessage, error) {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownTemplate, name)
 	}
 	return et.sample, nil
-}
-
-// Schema returns a template's schema.json as written.
-func (t *Templates) Schema(name string) (json.RawMessage, error) {
-	et, ok := t.byName[name]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownTemplate, name)
-	}
-	return et.rawSchema, nil
 }
 
 // Validate checks data against the schema of template name. Data that
@@ -518,7 +508,6 @@ func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTempl
 	et := &emailTemplate{}
 	schemaURL := "file:///" + name + "/" + schemaFile // never loaded: the document is added as it is
 	if raw, doc, ok := l.readJSON(s, path.Join(name, schemaFile)); ok {
-		et.rawSchema = raw
 		et.schema = l.compileSchema(s, path.Join(name, schemaFile), schemaURL, raw, doc)
 	}
 	var sample any
