@@ -102,3 +102,17 @@ func TestCheckMessageAndComposeError(t *testing.T) {
 		}
 	}
 }
+
+func TestMentionsField(t *testing.T) {
+	t.Parallel()
+	for _, msg := range []string{"invalid `to` field", "the 'to' field is invalid", `"to" must be an address`} {
+		if !httpprovider.MentionsField(msg, "to") {
+			t.Errorf("MentionsField(%q, to) = false", msg)
+		}
+	}
+	for _, msg := range []string{"invalid to field", "the 'reply_to' field", "'from' is invalid"} {
+		if httpprovider.MentionsField(msg, "to") {
+			t.Errorf("MentionsField(%q, to) = true", msg)
+		}
+	}
+}

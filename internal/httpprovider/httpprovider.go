@@ -86,6 +86,17 @@ func ComposeError(err error) *notify.SendError {
 	return &notify.SendError{Outcome: notify.OutcomeTemporary, Stage: notify.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
 }
 
+// MentionsField reports whether an error message names a request field
+// quoted as Resend and Postmark quote it: 'to', "to" or `to`.
+func MentionsField(msg, name string) bool {
+	for _, q := range []string{"'", `"`, "`"} {
+		if strings.Contains(msg, q+name+q) {
+			return true
+		}
+	}
+	return false
+}
+
 // Truncate returns the start of an answer's body for an error message.
 func Truncate(b []byte) string {
 	if len(b) > 200 {

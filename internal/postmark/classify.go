@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -75,9 +76,9 @@ func classify(status, code int, message string, jsonBody bool) *notify.SendError
 		return set(notify.OutcomeUnavailable, notify.StageConnect)
 	case 300:
 		switch {
-		case mentionsField(msg, "to"):
+		case httpprovider.MentionsField(msg, "to"):
 			return set(notify.OutcomePermanent, notify.StageRecipient)
-		case mentionsField(msg, "from"):
+		case httpprovider.MentionsField(msg, "from"):
 			return set(notify.OutcomeUnavailable, notify.StageSender)
 		default:
 			return set(notify.OutcomeTemporary, notify.StageData)
@@ -95,15 +96,4 @@ func classify(status, code int, message string, jsonBody bool) *notify.SendError
 		return set(notify.OutcomeUnavailable, notify.StageSender)
 	}
 	return set(notify.OutcomeTemporary, notify.StageData)
-}
-
-// mentionsField reports whether an error message names a field as
-// Postmark quotes it: 'To', "To" or `To`.
-func mentionsField(msg, name string) bool {
-	for _, q := range []string{"'", `"`, "`"} {
-		if strings.Contains(msg, q+name+q) {
-			return true
-		}
-	}
-	return false
 }

@@ -75,9 +75,9 @@ func classify(status int, e apiError) *notify.SendError {
 		se.Err = fmt.Errorf("%w (Resend already took a request with another body under this delivery's idempotency key within %s, so it may have sent it: check Resend's log before retrying; a retry after %s sends it again)", se.Err, DedupWindow, DedupWindow)
 	case e.Name == "missing_required_field" || e.Name == "missing_required_parameter":
 		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData // our request lacks a field: a bug, not the recipient
-	case e.Name == "invalid_to_address" || mentionsField(msg, "to"):
+	case e.Name == "invalid_to_address" || httpprovider.MentionsField(msg, "to"):
 		se.Outcome, se.Stage = notify.OutcomePermanent, notify.StageRecipient
-	case mentionsField(msg, "from"):
+	case httpprovider.MentionsField(msg, "from"):
 		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageSender
 	case strings.Contains(msg, "api key"):
 		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageAuth
@@ -85,15 +85,4 @@ func classify(status int, e apiError) *notify.SendError {
 		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData
 	}
 	return se
-}
-
-// mentionsField reports whether an error message names the request
-// field name, quoted as Resend quotes it: `to`, 'to' or "to".
-func mentionsField(msg, name string) bool {
-	for _, q := range []string{"`", "'", `"`} {
-		if strings.Contains(msg, q+name+q) {
-			return true
-		}
-	}
-	return false
 }
