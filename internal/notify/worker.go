@@ -96,13 +96,14 @@ func (w *Worker) Drain() { w.draining.Store(true) }
 // NewWorker returns a Worker. db must be the primary: every decision is
 // read from and written to the source of truth, never a replica.
 func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, templates *Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
-	metrics.knowTemplates(templates.Names())
+	names := templates.Names()
+	metrics.knowTemplates(names)
 	return &Worker{
 		db:            db,
 		lock:          redisLock{rdb: rdb, ttl: cfg.LockTTL},
 		provider:      provider,
 		templates:     templates,
-		templateNames: templates.Names(),
+		templateNames: names,
 		cfg:           cfg,
 		log:           log,
 		metrics:       metrics,
@@ -360,8 +361,9 @@ func (w *Worker) notClaimable(ctx context.Context, l *taskLog, p deliverPayload)
 	if w.settled(ctx, l, row, "database") {
 		return nil
 	}
+	expired := row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now())
 	claimable := Status(row.Status) == StatusPending ||
-		(Status(row.Status) == StatusSending && row.HandedOverAt == nil && row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now()))
+		(Status(row.Status) == StatusSending && row.HandedOverAt == nil && expired)
 	if claimable && !w.templates.Has(row.Template) {
 		// An older worker during a rolling deploy: the delivery is not
 		// this worker's to fail. It waits for one that knows the template.
@@ -372,7 +374,6 @@ func (w *Worker) notClaimable(ctx context.Context, l *taskLog, p deliverPayload)
 	if Status(row.Status) == StatusPending && time.Since(row.TryingSince) >= w.cfg.MaxAge {
 		return w.expire(ctx, l, row)
 	}
-	expired := row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now())
 	if Status(row.Status) == StatusSending && row.HandedOverAt != nil && expired {
 		// The previous attempt died after the data went out. Sending now
 		// could be the second e-mail; the reconciler asks the provider.
