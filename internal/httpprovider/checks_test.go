@@ -87,6 +87,7 @@ func TestCheckMessageAndComposeError(t *testing.T) {
 		{func(m *notify.Message) { m.To = "" }, notify.OutcomePermanent},
 		{func(m *notify.Message) { m.MessageID = "<abc@shop.example>" }, notify.OutcomeTemporary},
 		{func(m *notify.Message) { m.MessageID = "" }, notify.OutcomeTemporary},
+		{func(m *notify.Message) { m.MessageID = "abc.shop.example" }, notify.OutcomeTemporary},
 		{func(m *notify.Message) { m.IdempotencyKey = "" }, notify.OutcomeTemporary},
 	}
 	for i, c := range cases {

@@ -60,14 +60,15 @@ func isLoopback(host string) bool {
 
 // CheckMessage checks what every provider's request needs of m and
 // returns its recipient, normalized: an address (an error wrapping
-// notify.ErrInvalidAddress if not), our Message-ID without angle
-// brackets, and an idempotency key. Its errors go to ComposeError.
+// notify.ErrInvalidAddress if not), our Message-ID as notify.MessageID
+// makes it (id@domain, without angle brackets), and an idempotency key.
+// Its errors go to ComposeError.
 func CheckMessage(m notify.Message) (to string, err error) {
 	to, err = notify.NormalizeAddress(m.To)
 	if err != nil {
 		return "", fmt.Errorf("recipient: %w", err)
 	}
-	if m.MessageID == "" || strings.ContainsAny(m.MessageID, "<> \r\n") {
+	if !strings.Contains(m.MessageID, "@") || strings.ContainsAny(m.MessageID, "<> \r\n") {
 		return "", fmt.Errorf("message id %q: want id@domain without angle brackets", m.MessageID)
 	}
 	if m.IdempotencyKey == "" {

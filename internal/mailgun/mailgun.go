@@ -114,9 +114,6 @@ func (p *Provider) form(m notify.Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !strings.Contains(m.MessageID, "@") { // Mailgun takes it as the message's id
-		return nil, fmt.Errorf("message id %q: want id@domain without angle brackets", m.MessageID)
-	}
 	if m.Text == "" && m.HTML == "" {
 		return nil, errors.New("no text and no HTML: Mailgun needs one")
 	}
