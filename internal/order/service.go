@@ -318,12 +318,9 @@ func (s *Service) rememberKey(ctx context.Context, q *dbsqlc.Queries, scope, key
 // Get returns an order with the current state of its notifications.
 func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 	q := dbsqlc.New(s.pool)
-	row, err := q.GetOrder(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Order{}, ErrNotFound
-	}
+	row, err := getOrder(ctx, q, id)
 	if err != nil {
-		return Order{}, fmt.Errorf("get order %s: %w", id, err)
+		return Order{}, err
 	}
 	items, err := q.ListOrderItems(ctx, id)
 	if err != nil {
@@ -385,12 +382,9 @@ func newAccessToken() string {
 // Authorize checks, in constant time, that token is the access token of
 // order id: ErrNotFound for no such order, ErrTokenInvalid otherwise.
 func (s *Service) Authorize(ctx context.Context, id uuid.UUID, token string) error {
-	row, err := dbsqlc.New(s.pool).GetOrder(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ErrNotFound
-	}
+	row, err := getOrder(ctx, dbsqlc.New(s.pool), id)
 	if err != nil {
-		return fmt.Errorf("get order %s: %w", id, err)
+		return err
 	}
 	sum := sha256.Sum256([]byte(token))
 	if len(row.AccessTokenHash) != len(sum) || subtle.ConstantTimeCompare(sum[:], row.AccessTokenHash) != 1 {
