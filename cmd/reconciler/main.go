@@ -93,12 +93,10 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 	cfg.Reconcile.DedupWindow = env.DurationOrZero("PROVIDER_DEDUP_WINDOW", defaultWindow)
 	switch cfg.Provider {
 	case "postmark":
-		cfg.Postmark = postmark.LookupConfig{ServerToken: env.Secret("POSTMARK_SERVER_TOKEN", ""), MessageStream: env.String("POSTMARK_MESSAGE_STREAM", ""),
-			BaseURL: env.String("POSTMARK_BASE_URL", ""), Retention: env.DurationOrZero("POSTMARK_RETENTION", 0), Settle: env.DurationOrZero("POSTMARK_LOOKUP_SETTLE", 0)}
+		cfg.Postmark = postmark.ReadLookupEnv(env)
 		env.Check("PROVIDER=postmark", cfg.Postmark.Validate())
 	case "mailgun":
-		cfg.Mailgun = mailgun.LookupConfig{APIKey: env.Secret("MAILGUN_API_KEY", ""), Domain: env.String("MAILGUN_DOMAIN", ""),
-			BaseURL: env.String("MAILGUN_BASE_URL", ""), Retention: env.DurationOrZero("MAILGUN_RETENTION", 0), Settle: env.DurationOrZero("MAILGUN_LOOKUP_SETTLE", 0)}
+		cfg.Mailgun = mailgun.ReadLookupEnv(env)
 		env.Check("PROVIDER=mailgun", cfg.Mailgun.Validate())
 	}
 	if cfg.Provider != "smtp" && cfg.LookupURL != "" {

@@ -36,12 +36,12 @@ func readProvider(env *envconfig.Reader, smtpCfg smtp.Config) providerConfig {
 		c.Resend = resend.Config{APIKey: env.Secret("RESEND_API_KEY", ""), From: from, BaseURL: env.String("RESEND_BASE_URL", ""), Timeout: c.Timeout}
 		env.Check("PROVIDER=resend", c.Resend.Validate())
 	case "postmark":
-		c.Postmark = postmark.Config{ServerToken: env.Secret("POSTMARK_SERVER_TOKEN", ""), From: from,
-			MessageStream: env.String("POSTMARK_MESSAGE_STREAM", ""), BaseURL: env.String("POSTMARK_BASE_URL", ""), Timeout: c.Timeout}
+		c.Postmark = postmark.ReadEnv(env)
+		c.Postmark.From, c.Postmark.Timeout = from, c.Timeout
 		env.Check("PROVIDER=postmark", c.Postmark.Validate())
 	case "mailgun":
-		c.Mailgun = mailgun.Config{APIKey: env.Secret("MAILGUN_API_KEY", ""), Domain: env.String("MAILGUN_DOMAIN", ""), From: from,
-			BaseURL: env.String("MAILGUN_BASE_URL", ""), Timeout: c.Timeout}
+		c.Mailgun = mailgun.ReadEnv(env)
+		c.Mailgun.From, c.Mailgun.Timeout = from, c.Timeout
 		env.Check("PROVIDER=mailgun", c.Mailgun.Validate())
 	default:
 		env.Check("SMTP", smtpCfg.Validate())

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 )
@@ -59,6 +60,19 @@ func (c LookupConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("MAILGUN_LOOKUP_SETTLE %s must not be negative", c.Settle))
 	}
 	return errors.Join(errs...)
+}
+
+// ReadLookupEnv reads the look-up's variables: ReadEnv's, and
+// MAILGUN_RETENTION and MAILGUN_LOOKUP_SETTLE.
+func ReadLookupEnv(env *envconfig.Reader) LookupConfig {
+	c := ReadEnv(env)
+	return LookupConfig{
+		APIKey:    c.APIKey,
+		Domain:    c.Domain,
+		BaseURL:   c.BaseURL,
+		Retention: env.DurationOrZero("MAILGUN_RETENTION", 0),
+		Settle:    env.DurationOrZero("MAILGUN_LOOKUP_SETTLE", 0),
+	}
 }
 
 // Lookup finds the message of an ambiguous send by our Message-ID in

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 )
@@ -56,6 +57,19 @@ func (c LookupConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("POSTMARK_LOOKUP_SETTLE %s must not be negative", c.Settle))
 	}
 	return errors.Join(errs...)
+}
+
+// ReadLookupEnv reads the look-up's variables: ReadEnv's, and
+// POSTMARK_RETENTION and POSTMARK_LOOKUP_SETTLE.
+func ReadLookupEnv(env *envconfig.Reader) LookupConfig {
+	c := ReadEnv(env)
+	return LookupConfig{
+		ServerToken:   c.ServerToken,
+		MessageStream: c.MessageStream,
+		BaseURL:       c.BaseURL,
+		Retention:     env.DurationOrZero("POSTMARK_RETENTION", 0),
+		Settle:        env.DurationOrZero("POSTMARK_LOOKUP_SETTLE", 0),
+	}
 }
 
 // Lookup finds the message of an ambiguous send by the metadata every

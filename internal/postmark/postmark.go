@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
@@ -51,6 +52,16 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// ReadEnv reads the provider's POSTMARK_* variables. From (MAIL_FROM) and
+// Timeout (PROVIDER_TIMEOUT) are the worker's to set before Validate.
+func ReadEnv(env *envconfig.Reader) Config {
+	return Config{
+		ServerToken:   env.Secret("POSTMARK_SERVER_TOKEN", ""),
+		MessageStream: env.String("POSTMARK_MESSAGE_STREAM", ""),
+		BaseURL:       env.String("POSTMARK_BASE_URL", ""),
+	}
 }
 
 func validateCommon(token, stream, base string, timeout time.Duration) []error {
