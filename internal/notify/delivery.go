@@ -114,13 +114,13 @@ func (in Intent) key() string {
 // (Retired) and is never recorded again.
 // After the transaction commits, hand the delivery to Enqueuer.EnqueueAfterCommit.
 func Record(ctx context.Context, tx DB, in Intent, now time.Time) (d Delivery, created bool, err error) {
-	data, err := json.Marshal(in.Data)
+	p, err := in.prepare(now)
 	if err != nil {
-		return Delivery{}, false, fmt.Errorf("record %s intent: encode template data: %w", in.Template, err)
+		return Delivery{}, false, fmt.Errorf("record %s intent: %w", in.Template, err)
 	}
 	q := dbsqlc.New(tx)
-	key := in.key()
-	row, created, err := recordIntent(ctx, q, in, key, data, now)
+	key := p.Delivery.IdempotencyKey
+	row, created, err := recordIntent(ctx, q, p.Delivery)
 	if err != nil {
 		return Delivery{}, false, fmt.Errorf("record %s intent: %w", in.Template, err)
 	}
@@ -155,9 +155,19 @@ type PreparedIntent struct {
 
 // Prepare returns the intent's delivery as Record would create it.
 func (in Intent) Prepare(now time.Time) (PreparedIntent, error) {
+	p, err := in.prepare(now)
+	if err != nil {
+		return PreparedIntent{}, fmt.Errorf("prepare %s intent: %w", in.Template, err)
+	}
+	return p, nil
+}
+
+// prepare is Prepare, and the first step of Record: both write the same
+// delivery.
+func (in Intent) prepare(now time.Time) (PreparedIntent, error) {
 	data, err := json.Marshal(in.Data)
 	if err != nil {
-		return PreparedIntent{}, fmt.Errorf("prepare %s intent: encode template data: %w", in.Template, err)
+		return PreparedIntent{}, fmt.Errorf("encode template data: %w", err)
 	}
 	return PreparedIntent{Data: data, Delivery: Delivery{
 		ID: uuid.Must(uuid.NewV7()), OrderID: in.OrderID, Template: in.Template, Recipient: in.Recipient,

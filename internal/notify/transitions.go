@@ -2,7 +2,6 @@ package notify
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -66,16 +65,17 @@ func fenced(rows int64, err error) error {
 	return nil
 }
 
-// recordIntent inserts a pending delivery; created is false when its key
-// exists already (or was retired), and nothing is written then.
-func recordIntent(ctx context.Context, q *dbsqlc.Queries, in Intent, key string, data json.RawMessage, now time.Time) (dbsqlc.NotificationDelivery, bool, error) {
+// recordIntent inserts a pending delivery as Intent.prepare built it;
+// created is false when its key exists already (or was retired), and
+// nothing is written then.
+func recordIntent(ctx context.Context, q *dbsqlc.Queries, d Delivery) (dbsqlc.NotificationDelivery, bool, error) {
 	var locale *string
-	if in.Locale != "" {
-		locale = &in.Locale
+	if d.Locale != "" {
+		locale = &d.Locale
 	}
 	row, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{
-		ID: uuid.Must(uuid.NewV7()), OrderID: in.OrderID, Template: in.Template, Recipient: in.Recipient,
-		IdempotencyKey: key, TemplateData: data, CreatedAt: now, Actor: "api", Locale: locale,
+		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
+		IdempotencyKey: d.IdempotencyKey, TemplateData: d.Data, CreatedAt: d.CreatedAt, Actor: "api", Locale: locale,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.NotificationDelivery{}, false, nil
