@@ -34,7 +34,7 @@ type RateLimits struct {
 }
 
 // maxClients bounds the buckets kept: a client address space cannot grow
-// memory without end. Past it, the idlest half is dropped.
+// memory without end. Past it, the idlest buckets are dropped (evict).
 const maxClients = 50_000
 
 // limiter keeps one token bucket per client.
@@ -114,7 +114,8 @@ func (l *limiter) bucket(client string, now time.Time) *bucket {
 }
 
 // evict drops buckets idle for a minute, and if that is not enough, every
-// bucket idle longer than the median.
+// bucket idle at least as long as the mean idle time of those left (so at
+// least the idlest one).
 func (l *limiter) evict(now time.Time) {
 	for k, b := range l.clients {
 		if now.Sub(b.seen) > time.Minute {
