@@ -102,7 +102,10 @@ func loadConfig(getenv func(string) string) (config, error) {
 		// A worker frozen after its last lease check must not be able to
 		// write message data once its lease has expired and the reconciler
 		// may act: the provider's deadline has to run out first.
-		name := map[bool]string{true: "SMTP_TIMEOUT", false: "PROVIDER_TIMEOUT"}[cfg.Provider.Name == "smtp"]
+		name := "PROVIDER_TIMEOUT"
+		if cfg.Provider.Name == "smtp" {
+			name = "SMTP_TIMEOUT"
+		}
 		env.Check(name, fmt.Errorf("%v must be shorter than LOCK_TTL %v", t, cfg.LockTTL))
 	}
 	if v := env.String("MAX_ATTEMPTS", ""); v != "" {
