@@ -27,7 +27,6 @@ import (
 	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
-	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mailgun"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
@@ -83,7 +82,7 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 		},
 	}
 	cfg.Reconcile.DeliveryRetention = env.DurationOrZero("DELIVERY_RETENTION", 0)
-	cfg.Provider = env.OneOf("PROVIDER", "smtp", append([]string{"smtp"}, httpprovider.Names()...)...)
+	cfg.Provider = env.OneOf("PROVIDER", "smtp", "smtp", "resend", "postmark", "mailgun")
 	// Within this long of a hand-over, an ambiguous send is safe to send
 	// again: the provider refuses a second message under the same key.
 	// Resend keeps keys 24 h; an hour of margin.

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
-	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mailgun"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postmark"
@@ -27,7 +26,7 @@ type providerConfig struct {
 // readProvider reads PROVIDER's settings; smtpCfg is the SMTP relay's.
 func readProvider(env *envconfig.Reader, smtpCfg smtp.Config) providerConfig {
 	c := providerConfig{
-		Name:    env.OneOf("PROVIDER", "smtp", append([]string{"smtp"}, httpprovider.Names()...)...),
+		Name:    env.OneOf("PROVIDER", "smtp", "smtp", "resend", "postmark", "mailgun"),
 		Timeout: env.Duration("PROVIDER_TIMEOUT", 15*time.Second),
 		SMTP:    smtpCfg,
 	}

@@ -27,10 +27,6 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
-// Names returns the HTTP providers' PROVIDER values, which the worker
-// and the reconciler take besides smtp.
-func Names() []string { return []string{"resend", "postmark", "mailgun"} }
-
 // BaseURL checks raw, a provider's API base URL (def when empty): https,
 // or plain http to a loopback address (a test server), with a host and
 // no query or fragment. It returns it without a trailing slash.
