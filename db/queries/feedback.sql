@@ -42,12 +42,6 @@ WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = @key_hash::tex
 ORDER BY created_at DESC
 LIMIT 1;
 
--- name: RecordFeedbackEvent :exec
--- A provider's event in the delivery's history; the status does not change.
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT d.id, @event::text, d.status, d.status, d.attempts, @actor::text, @detail::jsonb
-FROM notification_deliveries d WHERE d.id = @delivery_id;
-
 -- name: AddSuppression :one
 -- Adds a recipient (a second addition keeps the first reason) and writes
 -- the list's history in the same statement.

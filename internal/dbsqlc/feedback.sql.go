@@ -241,30 +241,6 @@ func (q *Queries) ListSuppressions(ctx context.Context, maxRows int32) ([]Suppre
 	return items, nil
 }
 
-const recordFeedbackEvent = `-- name: RecordFeedbackEvent :exec
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT d.id, $1::text, d.status, d.status, d.attempts, $2::text, $3::jsonb
-FROM notification_deliveries d WHERE d.id = $4
-`
-
-type RecordFeedbackEventParams struct {
-	Event      string
-	Actor      string
-	Detail     []byte
-	DeliveryID uuid.UUID
-}
-
-// A provider's event in the delivery's history; the status does not change.
-func (q *Queries) RecordFeedbackEvent(ctx context.Context, arg RecordFeedbackEventParams) error {
-	_, err := q.db.Exec(ctx, recordFeedbackEvent,
-		arg.Event,
-		arg.Actor,
-		arg.Detail,
-		arg.DeliveryID,
-	)
-	return err
-}
-
 const rememberWebhookToken = `-- name: RememberWebhookToken :execrows
 WITH pruned AS (
     DELETE FROM webhook_tokens

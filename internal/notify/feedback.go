@@ -2,7 +2,6 @@ package notify
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -100,11 +99,9 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f Feedback) (Feedback
 			out.Duplicate = true
 			return nil
 		}
-		detail, _ := json.Marshal(map[string]string{"provider": f.Provider, "event_id": f.EventID, "detail": f.Detail,
-			"at": f.At.UTC().Format(time.RFC3339)}) // plain strings
-		if err := q.RecordFeedbackEvent(ctx, dbsqlc.RecordFeedbackEventParams{
-			DeliveryID: d.ID, Event: string(f.Kind), Actor: f.Provider, Detail: detail,
-		}); err != nil {
+		detail := map[string]string{"provider": f.Provider, "event_id": f.EventID, "detail": f.Detail,
+			"at": f.At.UTC().Format(time.RFC3339)}
+		if err := recordEvent(ctx, q, d, string(f.Kind), f.Provider, detail); err != nil {
 			return fmt.Errorf("record %s event in the history: %w", f.Provider, err)
 		}
 		source := map[FeedbackKind]string{FeedbackBounced: "bounce", FeedbackComplained: "complaint"}[f.Kind]
