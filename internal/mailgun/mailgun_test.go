@@ -13,6 +13,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailgun/mailguntest"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/reconcile"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 var (
@@ -187,7 +188,9 @@ func TestRefusalsOfTheServer(t *testing.T) {
 func TestUnreachableIsUnavailable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.srv.Close()
+	// A closed server's port may be taken again at once (testenv.RefusedAddr).
+	b.srv.URL = "http://" + testenv.RefusedAddr(t)
+	b.p, b.l = provider(t, b.srv, b.srv.APIKey, 5*time.Second), lookup(t, b.srv)
 	_, err := b.p.Send(context.Background(), message(7), pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
 		t.Errorf("connection refused: %v", err)

@@ -13,6 +13,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/postmark"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
 	"github.com/sekali-dev/sekali/internal/reconcile"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // Both implement the interfaces the worker and the reconciler consume.
@@ -205,8 +206,14 @@ func TestRefusalsOfTheServer(t *testing.T) {
 func TestUnreachableIsUnavailable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.srv.Close()
-	_, err := b.p.Send(context.Background(), message(7), pass)
+	// A closed server's port may be taken again at once (testenv.RefusedAddr).
+	b.srv.URL = "http://" + testenv.RefusedAddr(t)
+	b.p = provider(t, b.srv, b.srv.Token, 5*time.Second)
+	var err error
+	if b.l, err = postmark.NewLookup(postmark.LookupConfig{ServerToken: b.srv.Token, BaseURL: b.srv.URL, Timeout: 5 * time.Second, Settle: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.p.Send(context.Background(), message(7), pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
 		t.Errorf("connection refused: %v, want unavailable at connect", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 type bundle struct {
@@ -266,7 +267,9 @@ func TestRefusalsOfTheServer(t *testing.T) {
 func TestUnreachableIsUnavailable(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.srv.Close()
+	// A closed server's port may be taken again at once (testenv.RefusedAddr).
+	b.srv.URL = "http://" + testenv.RefusedAddr(t)
+	b.p = provider(t, b.srv, b.srv.SendingOnlyKey, 5*time.Second)
 	_, err := b.p.Send(context.Background(), message(1), pass)
 	se := httpprovidertest.SendError(t, err)
 	if se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect || !se.HandedOver {
