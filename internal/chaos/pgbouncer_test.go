@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"testing"
 	"time"
@@ -24,14 +23,7 @@ func TestPgBouncerRestartedMidRun(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration { return 100 * time.Millisecond }})
 	b := testenv.NewPgBouncer(t, c.db, testenv.PgBouncerOptions{PoolSize: 3})
-	u, err := url.Parse(b.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("default_query_exec_mode", "cache_describe")
-	u.RawQuery = q.Encode()
-	c.dbURL = u.String()
+	c.dbURL = testenv.WithParams(t, b.URL, "default_query_exec_mode", "cache_describe")
 	c.startAPI()
 	c.startWorker("WORKER_CONCURRENCY", "2")
 	c.startWorker("WORKER_CONCURRENCY", "2")

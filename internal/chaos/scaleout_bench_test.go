@@ -3,7 +3,6 @@ package chaos_test
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,14 +30,7 @@ func BenchmarkScaleOut(b *testing.B) {
 		{"redis-cluster,postgres,2-workers", 2, func(b *testing.B, c *cluster) { c.redisURL = testenv.NewRedisCluster(b).URL }},
 		{"redis,pgbouncer,2-workers", 2, func(b *testing.B, c *cluster) {
 			bouncer := testenv.NewPgBouncer(b, c.db, testenv.PgBouncerOptions{PoolSize: 20})
-			u, err := url.Parse(bouncer.URL)
-			if err != nil {
-				b.Fatal(err)
-			}
-			q := u.Query()
-			q.Set("default_query_exec_mode", "cache_describe")
-			u.RawQuery = q.Encode()
-			c.dbURL = u.String()
+			c.dbURL = testenv.WithParams(b, bouncer.URL, "default_query_exec_mode", "cache_describe")
 		}},
 	} {
 		b.Run(v.name, func(b *testing.B) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,16 +48,8 @@ func TestBinariesThroughPgBouncer(t *testing.T) {
 	// Each binary names itself, so that the bouncer's SHOW CLIENTS tells
 	// them apart.
 	env := func(app string, extra ...string) map[string]string {
-		u, err := url.Parse(bouncer.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q := u.Query()
-		q.Set("default_query_exec_mode", "cache_describe")
-		q.Set("application_name", app)
-		q.Set("pool_max_conns", "4")
-		u.RawQuery = q.Encode()
-		m := map[string]string{"DATABASE_URL": u.String(), "REDIS_URL": rd.URL, "DELIVERY_QUEUE": rd.Queue,
+		dbURL := testenv.WithParams(t, bouncer.URL, "default_query_exec_mode", "cache_describe", "application_name", app, "pool_max_conns", "4")
+		m := map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": rd.URL, "DELIVERY_QUEUE": rd.Queue,
 			"MAIL_FROM": "orders@shop.example", "METRICS_ADDR": "127.0.0.1:0", "LOG_LEVEL": "info"}
 		for i := 0; i+1 < len(extra); i += 2 {
 			m[extra[i]] = extra[i+1]

@@ -41,7 +41,7 @@ func BenchmarkQueryExecMode(b *testing.B) {
 			if route.name == "pgbouncer" && mode == "cache_statement" {
 				continue
 			}
-			pool, err := postgres.Open(ctx, withParams(b, route.url, "default_query_exec_mode", mode, "pool_max_conns", "4"))
+			pool, err := postgres.Open(ctx, testenv.WithParams(b, route.url, "default_query_exec_mode", mode, "pool_max_conns", "4"))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -63,20 +63,6 @@ func emptyDB(t *testing.T) testenv.DB {
 	return testenv.DB{Pool: pool, URL: u.String(), Name: name}
 }
 
-func withParams(t testing.TB, raw string, kv ...string) string {
-	t.Helper()
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	for i := 0; i+1 < len(kv); i += 2 {
-		q.Set(kv[i], kv[i+1])
-	}
-	u.RawQuery = q.Encode()
-	return u.String()
-}
-
 func migrationCount(t *testing.T) int {
 	t.Helper()
 	files, err := fs.Glob(db.Migrations, "migrations/*.sql")
@@ -104,7 +90,7 @@ func TestMigrateThroughPgBouncer(t *testing.T) {
 	ctx := context.Background()
 	d := emptyDB(t)
 	b := testenv.NewPgBouncer(t, d, testenv.PgBouncerOptions{PoolSize: 2})
-	url := withParams(t, b.URL, "default_query_exec_mode", "cache_describe", "pool_max_conns", "2")
+	url := testenv.WithParams(t, b.URL, "default_query_exec_mode", "cache_describe", "pool_max_conns", "2")
 
 	blocker, err := d.Pool.Begin(ctx)
 	if err != nil {

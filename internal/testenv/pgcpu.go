@@ -20,11 +20,7 @@ import (
 // machine, as it does in the tests.
 func OneBackend(t testing.TB, db DB) (*pgxpool.Pool, func() time.Duration) {
 	t.Helper()
-	sep := "?"
-	if strings.Contains(db.URL, "?") {
-		sep = "&"
-	}
-	pool, err := postgres.Open(context.Background(), db.URL+sep+"pool_max_conns=1&pool_min_conns=1")
+	pool, err := postgres.Open(context.Background(), WithParams(t, db.URL, "pool_max_conns", "1", "pool_min_conns", "1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -211,6 +211,27 @@ func migrationsHash() (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), err
 }
 
+// WithParams is the URL raw with the query parameters kv (name, value,
+// name, value, ...) set, replacing any of the same name: a connection
+// string with pool or pgx settings added, such as
+// WithParams(t, db.URL, "default_query_exec_mode", "cache_describe").
+func WithParams(t testing.TB, raw string, kv ...string) string {
+	t.Helper()
+	if len(kv)%2 != 0 {
+		t.Fatalf("WithParams: %d strings, want name, value pairs", len(kv))
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	for i := 0; i < len(kv); i += 2 {
+		q.Set(kv[i], kv[i+1])
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
 func withDatabase(t testing.TB, raw, name string) string {
 	t.Helper()
 	u, err := replaceDatabase(raw, name)
