@@ -134,8 +134,8 @@ query_wait_timeout = 30
 	}
 	b.args = append(b.args, iniFile)
 
-	b.URL = withHostPort(t, db.URL, b.Port, "")
-	b.AdminURL = withHostPort(t, db.URL, b.Port, "pgbouncer")
+	b.URL = withHostPort(t, db.URL, b.Port)
+	b.AdminURL = withDatabase(t, b.URL, "pgbouncer")
 	b.Start(t)
 	t.Cleanup(func() { b.Stop(t) })
 	return b
@@ -159,18 +159,15 @@ func pgbouncerBinary(t testing.TB) string {
 // quote doubled.
 func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
-// withHostPort is raw pointed at 127.0.0.1:port (and at database name,
-// unless it is empty), keeping its user and parameters.
-func withHostPort(t testing.TB, raw string, port int, name string) string {
+// withHostPort is raw pointed at 127.0.0.1:port, keeping its user,
+// database and parameters (withDatabase points it at another database).
+func withHostPort(t testing.TB, raw string, port int) string {
 	t.Helper()
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatalf("pgbouncer: parse %s: %v", raw, err)
 	}
 	u.Host = "127.0.0.1:" + strconv.Itoa(port)
-	if name != "" {
-		u.Path = "/" + name
-	}
 	return u.String()
 }
 
