@@ -40,7 +40,7 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{
-		"", "sekali_key_", secret + "x", secret[:len(secret)-1] + "A", k.Prefix + "_wrong", "sekali_key_nosuchprefix_" + secret[len(k.Prefix)+1:], "Bearer " + secret,
+		"", "sekali_key_", secret + "x", lastCharChanged(secret), k.Prefix + "_wrong", "sekali_key_nosuchprefix_" + secret[len(k.Prefix)+1:], "Bearer " + secret,
 	} {
 		if _, err := keys.Authenticate(ctx, bad); !errors.Is(err, apikey.ErrInvalid) {
 			t.Errorf("Authenticate(%q) = %v, want ErrInvalid", bad, err)
@@ -72,4 +72,14 @@ func TestParseScopes(t *testing.T) {
 			t.Errorf("ParseScopes(%q) = %v", bad, err)
 		}
 	}
+}
+
+// lastCharChanged is secret with its last character replaced by another
+// one (always another: "A" unless it already ends in "A").
+func lastCharChanged(secret string) string {
+	last := "A"
+	if strings.HasSuffix(secret, "A") {
+		last = "B"
+	}
+	return secret[:len(secret)-1] + last
 }
