@@ -89,10 +89,11 @@ func (c *Client) HandOver(ctx context.Context, handOver func() error, method, ta
 // may carry a query) or a full URL, such as a paging link, which must
 // be on the base URL (its scheme and host, a path under its path): it
 // gets the credentials, so any other is refused, unsent
-// (notify.OutcomeUnavailable). A failure without an answer is classified by whether the whole
-// request was written: before that nothing can have been accepted
-// (notify.OutcomeUnavailable), after it the provider may have it
-// (notify.OutcomeAmbiguous). An answer is returned whatever its status.
+// (notify.OutcomeUnavailable). A failure without an answer is
+// classified by whether the whole request was written: before that
+// nothing can have been accepted (notify.OutcomeUnavailable), after it
+// the provider may have it (notify.OutcomeAmbiguous). An answer is
+// returned whatever its status.
 func (c *Client) Do(ctx context.Context, method, target string, header http.Header, body []byte) (Answer, *notify.SendError) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
