@@ -20,6 +20,7 @@ test: preflight ## run every test against the real PostgreSQL, Redis, Mailpit an
 fuzz: ## fuzz the checkout decoder and validator and the Idempotency-Key parser, FUZZTIME each (default 2m)
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckoutBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzIdempotencyKey$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzJSONBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 
 bench: preflight ## run the whole stack natively under open-loop load; prints the report (bench.md) and draws bench.png
 	$(GO) build -o bin/ ./cmd/api ./cmd/worker ./cmd/reconciler ./cmd/bench

@@ -69,6 +69,9 @@ func decodeStrict(raw []byte, dst any, prefix string) *problem {
 	if !utf8.Valid(raw) {
 		return invalid(prefix, "is not valid UTF-8")
 	}
+	if nestsDeeper(raw, maxJSONDepth) {
+		return invalid(prefix, fmt.Sprintf("nests arrays and objects more than %d levels deep", maxJSONDepth))
+	}
 	trimmed := bytes.TrimSpace(raw)
 	if len(trimmed) > 0 && trimmed[0] != '{' && json.Valid(trimmed) {
 		return invalid(prefix, "must be a JSON object, not "+jsonValueKind(trimmed[0]))
@@ -146,106 +149,178 @@ func jsonValueKind(b byte) string {
 	}
 }
 
+// maxJSONDepth bounds how deeply a body's arrays and objects nest. No
+// body the API takes needs more than a few levels (a checkout's items, a
+// template's data); 32 leaves room for any template's data and refuses
+// the bodies that exist only to make a parser work.
+const maxJSONDepth = 32
+
+// nestsDeeper reports whether raw opens more than limit arrays and
+// objects inside one another. It reads raw once, byte by byte, and
+// allocates nothing, so it runs before anything that keeps per-level
+// state. Malformed JSON is left to the decoder to report.
+func nestsDeeper(raw []byte, limit int) bool {
+	depth, inString, escaped := 0, false, false
+	for _, c := range raw {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > limit {
+				return true
+			}
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return false
+}
+
 // repeatedKey finds the first object key that appears twice in the same
-// object of raw, as written or in another case (foldKey), and returns
+// object of raw, as written or in another case (appendFolded), and returns
 // its JSON pointer as written the second time, and the key as first
-// written when that differs ("" for an exact repeat). Malformed JSON is
-// left to the decoder to report.
+// written when that differs ("" for an exact repeat). Malformed JSON, or
+// JSON nested deeper than maxJSONDepth (nestsDeeper), is left to the
+// decoder to report. It reads raw once, keeps one set of keys per open
+// level (reused by the next object at that level) and spells a pointer
+// out only for the repeat it reports: its work is linear in len(raw).
 func repeatedKey(raw []byte, prefix string) (pointer, first string, repeated bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	type frame struct {
-		object bool
-		keys   map[string]string // folded key -> the key as first written
-		path   string
-		index  int    // next array index
-		key    string // the key whose value comes next, in an object
-		expect bool   // in an object: the next token is a key
+	if nestsDeeper(raw, maxJSONDepth) || !json.Valid(raw) {
+		return "", "", false
 	}
-	var stack []*frame
-	child := func() string { // the pointer of the value about to be read
-		if len(stack) == 0 {
-			return prefix
-		}
-		f := stack[len(stack)-1]
-		if f.object {
-			return f.path + "/" + escapePointer(f.key)
-		}
-		p := f.path + "/" + strconv.Itoa(f.index)
-		f.index++
-		return p
+	k := keyScanner{raw: raw}
+	path, first, repeated := k.value(0)
+	if !repeated {
+		return "", "", false
 	}
-	// done marks the value just read as complete: the object it was in
-	// expects a key next. It reports whether the outermost value ended.
-	done := func() bool {
-		if len(stack) == 0 {
-			return true
+	return prefix + path, first, true
+}
+
+// keyScanner walks a valid JSON value for repeatedKey.
+type keyScanner struct {
+	raw    []byte
+	i      int
+	levels [maxJSONDepth]map[string]string // per depth: folded key -> the key as first written
+	folded []byte                          // scratch for appendFolded
+}
+
+// value reads the value at k.i, at depth open arrays and objects; on a
+// repeat it returns the pointer below this value.
+func (k *keyScanner) value(depth int) (path, first string, repeated bool) {
+	k.space()
+	switch k.raw[k.i] {
+	case '{':
+		return k.object(depth)
+	case '[':
+		k.i++
+		for index := 0; ; index++ {
+			if k.space(); k.raw[k.i] == ']' {
+				k.i++
+				return "", "", false
+			}
+			if path, first, repeated := k.value(depth + 1); repeated {
+				return "/" + strconv.Itoa(index) + path, first, true
+			}
+			if k.space(); k.raw[k.i] == ',' {
+				k.i++
+			}
 		}
-		if f := stack[len(stack)-1]; f.object {
-			f.expect = true
+	case '"':
+		k.str()
+	default: // a number, true, false or null
+		for k.i < len(k.raw) && !strings.ContainsRune(",]} \t\r\n", rune(k.raw[k.i])) {
+			k.i++
 		}
-		return false
 	}
+	return "", "", false
+}
+
+// object reads the object at k.i (see value).
+func (k *keyScanner) object(depth int) (path, first string, repeated bool) {
+	k.i++
+	seen := k.levels[depth]
+	if seen == nil {
+		seen = map[string]string{}
+		k.levels[depth] = seen
+	}
+	clear(seen)
 	for {
-		tok, err := dec.Token()
-		if err != nil {
+		if k.space(); k.raw[k.i] == '}' {
+			k.i++
 			return "", "", false
 		}
-		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].expect {
-			f := stack[n-1]
-			if tok == json.Delim('}') {
-				stack = stack[:n-1]
-				if done() {
-					return "", "", false
-				}
-				continue
+		key := k.str()
+		k.folded = appendFolded(k.folded[:0], key)
+		if prior, ok := seen[string(k.folded)]; ok {
+			if prior == key {
+				prior = ""
 			}
-			k, _ := tok.(string)
-			folded := foldKey(k)
-			if prior, ok := f.keys[folded]; ok {
-				if prior == k {
-					prior = ""
-				}
-				return f.path + "/" + escapePointer(k), prior, true
-			}
-			f.keys[folded], f.key, f.expect = k, k, false
-			continue
+			return "/" + escapePointer(key), prior, true
 		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{object: true, keys: map[string]string{}, path: child(), expect: true})
-		case json.Delim('['):
-			stack = append(stack, &frame{path: child()})
-		case json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			if done() {
-				return "", "", false
-			}
-		default:
-			child()
-			if done() {
-				return "", "", false
-			}
+		seen[string(k.folded)] = key
+		k.space()
+		k.i++ // the colon
+		if path, first, repeated := k.value(depth + 1); repeated {
+			// The objects inside this one use the maps of deeper
+			// levels: seen is still this object's.
+			return "/" + escapePointer(key) + path, first, true
+		}
+		if k.space(); k.raw[k.i] == ',' {
+			k.i++
 		}
 	}
 }
 
-// foldKey is k in the form encoding/json compares field names in:
-// foldKey(a) == foldKey(b) exactly when bytes.EqualFold(a, b). ASCII
-// letters become upper case, and every other rune the smallest of its
-// Unicode simple folding orbit (U+212A KELVIN SIGN and "k" are "K").
-func foldKey(k string) string {
-	var b strings.Builder
-	b.Grow(len(k))
+// str reads the string at k.i and returns it decoded.
+func (k *keyScanner) str() string {
+	start, escaped := k.i, false
+	k.i++
+	for ; k.raw[k.i] != '"'; k.i++ {
+		if k.raw[k.i] == '\\' {
+			escaped = true
+			k.i++
+		}
+	}
+	k.i++
+	if !escaped {
+		return string(k.raw[start+1 : k.i-1])
+	}
+	var s string
+	_ = json.Unmarshal(k.raw[start:k.i], &s) // valid JSON: it decodes
+	return s
+}
+
+// space skips white space.
+func (k *keyScanner) space() {
+	for k.i < len(k.raw) && (k.raw[k.i] == ' ' || k.raw[k.i] == '\t' || k.raw[k.i] == '\r' || k.raw[k.i] == '\n') {
+		k.i++
+	}
+}
+
+// appendFolded appends k to b in the form encoding/json compares field
+// names in: two keys fold to the same bytes exactly when
+// bytes.EqualFold(a, b). ASCII letters become upper case, and every other
+// rune the smallest of its Unicode simple folding orbit (U+212A KELVIN
+// SIGN and "k" are "K").
+func appendFolded(b []byte, k string) []byte {
 	for _, r := range k {
 		switch {
 		case r < utf8.RuneSelf:
-			b.WriteRune(unicode.ToUpper(r))
+			b = append(b, byte(unicode.ToUpper(r)))
 		default:
-			b.WriteRune(foldRune(r))
+			b = utf8.AppendRune(b, foldRune(r))
 		}
 	}
-	return b.String()
+	return b
 }
 
 // foldRune is the smallest rune of r's simple folding orbit.

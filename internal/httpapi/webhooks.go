@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,13 +21,43 @@ import (
 // are below it.
 const maxWebhookBytes = 1 << 20
 
-var (
-	// ErrWebhookUnauthorized: the request's signature, timestamp or
-	// credentials are not the provider's (or are too old: a replay).
-	ErrWebhookUnauthorized = errors.New("httpapi: the webhook's signature or credentials are not valid")
-	// ErrWebhookMalformed: the body is not an event of this provider.
-	ErrWebhookMalformed = errors.New("httpapi: the webhook's body is not an event")
-)
+// ErrWebhookUnauthorized: the request's signature, timestamp or
+// credentials are not the provider's (or are too old: a replay).
+var ErrWebhookUnauthorized = errors.New("httpapi: the webhook's signature or credentials are not valid")
+
+// MalformedWebhook is a body that is not the provider's event. Reason
+// is what the 400 tells the sender: what was wrong with the body, in its
+// terms (a missing field, a value of the wrong type), never this
+// service's package names or Go types; Err, the whole story, goes to the
+// request's log line.
+type MalformedWebhook struct {
+	Reason string
+	Err    error
+}
+
+func (e *MalformedWebhook) Error() string { return e.Err.Error() }
+func (e *MalformedWebhook) Unwrap() error { return e.Err }
+
+// NewMalformedWebhook wraps err, a provider's error that wraps its
+// sentinel for a malformed body: the reason is what err says after the
+// sentinel ("no type", "email.bounced without bounce"), or, for a body
+// encoding/json could not take, which field or that it is not JSON.
+func NewMalformedWebhook(err, sentinel error) *MalformedWebhook {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	reason := strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
+	switch {
+	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+		reason = "not valid JSON"
+	case errors.As(err, &typ) && typ.Field != "":
+		reason = fmt.Sprintf("%s must be a JSON %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.As(err, &typ):
+		reason = fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+	case reason == err.Error():
+		reason = "not an event of this provider"
+	}
+	return &MalformedWebhook{Reason: reason, Err: err}
+}
 
 // Webhook receives one provider's events at POST /v1/webhooks/{provider}.
 type Webhook struct {
@@ -34,8 +66,8 @@ type Webhook struct {
 	// realm="sekali-webhooks" for credentials a provider sends.
 	Challenge string
 	// Verify checks the request the provider's way and returns its
-	// events; its errors wrap ErrWebhookUnauthorized or ErrWebhookMalformed
-	// for what the caller sent wrong.
+	// events; for what the caller sent wrong, its errors wrap
+	// ErrWebhookUnauthorized or are a *MalformedWebhook.
 	Verify func(ctx context.Context, header http.Header, body []byte) ([]notify.Feedback, error)
 }
 
@@ -75,7 +107,14 @@ func handleWebhook(hooks []Webhook, feedback feedbackRecorder, m webhookMetrics)
 			writeProblem(w, r, problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Detail: "The body could not be read."})
 			return
 		}
+		if nestsDeeper(body, maxJSONDepth) {
+			events.WithLabelValues(hook.Provider, "rejected").Inc()
+			writeProblem(w, r, problem{Type: typeInvalidBody, Status: http.StatusBadRequest,
+				Detail: fmt.Sprintf("The body nests arrays and objects more than %d levels deep; no provider's event does.", maxJSONDepth)})
+			return
+		}
 		got, err := hook.Verify(r.Context(), r.Header, body)
+		var malformed *MalformedWebhook
 		switch {
 		case errors.Is(err, ErrWebhookUnauthorized):
 			events.WithLabelValues(hook.Provider, "rejected").Inc()
@@ -84,9 +123,10 @@ func handleWebhook(hooks []Webhook, feedback feedbackRecorder, m webhookMetrics)
 			writeProblem(w, r, problem{Type: typeUnauthorized, Status: http.StatusUnauthorized,
 				Detail: "The request is not signed (or authenticated) as this provider's webhooks are, or it is too old."})
 			return
-		case errors.Is(err, ErrWebhookMalformed):
+		case errors.As(err, &malformed):
 			events.WithLabelValues(hook.Provider, "rejected").Inc()
-			writeProblem(w, r, problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Detail: "The body is not an event of this provider: " + err.Error()})
+			addLogAttrs(r.Context(), slog.String("webhook", hook.Provider), slog.String("refused", err.Error()))
+			writeProblem(w, r, problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Detail: "The body is not an event of this provider: " + malformed.Reason + "."})
 			return
 		case err != nil:
 			writeError(w, r, err)

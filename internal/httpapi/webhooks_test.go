@@ -101,22 +101,30 @@ func TestResendWebhookRecordsABounceOnce(t *testing.T) {
 		name   string
 		res    func() response
 		status int
+		detail string // what a 400 says was wrong, in the sender's terms
 	}{
 		{"unsigned", func() response {
 			return s.do(t, http.MethodPost, "/v1/webhooks/resend", "application/json", strings.NewReader(body), map[string]string{"Authorization": ""})
-		}, http.StatusUnauthorized},
+		}, http.StatusUnauthorized, ""},
 		{"another secret", func() response {
 			return s.resendHook(t, "whsec_"+base64.StdEncoding.EncodeToString([]byte("not the configured secret")), "msg_1", now, body)
-		}, http.StatusUnauthorized},
-		{"replayed an hour later", func() response { return s.resendHook(t, secret, "msg_1", now.Add(-time.Hour), body) }, http.StatusUnauthorized},
-		{"not an event", func() response { return s.resendHook(t, secret, "msg_2", now, `{"hello":"world"}`) }, http.StatusBadRequest},
+		}, http.StatusUnauthorized, ""},
+		{"replayed an hour later", func() response { return s.resendHook(t, secret, "msg_1", now.Add(-time.Hour), body) }, http.StatusUnauthorized, ""},
+		{"not an event", func() response { return s.resendHook(t, secret, "msg_2", now, `{"hello":"world"}`) }, http.StatusBadRequest, "no type"},
+		{"not JSON", func() response { return s.resendHook(t, secret, "msg_6", now, `{"type":`) }, http.StatusBadRequest, "not valid JSON"},
+		{"a field of the wrong type", func() response {
+			return s.resendHook(t, secret, "msg_7", now, `{"type":"email.bounced","data":{"email_id":7}}`)
+		}, http.StatusBadRequest, "data.email_id must be a JSON string, not number"},
+		{"nested too deep", func() response {
+			return s.resendHook(t, secret, "msg_8", now, `{"type":"email.bounced","data":`+strings.Repeat("[", 60_000)+`}`)
+		}, http.StatusBadRequest, "more than 32 levels deep"},
 		{"too large", func() response {
 			return s.resendHook(t, secret, "msg_3", now, `{"type":"email.bounced","pad":"`+strings.Repeat("x", 2<<20)+`"}`)
-		}, http.StatusRequestEntityTooLarge},
+		}, http.StatusRequestEntityTooLarge, ""},
 		{"not our message", func() response {
 			return s.resendHook(t, secret, "msg_4", now, resendBounce("b1a5c0de-0000-4000-8000-000000000000", "someone@example.com", now))
-		}, http.StatusUnprocessableEntity},
-		{"unconfigured provider", func() response { return s.resendHook(t, secret, "msg_5", now, body) }, 0},
+		}, http.StatusUnprocessableEntity, ""},
+		{"unconfigured provider", func() response { return s.resendHook(t, secret, "msg_5", now, body) }, 0, ""},
 	}
 	for _, c := range refused {
 		if c.status == 0 {
@@ -133,12 +141,20 @@ func TestResendWebhookRecordsABounceOnce(t *testing.T) {
 		if c.status == http.StatusUnauthorized && res.header.Get("WWW-Authenticate") == "" {
 			t.Errorf("%s: a 401 without WWW-Authenticate", c.name)
 		}
+		if c.detail != "" {
+			var p struct{ Detail string }
+			res.decode(t, &p)
+			if !strings.Contains(p.Detail, c.detail) || strings.ContainsAny(p.Detail, "*") ||
+				strings.Contains(p.Detail, "resend:") || strings.Contains(p.Detail, "httpapi") || strings.Contains(p.Detail, "json:") {
+				t.Errorf("%s: detail %q; want it to say %q, with no package names or Go types", c.name, p.Detail, c.detail)
+			}
+		}
 	}
 	if n := s.count(t, "provider_events") + s.count(t, "suppressions"); n != 0 {
 		t.Fatalf("refused requests wrote %d rows", n)
 	}
-	if n := s.counter(t, "sekali_provider_events_total", "provider", "resend", "result", "rejected"); n != 5 {
-		t.Errorf("rejected = %v, want 5", n)
+	if n := s.counter(t, "sekali_provider_events_total", "provider", "resend", "result", "rejected"); n != 8 {
+		t.Errorf("rejected = %v, want 8", n)
 	}
 	if n := s.counter(t, "sekali_provider_events_total", "provider", "resend", "result", "unknown_message"); n != 1 {
 		t.Errorf("unknown_message = %v, want 1", n)

@@ -154,7 +154,7 @@ func webhookError(err error, unauthorized, malformed []error) error {
 	}
 	for _, e := range malformed {
 		if errors.Is(err, e) {
-			return fmt.Errorf("%w: %w", httpapi.ErrWebhookMalformed, err)
+			return httpapi.NewMalformedWebhook(err, e)
 		}
 	}
 	return err
