@@ -63,6 +63,7 @@ type config struct {
 	RateLimits      httpapi.RateLimits
 	Webhooks        webhooks.Settings
 	MaxInFlight     int
+	BodyTimeout     time.Duration
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -78,6 +79,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 		MetricsAddr:     env.String("METRICS_ADDR", ":9100"),
 		MaxInFlight:     env.Int("HTTP_MAX_IN_FLIGHT", 128, 0, 100_000),
+		BodyTimeout:     env.Duration("HTTP_BODY_TIMEOUT", 5*time.Second),
 		RateLimits: httpapi.RateLimits{
 			Public:  httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_PUBLIC", 50, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_PUBLIC_BURST", 100, 1, 1_000_000)},
 			Backend: httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_BACKEND", 500, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_BACKEND_BURST", 1000, 1, 1_000_000)},
@@ -197,8 +199,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
 			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Hooks(operator), MaxInFlight: cfg.MaxInFlight,
-			Tracer: tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
-			Admin:  httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys},
+			BodyTimeout: cfg.BodyTimeout,
+			Tracer:      tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
+			Admin:       httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

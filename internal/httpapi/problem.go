@@ -42,6 +42,7 @@ const (
 	typeInvalidBody     = "urn:sekali:problem:invalid-body"
 	typeValidation      = "urn:sekali:problem:validation"
 	typeBodyTooLarge    = "urn:sekali:problem:body-too-large"
+	typeBodyTimeout     = "urn:sekali:problem:body-timeout"
 	typeUnsupportedType = "urn:sekali:problem:unsupported-media-type"
 	typeNotFound        = "urn:sekali:problem:not-found"
 	typeMethod          = "urn:sekali:problem:method-not-allowed"

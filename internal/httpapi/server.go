@@ -3,12 +3,15 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -42,8 +45,15 @@ type Deps struct {
 	// MaxInFlight bounds the requests handled at once (0: no bound);
 	// one more is refused with 503 at once rather than queued, so that
 	// overload costs neither memory nor the latency of the requests
-	// already admitted. /healthz and /readyz are never refused.
+	// already admitted. /healthz and /readyz are never refused. A request
+	// takes its place only once its body has arrived (BodyTimeout).
 	MaxInFlight int
+	// BodyTimeout is how long a request's body may take to arrive,
+	// counted from the end of its headers (0: only the server's
+	// ReadTimeout); a body that takes longer is answered 408. A client
+	// that sends slowly holds a connection, never one of MaxInFlight's
+	// places.
+	BodyTimeout time.Duration
 }
 
 // NewServer returns the API's handler.
@@ -61,8 +71,11 @@ func NewServer(d Deps) http.Handler {
 	if tracer == nil {
 		tracer = noop.NewTracerProvider().Tracer("")
 	}
+	admit := newAdmission(d.MaxInFlight)
+	d.Checks = append(slices.Clip(d.Checks), Check{Name: "api", Ping: admit.ping})
 	r.Use(observe(d.Log, latency, tracer))
-	r.Use(shed(d.MaxInFlight))
+	r.Use(bodyFirst(d.BodyTimeout))
+	r.Use(admit.shed)
 	r.Use(middleware.GetHead) // HEAD wherever GET is served
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No such endpoint."})
@@ -77,30 +90,99 @@ func NewServer(d Deps) http.Handler {
 	return r
 }
 
-// shed admits at most n requests at once; the next is answered 503 with
-// Retry-After. An open-loop flood beyond what PostgreSQL takes would
-// otherwise pile up requests, each holding its buffers, until the
-// process's memory and every admitted request's latency go with them.
-func shed(n int) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		if n <= 0 {
-			return next
+// admission admits at most n requests at once (none when n is 0); the
+// next is answered 503 with Retry-After. An open-loop flood beyond what
+// PostgreSQL takes would otherwise pile up requests, each holding its
+// buffers, until the process's memory and every admitted request's
+// latency go with them.
+type admission struct {
+	slots  chan struct{}
+	shedAt atomic.Int64 // when a request was last refused, Unix nanoseconds
+}
+
+func newAdmission(n int) *admission {
+	a := &admission{}
+	if n > 0 {
+		a.slots = make(chan struct{}, n)
+	}
+	return a
+}
+
+// overloadMemory is how long /readyz says "overloaded" after a request
+// was refused: longer than a load balancer's usual probe interval, so
+// that the probe sees a flood between its probes.
+const overloadMemory = 10 * time.Second
+
+// ping is /readyz's check of the API itself: it fails while every place
+// is taken and for overloadMemory after a request was refused.
+func (a *admission) ping(context.Context) error {
+	if a.slots == nil {
+		return nil
+	}
+	if len(a.slots) == cap(a.slots) {
+		return fmt.Errorf("overloaded: %d requests in flight", cap(a.slots))
+	}
+	if at := a.shedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < overloadMemory {
+		return fmt.Errorf("overloaded: a request was refused %s ago", time.Since(time.Unix(0, at)).Round(time.Second))
+	}
+	return nil
+}
+
+func (a *admission) shed(next http.Handler) http.Handler {
+	if a.slots == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			next.ServeHTTP(w, r)
+			return
 		}
-		slots := make(chan struct{}, n)
+		select {
+		case a.slots <- struct{}{}:
+			defer func() { <-a.slots }()
+			next.ServeHTTP(w, r)
+		default:
+			a.shedAt.Store(time.Now().UnixNano())
+			w.Header().Set("Retry-After", "1")
+			writeProblem(w, r, problem{Type: typeOverloaded, Status: http.StatusServiceUnavailable,
+				Detail: fmt.Sprintf("The API is handling %d requests already; retry in a second.", cap(a.slots))})
+		}
+	})
+}
+
+// bodyFirst reads a request's whole body, up to what its route takes
+// (one byte more, so the handler still sees it is too large), before the
+// request goes on to take a place (admission.shed): a client that sends
+// a byte a second holds its own connection, not a place others need.
+// With a timeout, the body must have arrived that long after the
+// headers, or the answer is 408 and the connection is closed.
+func bodyFirst(timeout time.Duration) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			if r.Body == nil || r.Body == http.NoBody {
 				next.ServeHTTP(w, r)
 				return
 			}
-			select {
-			case slots <- struct{}{}:
-				defer func() { <-slots }()
-				next.ServeHTTP(w, r)
-			default:
-				w.Header().Set("Retry-After", "1")
-				writeProblem(w, r, problem{Type: typeOverloaded, Status: http.StatusServiceUnavailable,
-					Detail: fmt.Sprintf("The API is handling %d requests already; retry in a second.", n)})
+			limit := int64(maxBodyBytes)
+			if strings.HasPrefix(r.URL.Path, "/v1/webhooks/") {
+				limit = maxWebhookBytes
 			}
+			rc := http.NewResponseController(w)
+			if timeout > 0 {
+				_ = rc.SetReadDeadline(time.Now().Add(timeout)) // a connection that cannot have one keeps the server's
+			}
+			body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+			if timeout > 0 {
+				_ = rc.SetReadDeadline(time.Time{})
+			}
+			if err != nil {
+				w.Header().Set("Connection", "close")
+				writeProblem(w, r, problem{Type: typeBodyTimeout, Status: http.StatusRequestTimeout,
+					Detail: fmt.Sprintf("The body did not arrive within %s of the headers; send it at once.", timeout)})
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			next.ServeHTTP(w, r)
 		})
 	}
 }

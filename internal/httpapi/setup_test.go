@@ -52,6 +52,7 @@ type setupOpts struct {
 	templates   *notify.Templates    // the built-in ones by default
 	webhooks    webhooks.Settings    // built over the stack's operator, as cmd/api builds them; none by default
 	maxInFlight int                  // no bound by default
+	bodyTimeout time.Duration        // none by default
 }
 
 func setup(t *testing.T, opts ...setupOpts) stack {
@@ -103,7 +104,8 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
 		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks.Hooks(operator), MaxInFlight: o.maxInFlight,
-		Admin: httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys},
+		BodyTimeout: o.bodyTimeout,
+		Admin:       httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys},
 	}))
 	t.Cleanup(srv.Close)
 	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates, backendKey: backendKey}

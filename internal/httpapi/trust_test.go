@@ -1,8 +1,11 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -210,6 +213,10 @@ func TestOverloadIsShedNotQueued(t *testing.T) {
 	if res := s.do(t, http.MethodGet, "/healthz", "", nil, nil); res.status != http.StatusOK {
 		t.Errorf("/healthz while overloaded: %d", res.status)
 	}
+	// A load balancer's readiness probe sees the overload.
+	if res := s.do(t, http.MethodGet, "/readyz", "", nil, nil); res.status != http.StatusServiceUnavailable || !strings.Contains(string(res.body), `"api":"overloaded`) {
+		t.Errorf("/readyz while overloaded: %d %s", res.status, res.body)
+	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -245,5 +252,71 @@ func TestUnauthorizedChallengeNamesAnInvalidToken(t *testing.T) {
 		if got := res.header.Get("WWW-Authenticate"); res.status != http.StatusUnauthorized || got != tc.want {
 			t.Errorf("%s: %d %q, want 401 %q", tc.name, res.status, got, tc.want)
 		}
+	}
+}
+
+// Clients that send their bodies a byte a second hold connections, not
+// the places of HTTP_MAX_IN_FLIGHT: while 150 of them trickle from one
+// address, everyone else is served, and each slow one is answered 408
+// once its body is late.
+func TestSlowBodiesDoNotLockOthersOut(t *testing.T) {
+	t.Parallel()
+	const timeout = 3 * time.Second
+	s := setup(t, setupOpts{maxInFlight: 4, bodyTimeout: timeout})
+	host := strings.TrimPrefix(s.url, "http://")
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	answers := make(chan string, 150)
+	for range 150 {
+		conn, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := fmt.Fprintf(conn, "POST /v1/orders HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", host, s.backendKey); err != nil {
+			t.Fatal(err)
+		}
+		go func() { // a byte a second until the server answers
+			for ctx.Err() == nil {
+				if _, err := conn.Write([]byte(" ")); err != nil {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+		}()
+		go func() {
+			line, _ := bufio.NewReader(conn).ReadString('\n')
+			answers <- line
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // every slow body has started; none has a second byte yet
+	for i := range 10 {
+		for _, res := range []response{
+			s.postOrder(t, strings.Replace(validCheckout, "Ana Maria", fmt.Sprintf("Budi %d", i), 1), nil),
+			s.do(t, http.MethodGet, "/v1/templates", "", nil, nil),
+			s.do(t, http.MethodGet, "/admin/v1/queue", "", nil, map[string]string{"Authorization": "Bearer " + adminToken}),
+		} {
+			if res.status >= 300 {
+				t.Fatalf("while 150 bodies trickle in: %d %s", res.status, res.body)
+			}
+		}
+	}
+	if res := s.do(t, http.MethodGet, "/readyz", "", nil, nil); res.status != http.StatusOK {
+		t.Errorf("/readyz while slow bodies trickle in: %d %s", res.status, res.body)
+	}
+	deadline := time.After(timeout + 10*time.Second)
+	for i := range 150 {
+		select {
+		case line := <-answers:
+			if !strings.HasPrefix(line, "HTTP/1.1 408 ") {
+				t.Fatalf("slow body %d was answered %q, want 408", i, line)
+			}
+		case <-deadline:
+			t.Fatalf("%d slow bodies still unanswered %s after the body timeout", 150-i, 10*time.Second)
+		}
+	}
+	if n := s.count(t, "orders"); n != 10 {
+		t.Errorf("%d orders, want the 10 whole ones", n)
 	}
 }
