@@ -23,7 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
-	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // Scope is what a key may do.
@@ -101,13 +101,13 @@ func ParseScopes(names []string) ([]Scope, error) {
 
 // CheckName trims a key's name and says what is wrong with it, "" if
 // nothing: it is held to the rule a checkout's one-line fields are
-// (order.OneLineProblem), at most 100 characters. A blank name comes back
+// (textrule.OneLine), at most 100 characters. A blank name comes back
 // as "" with the problem "must not be empty"; callers that want to say
 // more about a missing name test for "" first. Both the admin API and
 // `api keys create` apply it.
 func CheckName(raw string) (name, problem string) {
 	name = strings.TrimSpace(raw)
-	return name, order.OneLineProblem(name, 100)
+	return name, textrule.OneLine(name, 100)
 }
 
 // Create makes a key; secret is the whole key, shown this once.

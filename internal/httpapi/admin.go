@@ -18,7 +18,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
-	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // Admin is what the operator API needs: its token and the operator
@@ -89,7 +89,7 @@ func requireAdmin(token string) func(http.Handler) http.Handler {
 
 // textProblem says what is wrong with an operator's text, "" if nothing
 // (and for "": whether a field may be empty is the caller's business).
-// It is order.TextProblem. One-line fields (a block's value, a
+// It is textrule.Problem. One-line fields (a block's value, a
 // provider's message id, a filter) are held to the rule the checkout's
 // are, as a key's name is (apikey.CheckName): no control characters, no
 // line or paragraph separators, no bidirectional controls, something
@@ -102,7 +102,7 @@ func textProblem(s string, maxRunes int, oneLine bool) string {
 	if s == "" {
 		return ""
 	}
-	return order.TextProblem(s, maxRunes, oneLine)
+	return textrule.Problem(s, maxRunes, oneLine)
 }
 
 // requiredText is textProblem for a field that must not be blank:

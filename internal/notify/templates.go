@@ -738,6 +738,8 @@ func (l *templateLoader) compileSchema(s templateSource, rel, schemaURL string, 
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()
+	c.RegisterVocabulary(textVocabulary())
+	c.AssertVocabs()
 	c.UseLoader(refusingLoader{})
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		l.problem(s.file(rel), 0, "%v", err)

@@ -467,6 +467,10 @@ func TestCheckTemplatesRefusesBrokenTemplates(t *testing.T) {
 			"order-cancelled/schema.json", 3, []string{"not valid JSON"}},
 		{"schema.json not a schema", map[string]string{"order-cancelled/schema.json": "{\n  \"type\": \"object\",\n  \"properties\": {\n    \"refund\": {\"type\": \"int\"}\n  }\n}\n"},
 			"order-cancelled/schema.json", 4, []string{"not a valid JSON Schema", "/properties/refund/type"}},
+		{"schema.json unknown text rule", map[string]string{"order-cancelled/schema.json": "{\n  \"properties\": {\n    \"customer_name\": {\"x-sekali-text\": \"multiline\"}\n  }\n}\n"},
+			"order-cancelled/schema.json", 3, []string{"not a valid JSON Schema", "/properties/customer_name/x-sekali-text"}},
+		{"sample.json breaking the text rule", map[string]string{"order-cancelled/sample.json": "{\n  \"customer_name\": \"Ana\\nMaria\",\n  \"refund\": 1,\n  \"currency\": \"IDR\",\n  \"cancelled_at\": \"2026-11-30T09:15:00Z\"\n}\n"},
+			"order-cancelled/sample.json", 2, []string{"must not contain control characters"}},
 		{"schema.json bad pattern", map[string]string{"order-cancelled/schema.json": "{\n  \"properties\": {\n    \"currency\": {\n      \"pattern\": \"^([A-Z]{3}$\"\n    }\n  }\n}\n"},
 			"order-cancelled/schema.json", 4, []string{"^([A-Z]{3}$"}},
 		{"schema.json refers to another file", map[string]string{"order-cancelled/schema.json": `{"properties": {"refund": {"$ref": "money.json"}}}`},
@@ -613,6 +617,13 @@ func TestValidate(t *testing.T) {
 		"odd-keys/subject.tmpl": "x",
 		"odd-keys/text.tmpl":    "x",
 		"odd-keys/html.tmpl":    "x",
+		"texts/schema.json": `{"type": "object", "properties": {"name": {"type": "string"},
+			"address": {"type": "string", "x-sekali-text": "lines"}, "token": {"x-sekali-text": "any"},
+			"tags": {"type": "array", "items": {"type": "string"}}}}`,
+		"texts/sample.json":  `{}`,
+		"texts/subject.tmpl": "x",
+		"texts/text.tmpl":    "x",
+		"texts/html.tmpl":    "x",
 	}))
 	tmpl, err := LoadTemplatesFrom(TemplateConfig{Dir: dir})
 	if err != nil {
@@ -652,6 +663,18 @@ func TestValidate(t *testing.T) {
 		{"order-cancelled", `[]`, []FieldError{{"", "must be a JSON object"}}},
 		{"order-cancelled", `{"customer_name":`, []FieldError{{"", "is not valid JSON: "}}},
 		{"odd-keys", `{"a/b":"x","c~d":"y"}`, []FieldError{{"/a~1b", "got string, want integer"}, {"/c~0d", "got string, want integer"}}},
+		// Strings are visible text, one line unless the schema says
+		// otherwise (x-sekali-text), wherever they are.
+		{"texts", `{"name":"Ana\nMaria","address":"Jl. Melati 1\nJakarta","token":"\u3164\n","tags":["ok","\u3164"]}`, []FieldError{
+			{"/name", "must not contain control characters"},
+			{"/tags/1", "must contain at least one visible character"},
+		}},
+		{"texts", `{"name":"\u2800","address":"Jl. \u202eMelati"}`, []FieldError{
+			{"/address", "must not contain bidirectional control characters"},
+			{"/name", "must contain at least one visible character"},
+		}},
+		{"order-cancelled", `{"customer_name":"\u3164","refund":1,"currency":"IDR","cancelled_at":"2026-11-30T09:15:00Z"}`,
+			[]FieldError{{"/customer_name", "must contain at least one visible character"}}},
 	}
 	for _, tt := range tests {
 		err := tmpl.Validate(tt.name, json.RawMessage(tt.data))

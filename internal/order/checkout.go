@@ -4,13 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"golang.org/x/text/language"
 
 	"github.com/sekali-dev/sekali/internal/money"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // Limits on a checkout. MaxAmount is the largest integer a JSON client in
@@ -163,77 +162,11 @@ func (c Checkout) validate() (validCheckout, error) {
 }
 
 // checkText requires one line of visible text of at most maxRunes runes
-// (OneLineProblem).
+// (textrule.OneLine).
 func checkText(verr *ValidationError, pointer, s string, maxRunes int) {
-	if d := OneLineProblem(s, maxRunes); d != "" {
+	if d := textrule.OneLine(s, maxRunes); d != "" {
 		verr.add(pointer, "%s", d)
 	}
-}
-
-// OneLineProblem says what keeps s from being one line of visible text of
-// at most maxRunes runes, "" if nothing: it must be valid UTF-8, with no
-// control characters, no line or paragraph separators (U+2028, U+2029),
-// no bidirectional overrides or isolates (which make "Ana" read as
-// something else in a mail client or a terminal), and at least one
-// Visible character (a name of zero-width spaces only is empty). Every
-// one-line text field the API takes, a customer's or an operator's, is
-// held to it.
-func OneLineProblem(s string, maxRunes int) string { return TextProblem(s, maxRunes, true) }
-
-// TextProblem is OneLineProblem when oneLine is set. Otherwise s may run
-// over lines, as an operator's note does: the one difference is which
-// control characters it may hold, tab and line breaks (but not NUL,
-// which PostgreSQL refuses), and line and paragraph separators.
-func TextProblem(s string, maxRunes int, oneLine bool) string {
-	switch {
-	case s == "":
-		return "must not be empty"
-	case !utf8.ValidString(s):
-		return "must be valid UTF-8"
-	case utf8.RuneCountInString(s) > maxRunes:
-		return fmt.Sprintf("must be at most %d characters", maxRunes)
-	}
-	if d := controlProblem(s, oneLine); d != "" {
-		return d
-	}
-	switch {
-	case strings.ContainsFunc(s, BidiControl):
-		return "must not contain bidirectional control characters (U+202A to U+202E, U+2066 to U+2069, ...)"
-	case !strings.ContainsFunc(s, Visible):
-		return "must contain at least one visible character"
-	}
-	return ""
-}
-
-// controlProblem is TextProblem's test of control characters and line
-// separators, the part where one line and several differ.
-func controlProblem(s string, oneLine bool) string {
-	if oneLine {
-		switch {
-		case strings.ContainsFunc(s, unicode.IsControl):
-			return "must not contain control characters such as line breaks"
-		case strings.ContainsFunc(s, func(r rune) bool { return unicode.In(r, unicode.Zl, unicode.Zp) }):
-			return "must be one line: no line or paragraph separators (U+2028, U+2029)"
-		}
-		return ""
-	}
-	switch {
-	case strings.ContainsRune(s, 0):
-		return "must not contain NUL characters"
-	case strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' }):
-		return "must not contain control characters other than tabs and line breaks"
-	}
-	return ""
-}
-
-// BidiControl reports whether r is a bidirectional control character:
-// an embedding, override or isolate, or a mark such as U+200F.
-func BidiControl(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }
-
-// Visible reports whether r shows as something: a graphic character that
-// is neither a space nor a format character such as U+200B.
-func Visible(r rune) bool {
-	return unicode.IsGraphic(r) && !unicode.IsSpace(r) && !unicode.Is(unicode.Cf, r)
 }
 
 // canonicalLocale checks a BCP 47 language tag and returns its canonical

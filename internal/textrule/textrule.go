@@ -1,0 +1,159 @@
+// Package textrule holds the rules for text that people read: what a
+// customer's name, an item's name or a template's data may hold before
+// it reaches an e-mail, and what an operator's note or a key's name may
+// hold before it reaches the next operator's screen. It imports nothing
+// of the service, so every layer may use it.
+package textrule
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"golang.org/x/net/publicsuffix"
+)
+
+// OneLine says what keeps s from being one line of visible text of at
+// most maxRunes runes, "" if nothing: it must be valid UTF-8, with no
+// control characters, no line or paragraph separators (U+2028, U+2029),
+// no bidirectional overrides or isolates (which make "Ana" read as
+// something else in a mail client or a terminal), and at least one
+// Visible character (a name of zero-width spaces or Hangul fillers only
+// is empty). Every one-line text field the API takes, a customer's or an
+// operator's, is held to it.
+func OneLine(s string, maxRunes int) string { return Problem(s, maxRunes, true) }
+
+// Problem is OneLine when oneLine is set. Otherwise s may run over
+// lines, as an operator's note does: the one difference is which control
+// characters it may hold, tab and line breaks (but not NUL, which
+// PostgreSQL refuses), and line and paragraph separators.
+func Problem(s string, maxRunes int, oneLine bool) string {
+	switch {
+	case s == "":
+		return "must not be empty"
+	case !utf8.ValidString(s):
+		return "must be valid UTF-8"
+	case utf8.RuneCountInString(s) > maxRunes:
+		return fmt.Sprintf("must be at most %d characters", maxRunes)
+	}
+	if d := controlProblem(s, oneLine); d != "" {
+		return d
+	}
+	switch {
+	case strings.ContainsFunc(s, BidiControl):
+		return "must not contain bidirectional control characters (U+202A to U+202E, U+2066 to U+2069, ...)"
+	case !strings.ContainsFunc(s, Visible):
+		return "must contain at least one visible character"
+	}
+	return ""
+}
+
+// controlProblem is Problem's test of control characters and line
+// separators, the part where one line and several differ.
+func controlProblem(s string, oneLine bool) string {
+	if oneLine {
+		switch {
+		case strings.ContainsFunc(s, unicode.IsControl):
+			return "must not contain control characters such as line breaks"
+		case strings.ContainsFunc(s, func(r rune) bool { return unicode.In(r, unicode.Zl, unicode.Zp) }):
+			return "must be one line: no line or paragraph separators (U+2028, U+2029)"
+		}
+		return ""
+	}
+	switch {
+	case strings.ContainsRune(s, 0):
+		return "must not contain NUL characters"
+	case strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' }):
+		return "must not contain control characters other than tabs and line breaks"
+	}
+	return ""
+}
+
+// BidiControl reports whether r is a bidirectional control character:
+// an embedding, override or isolate, or a mark such as U+200F.
+func BidiControl(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }
+
+// Visible reports whether r shows as something on its own: a graphic
+// character that is not a space, not a format character such as U+200B,
+// not a character Unicode says to render as nothing (the Hangul fillers
+// U+3164 and U+FFA0, U+034F, variation selectors), not the blank Braille
+// pattern U+2800, and not a combining mark, which needs a character to
+// sit on.
+func Visible(r rune) bool {
+	return unicode.IsGraphic(r) && !unicode.IsSpace(r) && r != '\u2800' &&
+		!unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
+}
+
+// Link says what in s a mail client would show as a link, "" if
+// nothing: a URL with a scheme (https://..., or javascript:...), an
+// address starting with www., an e-mail address, or a host name whose
+// last label is a top-level domain (example.com, toko.co.id) or that a
+// path follows (evil.test/claim). Text the public can put into an e-mail
+// is held to it, so that a checkout cannot carry an advertisement; a
+// name such as "Dr. Ana" or "Teh.melati" is no link.
+func Link(s string) string {
+	for _, token := range strings.FieldsFunc(s, func(r rune) bool {
+		return unicode.IsSpace(r) || strings.ContainsRune(`"'()<>[]{},;|`+"`", r)
+	}) {
+		if linkToken(strings.ToLower(token)) {
+			return token
+		}
+	}
+	return ""
+}
+
+// linkToken reports whether a token of Link's, in lower case, is a link.
+func linkToken(t string) bool {
+	if i := strings.Index(t, ":"); i > 0 && scheme(t[:i]) && (strings.HasPrefix(t[i+1:], "//") || knownScheme(t[:i])) {
+		return true
+	}
+	if strings.HasPrefix(t, "www.") {
+		return true
+	}
+	if local, domain, ok := strings.Cut(t, "@"); ok && local != "" && strings.Contains(domain, ".") {
+		return true
+	}
+	host, rest := t, ""
+	if i := strings.IndexAny(t, "/:?#"); i >= 0 {
+		host, rest = t[:i], t[i:]
+	}
+	host = strings.TrimRight(host, ".!")
+	labels := strings.Split(host, ".")
+	if len(labels) < 2 {
+		return false
+	}
+	for _, l := range labels {
+		if l == "" || strings.ContainsFunc(l, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '-' }) {
+			return false
+		}
+	}
+	tld := labels[len(labels)-1]
+	if strings.ContainsFunc(tld, func(r rune) bool { return !unicode.IsLetter(r) }) || utf8.RuneCountInString(tld) < 2 {
+		return false // 1.5, v2.0, A.B
+	}
+	if rest != "" && rest != ":" {
+		return true // evil.test/claim, shop.local:8080
+	}
+	_, icann := publicsuffix.PublicSuffix(host)
+	return icann
+}
+
+// scheme reports whether s is a URL scheme's syntax (RFC 3986 §3.1).
+func scheme(s string) bool {
+	for i, r := range s {
+		if !(r >= 'a' && r <= 'z' || i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// knownScheme is a scheme a mail client links without "//".
+func knownScheme(s string) bool {
+	switch s {
+	case "mailto", "tel", "sms", "javascript", "data", "magnet", "whatsapp", "tg":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,87 @@
+package textrule_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/sekali-dev/sekali/internal/textrule"
+)
+
+func TestOneLine(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in   string
+		want string // part of the problem, "" for none
+	}{
+		{"Ana Maria", ""},
+		{"Thị Ánh", ""},
+		{"王小明", ""},
+		{"José\u0301", ""}, // a combining mark on a letter is fine
+		{"", "must not be empty"},
+		{"Ana\nMaria", "control characters"},
+		{"Ana\u2028Maria", "one line"},
+		{"Ana\u202eairaM", "bidirectional"},
+		{"\u200b\u200b", "visible"},
+		{"\u3164", "visible"},              // HANGUL FILLER
+		{"\u3164\u3164 \uffa0", "visible"}, // and its half-width form
+		{"\u2800\u2800", "visible"},        // BRAILLE PATTERN BLANK
+		{"\u115f\u1160", "visible"},        // HANGUL CHOSEONG and JUNGSEONG FILLER
+		{"\u034f\ufe0f", "visible"},        // COMBINING GRAPHEME JOINER, VARIATION SELECTOR-16
+		{"\u0301\u0301", "visible"},        // combining marks with nothing to sit on
+		{"\xff", "UTF-8"},
+		{strings.Repeat("a", 11), "at most 10"},
+	} {
+		got := textrule.OneLine(tt.in, 10)
+		if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
+			t.Errorf("OneLine(%+q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestProblemOverLines(t *testing.T) {
+	t.Parallel()
+	if got := textrule.Problem("line one\r\n\tline two", 100, false); got != "" {
+		t.Errorf("a note over lines: %q", got)
+	}
+	for in, want := range map[string]string{"a\x00b": "NUL", "a\x07b": "control", "\n\t": "visible", "a\u2066b": "bidirectional"} {
+		if got := textrule.Problem(in, 100, false); !strings.Contains(got, want) {
+			t.Errorf("Problem(%+q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// Link finds what a mail client would make a link of, and leaves the
+// names people and teas have alone.
+func TestLink(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in   string
+		want string // the link found, "" for none
+	}{
+		{"WIN A PRIZE: visit http://evil.test/claim now", "http://evil.test/claim"},
+		{"HTTPS://EVIL.TEST", "HTTPS://EVIL.TEST"},
+		{"go to www.evil.test", "www.evil.test"},
+		{"evil.test/claim", "evil.test/claim"},
+		{"(shop.local:8080)", "shop.local:8080"},
+		{"buy at toko.co.id!", "toko.co.id!"},
+		{"example.com.", "example.com."},
+		{"mail prize@evil.test", "prize@evil.test"},
+		{"javascript:alert(1)", "javascript:alert"},
+		{"tel:+6281234", "tel:+6281234"},
+		{"bücher.de", "bücher.de"},
+		{"Ana Maria", ""},
+		{"Dr. Ana", ""},
+		{"Teh.melati", ""},
+		{"A.B. Tea", ""},
+		{"Sepatu v2.0", ""},
+		{"Kopi 1.5 kg", ""},
+		{"Re: order 12", ""},
+		{"at 10:30", ""},
+		{"1/2 kg", ""},
+		{"Ana @ home", ""},
+	} {
+		if got := textrule.Link(tt.in); got != tt.want {
+			t.Errorf("Link(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
