@@ -96,6 +96,8 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec, tracer trace.Tr
 				ri.id = newRequestID()
 			}
 			w.Header().Set("X-Request-Id", ri.id)
+			// No answer of ours is anything but what its Content-Type says.
+			w.Header().Set("X-Content-Type-Options", "nosniff")
 			ctx := tracing.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 			ctx, span := tracer.Start(ctx, methodLabel(r.Method), trace.WithSpanKind(trace.SpanKindServer),
 				trace.WithAttributes(attribute.String("http.request.method", methodLabel(r.Method)), attribute.String("sekali.request_id", ri.id)))

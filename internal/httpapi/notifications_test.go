@@ -193,3 +193,29 @@ func TestGalleryShowsEveryTemplateInEveryLanguage(t *testing.T) {
 		t.Error("a frame without sandbox, or a script, in the gallery")
 	}
 }
+
+// Every HTML answer — the gallery, a preview's body — carries a policy
+// that lets no script run and no page frame it, and every answer says
+// nosniff, so that a browser takes none of them for what it is not.
+func TestHTMLAnswersLetNoScriptRun(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	for _, path := range []string{"/templates", "/v1/templates/order-confirmation/preview?format=html", "/v1/templates/order-confirmation/preview?format=text", "/v1/templates", "/nope"} {
+		res := s.do(t, http.MethodGet, path, "", nil, nil)
+		if got := res.header.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s: X-Content-Type-Options %q", path, got)
+		}
+		if !strings.HasPrefix(res.header.Get("Content-Type"), "text/html") {
+			continue
+		}
+		csp := res.header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'none'", "frame-ancestors 'none'", "form-action 'none'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s: Content-Security-Policy %q lacks %s", path, csp, want)
+			}
+		}
+		if strings.Contains(csp, "script-src") {
+			t.Errorf("%s: Content-Security-Policy %q names scripts", path, csp)
+		}
+	}
+}

@@ -69,6 +69,9 @@ func handlePreviewTemplate(templates *notify.Templates) http.Handler {
 		switch format {
 		case "html":
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			// The e-mail's own HTML, as a mail client shows it: its
+			// styles and images, no script, no form, no frame around it.
+			w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data: https:; form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
 			_, _ = w.Write([]byte(out.HTML))
 		case "text":
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -165,7 +168,7 @@ func handleGallery(templates *notify.Templates) http.Handler {
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		// The frames render the templates' own HTML; nothing else may run.
-		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data: https:; frame-src 'self'")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data: https:; frame-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
 		if err := galleryPage.Execute(w, page); err != nil {
 			setLogError(r.Context(), err)
 		}
