@@ -17,7 +17,7 @@ test: preflight ## run every test against the real PostgreSQL, Redis, Mailpit an
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
 
-fuzz: ## fuzz the checkout decoder and validator and the Idempotency-Key parser, FUZZTIME each (default 2m)
+fuzz: ## fuzz the checkout decoder and validator, the Idempotency-Key parser and the strict JSON parser, FUZZTIME each (default 2m)
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckoutBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzIdempotencyKey$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzJSONBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi

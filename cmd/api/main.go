@@ -34,6 +34,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/quota"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/tracing"
 	"github.com/sekali-dev/sekali/internal/webhooks"
@@ -64,6 +65,11 @@ type config struct {
 	Webhooks        webhooks.Settings
 	MaxInFlight     int
 	BodyTimeout     time.Duration
+	// PublicCheckout is CHECKOUT_MODE=public: POST /v1/orders without an
+	// API key too, held to PublicRules and counted against PublicQuota.
+	PublicCheckout bool
+	PublicRules    order.PublicRules
+	PublicQuota    quota.Limits
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -84,6 +90,13 @@ func loadConfig(getenv func(string) string) (config, error) {
 			Public:  httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_PUBLIC", 50, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_PUBLIC_BURST", 100, 1, 1_000_000)},
 			Backend: httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_BACKEND", 500, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_BACKEND_BURST", 1000, 1, 1_000_000)},
 		},
+	}
+	cfg.PublicCheckout = env.OneOf("CHECKOUT_MODE", "keyed", "keyed", "public") == "public"
+	cfg.PublicRules.FreeOrders = env.OneOf("PUBLIC_CHECKOUT_FREE_ORDERS", "false", "true", "false") == "true"
+	cfg.PublicQuota = quota.Limits{
+		PerRecipient: env.Int("PUBLIC_CHECKOUT_PER_RECIPIENT", 5, 0, 1_000_000),
+		PerDomain:    env.Int("PUBLIC_CHECKOUT_PER_DOMAIN", 300, 0, 100_000_000),
+		All:          env.Int("PUBLIC_CHECKOUT_PER_HOUR", 3000, 0, 100_000_000),
 	}
 	for _, cidr := range strings.Split(env.String("TRUSTED_PROXIES", ""), ",") {
 		if cidr = strings.TrimSpace(cidr); cidr == "" {
@@ -122,7 +135,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case len(args) == 3 && args[0] == "templates" && args[1] == "check":
 		return checkTemplates(args[2], getenv, stdout)
 	default:
-		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck|keys create --name NAME --scopes orders:read,orders:write|templates check DIR]")
+		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck|keys create --name NAME --scopes checkout,orders:read,...|templates check DIR]")
 		return fmt.Errorf("unexpected arguments %q", args)
 	}
 
@@ -183,6 +196,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer ops.Close()
 	enqueuer := notify.NewEnqueuer(queue, cfg.Queue, log, reg)
 	orders := order.NewService(pool, enqueuer, templates, cfg.IdempotencyTTL, reg)
+	if cfg.PublicCheckout {
+		rules := cfg.PublicRules
+		rules.Quota = quota.NewHourly(rdb, cfg.PublicQuota, cfg.Queue, log, reg)
+		orders.Public = &rules
+		log.Warn("CHECKOUT_MODE=public: POST /v1/orders takes checkouts without an API key (docs/security.md)",
+			"quota", cfg.PublicQuota.String(), "free_orders", rules.FreeOrders)
+	}
 	keys := apikey.NewService(pool)
 	checks := []httpapi.Check{
 		{Name: "postgres", Ping: pool.Ping},
@@ -198,7 +218,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
-			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Hooks(operator), MaxInFlight: cfg.MaxInFlight,
+			Keys: keys, PublicCheckout: cfg.PublicCheckout, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Hooks(operator), MaxInFlight: cfg.MaxInFlight,
 			BodyTimeout: cfg.BodyTimeout,
 			Tracer:      tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
 			Admin:       httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys},

@@ -11,8 +11,73 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
+
+// sock is a checkout of one pair of socks for name at email.
+func sock(email, name string) string {
+	return `{"customer_email":"` + email + `","customer_name":"` + name + `","currency":"USD","items":[{"sku":"S","name":"Sock","quantity":1,"unit_price":500}]}`
+}
+
+// checkout posts body to base's checkout, with the API key if one is
+// given, and returns the status.
+func checkout(t *testing.T, base, key, body string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/orders", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
+// CHECKOUT_MODE=public takes checkouts without a key, held to the public
+// rules and to the hourly caps, counted in Redis.
+func TestRunTakesPublicCheckouts(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	rd := testenv.NewRedis(t)
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	api := testenv.StartRun(t, run, map[string]string{
+		"DATABASE_URL": db.URL, "REDIS_URL": rd.URL, "HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": metricsAddr, "DELIVERY_QUEUE": rd.Queue,
+		"CHECKOUT_MODE": "public", "PUBLIC_CHECKOUT_PER_RECIPIENT": "1",
+	})
+	base := "http://" + api.WaitLog(t, "api listening", "addr", 30*time.Second)
+	for _, tt := range []struct {
+		body   string
+		status int
+	}{
+		{sock("ana@example.com", "Ana"), http.StatusCreated},
+		{sock("ana@example.com", "Ana"), http.StatusTooManyRequests}, // one confirmation an hour to her
+		{sock("budi@example.com", "Budi, see https://evil.test"), http.StatusUnprocessableEntity},
+		{strings.Replace(sock("budi@example.com", "Budi"), `"unit_price":500`, `"unit_price":0`, 1), http.StatusUnprocessableEntity},
+		{sock("budi@example.com", "Budi"), http.StatusCreated},
+	} {
+		if got := checkout(t, base, "", tt.body); got != tt.status {
+			t.Errorf("%s: %d, want %d", tt.body, got, tt.status)
+		}
+	}
+	res, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	for _, m := range []string{`sekali_public_checkouts_total{result="admitted"} 2`, `sekali_public_checkouts_total{result="recipient"} 1`} {
+		if !strings.Contains(string(metrics), m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+	if err := api.Stop(t, 20*time.Second); err != nil {
+		t.Errorf("run after cancel = %v, want nil", err)
+	}
+}
 
 func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 	t.Parallel()
@@ -42,12 +107,17 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 		t.Fatalf("readyz: %v %v", res, err)
 	}
 	res.Body.Close()
-	res, err = http.Post(base+"/v1/orders", "application/json", strings.NewReader(
-		`{"customer_email":"budi@example.com","customer_name":"Budi","currency":"USD","items":[{"sku":"S","name":"Sock","quantity":1,"unit_price":500}]}`))
-	if err != nil || res.StatusCode != http.StatusCreated {
-		t.Fatalf("checkout: %v %v", res, err)
+	// By default a checkout needs the shop's server's key.
+	if status := checkout(t, base, "", sock("budi@example.com", "Budi")); status != http.StatusUnauthorized {
+		t.Errorf("a checkout without an API key = %d, want 401", status)
 	}
-	res.Body.Close()
+	_, key, err := apikey.NewService(db.Pool).Create(context.Background(), "checkout server", []apikey.Scope{apikey.ScopeCheckout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status := checkout(t, base, key, sock("budi@example.com", "Budi")); status != http.StatusCreated {
+		t.Fatalf("a keyed checkout = %d", status)
+	}
 	// /metrics is on METRICS_ADDR only, never on the public listener.
 	res, err = http.Get(base + "/metrics")
 	if err != nil || res.StatusCode != http.StatusNotFound {

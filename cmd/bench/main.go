@@ -339,7 +339,7 @@ func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok := b.checkout(dep.apiURL)
+			ok := b.checkout(dep)
 			lat := time.Since(at)
 			mu.Lock()
 			defer mu.Unlock()
@@ -447,12 +447,15 @@ func (b *bench) profile(ctx context.Context, dep *deployment, rate float64, d ti
 	}
 }
 
-func (b *bench) checkout(apiURL string) bool {
+func (b *bench) checkout(d *deployment) bool {
 	n := b.seq.Add(1)
 	body := `{"customer_email":"b` + strconv.FormatInt(n, 10) + `@example.com","customer_name":"Bench","currency":"IDR",` +
 		`"items":[{"sku":"TEA-01","name":"Teh melati","quantity":2,"unit_price":4500000},{"sku":"CUP-02","name":"Cangkir","quantity":1,"unit_price":12500050}]}`
-	req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, d.apiURL+"/v1/orders", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	if d.apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+d.apiKey)
+	}
 	if b.o.keys {
 		req.Header.Set("Idempotency-Key", "bench-"+strconv.FormatInt(n, 10))
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
 
@@ -80,8 +81,9 @@ type deployment struct {
 	sink     *smtpsink.Server
 	procs    []*proc
 	apiURL   string
-	redisPid int // 0: the pipeline has no Redis
-	offers   int // rates offered so far
+	apiKey   string // the shop's server's key, sent with every checkout; "" for none
+	redisPid int    // 0: the pipeline has no Redis
+	offers   int    // rates offered so far
 	cleanup  []func()
 }
 
@@ -159,6 +161,11 @@ func (b *bench) startSekali(ctx context.Context, d *deployment, dbURL string) er
 		return err
 	}
 	d.apiURL = "http://" + addr
+	// Checkouts come from the shop's server, with its key (the API has
+	// migrated the schema by now).
+	if _, d.apiKey, err = apikey.NewService(d.pool).Create(ctx, "bench", []apikey.Scope{apikey.ScopeCheckout}); err != nil {
+		return err
+	}
 	for i := 0; i < b.o.workers; i++ {
 		if _, err := b.startProc(ctx, d, "worker", "worker", bin("worker"), with(common, map[string]string{
 			"DATABASE_URL": withParam(dbURL, "pool_max_conns", strconv.Itoa(b.o.concurrency)), "METRICS_ADDR": "127.0.0.1:0",

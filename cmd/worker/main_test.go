@@ -67,7 +67,7 @@ func (w *world) checkout(t *testing.T, email string) notify.Delivery {
 	o, _, err := w.orders.Place(context.Background(), order.Checkout{
 		CustomerEmail: email, CustomerName: "Sari", Currency: "USD",
 		Items: []order.CheckoutItem{{SKU: "MUG", Name: "Mug", Quantity: 1, UnitPrice: &price}},
-	}, "")
+	}, order.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,16 +30,20 @@ import (
 type Scope string
 
 const (
+	// ScopeCheckout places orders (POST /v1/orders), and nothing else: the
+	// key of a shop's checkout server.
+	ScopeCheckout Scope = "checkout"
 	// ScopeOrdersRead reads orders and their notifications.
 	ScopeOrdersRead Scope = "orders:read"
-	// ScopeOrdersWrite records shipments (and so sends their e-mails).
+	// ScopeOrdersWrite places orders and records shipments (and so sends
+	// their e-mails).
 	ScopeOrdersWrite Scope = "orders:write"
 	// ScopeNotificationsWrite triggers any template for an order.
 	ScopeNotificationsWrite Scope = "notifications:write"
 )
 
 // Scopes lists every scope, in order.
-var Scopes = []Scope{ScopeOrdersRead, ScopeOrdersWrite, ScopeNotificationsWrite}
+var Scopes = []Scope{ScopeCheckout, ScopeOrdersRead, ScopeOrdersWrite, ScopeNotificationsWrite}
 
 // Prefix starts every key, so that a leaked one is recognizable (secret
 // scanners look for such prefixes).

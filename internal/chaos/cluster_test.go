@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -86,7 +87,7 @@ type cluster struct {
 	resend     *resendtest.Server
 	smtpEnv    []string // the workers' SMTP_* (or PROVIDER and its) settings
 	recEnv     []string // the reconciler's provider settings
-	backendKey string   // the shop's backend's API key, made by ship
+	backendKey string   // the shop's backend's API key (orders:write: checkouts and shipments)
 	lookupURL  string
 	apiURL     string
 	api        *testenv.Process
@@ -107,11 +108,22 @@ func newCluster(t testing.TB, sinkCfg smtpsink.Config) *cluster {
 	return newClusterOn(t, testenv.NewDB(t), sinkCfg)
 }
 
+// backendKey makes the API key the shop's backend checks out and ships
+// with, as an operator would.
+func backendKey(t testing.TB, db testenv.DB) string {
+	t.Helper()
+	_, key, err := apikey.NewService(db.Pool).Create(context.Background(), "chaos backend", []apikey.Scope{apikey.ScopeOrdersWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
 // newClusterOn is newCluster on a given database, such as one on a
 // PostgreSQL server of the test's own.
 func newClusterOn(t testing.TB, db testenv.DB, sinkCfg smtpsink.Config) *cluster {
 	t.Helper()
-	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t)}
+	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t), backendKey: backendKey(t, db)}
 	c.redisURL = c.redis.URL
 	sink, err := smtpsink.Start(sinkCfg)
 	if err != nil {
@@ -132,7 +144,8 @@ func newClusterOn(t testing.TB, db testenv.DB, sinkCfg smtpsink.Config) *cluster
 func newMailpitCluster(t *testing.T, opts testenv.MailpitOptions) *cluster {
 	t.Helper()
 	mp := testenv.StartMailpit(t, opts)
-	c := &cluster{t: t, db: testenv.NewDB(t), redis: testenv.NewRedisServer(t), mailpit: mp, lookupURL: mp.URL}
+	db := testenv.NewDB(t)
+	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t), mailpit: mp, lookupURL: mp.URL, backendKey: backendKey(t, db)}
 	c.redisURL = c.redis.URL
 	c.smtpEnv = []string{"SMTP_HOST", mp.Host, "SMTP_PORT", strconv.Itoa(mp.Port), "SMTP_TLS", "none"}
 	if opts.TLS {
@@ -247,6 +260,7 @@ func (c *cluster) checkout(email, idempotencyKey string) (int, placed, error) {
 		return 0, placed{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+c.backendKey)
 	if idempotencyKey != "" {
 		req.Header.Set("Idempotency-Key", idempotencyKey)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/emersion/go-smtp"
 	"github.com/google/uuid"
 
-	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -221,13 +220,6 @@ func (c *cluster) providerHealth() (p struct {
 // and returns the HTTP status and the notification.
 func (c *cluster) ship(orderID uuid.UUID) (int, uuid.UUID) {
 	c.t.Helper()
-	if c.backendKey == "" {
-		_, key, err := apikey.NewService(c.db.Pool).Create(context.Background(), "chaos backend", []apikey.Scope{apikey.ScopeOrdersWrite})
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		c.backendKey = key
-	}
 	req, _ := http.NewRequest(http.MethodPost, c.apiURL+"/v1/orders/"+orderID.String()+"/shipments",
 		strings.NewReader(`{"carrier":"JNE","tracking_number":"JNE-`+orderID.String()[:8]+`"}`))
 	req.Header.Set("Content-Type", "application/json")

@@ -28,7 +28,8 @@ func newResendCluster(t *testing.T) *cluster {
 	t.Helper()
 	rs := resendtest.NewServer()
 	t.Cleanup(rs.Close)
-	c := &cluster{t: t, db: testenv.NewDB(t), redis: testenv.NewRedisServer(t), resend: rs}
+	db := testenv.NewDB(t)
+	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t), resend: rs, backendKey: backendKey(t, db)}
 	c.redisURL = c.redis.URL
 	c.smtpEnv = []string{"PROVIDER", "resend", "RESEND_API_KEY", rs.APIKey, "RESEND_BASE_URL", rs.URL, "PROVIDER_TIMEOUT", "2s"}
 	c.recEnv = []string{"PROVIDER", "resend", "MAIL_LOOKUP_URL", ""}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -49,9 +50,16 @@ func TestBinariesAgainstMailpit(t *testing.T) {
 		t.Fatalf("reconciler started with lookup=%s, want true: MAIL_LOOKUP_API=auto did not recognise Mailpit", got)
 	}
 
-	res, err := http.Post(apiURL+"/v1/orders", "application/json", strings.NewReader(
+	_, backendKey, err := apikey.NewService(db.Pool).Create(ctx, "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(
 		`{"customer_email":"Ana.Maria@Example.com","customer_name":"Ana Maria","currency":"IDR","locale":"en",`+
 			`"items":[{"sku":"S","name":"Sambal","quantity":2,"unit_price":2500050}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+backendKey)
+	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -105,7 +106,12 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	api := newComponent(httpapi.LogHandler)
 	enq := notify.NewEnqueuer(client, rd.Queue, api.log, api.reg)
 	orders := order.NewService(db.Pool, enq, templates, time.Hour, api.reg)
-	apiSrv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Log: api.log, Orders: orders, Templates: templates,
+	keys := apikey.NewService(db.Pool)
+	_, backendKey, err := keys.Create(ctx, "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiSrv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Log: api.log, Orders: orders, Templates: templates, Keys: keys,
 		Registry: api.reg, Admin: httpapi.Admin{Ops: notify.NewOperator(db.Pool, enq, inspector, rdb)}}))
 	t.Cleanup(apiSrv.Close)
 
@@ -144,6 +150,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, apiSrv.URL+"/v1/orders", strings.NewReader(
 			`{"customer_email":"`+email+`","customer_name":"Rina","currency":"IDR","items":[{"sku":"S","name":"Sambal","quantity":1,"unit_price":2500000}]}`))
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+backendKey)
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
 		}
@@ -301,7 +308,7 @@ func checkoutWithoutTask(t *testing.T, ctx context.Context, db testenv.DB, email
 	svc := order.NewService(db.Pool, notify.NewEnqueuer(dead, "none", slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
 	o, _, err := svc.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "IDR",
-		Items: []order.CheckoutItem{{SKU: "S", Name: "S", Quantity: 1, UnitPrice: &price}}}, "")
+		Items: []order.CheckoutItem{{SKU: "S", Name: "S", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

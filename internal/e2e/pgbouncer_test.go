@@ -13,6 +13,7 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -62,11 +63,16 @@ func TestBinariesThroughPgBouncer(t *testing.T) {
 		"RECONCILE_INTERVAL", "200ms", "PENDING_REENQUEUE_AFTER", "1s", "MAIL_LOOKUP_URL", lookup.URL))
 	rec.WaitLog(t, "reconciler started", "actor", 60*time.Second)
 
+	_, backendKey, err := apikey.NewService(db.Pool).Create(context.Background(), "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
+	if err != nil {
+		t.Fatal(err)
+	}
 	checkout := func(email, key string) (order.Order, http.Header) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(
 			`{"customer_email":"`+email+`","customer_name":"Rina","currency":"IDR","items":[{"sku":"S","name":"Sambal","quantity":1,"unit_price":2500000}]}`))
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+backendKey)
 		req.Header.Set("Idempotency-Key", key)
 		res, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
@@ -13,10 +14,12 @@ import (
 
 // The trust model (docs/security.md), as the routes enforce it:
 //
-//	public              POST /v1/orders, GET /v1/templates..., /openapi.yaml, /healthz, /readyz
-//	                    (rate-limited per client address)
-//	the shop's backend  an API key with a scope: orders:write (shipments),
-//	                    notifications:write (any template), orders:read (read an order)
+//	public              GET /v1/templates..., /openapi.yaml, /healthz, /readyz
+//	                    (rate-limited per client address); POST /v1/orders too
+//	                    in public mode (CHECKOUT_MODE=public), under PublicRules
+//	the shop's backend  an API key with a scope: checkout or orders:write (place
+//	                    an order), orders:write (shipments), notifications:write
+//	                    (any template), orders:read (read an order)
 //	the order's holder  the access token the checkout answered with: read that one order
 //	operators           /admin/v1, Authorization: Bearer $ADMIN_TOKEN
 //	never public        /metrics (on METRICS_ADDR), pprof (PPROF_ADDR)
@@ -48,11 +51,16 @@ func deny(w http.ResponseWriter, r *http.Request, realm, detail string) {
 	writeProblem(w, r, problem{Type: typeUnauthorized, Status: http.StatusUnauthorized, Detail: detail})
 }
 
-// forbid answers 403: valid credentials that may not do this.
-func forbid(w http.ResponseWriter, r *http.Request, scope apikey.Scope) {
-	w.Header().Set("WWW-Authenticate", `Bearer realm="sekali", error="insufficient_scope", scope="`+string(scope)+`"`)
+// forbid answers 403: valid credentials that may not do this, for want
+// of one of scopes.
+func forbid(w http.ResponseWriter, r *http.Request, scopes []apikey.Scope) {
+	names := make([]string, len(scopes))
+	for i, s := range scopes {
+		names[i] = string(s)
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="sekali", error="insufficient_scope", scope="`+strings.Join(names, " ")+`"`)
 	writeProblem(w, r, problem{Type: typeForbidden, Status: http.StatusForbidden,
-		Detail: "This API key does not have the " + string(scope) + " scope; create one that has (POST /admin/v1/api-keys)."})
+		Detail: "This API key does not have the " + strings.Join(names, " or the ") + " scope; create one that has (POST /admin/v1/api-keys)."})
 }
 
 type keyCtx struct{}
@@ -63,9 +71,9 @@ func keyFrom(ctx context.Context) (apikey.Key, bool) {
 	return k, ok
 }
 
-// authenticate checks the request's API key and that it carries scope;
-// it reports false after answering 401, 403 or 500.
-func authenticate(w http.ResponseWriter, r *http.Request, keys keyChecker, scope apikey.Scope) (*http.Request, bool) {
+// authenticate checks the request's API key and that it carries one of
+// scopes; it reports false after answering 401, 403 or 500.
+func authenticate(w http.ResponseWriter, r *http.Request, keys keyChecker, scopes ...apikey.Scope) (*http.Request, bool) {
 	token := bearer(r)
 	if token == "" {
 		deny(w, r, "sekali", "Send Authorization: Bearer <API key> (create one with POST /admin/v1/api-keys).")
@@ -81,19 +89,19 @@ func authenticate(w http.ResponseWriter, r *http.Request, keys keyChecker, scope
 		return r, false
 	}
 	addLogAttrs(r.Context(), slog.String("api_key", k.Prefix))
-	if !k.Has(scope) {
-		forbid(w, r, scope)
+	if !slices.ContainsFunc(scopes, k.Has) {
+		forbid(w, r, scopes)
 		return r, false
 	}
 	return r.WithContext(context.WithValue(r.Context(), keyCtx{}, k)), true
 }
 
 // requireKey lets a request through only with a live API key that has
-// scope.
-func requireKey(keys keyChecker, scope apikey.Scope) func(http.Handler) http.Handler {
+// one of scopes.
+func requireKey(keys keyChecker, scopes ...apikey.Scope) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r, ok := authenticate(w, r, keys, scope); ok {
+			if r, ok := authenticate(w, r, keys, scopes...); ok {
 				next.ServeHTTP(w, r)
 			}
 		})

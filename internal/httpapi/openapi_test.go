@@ -1,9 +1,13 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -183,7 +187,7 @@ func (c *contract) check(method, path string, res response) {
 // the document, and every documented operation is among them.
 func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	t.Parallel()
-	s, secret := hookStack(t)
+	s, secret := hookStack(t, setupOpts{bodyTimeout: 2 * time.Second})
 	c := newContract(t, s)
 	ctx := context.Background()
 	jsonCT := "application/json"
@@ -229,6 +233,13 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(422, "POST", "/v1/orders", jsonCT, strings.Replace(validCheckout, `"IDR"`, `"idr"`, 1), nil)
 	c.do(422, "POST", "/v1/orders", jsonCT, `{}`, nil)
 	c.inFlight(ctx)
+	c.do(401, "POST", "/v1/orders", jsonCT, validCheckout, map[string]string{"Authorization": ""})
+	_, reader, err := s.keys.Create(ctx, "contract reader", []apikey.Scope{apikey.ScopeOrdersRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.do(403, "POST", "/v1/orders", jsonCT, validCheckout, map[string]string{"Authorization": "Bearer " + reader})
+	c.slowBody("/v1/orders")
 
 	var o order.Order
 	first.decode(t, &o)
@@ -424,6 +435,33 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	}
 }
 
+// slowBody sends a body that never arrives: the answer is 408.
+func (c *contract) slowBody(path string) {
+	c.t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(c.s.url, "http://"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: sekali\r\nAuthorization: Bearer %s\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{", path, c.s.backendKey); err != nil {
+		c.t.Fatal(err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if res.StatusCode != http.StatusRequestTimeout {
+		c.t.Errorf("POST %s with a body that never arrives = %d %s, want 408", path, res.StatusCode, body)
+	}
+	c.check(http.MethodPost, path, response{status: res.StatusCode, header: res.Header, body: body})
+}
+
 // inFlight sends a checkout while another request holds its key, the way
 // the checkout itself holds it: the answer is 409.
 func (c *contract) inFlight(ctx context.Context) {
@@ -433,7 +471,7 @@ func (c *contract) inFlight(ctx context.Context) {
 		c.t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(385697, hashtext('POST /v1/orders' || ' ' || 'contract-busy-key'))"); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(385697, hashtext('POST /v1/orders key:' || $1 || ' ' || 'contract-busy-key'))", c.s.backendKeyID.String()); err != nil {
 		c.t.Fatal(err)
 	}
 	c.do(409, "POST", "/v1/orders", "application/json", validCheckout, map[string]string{"Idempotency-Key": "contract-busy-key"})

@@ -34,9 +34,16 @@ type checkoutItemRequest struct {
 	UnitPrice *int64 `json:"unit_price"`
 }
 
+// handleCreateOrder records a checkout: from the shop's server with an
+// API key, or, in public mode, from anyone (routes.go decides who gets
+// here; order.PublicRules what an anonymous checkout may ask).
 func handleCreateOrder(orders *order.Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		caller := callerOf(r)
 		key, p := idempotencyKeyOf(r)
+		if p == nil && key != "" && caller.Anonymous() {
+			p = anonymousKeyProblem(key)
+		}
 		if p != nil {
 			writeProblem(w, r, *p)
 			return
@@ -46,7 +53,7 @@ func handleCreateOrder(orders *order.Service) http.Handler {
 			writeProblem(w, r, *p)
 			return
 		}
-		o, replayed, err := orders.Place(r.Context(), c, key)
+		o, replayed, err := orders.Place(r.Context(), c, caller, key)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -137,7 +144,7 @@ func handleCreateNotification(orders *order.Service) http.Handler {
 		}
 		n, created, replayed, err := orders.Notify(r.Context(), id, order.Trigger{
 			Template: req.Template, Data: req.Data, EventID: req.EventID, Recipient: req.Recipient,
-		}, key)
+		}, callerOf(r), key)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -199,6 +206,26 @@ func idempotencyKeyOf(r *http.Request) (string, *problem) {
 		}
 	}
 	return k, nil
+}
+
+// callerOf is who sent r, as far as the order package cares: its API key,
+// or nobody.
+func callerOf(r *http.Request) order.Caller {
+	k, _ := keyFrom(r.Context())
+	return order.Caller{Key: k.ID}
+}
+
+// anonymousKeyProblem refuses an anonymous caller's Idempotency-Key that
+// is not a random UUID. The anonymous callers share one space of keys,
+// and a key's replay answers with the order's access token: a key
+// someone else could guess (order-12, a timestamp) would open the order
+// to them. A version 4 UUID has 122 random bits, a version 7 at least 74.
+func anonymousKeyProblem(key string) *problem {
+	if id, err := uuid.Parse(key); err == nil && len(key) == 36 && (id.Version() == 4 || id.Version() == 7) {
+		return nil
+	}
+	return &problem{Type: typeInvalidKey, Status: http.StatusBadRequest, Title: "Invalid Idempotency-Key header",
+		Detail: "A checkout without an API key must use a random UUID (version 4 or 7) as its Idempotency-Key, such as crypto.randomUUID() makes."}
 }
 
 // decodeCheckout reads a JSON checkout, refusing what is not JSON, too

@@ -332,7 +332,7 @@ func TestIdempotencyKeyInFlightIs409(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(385697, hashtext('POST /v1/orders' || ' ' || 'busy-key'))"); err != nil {
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(385697, hashtext('POST /v1/orders key:' || $1 || ' ' || 'busy-key'))", s.backendKeyID.String()); err != nil {
 		t.Fatal(err)
 	}
 	res := s.postOrder(t, validCheckout, map[string]string{"Idempotency-Key": "busy-key"})

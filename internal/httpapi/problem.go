@@ -75,6 +75,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 // a 500 whose cause goes into the request's log line, not to the client.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var verr *order.ValidationError
+	var quota *order.QuotaError
 	switch {
 	case errors.As(err, &verr):
 		writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
@@ -92,6 +93,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, notify.ErrWrongState):
 		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Not possible in the delivery's current state",
 			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; a sent delivery is never sent again."})
+	case errors.As(err, &quota):
+		tooMany(w, r, quota.RetryAfter, quotaReason[quota.Limit])
 	case errors.Is(err, order.ErrRequestInFlight):
 		writeProblem(w, r, problem{Type: typeKeyInFlight, Status: http.StatusConflict,
 			Title:  "A request with this Idempotency-Key is in progress",
@@ -105,6 +108,14 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, problem{Type: typeInternal, Status: http.StatusInternalServerError,
 			Detail: "The request failed on our side; its log line carries this request_id. A checkout retried with the same Idempotency-Key never creates a second order."})
 	}
+}
+
+// quotaReason says which of the public checkout's hourly caps a
+// QuotaError's Limit is.
+var quotaReason = map[string]string{
+	"recipient": "This address has had as many order confirmations this hour as a checkout without an API key may send it",
+	"domain":    "The addresses of this domain have had as many order confirmations this hour as checkouts without an API key may send them",
+	"all":       "Checkouts without an API key have sent as many order confirmations this hour as this shop allows",
 }
 
 // writeJSON sends v with the given status.

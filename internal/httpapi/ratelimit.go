@@ -194,7 +194,8 @@ func tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration, why str
 
 // clientAddr is the request's client: the connection's peer, or, when
 // that peer is a trusted proxy, the last address in X-Forwarded-For that
-// is not one.
+// is not one. An IPv6 client is its /64: one host is usually given a
+// whole /64, and could otherwise take a fresh address per request.
 func clientAddr(trusted []netip.Prefix) func(*http.Request) string {
 	isTrusted := func(a netip.Addr) bool {
 		for _, p := range trusted {
@@ -215,7 +216,7 @@ func clientAddr(trusted []netip.Prefix) func(*http.Request) string {
 		}
 		peer = peer.Unmap()
 		if !isTrusted(peer) {
-			return peer.String()
+			return clientOf(peer)
 		}
 		hops := strings.Split(strings.Join(r.Header.Values("X-Forwarded-For"), ","), ",")
 		for i := len(hops) - 1; i >= 0; i-- {
@@ -224,11 +225,20 @@ func clientAddr(trusted []netip.Prefix) func(*http.Request) string {
 				break // a forged or broken entry: trust nothing before it
 			}
 			if a = a.Unmap(); !isTrusted(a) {
-				return a.String()
+				return clientOf(a)
 			}
 		}
-		return peer.String()
+		return clientOf(peer)
 	}
+}
+
+// clientOf names the client at a: an IPv4 address itself, an IPv6
+// address by its /64.
+func clientOf(a netip.Addr) string {
+	if a.Is4() {
+		return a.String()
+	}
+	return netip.PrefixFrom(a.WithZone(""), 64).Masked().String()
 }
 
 // keyOrAddr is the bucket of a backend request: its API key when it has

@@ -10,7 +10,8 @@ import (
 
 // The client is the connection's peer, unless that peer is a trusted
 // proxy; then the last X-Forwarded-For address that is not one. A client
-// cannot name itself by sending the header through an untrusted hop.
+// cannot name itself by sending the header through an untrusted hop, nor
+// become many clients by taking the next address of its IPv6 /64.
 func TestClientAddr(t *testing.T) {
 	t.Parallel()
 	addr := clientAddr([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")})
@@ -22,6 +23,11 @@ func TestClientAddr(t *testing.T) {
 		{"10.0.0.2:5555", "", "10.0.0.2"},
 		{"10.0.0.2:5555", "garbage, 10.0.0.3", "10.0.0.2"},
 		{"[::ffff:203.0.113.7]:5555", "", "203.0.113.7"},
+		// An IPv6 host usually has a whole /64: every address in it is one client.
+		{"[2001:db8:1:2:3:4:5:6]:5555", "", "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:ffff::1]:5555", "", "2001:db8:1:2::/64"},
+		{"[fe80::1%eth0]:5555", "", "fe80::/64"},
+		{"10.0.0.2:5555", "2001:db8:9:9::7", "2001:db8:9:9::/64"},
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = c.peer

@@ -31,12 +31,24 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	r.Group(func(r chi.Router) {
 		r.Use(limit(public, addr))
 		r.Method(http.MethodGet, "/openapi.yaml", handleOpenAPI())
-		r.Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
 		r.Method(http.MethodGet, "/v1/templates", handleListTemplates(d.Templates))
 		r.Method(http.MethodGet, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
 		r.Method(http.MethodPost, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
 		r.Method(http.MethodGet, "/templates", handleGallery(d.Templates))
 	})
+	// The checkout: the shop's server, with a key that may place orders;
+	// in public mode also a storefront's browsers, without one, under the
+	// public budget and order.PublicRules.
+	keyedCheckout := []func(http.Handler) http.Handler{
+		guarded(requireKey(d.Keys, apikey.ScopeCheckout, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr)),
+	}
+	if d.PublicCheckout {
+		r.With(anonymousOr([]func(http.Handler) http.Handler{limit(public, addr)}, keyedCheckout)).
+			Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
+	} else {
+		r.With(keyedCheckout...).Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
+	}
+
 	// Providers' events: authenticated by the provider's signature or
 	// credentials, not by ours. A provider posts from few addresses in
 	// bursts, so they get the backend's limit, not a browser's.
@@ -79,4 +91,20 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	})
 	// /metrics and pprof are never here: they have listeners of their own
 	// (METRICS_ADDR, PPROF_ADDR) that only operators reach.
+}
+
+// anonymousOr sends a request that carries no Authorization through
+// anonymous and one that does through keyed: a storefront's browser and
+// the shop's server share the public checkout's route.
+func anonymousOr(anonymous, keyed []func(http.Handler) http.Handler) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		anon, key := chi.Chain(anonymous...).Handler(next), chi.Chain(keyed...).Handler(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") == "" {
+				anon.ServeHTTP(w, r)
+				return
+			}
+			key.ServeHTTP(w, r)
+		})
+	}
 }

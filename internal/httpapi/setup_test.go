@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
@@ -41,8 +42,10 @@ type stack struct {
 	keys      *apikey.Service
 	templates *notify.Templates
 	// backendKey has every scope; do sends it unless the request sets its
-	// own Authorization (even an empty one, for none).
-	backendKey string
+	// own Authorization (even an empty one, for none). backendKeyID is its
+	// id.
+	backendKey   string
+	backendKeyID uuid.UUID
 }
 
 type setupOpts struct {
@@ -53,6 +56,7 @@ type setupOpts struct {
 	webhooks    webhooks.Settings    // built over the stack's operator, as cmd/api builds them; none by default
 	maxInFlight int                  // no bound by default
 	bodyTimeout time.Duration        // none by default
+	public      *order.PublicRules   // CHECKOUT_MODE=public with these rules; keyed by default
 }
 
 func setup(t *testing.T, opts ...setupOpts) stack {
@@ -89,6 +93,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	reg := prometheus.NewRegistry()
 	enq := notify.NewEnqueuer(client, rd.Queue, log, reg)
 	orders := order.NewService(db.Pool, enq, templates, 24*time.Hour, reg)
+	orders.Public = o.public
 	checks := []httpapi.Check{
 		{Name: "postgres", Ping: db.Pool.Ping},
 		{Name: "redis", Ping: func(ctx context.Context) error { return client.Ping() }},
@@ -96,19 +101,20 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	keys := apikey.NewService(db.Pool)
-	_, backendKey, err := keys.Create(context.Background(), "test backend", apikey.Scopes)
+	backend, backendKey, err := keys.Create(context.Background(), "test backend", apikey.Scopes)
 	if err != nil {
 		t.Fatal(err)
 	}
 	operator := notify.NewOperator(db.Pool, enq, inspector, rdb)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
-		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks.Hooks(operator), MaxInFlight: o.maxInFlight,
+		Keys: keys, PublicCheckout: o.public != nil, RateLimits: o.rateLimits, Webhooks: o.webhooks.Hooks(operator), MaxInFlight: o.maxInFlight,
 		BodyTimeout: o.bodyTimeout,
 		Admin:       httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys},
 	}))
 	t.Cleanup(srv.Close)
-	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates, backendKey: backendKey}
+	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates,
+		backendKey: backendKey, backendKeyID: backend.ID}
 }
 
 // startWorker runs a worker on the stack's queue, as cmd/worker does,

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -13,9 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/quota"
+	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -79,23 +87,27 @@ func TestMetricsLabelsAreAClosedSet(t *testing.T) {
 }
 
 // A client over its budget gets 429 with Retry-After; another client, or
-// the same one later, is not affected. Public endpoints count per client
-// address, backend ones per API key.
+// the same one later, is not affected. Public endpoints (the checkout
+// too, in public mode, without a key) count per client address, backend
+// ones per API key.
 func TestRateLimitsAnswer429WithRetryAfter(t *testing.T) {
 	t.Parallel()
 	s := setup(t, setupOpts{rateLimits: httpapi.RateLimits{
 		Public:  httpapi.RateLimit{PerSecond: 0.001, Burst: 3},
 		Backend: httpapi.RateLimit{PerSecond: 0.001, Burst: 2},
-	}})
+	}, public: &order.PublicRules{}})
 	c := newContract(t, s)
-	for i := range 3 {
-		c.do(201, "POST", "/v1/orders", "application/json", validCheckout, map[string]string{"Idempotency-Key": "rl-" + strconv.Itoa(i)})
+	anonymous := map[string]string{"Authorization": ""}
+	for range 3 {
+		c.do(201, "POST", "/v1/orders", "application/json", validCheckout, map[string]string{"Authorization": "", "Idempotency-Key": uuid.NewString()})
 	}
-	res := c.do(429, "POST", "/v1/orders", "application/json", validCheckout, nil)
+	res := c.do(429, "POST", "/v1/orders", "application/json", validCheckout, anonymous)
 	if ra, err := strconv.Atoi(res.header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Errorf("Retry-After %q", res.header.Get("Retry-After"))
 	}
 	c.do(429, "GET", "/v1/templates", "", "", nil) // the same address, another public endpoint
+	// The shop's server at the same address checks out with its key's budget.
+	c.do(201, "POST", "/v1/orders", "application/json", validCheckout, nil)
 
 	// The backend's budget is its key's, not the address's.
 	var o struct {
@@ -108,16 +120,15 @@ func TestRateLimitsAnswer429WithRetryAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := "/v1/orders/" + o.ID
-	c.do(200, "GET", path, "", "", nil)
-	c.do(200, "GET", path, "", "", nil)
+	c.do(200, "GET", path, "", "", nil) // the key's second token: its checkout took the first
 	c.do(429, "GET", path, "", "", nil)
 	_, other, err := s.keys.Create(t.Context(), "another backend", []apikey.Scope{apikey.ScopeOrdersRead})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.do(200, "GET", path, "", "", map[string]string{"Authorization": "Bearer " + other})
-	if n := s.count(t, "orders"); n != 3 {
-		t.Errorf("%d orders, want the 3 let through", n)
+	if n := s.count(t, "orders"); n != 4 {
+		t.Errorf("%d orders, want the 4 let through", n)
 	}
 }
 
@@ -318,5 +329,118 @@ func TestSlowBodiesDoNotLockOthersOut(t *testing.T) {
 	}
 	if n := s.count(t, "orders"); n != 10 {
 		t.Errorf("%d orders, want the 10 whole ones", n)
+	}
+}
+
+// Each API key's Idempotency-Keys are its own: another backend sending
+// the same key and body gets an order of its own, never the first
+// one's response with its access token.
+func TestIdempotencyKeysBelongToTheirAPIKey(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	_, other, err := s.keys.Create(t.Context(), "another shop server", []apikey.Scope{apikey.ScopeCheckout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, second, again order.Order
+	s.postOrder(t, validCheckout, map[string]string{"Idempotency-Key": "shared-key"}).decode(t, &first)
+	res := s.postOrder(t, validCheckout, map[string]string{"Idempotency-Key": "shared-key", "Authorization": "Bearer " + other})
+	res.decode(t, &second)
+	if res.status != http.StatusCreated || res.header.Get("Idempotent-Replayed") != "" || second.ID == first.ID || second.AccessToken == first.AccessToken {
+		t.Errorf("another key's replay: %d replayed=%q, order %s (the first was %s)", res.status, res.header.Get("Idempotent-Replayed"), second.ID, first.ID)
+	}
+	res = s.postOrder(t, validCheckout, map[string]string{"Idempotency-Key": "shared-key"})
+	res.decode(t, &again)
+	if res.header.Get("Idempotent-Replayed") != "true" || again.ID != first.ID {
+		t.Errorf("the same key's replay: %q, order %s, want %s", res.header.Get("Idempotent-Replayed"), again.ID, first.ID)
+	}
+}
+
+// In public mode a storefront's browser checks out without a key, held to
+// the public rules: no links in what the e-mail shows, no free orders, an
+// Idempotency-Key nobody can guess, and the hourly caps. The shop's
+// server, with its key, is held to none of them.
+func TestPublicCheckoutRules(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	rdb := redisconn.NewClient(rd.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 2}, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
+	anonymous := func(header map[string]string) map[string]string {
+		h := map[string]string{"Authorization": ""}
+		maps.Copy(h, header)
+		return h
+	}
+	with := func(old, replacement string) string { return strings.Replace(validCheckout, old, replacement, 1) }
+	for _, tt := range []struct {
+		name    string
+		body    string
+		header  map[string]string
+		status  int
+		pointer string // the field a 422 names, or what a 400 says
+	}{
+		{"a link in the name", with(`"Ana Maria"`, `"WIN A PRIZE: visit http://evil.test/claim now"`), nil, 422, "/customer_name"},
+		{"a bare domain in an item", with(`"Cangkir"`, `"Cangkir, more at toko-murah.co.id"`), nil, 422, "/items/1/name"},
+		{"a free item in a paid order", with(`"unit_price": 12500050`, `"unit_price": 0`), nil, 201, ""},
+		{"an order of free items", with(`"unit_price": 4500000`, `"unit_price": 0`), nil, 0, ""},
+		{"a guessable Idempotency-Key", validCheckout, map[string]string{"Idempotency-Key": "order-12"}, 400, "random UUID"},
+		{"a version 1 UUID", validCheckout, map[string]string{"Idempotency-Key": "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}, 400, "random UUID"},
+		{"a random UUID", validCheckout, map[string]string{"Idempotency-Key": uuid.NewString()}, 201, ""},
+		{"the recipient's third this hour", validCheckout, nil, 429, ""},
+	} {
+		if tt.status == 0 { // both lines free: a total of 0
+			tt.body = strings.Replace(tt.body, `"unit_price": 12500050`, `"unit_price": 0`, 1)
+			tt.status, tt.pointer = 422, "/items"
+		}
+		res := s.postOrder(t, tt.body, anonymous(tt.header))
+		if res.status != tt.status || !strings.Contains(string(res.body), tt.pointer) {
+			t.Errorf("%s: %d %s, want %d naming %q", tt.name, res.status, res.body, tt.status, tt.pointer)
+		}
+		if tt.status == 429 && res.header.Get("Retry-After") == "" {
+			t.Errorf("%s: no Retry-After", tt.name)
+		}
+	}
+	// The shop's server is held to none of it.
+	if res := s.postOrder(t, with(`"Ana Maria"`, `"Ana (www.ana.example)"`), nil); res.status != http.StatusCreated {
+		t.Errorf("a keyed checkout past the cap, with a link: %d %s", res.status, res.body)
+	}
+	if n := s.count(t, "orders"); n != 3 {
+		t.Errorf("%d orders, want the 3 let through", n)
+	}
+}
+
+// An attacker with one address (or many) who floods the public checkout
+// with fresh recipients at fresh domains gets PUBLIC_CHECKOUT_PER_HOUR
+// confirmations mailed in the hour, and then none: the cap in all is what
+// bounds the e-mails a stranger can make the shop send.
+func TestPublicCheckoutFloodIsCapped(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	rdb := redisconn.NewClient(rd.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	reg := prometheus.NewRegistry()
+	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 5, PerDomain: 300, All: 50}, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
+	accepted := 0
+	for i := range 120 {
+		body := strings.Replace(validCheckout, "Ana.Maria@Example.COM", fmt.Sprintf("victim%d@domain%d.example", i, i), 1)
+		res := s.postOrder(t, body, map[string]string{"Authorization": ""})
+		switch {
+		case res.status == http.StatusCreated:
+			accepted++
+		case res.status == http.StatusTooManyRequests && strings.Contains(string(res.body), "as many order confirmations this hour as this shop allows"):
+		default:
+			t.Fatalf("checkout %d: %d %s", i, res.status, res.body)
+		}
+	}
+	if accepted != 50 {
+		t.Errorf("%d of 120 flooding checkouts accepted, want the 50 of the cap", accepted)
+	}
+	if n := s.count(t, "notification_deliveries"); n != 50 {
+		t.Errorf("%d confirmations recorded, want 50", n)
+	}
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "all"); got != 70 {
+		t.Errorf("refusals by the cap in all = %v, want 70 (what SekaliCheckoutFlood watches)", got)
 	}
 }

@@ -29,7 +29,7 @@ const (
 
 // hookStack is the API with Resend's and Postmark's webhooks configured
 // as an operator would, through the environment.
-func hookStack(t *testing.T) (stack, string) {
+func hookStack(t *testing.T, opts ...setupOpts) (stack, string) {
 	t.Helper()
 	key := make([]byte, 24)
 	_, _ = rand.Read(key)
@@ -38,19 +38,24 @@ func hookStack(t *testing.T) (stack, string) {
 		"RESEND_WEBHOOK_SECRET":     secret,
 		"POSTMARK_WEBHOOK_USER":     postmarkUser,
 		"POSTMARK_WEBHOOK_PASSWORD": postmarkPassword,
-	}), secret
+	}, opts...), secret
 }
 
 // configuredStack is the API with the webhooks these variables configure,
-// read and built as cmd/api does.
-func configuredStack(t *testing.T, vars map[string]string) stack {
+// read and built as cmd/api does, and opts' other settings.
+func configuredStack(t *testing.T, vars map[string]string, opts ...setupOpts) stack {
 	t.Helper()
 	env := envconfig.New(func(k string) string { return vars[k] })
 	settings := webhooks.ReadEnv(env)
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return setup(t, setupOpts{webhooks: settings})
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.webhooks = settings
+	return setup(t, o)
 }
 
 // sentVia records that the order's confirmation was accepted by Resend

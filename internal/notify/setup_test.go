@@ -133,7 +133,7 @@ func (e *env) checkout(t testing.TB, email string) notify.Delivery {
 	o, _, err := e.orders.Place(context.Background(), order.Checkout{
 		CustomerEmail: email, CustomerName: "Budi", Currency: "IDR",
 		Items: []order.CheckoutItem{{SKU: "KOPI-1", Name: "Kopi Toraja", Quantity: 2, UnitPrice: &price}},
-	}, "")
+	}, order.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

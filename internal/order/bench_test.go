@@ -45,7 +45,7 @@ func BenchmarkPlace(b *testing.B) {
 			b.ResetTimer()
 			before := pgCPU()
 			for i := 0; i < b.N; i++ {
-				if _, _, err := s.Place(ctx, c, keys[i]); err != nil {
+				if _, _, err := s.Place(ctx, c, order.Caller{}, keys[i]); err != nil {
 					b.Fatal(err)
 				}
 			}

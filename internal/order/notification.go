@@ -40,9 +40,9 @@ type Trigger struct {
 // and queues it. Its idempotency key is <template>:<orderId>:<email>, or
 // <template>:<orderId>:<eventId>:<email> with an EventID, so the same
 // trigger again returns the same notification (created=false) and sends
-// nothing. With an idempotencyKey, a repeat of the same request replays
-// the first answer (replayed=true), like the checkout.
-func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, idempotencyKey string) (n Notification, created, replayed bool, err error) {
+// nothing. With an idempotencyKey, a repeat of the same request by the
+// same caller replays the first answer (replayed=true), like the checkout.
+func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, caller Caller, idempotencyKey string) (n Notification, created, replayed bool, err error) {
 	if err := s.validateTrigger(&t); err != nil {
 		return Notification{}, false, false, err
 	}
@@ -60,7 +60,7 @@ func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, idem
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		if idempotencyKey != "" {
-			prior, found, err := s.lookupKey(ctx, q, notifyScope, idempotencyKey, hash, now)
+			prior, found, err := s.lookupKey(ctx, q, caller.scope(notifyScope), idempotencyKey, hash, now)
 			if err != nil {
 				return err
 			}
@@ -88,7 +88,7 @@ func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, idem
 		n = notificationsOf([]notify.Delivery{d})[0]
 		if idempotencyKey != "" {
 			body, _ := json.Marshal(rememberedNotification{Notification: n, Created: created}) // plain fields
-			return s.rememberKey(ctx, q, notifyScope, idempotencyKey, hash, body, now)
+			return s.rememberKey(ctx, q, caller.scope(notifyScope), idempotencyKey, hash, body, now)
 		}
 		return nil
 	})

@@ -25,6 +25,31 @@ var (
 	ErrTokenInvalid = errors.New("order: the access token does not open this order")
 )
 
+// Caller is who places a checkout or triggers a notification, as the API
+// authenticated them. Each caller's Idempotency-Keys are its own: the
+// same key from another API key is another key, and never replays this
+// one's response (with the order's access token in it).
+type Caller struct {
+	// Key is the id of the API key the request came with; uuid.Nil for an
+	// anonymous caller, a storefront's browser in public mode, which the
+	// public checkout's rules hold (PublicRules).
+	Key uuid.UUID
+}
+
+// Anonymous reports whether c came without an API key.
+func (c Caller) Anonymous() bool { return c.Key == uuid.Nil }
+
+// scope is the namespace of c's Idempotency-Keys for operation op. The
+// anonymous callers share op itself, the scope every key had before keys
+// had owners, so that a storefront's retry across an upgrade still
+// replays.
+func (c Caller) scope(op string) string {
+	if c.Anonymous() {
+		return op
+	}
+	return op + " key:" + c.Key.String()
+}
+
 // AccessTokenPrefix starts every order access token.
 const AccessTokenPrefix = "sekali_order_"
 

@@ -47,6 +47,9 @@ type Service struct {
 	templates templates
 	keyTTL    time.Duration
 	now       func() time.Time
+	// Public holds anonymous checkouts to the public checkout's rules;
+	// nil, the default, takes none: only keyed callers reach Place.
+	Public *PublicRules
 
 	created    prometheus.Counter
 	replays    prometheus.Counter
@@ -89,14 +92,26 @@ func NewService(pool *pgxpool.Pool, enq enqueuer, tmpl *notify.Templates, keyTTL
 // Place records a checkout: the order, its lines and the intent to send
 // its confirmation, all in one transaction; after the commit it enqueues
 // the delivery. With a non-empty idempotencyKey, a repeat of the same
-// request returns the order recorded the first time (replayed=true) and
-// creates nothing; the key reused for a different request is ErrKeyReused;
-// a repeat while the first is still running is ErrRequestInFlight.
-// An invalid checkout is a *ValidationError and writes nothing.
-func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) (o Order, replayed bool, err error) {
+// request by the same caller returns the order recorded the first time
+// (replayed=true) and creates nothing; the key reused for a different
+// request is ErrKeyReused; a repeat while the first is still running is
+// ErrRequestInFlight. An invalid checkout is a *ValidationError and
+// writes nothing. With Public rules set, an anonymous caller's checkout
+// is also held to them, and one over its quota is a *QuotaError.
+func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempotencyKey string) (o Order, replayed bool, err error) {
 	v, err := c.validate()
 	if err != nil {
 		return Order{}, false, err
+	}
+	if s.Public != nil && caller.Anonymous() {
+		if err := s.Public.checkPublic(v); err != nil {
+			return Order{}, false, err
+		}
+		if s.Public.Quota != nil {
+			if limit, wait := s.Public.Quota.Take(ctx, v.Email); limit != "" {
+				return Order{}, false, &QuotaError{Limit: limit, RetryAfter: wait}
+			}
+		}
 	}
 	// The request's fingerprint matters only to an Idempotency-Key.
 	var hash []byte
@@ -154,7 +169,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, idempotencyKey string) 
 		if err != nil {
 			return Order{}, false, fmt.Errorf("remember idempotent response: %w", err)
 		}
-		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, idempotencyScope, idempotencyKey, hash, body, now.Add(s.keyTTL)
+		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, caller.scope(idempotencyScope), idempotencyKey, hash, body, now.Add(s.keyTTL)
 		prior, found, err := s.placeKeyed(ctx, p, now)
 		if err != nil {
 			return Order{}, false, err

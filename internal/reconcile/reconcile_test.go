@@ -126,7 +126,7 @@ func (e *env) pending(t *testing.T, email string) notify.Delivery {
 	o, _, err := e.orders.Place(context.Background(), order.Checkout{
 		CustomerEmail: email, CustomerName: "Tono", Currency: "EUR",
 		Items: []order.CheckoutItem{{SKU: "BOOK", Name: "Buku", Quantity: 1, UnitPrice: &price}},
-	}, "")
+	}, order.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,69 @@
+package order
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/textrule"
+)
+
+// PublicRules are what an anonymous checkout is also held to when the
+// storefront's browsers call the checkout themselves (CHECKOUT_MODE=public;
+// docs/security.md). A keyed checkout comes from the shop's own server,
+// which vouches for its prices and names; an anonymous one could come
+// from anyone. So its text that the confirmation shows (the customer's
+// name, the items' names and SKUs) may not carry links, which would make
+// the confirmation an advertisement mailed to a stranger; it may not be
+// free unless the shop gives things away; and the confirmations it asks
+// for are counted (Quota).
+type PublicRules struct {
+	// FreeOrders lets an anonymous checkout total 0.
+	FreeOrders bool
+	// Quota counts the confirmations anonymous checkouts ask for, per
+	// recipient, per recipient domain and in all; nil counts none.
+	Quota Quota
+}
+
+// Quota counts anonymous checkouts' confirmations (*quota.Hourly).
+type Quota interface {
+	// Take counts one confirmation to recipient, or refuses it: refused
+	// names the limit it is over ("recipient", "domain" or "all"), and
+	// retryAfter says when it has room again. A quota that cannot count
+	// decides itself whether to admit.
+	Take(ctx context.Context, recipient string) (refused string, retryAfter time.Duration)
+}
+
+// QuotaError refuses an anonymous checkout over a quota.
+type QuotaError struct {
+	Limit      string // "recipient", "domain" or "all"
+	RetryAfter time.Duration
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("order: the public checkout's hourly quota per %s is used up; retry in %s", e.Limit, e.RetryAfter)
+}
+
+// checkPublic holds a valid checkout to the public rules: every problem
+// as one *ValidationError, like validate's.
+func (r *PublicRules) checkPublic(v validCheckout) error {
+	var verr ValidationError
+	if link := textrule.Link(v.Name); link != "" {
+		verr.add("/customer_name", "must not contain a link or an address such as %q", link)
+	}
+	for i, it := range v.Items {
+		if link := textrule.Link(it.Name); link != "" {
+			verr.add(fmt.Sprintf("/items/%d/name", i), "must not contain a link or an address such as %q", link)
+		}
+		if link := textrule.Link(it.SKU); link != "" {
+			verr.add(fmt.Sprintf("/items/%d/sku", i), "must not contain a link or an address such as %q", link)
+		}
+	}
+	if v.Total == 0 && !r.FreeOrders {
+		verr.add("/items", "the order total is 0: this shop takes no free orders without its backend's API key")
+	}
+	if len(verr.Fields) > 0 {
+		return &verr
+	}
+	return nil
+}
