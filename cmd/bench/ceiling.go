@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
 )
@@ -145,8 +146,8 @@ func oneOrder(ctx context.Context, pool *pgxpool.Pool, withKey bool) error {
 		return fmt.Errorf("ceiling checkout: %w", err)
 	}
 	lease := uuid.New()
-	if _, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: deliveryID, KeyHash: notify.KeyHash(key), Templates: []string{"order-confirmation"},
-		MaxAgeSeconds: 3600, LeaseToken: lease, LeaseSeconds: 30, MessageID: notify.KeyHash(key) + "@shop.example", Actor: "w", TaskID: "t"}); err != nil {
+	if _, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: deliveryID, KeyHash: mail.KeyHash(key), Templates: []string{"order-confirmation"},
+		MaxAgeSeconds: 3600, LeaseToken: lease, LeaseSeconds: 30, MessageID: mail.KeyHash(key) + "@shop.example", Actor: "w", TaskID: "t"}); err != nil {
 		return fmt.Errorf("ceiling claim: %w", err)
 	}
 	if _, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: deliveryID, LeaseToken: lease, LeaseSeconds: 30, Actor: "w"}); err != nil {

@@ -43,6 +43,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/money"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -77,7 +78,7 @@ func loadRiverRefConfig(getenv func(string) string) (riverRefConfig, error) {
 		FetchCooldown: env.Duration("RIVER_FETCH_COOLDOWN", river.FetchCooldownDefault),
 		FetchPoll:     env.Duration("RIVER_FETCH_POLL_INTERVAL", river.FetchPollIntervalDefault),
 	}
-	if _, err := notify.NormalizeAddress(cfg.MailFrom); err != nil {
+	if _, err := mail.NormalizeAddress(cfg.MailFrom); err != nil {
 		env.Check("MAIL_FROM", err)
 	}
 	if cfg.FetchCooldown < river.FetchCooldownMin || cfg.FetchPoll < cfg.FetchCooldown {
@@ -363,7 +364,7 @@ func decodeRiverRefCheckout(body []byte) (order.Order, error) {
 	if err := dec.Decode(&req); err != nil {
 		return order.Order{}, fmt.Errorf("the body is not a checkout: %w", err)
 	}
-	email, err := notify.NormalizeAddress(req.CustomerEmail)
+	email, err := mail.NormalizeAddress(req.CustomerEmail)
 	if err != nil {
 		return order.Order{}, fmt.Errorf("customer_email: %w", err)
 	}

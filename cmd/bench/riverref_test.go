@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -113,7 +114,7 @@ func TestRiverReferenceSendsEachCheckoutOnceWithSekalisHeaders(t *testing.T) {
 	}
 	var found bool
 	for _, m := range sink.Messages() {
-		if m.MessageID == notify.MessageID(key, "shop.example") {
+		if m.MessageID == mail.MessageID(key, "shop.example") {
 			found = true
 			if got := m.Header.Get("Idempotency-Key"); got != key {
 				t.Errorf("Idempotency-Key header %q, want %q", got, key)
@@ -124,7 +125,7 @@ func TestRiverReferenceSendsEachCheckoutOnceWithSekalisHeaders(t *testing.T) {
 		}
 	}
 	if !found {
-		t.Errorf("no message with sekali's Message-ID %s", notify.MessageID(key, "shop.example"))
+		t.Errorf("no message with sekali's Message-ID %s", mail.MessageID(key, "shop.example"))
 	}
 
 	// The same e-mail enqueued again is not a second job.

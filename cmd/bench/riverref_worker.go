@@ -10,8 +10,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"github.com/wneessen/go-mail"
+	gomail "github.com/wneessen/go-mail"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -27,7 +28,7 @@ func runRiverRefWorker(ctx context.Context, cfg riverRefConfig, pool *pgxpool.Po
 	mailer := newRefMailer(cfg.SMTPHost, cfg.SMTPPort, cfg.MaxWorkers)
 	defer mailer.close()
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &confirmationWorker{templates: templates, mailer: mailer, from: cfg.MailFrom, domain: notify.MessageIDDomain(cfg.MailFrom)})
+	river.AddWorker(workers, &confirmationWorker{templates: templates, mailer: mailer, from: cfg.MailFrom, domain: mail.MessageIDDomain(cfg.MailFrom)})
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		Workers:           workers,
@@ -67,7 +68,7 @@ func (w *confirmationWorker) Work(ctx context.Context, job *river.Job[confirmati
 		return river.JobCancel(fmt.Errorf("render: %w", err)) // the same data will never render
 	}
 	key := notify.Key(order.TemplateConfirmation, job.Args.OrderID, job.Args.Recipient)
-	msg := mail.NewMsg(mail.WithNoDefaultUserAgent())
+	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
 	if err := msg.From(w.from); err != nil {
 		return river.JobCancel(err)
 	}
@@ -75,11 +76,11 @@ func (w *confirmationWorker) Work(ctx context.Context, job *river.Job[confirmati
 		return river.JobCancel(err)
 	}
 	msg.Subject(r.Subject)
-	msg.SetMessageIDWithValue(notify.MessageID(key, w.domain))
+	msg.SetMessageIDWithValue(mail.MessageID(key, w.domain))
 	msg.SetGenHeader("Idempotency-Key", key)
 	msg.SetDate()
-	msg.SetBodyString(mail.TypeTextPlain, r.Text)
-	msg.AddAlternativeString(mail.TypeTextHTML, r.HTML)
+	msg.SetBodyString(gomail.TypeTextPlain, r.Text)
+	msg.AddAlternativeString(gomail.TypeTextHTML, r.HTML)
 	return w.mailer.send(ctx, msg)
 }
 
@@ -88,25 +89,25 @@ func (w *confirmationWorker) Work(ctx context.Context, job *river.Job[confirmati
 type refMailer struct {
 	host string
 	port int
-	idle chan *mail.Client
+	idle chan *gomail.Client
 }
 
 func newRefMailer(host string, port, size int) *refMailer {
-	return &refMailer{host: host, port: port, idle: make(chan *mail.Client, size)}
+	return &refMailer{host: host, port: port, idle: make(chan *gomail.Client, size)}
 }
 
 // send sends msg on a kept connection, or a new one. A connection that
 // failed is closed; the job's retry gets a fresh one.
-func (m *refMailer) send(ctx context.Context, msg *mail.Msg) error {
-	var c *mail.Client
+func (m *refMailer) send(ctx context.Context, msg *gomail.Msg) error {
+	var c *gomail.Client
 	select {
 	case c = <-m.idle:
 	default:
 		// Without NOOP before and RSET after each message: the same
 		// MAIL, RCPT, DATA exchange as sekali's SMTP provider.
 		var err error
-		c, err = mail.NewClient(m.host, mail.WithPort(m.port), mail.WithTLSPolicy(mail.NoTLS),
-			mail.WithTimeout(15*time.Second), mail.WithoutNoop(), mail.WithoutRset())
+		c, err = gomail.NewClient(m.host, gomail.WithPort(m.port), gomail.WithTLSPolicy(gomail.NoTLS),
+			gomail.WithTimeout(15*time.Second), gomail.WithoutNoop(), gomail.WithoutRset())
 		if err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun/mailguntest"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -49,7 +50,7 @@ func newStalled(t *testing.T) stalled {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.MessageID = notify.MessageID(d.IdempotencyKey, "shop.example")
+	d.MessageID = mail.MessageID(d.IdempotencyKey, "shop.example")
 	if _, err := db.Pool.Exec(ctx, `UPDATE notification_deliveries SET status = 'sending', attempts = 1, lease_token = gen_random_uuid(),
 		lease_expires_at = now() - interval '1 minute', handed_over_at = now() - interval '2 hours', message_id = $1 WHERE id = $2`,
 		d.MessageID, d.ID); err != nil {
@@ -99,7 +100,7 @@ func TestProviderChoosesItsLookup(t *testing.T) {
 		s := newStalled(t)
 		pm := postmarktest.NewServer()
 		defer pm.Close()
-		id := pm.Add(postmarktest.Message{To: recipient, Metadata: map[string]string{"sekali-key": notify.KeyHash(s.d.IdempotencyKey)},
+		id := pm.Add(postmarktest.Message{To: recipient, Metadata: map[string]string{"sekali-key": mail.KeyHash(s.d.IdempotencyKey)},
 			ReceivedAt: time.Now().Add(-2 * time.Hour)})
 		log := s.once(t, map[string]string{"PROVIDER": "postmark", "POSTMARK_SERVER_TOKEN": pm.Token, "POSTMARK_BASE_URL": pm.URL})
 		if status, pid := s.status(t); status != "sent" || pid != id {

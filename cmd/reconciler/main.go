@@ -27,6 +27,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/debugserver"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
@@ -110,10 +111,10 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
 	from := env.String("MAIL_FROM", "orders@shop.example")
-	_, err = notify.NormalizeAddress(from)
+	_, err = mail.NormalizeAddress(from)
 	env.Check("MAIL_FROM", err)
 	if err == nil {
-		cfg.Reconcile.MessageIDDomain = notify.MessageIDDomain(from)
+		cfg.Reconcile.MessageIDDomain = mail.MessageIDDomain(from)
 	}
 	cfg.Reconcile.Policies, err = parsePolicies(env.String("RECONCILE_POLICIES", ""), templates)
 	env.Check("RECONCILE_POLICIES", err)
@@ -146,7 +147,7 @@ func parsePolicies(s string, templates *notify.Templates) (map[string]reconcile.
 // MAIL_LOOKUP_URL or MAIL_LOOKUP_API stops the reconciler at start, not at
 // the first ambiguous send. A server that does not answer at all (it may
 // be starting beside the reconciler) gets a few seconds.
-func newLookup(ctx context.Context, api, lookupURL string) (reconcile.Lookup, error) {
+func newLookup(ctx context.Context, api, lookupURL string) (mail.Lookup, error) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		lookup, err := reconcile.NewLookup(ctx, api, lookupURL)
@@ -203,7 +204,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := postgres.Migrate(ctx, pool, log); err != nil {
 		return err
 	}
-	var lookup reconcile.Lookup
+	var lookup mail.Lookup
 	switch {
 	case cfg.Provider == "postmark":
 		if lookup, err = postmark.NewLookup(cfg.Postmark); err != nil {

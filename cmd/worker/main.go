@@ -22,6 +22,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/postgres"
@@ -182,7 +183,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		MaxAge:          cfg.MaxAge,
 		ProbeInterval:   cfg.ProbeInterval,
 		SendTimeout:     cfg.SendTimeout,
-		MessageIDDomain: notify.MessageIDDomain(cfg.SMTP.From), // validated by loadConfig
+		MessageIDDomain: mail.MessageIDDomain(cfg.SMTP.From), // validated by loadConfig
 		WorkerID:        workerID,
 		Queue:           cfg.Queue,
 		Concurrency:     cfg.Concurrency,

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun"
-	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postmark"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -58,7 +58,7 @@ func (c providerConfig) timeout() time.Duration {
 }
 
 // open returns the provider, and what closes its kept connections.
-func (c providerConfig) open() (notify.Provider, func(), error) {
+func (c providerConfig) open() (mail.Provider, func(), error) {
 	switch c.Name {
 	case "resend":
 		p, err := resend.New(c.Resend)

@@ -24,6 +24,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -385,7 +386,7 @@ func (c *cluster) verdict(scenario string, x expect) result {
 	for _, d := range all {
 		id := d.messageID
 		if id == "" {
-			id = notify.MessageID(d.key, mailDomain) // never claimed
+			id = mail.MessageID(d.key, mailDomain) // never claimed
 		}
 		n := byID[id]
 		if d.status == string(notify.StatusFailed) && x.mayFail != nil && x.mayFail(d.email) {

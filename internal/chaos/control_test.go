@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -43,8 +44,8 @@ func (h naiveHandler) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	if err != nil {
 		return err
 	}
-	id, err := h.provider.Send(ctx, notify.Message{To: d.Recipient, Subject: r.Subject, Text: r.Text, HTML: r.HTML,
-		MessageID: notify.MessageID(d.IdempotencyKey, mailDomain), IdempotencyKey: d.IdempotencyKey}, func() error { return nil })
+	id, err := h.provider.Send(ctx, mail.Message{To: d.Recipient, Subject: r.Subject, Text: r.Text, HTML: r.HTML,
+		MessageID: mail.MessageID(d.IdempotencyKey, mailDomain), IdempotencyKey: d.IdempotencyKey}, func() error { return nil })
 	if err != nil {
 		return err // retried, whatever the provider may have done
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -121,7 +121,7 @@ func TestResendHoldsARequestPastTheLease(t *testing.T) {
 	release()
 	c.settled(2 * time.Minute)
 	c.verdict(fmt.Sprintf("Resend holds a request for %v, past the lease", held), expect{})
-	if n := c.resend.CountByIdempotencyKey(notify.ProviderKey(c.orders[0].Key)); n != 1 {
+	if n := c.resend.CountByIdempotencyKey(mail.ProviderKey(c.orders[0].Key)); n != 1 {
 		t.Errorf("%d e-mails under the held delivery's key, want 1", n)
 	}
 }
@@ -301,7 +301,7 @@ func lateCopyFromAStalledWorker(t *testing.T, strip, label string) (r result, la
 	r = c.verdict(fmt.Sprintf("%sResend: a stalled worker's copy arrives %v after the resend%s", label, delay,
 		map[bool]string{true: ", without our key", false: ""}[strip != ""]), expect{control: strip != ""})
 	// A copy without the key is not counted under it: one either way.
-	if n := c.resend.CountByIdempotencyKey(notify.ProviderKey(c.orders[0].Key)); n != 1 {
+	if n := c.resend.CountByIdempotencyKey(mail.ProviderKey(c.orders[0].Key)); n != 1 {
 		t.Errorf("%d e-mails under the delivery's key, want 1", n)
 	}
 	if n := c.decisions("provider_dedupes"); n < 1 {

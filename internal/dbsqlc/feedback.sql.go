@@ -108,7 +108,7 @@ LIMIT 1
 `
 
 // The delivery a provider's event is about, when neither id above
-// matches: by the key hash our metadata carried (notify.KeyHash), which
+// matches: by the key hash our metadata carried (mail.KeyHash), which
 // is our Message-ID's local part.
 func (q *Queries) FindDeliveryForFeedbackByKeyHash(ctx context.Context, keyHash string) (NotificationDelivery, error) {
 	row := q.db.QueryRow(ctx, findDeliveryForFeedbackByKeyHash, keyHash)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -76,7 +77,7 @@ func TestBinariesAgainstMailpit(t *testing.T) {
 	}
 	testenv.WaitFor(t, "the confirmation to be sent through Mailpit", 30*time.Second, sent)
 
-	id := notify.MessageID(d.IdempotencyKey, "shop.example")
+	id := mail.MessageID(d.IdempotencyKey, "shop.example")
 	msgs := mp.Messages(t)
 	if len(msgs) != 1 || mp.CountByMessageID(t, id) != 1 {
 		t.Fatalf("Mailpit holds %d messages, %d with Message-ID %s; want one", len(msgs), mp.CountByMessageID(t, id), id)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
@@ -189,7 +190,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	// Lock contention: another holder has the delivery's lock when its
 	// task arrives (the task is queued after the lock is taken).
 	contended := checkoutWithoutTask(t, ctx, db, "contended@example.com")
-	lockKey := "sekali:{" + notify.KeyHash(contended.IdempotencyKey) + "}:lock"
+	lockKey := "sekali:{" + mail.KeyHash(contended.IdempotencyKey) + "}:lock"
 	if err := rdb.Set(ctx, lockKey, "someone-else", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

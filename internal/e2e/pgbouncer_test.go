@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -129,7 +130,7 @@ func TestBinariesThroughPgBouncer(t *testing.T) {
 		byID[m.MessageID]++
 	}
 	for _, o := range []order.Order{first, second} {
-		id := notify.MessageID(o.Notifications[0].IdempotencyKey, "shop.example")
+		id := mail.MessageID(o.Notifications[0].IdempotencyKey, "shop.example")
 		if byID[id] != 1 {
 			t.Errorf("order %s: %d e-mails with Message-ID %s, want 1", o.ID, byID[id], id)
 		}

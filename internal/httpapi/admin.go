@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
@@ -53,7 +54,7 @@ type adminDelivery struct {
 func toAdmin(d notify.Delivery) adminDelivery {
 	return adminDelivery{
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
-		IdempotencyKey: d.IdempotencyKey, KeyHash: notify.KeyHash(d.IdempotencyKey), Status: d.Status,
+		IdempotencyKey: d.IdempotencyKey, KeyHash: mail.KeyHash(d.IdempotencyKey), Status: d.Status,
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
 		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, TemplateData: d.Data,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt,
@@ -417,7 +418,7 @@ func handleAdminAddBlock(a Admin) http.Handler {
 			return
 		}
 		b, err := a.Ops.AddBlock(r.Context(), req.Kind, strings.TrimSpace(req.Value), strings.TrimSpace(req.Reason), ttl)
-		if errors.Is(err, notify.ErrInvalidAddress) {
+		if errors.Is(err, mail.ErrInvalidAddress) {
 			validationFailed(w, r, fieldError{Pointer: "/value", Detail: err.Error()})
 			return
 		}
@@ -531,7 +532,7 @@ func handleAdminListSuppressions(a Admin) http.Handler {
 func handleAdminGetSuppression(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, events, err := a.Ops.Suppression(r.Context(), recipientParam(r))
-		if errors.Is(err, notify.ErrInvalidAddress) {
+		if errors.Is(err, mail.ErrInvalidAddress) {
 			err = notify.ErrSuppressionNotFound // an address that is not one is on no list
 		}
 		if err != nil {
@@ -554,7 +555,7 @@ func handleAdminAddSuppression(a Admin) http.Handler {
 			return
 		}
 		var fields []fieldError
-		if _, err := notify.NormalizeAddress(req.Recipient); err != nil {
+		if _, err := mail.NormalizeAddress(req.Recipient); err != nil {
 			fields = append(fields, fieldError{Pointer: "/recipient", Detail: err.Error()})
 		}
 		if d := requiredText(req.Note, "must say why, for the record", 1000, false); d != "" {
@@ -569,7 +570,7 @@ func handleAdminAddSuppression(a Admin) http.Handler {
 			writeError(w, r, err)
 			return
 		}
-		addLogAttrs(r.Context(), slog.String("action", "suppress"), slog.String("recipient_hash", notify.KeyHash(s.Recipient)))
+		addLogAttrs(r.Context(), slog.String("action", "suppress"), slog.String("recipient_hash", mail.KeyHash(s.Recipient)))
 		status := http.StatusOK
 		if added {
 			status = http.StatusCreated
@@ -588,7 +589,7 @@ func handleAdminRemoveSuppression(a Admin) http.Handler {
 			return
 		}
 		err := a.Ops.Unsuppress(r.Context(), recipientParam(r), note, actorOf(r))
-		if errors.Is(err, notify.ErrInvalidAddress) {
+		if errors.Is(err, mail.ErrInvalidAddress) {
 			err = notify.ErrSuppressionNotFound
 		}
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -68,12 +69,12 @@ type Webhook struct {
 	// Verify checks the request the provider's way and returns its
 	// events; for what the caller sent wrong, its errors wrap
 	// ErrWebhookUnauthorized or are a *MalformedWebhook.
-	Verify func(ctx context.Context, header http.Header, body []byte) ([]notify.Feedback, error)
+	Verify func(ctx context.Context, header http.Header, body []byte) ([]mail.Feedback, error)
 }
 
 // feedbackRecorder writes a verified event (*notify.Operator).
 type feedbackRecorder interface {
-	RecordFeedback(ctx context.Context, f notify.Feedback) (notify.FeedbackOutcome, error)
+	RecordFeedback(ctx context.Context, f mail.Feedback) (notify.FeedbackOutcome, error)
 }
 
 // webhookResults are the closed label set of sekali_provider_events_total.
@@ -183,7 +184,7 @@ func newWebhookMetrics(reg prometheus.Registerer, hooks []Webhook) webhookMetric
 		for _, r := range webhookResults {
 			m.requests.WithLabelValues(h.Provider, r)
 		}
-		for _, k := range []notify.FeedbackKind{notify.FeedbackDelivered, notify.FeedbackDeferred, notify.FeedbackBounced, notify.FeedbackComplained} {
+		for _, k := range []mail.FeedbackKind{mail.FeedbackDelivered, mail.FeedbackDeferred, mail.FeedbackBounced, mail.FeedbackComplained} {
 			m.kinds.WithLabelValues(h.Provider, string(k))
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 func TestCheckWebhookBody(t *testing.T) {
@@ -75,20 +75,20 @@ func TestCheckMiss(t *testing.T) {
 // cannot be put into a request is our bug, and waits for a fix.
 func TestCheckMessageAndComposeError(t *testing.T) {
 	t.Parallel()
-	m := notify.Message{To: " Budi@Example.com", MessageID: "abc@shop.example", IdempotencyKey: "order-confirmation:1:budi@example.com"}
+	m := mail.Message{To: " Budi@Example.com", MessageID: "abc@shop.example", IdempotencyKey: "order-confirmation:1:budi@example.com"}
 	if to, err := httpprovider.CheckMessage(m); err != nil || to != "budi@example.com" {
 		t.Fatalf("CheckMessage = %q, %v; want budi@example.com", to, err)
 	}
 	cases := []struct {
-		change  func(*notify.Message)
-		outcome notify.Outcome
+		change  func(*mail.Message)
+		outcome mail.Outcome
 	}{
-		{func(m *notify.Message) { m.To = "Budi <budi@example.com>" }, notify.OutcomePermanent},
-		{func(m *notify.Message) { m.To = "" }, notify.OutcomePermanent},
-		{func(m *notify.Message) { m.MessageID = "<abc@shop.example>" }, notify.OutcomeTemporary},
-		{func(m *notify.Message) { m.MessageID = "" }, notify.OutcomeTemporary},
-		{func(m *notify.Message) { m.MessageID = "abc.shop.example" }, notify.OutcomeTemporary},
-		{func(m *notify.Message) { m.IdempotencyKey = "" }, notify.OutcomeTemporary},
+		{func(m *mail.Message) { m.To = "Budi <budi@example.com>" }, mail.OutcomePermanent},
+		{func(m *mail.Message) { m.To = "" }, mail.OutcomePermanent},
+		{func(m *mail.Message) { m.MessageID = "<abc@shop.example>" }, mail.OutcomeTemporary},
+		{func(m *mail.Message) { m.MessageID = "" }, mail.OutcomeTemporary},
+		{func(m *mail.Message) { m.MessageID = "abc.shop.example" }, mail.OutcomeTemporary},
+		{func(m *mail.Message) { m.IdempotencyKey = "" }, mail.OutcomeTemporary},
 	}
 	for i, c := range cases {
 		bad := m

@@ -15,7 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // maxAnswer caps what is read of an answer.
@@ -68,12 +68,12 @@ type Answer struct {
 // HandOver sends the request of a delivery: handOver (the worker's last
 // lease check) runs right before it goes out, and the request's
 // deadline is the client's timeout counted from before handOver, never
-// extended. A refused hand-over is notify.OutcomeAborted and sends
+// extended. A refused hand-over is mail.OutcomeAborted and sends
 // nothing; every other error is Do's, with HandedOver set.
-func (c *Client) HandOver(ctx context.Context, handOver func() error, method, target string, header http.Header, body []byte) (Answer, *notify.SendError) {
+func (c *Client) HandOver(ctx context.Context, handOver func() error, method, target string, header http.Header, body []byte) (Answer, *mail.SendError) {
 	before := time.Now()
 	if err := handOver(); err != nil {
-		return Answer{}, &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
+		return Answer{}, &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageData, Err: err}
 	}
 	ctx, cancel := context.WithDeadline(ctx, before.Add(c.timeout))
 	defer cancel()
@@ -89,12 +89,12 @@ func (c *Client) HandOver(ctx context.Context, handOver func() error, method, ta
 // may carry a query) or a full URL, such as a paging link, which must
 // be on the base URL (its scheme and host, a path under its path): it
 // gets the credentials, so any other is refused, unsent
-// (notify.OutcomeUnavailable). A failure without an answer is
+// (mail.OutcomeUnavailable). A failure without an answer is
 // classified by whether the whole request was written: before that
-// nothing can have been accepted (notify.OutcomeUnavailable), after it
-// the provider may have it (notify.OutcomeAmbiguous). An answer is
+// nothing can have been accepted (mail.OutcomeUnavailable), after it
+// the provider may have it (mail.OutcomeAmbiguous). An answer is
 // returned whatever its status.
-func (c *Client) Do(ctx context.Context, method, target string, header http.Header, body []byte) (Answer, *notify.SendError) {
+func (c *Client) Do(ctx context.Context, method, target string, header http.Header, body []byte) (Answer, *mail.SendError) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	return c.do(ctx, method, target, header, body)
@@ -121,11 +121,11 @@ func (b *fencedBody) Read(p []byte) (int, error) {
 func (b *fencedBody) Close() error { return nil }
 
 // do runs one request within ctx's deadline (see Do).
-func (c *Client) do(ctx context.Context, method, target string, header http.Header, body []byte) (Answer, *notify.SendError) {
+func (c *Client) do(ctx context.Context, method, target string, header http.Header, body []byte) (Answer, *mail.SendError) {
 	if !strings.HasPrefix(target, "http") {
 		target = c.base + target
 	} else if err := c.onBase(target); err != nil {
-		return Answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
+		return Answer{}, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageConnect, Err: err}
 	}
 	var wrote atomic.Bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
@@ -137,7 +137,7 @@ func (c *Client) do(ctx context.Context, method, target string, header http.Head
 	})
 	req, err := http.NewRequestWithContext(ctx, method, target, nil)
 	if err != nil {
-		return Answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect, Err: err}
+		return Answer{}, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageConnect, Err: err}
 	}
 	if body != nil {
 		deadline, _ := ctx.Deadline()
@@ -158,16 +158,16 @@ func (c *Client) do(ctx context.Context, method, target string, header http.Head
 	res, err := c.http.Do(req)
 	if err != nil {
 		if wrote.Load() {
-			return Answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData,
+			return Answer{}, &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData,
 				Err: fmt.Errorf("no answer after the request was sent: %w", err)}
 		}
-		return Answer{}, &notify.SendError{Outcome: notify.OutcomeUnavailable, Stage: notify.StageConnect,
+		return Answer{}, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageConnect,
 			Err: fmt.Errorf("request not sent: %w", err)}
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
 	if err != nil && c.accepted(res.StatusCode) {
-		return Answer{}, &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: res.StatusCode,
+		return Answer{}, &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(res.StatusCode),
 			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
 	}
 	return Answer{Status: res.StatusCode, Body: b}, nil

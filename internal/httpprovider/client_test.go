@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 func TestBaseURL(t *testing.T) {
@@ -141,11 +141,11 @@ func TestFullURLOffTheBaseIsRefused(t *testing.T) {
 		s.URL,
 	} {
 		_, se := c.Do(context.Background(), http.MethodGet, target, nil, nil)
-		if se == nil || se.Outcome != notify.OutcomeUnavailable || !strings.Contains(se.Error(), "leaves") {
+		if se == nil || se.Outcome != mail.OutcomeUnavailable || !strings.Contains(se.Error(), "leaves") {
 			t.Errorf("Do(%q) = %v, want it refused as unavailable", target, se)
 		}
 		_, se = c.HandOver(context.Background(), pass, http.MethodPost, target, nil, body)
-		if se == nil || se.Outcome != notify.OutcomeUnavailable || !strings.Contains(se.Error(), "leaves") {
+		if se == nil || se.Outcome != mail.OutcomeUnavailable || !strings.Contains(se.Error(), "leaves") {
 			t.Errorf("HandOver(%q) = %v, want it refused as unavailable", target, se)
 		}
 	}
@@ -167,7 +167,7 @@ func TestHandOverRefusedSendsNothing(t *testing.T) {
 	s := newServer(t, func(http.ResponseWriter, *http.Request) {})
 	lost := errors.New("lease lost")
 	_, se := client(t, s, 5*time.Second).HandOver(context.Background(), func() error { return lost }, http.MethodPost, "/emails", nil, body)
-	if se == nil || se.Outcome != notify.OutcomeAborted || se.HandedOver || !errors.Is(se, lost) {
+	if se == nil || se.Outcome != mail.OutcomeAborted || se.HandedOver || !errors.Is(se, lost) {
 		t.Errorf("refused hand-over: %v, want aborted, not handed over, wrapping the refusal", se)
 	}
 	if n := s.requests.Load(); n != 0 {
@@ -183,7 +183,7 @@ func TestStallInHandOverSendsNothing(t *testing.T) {
 	s := newServer(t, func(http.ResponseWriter, *http.Request) {})
 	stall := func() error { time.Sleep(200 * time.Millisecond); return nil }
 	_, se := client(t, s, 100*time.Millisecond).HandOver(context.Background(), stall, http.MethodPost, "/emails", nil, body)
-	if se == nil || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect || !se.HandedOver {
+	if se == nil || se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect || !se.HandedOver {
 		t.Errorf("stalled past the deadline: %v, want unavailable at connect, handed over", se)
 	}
 	if n := s.requests.Load(); n != 0 {
@@ -198,10 +198,10 @@ func TestNoAnswerBeforeTheRequestWasWrittenIsUnavailable(t *testing.T) {
 	c := client(t, s, 5*time.Second)
 	s.Close()
 	_, se := c.HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
-	if se == nil || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect || !se.HandedOver {
+	if se == nil || se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect || !se.HandedOver {
 		t.Errorf("connection refused: %v, want unavailable at connect, handed over", se)
 	}
-	if _, se := c.Do(context.Background(), http.MethodGet, "/server", nil, nil); se == nil || se.Outcome != notify.OutcomeUnavailable {
+	if _, se := c.Do(context.Background(), http.MethodGet, "/server", nil, nil); se == nil || se.Outcome != mail.OutcomeUnavailable {
 		t.Errorf("probe of a closed server: %v, want unavailable", se)
 	}
 }
@@ -212,7 +212,7 @@ func TestNoAnswerAfterTheRequestWasWrittenIsAmbiguous(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, hangUp)
 	_, se := client(t, s, 5*time.Second).HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
-	if se == nil || se.Outcome != notify.OutcomeAmbiguous || se.Stage != notify.StageData || !se.HandedOver {
+	if se == nil || se.Outcome != mail.OutcomeAmbiguous || se.Stage != mail.StageData || !se.HandedOver {
 		t.Errorf("cut after the request: %v, want ambiguous at data, handed over", se)
 	}
 }
@@ -229,7 +229,7 @@ func TestNoAnswerInTimeIsAmbiguous(t *testing.T) {
 	})
 	defer close(release)
 	_, se := client(t, s, 200*time.Millisecond).HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
-	if se == nil || se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+	if se == nil || se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver {
 		t.Errorf("no answer within the timeout: %v, want ambiguous, handed over", se)
 	}
 }
@@ -251,7 +251,7 @@ func TestAnswerCutShort(t *testing.T) {
 	c := client(t, s, 5*time.Second)
 	status.Store("200 OK")
 	_, se := c.HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
-	if se == nil || se.Outcome != notify.OutcomeAmbiguous || se.Code != 200 || !se.HandedOver {
+	if se == nil || se.Outcome != mail.OutcomeAmbiguous || se.Reply.Code != 200 || !se.HandedOver {
 		t.Errorf("200 cut short: %v, want ambiguous, code 200, handed over", se)
 	}
 	status.Store("500 Internal Server Error")

@@ -9,8 +9,8 @@
 // lost: the request body is handed to the connection only before the
 // request's deadline, which counts from before the worker's last lease
 // check (Client.HandOver), and a request without an answer is
-// classified by whether it was written whole (notify.OutcomeUnavailable
-// before, notify.OutcomeAmbiguous after). It also holds the few rules
+// classified by whether it was written whole (mail.OutcomeUnavailable
+// before, mail.OutcomeAmbiguous after). It also holds the few rules
 // the providers have in common around that: what a message must carry
 // before it becomes a request (CheckMessage, ComposeError), and in their
 // webhook verifiers and look-ups the body cap, the signed timestamp's
@@ -24,7 +24,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // BaseURL checks raw, a provider's API base URL (def when empty): https,
@@ -60,11 +60,11 @@ func isLoopback(host string) bool {
 
 // CheckMessage checks what every provider's request needs of m and
 // returns its recipient, normalized: an address (an error wrapping
-// notify.ErrInvalidAddress if not), our Message-ID as notify.MessageID
+// mail.ErrInvalidAddress if not), our Message-ID as mail.MessageID
 // makes it (id@domain, without angle brackets), and an idempotency key.
 // Its errors go to ComposeError.
-func CheckMessage(m notify.Message) (to string, err error) {
-	to, err = notify.NormalizeAddress(m.To)
+func CheckMessage(m mail.Message) (to string, err error) {
+	to, err = mail.NormalizeAddress(m.To)
 	if err != nil {
 		return "", fmt.Errorf("recipient: %w", err)
 	}
@@ -80,11 +80,11 @@ func CheckMessage(m notify.Message) (to string, err error) {
 // ComposeError classifies a message that cannot be put into a request:
 // a bad recipient is refused for good, anything else is our bug and
 // waits (retried until DELIVERY_MAX_AGE) for a fix.
-func ComposeError(err error) *notify.SendError {
-	if errors.Is(err, notify.ErrInvalidAddress) {
-		return &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageRecipient, Err: fmt.Errorf("compose request: %w", err)}
+func ComposeError(err error) *mail.SendError {
+	if errors.Is(err, mail.ErrInvalidAddress) {
+		return &mail.SendError{Outcome: mail.OutcomePermanent, Stage: mail.StageRecipient, Err: fmt.Errorf("compose request: %w", err)}
 	}
-	return &notify.SendError{Outcome: notify.OutcomeTemporary, Stage: notify.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
+	return &mail.SendError{Outcome: mail.OutcomeTemporary, Stage: mail.StageConnect, Err: fmt.Errorf("compose request: %w", err)}
 }
 
 // MentionsField reports whether an error message names a request field

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// A look-up (reconcile.Lookup) may say "not there" only when the
+// A look-up (mail.Lookup) may say "not there" only when the
 // provider still keeps what it searches and has had time to make a send
 // searchable. These two checks say when; each provider names its
 // retention and settle margin, and its own errors.

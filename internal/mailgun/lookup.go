@@ -13,7 +13,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/reconcile"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Errors of Lookup.Find when it cannot say "not there" for certain.
@@ -76,7 +76,7 @@ func ReadLookupEnv(env *envconfig.Reader) LookupConfig {
 }
 
 // Lookup finds the message of an ambiguous send by our Message-ID in
-// Mailgun's Events API. It implements reconcile.Lookup.
+// Mailgun's Events API. It implements mail.Lookup.
 type Lookup struct {
 	cfg    LookupConfig
 	client *httpprovider.Client
@@ -112,13 +112,13 @@ type eventsPage struct {
 	} `json:"paging"`
 }
 
-// Find implements reconcile.Lookup: the domain's events for our
+// Find implements mail.Lookup: the domain's events for our
 // Message-ID, from shortly before the hand-over on, page by page until
 // an empty one. Any event but "rejected" (accepted, delivered, failed,
 // opened, …) means Mailgun took the message. Not found is said only for
 // a send inside the retention and older than the settle margin; an
 // answer that is not 200 with Mailgun's JSON is an error.
-func (l *Lookup) Find(ctx context.Context, q reconcile.Query) (string, bool, error) {
+func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	if q.MessageID == "" {
 		return "", false, errors.New("mailgun: look-up without a Message-ID")
 	}

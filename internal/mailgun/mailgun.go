@@ -1,8 +1,8 @@
 // Package mailgun is the Mailgun mail provider: it implements
-// notify.Provider over Mailgun's HTTP API (POST /v3/<domain>/messages),
+// mail.Provider over Mailgun's HTTP API (POST /v3/<domain>/messages),
 // classifies its answers, probes with GET /v4/domains/<domain>, finds
 // the message of an ambiguous send by our Message-ID in the Events API
-// (reconcile.Lookup), and checks Mailgun's signed webhooks.
+// (mail.Lookup), and checks Mailgun's signed webhooks.
 //
 // Mailgun has no idempotency key: a second request is a second e-mail.
 // Every message carries our Message-ID (h:Message-Id) and our key's hash
@@ -22,7 +22,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Mailgun's API hosts: US, and EU for domains created in the EU region.
@@ -32,7 +32,7 @@ const (
 )
 
 // VariableKey names the custom variable (v:sekali-key) that carries
-// notify.KeyHash(IdempotencyKey); events and webhooks echo it in
+// mail.KeyHash(IdempotencyKey); events and webhooks echo it in
 // user-variables.
 const VariableKey = "sekali-key"
 
@@ -48,7 +48,7 @@ type Config struct {
 // Validate checks the configuration and reports every problem at once.
 func (c Config) Validate() error {
 	errs := validateCommon(c.APIKey, c.Domain, c.BaseURL, c.Timeout)
-	if _, err := notify.NormalizeAddress(c.From); err != nil {
+	if _, err := mail.NormalizeAddress(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	return errors.Join(errs...)
@@ -71,7 +71,7 @@ func validateCommon(key, domain, base string, timeout time.Duration) []error {
 	} else if strings.ContainsAny(key, " \r\n\t:") {
 		errs = append(errs, errors.New("MAILGUN_API_KEY must not contain spaces, line breaks or colons"))
 	}
-	if !notify.IsHostName(domain) || !strings.Contains(domain, ".") {
+	if !mail.IsHostName(domain) || !strings.Contains(domain, ".") {
 		errs = append(errs, fmt.Errorf("MAILGUN_DOMAIN %q: want the sending domain, e.g. mg.shop.example", domain))
 	}
 	if _, err := baseURL(base); err != nil {
@@ -96,7 +96,7 @@ func baseURL(raw string) (string, error) {
 	return httpprovider.BaseURL(raw, DefaultBaseURL)
 }
 
-// Provider sends through Mailgun's API. It implements notify.Provider.
+// Provider sends through Mailgun's API. It implements mail.Provider.
 type Provider struct {
 	cfg    Config
 	from   string
@@ -109,7 +109,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	base, _ := baseURL(cfg.BaseURL)
-	from, _ := notify.NormalizeAddress(cfg.From)
+	from, _ := mail.NormalizeAddress(cfg.From)
 	return &Provider{cfg: cfg, from: from, client: newClient(base, cfg.APIKey, cfg.Timeout)}, nil
 }
 
@@ -120,7 +120,7 @@ func (p *Provider) Close() { p.client.Close() }
 // second e-mail, so an ambiguous send is decided by the look-up.
 func (*Provider) Deduplicates() bool { return false }
 
-func (p *Provider) form(m notify.Message) ([]byte, error) {
+func (p *Provider) form(m mail.Message) ([]byte, error) {
 	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
 		return nil, err
@@ -139,14 +139,14 @@ func (p *Provider) form(m notify.Message) ([]byte, error) {
 		v.Set("html", m.HTML)
 	}
 	v.Set("h:Message-Id", "<"+m.MessageID+">")
-	v.Set("v:"+VariableKey, notify.KeyHash(m.IdempotencyKey))
+	v.Set("v:"+VariableKey, mail.KeyHash(m.IdempotencyKey))
 	return []byte(v.Encode()), nil
 }
 
-// Send implements notify.Provider. handOver runs right before the
+// Send implements mail.Provider. handOver runs right before the
 // request goes out; the request's deadline (Timeout) counts from before
 // it and is never extended.
-func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
 	body, err := p.form(m)
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
@@ -163,7 +163,7 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 	decodeErr := json.Unmarshal(ans.Body, &a)
 	if ans.Status == http.StatusOK {
 		if decodeErr != nil || a.ID == "" {
-			return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.Status, HandedOver: true,
+			return "", &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(ans.Status), HandedOver: true,
 				Err: fmt.Errorf("answer %d without an id: %q", ans.Status, httpprovider.Truncate(ans.Body))}
 		}
 		return stripID(a.ID), nil
@@ -177,7 +177,7 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 	return "", se
 }
 
-// Probe implements notify.Provider: GET /v4/domains/<domain>, which
+// Probe implements mail.Provider: GET /v4/domains/<domain>, which
 // needs the key and sends nothing. A domain sending key cannot read the
 // domain, so the probe needs a key that can; so does the look-up.
 func (p *Provider) Probe(ctx context.Context) error {
@@ -195,7 +195,7 @@ func (p *Provider) Probe(ctx context.Context) error {
 		a.Message = httpprovider.Truncate(ans.Body)
 	}
 	se = classify(ans.Status, a.Message)
-	se.Outcome = notify.OutcomeUnavailable // whatever the domain read says is about us
+	se.Outcome = mail.OutcomeUnavailable // whatever the domain read says is about us
 	return se
 }
 
@@ -213,24 +213,24 @@ func (p *Provider) Probe(ctx context.Context) error {
 //	400 about 'to'                                          permanent (recipient)
 //	400 about 'from'                                        unavailable (sender)
 //	400 anything else, 413, other 4xx                       temporary
-func classify(status int, message string) *notify.SendError {
-	se := &notify.SendError{Code: status, Err: fmt.Errorf("mailgun answered %d: %s", status, message)}
+func classify(status int, message string) *mail.SendError {
+	se := &mail.SendError{Reply: mail.HTTPStatus(status), Err: fmt.Errorf("mailgun answered %d: %s", status, message)}
 	msg := strings.ToLower(message)
 	switch {
 	case status == 401 || status == 402 || status == 403:
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageAuth
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageAuth
 	case status == 404:
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageSender
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageSender
 	case status == 429 || status == 503:
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageConnect
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
 	case status >= 500:
-		se.Outcome, se.Stage = notify.OutcomeAmbiguous, notify.StageData
+		se.Outcome, se.Stage = mail.OutcomeAmbiguous, mail.StageData
 	case status == 400 && mentionsParam(msg, "to"):
-		se.Outcome, se.Stage = notify.OutcomePermanent, notify.StageRecipient
+		se.Outcome, se.Stage = mail.OutcomePermanent, mail.StageRecipient
 	case status == 400 && mentionsParam(msg, "from"):
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageSender
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageSender
 	default:
-		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData
+		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData
 	}
 	return se
 }

@@ -9,16 +9,15 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun"
 	"github.com/sekali-dev/sekali/internal/mailgun/mailguntest"
-	"github.com/sekali-dev/sekali/internal/notify"
-	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 var (
-	_ notify.Provider  = (*mailgun.Provider)(nil)
-	_ reconcile.Lookup = (*mailgun.Lookup)(nil)
+	_ mail.Provider = (*mailgun.Provider)(nil)
+	_ mail.Lookup   = (*mailgun.Lookup)(nil)
 )
 
 const domain = "mg.shop.example"
@@ -55,14 +54,14 @@ func lookup(t *testing.T, srv *mailguntest.Server) *mailgun.Lookup {
 	return l
 }
 
-func message(n int) notify.Message {
+func message(n int) mail.Message {
 	key := fmt.Sprintf("order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c%02d:budi@example.com", n)
-	return notify.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
-		MessageID: notify.MessageID(key, "shop.example"), IdempotencyKey: key}
+	return mail.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
+		MessageID: mail.MessageID(key, "shop.example"), IdempotencyKey: key}
 }
 
-func query(m notify.Message, handedOver time.Time) reconcile.Query {
-	return reconcile.Query{MessageID: m.MessageID, KeyHash: notify.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
+func query(m mail.Message, handedOver time.Time) mail.Query {
+	return mail.Query{MessageID: m.MessageID, KeyHash: mail.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
 }
 
 func pass() error { return nil }
@@ -81,7 +80,7 @@ func TestSendAndFind(t *testing.T) {
 	}
 	got := msgs[0]
 	if id != m.MessageID || got.ID != m.MessageID || got.To != m.To || got.From != "orders@shop.example" || got.Text != m.Text ||
-		got.HTML != m.HTML || got.Subject != m.Subject || got.UserVariables[mailgun.VariableKey] != notify.KeyHash(m.IdempotencyKey) {
+		got.HTML != m.HTML || got.Subject != m.Subject || got.UserVariables[mailgun.VariableKey] != mail.KeyHash(m.IdempotencyKey) {
 		t.Errorf("sent %+v, id %q, for %+v", got, id, m)
 	}
 	// Within the settle margin a hit counts, and later too.
@@ -103,7 +102,7 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 		m := message(2)
 		b.srv.FailNext("messages", mailguntest.Fault{Cut: true, Sent: sent})
 		_, err := b.p.Send(context.Background(), m, pass)
-		if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+		if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver {
 			t.Fatalf("cut after the request: %v, want ambiguous, handed over", err)
 		}
 		b.srv.AddEvent(mailguntest.Event{Event: "accepted", MessageID: "someone-else@shop.example", Timestamp: time.Now()})
@@ -131,30 +130,30 @@ func TestErrorsAreClassified(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		fault   mailguntest.Fault
-		outcome notify.Outcome
-		stage   notify.Stage
+		outcome mail.Outcome
+		stage   mail.Stage
 	}{
-		{mailguntest.Fault{Status: 401, Message: "Forbidden", Raw: true}, notify.OutcomeUnavailable, notify.StageAuth},
-		{mailguntest.Fault{Status: 403, Message: "Sandbox subdomains are for test purposes only."}, notify.OutcomeUnavailable, notify.StageAuth},
-		{mailguntest.Fault{Status: 402, Message: "Payment required"}, notify.OutcomeUnavailable, notify.StageAuth},
-		{mailguntest.Fault{Status: 404, Message: "Domain not found: mg.shop.example"}, notify.OutcomeUnavailable, notify.StageSender},
-		{mailguntest.Fault{Status: 429, Message: "Too many requests"}, notify.OutcomeUnavailable, notify.StageConnect},
-		{mailguntest.Fault{Status: 503, Message: "Service unavailable", Raw: true}, notify.OutcomeUnavailable, notify.StageConnect},
-		{mailguntest.Fault{Status: 500, Message: "Internal error"}, notify.OutcomeAmbiguous, notify.StageData},
-		{mailguntest.Fault{Status: 502, Message: "<html>Bad Gateway</html>", Raw: true}, notify.OutcomeAmbiguous, notify.StageData},
-		{mailguntest.Fault{Status: 400, Message: "'to' parameter is not a valid address. please check documentation"}, notify.OutcomePermanent, notify.StageRecipient},
-		{mailguntest.Fault{Status: 400, Message: "'from' parameter is not a valid address. please check documentation"}, notify.OutcomeUnavailable, notify.StageSender},
-		{mailguntest.Fault{Status: 400, Message: "from parameter is missing"}, notify.OutcomeUnavailable, notify.StageSender},
-		{mailguntest.Fault{Status: 400, Message: "Need at least one of 'text', 'html' or 'template' parameters specified"}, notify.OutcomeTemporary, notify.StageData},
-		{mailguntest.Fault{Status: 413, Message: "Request Entity Too Large", Raw: true}, notify.OutcomeTemporary, notify.StageData},
+		{mailguntest.Fault{Status: 401, Message: "Forbidden", Raw: true}, mail.OutcomeUnavailable, mail.StageAuth},
+		{mailguntest.Fault{Status: 403, Message: "Sandbox subdomains are for test purposes only."}, mail.OutcomeUnavailable, mail.StageAuth},
+		{mailguntest.Fault{Status: 402, Message: "Payment required"}, mail.OutcomeUnavailable, mail.StageAuth},
+		{mailguntest.Fault{Status: 404, Message: "Domain not found: mg.shop.example"}, mail.OutcomeUnavailable, mail.StageSender},
+		{mailguntest.Fault{Status: 429, Message: "Too many requests"}, mail.OutcomeUnavailable, mail.StageConnect},
+		{mailguntest.Fault{Status: 503, Message: "Service unavailable", Raw: true}, mail.OutcomeUnavailable, mail.StageConnect},
+		{mailguntest.Fault{Status: 500, Message: "Internal error"}, mail.OutcomeAmbiguous, mail.StageData},
+		{mailguntest.Fault{Status: 502, Message: "<html>Bad Gateway</html>", Raw: true}, mail.OutcomeAmbiguous, mail.StageData},
+		{mailguntest.Fault{Status: 400, Message: "'to' parameter is not a valid address. please check documentation"}, mail.OutcomePermanent, mail.StageRecipient},
+		{mailguntest.Fault{Status: 400, Message: "'from' parameter is not a valid address. please check documentation"}, mail.OutcomeUnavailable, mail.StageSender},
+		{mailguntest.Fault{Status: 400, Message: "from parameter is missing"}, mail.OutcomeUnavailable, mail.StageSender},
+		{mailguntest.Fault{Status: 400, Message: "Need at least one of 'text', 'html' or 'template' parameters specified"}, mail.OutcomeTemporary, mail.StageData},
+		{mailguntest.Fault{Status: 413, Message: "Request Entity Too Large", Raw: true}, mail.OutcomeTemporary, mail.StageData},
 	}
 	b := setup(t)
 	for _, c := range cases {
 		b.srv.FailNext("messages", c.fault)
 		_, err := b.p.Send(context.Background(), message(5), pass)
 		se := httpprovidertest.SendError(t, err)
-		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.fault.Status || !se.HandedOver {
-			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Code, c.outcome, c.stage)
+		if se.Outcome != c.outcome || se.Stage != c.stage || se.Reply.Code != c.fault.Status || !se.HandedOver {
+			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Reply.Code, c.outcome, c.stage)
 		}
 	}
 	if n := len(b.srv.Messages()); n != 0 {
@@ -166,7 +165,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := provider(t, b.srv, "key-wrong", 5*time.Second).Send(context.Background(), message(6), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 401 {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageAuth || se.Reply.Code != 401 {
 		t.Errorf("wrong key: %v", err)
 	}
 	p, err := mailgun.New(mailgun.Config{APIKey: b.srv.APIKey, Domain: "mg.other.example", From: "orders@shop.example", BaseURL: b.srv.URL})
@@ -174,7 +173,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = p.Send(context.Background(), message(6), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Code != 404 {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Reply.Code != 404 {
 		t.Errorf("unknown domain (another region?): %v", err)
 	}
 	if err := p.Probe(context.Background()); err == nil {
@@ -192,7 +191,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b.srv.URL = "http://" + testenv.RefusedAddr(t)
 	b.p, b.l = provider(t, b.srv, b.srv.APIKey, 5*time.Second), lookup(t, b.srv)
 	_, err := b.p.Send(context.Background(), message(7), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect {
 		t.Errorf("connection refused: %v", err)
 	}
 	if _, _, err := b.l.Find(context.Background(), query(message(7), time.Now().Add(-time.Hour))); err == nil {

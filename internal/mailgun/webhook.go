@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Errors of WebhookVerifier.Verify. The HTTP layer answers
@@ -94,7 +94,7 @@ type Verified struct {
 	Token   string
 	Expires time.Time
 	// Feedback is the event, if it is about delivery.
-	Feedback []notify.Feedback
+	Feedback []mail.Feedback
 }
 
 // Verify checks a webhook body's signature and timestamp and returns its
@@ -145,24 +145,24 @@ func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Ver
 }
 
 // event is the Feedback of a verified webhook's event-data.
-func event(w webhook) ([]notify.Feedback, error) {
+func event(w webhook) ([]mail.Feedback, error) {
 	e := w.EventData
 	if e == nil || e.Event == "" {
 		return nil, fmt.Errorf("%w: no event-data", ErrMalformed)
 	}
-	f := notify.Feedback{Provider: "mailgun", EventID: e.ID, MessageID: stripID(e.Message.Headers.MessageID)}
+	f := mail.Feedback{Provider: "mailgun", EventID: e.ID, MessageID: stripID(e.Message.Headers.MessageID)}
 	f.ProviderMessageID = f.MessageID
 	switch e.Event {
 	case "delivered":
-		f.Kind = notify.FeedbackDelivered
+		f.Kind = mail.FeedbackDelivered
 	case "complained":
-		f.Kind = notify.FeedbackComplained
+		f.Kind = mail.FeedbackComplained
 	case "failed":
 		switch e.Severity {
 		case "permanent":
-			f.Kind = notify.FeedbackBounced
+			f.Kind = mail.FeedbackBounced
 		case "temporary":
-			f.Kind = notify.FeedbackDeferred
+			f.Kind = mail.FeedbackDeferred
 		default:
 			return nil, fmt.Errorf("%w: failed event with severity %q", ErrMalformed, e.Severity)
 		}
@@ -178,9 +178,9 @@ func event(w webhook) ([]notify.Feedback, error) {
 	}
 	whole, frac := math.Modf(e.Timestamp)
 	f.At = time.Unix(int64(whole), int64(frac*1e9))
-	f.Recipient, _ = notify.NormalizeAddress(e.Recipient)
+	f.Recipient, _ = mail.NormalizeAddress(e.Recipient)
 	if k, ok := e.UserVariables[VariableKey].(string); ok {
 		f.KeyHash = k
 	}
-	return []notify.Feedback{f}, nil
+	return []mail.Feedback{f}, nil
 }

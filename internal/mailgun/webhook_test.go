@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun"
-	"github.com/sekali-dev/sekali/internal/notify"
 )
 
 const signingKey = "key-3ax6xnjp29jd6fds4gc373sgvjxteol0"
@@ -43,12 +43,12 @@ func TestWebhookEvents(t *testing.T) {
 	token := strings.Repeat("e0b5477167", 5)
 	for _, c := range []struct {
 		event, severity string
-		kind            notify.FeedbackKind
+		kind            mail.FeedbackKind
 	}{
-		{"delivered", "", notify.FeedbackDelivered},
-		{"failed", "permanent", notify.FeedbackBounced},
-		{"failed", "temporary", notify.FeedbackDeferred},
-		{"complained", "", notify.FeedbackComplained},
+		{"delivered", "", mail.FeedbackDelivered},
+		{"failed", "permanent", mail.FeedbackBounced},
+		{"failed", "temporary", mail.FeedbackDeferred},
+		{"complained", "", mail.FeedbackComplained},
 		{"opened", "", ""},
 		{"accepted", "", ""},
 	} {

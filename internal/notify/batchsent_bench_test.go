@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -59,7 +59,7 @@ func BenchmarkBatchedSent(b *testing.B) {
 		ids, leases := insertDeliveries(b, pool, b.N), make([]uuid.UUID, b.N)
 		for i, id := range ids {
 			leases[i] = uuid.New()
-			if _, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: id, KeyHash: notify.KeyHash(id.String()), Templates: []string{"order-confirmation"},
+			if _, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: id, KeyHash: mail.KeyHash(id.String()), Templates: []string{"order-confirmation"},
 				MaxAgeSeconds: 3600, LeaseToken: leases[i], LeaseSeconds: 30, Actor: "bench", TaskID: "t", MessageID: "m@shop.example"}); err != nil {
 				b.Fatal(err)
 			}

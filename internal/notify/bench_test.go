@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -30,7 +31,7 @@ func BenchmarkKeyHash(b *testing.B) {
 	key := notify.Key("order-confirmation", uuid.New(), "ana.maria@example.com")
 	b.ReportAllocs()
 	for b.Loop() {
-		_ = notify.KeyHash(key)
+		_ = mail.KeyHash(key)
 	}
 }
 
@@ -61,7 +62,7 @@ func BenchmarkRenderOrderConfirmation(b *testing.B) {
 func BenchmarkClaimHandOverSent(b *testing.B) {
 	type step func(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, lease uuid.UUID) error
 	claimStep := func(ctx context.Context, q *dbsqlc.Queries, id, lease uuid.UUID) error {
-		_, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: id, KeyHash: notify.KeyHash(id.String()), Templates: []string{"order-confirmation"},
+		_, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: id, KeyHash: mail.KeyHash(id.String()), Templates: []string{"order-confirmation"},
 			MaxAgeSeconds: 3600, LeaseToken: lease, LeaseSeconds: 30, Actor: "bench", TaskID: "t", MessageID: "m@shop.example"})
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -23,7 +24,7 @@ func TestWorkerOnRedisCluster(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "gita@example.com")
 	ctx := context.Background()
-	h := notify.KeyHash(d.IdempotencyKey)
+	h := mail.KeyHash(d.IdempotencyKey)
 
 	lock := "sekali:{" + h + "}:lock"
 	if err := e.rdb.Set(ctx, lock, "someone-else", time.Minute).Err(); err != nil {

@@ -11,32 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
-
-// FeedbackKind is what a provider reports about a message after it
-// accepted it, through its webhooks.
-type FeedbackKind string
-
-const (
-	FeedbackDelivered  FeedbackKind = "delivered"  // the receiving server took it
-	FeedbackDeferred   FeedbackKind = "deferred"   // a temporary failure; the provider keeps trying
-	FeedbackBounced    FeedbackKind = "bounced"    // a permanent failure (hard bounce): the address is dead
-	FeedbackComplained FeedbackKind = "complained" // the recipient marked it as spam
-)
-
-// Feedback is one provider event, its signature or credentials verified,
-// in the same shape whichever provider sent it.
-type Feedback struct {
-	Provider          string // "resend", "postmark", "mailgun", "ses"
-	EventID           string // the provider's id of this event; the same event twice has the same id
-	Kind              FeedbackKind
-	ProviderMessageID string // the provider's id of the message, when it gives one
-	MessageID         string // our Message-ID (without angle brackets), when it echoes it
-	KeyHash           string // KeyHash of the idempotency key, from the metadata we attached, when echoed
-	Recipient         string // normalized (NormalizeAddress), when given
-	At                time.Time
-	Detail            string // the provider's reason, e.g. a bounce's diagnostic
-}
 
 // ErrUnknownMessage is returned for a provider event that names no
 // delivery of this service.
@@ -63,7 +39,7 @@ type FeedbackOutcome struct {
 // the one of the key hash echoed from our metadata. The same event
 // again (by provider and event id) changes nothing; an event that names
 // no delivery of this service is ErrUnknownMessage and changes nothing.
-func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f Feedback) (FeedbackOutcome, error) {
+func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (FeedbackOutcome, error) {
 	var out FeedbackOutcome
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
@@ -104,7 +80,7 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f Feedback) (Feedback
 		if err := recordEvent(ctx, q, d, string(f.Kind), f.Provider, detail); err != nil {
 			return fmt.Errorf("record %s event in the history: %w", f.Provider, err)
 		}
-		source := map[FeedbackKind]string{FeedbackBounced: "bounce", FeedbackComplained: "complaint"}[f.Kind]
+		source := map[mail.FeedbackKind]string{mail.FeedbackBounced: "bounce", mail.FeedbackComplained: "complaint"}[f.Kind]
 		if source == "" {
 			return nil
 		}

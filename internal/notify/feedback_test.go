@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
@@ -38,7 +39,7 @@ func TestBounceSuppressesTheNextDelivery(t *testing.T) {
 		t.Fatal("a sent delivery has no Message-ID")
 	}
 
-	bounce := notify.Feedback{Provider: "postmark", EventID: "bounce-1", Kind: notify.FeedbackBounced,
+	bounce := mail.Feedback{Provider: "postmark", EventID: "bounce-1", Kind: mail.FeedbackBounced,
 		MessageID: first.MessageID, At: time.Now(), Detail: "550 5.1.1 no such user"}
 	for i := range 3 { // providers retry webhooks
 		out, err := e.ops.RecordFeedback(ctx, bounce)
@@ -100,8 +101,8 @@ func TestFeedbackThatDoesNotSuppress(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = e.delivery(t, d.IdempotencyKey)
-	for _, kind := range []notify.FeedbackKind{notify.FeedbackDelivered, notify.FeedbackDeferred} {
-		out, err := e.ops.RecordFeedback(ctx, notify.Feedback{Provider: "resend", EventID: string(kind), Kind: kind, MessageID: d.MessageID, At: time.Now()})
+	for _, kind := range []mail.FeedbackKind{mail.FeedbackDelivered, mail.FeedbackDeferred} {
+		out, err := e.ops.RecordFeedback(ctx, mail.Feedback{Provider: "resend", EventID: string(kind), Kind: kind, MessageID: d.MessageID, At: time.Now()})
 		if err != nil || out.Suppressed {
 			t.Errorf("%s: %+v, %v", kind, out, err)
 		}
@@ -113,11 +114,11 @@ func TestFeedbackThatDoesNotSuppress(t *testing.T) {
 		t.Errorf("suppressed after delivery reports: %v", err)
 	}
 
-	stranger := notify.Feedback{Provider: "resend", EventID: "evt-x", Kind: notify.FeedbackComplained, MessageID: "not-ours@elsewhere", ProviderMessageID: "re_not_ours", At: time.Now()}
+	stranger := mail.Feedback{Provider: "resend", EventID: "evt-x", Kind: mail.FeedbackComplained, MessageID: "not-ours@elsewhere", ProviderMessageID: "re_not_ours", At: time.Now()}
 	if _, err := e.ops.RecordFeedback(ctx, stranger); !errors.Is(err, notify.ErrUnknownMessage) {
 		t.Errorf("an event about another sender's message: %v", err)
 	}
-	if _, err := e.ops.RecordFeedback(ctx, notify.Feedback{Provider: "resend", EventID: "evt-y", Kind: notify.FeedbackBounced}); !errors.Is(err, notify.ErrUnknownMessage) {
+	if _, err := e.ops.RecordFeedback(ctx, mail.Feedback{Provider: "resend", EventID: "evt-y", Kind: mail.FeedbackBounced}); !errors.Is(err, notify.ErrUnknownMessage) {
 		t.Errorf("an event naming no message: %v", err)
 	}
 	var n int
@@ -128,7 +129,7 @@ func TestFeedbackThatDoesNotSuppress(t *testing.T) {
 		t.Errorf("%d rows in provider_events and suppressions, want the 2 delivery reports", n)
 	}
 
-	complaint := notify.Feedback{Provider: "resend", EventID: "evt-c", Kind: notify.FeedbackComplained, MessageID: d.MessageID, At: time.Now()}
+	complaint := mail.Feedback{Provider: "resend", EventID: "evt-c", Kind: mail.FeedbackComplained, MessageID: d.MessageID, At: time.Now()}
 	if out, err := e.ops.RecordFeedback(ctx, complaint); err != nil || !out.Suppressed {
 		t.Errorf("complaint: %+v, %v", out, err)
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // The worker's circuit breaker on the provider. A send that meets
@@ -141,7 +141,7 @@ func (w *Worker) WatchProvider(ctx context.Context, interval time.Duration) {
 		err := w.provider.Probe(pctx)
 		cancel()
 		if err != nil {
-			w.health.markDown(RedactAddresses(err.Error()))
+			w.health.markDown(mail.RedactAddresses(err.Error()))
 			continue
 		}
 		if w.health.markUp() {
@@ -152,12 +152,11 @@ func (w *Worker) WatchProvider(ctx context.Context, interval time.Duration) {
 
 // providerUnavailable opens the breaker after a send met
 // OutcomeUnavailable, and says so once per outage.
-func (w *Worker) providerUnavailable(ctx context.Context, se *SendError) {
-	reason := RedactAddresses(se.Error())
+func (w *Worker) providerUnavailable(ctx context.Context, se *mail.SendError) {
+	reason := mail.RedactAddresses(se.Error())
 	if w.health.markDown(reason) {
-		w.log.LogAttrs(ctx, slog.LevelWarn, "provider refuses us; deliveries wait until a probe succeeds",
-			slog.String("worker_id", w.cfg.WorkerID), slog.String("stage", string(se.Stage)),
-			slog.Int("smtp_code", se.Code), slog.String("reason", reason))
+		attrs := append([]slog.Attr{slog.String("worker_id", w.cfg.WorkerID), slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
+		w.log.LogAttrs(ctx, slog.LevelWarn, "provider refuses us; deliveries wait until a probe succeeds", append(attrs, slog.String("reason", reason))...)
 	}
 }
 
@@ -168,15 +167,4 @@ func (w *Worker) publishHealth(ctx context.Context, interval time.Duration) {
 		CheckedAt: now, ValidUntil: now.Add(3*interval + 5*time.Second)})
 	// Best effort: Redis being away is not the provider's health.
 	_ = w.lock.rdb.HSet(ctx, providerKey(w.cfg.Queue), w.cfg.WorkerID, b).Err()
-}
-
-// addressPattern matches what looks like an e-mail address in free text.
-var addressPattern = regexp.MustCompile(`[^\s<>"'(),;:\[\]]+@[^\s<>"'(),;:\[\]]+`)
-
-// RedactAddresses replaces every e-mail address in s with "address-redacted":
-// providers quote the recipient in their replies (Postfix: "550 5.1.1
-// <ana@example.com>: Recipient address rejected"), and no address may
-// reach a log line.
-func RedactAddresses(s string) string {
-	return addressPattern.ReplaceAllString(s, "address-redacted")
 }

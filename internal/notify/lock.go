@@ -3,7 +3,6 @@ package notify
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -15,23 +14,6 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 )
-
-// KeyHash is how Redis names a delivery: a hash of its idempotency key, so
-// that no e-mail address is ever written to Redis.
-func KeyHash(idempotencyKey string) string {
-	sum := sha256.Sum256([]byte(idempotencyKey))
-	return hex.EncodeToString(sum[:16])
-}
-
-// ProviderKey is the idempotency key given to a provider that keeps
-// keys of its own (Resend, over HTTP or in its SMTP header):
-// "sekali-" and the hex SHA-256 of key, 71 characters of [a-z0-9-]. Our
-// keys can be longer than providers take (Resend: 256) and carry an
-// address; the digest is the same on every attempt, over every channel.
-func ProviderKey(idempotencyKey string) string {
-	sum := sha256.Sum256([]byte(idempotencyKey))
-	return "sekali-" + hex.EncodeToString(sum[:])
-}
 
 // A delivery's lock and cache entry share the hash tag {<keyhash>}: on a
 // Redis Cluster they live in one hash slot, so one script may read and

@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -47,7 +48,7 @@ func benchLock(b *testing.B, opt asynq.RedisConnOpt) {
 	seq := 0 // a fresh delivery each time, across -count runs
 	delivery := func() string {
 		seq++
-		h := KeyHash("order-confirmation:" + strconv.Itoa(seq) + ":bench@example.com")
+		h := mail.KeyHash("order-confirmation:" + strconv.Itoa(seq) + ":bench@example.com")
 		token, got, err := l.acquire(ctx, h)
 		if err != nil || got != lockTaken {
 			b.Fatal("acquire:", got, err)

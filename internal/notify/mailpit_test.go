@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -32,7 +33,7 @@ func TestWorkerDeliversThroughMailpit(t *testing.T) {
 	if len(msgs) != 1 {
 		t.Fatalf("%d messages at Mailpit, want 1", len(msgs))
 	}
-	if msgs[0].MessageID != got.MessageID || got.MessageID != notify.MessageID(d.IdempotencyKey, mailDomain) {
+	if msgs[0].MessageID != got.MessageID || got.MessageID != mail.MessageID(d.IdempotencyKey, mailDomain) {
 		t.Errorf("Message-ID at Mailpit %q, stored %q", msgs[0].MessageID, got.MessageID)
 	}
 	h := mp.Headers(t, msgs[0].ID)

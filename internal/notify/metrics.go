@@ -75,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, l := range []string{"cache", "database", "lock", "fencing"} {
 		m.duplicates.WithLabelValues(l)
 	}
-	for _, r := range []string{"smtp_4xx", "smtp_5xx", "provider_unavailable", "lock_busy", "lock_expired", "database", "redis"} {
+	for _, r := range []string{"smtp_4xx", "smtp_5xx", "http_4xx", "http_5xx", "deferred", "provider_unavailable", "lock_busy", "lock_expired", "database", "redis"} {
 		m.retries.WithLabelValues(r)
 	}
 	reg.MustRegister(m.duplicates, m.lockAcquired, m.lockFailed, m.lockExpired, m.retries, m.processing, m.deliveries, m.sendLatency, m.blocked,

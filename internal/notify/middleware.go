@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
@@ -52,7 +53,7 @@ func (w *Worker) Middleware(next asynq.Handler) asynq.Handler {
 			if errors.Is(err, asynq.SkipRetry) {
 				level = slog.LevelError
 			}
-			l.set(slog.String("error", RedactAddresses(err.Error())))
+			l.set(slog.String("error", mail.RedactAddresses(err.Error())))
 		}
 		l.set(slog.String("result", l.result), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
 		w.log.LogAttrs(ctx, level, "delivery attempt", l.attrs...)

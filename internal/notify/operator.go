@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // ErrWrongState is returned when an operator action does not apply to a
@@ -205,7 +206,7 @@ type Block struct {
 // that is not a valid address is ErrInvalidAddress.
 func (o *Operator) AddBlock(ctx context.Context, kind, value, reason string, ttl time.Duration) (Block, error) {
 	if kind == "recipient" {
-		v, err := NormalizeAddress(value)
+		v, err := mail.NormalizeAddress(value)
 		if err != nil {
 			return Block{}, err
 		}
@@ -262,7 +263,7 @@ func (o *Operator) Suppressions(ctx context.Context, limit int) ([]Suppression, 
 
 // Suppression returns one entry of the list with its history.
 func (o *Operator) Suppression(ctx context.Context, recipient string) (Suppression, []SuppressionEvent, error) {
-	recipient, err := NormalizeAddress(recipient)
+	recipient, err := mail.NormalizeAddress(recipient)
 	if err != nil {
 		return Suppression{}, nil, err
 	}
@@ -302,7 +303,7 @@ func suppressionFromRow(r dbsqlc.Suppression) Suppression {
 // a note for the record; added is false when it was there already (its
 // first reason stays). Its pending deliveries are not sent from now on.
 func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) (s Suppression, added bool, err error) {
-	recipient, err = NormalizeAddress(recipient)
+	recipient, err = mail.NormalizeAddress(recipient)
 	if err != nil {
 		return Suppression{}, false, err
 	}
@@ -313,7 +314,7 @@ func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) 
 		return s, false, err
 	}
 	if err != nil {
-		return Suppression{}, false, fmt.Errorf("suppress %s: %w", KeyHash(recipient), err)
+		return Suppression{}, false, fmt.Errorf("suppress %s: %w", mail.KeyHash(recipient), err)
 	}
 	return suppressionFromRow(dbsqlc.Suppression(r)), true, nil
 }
@@ -321,7 +322,7 @@ func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) 
 // Unsuppress takes a recipient off the list, with a note for the record.
 // Deliveries already suppressed stay so until an operator retries them.
 func (o *Operator) Unsuppress(ctx context.Context, recipient, note, actor string) error {
-	recipient, err := NormalizeAddress(recipient)
+	recipient, err := mail.NormalizeAddress(recipient)
 	if err != nil {
 		return err
 	}
@@ -338,7 +339,7 @@ func (o *Operator) Unsuppress(ctx context.Context, recipient, note, actor string
 // RecordFeedback is RecordFeedback on the operator's database: a
 // provider's verified event into the history and, for a hard bounce or a
 // complaint, the suppression list.
-func (o *Operator) RecordFeedback(ctx context.Context, f Feedback) (FeedbackOutcome, error) {
+func (o *Operator) RecordFeedback(ctx context.Context, f mail.Feedback) (FeedbackOutcome, error) {
 	return RecordFeedback(ctx, o.db, f)
 }
 

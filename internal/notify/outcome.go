@@ -11,6 +11,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/failpoint"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // What a finished send means for the delivery: record turns the outcome
@@ -46,15 +47,10 @@ func (w *Worker) record(ctx context.Context, l *taskLog, a *attempt, providerID 
 
 	se := sendErrorOf(sendErr)
 	l.set(slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage)))
-	if se.Code != 0 {
-		l.set(slog.Int("smtp_code", se.Code))
-	}
-	if se.Enhanced != "" {
-		l.set(slog.String("smtp_enhanced", se.Enhanced))
-	}
+	l.set(replyAttrs(se.Reply)...)
 	reason := truncate([]byte(sendErr.Error()), 1000)
 	switch se.Outcome {
-	case OutcomeAborted:
+	case mail.OutcomeAborted:
 		if errors.Is(sendErr, errLeaseLost) {
 			return w.notWritten(ctx, l, d, errLeaseLost)
 		}
@@ -67,7 +63,7 @@ func (w *Worker) record(ctx context.Context, l *taskLog, a *attempt, providerID 
 		w.finish(l, d, StatusPending, "retried")
 		return sendErr
 
-	case OutcomeUnavailable:
+	case mail.OutcomeUnavailable:
 		// The provider refuses us, not this message: the delivery waits,
 		// using up nothing, and this worker stops sending until a probe
 		// gets through.
@@ -77,9 +73,9 @@ func (w *Worker) record(ctx context.Context, l *taskLog, a *attempt, providerID 
 		w.providerUnavailable(ctx, se)
 		w.metrics.retries.WithLabelValues("provider_unavailable").Inc()
 		w.finish(l, d, StatusPending, "retried")
-		return w.providerWait(fmt.Errorf("%w: %s", errProviderUnavailable, RedactAddresses(reason)))
+		return w.providerWait(fmt.Errorf("%w: %s", errProviderUnavailable, mail.RedactAddresses(reason)))
 
-	case OutcomeTemporary:
+	case mail.OutcomeTemporary:
 		if age := time.Since(d.TryingSince); age >= w.cfg.MaxAge {
 			reason = fmt.Sprintf("gave up after %s of tries (DELIVERY_MAX_AGE %s): %s", age.Round(time.Second), w.cfg.MaxAge, reason)
 			if err := markFailed(ctx, q, d.ID, a.lease, reason); err != nil {
@@ -93,11 +89,11 @@ func (w *Worker) record(ctx context.Context, l *taskLog, a *attempt, providerID 
 		if err := release(ctx, q, d.ID, a.lease, reason, !se.ReachedRecipient()); err != nil {
 			return w.notWritten(ctx, l, d, err)
 		}
-		w.metrics.retries.WithLabelValues(fmt.Sprintf("smtp_%dxx", max(se.Code/100, 4))).Inc()
+		w.metrics.retries.WithLabelValues(deferredReason(se.Reply)).Inc()
 		w.finish(l, d, StatusPending, "retried")
 		return sendErr
 
-	case OutcomePermanent:
+	case mail.OutcomePermanent:
 		if err := markFailed(ctx, q, d.ID, a.lease, reason); err != nil {
 			return w.notWritten(ctx, l, d, err)
 		}
@@ -134,4 +130,30 @@ func (w *Worker) notWritten(ctx context.Context, l *taskLog, d dbsqlc.Notificati
 	l.result = "db_error"
 	w.metrics.retries.WithLabelValues("database").Inc()
 	return fmt.Errorf("record outcome of delivery %s: %w", d.ID, err)
+}
+
+// replyAttrs are the log fields of a provider's answer, named for its
+// protocol: smtp_code and smtp_enhanced for an SMTP reply, http_status
+// for an HTTP one, none for no answer.
+func replyAttrs(r mail.Reply) []slog.Attr {
+	switch {
+	case r.Code == 0:
+		return nil
+	case r.Protocol == mail.ProtocolHTTP:
+		return []slog.Attr{slog.Int("http_status", r.Code)}
+	case r.Enhanced != "":
+		return []slog.Attr{slog.Int("smtp_code", r.Code), slog.String("smtp_enhanced", r.Enhanced)}
+	default:
+		return []slog.Attr{slog.Int("smtp_code", r.Code)}
+	}
+}
+
+// deferredReason is the sekali_job_retry_total reason of a deferral:
+// the protocol and class of the provider's answer (smtp_4xx, http_5xx),
+// or deferred when it gave none.
+func deferredReason(r mail.Reply) string {
+	if r.Code == 0 || r.Protocol == "" {
+		return "deferred"
+	}
+	return fmt.Sprintf("%s_%dxx", r.Protocol, min(max(r.Code/100, 4), 5))
 }

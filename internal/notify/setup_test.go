@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -88,7 +89,7 @@ func smtpAt(t testing.TB, host string, port int) *smtp.Provider {
 }
 
 type workerOpts struct {
-	provider  notify.Provider
+	provider  mail.Provider
 	lockTTL   time.Duration
 	maxAge    time.Duration
 	templates *notify.Templates

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
@@ -79,7 +80,7 @@ func NewDeliverTask(d Delivery) *asynq.Task {
 // its headers, so the worker's spans join the trace of the request that
 // caused the delivery.
 func newDeliverTask(ctx context.Context, d Delivery) *asynq.Task {
-	payload, _ := json.Marshal(deliverPayload{DeliveryID: d.ID, KeyHash: KeyHash(d.IdempotencyKey)}) // cannot fail
+	payload, _ := json.Marshal(deliverPayload{DeliveryID: d.ID, KeyHash: mail.KeyHash(d.IdempotencyKey)}) // cannot fail
 	headers := propagation.MapCarrier{}
 	tracing.Propagator.Inject(ctx, headers)
 	if len(headers) == 0 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/failpoint"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // WorkerConfig tunes the delivery worker.
@@ -75,7 +76,7 @@ func MinShutdownTimeout(sendTimeout time.Duration) time.Duration {
 type Worker struct {
 	db        *pgxpool.Pool
 	lock      redisLock
-	provider  Provider
+	provider  mail.Provider
 	templates *Templates
 	// templateNames are the templates this worker may claim deliveries of.
 	templateNames []string
@@ -95,7 +96,7 @@ func (w *Worker) Drain() { w.draining.Store(true) }
 
 // NewWorker returns a Worker. db must be the primary: every decision is
 // read from and written to the source of truth, never a replica.
-func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, templates *Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
+func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provider, templates *Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
 	names := templates.Names()
 	metrics.knowTemplates(names)
 	return &Worker{
@@ -111,27 +112,6 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider Provider, t
 		health:        newHealth(metrics.providerUp),
 		tracer:        cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
 	}
-}
-
-// MessageID is the Message-ID a delivery's first attempt builds and
-// stores; every later attempt, and the reconciler's look-up, use the
-// stored one. Derived from the idempotency key, so a provider or a mailbox
-// that deduplicates by Message-ID sees one message however often it arrives.
-func MessageID(idempotencyKey, domain string) string {
-	return messageIDFromHash(KeyHash(idempotencyKey), domain)
-}
-
-// messageIDFromHash is MessageID for a key already hashed (KeyHash), as a
-// task's payload carries it.
-func messageIDFromHash(keyHash, domain string) string {
-	return keyHash + "@" + domain
-}
-
-// MessageIDDomain is the right-hand side of the Message-IDs a sender
-// address gives: its domain. from must be valid (NormalizeAddress).
-func MessageIDDomain(from string) string {
-	from, _ = NormalizeAddress(from)
-	return from[strings.LastIndexByte(from, '@')+1:]
 }
 
 // attempt is one claimed try at a delivery: the row as claimed, the lease
@@ -239,7 +219,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPayload) (done bool, err error) {
 	cctx, span := w.tracer.Start(ctx, "claim")
 	claimed, err := claim(cctx, dbsqlc.New(w.db), claimArgs{
-		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: messageIDFromHash(p.KeyHash, w.cfg.MessageIDDomain),
+		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: mail.MessageIDOfHash(p.KeyHash, w.cfg.MessageIDDomain),
 		taskID: a.taskID, templates: w.templateNames, maxAge: w.cfg.MaxAge,
 	})
 	span.End()
@@ -277,7 +257,7 @@ func (w *Worker) releaseLock(ctx context.Context, a *attempt) {
 func (w *Worker) settled(ctx context.Context, l *taskLog, row dbsqlc.NotificationDelivery, layer string) bool {
 	switch Status(row.Status) {
 	case StatusSent:
-		if err := w.lock.cacheSent(ctx, KeyHash(row.IdempotencyKey)); err != nil {
+		if err := w.lock.cacheSent(ctx, mail.KeyHash(row.IdempotencyKey)); err != nil {
 			l.set(slog.String("cache_error", err.Error()))
 		}
 	case StatusFailed, StatusHeld, StatusSuppressed:
@@ -353,7 +333,7 @@ func (w *Worker) notClaimable(ctx context.Context, l *taskLog, p deliverPayload)
 		w.metrics.retries.WithLabelValues("database").Inc()
 		return fmt.Errorf("re-read delivery: %w", err)
 	}
-	if KeyHash(row.IdempotencyKey) != p.KeyHash {
+	if mail.KeyHash(row.IdempotencyKey) != p.KeyHash {
 		l.result = "bad_payload"
 		return fmt.Errorf("task key hash %s does not match delivery %s: %w", p.KeyHash, id, asynq.SkipRetry)
 	}
@@ -450,7 +430,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 
 	q := dbsqlc.New(w.db)
 	hb := w.startHeartbeat(ctx, q, a)
-	msg := Message{
+	msg := mail.Message{
 		To:             d.Recipient,
 		Subject:        r.Subject,
 		Text:           r.Text,

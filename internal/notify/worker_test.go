@@ -17,6 +17,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -41,7 +42,7 @@ func TestSendsOnceWithDeterministicHeaders(t *testing.T) {
 	if m.To[0] != "budi@example.com" || m.From != "orders@shop.example" {
 		t.Errorf("envelope %s -> %v", m.From, m.To)
 	}
-	if want := notify.MessageID(d.IdempotencyKey, mailDomain); m.MessageID != want {
+	if want := mail.MessageID(d.IdempotencyKey, mailDomain); m.MessageID != want {
 		t.Errorf("Message-ID %q, want %q derived from the key", m.MessageID, want)
 	}
 	if got := m.Header.Get("Idempotency-Key"); got != d.IdempotencyKey {
@@ -81,7 +82,7 @@ func TestSameTaskTwiceSendsOneEmail(t *testing.T) {
 	if n := e.counter(t, "sekali_duplicate_detected_total", "layer", "cache"); n != 1 {
 		t.Errorf("duplicates caught by the cache = %v, want 1", n)
 	}
-	if err := e.rdb.Del(ctx, "sekali:{"+notify.KeyHash(d.IdempotencyKey)+"}:sent").Err(); err != nil {
+	if err := e.rdb.Del(ctx, "sekali:{"+mail.KeyHash(d.IdempotencyKey)+"}:sent").Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := process(ctx, w, d); err != nil {
@@ -119,7 +120,7 @@ func TestNegativeCacheEntryIsNotTrusted(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "dewi@example.com")
 	ctx := context.Background()
-	if err := e.rdb.Set(ctx, "sekali:{"+notify.KeyHash(d.IdempotencyKey)+"}:sent", "pending", time.Hour).Err(); err != nil {
+	if err := e.rdb.Set(ctx, "sekali:{"+mail.KeyHash(d.IdempotencyKey)+"}:sent", "pending", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := process(ctx, w, d); err != nil {
@@ -180,7 +181,7 @@ func TestBusyLockIsRetriedNotFailed(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "fajar@example.com")
 	ctx := context.Background()
-	lock := "sekali:{" + notify.KeyHash(d.IdempotencyKey) + "}:lock"
+	lock := "sekali:{" + mail.KeyHash(d.IdempotencyKey) + "}:lock"
 	if err := e.rdb.Set(ctx, lock, "someone-else", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -374,12 +375,12 @@ func TestAmbiguousOutcomeIsNotRetried(t *testing.T) {
 // pausingProvider runs a hook at a chosen point of the send, standing in
 // for what happens to the row while a worker is stalled there.
 type pausingProvider struct {
-	notify.Provider // Probe as it is; Send wrapped
-	beforeData      func()
-	afterAccept     func()
+	mail.Provider // Probe as it is; Send wrapped
+	beforeData    func()
+	afterAccept   func()
 }
 
-func (p pausingProvider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+func (p pausingProvider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
 	id, err := p.Provider.Send(ctx, m, func() error {
 		if p.beforeData != nil {
 			p.beforeData()
@@ -455,7 +456,7 @@ func TestLockLostBeforeDataIsNotSent(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
 	d := e.checkout(t, "made@example.com")
 	ctx := context.Background()
-	lock := "sekali:{" + notify.KeyHash(d.IdempotencyKey) + "}:lock"
+	lock := "sekali:{" + mail.KeyHash(d.IdempotencyKey) + "}:lock"
 	w := e.worker(t, workerOpts{lockTTL: time.Second, provider: pausingProvider{Provider: e.smtp(t), beforeData: func() {
 		before := e.delivery(t, d.IdempotencyKey).LeaseExpiresAt
 		if err := e.rdb.Del(ctx, lock).Err(); err != nil {
@@ -546,7 +547,7 @@ func TestNoRawAddressInWorkerLogs(t *testing.T) {
 	if strings.Contains(e.logs.String(), "putri.secret") {
 		t.Errorf("a log line carries the e-mail address:\n%s", e.logs)
 	}
-	if !strings.Contains(e.logs.String(), notify.KeyHash(d.IdempotencyKey)) {
+	if !strings.Contains(e.logs.String(), mail.KeyHash(d.IdempotencyKey)) {
 		t.Errorf("the log line does not carry the key hash:\n%s", e.logs)
 	}
 }
@@ -605,13 +606,13 @@ func TestShippedEmailIsSentOnce(t *testing.T) {
 // lets them through is seen for certain; under a limit that does not,
 // it gives up waiting after hold, and the test sees top stay at the limit.
 type countingProvider struct {
-	notify.Provider // Probe as it is; Send wrapped
-	active, top     atomic.Int32
-	wantTogether    atomic.Int32
-	hold            time.Duration
+	mail.Provider // Probe as it is; Send wrapped
+	active, top   atomic.Int32
+	wantTogether  atomic.Int32
+	hold          time.Duration
 }
 
-func (p *countingProvider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+func (p *countingProvider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
 	n := p.active.Add(1)
 	defer p.active.Add(-1)
 	for {
@@ -720,11 +721,11 @@ func TestBlockedRecipientWaits(t *testing.T) {
 
 // handOverHook lets a test act right after the last lease check passed.
 type handOverHook struct {
-	notify.Provider // Probe as it is; Send wrapped
-	after           func()
+	mail.Provider // Probe as it is; Send wrapped
+	after         func()
 }
 
-func (p handOverHook) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+func (p handOverHook) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
 	return p.Provider.Send(ctx, m, func() error {
 		err := handOver()
 		if err == nil {
@@ -853,7 +854,7 @@ func TestRetryAfterADeadKeptConnectionDials(t *testing.T) {
 	})
 	p := e.smtp(t) // keeps up to two connections
 	send := func(to string) error {
-		_, err := p.Send(context.Background(), notify.Message{To: to, Subject: "s", Text: "t", MessageID: to}, func() error { return nil })
+		_, err := p.Send(context.Background(), mail.Message{To: to, Subject: "s", Text: "t", MessageID: to}, func() error { return nil })
 		return err
 	}
 	// Two sends at once leave two kept connections.
@@ -971,7 +972,7 @@ func TestMessageIDIsStoredAtTheFirstClaim(t *testing.T) {
 		t.Fatal("first attempt passed; want it deferred")
 	}
 	stored := e.delivery(t, d.IdempotencyKey).MessageID
-	if stored != notify.MessageID(d.IdempotencyKey, mailDomain) {
+	if stored != mail.MessageID(d.IdempotencyKey, mailDomain) {
 		t.Fatalf("stored Message-ID %q", stored)
 	}
 	other := notify.NewWorker(e.db.Pool, e.rdb, e.smtp(t), e.templates, notify.WorkerConfig{

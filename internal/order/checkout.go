@@ -7,8 +7,8 @@ import (
 
 	"golang.org/x/text/language"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/money"
-	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
@@ -86,7 +86,7 @@ func (c Checkout) validate() (validCheckout, error) {
 	var verr ValidationError
 	v := validCheckout{Currency: c.Currency}
 
-	email, err := notify.NormalizeAddress(c.CustomerEmail)
+	email, err := mail.NormalizeAddress(c.CustomerEmail)
 	if err != nil {
 		verr.add("/customer_email", "%v", err)
 	}

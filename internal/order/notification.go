@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -133,7 +134,7 @@ func (s *Service) validateTrigger(t *Trigger) error {
 		verr.add("/event_id", "must be 1 to %d characters of letters, digits, '.', '_' and '-'", maxEventIDLen)
 	}
 	if t.Recipient != "" {
-		r, err := notify.NormalizeAddress(t.Recipient)
+		r, err := mail.NormalizeAddress(t.Recipient)
 		if err != nil {
 			verr.add("/recipient", "%v", err)
 		}

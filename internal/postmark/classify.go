@@ -5,14 +5,14 @@ import (
 	"strings"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // classify decides what an error answer means for the delivery
 // (https://postmarkapp.com/developer/api/overview#error-codes). Only an
 // answer about the recipient is permanent; our token, account, sender
 // signature, stream or request shape is Postmark refusing us
-// (notify.OutcomeUnavailable). Postmark does not deduplicate, so a 5xx
+// (mail.OutcomeUnavailable). Postmark does not deduplicate, so a 5xx
 // other than 503 after our request was written is ambiguous: Postmark's
 // documentation says of a 500 that "in most cases" the message is lost,
 // not in all, and the look-up can tell. jsonBody says the answer was
@@ -43,57 +43,57 @@ import (
 //	503                                                  unavailable
 //	other 5xx                                            ambiguous (look it up)
 //	other 4xx                                            temporary
-func classify(status, code int, message string, jsonBody bool) *notify.SendError {
-	se := &notify.SendError{Code: status, Err: fmt.Errorf("postmark answered %d, ErrorCode %d: %s", status, code, message)}
+func classify(status, code int, message string, jsonBody bool) *mail.SendError {
+	se := &mail.SendError{Reply: mail.HTTPStatus(status), Err: fmt.Errorf("postmark answered %d, ErrorCode %d: %s", status, code, message)}
 	if !jsonBody {
 		se.Err = fmt.Errorf("postmark answered %d without its JSON error", status)
 	}
-	set := func(o notify.Outcome, s notify.Stage) *notify.SendError {
+	set := func(o mail.Outcome, s mail.Stage) *mail.SendError {
 		se.Outcome, se.Stage = o, s
 		return se
 	}
 	switch {
 	case status == 401:
-		return set(notify.OutcomeUnavailable, notify.StageAuth)
+		return set(mail.OutcomeUnavailable, mail.StageAuth)
 	case status == 429:
-		return set(notify.OutcomeUnavailable, notify.StageConnect)
+		return set(mail.OutcomeUnavailable, mail.StageConnect)
 	case status == 503:
-		return set(notify.OutcomeUnavailable, notify.StageConnect)
+		return set(mail.OutcomeUnavailable, mail.StageConnect)
 	case status >= 500:
-		return set(notify.OutcomeAmbiguous, notify.StageData)
+		return set(mail.OutcomeAmbiguous, mail.StageData)
 	case status == 403 || status == 404:
-		return set(notify.OutcomeUnavailable, notify.StageConnect)
+		return set(mail.OutcomeUnavailable, mail.StageConnect)
 	case status == 413:
-		return set(notify.OutcomeTemporary, notify.StageData)
+		return set(mail.OutcomeTemporary, mail.StageData)
 	case code == 0:
-		return set(notify.OutcomeTemporary, notify.StageData)
+		return set(mail.OutcomeTemporary, mail.StageData)
 	}
 	msg := strings.ToLower(message)
 	switch code {
 	case 10, 405, 413:
-		return set(notify.OutcomeUnavailable, notify.StageAuth)
+		return set(mail.OutcomeUnavailable, mail.StageAuth)
 	case 100, 429:
-		return set(notify.OutcomeUnavailable, notify.StageConnect)
+		return set(mail.OutcomeUnavailable, mail.StageConnect)
 	case 300:
 		switch {
 		case httpprovider.MentionsField(msg, "to"):
-			return set(notify.OutcomePermanent, notify.StageRecipient)
+			return set(mail.OutcomePermanent, mail.StageRecipient)
 		case httpprovider.MentionsField(msg, "from"):
-			return set(notify.OutcomeUnavailable, notify.StageSender)
+			return set(mail.OutcomeUnavailable, mail.StageSender)
 		default:
-			return set(notify.OutcomeTemporary, notify.StageData)
+			return set(mail.OutcomeTemporary, mail.StageData)
 		}
 	case 400, 401, 412:
-		return set(notify.OutcomeUnavailable, notify.StageSender)
+		return set(mail.OutcomeUnavailable, mail.StageSender)
 	case 402, 403, 409, 410:
-		return set(notify.OutcomeUnavailable, notify.StageData)
+		return set(mail.OutcomeUnavailable, mail.StageData)
 	case 406:
-		return set(notify.OutcomePermanent, notify.StageRecipient)
+		return set(mail.OutcomePermanent, mail.StageRecipient)
 	case 411:
-		return set(notify.OutcomeTemporary, notify.StageData)
+		return set(mail.OutcomeTemporary, mail.StageData)
 	}
 	if strings.Contains(msg, "stream") {
-		return set(notify.OutcomeUnavailable, notify.StageSender)
+		return set(mail.OutcomeUnavailable, mail.StageSender)
 	}
-	return set(notify.OutcomeTemporary, notify.StageData)
+	return set(mail.OutcomeTemporary, mail.StageData)
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/reconcile"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Errors of Lookup.Find when it cannot say "not there" for certain.
@@ -73,7 +73,7 @@ func ReadLookupEnv(env *envconfig.Reader) LookupConfig {
 }
 
 // Lookup finds the message of an ambiguous send by the metadata every
-// message carries (MetadataKey). It implements reconcile.Lookup.
+// message carries (MetadataKey). It implements mail.Lookup.
 type Lookup struct {
 	cfg    LookupConfig
 	client *httpprovider.Client
@@ -108,13 +108,13 @@ type searchAnswer struct {
 	} `json:"Messages"`
 }
 
-// Find implements reconcile.Lookup: the outbound messages of the stream
+// Find implements mail.Lookup: the outbound messages of the stream
 // whose metadata sekali-key is q.KeyHash, page by page. A message
 // Postmark holds in any status (queued, sent, processed) was accepted.
 // Not found is said only for a send inside the retention and older than
 // the settle margin; anything Postmark does not answer with 200 and its
 // JSON is an error.
-func (l *Lookup) Find(ctx context.Context, q reconcile.Query) (string, bool, error) {
+func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	if q.KeyHash == "" {
 		return "", false, errors.New("postmark: look-up without a key hash")
 	}

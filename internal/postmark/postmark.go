@@ -1,13 +1,13 @@
 // Package postmark is the Postmark mail provider: it implements
-// notify.Provider over Postmark's HTTP API (POST /email), classifies
+// mail.Provider over Postmark's HTTP API (POST /email), classifies
 // every documented error code, probes with GET /server, finds a message
-// of an ambiguous send by the metadata it carries (reconcile.Lookup),
+// of an ambiguous send by the metadata it carries (mail.Lookup),
 // and checks Postmark's webhooks (HTTP Basic credentials of ours).
 //
 // Postmark has no idempotency key: a second request for the same
 // delivery is a second e-mail. What stands between an ambiguous send and
 // a duplicate is the look-up: every message carries
-// Metadata{"sekali-key": notify.KeyHash(key)}, which the Messages API
+// Metadata{"sekali-key": mail.KeyHash(key)}, which the Messages API
 // searches (metadata_sekali-key=…) for as long as Postmark keeps
 // messages (45 days by default).
 package postmark
@@ -23,7 +23,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // DefaultBaseURL is Postmark's API.
@@ -33,7 +33,7 @@ const DefaultBaseURL = "https://api.postmarkapp.com"
 const DefaultMessageStream = "outbound"
 
 // MetadataKey names the metadata field that carries
-// notify.KeyHash(IdempotencyKey); look-ups and webhooks read it back.
+// mail.KeyHash(IdempotencyKey); look-ups and webhooks read it back.
 const MetadataKey = "sekali-key"
 
 // Config configures the Postmark provider.
@@ -48,7 +48,7 @@ type Config struct {
 // Validate checks the configuration and reports every problem at once.
 func (c Config) Validate() error {
 	errs := validateCommon(c.ServerToken, c.MessageStream, c.BaseURL, c.Timeout)
-	if _, err := notify.NormalizeAddress(c.From); err != nil {
+	if _, err := mail.NormalizeAddress(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	return errors.Join(errs...)
@@ -100,7 +100,7 @@ func validStream(s string) bool {
 // to a loopback address (a test server).
 func baseURL(raw string) (string, error) { return httpprovider.BaseURL(raw, DefaultBaseURL) }
 
-// Provider sends through Postmark's API. It implements notify.Provider.
+// Provider sends through Postmark's API. It implements mail.Provider.
 type Provider struct {
 	cfg    Config
 	from   string
@@ -115,7 +115,7 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.MessageStream == "" {
 		cfg.MessageStream = DefaultMessageStream
 	}
-	from, _ := notify.NormalizeAddress(cfg.From)
+	from, _ := mail.NormalizeAddress(cfg.From)
 	return &Provider{cfg: cfg, from: from, client: newClient(cfg.BaseURL, cfg.ServerToken, cfg.Timeout)}, nil
 }
 
@@ -144,7 +144,7 @@ type header struct {
 	Value string `json:"Value"`
 }
 
-func (p *Provider) body(m notify.Message) ([]byte, error) {
+func (p *Provider) body(m mail.Message) ([]byte, error) {
 	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
 		return nil, err
@@ -155,7 +155,7 @@ func (p *Provider) body(m notify.Message) ([]byte, error) {
 	return json.Marshal(email{
 		From: p.from, To: to, Subject: m.Subject, HTMLBody: m.HTML, TextBody: m.Text,
 		Headers:       []header{{Name: "Message-ID", Value: "<" + m.MessageID + ">"}},
-		Metadata:      map[string]string{MetadataKey: notify.KeyHash(m.IdempotencyKey)},
+		Metadata:      map[string]string{MetadataKey: mail.KeyHash(m.IdempotencyKey)},
 		MessageStream: p.cfg.MessageStream,
 	})
 }
@@ -167,10 +167,10 @@ type sendAnswer struct {
 	MessageID string `json:"MessageID"`
 }
 
-// Send implements notify.Provider. handOver runs right before the
+// Send implements mail.Provider. handOver runs right before the
 // request goes out; the request's deadline (Timeout) counts from before
 // it and is never extended.
-func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
 	body, err := p.body(m)
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
@@ -186,7 +186,7 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 	}
 	if ans.Status == http.StatusOK && (decodeErr != nil || a.MessageID == "") && a.ErrorCode == 0 {
 		// Accepted, most likely, but without an id: the look-up decides.
-		return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.Status, HandedOver: true,
+		return "", &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(ans.Status), HandedOver: true,
 			Err: fmt.Errorf("answer %d without a MessageID: %q", ans.Status, httpprovider.Truncate(ans.Body))}
 	}
 	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
@@ -194,7 +194,7 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 	return "", se
 }
 
-// Probe implements notify.Provider: GET /server, which needs the server
+// Probe implements mail.Provider: GET /server, which needs the server
 // token and sends nothing.
 func (p *Provider) Probe(ctx context.Context) error {
 	ans, se := p.client.Do(ctx, http.MethodGet, "/server", nil, nil)
@@ -207,7 +207,7 @@ func (p *Provider) Probe(ctx context.Context) error {
 	var a sendAnswer
 	decodeErr := json.Unmarshal(ans.Body, &a)
 	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
-	se.Outcome = notify.OutcomeUnavailable // whatever GET /server says is about us
+	se.Outcome = mail.OutcomeUnavailable // whatever GET /server says is about us
 	return se
 }
 

@@ -9,17 +9,16 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/postmark"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
-	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // Both implement the interfaces the worker and the reconciler consume.
 var (
-	_ notify.Provider  = (*postmark.Provider)(nil)
-	_ reconcile.Lookup = (*postmark.Lookup)(nil)
+	_ mail.Provider = (*postmark.Provider)(nil)
+	_ mail.Lookup   = (*postmark.Lookup)(nil)
 )
 
 type bundle struct {
@@ -49,14 +48,14 @@ func provider(t *testing.T, srv *postmarktest.Server, token string, timeout time
 	return p
 }
 
-func message(n int) notify.Message {
+func message(n int) mail.Message {
 	key := fmt.Sprintf("order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c%02d:budi@example.com", n)
-	return notify.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
-		MessageID: notify.MessageID(key, "shop.example"), IdempotencyKey: key}
+	return mail.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
+		MessageID: mail.MessageID(key, "shop.example"), IdempotencyKey: key}
 }
 
-func query(m notify.Message, handedOver time.Time) reconcile.Query {
-	return reconcile.Query{MessageID: m.MessageID, KeyHash: notify.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
+func query(m mail.Message, handedOver time.Time) mail.Query {
+	return mail.Query{MessageID: m.MessageID, KeyHash: mail.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
 }
 
 func pass() error { return nil }
@@ -75,7 +74,7 @@ func TestSendAndFind(t *testing.T) {
 	}
 	got := msgs[0]
 	if got.MessageID != id || got.To != m.To || got.From != "orders@shop.example" || got.TextBody != m.Text || got.HTMLBody != m.HTML ||
-		got.Headers["Message-ID"] != "<"+m.MessageID+">" || got.Metadata[postmark.MetadataKey] != notify.KeyHash(m.IdempotencyKey) ||
+		got.Headers["Message-ID"] != "<"+m.MessageID+">" || got.Metadata[postmark.MetadataKey] != mail.KeyHash(m.IdempotencyKey) ||
 		got.MessageStream != "outbound" {
 		t.Errorf("sent %+v (id %s) for %+v", got, id, m)
 	}
@@ -98,7 +97,7 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 		b.srv.FailNext("/email", postmarktest.Fault{Cut: true, Sent: sent})
 		_, err := b.p.Send(context.Background(), m, pass)
 		se := httpprovidertest.SendError(t, err)
-		if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+		if se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver {
 			t.Fatalf("cut after the request: %v, want ambiguous, handed over", err)
 		}
 		_, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Minute)))
@@ -125,43 +124,43 @@ func TestErrorsAreClassified(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		fault   postmarktest.Fault
-		outcome notify.Outcome
-		stage   notify.Stage
+		outcome mail.Outcome
+		stage   mail.Stage
 	}{
-		{postmarktest.Fault{Status: 401, ErrorCode: 10, Message: "Bad or missing API token"}, notify.OutcomeUnavailable, notify.StageAuth},
-		{postmarktest.Fault{Status: 422, ErrorCode: 10, Message: "Bad or missing API token"}, notify.OutcomeUnavailable, notify.StageAuth},
-		{postmarktest.Fault{Status: 422, ErrorCode: 100, Message: "Maintenance"}, notify.OutcomeUnavailable, notify.StageConnect},
-		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Error parsing 'To': Illegal email address 'x'."}, notify.OutcomePermanent, notify.StageRecipient},
-		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Error parsing 'From': Illegal email address 'x'."}, notify.OutcomeUnavailable, notify.StageSender},
-		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Provide either email TextBody or HtmlBody or both."}, notify.OutcomeTemporary, notify.StageData},
-		{postmarktest.Fault{Status: 422, ErrorCode: 400, Message: "Sender Signature not found"}, notify.OutcomeUnavailable, notify.StageSender},
-		{postmarktest.Fault{Status: 422, ErrorCode: 401, Message: "Sender signature not confirmed"}, notify.OutcomeUnavailable, notify.StageSender},
-		{postmarktest.Fault{Status: 422, ErrorCode: 402, Message: "Invalid JSON"}, notify.OutcomeUnavailable, notify.StageData},
-		{postmarktest.Fault{Status: 422, ErrorCode: 403, Message: "Incompatible JSON"}, notify.OutcomeUnavailable, notify.StageData},
-		{postmarktest.Fault{Status: 422, ErrorCode: 405, Message: "Not allowed to send"}, notify.OutcomeUnavailable, notify.StageAuth},
-		{postmarktest.Fault{Status: 422, ErrorCode: 406, Message: "Inactive recipient"}, notify.OutcomePermanent, notify.StageRecipient},
-		{postmarktest.Fault{Status: 422, ErrorCode: 409, Message: "JSON required"}, notify.OutcomeUnavailable, notify.StageData},
-		{postmarktest.Fault{Status: 422, ErrorCode: 410, Message: "Too many batch messages"}, notify.OutcomeUnavailable, notify.StageData},
-		{postmarktest.Fault{Status: 422, ErrorCode: 411, Message: "Forbidden attachment type"}, notify.OutcomeTemporary, notify.StageData},
-		{postmarktest.Fault{Status: 422, ErrorCode: 412, Message: "Account is Pending"}, notify.OutcomeUnavailable, notify.StageSender},
-		{postmarktest.Fault{Status: 422, ErrorCode: 413, Message: "Account May Not Send"}, notify.OutcomeUnavailable, notify.StageAuth},
-		{postmarktest.Fault{Status: 422, ErrorCode: 429, Message: "Rate Limit Exceeded"}, notify.OutcomeUnavailable, notify.StageConnect},
-		{postmarktest.Fault{Status: 422, ErrorCode: 1235, Message: "The message stream for the provided 'MessageStream' was not found."}, notify.OutcomeUnavailable, notify.StageSender},
-		{postmarktest.Fault{Status: 422, ErrorCode: 9999, Message: "Something new"}, notify.OutcomeTemporary, notify.StageData},
-		{postmarktest.Fault{Status: 429, ErrorCode: 429, Message: "Rate Limit Exceeded"}, notify.OutcomeUnavailable, notify.StageConnect},
-		{postmarktest.Fault{Status: 403, Body: "<html>403 Forbidden</html>"}, notify.OutcomeUnavailable, notify.StageConnect},
-		{postmarktest.Fault{Status: 413, Body: "Payload Too Large"}, notify.OutcomeTemporary, notify.StageData},
-		{postmarktest.Fault{Status: 503, Body: "Service Unavailable"}, notify.OutcomeUnavailable, notify.StageConnect},
-		{postmarktest.Fault{Status: 500, ErrorCode: 0, Message: "Internal Server Error"}, notify.OutcomeAmbiguous, notify.StageData},
-		{postmarktest.Fault{Status: 504, Body: "Gateway Timeout"}, notify.OutcomeAmbiguous, notify.StageData},
+		{postmarktest.Fault{Status: 401, ErrorCode: 10, Message: "Bad or missing API token"}, mail.OutcomeUnavailable, mail.StageAuth},
+		{postmarktest.Fault{Status: 422, ErrorCode: 10, Message: "Bad or missing API token"}, mail.OutcomeUnavailable, mail.StageAuth},
+		{postmarktest.Fault{Status: 422, ErrorCode: 100, Message: "Maintenance"}, mail.OutcomeUnavailable, mail.StageConnect},
+		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Error parsing 'To': Illegal email address 'x'."}, mail.OutcomePermanent, mail.StageRecipient},
+		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Error parsing 'From': Illegal email address 'x'."}, mail.OutcomeUnavailable, mail.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 300, Message: "Provide either email TextBody or HtmlBody or both."}, mail.OutcomeTemporary, mail.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 400, Message: "Sender Signature not found"}, mail.OutcomeUnavailable, mail.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 401, Message: "Sender signature not confirmed"}, mail.OutcomeUnavailable, mail.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 402, Message: "Invalid JSON"}, mail.OutcomeUnavailable, mail.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 403, Message: "Incompatible JSON"}, mail.OutcomeUnavailable, mail.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 405, Message: "Not allowed to send"}, mail.OutcomeUnavailable, mail.StageAuth},
+		{postmarktest.Fault{Status: 422, ErrorCode: 406, Message: "Inactive recipient"}, mail.OutcomePermanent, mail.StageRecipient},
+		{postmarktest.Fault{Status: 422, ErrorCode: 409, Message: "JSON required"}, mail.OutcomeUnavailable, mail.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 410, Message: "Too many batch messages"}, mail.OutcomeUnavailable, mail.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 411, Message: "Forbidden attachment type"}, mail.OutcomeTemporary, mail.StageData},
+		{postmarktest.Fault{Status: 422, ErrorCode: 412, Message: "Account is Pending"}, mail.OutcomeUnavailable, mail.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 413, Message: "Account May Not Send"}, mail.OutcomeUnavailable, mail.StageAuth},
+		{postmarktest.Fault{Status: 422, ErrorCode: 429, Message: "Rate Limit Exceeded"}, mail.OutcomeUnavailable, mail.StageConnect},
+		{postmarktest.Fault{Status: 422, ErrorCode: 1235, Message: "The message stream for the provided 'MessageStream' was not found."}, mail.OutcomeUnavailable, mail.StageSender},
+		{postmarktest.Fault{Status: 422, ErrorCode: 9999, Message: "Something new"}, mail.OutcomeTemporary, mail.StageData},
+		{postmarktest.Fault{Status: 429, ErrorCode: 429, Message: "Rate Limit Exceeded"}, mail.OutcomeUnavailable, mail.StageConnect},
+		{postmarktest.Fault{Status: 403, Body: "<html>403 Forbidden</html>"}, mail.OutcomeUnavailable, mail.StageConnect},
+		{postmarktest.Fault{Status: 413, Body: "Payload Too Large"}, mail.OutcomeTemporary, mail.StageData},
+		{postmarktest.Fault{Status: 503, Body: "Service Unavailable"}, mail.OutcomeUnavailable, mail.StageConnect},
+		{postmarktest.Fault{Status: 500, ErrorCode: 0, Message: "Internal Server Error"}, mail.OutcomeAmbiguous, mail.StageData},
+		{postmarktest.Fault{Status: 504, Body: "Gateway Timeout"}, mail.OutcomeAmbiguous, mail.StageData},
 	}
 	b := setup(t)
 	for _, c := range cases {
 		b.srv.FailNext("/email", c.fault)
 		_, err := b.p.Send(context.Background(), message(5), pass)
 		se := httpprovidertest.SendError(t, err)
-		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.fault.Status || !se.HandedOver {
-			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Code, c.outcome, c.stage)
+		if se.Outcome != c.outcome || se.Stage != c.stage || se.Reply.Code != c.fault.Status || !se.HandedOver {
+			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Reply.Code, c.outcome, c.stage)
 		}
 	}
 	if n := len(b.srv.Messages()); n != 0 {
@@ -174,19 +173,19 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := provider(t, b.srv, "wrong", 5*time.Second).Send(context.Background(), message(6), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 401 {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageAuth || se.Reply.Code != 401 {
 		t.Errorf("wrong token: %v", err)
 	}
 	b.srv.Deactivate("budi@example.com")
 	_, err = b.p.Send(context.Background(), message(6), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomePermanent || se.Stage != notify.StageRecipient {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomePermanent || se.Stage != mail.StageRecipient {
 		t.Errorf("inactive recipient: %v, want permanent", err)
 	}
 	b.srv.SetSenderSignatures("other.example")
 	m := message(6)
 	m.To = "ani@example.com"
 	_, err = b.p.Send(context.Background(), m, pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender {
 		t.Errorf("no sender signature: %v, want unavailable at sender", err)
 	}
 	p, err := postmark.New(postmark.Config{ServerToken: b.srv.Token, From: "orders@shop.example", BaseURL: b.srv.URL, MessageStream: "nope"})
@@ -195,7 +194,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	}
 	b.srv.SetSenderSignatures()
 	_, err = p.Send(context.Background(), m, pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable {
 		t.Errorf("unknown stream: %v, want unavailable", err)
 	}
 	if n := len(b.srv.Messages()); n != 0 {
@@ -214,7 +213,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = b.p.Send(context.Background(), message(7), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect {
 		t.Errorf("connection refused: %v, want unavailable at connect", err)
 	}
 	if _, _, err := b.l.Find(context.Background(), query(message(7), time.Now().Add(-time.Hour))); err == nil {
@@ -229,7 +228,7 @@ func TestProbe(t *testing.T) {
 		t.Errorf("probe: %v", err)
 	}
 	err := provider(t, b.srv, "wrong", time.Second).Probe(context.Background())
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable {
 		t.Errorf("probe with a wrong token: %v", err)
 	}
 	if n := b.srv.Requests("/email"); n != 0 {
@@ -299,7 +298,7 @@ func TestFindPagesAndChecks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	m := message(10)
-	hash := notify.KeyHash(m.IdempotencyKey)
+	hash := mail.KeyHash(m.IdempotencyKey)
 	id := b.srv.Add(postmarktest.Message{To: m.To, Metadata: map[string]string{postmark.MetadataKey: hash}, ReceivedAt: time.Now().Add(-2 * time.Hour)})
 	for i := range 250 { // newer look-alikes, listed first
 		b.srv.Add(postmarktest.Message{To: m.To, Metadata: map[string]string{postmark.MetadataKey: hash + fmt.Sprintf("-%d", i)}, ReceivedAt: time.Now().Add(-time.Hour)})

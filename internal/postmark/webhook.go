@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Errors of WebhookVerifier.Verify. The HTTP layer answers
@@ -53,7 +53,7 @@ func NewWebhookVerifier(user, password string) (*WebhookVerifier, error) {
 // about delivery: Delivery, Bounce and SpamComplaint. Other record types
 // (Open, Click, SubscriptionChange) give no Feedback and no error. now
 // is unused: Postmark's events carry no signed time.
-func (v *WebhookVerifier) Verify(header http.Header, body []byte, _ time.Time) ([]notify.Feedback, error) {
+func (v *WebhookVerifier) Verify(header http.Header, body []byte, _ time.Time) ([]mail.Feedback, error) {
 	user, password, ok := (&http.Request{Header: header}).BasicAuth()
 	if !ok {
 		return nil, ErrBadCredentials
@@ -85,19 +85,19 @@ type event struct {
 	Metadata    map[string]string `json:"Metadata"`
 }
 
-func feedback(body []byte) ([]notify.Feedback, error) {
+func feedback(body []byte) ([]mail.Feedback, error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var e event
 	if err := dec.Decode(&e); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	f := notify.Feedback{Provider: "postmark", ProviderMessageID: e.MessageID, KeyHash: e.Metadata[MetadataKey]}
+	f := mail.Feedback{Provider: "postmark", ProviderMessageID: e.MessageID, KeyHash: e.Metadata[MetadataKey]}
 	var at string
 	switch e.RecordType {
 	case "Delivery":
-		f.Kind, at, f.Detail = notify.FeedbackDelivered, e.DeliveredAt, e.Details
-		f.Recipient, _ = notify.NormalizeAddress(e.Recipient)
+		f.Kind, at, f.Detail = mail.FeedbackDelivered, e.DeliveredAt, e.Details
+		f.Recipient, _ = mail.NormalizeAddress(e.Recipient)
 		// A delivery has no id of its own; it is one per message and
 		// recipient.
 		f.EventID = "Delivery:" + e.MessageID + ":" + f.Recipient
@@ -110,10 +110,10 @@ func feedback(body []byte) ([]notify.Feedback, error) {
 		}
 		f.EventID = e.RecordType + ":" + e.ID.String()
 		at = e.BouncedAt
-		f.Recipient, _ = notify.NormalizeAddress(e.Email)
+		f.Recipient, _ = mail.NormalizeAddress(e.Email)
 		f.Detail = strings.TrimSpace(e.Type + " " + e.Description + " " + e.Details)
 		if e.RecordType == "SpamComplaint" {
-			f.Kind = notify.FeedbackComplained
+			f.Kind = mail.FeedbackComplained
 		} else if f.Kind = bounceKind(e.Type, e.Inactive); f.Kind == "" {
 			return nil, nil // not about delivery: an auto-reply, a subscription request, …
 		}
@@ -130,7 +130,7 @@ func feedback(body []byte) ([]notify.Feedback, error) {
 		return nil, fmt.Errorf("%w: %s time %q", ErrMalformed, e.RecordType, at)
 	}
 	f.At = t
-	return []notify.Feedback{f}, nil
+	return []mail.Feedback{f}, nil
 }
 
 // bounceKind maps Postmark's bounce types
@@ -138,23 +138,23 @@ func feedback(body []byte) ([]notify.Feedback, error) {
 // address is dead when Postmark deactivated it or the type says so; a
 // failure that may pass is deferred; a "bounce" that is no delivery
 // failure (an auto-reply, a subscription request, a challenge) is "".
-func bounceKind(typ string, inactive bool) notify.FeedbackKind {
+func bounceKind(typ string, inactive bool) mail.FeedbackKind {
 	switch typ {
 	case "HardBounce", "BadEmailAddress", "ManuallyDeactivated":
-		return notify.FeedbackBounced
+		return mail.FeedbackBounced
 	case "SpamComplaint":
-		return notify.FeedbackComplained
+		return mail.FeedbackComplained
 	case "AutoResponder", "Subscribe", "Unsubscribe", "AddressChange", "OpenRelayTest",
 		"ChallengeVerification", "VirusNotification", "SpamNotification", "InboundError", "Unconfirmed":
 		if inactive {
-			return notify.FeedbackBounced
+			return mail.FeedbackBounced
 		}
 		return ""
 	}
 	// Transient, SoftBounce, DnsError, Blocked, Unknown, SMTPApiError,
 	// DMARCPolicy, TemplateRenderingFailed, and types added later.
 	if inactive {
-		return notify.FeedbackBounced
+		return mail.FeedbackBounced
 	}
-	return notify.FeedbackDeferred
+	return mail.FeedbackDeferred
 }

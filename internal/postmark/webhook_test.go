@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/postmark"
 )
 
@@ -54,18 +54,18 @@ func TestWebhookEvents(t *testing.T) {
 	h := hookHeader(hookUser, hookPassword)
 	cases := []struct {
 		body    string
-		kind    notify.FeedbackKind
+		kind    mail.FeedbackKind
 		eventID string
 	}{
-		{delivery, notify.FeedbackDelivered, "Delivery:883953f4-6105-42a2-a16a-77a8eac79483:budi@example.com"},
-		{bounceOf("HardBounce", true), notify.FeedbackBounced, "Bounce:4323372036854775807"},
-		{bounceOf("BadEmailAddress", false), notify.FeedbackBounced, "Bounce:4323372036854775807"},
-		{bounceOf("SoftBounce", false), notify.FeedbackDeferred, "Bounce:4323372036854775807"},
-		{bounceOf("Transient", false), notify.FeedbackDeferred, "Bounce:4323372036854775807"},
-		{bounceOf("DnsError", false), notify.FeedbackDeferred, "Bounce:4323372036854775807"},
-		{bounceOf("Blocked", true), notify.FeedbackBounced, "Bounce:4323372036854775807"},
+		{delivery, mail.FeedbackDelivered, "Delivery:883953f4-6105-42a2-a16a-77a8eac79483:budi@example.com"},
+		{bounceOf("HardBounce", true), mail.FeedbackBounced, "Bounce:4323372036854775807"},
+		{bounceOf("BadEmailAddress", false), mail.FeedbackBounced, "Bounce:4323372036854775807"},
+		{bounceOf("SoftBounce", false), mail.FeedbackDeferred, "Bounce:4323372036854775807"},
+		{bounceOf("Transient", false), mail.FeedbackDeferred, "Bounce:4323372036854775807"},
+		{bounceOf("DnsError", false), mail.FeedbackDeferred, "Bounce:4323372036854775807"},
+		{bounceOf("Blocked", true), mail.FeedbackBounced, "Bounce:4323372036854775807"},
 		{bounceOf("AutoResponder", false), "", ""},
-		{complaint, notify.FeedbackComplained, "SpamComplaint:42"},
+		{complaint, mail.FeedbackComplained, "SpamComplaint:42"},
 		{`{"RecordType":"Open","MessageID":"883953f4"}`, "", ""},
 	}
 	for i, c := range cases {

@@ -9,27 +9,13 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/sekali-dev/sekali/internal/mail"
 )
-
-// Lookup asks the mail provider whether it accepted a message.
-type Lookup interface {
-	// Find reports whether the provider holds the message q describes,
-	// and the provider's id for it. A provider that cannot answer for
-	// certain (rate limited, a 5xx, q older than it keeps messages)
-	// returns an error: found=false means "not there", never "don't know".
-	Find(ctx context.Context, q Query) (providerID string, found bool, err error)
-}
-
-// Query describes the message of one ambiguous send.
-type Query struct {
-	MessageID    string    // the delivery's stored Message-ID, without angle brackets
-	KeyHash      string    // notify.KeyHash of its idempotency key, as sent in provider metadata
-	HandedOverAt time.Time // when the data went to the provider
-}
 
 // checkedLookup is a Lookup that can tell whether its server speaks its API.
 type checkedLookup interface {
-	Lookup
+	mail.Lookup
 	check(ctx context.Context) error
 }
 
@@ -54,7 +40,7 @@ func ParseLookupURL(baseURL string) (string, error) {
 // there speaks api; with APIAuto it finds out which one it speaks. A
 // server that answers, but not as api, is a configuration error, reported
 // now rather than as a failed look-up at the first ambiguous send.
-func NewLookup(ctx context.Context, api, baseURL string) (Lookup, error) {
+func NewLookup(ctx context.Context, api, baseURL string) (mail.Lookup, error) {
 	base, err := ParseLookupURL(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("MAIL_LOOKUP_URL %w", err)
@@ -127,7 +113,7 @@ func (m mailpit) check(ctx context.Context) error {
 	return nil
 }
 
-func (m mailpit) Find(ctx context.Context, q Query) (string, bool, error) {
+func (m mailpit) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	messageID := q.MessageID
 	var ans struct {
 		Messages []struct {
@@ -168,7 +154,7 @@ func (m mailhog) check(ctx context.Context) error {
 	return nil
 }
 
-func (m mailhog) Find(ctx context.Context, q Query) (string, bool, error) {
+func (m mailhog) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	messageID := q.MessageID
 	var ans struct {
 		Items []struct {

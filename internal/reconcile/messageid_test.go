@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -52,8 +53,8 @@ func TestLookupUsesTheStoredMessageID(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := e.get(t, d.ID).MessageID
-	rebuilt := notify.MessageID(d.IdempotencyKey, mailDomain)
-	if stored != notify.MessageID(d.IdempotencyKey, workerDomain) || mp.CountByMessageID(t, stored) != 1 || mp.CountByMessageID(t, rebuilt) != 0 {
+	rebuilt := mail.MessageID(d.IdempotencyKey, mailDomain)
+	if stored != mail.MessageID(d.IdempotencyKey, workerDomain) || mp.CountByMessageID(t, stored) != 1 || mp.CountByMessageID(t, rebuilt) != 0 {
 		t.Fatalf("stored Message-ID %q; at Mailpit %d with it, %d with the reconciler's %q",
 			stored, mp.CountByMessageID(t, stored), mp.CountByMessageID(t, rebuilt), rebuilt)
 	}

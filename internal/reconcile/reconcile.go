@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -80,7 +81,7 @@ type Reconciler struct {
 	db        *pgxpool.Pool
 	enqueuer  *notify.Enqueuer
 	inspector *asynq.Inspector
-	lookup    Lookup // nil: no look-up possible
+	lookup    mail.Lookup // nil: no look-up possible
 	cfg       Config
 	log       *slog.Logger
 
@@ -92,7 +93,7 @@ type Reconciler struct {
 }
 
 // New returns a Reconciler; lookup may be nil.
-func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, lookup Lookup, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
+func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, lookup mail.Lookup, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
 	r := &Reconciler{
 		db: db, enqueuer: enq, inspector: ins, lookup: lookup, cfg: cfg, log: log,
 		stale: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -154,7 +155,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) error {
 	defer t.Stop()
 	for {
 		if _, err := r.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error("reconciliation pass failed", "error", notify.RedactAddresses(err.Error()))
+			r.log.Error("reconciliation pass failed", "error", mail.RedactAddresses(err.Error()))
 		}
 		select {
 		case <-ctx.Done():
@@ -238,7 +239,7 @@ func (r *Reconciler) decide(rep *Report, d notify.Delivery, decision, reason str
 		slog.String("delivery_id", d.ID.String()),
 		slog.String("order_id", d.OrderID.String()),
 		slog.String("template", d.Template),
-		slog.String("key_hash", notify.KeyHash(d.IdempotencyKey)),
+		slog.String("key_hash", mail.KeyHash(d.IdempotencyKey)),
 		slog.String("actor", r.cfg.Actor),
 		slog.Int("attempt", d.Attempts),
 	)
@@ -274,7 +275,7 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 		}
 		messageID := r.messageID(d)
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		providerID, found, err := r.lookup.Find(lctx, Query{MessageID: messageID, KeyHash: notify.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt})
+		providerID, found, err := r.lookup.Find(lctx, mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt})
 		cancel()
 		if err != nil {
 			// Decide nothing on a failed look-up; the row stays stale (and
@@ -312,17 +313,17 @@ func (r *Reconciler) messageID(d notify.Delivery) string {
 	if d.MessageID != "" {
 		return d.MessageID
 	}
-	return notify.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
+	return mail.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
 }
 
-// redactAddresses is notify.RedactAddresses on s, except for keep.
+// redactAddresses is mail.RedactAddresses on s, except for keep.
 func redactAddresses(s, keep string) string {
 	if keep == "" {
-		return notify.RedactAddresses(s)
+		return mail.RedactAddresses(s)
 	}
 	parts := strings.Split(s, keep)
 	for i, p := range parts {
-		parts[i] = notify.RedactAddresses(p)
+		parts[i] = mail.RedactAddresses(p)
 	}
 	return strings.Join(parts, keep)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
@@ -61,7 +62,7 @@ func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
 }
 
 type recOpts struct {
-	lookup    reconcile.Lookup
+	lookup    mail.Lookup
 	policy    reconcile.Policy
 	policies  map[string]reconcile.Policy
 	retention time.Duration
@@ -79,7 +80,7 @@ func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), prometheus.NewRegistry())
 }
 
-func (e *env) lookup(t *testing.T, api string) reconcile.Lookup {
+func (e *env) lookup(t *testing.T, api string) mail.Lookup {
 	t.Helper()
 	l, err := reconcile.NewLookup(context.Background(), api, e.lookupURL)
 	if err != nil {
@@ -175,8 +176,8 @@ func (e *env) deliverToSink(t *testing.T, d notify.Delivery) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if _, err := p.Send(context.Background(), notify.Message{To: d.Recipient, Subject: "s", Text: "t",
-		MessageID: notify.MessageID(d.IdempotencyKey, mailDomain), IdempotencyKey: d.IdempotencyKey}, func() error { return nil }); err != nil {
+	if _, err := p.Send(context.Background(), mail.Message{To: d.Recipient, Subject: "s", Text: "t",
+		MessageID: mail.MessageID(d.IdempotencyKey, mailDomain), IdempotencyKey: d.IdempotencyKey}, func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 }

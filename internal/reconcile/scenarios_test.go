@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -378,7 +379,7 @@ func TestCleanUp(t *testing.T) {
 // brokenLookup is a Mailpit that answers its info endpoint (so the
 // reconciler accepts it at start) and then cannot search: 503, as a
 // provider's API answers when it is overloaded.
-func brokenLookup(t *testing.T) reconcile.Lookup {
+func brokenLookup(t *testing.T) mail.Lookup {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/api/v1/info" {

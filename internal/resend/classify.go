@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // apiError is Resend's error answer (https://resend.com/docs/api-reference/errors).
@@ -27,7 +27,7 @@ func decodeError(body []byte) apiError {
 // classify decides what an error answer means for the delivery. Only an
 // answer about the recipient is permanent; an answer about our key, our
 // account, our sender domain, our request's shape or Resend's health is
-// Resend refusing us (notify.OutcomeUnavailable), so that one mistake in
+// Resend refusing us (mail.OutcomeUnavailable), so that one mistake in
 // the set-up never fails deliveries. Every 5xx is unavailable too: a
 // resend under the same key cannot send a second e-mail.
 //
@@ -53,36 +53,36 @@ func decodeError(body []byte) apiError {
 //	400/422 anything else (missing_required_field, invalid_parameter, …)
 //	                                         temporary: this message; retried until
 //	                                         DELIVERY_MAX_AGE, an operator can retry after a fix
-func classify(status int, e apiError) *notify.SendError {
-	se := &notify.SendError{Code: status, Err: fmt.Errorf("resend answered %d %s: %s", status, e.Name, e.Message)}
+func classify(status int, e apiError) *mail.SendError {
+	se := &mail.SendError{Reply: mail.HTTPStatus(status), Err: fmt.Errorf("resend answered %d %s: %s", status, e.Name, e.Message)}
 	msg := strings.ToLower(e.Message)
 	switch {
 	case status == 401 || status == 403:
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageAuth
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageAuth
 		if e.Name == "validation_error" && !strings.Contains(msg, "api key") {
-			se.Stage = notify.StageSender // testing-only address, domain not verified
+			se.Stage = mail.StageSender // testing-only address, domain not verified
 		}
 	case status == 429 || status >= 500:
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageConnect
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
 	case status == 404 || status == 405:
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageConnect
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
 	case e.Name == "invalid_idempotency_key":
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageConnect
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
 	case e.Name == "concurrent_idempotent_requests":
-		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData
+		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData
 	case e.Name == "invalid_idempotent_request":
-		se.Outcome, se.Stage = notify.OutcomePermanent, notify.StageData
+		se.Outcome, se.Stage = mail.OutcomePermanent, mail.StageData
 		se.Err = fmt.Errorf("%w (Resend already took a request with another body under this delivery's idempotency key within %s, so it may have sent it: check Resend's log before retrying; a retry after %s sends it again)", se.Err, DedupWindow, DedupWindow)
 	case e.Name == "missing_required_field" || e.Name == "missing_required_parameter":
-		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData // our request lacks a field: a bug, not the recipient
+		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData // our request lacks a field: a bug, not the recipient
 	case e.Name == "invalid_to_address" || httpprovider.MentionsField(msg, "to"):
-		se.Outcome, se.Stage = notify.OutcomePermanent, notify.StageRecipient
+		se.Outcome, se.Stage = mail.OutcomePermanent, mail.StageRecipient
 	case httpprovider.MentionsField(msg, "from"):
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageSender
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageSender
 	case strings.Contains(msg, "api key"):
-		se.Outcome, se.Stage = notify.OutcomeUnavailable, notify.StageAuth
+		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageAuth
 	default:
-		se.Outcome, se.Stage = notify.OutcomeTemporary, notify.StageData
+		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData
 	}
 	return se
 }

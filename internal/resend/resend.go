@@ -1,5 +1,5 @@
 // Package resend is the Resend mail provider: it implements
-// notify.Provider over Resend's HTTP API (POST /emails), with the
+// mail.Provider over Resend's HTTP API (POST /emails), with the
 // idempotency key that makes Resend send one e-mail however often the
 // same delivery is sent, the classification of every error Resend
 // documents, a probe that sends nothing, and the verification of
@@ -8,9 +8,9 @@
 // Resend deduplicates by the Idempotency-Key header for 24 hours
 // (https://resend.com/docs/dashboard/emails/idempotency-keys): the same
 // key with the same body gets the first answer and nothing is sent
-// again. So a send whose answer was lost (notify.OutcomeAmbiguous) may
+// again. So a send whose answer was lost (mail.OutcomeAmbiguous) may
 // be sent again, under the same key, within DedupWindow; that is why
-// this package has no look-up (reconcile.Lookup).
+// this package has no look-up (mail.Lookup).
 package resend
 
 import (
@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // DefaultBaseURL is Resend's API.
@@ -35,7 +35,7 @@ const DefaultBaseURL = "https://api.resend.com"
 const DedupWindow = 24 * time.Hour
 
 // MetadataKey is the name of the tag that carries
-// notify.KeyHash(IdempotencyKey); Resend echoes tags in its webhooks.
+// mail.KeyHash(IdempotencyKey); Resend echoes tags in its webhooks.
 const MetadataKey = "sekali-key"
 
 // Config configures the Resend provider.
@@ -54,7 +54,7 @@ func (c Config) Validate() error {
 	} else if strings.ContainsAny(c.APIKey, " \r\n\t") {
 		errs = append(errs, errors.New("RESEND_API_KEY must not contain spaces or line breaks"))
 	}
-	if _, err := notify.NormalizeAddress(c.From); err != nil {
+	if _, err := mail.NormalizeAddress(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	if _, err := baseURL(c.BaseURL); err != nil {
@@ -75,9 +75,9 @@ func baseURL(raw string) (string, error) { return httpprovider.BaseURL(raw, Defa
 // keys (order-confirmation:<uuid>:<email>) can be longer than the 256
 // characters Resend takes, and carry an address; the digest is the same
 // on every attempt, and only the same key gives it.
-func IdempotencyKey(key string) string { return notify.ProviderKey(key) }
+func IdempotencyKey(key string) string { return mail.ProviderKey(key) }
 
-// Provider sends through Resend's API. It implements notify.Provider.
+// Provider sends through Resend's API. It implements mail.Provider.
 type Provider struct {
 	cfg    Config
 	from   string
@@ -90,7 +90,7 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	base, _ := baseURL(cfg.BaseURL)
-	from, _ := notify.NormalizeAddress(cfg.From)
+	from, _ := mail.NormalizeAddress(cfg.From)
 	client := httpprovider.NewClient(base, http.Header{"Authorization": {"Bearer " + cfg.APIKey}}, cfg.Timeout,
 		func(status int) bool { return status/100 == 2 })
 	return &Provider{cfg: cfg, from: from, client: client}, nil
@@ -122,7 +122,7 @@ type tag struct {
 
 // body is the request for m; the same m gives the same bytes, so a
 // resend under the same key is the "same request" Resend deduplicates.
-func (p *Provider) body(m notify.Message) ([]byte, error) {
+func (p *Provider) body(m mail.Message) ([]byte, error) {
 	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
 		return nil, err
@@ -136,14 +136,14 @@ func (p *Provider) body(m notify.Message) ([]byte, error) {
 		// part from the HTML, and the body would depend on how it does.
 		Text:    m.Text,
 		Headers: map[string]string{"Message-ID": "<" + m.MessageID + ">"},
-		Tags:    []tag{{Name: MetadataKey, Value: notify.KeyHash(m.IdempotencyKey)}},
+		Tags:    []tag{{Name: MetadataKey, Value: mail.KeyHash(m.IdempotencyKey)}},
 	})
 }
 
-// Send implements notify.Provider. handOver runs right before the
+// Send implements mail.Provider. handOver runs right before the
 // request goes out; the request's deadline (Timeout) counts from before
 // it and is never extended.
-func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
 	body, err := p.body(m)
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
@@ -164,7 +164,7 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 			// Accepted, most likely, but without an id we cannot record
 			// it: leave it to the reconciler, whose resend under the same
 			// key gets the first answer again.
-			return "", &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Code: ans.Status, HandedOver: true,
+			return "", &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(ans.Status), HandedOver: true,
 				Err: fmt.Errorf("answer %d without an email id: %q", ans.Status, httpprovider.Truncate(ans.Body))}
 		}
 		return ok.ID, nil
@@ -174,7 +174,7 @@ func (p *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 	return "", se
 }
 
-// Probe implements notify.Provider: GET /domains, which sends nothing.
+// Probe implements mail.Provider: GET /domains, which sends nothing.
 // A sending-only key (the one to use) is refused there with
 // restricted_api_key, which proves the key is valid: that passes too.
 func (p *Provider) Probe(ctx context.Context) error {
@@ -190,9 +190,9 @@ func (p *Provider) Probe(ctx context.Context) error {
 		return nil
 	}
 	se = classify(ans.Status, e)
-	if se.Outcome != notify.OutcomeUnavailable {
+	if se.Outcome != mail.OutcomeUnavailable {
 		// Whatever GET /domains says, it is about us, not a message.
-		se.Outcome = notify.OutcomeUnavailable
+		se.Outcome = mail.OutcomeUnavailable
 	}
 	return se
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -38,12 +38,12 @@ func provider(t *testing.T, srv *resendtest.Server, key string, timeout time.Dur
 
 // message is one delivery; our keys are longer than the 256 characters
 // Resend takes.
-func message(n int) notify.Message {
+func message(n int) mail.Message {
 	email := strings.Repeat("b", 60) + "@example.com"
 	key := "order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c0d:" + email + strings.Repeat("-x", 100)
-	return notify.Message{
+	return mail.Message{
 		To: email, Subject: "Pesanan #" + string(rune('0'+n)), Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
-		MessageID: notify.MessageID(key, "shop.example"), IdempotencyKey: key,
+		MessageID: mail.MessageID(key, "shop.example"), IdempotencyKey: key,
 	}
 }
 
@@ -67,7 +67,7 @@ func TestSendIsOneEmailPerDelivery(t *testing.T) {
 	got := msgs[0]
 	if got.ID != id || got.MessageID != m.MessageID || got.IdempotencyKey != resend.IdempotencyKey(m.IdempotencyKey) ||
 		got.To[0] != m.To || got.From != "orders@shop.example" || got.Subject != m.Subject || got.Text != m.Text || got.HTML != m.HTML ||
-		got.Tags[resend.MetadataKey] != notify.KeyHash(m.IdempotencyKey) {
+		got.Tags[resend.MetadataKey] != mail.KeyHash(m.IdempotencyKey) {
 		t.Errorf("sent %+v (id %s), want message %+v", got, id, m)
 	}
 
@@ -104,7 +104,7 @@ func TestAmbiguousSendResentIsOneEmail(t *testing.T) {
 		b.srv.FailNext(resendtest.Fault{Cut: true, Sent: sent})
 		_, err := b.p.Send(context.Background(), m, pass)
 		se := httpprovidertest.SendError(t, err)
-		if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver || se.Stage != notify.StageData {
+		if se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver || se.Stage != mail.StageData {
 			t.Fatalf("sent=%v: cut after the request: %v (handed over %v), want ambiguous and handed over", sent, err, se.HandedOver)
 		}
 		id, err := b.p.Send(context.Background(), m, pass)
@@ -142,7 +142,7 @@ func TestNoAnswerInTimeIsAmbiguous(t *testing.T) {
 	_, err := p.Send(context.Background(), message(5), pass)
 	<-arrived
 	se := httpprovidertest.SendError(t, err)
-	if se.Outcome != notify.OutcomeAmbiguous || !se.HandedOver {
+	if se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver {
 		t.Errorf("no answer within the timeout: %v, want ambiguous, handed over", err)
 	}
 }
@@ -157,7 +157,7 @@ func TestSameKeyOtherBodyIsRefusedForGood(t *testing.T) {
 	m.Subject += " (template changed)"
 	_, err := b.p.Send(context.Background(), m, pass)
 	se := httpprovidertest.SendError(t, err)
-	if se.Outcome != notify.OutcomePermanent || se.Code != 409 || !strings.Contains(err.Error(), "invalid_idempotent_request") {
+	if se.Outcome != mail.OutcomePermanent || se.Reply.Code != 409 || !strings.Contains(err.Error(), "invalid_idempotent_request") {
 		t.Errorf("same key, other body: %v, want permanent 409 invalid_idempotent_request", err)
 	}
 	if n := b.srv.CountByMessageID(m.MessageID); n != 1 {
@@ -179,7 +179,7 @@ func TestConcurrentSameKeyIsTemporaryThenTheFirstAnswer(t *testing.T) {
 	<-arrived
 	_, err := b.p.Send(context.Background(), m, pass)
 	se := httpprovidertest.SendError(t, err)
-	if se.Outcome != notify.OutcomeTemporary || se.Code != 409 || !strings.Contains(err.Error(), "concurrent_idempotent_requests") {
+	if se.Outcome != mail.OutcomeTemporary || se.Reply.Code != 409 || !strings.Contains(err.Error(), "concurrent_idempotent_requests") {
 		t.Errorf("while the first is in flight: %v, want temporary 409 concurrent_idempotent_requests", err)
 	}
 	release()
@@ -203,42 +203,42 @@ func TestErrorsAreClassified(t *testing.T) {
 		status  int
 		name    string
 		message string
-		outcome notify.Outcome
-		stage   notify.Stage
+		outcome mail.Outcome
+		stage   mail.Stage
 	}{
-		{401, "missing_api_key", "Missing API key in the authorization header.", notify.OutcomeUnavailable, notify.StageAuth},
-		{401, "validation_error", "API key is invalid", notify.OutcomeUnavailable, notify.StageAuth},
-		{403, "invalid_api_key", "API key is invalid.", notify.OutcomeUnavailable, notify.StageAuth},
-		{403, "restricted_api_key", "API key is not active", notify.OutcomeUnavailable, notify.StageAuth},
-		{403, "suspended_api_key", "This API key is suspended", notify.OutcomeUnavailable, notify.StageAuth},
-		{403, "validation_error", "The `shop.example` domain is not verified. Please, add and verify your domain.", notify.OutcomeUnavailable, notify.StageSender},
-		{403, "validation_error", "You can only send testing emails to your own email address (`me@example.com`).", notify.OutcomeUnavailable, notify.StageSender},
-		{429, "rate_limit_exceeded", "Too many requests.", notify.OutcomeUnavailable, notify.StageConnect},
-		{429, "daily_quota_exceeded", "You have exceeded your daily email sending quota.", notify.OutcomeUnavailable, notify.StageConnect},
-		{429, "monthly_quota_exceeded", "You have exceeded your monthly email sending quota.", notify.OutcomeUnavailable, notify.StageConnect},
-		{500, "application_error", "An unexpected error occurred.", notify.OutcomeUnavailable, notify.StageConnect},
-		{503, "service_unavailable", "API is temporarily unavailable", notify.OutcomeUnavailable, notify.StageConnect},
-		{502, "", "<html>Bad Gateway</html>", notify.OutcomeUnavailable, notify.StageConnect},
-		{404, "not_found", "The requested endpoint does not exist.", notify.OutcomeUnavailable, notify.StageConnect},
-		{405, "method_not_allowed", "Method is not allowed for the requested path.", notify.OutcomeUnavailable, notify.StageConnect},
-		{400, "invalid_idempotency_key", "Idempotency keys, if present, must have between 1 and 256 characters.", notify.OutcomeUnavailable, notify.StageConnect},
-		{409, "concurrent_idempotent_requests", "There is another request in progress with the same idempotency key.", notify.OutcomeTemporary, notify.StageData},
-		{409, "invalid_idempotent_request", "This idempotency key has been used … request body was modified.", notify.OutcomePermanent, notify.StageData},
-		{422, "validation_error", "Invalid `to` field. The email address needs to follow the `email@example.com` or `Name <email@example.com>` format.", notify.OutcomePermanent, notify.StageRecipient},
-		{422, "invalid_to_address", "Invalid to address", notify.OutcomePermanent, notify.StageRecipient},
-		{422, "validation_error", "Invalid `from` field.", notify.OutcomeUnavailable, notify.StageSender},
-		{400, "validation_error", "API key is invalid", notify.OutcomeUnavailable, notify.StageAuth},
-		{422, "missing_required_field", "Missing `to` field.", notify.OutcomeTemporary, notify.StageData},
-		{422, "invalid_parameter", "The `id` must be a valid UUID.", notify.OutcomeTemporary, notify.StageData},
-		{400, "validation_error", "Invalid `subject` field.", notify.OutcomeTemporary, notify.StageData},
+		{401, "missing_api_key", "Missing API key in the authorization header.", mail.OutcomeUnavailable, mail.StageAuth},
+		{401, "validation_error", "API key is invalid", mail.OutcomeUnavailable, mail.StageAuth},
+		{403, "invalid_api_key", "API key is invalid.", mail.OutcomeUnavailable, mail.StageAuth},
+		{403, "restricted_api_key", "API key is not active", mail.OutcomeUnavailable, mail.StageAuth},
+		{403, "suspended_api_key", "This API key is suspended", mail.OutcomeUnavailable, mail.StageAuth},
+		{403, "validation_error", "The `shop.example` domain is not verified. Please, add and verify your domain.", mail.OutcomeUnavailable, mail.StageSender},
+		{403, "validation_error", "You can only send testing emails to your own email address (`me@example.com`).", mail.OutcomeUnavailable, mail.StageSender},
+		{429, "rate_limit_exceeded", "Too many requests.", mail.OutcomeUnavailable, mail.StageConnect},
+		{429, "daily_quota_exceeded", "You have exceeded your daily email sending quota.", mail.OutcomeUnavailable, mail.StageConnect},
+		{429, "monthly_quota_exceeded", "You have exceeded your monthly email sending quota.", mail.OutcomeUnavailable, mail.StageConnect},
+		{500, "application_error", "An unexpected error occurred.", mail.OutcomeUnavailable, mail.StageConnect},
+		{503, "service_unavailable", "API is temporarily unavailable", mail.OutcomeUnavailable, mail.StageConnect},
+		{502, "", "<html>Bad Gateway</html>", mail.OutcomeUnavailable, mail.StageConnect},
+		{404, "not_found", "The requested endpoint does not exist.", mail.OutcomeUnavailable, mail.StageConnect},
+		{405, "method_not_allowed", "Method is not allowed for the requested path.", mail.OutcomeUnavailable, mail.StageConnect},
+		{400, "invalid_idempotency_key", "Idempotency keys, if present, must have between 1 and 256 characters.", mail.OutcomeUnavailable, mail.StageConnect},
+		{409, "concurrent_idempotent_requests", "There is another request in progress with the same idempotency key.", mail.OutcomeTemporary, mail.StageData},
+		{409, "invalid_idempotent_request", "This idempotency key has been used … request body was modified.", mail.OutcomePermanent, mail.StageData},
+		{422, "validation_error", "Invalid `to` field. The email address needs to follow the `email@example.com` or `Name <email@example.com>` format.", mail.OutcomePermanent, mail.StageRecipient},
+		{422, "invalid_to_address", "Invalid to address", mail.OutcomePermanent, mail.StageRecipient},
+		{422, "validation_error", "Invalid `from` field.", mail.OutcomeUnavailable, mail.StageSender},
+		{400, "validation_error", "API key is invalid", mail.OutcomeUnavailable, mail.StageAuth},
+		{422, "missing_required_field", "Missing `to` field.", mail.OutcomeTemporary, mail.StageData},
+		{422, "invalid_parameter", "The `id` must be a valid UUID.", mail.OutcomeTemporary, mail.StageData},
+		{400, "validation_error", "Invalid `subject` field.", mail.OutcomeTemporary, mail.StageData},
 	}
 	b := setup(t)
 	for _, c := range cases {
 		b.srv.FailNext(resendtest.Fault{Status: c.status, Name: c.name, Message: c.message})
 		_, err := b.p.Send(context.Background(), message(8), pass)
 		se := httpprovidertest.SendError(t, err)
-		if se.Outcome != c.outcome || se.Stage != c.stage || se.Code != c.status || !se.HandedOver {
-			t.Errorf("%d %s %q: %s at %s (code %d, handed over %v), want %s at %s", c.status, c.name, c.message, se.Outcome, se.Stage, se.Code, se.HandedOver, c.outcome, c.stage)
+		if se.Outcome != c.outcome || se.Stage != c.stage || se.Reply.Code != c.status || !se.HandedOver {
+			t.Errorf("%d %s %q: %s at %s (code %d, handed over %v), want %s at %s", c.status, c.name, c.message, se.Outcome, se.Stage, se.Reply.Code, se.HandedOver, c.outcome, c.stage)
 		}
 	}
 	if n := len(b.srv.Messages()); n != 0 {
@@ -251,12 +251,12 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	_, err := provider(t, b.srv, "re_wrong", 5*time.Second).Send(context.Background(), message(1), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageAuth {
 		t.Errorf("wrong key: %v, want unavailable at auth", err)
 	}
 	b.srv.SetVerifiedDomains("other.example")
 	_, err = b.p.Send(context.Background(), message(1), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender || se.Code != 403 {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender || se.Reply.Code != 403 {
 		t.Errorf("unverified domain: %v, want unavailable at sender, 403", err)
 	}
 	if n := len(b.srv.Messages()); n != 0 {
@@ -272,7 +272,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b.p = provider(t, b.srv, b.srv.SendingOnlyKey, 5*time.Second)
 	_, err := b.p.Send(context.Background(), message(1), pass)
 	se := httpprovidertest.SendError(t, err)
-	if se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageConnect || !se.HandedOver {
+	if se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect || !se.HandedOver {
 		t.Errorf("connection refused: %v, want unavailable at connect (handed over, nothing sent)", err)
 	}
 	if err := b.p.Probe(context.Background()); err == nil {
@@ -289,7 +289,7 @@ func TestProbe(t *testing.T) {
 		}
 	}
 	err := provider(t, b.srv, "re_wrong", time.Second).Probe(context.Background())
-	if se := httpprovidertest.SendError(t, err); se.Outcome != notify.OutcomeUnavailable {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable {
 		t.Errorf("probe with a wrong key: %v, want unavailable", err)
 	}
 	if n := b.srv.Requests(); n != 0 {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Errors of WebhookVerifier.Verify. The HTTP layer answers
@@ -58,7 +58,7 @@ func NewWebhookVerifier(secret string) (*WebhookVerifier, error) {
 // its events about delivery. Events that say nothing about delivery
 // (email.sent, email.opened, …) give no Feedback and no error.
 // EventID is svix-id, the same when Resend sends the same event again.
-func (v *WebhookVerifier) Verify(header http.Header, body []byte, now time.Time) ([]notify.Feedback, error) {
+func (v *WebhookVerifier) Verify(header http.Header, body []byte, now time.Time) ([]mail.Feedback, error) {
 	if err := httpprovider.CheckWebhookBody(body); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
@@ -128,7 +128,7 @@ type event struct {
 	} `json:"data"`
 }
 
-func feedback(id string, body []byte) ([]notify.Feedback, error) {
+func feedback(id string, body []byte) ([]mail.Feedback, error) {
 	var e event
 	if err := json.Unmarshal(body, &e); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
@@ -136,23 +136,23 @@ func feedback(id string, body []byte) ([]notify.Feedback, error) {
 	if e.Type == "" {
 		return nil, fmt.Errorf("%w: no type", ErrMalformed)
 	}
-	f := notify.Feedback{Provider: "resend", ProviderMessageID: e.Data.EmailID, MessageID: stripID(e.Data.MessageID), KeyHash: e.Data.Tags[MetadataKey]}
+	f := mail.Feedback{Provider: "resend", ProviderMessageID: e.Data.EmailID, MessageID: stripID(e.Data.MessageID), KeyHash: e.Data.Tags[MetadataKey]}
 	switch e.Type {
 	case "email.delivered":
-		f.Kind = notify.FeedbackDelivered
+		f.Kind = mail.FeedbackDelivered
 	case "email.delivery_delayed":
-		f.Kind = notify.FeedbackDeferred
+		f.Kind = mail.FeedbackDeferred
 	case "email.complained":
-		f.Kind = notify.FeedbackComplained
+		f.Kind = mail.FeedbackComplained
 	case "email.bounced":
 		if e.Data.Bounce == nil {
 			return nil, fmt.Errorf("%w: email.bounced without bounce", ErrMalformed)
 		}
 		// Only a permanent bounce says the address is dead; Resend
 		// reports soft and undetermined bounces with the same event.
-		f.Kind = notify.FeedbackDeferred
+		f.Kind = mail.FeedbackDeferred
 		if e.Data.Bounce.Type == "Permanent" {
-			f.Kind = notify.FeedbackBounced
+			f.Kind = mail.FeedbackBounced
 		}
 		f.Detail = strings.TrimSpace(strings.Join([]string{e.Data.Bounce.Type, e.Data.Bounce.SubType, e.Data.Bounce.Message}, " "))
 	default:
@@ -168,16 +168,16 @@ func feedback(id string, body []byte) ([]notify.Feedback, error) {
 	f.At = at
 	if len(e.Data.To) == 0 {
 		f.EventID = id
-		return []notify.Feedback{f}, nil
+		return []mail.Feedback{f}, nil
 	}
-	out := make([]notify.Feedback, 0, len(e.Data.To))
+	out := make([]mail.Feedback, 0, len(e.Data.To))
 	for i, to := range e.Data.To {
 		g := f
 		g.EventID = id
 		if len(e.Data.To) > 1 {
 			g.EventID = fmt.Sprintf("%s#%d", id, i)
 		}
-		g.Recipient, _ = notify.NormalizeAddress(bareAddress(to))
+		g.Recipient, _ = mail.NormalizeAddress(bareAddress(to))
 		out = append(out, g)
 	}
 	return out, nil

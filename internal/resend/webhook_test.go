@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 )
@@ -93,14 +93,14 @@ func TestWebhookEvents(t *testing.T) {
 	now := time.Now()
 	cases := []struct {
 		body string
-		kind notify.FeedbackKind // "" for no feedback
+		kind mail.FeedbackKind // "" for no feedback
 	}{
-		{strings.Replace(bounced, "%s", "Permanent", 1), notify.FeedbackBounced},
-		{strings.Replace(bounced, "%s", "Transient", 1), notify.FeedbackDeferred},
-		{strings.Replace(bounced, "%s", "Undetermined", 1), notify.FeedbackDeferred},
-		{`{"type":"email.delivered","created_at":"2026-11-22T23:41:12Z","data":{"email_id":"e1","message_id":"<abc@shop.example>","to":["budi@example.com"]}}`, notify.FeedbackDelivered},
-		{`{"type":"email.complained","created_at":"2026-11-22T23:41:12Z","data":{"email_id":"e1","message_id":"<abc@shop.example>","to":["budi@example.com"]}}`, notify.FeedbackComplained},
-		{`{"type":"email.delivery_delayed","created_at":"2026-11-22T23:41:12Z","data":{"email_id":"e1","message_id":"<abc@shop.example>","to":["budi@example.com"]}}`, notify.FeedbackDeferred},
+		{strings.Replace(bounced, "%s", "Permanent", 1), mail.FeedbackBounced},
+		{strings.Replace(bounced, "%s", "Transient", 1), mail.FeedbackDeferred},
+		{strings.Replace(bounced, "%s", "Undetermined", 1), mail.FeedbackDeferred},
+		{`{"type":"email.delivered","created_at":"2026-11-22T23:41:12Z","data":{"email_id":"e1","message_id":"<abc@shop.example>","to":["budi@example.com"]}}`, mail.FeedbackDelivered},
+		{`{"type":"email.complained","created_at":"2026-11-22T23:41:12Z","data":{"email_id":"e1","message_id":"<abc@shop.example>","to":["budi@example.com"]}}`, mail.FeedbackComplained},
+		{`{"type":"email.delivery_delayed","created_at":"2026-11-22T23:41:12Z","data":{"email_id":"e1","message_id":"<abc@shop.example>","to":["budi@example.com"]}}`, mail.FeedbackDeferred},
 		{`{"type":"email.opened","created_at":"2026-11-22T23:41:12Z","data":{"email_id":"e1","to":["budi@example.com"]}}`, ""},
 	}
 	for i, c := range cases {

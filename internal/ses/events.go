@@ -6,11 +6,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // TagKey names the SES message tag that would carry
-// notify.KeyHash(IdempotencyKey) (SES publishes tags with event
+// mail.KeyHash(IdempotencyKey) (SES publishes tags with event
 // publishing through a configuration set).
 const TagKey = "sekali-key"
 
@@ -62,7 +62,7 @@ type recipient struct{ address, detail string }
 
 // feedback turns one SES record into one Feedback per recipient.
 // eventID is the SNS MessageId, the same when SNS retries.
-func feedback(eventID, body string) ([]notify.Feedback, error) {
+func feedback(eventID, body string) ([]mail.Feedback, error) {
 	var r record
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
 		return nil, fmt.Errorf("%w: Message is not an SES record: %w", ErrMalformed, err)
@@ -72,7 +72,7 @@ func feedback(eventID, body string) ([]notify.Feedback, error) {
 		typ = r.NotificationType
 	}
 	var (
-		kind notify.FeedbackKind
+		kind mail.FeedbackKind
 		at   string
 		to   []recipient
 	)
@@ -80,26 +80,26 @@ func feedback(eventID, body string) ([]notify.Feedback, error) {
 	case typ == "Bounce" && r.Bounce != nil:
 		// Only a permanent bounce says the address is dead; SES will not
 		// retry a transient one either, but the address may work later.
-		kind = notify.FeedbackDeferred
+		kind = mail.FeedbackDeferred
 		if r.Bounce.BounceType == "Permanent" {
-			kind = notify.FeedbackBounced
+			kind = mail.FeedbackBounced
 		}
 		at = r.Bounce.Timestamp
 		for _, b := range r.Bounce.BouncedRecipients {
 			to = append(to, recipient{b.EmailAddress, strings.TrimSpace(r.Bounce.BounceType + " " + r.Bounce.BounceSubType + " " + b.DiagnosticCode)})
 		}
 	case typ == "Complaint" && r.Complaint != nil:
-		kind, at = notify.FeedbackComplained, r.Complaint.Timestamp
+		kind, at = mail.FeedbackComplained, r.Complaint.Timestamp
 		for _, c := range r.Complaint.ComplainedRecipients {
 			to = append(to, recipient{c.EmailAddress, r.Complaint.ComplaintFeedback})
 		}
 	case typ == "Delivery" && r.Delivery != nil:
-		kind, at = notify.FeedbackDelivered, r.Delivery.Timestamp
+		kind, at = mail.FeedbackDelivered, r.Delivery.Timestamp
 		for _, a := range r.Delivery.Recipients {
 			to = append(to, recipient{a, r.Delivery.SMTPResponse})
 		}
 	case typ == "DeliveryDelay" && r.DeliveryDelay != nil:
-		kind, at = notify.FeedbackDeferred, r.DeliveryDelay.Timestamp
+		kind, at = mail.FeedbackDeferred, r.DeliveryDelay.Timestamp
 		for _, d := range r.DeliveryDelay.DelayedRecipients {
 			to = append(to, recipient{d.EmailAddress, strings.TrimSpace(r.DeliveryDelay.DelayType + " " + d.DiagnosticCode)})
 		}
@@ -117,19 +117,19 @@ func feedback(eventID, body string) ([]notify.Feedback, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s timestamp %q", ErrMalformed, typ, at)
 	}
-	f := notify.Feedback{Provider: "ses", Kind: kind, ProviderMessageID: r.Mail.MessageID, At: t,
+	f := mail.Feedback{Provider: "ses", Kind: kind, ProviderMessageID: r.Mail.MessageID, At: t,
 		MessageID: strings.Trim(strings.TrimSpace(r.Mail.CommonHeaders.MessageID), "<>")}
 	if v := r.Mail.Tags[TagKey]; len(v) > 0 {
 		f.KeyHash = v[0]
 	}
-	out := make([]notify.Feedback, 0, len(to))
+	out := make([]mail.Feedback, 0, len(to))
 	for i, rc := range to {
 		g := f
 		g.EventID = eventID
 		if len(to) > 1 {
 			g.EventID = fmt.Sprintf("%s#%d", eventID, i)
 		}
-		g.Recipient, _ = notify.NormalizeAddress(rc.address)
+		g.Recipient, _ = mail.NormalizeAddress(rc.address)
 		g.Detail = rc.detail
 		out = append(out, g)
 	}

@@ -1,6 +1,6 @@
 // Package ses takes Amazon SES's feedback (bounces, complaints,
 // deliveries, delays) from Amazon SNS: it verifies SNS's signed HTTP
-// messages and turns SES's event records into notify.Feedback. It does
+// messages and turns SES's event records into mail.Feedback. It does
 // not send: SES's SendEmail needs SigV4 signing, which is the AWS SDK's
 // work, and the SDK is not a dependency of this module (yet).
 //
@@ -35,7 +35,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Errors of WebhookVerifier.Verify. The HTTP layer answers
@@ -102,7 +102,7 @@ func NewWebhookVerifier(topicARNs ...string) (*WebhookVerifier, error) {
 // Result is what one SNS message carries: feedback from SES, or a
 // subscription (or unsubscription) to confirm.
 type Result struct {
-	Feedback     []notify.Feedback
+	Feedback     []mail.Feedback
 	Confirmation *Confirmation
 }
 

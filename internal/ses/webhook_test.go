@@ -21,7 +21,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/ses"
 )
 
@@ -145,14 +145,14 @@ func TestSESEvents(t *testing.T) {
 	cases := []struct {
 		record  string
 		version string
-		kind    notify.FeedbackKind
+		kind    mail.FeedbackKind
 	}{
-		{record("Bounce", `"bounce":{"bounceType":"Permanent","bounceSubType":"General","bouncedRecipients":[{"emailAddress":"budi@example.com","diagnosticCode":"smtp; 550 5.1.1 user unknown"}],"timestamp":"2017-08-05T00:41:02.669Z"}`), "2", notify.FeedbackBounced},
-		{record("Bounce", `"bounce":{"bounceType":"Transient","bounceSubType":"MailboxFull","bouncedRecipients":[{"emailAddress":"budi@example.com"}],"timestamp":"2017-08-05T00:41:02.669Z"}`), "1", notify.FeedbackDeferred},
-		{record("Complaint", `"complaint":{"complainedRecipients":[{"emailAddress":"budi@example.com"}],"timestamp":"2017-08-05T00:41:02.669Z","complaintFeedbackType":"abuse"}`), "2", notify.FeedbackComplained},
-		{record("Delivery", `"delivery":{"timestamp":"2017-08-05T00:41:02.669Z","recipients":["budi@example.com"],"smtpResponse":"250 2.6.0 Message received"}`), "1", notify.FeedbackDelivered},
-		{record("DeliveryDelay", `"deliveryDelay":{"timestamp":"2017-08-05T00:41:02.669Z","delayType":"MailboxFull","delayedRecipients":[{"emailAddress":"budi@example.com"}]}`), "2", notify.FeedbackDeferred},
-		{strings.Replace(record("Delivery", `"delivery":{"timestamp":"2017-08-05T00:41:02.669Z","recipients":["budi@example.com"]}`), `"eventType"`, `"notificationType"`, 1), "2", notify.FeedbackDelivered},
+		{record("Bounce", `"bounce":{"bounceType":"Permanent","bounceSubType":"General","bouncedRecipients":[{"emailAddress":"budi@example.com","diagnosticCode":"smtp; 550 5.1.1 user unknown"}],"timestamp":"2017-08-05T00:41:02.669Z"}`), "2", mail.FeedbackBounced},
+		{record("Bounce", `"bounce":{"bounceType":"Transient","bounceSubType":"MailboxFull","bouncedRecipients":[{"emailAddress":"budi@example.com"}],"timestamp":"2017-08-05T00:41:02.669Z"}`), "1", mail.FeedbackDeferred},
+		{record("Complaint", `"complaint":{"complainedRecipients":[{"emailAddress":"budi@example.com"}],"timestamp":"2017-08-05T00:41:02.669Z","complaintFeedbackType":"abuse"}`), "2", mail.FeedbackComplained},
+		{record("Delivery", `"delivery":{"timestamp":"2017-08-05T00:41:02.669Z","recipients":["budi@example.com"],"smtpResponse":"250 2.6.0 Message received"}`), "1", mail.FeedbackDelivered},
+		{record("DeliveryDelay", `"deliveryDelay":{"timestamp":"2017-08-05T00:41:02.669Z","delayType":"MailboxFull","delayedRecipients":[{"emailAddress":"budi@example.com"}]}`), "2", mail.FeedbackDeferred},
+		{strings.Replace(record("Delivery", `"delivery":{"timestamp":"2017-08-05T00:41:02.669Z","recipients":["budi@example.com"]}`), `"eventType"`, `"notificationType"`, 1), "2", mail.FeedbackDelivered},
 		{record("Send", `"send":{}`), "2", ""},
 	}
 	for i, c := range cases {

@@ -6,7 +6,7 @@ import (
 	"net/textproto"
 	"testing"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Only an answer about this recipient fails a delivery; whatever is about
@@ -15,39 +15,39 @@ func TestClassifySMTPByStageAndEnhancedCode(t *testing.T) {
 	t.Parallel()
 	const rcpt = "ana@example.com"
 	for _, c := range []struct {
-		stage notify.Stage
+		stage mail.Stage
 		code  int
 		msg   string
-		want  notify.Outcome
+		want  mail.Outcome
 	}{
 		// Our session: every delivery would get the same answer.
-		{notify.StageConnect, 0, "connection refused", notify.OutcomeUnavailable},
-		{notify.StageConnect, 554, "5.3.2 not accepting connections", notify.OutcomeUnavailable},
-		{notify.StageAuth, 535, "5.7.8 Authentication credentials invalid", notify.OutcomeUnavailable},
-		{notify.StageAuth, 454, "4.7.0 temporary authentication failure", notify.OutcomeUnavailable},
-		{notify.StageSender, 530, "5.7.0 Authentication required", notify.OutcomeUnavailable},
-		{notify.StageSender, 550, "5.7.1 Sender address rejected: not owned by user", notify.OutcomeUnavailable},
-		{notify.StageSender, 553, "5.1.8 sender domain does not exist", notify.OutcomeUnavailable},
-		{notify.StageSender, 501, "5.5.4 Syntax error in parameters or arguments (invalid FROM parameter)", notify.OutcomeUnavailable},
-		{notify.StageSender, 451, "4.7.1 throttled, slow down", notify.OutcomeUnavailable},
-		{notify.StageRecipient, 421, "4.4.2 closing connection", notify.OutcomeUnavailable},
-		{notify.StageRecipient, 501, "5.5.4 Syntax error (invalid TO parameter)", notify.OutcomeUnavailable},
-		{notify.StageRecipient, 554, "5.7.1 Relay access denied", notify.OutcomeUnavailable},
-		{notify.StageData, 421, "4.3.0 shutting down", notify.OutcomeUnavailable},
+		{mail.StageConnect, 0, "connection refused", mail.OutcomeUnavailable},
+		{mail.StageConnect, 554, "5.3.2 not accepting connections", mail.OutcomeUnavailable},
+		{mail.StageAuth, 535, "5.7.8 Authentication credentials invalid", mail.OutcomeUnavailable},
+		{mail.StageAuth, 454, "4.7.0 temporary authentication failure", mail.OutcomeUnavailable},
+		{mail.StageSender, 530, "5.7.0 Authentication required", mail.OutcomeUnavailable},
+		{mail.StageSender, 550, "5.7.1 Sender address rejected: not owned by user", mail.OutcomeUnavailable},
+		{mail.StageSender, 553, "5.1.8 sender domain does not exist", mail.OutcomeUnavailable},
+		{mail.StageSender, 501, "5.5.4 Syntax error in parameters or arguments (invalid FROM parameter)", mail.OutcomeUnavailable},
+		{mail.StageSender, 451, "4.7.1 throttled, slow down", mail.OutcomeUnavailable},
+		{mail.StageRecipient, 421, "4.4.2 closing connection", mail.OutcomeUnavailable},
+		{mail.StageRecipient, 501, "5.5.4 Syntax error (invalid TO parameter)", mail.OutcomeUnavailable},
+		{mail.StageRecipient, 554, "5.7.1 Relay access denied", mail.OutcomeUnavailable},
+		{mail.StageData, 421, "4.3.0 shutting down", mail.OutcomeUnavailable},
 		// This recipient, for now.
-		{notify.StageRecipient, 450, "4.2.0 <ana@example.com>: Recipient address rejected: Greylisted", notify.OutcomeTemporary},
-		{notify.StageRecipient, 451, "4.7.1 Greylisting in action, please come back later", notify.OutcomeTemporary},
-		{notify.StageRecipient, 452, "4.2.2 mailbox full", notify.OutcomeTemporary},
-		{notify.StageRecipient, 552, "5.2.2 mailbox full", notify.OutcomeTemporary}, // RFC 5321 §4.5.3.1.10
-		{notify.StageData, 451, "4.3.0 try again later", notify.OutcomeTemporary},
-		{notify.StageData, 554, "5.7.1 message rejected by DMARC policy", notify.OutcomeTemporary},
-		{notify.StageData, 554, "5.6.0 content rejected", notify.OutcomeTemporary},
+		{mail.StageRecipient, 450, "4.2.0 <ana@example.com>: Recipient address rejected: Greylisted", mail.OutcomeTemporary},
+		{mail.StageRecipient, 451, "4.7.1 Greylisting in action, please come back later", mail.OutcomeTemporary},
+		{mail.StageRecipient, 452, "4.2.2 mailbox full", mail.OutcomeTemporary},
+		{mail.StageRecipient, 552, "5.2.2 mailbox full", mail.OutcomeTemporary}, // RFC 5321 §4.5.3.1.10
+		{mail.StageData, 451, "4.3.0 try again later", mail.OutcomeTemporary},
+		{mail.StageData, 554, "5.7.1 message rejected by DMARC policy", mail.OutcomeTemporary},
+		{mail.StageData, 554, "5.6.0 content rejected", mail.OutcomeTemporary},
 		// This recipient, for good.
-		{notify.StageRecipient, 550, "5.1.1 <ana@example.com>: Recipient address rejected: User unknown", notify.OutcomePermanent},
-		{notify.StageRecipient, 550, "5.1.0 Requested action not taken: mailbox unavailable", notify.OutcomePermanent},
-		{notify.StageRecipient, 550, "No such user here", notify.OutcomePermanent},
-		{notify.StageData, 550, "5.1.1 user unknown", notify.OutcomePermanent},
-		{notify.StageData, 550, "message to <ana@example.com> refused", notify.OutcomePermanent},
+		{mail.StageRecipient, 550, "5.1.1 <ana@example.com>: Recipient address rejected: User unknown", mail.OutcomePermanent},
+		{mail.StageRecipient, 550, "5.1.0 Requested action not taken: mailbox unavailable", mail.OutcomePermanent},
+		{mail.StageRecipient, 550, "No such user here", mail.OutcomePermanent},
+		{mail.StageData, 550, "5.1.1 user unknown", mail.OutcomePermanent},
+		{mail.StageData, 550, "message to <ana@example.com> refused", mail.OutcomePermanent},
 	} {
 		t.Run(fmt.Sprintf("%s %d %s", c.stage, c.code, c.msg), func(t *testing.T) {
 			err := errors.New(c.msg)
@@ -56,7 +56,7 @@ func TestClassifySMTPByStageAndEnhancedCode(t *testing.T) {
 			}
 			se := smtpError(c.stage, err, rcpt)
 			if se.Outcome != c.want {
-				t.Errorf("outcome %s, want %s (enhanced %q)", se.Outcome, c.want, se.Enhanced)
+				t.Errorf("outcome %s, want %s (enhanced %q)", se.Outcome, c.want, se.Reply.Enhanced)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-// Package smtp is the SMTP mail provider: it implements notify.Provider
+// Package smtp is the SMTP mail provider: it implements mail.Provider
 // over any SMTP relay (a provider's SMTP endpoint, Postfix, Mailpit),
 // with the TLS policy, the composition of the MIME message, a pool of
 // kept connections, and the classification of every refusal by where in
@@ -19,10 +19,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/wneessen/go-mail"
+	gomail "github.com/wneessen/go-mail"
 	gosmtp "github.com/wneessen/go-mail/smtp"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // TLS policies for the SMTP connection.
@@ -45,7 +45,7 @@ type Config struct {
 	From              string // envelope and header sender, a bare address
 	HeloName          string // our name in EHLO: this machine's (HeloName() when empty), never the sender's domain
 	CAFile            string // optional PEM bundle trusted besides the system's roots
-	IdempotencyHeader string // header that carries the idempotency key; Resend-Idempotency-Key carries notify.ProviderKey of it
+	IdempotencyHeader string // header that carries the idempotency key; Resend-Idempotency-Key carries mail.ProviderKey of it
 	MetadataHeader    string // optional header that carries the key's hash, e.g. X-PM-Metadata-sekali-key for Postmark's look-up
 	Timeout           time.Duration
 	MaxIdle           int // connections kept open for reuse
@@ -69,7 +69,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("SMTP_TLS %q: want none, starttls or tls", c.TLS))
 	}
-	if _, err := notify.NormalizeAddress(c.From); err != nil {
+	if _, err := mail.NormalizeAddress(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	if c.HeloName != "" && !validHeloName(c.HeloName) {
@@ -96,7 +96,7 @@ func validHeloName(name string) bool {
 		inner := strings.TrimPrefix(name[1:len(name)-1], "IPv6:")
 		return net.ParseIP(inner) != nil
 	}
-	return notify.IsHostName(name)
+	return mail.IsHostName(name)
 }
 
 // HeloName is the default EHLO name: the machine's host name when it is
@@ -135,7 +135,7 @@ func plainTextAllowed(host string) bool {
 
 // Provider sends through an SMTP server, keeping connections open
 // between messages so that a busy worker does not pay a handshake per
-// e-mail. It implements notify.Provider.
+// e-gomail. It implements mail.Provider.
 type Provider struct {
 	cfg   Config
 	from  string // normalized; sent as <from>
@@ -164,7 +164,7 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.HeloName == "" {
 		cfg.HeloName = HeloName()
 	}
-	from, _ := notify.NormalizeAddress(cfg.From)
+	from, _ := mail.NormalizeAddress(cfg.From)
 	s := &Provider{cfg: cfg, from: from, idle: make(chan *smtpConn, cfg.MaxIdle)}
 	if cfg.CAFile != "" {
 		s.roots, _ = loadRoots(cfg.CAFile) // checked by Validate
@@ -185,11 +185,11 @@ func (s *Provider) Close() {
 	}
 }
 
-// Send implements notify.Provider.
-func (s *Provider) Send(ctx context.Context, m notify.Message, handOver func() error) (string, error) {
+// Send implements mail.Provider.
+func (s *Provider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
 	raw, err := s.compose(m)
 	if err != nil {
-		return "", &notify.SendError{Outcome: notify.OutcomePermanent, Stage: notify.StageData, Err: fmt.Errorf("compose message: %w", err)}
+		return "", &mail.SendError{Outcome: mail.OutcomePermanent, Stage: mail.StageData, Err: fmt.Errorf("compose message: %w", err)}
 	}
 	// A kept connection may have been closed by the server while idle,
 	// with or without a 421: if it fails before the data, try once more
@@ -206,15 +206,15 @@ func (s *Provider) Send(ctx context.Context, m notify.Message, handOver func() e
 			return "", err
 		}
 		id, err := s.transact(ctx, c, m, raw, handOver)
-		var se *notify.SendError
-		if reused && try == 0 && errors.As(err, &se) && se.Outcome == notify.OutcomeUnavailable && (se.Code == 0 || se.Code == 421) && !se.HandedOver {
+		var se *mail.SendError
+		if reused && try == 0 && errors.As(err, &se) && se.Outcome == mail.OutcomeUnavailable && (se.Reply.Code == 0 || se.Reply.Code == 421) && !se.HandedOver {
 			continue
 		}
 		return id, err
 	}
 }
 
-// Probe implements notify.Provider: a fresh connection (TLS and AUTH included)
+// Probe implements mail.Provider: a fresh connection (TLS and AUTH included)
 // and a MAIL FROM that is reset at once. It sends no message. The
 // connection is kept for the next send.
 func (s *Provider) Probe(ctx context.Context) error {
@@ -224,25 +224,24 @@ func (s *Provider) Probe(ctx context.Context) error {
 	}
 	if err := c.Mail("<" + s.from + ">"); err != nil {
 		_ = c.Close()
-		return smtpError(notify.StageSender, err, "")
+		return smtpError(mail.StageSender, err, "")
 	}
 	if err := c.Reset(); err != nil {
 		_ = c.Close()
-		return smtpError(notify.StageSender, err, "")
+		return smtpError(mail.StageSender, err, "")
 	}
 	s.put(c)
 	return nil
 }
 
-// smtpError classifies err, met at stage, as a *notify.SendError.
-func smtpError(stage notify.Stage, err error, recipient string) *notify.SendError {
-	se := &notify.SendError{Stage: stage, Err: err}
+// smtpError classifies err, met at stage, as a *mail.SendError.
+func smtpError(stage mail.Stage, err error, recipient string) *mail.SendError {
+	se := &mail.SendError{Stage: stage, Err: err}
 	var perr *textproto.Error
 	if errors.As(err, &perr) {
-		se.Code = perr.Code
-		se.Enhanced = enhancedCode(perr.Code, perr.Msg)
+		se.Reply = mail.SMTPReply(perr.Code, enhancedCode(perr.Code, perr.Msg))
 	}
-	se.Outcome = classifySMTP(stage, se.Code, se.Enhanced, err, recipient)
+	se.Outcome = classifySMTP(stage, se.Reply.Code, se.Reply.Enhanced, err, recipient)
 	return se
 }
 
@@ -265,7 +264,7 @@ func enhancedCode(code int, msg string) string {
 
 // classifySMTP decides what a failure at stage means for the delivery.
 // Only an answer about this recipient is permanent; everything about our
-// session is the provider refusing us (notify.OutcomeUnavailable), so that one
+// session is the provider refusing us (mail.OutcomeUnavailable), so that one
 // configuration mistake or a bad minute at the relay never fails a
 // delivery. code is 0 when no reply came (a network error).
 //
@@ -276,33 +275,33 @@ func enhancedCode(code int, msg string) string {
 //	DATA and after        temporary               permanent when it names the mailbox (x.1.x, x.2.x,
 //	                                              or the address in the text); else temporary
 //	421 anywhere, and no reply before the data: unavailable.
-func classifySMTP(stage notify.Stage, code int, enhanced string, err error, recipient string) notify.Outcome {
+func classifySMTP(stage mail.Stage, code int, enhanced string, err error, recipient string) mail.Outcome {
 	subject := ""
 	if parts := strings.Split(enhanced, "."); len(parts) == 3 {
 		subject = parts[1]
 	}
 	switch {
 	case code == 0 || code == 421:
-		return notify.OutcomeUnavailable
-	case stage == notify.StageConnect || stage == notify.StageAuth || stage == notify.StageSender:
-		return notify.OutcomeUnavailable
+		return mail.OutcomeUnavailable
+	case stage == mail.StageConnect || stage == mail.StageAuth || stage == mail.StageSender:
+		return mail.OutcomeUnavailable
 	case code < 500:
-		return notify.OutcomeTemporary
-	case stage == notify.StageRecipient:
+		return mail.OutcomeTemporary
+	case stage == mail.StageRecipient:
 		switch {
 		case code == 552:
-			return notify.OutcomeTemporary
+			return mail.OutcomeTemporary
 		case subject == "3" || subject == "5" || subject == "7":
-			return notify.OutcomeUnavailable
+			return mail.OutcomeUnavailable
 		default:
-			return notify.OutcomePermanent
+			return mail.OutcomePermanent
 		}
-	default: // notify.StageData: 5xx to DATA or to the message
+	default: // mail.StageData: 5xx to DATA or to the message
 		if subject == "1" || subject == "2" ||
 			(recipient != "" && strings.Contains(strings.ToLower(err.Error()), strings.ToLower(recipient))) {
-			return notify.OutcomePermanent
+			return mail.OutcomePermanent
 		}
-		return notify.OutcomeTemporary
+		return mail.OutcomeTemporary
 	}
 }
 
@@ -318,15 +317,15 @@ func (s *Provider) deadline(ctx context.Context, now time.Time) time.Time {
 
 // transact runs one SMTP transaction on c and puts c back when it is
 // still usable.
-func (s *Provider) transact(ctx context.Context, c *smtpConn, m notify.Message, raw []byte, handOver func() error) (string, error) {
+func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, raw []byte, handOver func() error) (string, error) {
 	handedOver := false
-	fail := func(stage notify.Stage, err error) (string, error) {
+	fail := func(stage mail.Stage, err error) (string, error) {
 		se := smtpError(stage, err, m.To)
 		se.HandedOver = handedOver
 		// A refusal ends the transaction, not the connection; 421 means
 		// the server is closing it, and anything without a code left it in
 		// an unknown state.
-		if se.Code != 0 && se.Code != 421 && se.Outcome != notify.OutcomeAmbiguous && c.Reset() == nil {
+		if se.Reply.Code != 0 && se.Reply.Code != 421 && se.Outcome != mail.OutcomeAmbiguous && c.Reset() == nil {
 			s.put(c)
 		} else {
 			_ = c.Close()
@@ -335,14 +334,14 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m notify.Message, 
 	}
 
 	if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
-		return fail(notify.StageConnect, err)
+		return fail(mail.StageConnect, err)
 	}
 	// RFC 5321 §4.1.2: both paths go in angle brackets.
 	if err := c.Mail("<" + s.from + ">"); err != nil {
-		return fail(notify.StageSender, err)
+		return fail(mail.StageSender, err)
 	}
 	if err := c.Rcpt("<" + m.To + ">"); err != nil {
-		return fail(notify.StageRecipient, err)
+		return fail(mail.StageRecipient, err)
 	}
 	// Last chance to stay out: once the data goes, the provider may have
 	// it. The data's deadline counts from before the lease check and is
@@ -356,27 +355,27 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m notify.Message, 
 		} else {
 			s.put(c)
 		}
-		return "", &notify.SendError{Outcome: notify.OutcomeAborted, Stage: notify.StageData, Err: err}
+		return "", &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageData, Err: err}
 	}
 	handedOver = true
 	if err := c.conn.SetDeadline(s.deadline(ctx, before)); err != nil {
-		return fail(notify.StageData, err)
+		return fail(mail.StageData, err)
 	}
 	w, err := c.Data()
 	if err != nil {
-		return fail(notify.StageData, err)
+		return fail(mail.StageData, err)
 	}
 	if _, err := w.Write(raw); err != nil {
 		// The terminating dot never went out: the server must discard it.
-		return fail(notify.StageData, fmt.Errorf("write message data: %w", err))
+		return fail(mail.StageData, fmt.Errorf("write message data: %w", err))
 	}
 	if err := w.Close(); err != nil {
 		var perr *textproto.Error
 		if errors.As(err, &perr) {
-			return fail(notify.StageData, err) // a definite refusal, classified by its code
+			return fail(mail.StageData, err) // a definite refusal, classified by its code
 		}
 		// The whole message went out and no answer came back.
-		se := &notify.SendError{Outcome: notify.OutcomeAmbiguous, Stage: notify.StageData, Err: fmt.Errorf("no reply after the message data: %w", err), HandedOver: true}
+		se := &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Err: fmt.Errorf("no reply after the message data: %w", err), HandedOver: true}
 		_ = c.Close()
 		return "", se
 	}
@@ -425,7 +424,7 @@ func (s *Provider) conn(ctx context.Context) (c *smtpConn, reused bool, err erro
 
 func (s *Provider) dial(ctx context.Context) (*smtpConn, error) {
 	addr := net.JoinHostPort(s.cfg.Host, strconv.Itoa(s.cfg.Port))
-	connectErr := func(err error) error { return smtpError(notify.StageConnect, err, "") }
+	connectErr := func(err error) error { return smtpError(mail.StageConnect, err, "") }
 	d := net.Dialer{Timeout: s.cfg.Timeout}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -466,16 +465,16 @@ func (s *Provider) dial(ctx context.Context) (*smtpConn, error) {
 	if s.cfg.Username != "" {
 		if err := c.Auth(gosmtp.PlainAuth("", s.cfg.Username, s.cfg.Password, s.cfg.Host, s.cfg.TLS == TLSNone)); err != nil {
 			c.Close()
-			return nil, smtpError(notify.StageAuth, fmt.Errorf("smtp auth: %w", err), "")
+			return nil, smtpError(mail.StageAuth, fmt.Errorf("smtp auth: %w", err), "")
 		}
 	}
 	return &smtpConn{Client: c, conn: conn}, nil
 }
 
 // compose builds the MIME message: text and HTML alternatives, the
-// deterministic notify.Message-ID and the idempotency key header.
-func (s *Provider) compose(m notify.Message) ([]byte, error) {
-	msg := mail.NewMsg(mail.WithNoDefaultUserAgent())
+// deterministic mail.Message-ID and the idempotency key header.
+func (s *Provider) compose(m mail.Message) ([]byte, error) {
+	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
 	if err := msg.From(s.cfg.From); err != nil {
 		return nil, err
 	}
@@ -486,16 +485,16 @@ func (s *Provider) compose(m notify.Message) ([]byte, error) {
 	msg.SetMessageIDWithValue(m.MessageID)
 	key := m.IdempotencyKey
 	if strings.EqualFold(s.cfg.IdempotencyHeader, "Resend-Idempotency-Key") {
-		key = notify.ProviderKey(key) // what Resend's HTTP API gets too: at most 256 characters, no address
+		key = mail.ProviderKey(key) // what Resend's HTTP API gets too: at most 256 characters, no address
 	}
-	msg.SetGenHeader(mail.Header(s.cfg.IdempotencyHeader), key)
+	msg.SetGenHeader(gomail.Header(s.cfg.IdempotencyHeader), key)
 	if s.cfg.MetadataHeader != "" {
-		msg.SetGenHeader(mail.Header(s.cfg.MetadataHeader), notify.KeyHash(m.IdempotencyKey))
+		msg.SetGenHeader(gomail.Header(s.cfg.MetadataHeader), mail.KeyHash(m.IdempotencyKey))
 	}
 	msg.SetDate()
-	msg.SetBodyString(mail.TypeTextPlain, m.Text)
+	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
 	if m.HTML != "" {
-		msg.AddAlternativeString(mail.TypeTextHTML, m.HTML)
+		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
 	}
 	var buf bytes.Buffer
 	if _, err := msg.WriteTo(&buf); err != nil {

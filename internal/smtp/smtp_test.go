@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -47,7 +47,7 @@ func sink(t *testing.T, cfg smtpsink.Config) *smtpsink.Server {
 func TestStartTLSAndAuthAgainstMailpit(t *testing.T) {
 	t.Parallel()
 	mp := testenv.StartMailpit(t, testenv.MailpitOptions{TLS: true, Auth: map[string]string{"shop": "s3cret-pass"}})
-	msg := notify.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", MessageID: "tls-1@" + mailDomain, IdempotencyKey: "k1"}
+	msg := mail.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", MessageID: "tls-1@" + mailDomain, IdempotencyKey: "k1"}
 	handOver := func() error { return nil }
 
 	if _, err := mailpitSMTP(t, mp, smtp.TLSStartTLS, "shop", "s3cret-pass").Send(context.Background(), msg, handOver); err != nil {
@@ -60,13 +60,13 @@ func TestStartTLSAndAuthAgainstMailpit(t *testing.T) {
 	// A wrong password is the provider refusing us, not the recipient.
 	msg.MessageID = "tls-2@" + mailDomain
 	_, err := mailpitSMTP(t, mp, smtp.TLSStartTLS, "shop", "wrong").Send(context.Background(), msg, handOver)
-	var se *notify.SendError
-	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageAuth || se.Code != 535 {
+	var se *mail.SendError
+	if !errors.As(err, &se) || se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageAuth || se.Reply.Code != 535 {
 		t.Errorf("wrong password: %v, want unavailable at auth with 535", err)
 	}
 	// No credentials at all: Mailpit refuses MAIL with 530.
 	_, err = mailpitSMTP(t, mp, smtp.TLSStartTLS, "", "").Send(context.Background(), msg, handOver)
-	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender || se.Code != 530 {
+	if !errors.As(err, &se) || se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender || se.Reply.Code != 530 {
 		t.Errorf("no credentials: %v, want unavailable at MAIL with 530", err)
 	}
 	if n := mp.CountByMessageID(t, msg.MessageID); n != 0 {
@@ -78,26 +78,26 @@ func TestMailpitRefusalsAreClassifiedByStage(t *testing.T) {
 	t.Parallel()
 	mp := testenv.StartMailpit(t, testenv.MailpitOptions{Chaos: true, AllowedRecipients: `@example\.com$`})
 	p := mailpitSMTP(t, mp, smtp.TLSNone, "", "")
-	send := func(to string) *notify.SendError {
-		_, err := p.Send(context.Background(), notify.Message{To: to, Subject: "s", Text: "t", MessageID: "c@" + mailDomain, IdempotencyKey: "k"}, func() error { return nil })
-		var se *notify.SendError
+	send := func(to string) *mail.SendError {
+		_, err := p.Send(context.Background(), mail.Message{To: to, Subject: "s", Text: "t", MessageID: "c@" + mailDomain, IdempotencyKey: "k"}, func() error { return nil })
+		var se *mail.SendError
 		if err != nil && !errors.As(err, &se) {
 			t.Fatalf("unclassified error %v", err)
 		}
 		return se
 	}
-	if se := send("nobody@elsewhere.test"); se == nil || se.Outcome != notify.OutcomePermanent || se.Stage != notify.StageRecipient {
+	if se := send("nobody@elsewhere.test"); se == nil || se.Outcome != mail.OutcomePermanent || se.Stage != mail.StageRecipient {
 		t.Errorf("refused recipient: %v, want permanent at RCPT", se)
 	}
 	mp.SetChaos(t, testenv.MailpitChaos{Sender: &testenv.MailpitTrigger{ErrorCode: 550, Probability: 100}})
-	if se := send("ana@example.com"); se == nil || se.Outcome != notify.OutcomeUnavailable || se.Stage != notify.StageSender {
+	if se := send("ana@example.com"); se == nil || se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender {
 		t.Errorf("550 at MAIL FROM: %v, want unavailable at MAIL", se)
 	}
 	if err := p.Probe(context.Background()); err == nil {
 		t.Error("the probe passed while MAIL FROM is refused")
 	}
 	mp.SetChaos(t, testenv.MailpitChaos{Recipient: &testenv.MailpitTrigger{ErrorCode: 451, Probability: 100}})
-	if se := send("ana@example.com"); se == nil || se.Outcome != notify.OutcomeTemporary || se.Stage != notify.StageRecipient {
+	if se := send("ana@example.com"); se == nil || se.Outcome != mail.OutcomeTemporary || se.Stage != mail.StageRecipient {
 		t.Errorf("451 at RCPT: %v, want temporary at RCPT", se)
 	}
 	mp.ClearChaos(t)
@@ -123,10 +123,10 @@ func TestStartTLSIsRequiredWhenConfigured(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	_, err = p.Send(context.Background(), notify.Message{To: "x@example.com", Subject: "s", Text: "t", MessageID: "m@shop.example"},
+	_, err = p.Send(context.Background(), mail.Message{To: "x@example.com", Subject: "s", Text: "t", MessageID: "m@shop.example"},
 		func() error { t.Error("handOver reached without TLS"); return nil })
-	var se *notify.SendError
-	if !errors.As(err, &se) || se.Outcome != notify.OutcomeUnavailable || !strings.Contains(err.Error(), "STARTTLS") {
+	var se *mail.SendError
+	if !errors.As(err, &se) || se.Outcome != mail.OutcomeUnavailable || !strings.Contains(err.Error(), "STARTTLS") {
 		t.Errorf("err = %v, want the provider unavailable, naming STARTTLS", err)
 	}
 	if n := e.sink.Count(); n != 0 {
@@ -159,15 +159,15 @@ func TestProviderHeadersOverSMTP(t *testing.T) {
 	}
 	t.Cleanup(p.Close)
 	key := "order-confirmation:0193a5b2-7c1e-7d4a-9f00-3c2b1a0e9d87:ana@example.com"
-	if _, err := p.Send(context.Background(), notify.Message{To: "ana@example.com", Subject: "s", Text: "t", MessageID: "h@" + mailDomain, IdempotencyKey: key},
+	if _, err := p.Send(context.Background(), mail.Message{To: "ana@example.com", Subject: "s", Text: "t", MessageID: "h@" + mailDomain, IdempotencyKey: key},
 		func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	h := s.Messages()[0].Header
-	if got := h.Get("Resend-Idempotency-Key"); got != notify.ProviderKey(key) || strings.Contains(got, "@") || len(got) > 256 {
+	if got := h.Get("Resend-Idempotency-Key"); got != mail.ProviderKey(key) || strings.Contains(got, "@") || len(got) > 256 {
 		t.Errorf("Resend-Idempotency-Key %q", got)
 	}
-	if got := h.Get("X-Pm-Metadata-Sekali-Key"); got != notify.KeyHash(key) {
+	if got := h.Get("X-Pm-Metadata-Sekali-Key"); got != mail.KeyHash(key) {
 		t.Errorf("metadata header %q, want the key hash", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postmark"
@@ -85,7 +86,7 @@ func (s Settings) Hooks(tokens Tokens) []httpapi.Webhook {
 	if v := s.resend; v != nil {
 		hooks = append(hooks, httpapi.Webhook{
 			Provider: "resend", Challenge: `Signature realm="sekali-webhooks"`,
-			Verify: func(_ context.Context, h http.Header, body []byte) ([]notify.Feedback, error) {
+			Verify: func(_ context.Context, h http.Header, body []byte) ([]mail.Feedback, error) {
 				fs, err := v.Verify(h, body, time.Now())
 				return fs, webhookError(err, []error{resend.ErrBadSignature, resend.ErrStale}, []error{resend.ErrMalformed})
 			},
@@ -94,7 +95,7 @@ func (s Settings) Hooks(tokens Tokens) []httpapi.Webhook {
 	if v := s.postmark; v != nil {
 		hooks = append(hooks, httpapi.Webhook{
 			Provider: "postmark", Challenge: `Basic realm="sekali-webhooks"`,
-			Verify: func(_ context.Context, h http.Header, body []byte) ([]notify.Feedback, error) {
+			Verify: func(_ context.Context, h http.Header, body []byte) ([]mail.Feedback, error) {
 				fs, err := v.Verify(h, body, time.Now())
 				return fs, webhookError(err, []error{postmark.ErrBadCredentials}, []error{postmark.ErrMalformed})
 			},
@@ -103,7 +104,7 @@ func (s Settings) Hooks(tokens Tokens) []httpapi.Webhook {
 	if v := s.mailgun; v != nil {
 		hooks = append(hooks, httpapi.Webhook{
 			Provider: "mailgun", Challenge: `Signature realm="sekali-webhooks"`,
-			Verify: func(ctx context.Context, h http.Header, body []byte) ([]notify.Feedback, error) {
+			Verify: func(ctx context.Context, h http.Header, body []byte) ([]mail.Feedback, error) {
 				res, err := v.Verify(h, body, time.Now())
 				if res.Token != "" {
 					// Remembered whatever the event: a token of one that
@@ -119,7 +120,7 @@ func (s Settings) Hooks(tokens Tokens) []httpapi.Webhook {
 	if v := s.ses; v != nil {
 		hooks = append(hooks, httpapi.Webhook{
 			Provider: "ses", Challenge: `Signature realm="sekali-webhooks"`,
-			Verify: func(ctx context.Context, h http.Header, body []byte) ([]notify.Feedback, error) {
+			Verify: func(ctx context.Context, h http.Header, body []byte) ([]mail.Feedback, error) {
 				res, err := v.Verify(ctx, h, body, time.Now())
 				if err := webhookError(err, []error{ses.ErrBadSignature, ses.ErrStale}, []error{ses.ErrMalformed}); err != nil {
 					return nil, err

@@ -20,6 +20,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -64,7 +65,7 @@ func setup(t *testing.T) env {
 	// Sent as the worker records it, but without the provider's id: the
 	// answer that carried it was lost, and the reconciler found the
 	// message by our metadata.
-	d.MessageID = notify.MessageID(d.IdempotencyKey, "shop.example")
+	d.MessageID = mail.MessageID(d.IdempotencyKey, "shop.example")
 	if _, err := db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'sent', sent_at = now(), message_id = $1 WHERE id = $2",
 		d.MessageID, d.ID); err != nil {
 		t.Fatal(err)
@@ -211,11 +212,11 @@ func TestFeedbackMatchedByKeyHashAlone(t *testing.T) {
 	auth := http.Header{}
 	auth.Set("Authorization", "Basic "+basic(postmarkUser, postmarkPassword))
 
-	stranger := postmarkBounce(1, "0a129aee-e1cd-480d-b08d-4f48548ff48d", notify.KeyHash("order-confirmation:not-ours:someone@example.com"))
+	stranger := postmarkBounce(1, "0a129aee-e1cd-480d-b08d-4f48548ff48d", mail.KeyHash("order-confirmation:not-ours:someone@example.com"))
 	if status, body := e.post(t, "postmark", stranger, auth); status != http.StatusUnprocessableEntity {
 		t.Errorf("a key hash of no delivery: %d %s, want 422", status, body)
 	}
-	bounce := postmarkBounce(2, "b7bc2f4a-e38e-4336-af7d-e6c392c2f817", notify.KeyHash(e.d.IdempotencyKey))
+	bounce := postmarkBounce(2, "b7bc2f4a-e38e-4336-af7d-e6c392c2f817", mail.KeyHash(e.d.IdempotencyKey))
 	if status, body := e.post(t, "postmark", bounce, auth); status != http.StatusOK || !strings.Contains(body, `"recorded":1`) {
 		t.Fatalf("a bounce matched by its key hash alone: %d %s", status, body)
 	}

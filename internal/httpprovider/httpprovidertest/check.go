@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // T is the part of *testing.T the checks use.
@@ -15,13 +15,13 @@ type T interface {
 	Fatalf(format string, args ...any)
 }
 
-// SendError returns err as the *notify.SendError every provider's error
+// SendError returns err as the *mail.SendError every provider's error
 // is, and fails the test if it is not one.
-func SendError(t T, err error) *notify.SendError {
+func SendError(t T, err error) *mail.SendError {
 	t.Helper()
-	var se *notify.SendError
+	var se *mail.SendError
 	if !errors.As(err, &se) {
-		t.Fatalf("error %v (%T) is not a *notify.SendError", err, err)
+		t.Fatalf("error %v (%T) is not a *mail.SendError", err, err)
 	}
 	return se
 }
@@ -30,11 +30,11 @@ func SendError(t T, err error) *notify.SendError {
 // hand-over that is refused (the worker lost its lease), is aborted, not
 // handed over, with the refusal wrapped, and that no request reached the
 // provider: sent counts the send requests its fake received.
-func RefusedHandOverSendsNothing(t T, p notify.Provider, m notify.Message, sent func() int) {
+func RefusedHandOverSendsNothing(t T, p mail.Provider, m mail.Message, sent func() int) {
 	t.Helper()
 	lost := errors.New("lease lost")
 	_, err := p.Send(context.Background(), m, func() error { return lost })
-	if se := SendError(t, err); se.Outcome != notify.OutcomeAborted || se.HandedOver || !errors.Is(err, lost) {
+	if se := SendError(t, err); se.Outcome != mail.OutcomeAborted || se.HandedOver || !errors.Is(err, lost) {
 		t.Errorf("refused hand-over: %v, want aborted, not handed over, wrapping the refusal", err)
 	}
 	if n := sent(); n != 0 {
@@ -48,10 +48,10 @@ func RefusedHandOverSendsNothing(t T, p notify.Provider, m notify.Message, sent 
 // nothing: the request's deadline counts from before the hand-over. The
 // send is unavailable (nothing went out) and handed over; sent counts
 // the send requests the provider's fake received.
-func StallAfterHandOverSendsNothing(t T, p notify.Provider, m notify.Message, stall time.Duration, sent func() int) {
+func StallAfterHandOverSendsNothing(t T, p mail.Provider, m mail.Message, stall time.Duration, sent func() int) {
 	t.Helper()
 	_, err := p.Send(context.Background(), m, func() error { time.Sleep(stall); return nil })
-	if se := SendError(t, err); se.Outcome != notify.OutcomeUnavailable || !se.HandedOver {
+	if se := SendError(t, err); se.Outcome != mail.OutcomeUnavailable || !se.HandedOver {
 		t.Errorf("stalled past the deadline: %v, want unavailable (nothing sent), handed over", err)
 	}
 	if n := sent(); n != 0 {

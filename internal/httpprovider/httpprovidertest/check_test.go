@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // careless sends whatever its hand-over says, with no deadline.
 type careless struct{ sent atomic.Int64 }
 
-func (p *careless) Send(_ context.Context, _ notify.Message, handOver func() error) (string, error) {
+func (p *careless) Send(_ context.Context, _ mail.Message, handOver func() error) (string, error) {
 	_ = handOver()
 	p.sent.Add(1)
 	return "id", nil
@@ -54,11 +54,11 @@ func TestChecksCatchACarelessProvider(t *testing.T) {
 	t.Parallel()
 	p := &careless{}
 	sent := func() int { return int(p.sent.Load()) }
-	if got := reports(func(r httpprovidertest.T) { httpprovidertest.RefusedHandOverSendsNothing(r, p, notify.Message{}, sent) }); len(got) == 0 {
+	if got := reports(func(r httpprovidertest.T) { httpprovidertest.RefusedHandOverSendsNothing(r, p, mail.Message{}, sent) }); len(got) == 0 {
 		t.Error("a send after a refused hand-over passed")
 	}
 	if got := reports(func(r httpprovidertest.T) {
-		httpprovidertest.StallAfterHandOverSendsNothing(r, p, notify.Message{}, time.Millisecond, sent)
+		httpprovidertest.StallAfterHandOverSendsNothing(r, p, mail.Message{}, time.Millisecond, sent)
 	}); len(got) == 0 {
 		t.Error("a send after a stalled hand-over passed")
 	}

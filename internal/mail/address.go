@@ -1,9 +1,9 @@
-package notify
+package mail
 
 import (
 	"errors"
 	"fmt"
-	"net/mail"
+	netmail "net/mail"
 	"strings"
 )
 
@@ -30,7 +30,7 @@ func NormalizeAddress(s string) (string, error) {
 			return "", fmt.Errorf("%w: must contain only printable ASCII characters without spaces", ErrInvalidAddress)
 		}
 	}
-	addr, err := mail.ParseAddress(s)
+	addr, err := netmail.ParseAddress(s)
 	if err != nil || addr.Name != "" || addr.Address != s {
 		return "", fmt.Errorf("%w: must be a bare address such as name@example.com, without display name or comments", ErrInvalidAddress)
 	}

@@ -1,0 +1,48 @@
+package mail
+
+import (
+	"context"
+	"time"
+)
+
+// FeedbackKind is what a provider reports about a message after it
+// accepted it, through its webhooks.
+type FeedbackKind string
+
+const (
+	FeedbackDelivered  FeedbackKind = "delivered"  // the receiving server took it
+	FeedbackDeferred   FeedbackKind = "deferred"   // a temporary failure; the provider keeps trying
+	FeedbackBounced    FeedbackKind = "bounced"    // a permanent failure (hard bounce): the address is dead
+	FeedbackComplained FeedbackKind = "complained" // the recipient marked it as spam
+)
+
+// Feedback is one provider event, its signature or credentials verified,
+// in the same shape whichever provider sent it.
+type Feedback struct {
+	Provider          string // "resend", "postmark", "mailgun", "ses"
+	EventID           string // the provider's id of this event; the same event twice has the same id
+	Kind              FeedbackKind
+	ProviderMessageID string // the provider's id of the message, when it gives one
+	MessageID         string // our Message-ID (without angle brackets), when it echoes it
+	KeyHash           string // KeyHash of the idempotency key, from the metadata we attached, when echoed
+	Recipient         string // normalized (NormalizeAddress), when given
+	At                time.Time
+	Detail            string // the provider's reason, e.g. a bounce's diagnostic
+}
+
+// Lookup asks the mail provider whether it accepted a message: how the
+// reconciler settles a send whose answer was lost.
+type Lookup interface {
+	// Find reports whether the provider holds the message q describes,
+	// and the provider's id for it. A provider that cannot answer for
+	// certain (rate limited, a 5xx, q older than it keeps messages)
+	// returns an error: found=false means "not there", never "don't know".
+	Find(ctx context.Context, q Query) (providerID string, found bool, err error)
+}
+
+// Query describes the message of one ambiguous send.
+type Query struct {
+	MessageID    string    // the delivery's stored Message-ID, without angle brackets
+	KeyHash      string    // KeyHash of its idempotency key, as sent in provider metadata
+	HandedOverAt time.Time // when the data went to the provider
+}

@@ -1,0 +1,169 @@
+// Package mail is the contract between the service and the mail
+// providers, and nothing else: the message a provider is handed, the
+// Provider interface, how a send can fail (Outcome, Stage, SendError and
+// the Reply it carries), what a provider reports afterwards (Feedback),
+// how the reconciler asks it about a message (Lookup), and the rules
+// every side of that exchange shares: addresses, the key hash, the
+// provider key, the Message-ID, redaction. Each provider is a package
+// that imports this one, not the service's domain (notify), as River
+// keeps rivertype apart from its client; a provider describes itself in
+// one Descriptor, and internal/provider lists them.
+package mail
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+)
+
+// Message is an e-mail ready for a provider.
+type Message struct {
+	To             string
+	Subject        string
+	Text           string
+	HTML           string
+	MessageID      string // without angle brackets; the same on every attempt
+	IdempotencyKey string
+}
+
+// Provider hands messages to a mail provider: an SMTP relay, or an HTTP
+// API with an idempotency header of its own.
+type Provider interface {
+	// Send delivers m. handOver is called once the provider is ready to
+	// take the message data and right before that data goes out; when it
+	// returns an error nothing is sent and Send returns an
+	// OutcomeAborted error. On success Send returns the provider's id for
+	// the message. Every error is a *SendError.
+	Send(ctx context.Context, m Message, handOver func() error) (providerID string, err error)
+	// Probe checks, without sending anything, that the provider would
+	// take a message from us now: for SMTP, connect, TLS, AUTH and a
+	// MAIL FROM that is then reset; for an HTTP API, a request that
+	// sends nothing. The worker probes while the provider is refusing
+	// us, and starts sending again once a probe succeeds.
+	Probe(ctx context.Context) error
+}
+
+// Outcome classifies why a send did not succeed, which decides what the
+// worker may do next.
+type Outcome int
+
+const (
+	// OutcomeTemporary: this message was not accepted now and trying
+	// later may work (a 4xx about the recipient or the message, such as
+	// greylisting). The delivery is retried with a growing back-off.
+	OutcomeTemporary Outcome = iota + 1
+	// OutcomePermanent: the provider refused this recipient for good
+	// (550 5.1.1 at RCPT, say). Retrying cannot help.
+	OutcomePermanent
+	// OutcomeAmbiguous: the data went out but no answer came back; the
+	// provider may have accepted the message. Never retried blindly.
+	OutcomeAmbiguous
+	// OutcomeAborted: handOver refused, so no data went out.
+	OutcomeAborted
+	// OutcomeUnavailable: the provider refuses us, not this message:
+	// it cannot be reached, TLS or AUTH fails, it refuses our sender,
+	// throttles us, closes the session (421), or objects to our syntax
+	// (5.5.x) or our set-up (5.7.x). Every delivery would meet the same
+	// answer, so the delivery waits without using up anything, and the
+	// worker stops sending until a probe succeeds.
+	OutcomeUnavailable
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeTemporary:
+		return "temporary"
+	case OutcomePermanent:
+		return "permanent"
+	case OutcomeAmbiguous:
+		return "ambiguous"
+	case OutcomeAborted:
+		return "aborted"
+	case OutcomeUnavailable:
+		return "unavailable"
+	default:
+		return "unknown"
+	}
+}
+
+// Stage is how far an exchange with the provider got when it failed, in
+// SMTP's terms, which every provider maps onto. A failure before
+// StageData never reached the provider's acceptance of the recipient, so
+// it does not count as an attempt.
+type Stage string
+
+const (
+	StageConnect   Stage = "connect"   // dial, TLS, greeting, EHLO; an HTTP request that never got an answer
+	StageAuth      Stage = "auth"      // credentials
+	StageSender    Stage = "sender"    // MAIL FROM; an HTTP provider refusing our sender or domain
+	StageRecipient Stage = "recipient" // RCPT TO; an HTTP provider refusing the address
+	StageData      Stage = "data"      // DATA, the message, and the reply to it
+)
+
+// Protocol is the protocol a Reply came in.
+type Protocol string
+
+const (
+	ProtocolSMTP Protocol = "smtp"
+	ProtocolHTTP Protocol = "http"
+)
+
+// Reply is what the provider answered, in its own protocol's terms: an
+// SMTP reply code with the enhanced status code it gave, or an HTTP
+// status. The zero Reply is no answer at all.
+type Reply struct {
+	Protocol Protocol
+	Code     int    // the SMTP reply code (451, 550) or the HTTP status (429, 503)
+	Enhanced string // the RFC 3463 enhanced status code of an SMTP reply, e.g. "5.1.1"
+}
+
+// SMTPReply is an SMTP server's reply code and enhanced status code.
+func SMTPReply(code int, enhanced string) Reply {
+	return Reply{Protocol: ProtocolSMTP, Code: code, Enhanced: enhanced}
+}
+
+// HTTPStatus is an HTTP API's status code.
+func HTTPStatus(code int) Reply { return Reply{Protocol: ProtocolHTTP, Code: code} }
+
+// String is "smtp 550 5.1.1", "http 429", or "" for no answer.
+func (r Reply) String() string {
+	if r.Code == 0 {
+		return ""
+	}
+	s := string(r.Protocol) + " " + strconv.Itoa(r.Code)
+	if r.Enhanced != "" {
+		s += " " + r.Enhanced
+	}
+	return s
+}
+
+// Class is the reply's class, "4xx" or "5xx" (or "2xx", ...): which a
+// deferral's retry is counted under, with its protocol (smtp_4xx,
+// http_5xx).
+func (r Reply) Class() string { return strconv.Itoa(r.Code/100) + "xx" }
+
+// SendError is a classified provider failure.
+type SendError struct {
+	Outcome Outcome
+	Stage   Stage
+	Reply   Reply // the provider's answer, when it gave one
+	Err     error
+
+	// HandedOver: the last lease check passed, so the data may have
+	// gone out; a provider never retries such a send by itself.
+	HandedOver bool
+}
+
+func (e *SendError) Error() string {
+	if e.Reply.Code != 0 {
+		return fmt.Sprintf("%s send failure at %s (%d): %v", e.Outcome, e.Stage, e.Reply.Code, e.Err)
+	}
+	return fmt.Sprintf("%s send failure at %s: %v", e.Outcome, e.Stage, e.Err)
+}
+
+func (e *SendError) Unwrap() error { return e.Err }
+
+// ReachedRecipient reports whether the provider had accepted the
+// recipient when the attempt failed; an attempt that had not does not
+// count against the delivery.
+func (e *SendError) ReachedRecipient() bool { return e.Stage == StageData }
