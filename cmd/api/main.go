@@ -30,14 +30,15 @@ import (
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/quota"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/tracing"
-	"github.com/sekali-dev/sekali/internal/webhooks"
 )
 
 func main() {
@@ -62,7 +63,7 @@ type config struct {
 	AdminToken      string
 	MetricsAddr     string
 	RateLimits      httpapi.RateLimits
-	Webhooks        webhooks.Settings
+	Webhooks        provider.Webhooks
 	MaxInFlight     int
 	BodyTimeout     time.Duration
 	// PublicCheckout is CHECKOUT_MODE=public: POST /v1/orders without an
@@ -115,7 +116,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if t := cfg.AdminToken; t != "" && len(t) < 16 {
 		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
 	}
-	cfg.Webhooks = webhooks.ReadEnv(env)
+	cfg.Webhooks = provider.ReadWebhooks(env)
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
@@ -218,7 +219,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
-			Keys: keys, PublicCheckout: cfg.PublicCheckout, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Hooks(operator), MaxInFlight: cfg.MaxInFlight,
+			Keys: keys, PublicCheckout: cfg.PublicCheckout, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: cfg.MaxInFlight,
 			BodyTimeout: cfg.BodyTimeout,
 			Tracer:      tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
 			Admin:       httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys},

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -28,14 +27,13 @@ import (
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/mail"
-	"github.com/sekali-dev/sekali/internal/mailgun"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/postgres"
-	"github.com/sekali-dev/sekali/internal/postmark"
+	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
-	"github.com/sekali-dev/sekali/internal/resend"
+	"github.com/sekali-dev/sekali/internal/smtp"
 )
 
 func main() {
@@ -56,11 +54,8 @@ type config struct {
 	Queue       string
 	MetricsAddr string
 	Interval    time.Duration
-	LookupURL   string
-	LookupAPI   string
-	Provider    string // PROVIDER, as the workers': which look-up or guarantee settles ambiguous sends
-	Postmark    postmark.LookupConfig
-	Mailgun     mailgun.LookupConfig
+	Provider    mail.Descriptor   // PROVIDER, as the workers': which look-up or guarantee settles ambiguous sends
+	Lookup      mail.LookupOpener // the provider's search, nil if it has none (configured)
 	Reconcile   reconcile.Config
 }
 
@@ -73,8 +68,6 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 		Queue:       env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		MetricsAddr: env.String("METRICS_ADDR", ":9102"),
 		Interval:    env.Duration("RECONCILE_INTERVAL", 5*time.Second),
-		LookupURL:   env.String("MAIL_LOOKUP_URL", ""),
-		LookupAPI:   env.OneOf("MAIL_LOOKUP_API", reconcile.APIAuto, reconcile.APIAuto, reconcile.APIMailHog, reconcile.APIMailpit),
 		Reconcile: reconcile.Config{
 			MaxAge:        env.Duration("DELIVERY_MAX_AGE", 120*time.Hour),
 			PendingAfter:  env.Duration("PENDING_REENQUEUE_AFTER", 30*time.Second),
@@ -83,31 +76,18 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 		},
 	}
 	cfg.Reconcile.DeliveryRetention = env.DurationOrZero("DELIVERY_RETENTION", 0)
-	cfg.Provider = env.OneOf("PROVIDER", "smtp", "smtp", "resend", "postmark", "mailgun")
+	cfg.Provider = provider.Read(env)
 	// Within this long of a hand-over, an ambiguous send is safe to send
 	// again: the provider refuses a second message under the same key.
-	// Resend keeps keys 24 h; an hour of margin.
-	defaultWindow := time.Duration(0)
-	if cfg.Provider == "resend" {
-		defaultWindow = resend.DedupWindow - time.Hour
+	// An hour of margin on what it promises.
+	cfg.Reconcile.DedupWindow = env.DurationOrZero("PROVIDER_DEDUP_WINDOW", max(cfg.Provider.Dedup-time.Hour, 0))
+	if cfg.Provider.Lookup != nil {
+		cfg.Lookup = cfg.Provider.Lookup(env)
 	}
-	cfg.Reconcile.DedupWindow = env.DurationOrZero("PROVIDER_DEDUP_WINDOW", defaultWindow)
-	switch cfg.Provider {
-	case "postmark":
-		cfg.Postmark = postmark.ReadLookupEnv(env)
-		env.Check("PROVIDER=postmark", cfg.Postmark.Validate())
-	case "mailgun":
-		cfg.Mailgun = mailgun.ReadLookupEnv(env)
-		env.Check("PROVIDER=mailgun", cfg.Mailgun.Validate())
-	}
-	if cfg.Provider != "smtp" && cfg.LookupURL != "" {
-		env.Check("MAIL_LOOKUP_URL", fmt.Errorf("is for PROVIDER=smtp with a Mailpit or MailHog; with PROVIDER=%s the provider's own API settles ambiguous sends", cfg.Provider))
+	if cfg.Provider.Name != smtp.Name && env.String("MAIL_LOOKUP_URL", "") != "" {
+		env.Check("MAIL_LOOKUP_URL", fmt.Errorf("is for PROVIDER=smtp with a Mailpit or MailHog; with PROVIDER=%s the provider's own API settles ambiguous sends", cfg.Provider.Name))
 	}
 	var err error
-	if cfg.LookupURL != "" {
-		_, err = reconcile.ParseLookupURL(cfg.LookupURL)
-		env.Check("MAIL_LOOKUP_URL", err)
-	}
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
 	from := env.String("MAIL_FROM", "orders@shop.example")
@@ -141,22 +121,6 @@ func parsePolicies(s string, templates *notify.Templates) (map[string]reconcile.
 		}
 	}
 	return out, errors.Join(errs...)
-}
-
-// newLookup checks the look-up API before the first pass: a wrong
-// MAIL_LOOKUP_URL or MAIL_LOOKUP_API stops the reconciler at start, not at
-// the first ambiguous send. A server that does not answer at all (it may
-// be starting beside the reconciler) gets a few seconds.
-func newLookup(ctx context.Context, api, lookupURL string) (mail.Lookup, error) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		lookup, err := reconcile.NewLookup(ctx, api, lookupURL)
-		var unreachable *url.Error
-		if err == nil || !errors.As(err, &unreachable) || time.Now().After(deadline) || ctx.Err() != nil {
-			return lookup, err
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -205,17 +169,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	var lookup mail.Lookup
-	switch {
-	case cfg.Provider == "postmark":
-		if lookup, err = postmark.NewLookup(cfg.Postmark); err != nil {
-			return fmt.Errorf("configuration:\n%w", err)
-		}
-	case cfg.Provider == "mailgun":
-		if lookup, err = mailgun.NewLookup(cfg.Mailgun); err != nil {
-			return fmt.Errorf("configuration:\n%w", err)
-		}
-	case cfg.LookupURL != "":
-		if lookup, err = newLookup(ctx, cfg.LookupAPI, cfg.LookupURL); err != nil {
+	if cfg.Lookup != nil {
+		if lookup, err = cfg.Lookup(ctx); err != nil {
 			return fmt.Errorf("configuration:\n%w", err)
 		}
 	}
@@ -241,7 +196,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log.Info("reconciler started", "actor", actor, "interval", cfg.Interval.String(),
-		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "provider", cfg.Provider, "lookup", lookup != nil,
+		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "provider", cfg.Provider.Name, "lookup", lookup != nil,
 		"dedup_window", cfg.Reconcile.DedupWindow.String(), "metrics_addr", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)

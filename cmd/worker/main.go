@@ -26,8 +26,8 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/redisconn"
-	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
@@ -55,8 +55,9 @@ type config struct {
 	SendTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	TaskCheckInterval time.Duration
-	SMTP              smtp.Config
-	Provider          providerConfig
+	From              string            // MAIL_FROM
+	Provider          mail.Descriptor   // PROVIDER
+	Sender            mail.SenderConfig // the provider's settings
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -74,39 +75,25 @@ func loadConfig(getenv func(string) string) (config, error) {
 		SendTimeout:       env.Duration("SEND_TIMEOUT", 30*time.Second),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 45*time.Second),
 		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", 20*time.Millisecond),
-		SMTP: smtp.Config{
-			Host:              env.String("SMTP_HOST", "localhost"),
-			Port:              env.Int("SMTP_PORT", 1025, 1, 65535),
-			Username:          env.Secret("SMTP_USERNAME", ""),
-			Password:          env.Secret("SMTP_PASSWORD", ""),
-			TLS:               env.OneOf("SMTP_TLS", smtp.TLSNone, smtp.TLSNone, smtp.TLSStartTLS, smtp.TLSImplicit),
-			From:              env.String("MAIL_FROM", "orders@shop.example"),
-			HeloName:          env.String("SMTP_HELO", smtp.HeloName()),
-			CAFile:            env.String("SMTP_CA_FILE", ""),
-			IdempotencyHeader: env.String("SMTP_IDEMPOTENCY_HEADER", "Idempotency-Key"),
-			MetadataHeader:    env.String("SMTP_METADATA_HEADER", ""),
-			Timeout:           env.Duration("SMTP_TIMEOUT", 15*time.Second),
-		},
+		From:              env.String("MAIL_FROM", "orders@shop.example"),
+		Provider:          provider.Read(env),
 	}
-	cfg.SMTP.MaxIdle = cfg.Concurrency
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
-	cfg.Provider = readProvider(env, cfg.SMTP)
+	cfg.Sender = cfg.Provider.Sender(env, mail.SenderSettings{
+		From: cfg.From, Timeout: env.Duration("PROVIDER_TIMEOUT", 15*time.Second), MaxIdle: cfg.Concurrency,
+	})
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := notify.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
 		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be at least %v (SEND_TIMEOUT %v, then recording the outcome and releasing the lock), so that SIGTERM lets a send finish and be recorded",
 			cfg.ShutdownTimeout, least, cfg.SendTimeout))
 	}
-	if t := cfg.Provider.timeout(); t >= cfg.LockTTL {
+	if t, name := cfg.Sender.SendTimeout(); t >= cfg.LockTTL {
 		// A worker frozen after its last lease check must not be able to
 		// write message data once its lease has expired and the reconciler
 		// may act: the provider's deadline has to run out first.
-		name := "PROVIDER_TIMEOUT"
-		if cfg.Provider.Name == "smtp" {
-			name = "SMTP_TIMEOUT"
-		}
 		env.Check(name, fmt.Errorf("%v must be shorter than LOCK_TTL %v", t, cfg.LockTTL))
 	}
 	if v := env.String("MAX_ATTEMPTS", ""); v != "" {
@@ -161,11 +148,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
-	provider, closeProvider, err := cfg.Provider.open()
+	sender, closeSender, err := cfg.Sender.Open()
 	if err != nil {
 		return err
 	}
-	defer closeProvider()
+	defer closeSender()
 
 	tp, stopTracing, err := tracing.Setup(ctx, "sekali-worker", getenv)
 	if err != nil {
@@ -178,12 +165,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 
 	reg := opsserver.NewRegistry()
-	worker := notify.NewWorker(pool, rdb, provider, templates, notify.WorkerConfig{
+	worker := notify.NewWorker(pool, rdb, sender, templates, notify.WorkerConfig{
 		LockTTL:         cfg.LockTTL,
 		MaxAge:          cfg.MaxAge,
 		ProbeInterval:   cfg.ProbeInterval,
 		SendTimeout:     cfg.SendTimeout,
-		MessageIDDomain: mail.MessageIDDomain(cfg.SMTP.From), // validated by loadConfig
+		MessageIDDomain: mail.MessageIDDomain(cfg.From), // validated by loadConfig
 		WorkerID:        workerID,
 		Queue:           cfg.Queue,
 		Concurrency:     cfg.Concurrency,
@@ -217,7 +204,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("start asynq server: %w", err)
 	}
 	log.Info("worker started", "worker_id", workerID, "queue", cfg.Queue, "concurrency", cfg.Concurrency,
-		"metrics_addr", ops.Addr(), "provider", cfg.Provider.describe())
+		"metrics_addr", ops.Addr(), "provider", cfg.Sender.String())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {

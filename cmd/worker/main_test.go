@@ -15,6 +15,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -162,8 +163,9 @@ func TestConfigOfTheSMTPSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MaxAge != 120*time.Hour || cfg.SMTP.HeloName == "" || cfg.SMTP.HeloName == "shop.example" {
-		t.Errorf("defaults: max age %v, EHLO %q", cfg.MaxAge, cfg.SMTP.HeloName)
+	relay, ok := cfg.Sender.(smtp.Config)
+	if !ok || cfg.MaxAge != 120*time.Hour || relay.HeloName == "" || relay.HeloName == "shop.example" {
+		t.Errorf("defaults: max age %v, sender %+v", cfg.MaxAge, cfg.Sender)
 	}
 }
 
@@ -312,7 +314,7 @@ func TestConfigOfAnHTTPProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Provider.Name != "mailgun" || cfg.Provider.timeout() != 15*time.Second {
-		t.Errorf("mailgun: %+v", cfg.Provider)
+	if timeout, name := cfg.Sender.SendTimeout(); cfg.Provider.Name != "mailgun" || timeout != 15*time.Second || name != "PROVIDER_TIMEOUT" {
+		t.Errorf("mailgun: %+v", cfg.Sender)
 	}
 }

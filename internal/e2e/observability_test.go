@@ -139,7 +139,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 
 	// Reconciler
 	rc := newComponent(nil)
-	lookup, err := reconcile.NewLookup(ctx, reconcile.APIMailpit, lookupAPI.URL)
+	lookup, err := smtp.NewLookup(ctx, smtp.APIMailpit, lookupAPI.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,11 +47,6 @@ func setLogError(ctx context.Context, err error) {
 	}
 }
 
-// LogAttrs adds attributes to the log line of the request ctx belongs
-// to, for code outside this package that runs inside a handler (a
-// provider's webhook verifier).
-func LogAttrs(ctx context.Context, attrs ...slog.Attr) { addLogAttrs(ctx, attrs...) }
-
 // addLogAttrs adds fields, such as order_id, to the request's log line.
 func addLogAttrs(ctx context.Context, attrs ...slog.Attr) {
 	if ri, ok := ctx.Value(requestInfoKey).(*requestInfo); ok {

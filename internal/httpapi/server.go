@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -40,12 +41,12 @@ type Deps struct {
 	// (CHECKOUT_MODE=public), by a storefront's browsers; Orders.Public
 	// holds what such a checkout may ask.
 	PublicCheckout bool
-	RateLimits     RateLimits            // zero: no limits
-	Checks         []Check               // asked by /readyz
-	Webhooks       []Webhook             // the providers whose events POST /v1/webhooks/{provider} takes
-	Admin          Admin                 // the operator API under /admin/v1
-	Registry       prometheus.Registerer // receives the HTTP metrics (served on METRICS_ADDR, not here)
-	Tracer         trace.Tracer          // one span per request; nil records none
+	RateLimits     RateLimits              // zero: no limits
+	Checks         []Check                 // asked by /readyz
+	Webhooks       map[string]mail.Webhook // by provider name: the providers whose events POST /v1/webhooks/{provider} takes
+	Admin          Admin                   // the operator API under /admin/v1
+	Registry       prometheus.Registerer   // receives the HTTP metrics (served on METRICS_ADDR, not here)
+	Tracer         trace.Tracer            // one span per request; nil records none
 	// MaxInFlight bounds the requests handled at once (0: no bound);
 	// one more is refused with 503 at once rather than queued, so that
 	// overload costs neither memory nor the latency of the requests

@@ -19,13 +19,14 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
-	"github.com/sekali-dev/sekali/internal/webhooks"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -53,7 +54,7 @@ type setupOpts struct {
 	tracer      trace.TracerProvider // records the API's spans
 	rateLimits  httpapi.RateLimits   // none by default
 	templates   *notify.Templates    // the built-in ones by default
-	webhooks    webhooks.Settings    // built over the stack's operator, as cmd/api builds them; none by default
+	webhooks    provider.Webhooks    // opened over the stack's operator, as cmd/api opens them; none by default
 	maxInFlight int                  // no bound by default
 	bodyTimeout time.Duration        // none by default
 	public      *order.PublicRules   // CHECKOUT_MODE=public with these rules; keyed by default
@@ -108,7 +109,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	operator := notify.NewOperator(db.Pool, enq, inspector, rdb)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
-		Keys: keys, PublicCheckout: o.public != nil, RateLimits: o.rateLimits, Webhooks: o.webhooks.Hooks(operator), MaxInFlight: o.maxInFlight,
+		Keys: keys, PublicCheckout: o.public != nil, RateLimits: o.rateLimits, Webhooks: o.webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: o.maxInFlight,
 		BodyTimeout: o.bodyTimeout,
 		Admin:       httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys},
 	}))

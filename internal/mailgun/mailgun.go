@@ -116,10 +116,6 @@ func New(cfg Config) (*Provider, error) {
 // Close closes idle connections.
 func (p *Provider) Close() { p.client.Close() }
 
-// Deduplicates reports that Mailgun does not: a second request is a
-// second e-mail, so an ambiguous send is decided by the look-up.
-func (*Provider) Deduplicates() bool { return false }
-
 func (p *Provider) form(m mail.Message) ([]byte, error) {
 	to, err := httpprovider.CheckMessage(m)
 	if err != nil {

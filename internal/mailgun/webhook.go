@@ -89,7 +89,7 @@ type Verified struct {
 	// timestamp and the token, not the event-data: until Expires, whoever
 	// captured the request can send the signature with an event of their
 	// own. The caller must accept a token once (Mailgun's advice:
-	// notify.RememberWebhookToken). Both are set as soon as the signature
+	// mail.WebhookTokens). Both are set as soon as the signature
 	// checks out, even when the event then is malformed.
 	Token   string
 	Expires time.Time

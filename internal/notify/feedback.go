@@ -18,10 +18,6 @@ import (
 // delivery of this service.
 var ErrUnknownMessage = errors.New("notify: the event names no delivery of this service")
 
-// ErrWebhookReplay is returned for a webhook signature whose token came
-// before (RememberWebhookToken).
-var ErrWebhookReplay = errors.New("notify: the webhook's signature was used before")
-
 // ErrSuppressionNotFound is returned when the recipient is not suppressed.
 var ErrSuppressionNotFound = errors.New("notify: the recipient is not on the suppression list")
 
@@ -103,7 +99,7 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (Fee
 // captured signature could otherwise carry a forged event until it is
 // too old to be accepted. expires is when the verifier starts refusing
 // the signature as too old; the row is pruned a while after. A token
-// seen before is ErrWebhookReplay and records nothing. A provider's
+// seen before is mail.ErrWebhookReplay and records nothing. A provider's
 // retry is no replay: Mailgun retries five minutes later at the
 // earliest, when the first signature is too old, so each attempt comes
 // signed afresh.
@@ -113,7 +109,7 @@ func RememberWebhookToken(ctx context.Context, db *pgxpool.Pool, provider, token
 		return fmt.Errorf("remember a %s webhook token: %w", provider, err)
 	}
 	if n == 0 {
-		return ErrWebhookReplay
+		return mail.ErrWebhookReplay
 	}
 	return nil
 }

@@ -344,7 +344,7 @@ func (o *Operator) RecordFeedback(ctx context.Context, f mail.Feedback) (Feedbac
 }
 
 // RememberWebhookToken is RememberWebhookToken on the operator's
-// database: ErrWebhookReplay for a signature's token that came before.
+// database: mail.ErrWebhookReplay for a signature's token that came before.
 func (o *Operator) RememberWebhookToken(ctx context.Context, provider, token string, expires time.Time) error {
 	return RememberWebhookToken(ctx, o.db, provider, token, expires)
 }

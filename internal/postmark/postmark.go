@@ -122,10 +122,6 @@ func New(cfg Config) (*Provider, error) {
 // Close closes idle connections.
 func (p *Provider) Close() { p.client.Close() }
 
-// Deduplicates reports that Postmark does not: a second request is a
-// second e-mail, so an ambiguous send is decided by the look-up.
-func (*Provider) Deduplicates() bool { return false }
-
 // email is the body of POST /email
 // (https://postmarkapp.com/developer/api/email-api).
 type email struct {

@@ -66,7 +66,7 @@ func TestLookupUsesTheStoredMessageID(t *testing.T) {
 		handed_over_at = now() - interval '40 seconds'
 		WHERE id = $1`, d.ID)
 
-	l, err := reconcile.NewLookup(ctx, reconcile.APIMailpit, mp.URL)
+	l, err := smtp.NewLookup(ctx, smtp.APIMailpit, mp.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
 
 func (e *env) lookup(t *testing.T, api string) mail.Lookup {
 	t.Helper()
-	l, err := reconcile.NewLookup(context.Background(), api, e.lookupURL)
+	l, err := smtp.NewLookup(context.Background(), api, e.lookupURL)
 	if err != nil {
 		t.Fatal(err)
 	}

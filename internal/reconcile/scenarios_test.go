@@ -17,6 +17,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -110,7 +111,7 @@ func TestFlushAllLosesNothingAndDuplicatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rec := e.reconciler(t, recOpts{lookup: e.lookup(t, reconcile.APIMailpit)})
+	rec := e.reconciler(t, recOpts{lookup: e.lookup(t, smtp.APIMailpit)})
 	testenv.WaitFor(t, "every delivery to be sent", 30*time.Second, func() bool {
 		e.age(t) // stands in for PENDING_REENQUEUE_AFTER passing
 		if _, err := rec.RunOnce(ctx); err != nil {
@@ -126,7 +127,7 @@ func TestFlushAllLosesNothingAndDuplicatesNothing(t *testing.T) {
 // sent once.
 func TestStaleSendingIsSettledByTheProviderLookup(t *testing.T) {
 	t.Parallel()
-	for _, api := range []string{reconcile.APIMailpit, reconcile.APIMailHog} {
+	for _, api := range []string{smtp.APIMailpit, smtp.APIMailHog} {
 		t.Run(api, func(t *testing.T) {
 			t.Parallel()
 			e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
@@ -232,7 +233,7 @@ func TestPoliciesAndWhatIsNeverTouched(t *testing.T) {
 func TestTwoReconcilersHandleEachRowOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
-	lookup := e.lookup(t, reconcile.APIMailpit)
+	lookup := e.lookup(t, smtp.APIMailpit)
 	var stranded []notify.Delivery
 	for i := range 20 {
 		d := e.pending(t, "debris"+string(rune('a'+i))+"@example.com")
@@ -389,7 +390,7 @@ func brokenLookup(t *testing.T) mail.Lookup {
 		http.Error(w, "overloaded", http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(srv.Close)
-	l, err := reconcile.NewLookup(context.Background(), reconcile.APIMailpit, srv.URL)
+	l, err := smtp.NewLookup(context.Background(), smtp.APIMailpit, srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,11 +99,6 @@ func New(cfg Config) (*Provider, error) {
 // Close closes idle connections.
 func (p *Provider) Close() { p.client.Close() }
 
-// Deduplicates reports that Resend sends one e-mail per idempotency key
-// within DedupWindow: an ambiguous send to Resend may be sent again
-// under the same key, and no look-up is needed to decide it.
-func (*Provider) Deduplicates() bool { return true }
-
 // email is the body of POST /emails.
 type email struct {
 	From    string            `json:"from"`

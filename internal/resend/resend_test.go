@@ -297,10 +297,12 @@ func TestProbe(t *testing.T) {
 	}
 }
 
-func TestDeduplicates(t *testing.T) {
+// What the reconciler is told of Resend: it deduplicates by our key for
+// 24 hours, and so needs no look-up.
+func TestDescriptor(t *testing.T) {
 	t.Parallel()
-	if !setup(t).p.Deduplicates() || resend.DedupWindow != 24*time.Hour {
-		t.Error("Resend deduplicates by key for 24 hours")
+	if d := resend.Descriptor; d.Dedup != 24*time.Hour || d.Lookup != nil || d.Sender == nil || d.Webhook == nil {
+		t.Errorf("Resend's descriptor: %+v", d)
 	}
 }
 

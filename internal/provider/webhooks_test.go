@@ -1,4 +1,4 @@
-package webhooks_test
+package provider_test
 
 import (
 	"context"
@@ -23,8 +23,8 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/testenv"
-	"github.com/sekali-dev/sekali/internal/webhooks"
 )
 
 const (
@@ -34,7 +34,7 @@ const (
 )
 
 // env is the API's webhooks, configured through the environment and
-// built over a database of the test's own as cmd/api builds them, and
+// opened over a database of the test's own as cmd/api opens them, and
 // one confirmation the worker has sent.
 type env struct {
 	url string
@@ -78,21 +78,21 @@ func setup(t *testing.T) env {
 			"POSTMARK_WEBHOOK_PASSWORD":   postmarkPassword,
 		}[k]
 	})
-	settings := webhooks.ReadEnv(e)
+	settings := provider.ReadWebhooks(e)
 	if err := e.Err(); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
-		Log: discard, Registry: prometheus.NewRegistry(), Webhooks: settings.Hooks(operator),
+		Log: discard, Registry: prometheus.NewRegistry(), Webhooks: settings.Open(mail.WebhookDeps{Tokens: operator, Log: discard}),
 		Admin: httpapi.Admin{Ops: operator},
 	}))
 	t.Cleanup(srv.Close)
 	return env{url: srv.URL, db: db, d: d}
 }
 
-func (e env) post(t *testing.T, provider, body string, header http.Header) (int, string) {
+func (e env) post(t *testing.T, name, body string, header http.Header) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, e.url+"/v1/webhooks/"+provider, strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, e.url+"/v1/webhooks/"+name, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

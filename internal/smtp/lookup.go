@@ -1,4 +1,4 @@
-package reconcile
+package smtp
 
 import (
 	"context"
@@ -13,13 +13,18 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
+// The SMTP path's look-up: a relay that keeps what it accepted and lets
+// it be searched over HTTP, as the development catchers do (Mailpit,
+// MailHog). A production relay has no such search; without one the
+// reconciler's policy settles an ambiguous send (docs/providers.md).
+
 // checkedLookup is a Lookup that can tell whether its server speaks its API.
 type checkedLookup interface {
 	mail.Lookup
 	check(ctx context.Context) error
 }
 
-// Look-up APIs this package speaks.
+// Look-up APIs this package speaks (MAIL_LOOKUP_API).
 const (
 	APIAuto    = "auto" // find out which of the others answers
 	APIMailpit = "mailpit"

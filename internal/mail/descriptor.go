@@ -1,0 +1,185 @@
+package mail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+)
+
+// Descriptor is everything the binaries know of one provider, in one
+// place: its name, how it reads its settings and opens, whether and how
+// long it refuses a second message under our key, how the reconciler
+// asks it about a message, and how the API takes its webhook. Each
+// provider package exports one; internal/provider lists them, and the
+// worker, the reconciler and the API read only that list, so adding a
+// provider adds a package and one line there.
+type Descriptor struct {
+	// Name is the provider's value of PROVIDER, and the {provider} of
+	// its webhook's URL.
+	Name string
+	// Dedup is how long the provider refuses a second message under the
+	// same ProviderKey (Resend: 24 h); 0 for one that takes no key of
+	// ours. Within it, the reconciler may send an ambiguous message again.
+	Dedup time.Duration
+	// Sender reads what the worker needs to send through the provider,
+	// reporting bad settings to env; nil for a provider that only reports
+	// on mail sent elsewhere (SES, here).
+	Sender func(env *envconfig.Reader, s SenderSettings) SenderConfig
+	// Lookup reads what the reconciler needs to ask the provider whether
+	// it holds a message, reporting bad settings to env; nil, or a nil
+	// LookupOpener, when there is no such search.
+	Lookup func(env *envconfig.Reader) LookupOpener
+	// Webhook reads the secret of the provider's webhook, reporting bad
+	// settings to env; nil, or a nil WebhookOpener, when it has none or
+	// none is configured (the API then answers 404 for it, never an
+	// unverified 200).
+	Webhook func(env *envconfig.Reader) WebhookOpener
+}
+
+// WebhookOpener makes a provider's Webhook once the service it reports
+// to is up.
+type WebhookOpener func(deps WebhookDeps) Webhook
+
+// WebhookDeps are what a provider's webhook may need of the service.
+type WebhookDeps struct {
+	// Tokens counts the tokens of signatures that do not cover their
+	// event (Mailgun's), so that each is taken once.
+	Tokens WebhookTokens
+	// Log is the API's logger, for what a webhook does besides
+	// returning events (SNS's subscription confirmations).
+	Log *slog.Logger
+}
+
+// SenderSettings are what every provider's sending shares, read by the
+// worker.
+type SenderSettings struct {
+	From    string        // MAIL_FROM, the sender address, valid
+	Timeout time.Duration // PROVIDER_TIMEOUT: an HTTP provider's bound on one request
+	MaxIdle int           // connections worth keeping open: the worker's concurrency
+}
+
+// SenderConfig is one provider's sending settings, as read.
+type SenderConfig interface {
+	// Open makes the provider; done releases its kept connections.
+	Open() (p Provider, done func(), err error)
+	// SendTimeout bounds a send's data after the last lease check, and
+	// variable names the setting it comes from: the worker refuses one
+	// not shorter than LOCK_TTL.
+	SendTimeout() (d time.Duration, variable string)
+	// String names the provider (and its endpoint) for the start-up log
+	// line.
+	String() string
+}
+
+// LookupOpener makes a Lookup, checking at start, where it can, that the
+// provider's search answers as expected.
+type LookupOpener func(ctx context.Context) (Lookup, error)
+
+// Webhook verifies a provider's event requests.
+type Webhook interface {
+	// Verify checks the request the provider's way and returns its
+	// events. For what the caller sent wrong its errors wrap
+	// ErrWebhookUnauthorized (401) or are a *MalformedWebhook (400);
+	// any other is ours (500, which the provider retries).
+	Verify(ctx context.Context, header http.Header, body []byte) ([]Feedback, error)
+	// Challenge is the WWW-Authenticate of a 401, e.g. Basic
+	// realm="sekali-webhooks" for credentials a provider sends.
+	Challenge() string
+}
+
+// WebhookTokens remembers the tokens of webhook signatures that do not
+// cover their event (*notify.Operator): a token seen before is
+// ErrWebhookReplay.
+type WebhookTokens interface {
+	RememberWebhookToken(ctx context.Context, provider, token string, expires time.Time) error
+}
+
+var (
+	// ErrWebhookUnauthorized: the request's signature, timestamp or
+	// credentials are not the provider's (or are too old: a replay).
+	ErrWebhookUnauthorized = errors.New("mail: the webhook's signature or credentials are not valid")
+	// ErrWebhookReplay: a webhook signature whose token came before
+	// (WebhookTokens).
+	ErrWebhookReplay = errors.New("mail: the webhook's signature was used before")
+)
+
+// MalformedWebhook is a body that is not the provider's event. Reason
+// is what the 400 tells the sender: what was wrong with the body, in its
+// terms (a missing field, a value of the wrong type), never this
+// service's package names or Go types; Err, the whole story, goes to the
+// request's log line.
+type MalformedWebhook struct {
+	Reason string
+	Err    error
+}
+
+func (e *MalformedWebhook) Error() string { return e.Err.Error() }
+func (e *MalformedWebhook) Unwrap() error { return e.Err }
+
+// WebhookError maps a provider's verification error onto the contract:
+// one that is one of unauthorized wraps ErrWebhookUnauthorized, one of
+// malformed becomes a *MalformedWebhook whose reason is what err says
+// after its sentinel ("no type", "email.bounced without bounce"), or, for
+// a body encoding/json could not take, which field or that it is not
+// JSON. Any other error is returned as it is.
+func WebhookError(err error, unauthorized, malformed []error) error {
+	if err == nil {
+		return nil
+	}
+	for _, e := range unauthorized {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: %w", ErrWebhookUnauthorized, err)
+		}
+	}
+	for _, e := range malformed {
+		if errors.Is(err, e) {
+			return malformedWebhook(err, e)
+		}
+	}
+	return err
+}
+
+// malformedWebhook is WebhookError's *MalformedWebhook of err, which
+// wraps sentinel.
+func malformedWebhook(err, sentinel error) *MalformedWebhook {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	reason := strings.TrimPrefix(err.Error(), sentinel.Error()+": ")
+	switch {
+	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
+		reason = "not valid JSON"
+	case errors.As(err, &typ) && typ.Field != "":
+		reason = fmt.Sprintf("%s must be a JSON %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.As(err, &typ):
+		reason = fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+	case reason == err.Error():
+		reason = "not an event of this provider"
+	}
+	return &MalformedWebhook{Reason: reason, Err: err}
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
+		return "number"
+	case "string":
+		return "string"
+	case "slice", "array":
+		return "array"
+	case "struct", "map":
+		return "object"
+	case "bool":
+		return "boolean"
+	default:
+		return goKind
+	}
+}

@@ -1,0 +1,80 @@
+package mailgun
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/mail"
+)
+
+// Descriptor is Mailgun as the binaries know it (internal/provider lists
+// it): it sends, takes no key of ours, so the reconciler searches its
+// events by our metadata, and signs its webhooks' timestamp and token,
+// not their event, so each token counts once (mail.WebhookTokens).
+var Descriptor = mail.Descriptor{
+	Name: "mailgun",
+	Sender: func(env *envconfig.Reader, s mail.SenderSettings) mail.SenderConfig {
+		c := ReadEnv(env)
+		c.From, c.Timeout = s.From, s.Timeout
+		env.Check("PROVIDER=mailgun", c.Validate())
+		return c
+	},
+	Lookup: func(env *envconfig.Reader) mail.LookupOpener {
+		c := ReadLookupEnv(env)
+		if !env.Check("PROVIDER=mailgun", c.Validate()) {
+			return nil
+		}
+		return func(context.Context) (mail.Lookup, error) { return NewLookup(c) }
+	},
+	Webhook: func(env *envconfig.Reader) mail.WebhookOpener {
+		key := env.Secret("MAILGUN_WEBHOOK_SIGNING_KEY", "")
+		if key == "" {
+			return nil
+		}
+		v, err := NewWebhookVerifier(key)
+		if !env.Check("MAILGUN_WEBHOOK_SIGNING_KEY", err) {
+			return nil
+		}
+		return func(deps mail.WebhookDeps) mail.Webhook { return hook{v: v, tokens: deps.Tokens} }
+	},
+}
+
+// Open implements mail.SenderConfig.
+func (c Config) Open() (mail.Provider, func(), error) {
+	p, err := New(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, p.Close, nil
+}
+
+// SendTimeout implements mail.SenderConfig: PROVIDER_TIMEOUT.
+func (c Config) SendTimeout() (time.Duration, string) { return c.Timeout, "PROVIDER_TIMEOUT" }
+
+func (c Config) String() string { return "mailgun" }
+
+// hook is the verifier as the API takes it, with the tokens it counts.
+type hook struct {
+	v      *WebhookVerifier
+	tokens mail.WebhookTokens
+}
+
+// Verify refuses, through tokens, a signature whose token came before:
+// Mailgun signs a timestamp and a token, not the event, so a captured
+// signature could otherwise carry a forged event (a permanent failure,
+// which suppresses the address) while its timestamp is accepted.
+func (h hook) Verify(ctx context.Context, header http.Header, body []byte) ([]mail.Feedback, error) {
+	res, err := h.v.Verify(header, body, time.Now())
+	if res.Token != "" {
+		// Remembered whatever the event: a token of one that is
+		// ignored, or malformed, is as good to a forger.
+		if err := h.tokens.RememberWebhookToken(ctx, "mailgun", res.Token, res.Expires); err != nil {
+			return nil, mail.WebhookError(err, []error{mail.ErrWebhookReplay}, nil)
+		}
+	}
+	return res.Feedback, mail.WebhookError(err, []error{ErrBadSignature, ErrStale}, []error{ErrMalformed})
+}
+
+func (hook) Challenge() string { return `Signature realm="sekali-webhooks"` }

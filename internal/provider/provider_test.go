@@ -1,0 +1,56 @@
+package provider_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/provider"
+)
+
+// The one list: every provider once, by a name PROVIDER and the webhook
+// URL can carry; the senders are what PROVIDER takes, smtp the default.
+func TestTheList(t *testing.T) {
+	t.Parallel()
+	seen := map[string]bool{}
+	for _, d := range provider.All {
+		if d.Name == "" || d.Name != strings.ToLower(d.Name) || strings.ContainsAny(d.Name, " /") || seen[d.Name] {
+			t.Errorf("provider name %q: empty, not lower case, not a path segment, or twice", d.Name)
+		}
+		seen[d.Name] = true
+		if d.Sender == nil && d.Webhook == nil {
+			t.Errorf("%s neither sends nor reports", d.Name)
+		}
+		if d.Dedup > 0 && d.Sender == nil {
+			t.Errorf("%s deduplicates what it does not send", d.Name)
+		}
+	}
+	if got := provider.Senders(); !slices.Equal(got, []string{"smtp", "resend", "postmark", "mailgun"}) {
+		t.Errorf("senders %v", got)
+	}
+	env := envconfig.New(func(string) string { return "" })
+	if d := provider.Read(env); d.Name != "smtp" || env.Err() != nil {
+		t.Errorf("PROVIDER unset: %s, %v", d.Name, env.Err())
+	}
+	env = envconfig.New(func(k string) string { return map[string]string{"PROVIDER": "ses"}[k] })
+	if provider.Read(env); env.Err() == nil || !strings.Contains(env.Err().Error(), "smtp, resend, postmark, mailgun") {
+		t.Errorf("PROVIDER=ses (it only reports): %v", env.Err())
+	}
+}
+
+// Only the webhooks whose secrets are set are taken; a bad secret is a
+// configuration error that names its variable once.
+func TestReadWebhooks(t *testing.T) {
+	t.Parallel()
+	vars := map[string]string{"RESEND_WEBHOOK_SECRET": "not-a-whsec", "MAILGUN_WEBHOOK_SIGNING_KEY": "key-abc"}
+	env := envconfig.New(func(k string) string { return vars[k] })
+	hooks := provider.ReadWebhooks(env)
+	if _, ok := hooks["mailgun"]; !ok || len(hooks) != 1 {
+		t.Errorf("webhooks %v, want mailgun's alone", hooks)
+	}
+	err := env.Err()
+	if err == nil || strings.Count(err.Error(), "RESEND_WEBHOOK_SECRET") != 1 {
+		t.Errorf("error %v: want RESEND_WEBHOOK_SECRET named once", err)
+	}
+}
