@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -22,7 +23,7 @@ import (
 type naiveHandler struct {
 	c         *cluster
 	provider  *smtp.Provider
-	templates *notify.Templates
+	templates *mailtemplate.Templates
 }
 
 func (h naiveHandler) ProcessTask(ctx context.Context, task *asynq.Task) error {
@@ -54,7 +55,7 @@ func (h naiveHandler) ProcessTask(ctx context.Context, task *asynq.Task) error {
 
 func (c *cluster) startNaiveWorker() {
 	c.t.Helper()
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		c.t.Fatal(err)
 	}

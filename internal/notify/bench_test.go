@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -35,7 +36,7 @@ func BenchmarkKeyHash(b *testing.B) {
 }
 
 func BenchmarkRenderOrderConfirmation(b *testing.B) {
-	tmpl, err := notify.LoadTemplates()
+	tmpl, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		b.Fatal(err)
 	}

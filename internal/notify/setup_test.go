@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -30,7 +31,7 @@ type env struct {
 	redis     testenv.Redis
 	rdb       redis.UniversalClient
 	sink      *smtpsink.Server
-	templates *notify.Templates
+	templates *mailtemplate.Templates
 	reg       *prometheus.Registry // the worker's
 	apiReg    *prometheus.Registry // the order service's and enqueuer's
 	metrics   *notify.Metrics
@@ -50,7 +51,7 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	}
 	t.Cleanup(func() { sink.Close() })
 	e.sink = sink
-	if e.templates, err = notify.LoadTemplates(); err != nil {
+	if e.templates, err = mailtemplate.LoadBuiltin(); err != nil {
 		t.Fatal(err)
 	}
 	e.metrics = notify.NewMetrics(e.reg)
@@ -91,7 +92,7 @@ type workerOpts struct {
 	provider  notify.Provider
 	lockTTL   time.Duration
 	maxAge    time.Duration
-	templates *notify.Templates
+	templates *mailtemplate.Templates
 }
 
 // testWorker is a Worker behind its Middleware, as cmd/worker serves it:

@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
@@ -91,7 +92,7 @@ func (e *env) lookup(t *testing.T, api string) reconcile.Lookup {
 // startWorker runs the real worker as an asynq server on the test's queue.
 func (e *env) startWorker(t *testing.T) {
 	t.Helper()
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
 	}
