@@ -5,6 +5,7 @@ package httpapi_test
 import (
 	"bytes"
 	"context"
+	"html"
 	"image/png"
 	"os"
 	"os/exec"
@@ -55,7 +56,7 @@ func TestGalleryInABrowser(t *testing.T) {
 		sample, _ := templates.Sample(name)
 		for _, lang := range templates.Languages(name) {
 			out, _ := templates.RenderLocale(name, sample, lang)
-			if !strings.Contains(dom, htmlEscape(out.Subject)) {
+			if !strings.Contains(dom, html.EscapeString(out.Subject)) {
 				t.Errorf("the page Chromium rendered lacks the %s subject of %s", lang, name)
 			}
 		}
