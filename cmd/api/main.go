@@ -31,6 +31,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/order"
@@ -147,9 +148,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))).With("service", "api")
 	// Templates first: a broken TEMPLATES_DIR is named even while the
 	// database is down. `api migrate` needs none.
-	var templates *notify.Templates
+	var templates *mailtemplate.Templates
 	if !migrateOnly {
-		if templates, err = notify.LoadTemplatesFrom(notify.TemplatesFromEnv(getenv)); err != nil {
+		if templates, err = mailtemplate.Load(mailtemplate.FromEnv(getenv)); err != nil {
 			return err
 		}
 	}
@@ -297,10 +298,10 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 // directory exactly as every binary does at start, and prints each problem
 // on a line of its own, for an adopter's CI.
 func checkTemplates(dir string, getenv func(string) string, stdout io.Writer) error {
-	cfg := notify.TemplatesFromEnv(getenv)
+	cfg := mailtemplate.FromEnv(getenv)
 	cfg.Dir = dir
-	names, err := notify.LoadTemplatesFrom(cfg)
-	if terr := (*notify.TemplateError)(nil); errors.As(err, &terr) {
+	names, err := mailtemplate.Load(cfg)
+	if terr := (*mailtemplate.LoadError)(nil); errors.As(err, &terr) {
 		for _, p := range terr.Problems {
 			fmt.Fprintln(stdout, p.String())
 		}

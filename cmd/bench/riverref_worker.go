@@ -13,6 +13,7 @@ import (
 	gomail "github.com/wneessen/go-mail"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -21,7 +22,7 @@ import (
 // River gracefully: the running jobs finish and their completions are
 // written before it returns.
 func runRiverRefWorker(ctx context.Context, cfg riverRefConfig, pool *pgxpool.Pool, log *slog.Logger) error {
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		return err
 	}
@@ -57,7 +58,7 @@ func runRiverRefWorker(ctx context.Context, cfg riverRefConfig, pool *pgxpool.Po
 // the job completed; an error makes River retry it with backoff.
 type confirmationWorker struct {
 	river.WorkerDefaults[confirmationArgs]
-	templates    *notify.Templates
+	templates    *mailtemplate.Templates
 	mailer       *refMailer
 	from, domain string
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/postgres"
@@ -59,7 +60,7 @@ type config struct {
 	Reconcile   reconcile.Config
 }
 
-func loadConfig(getenv func(string) string, templates *notify.Templates) (config, error) {
+func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
 		PprofAddr:   env.String("PPROF_ADDR", ""),
@@ -102,7 +103,7 @@ func loadConfig(getenv func(string) string, templates *notify.Templates) (config
 }
 
 // parsePolicies reads "order-confirmation=hold,order-shipped=resend".
-func parsePolicies(s string, templates *notify.Templates) (map[string]reconcile.Policy, error) {
+func parsePolicies(s string, templates *mailtemplate.Templates) (map[string]reconcile.Policy, error) {
 	out := map[string]reconcile.Policy{}
 	var errs []error
 	for _, item := range strings.Split(s, ",") {
@@ -136,7 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q (want --once or healthcheck)", fs.Args())
 	}
-	templates, err := notify.LoadTemplatesFrom(notify.TemplatesFromEnv(getenv))
+	templates, err := mailtemplate.Load(mailtemplate.FromEnv(getenv))
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -104,7 +105,7 @@ func TestConfigErrors(t *testing.T) {
 // Zero means "keep" however it is written.
 func TestZeroRetentionIsOneRule(t *testing.T) {
 	t.Parallel()
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func TestWrongLookupAPIStopsTheReconcilerAtStart(t *testing.T) {
 // dedup window defaults to just under the 24 hours Resend keeps a key.
 func TestProviderSettings(t *testing.T) {
 	t.Parallel()
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,14 +4,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 )
 
 // Retention keeps what is younger than the workers' DELIVERY_MAX_AGE, so
 // the reconciler reads the same variable, with the workers' default.
 func TestRetentionUsesDeliveryMaxAge(t *testing.T) {
 	t.Parallel()
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/postgres"
@@ -131,7 +132,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer profiles.Close()
 	}
 
-	templates, err := notify.LoadTemplatesFrom(notify.TemplatesFromEnv(getenv))
+	templates, err := mailtemplate.Load(mailtemplate.FromEnv(getenv))
 	if err != nil {
 		return err
 	}

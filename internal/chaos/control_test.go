@@ -12,6 +12,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -23,7 +24,7 @@ import (
 type naiveHandler struct {
 	c         *cluster
 	provider  *smtp.Provider
-	templates *notify.Templates
+	templates *mailtemplate.Templates
 }
 
 func (h naiveHandler) ProcessTask(ctx context.Context, task *asynq.Task) error {
@@ -55,7 +56,7 @@ func (h naiveHandler) ProcessTask(ctx context.Context, task *asynq.Task) error {
 
 func (c *cluster) startNaiveWorker() {
 	c.t.Helper()
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
@@ -98,7 +99,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	t.Cleanup(func() { client.Close() })
 	inspector := asynq.NewInspector(rd.Opt)
 	t.Cleanup(func() { inspector.Close() })
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
 	}

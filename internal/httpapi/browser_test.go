@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 )
 
 // The gallery in a real browser (Debian's headless Chromium): the page
@@ -28,7 +28,7 @@ func TestGalleryInABrowser(t *testing.T) {
 	if _, err := os.Stat(chromium); err != nil {
 		t.Fatalf("no Chromium at %s (%v): apt-get install chromium, or make gallery, which installs it", chromium, err)
 	}
-	templates, err := notify.LoadTemplatesFrom(notify.TemplateConfig{Dir: "../../deploy/templates", DefaultLanguage: "id"})
+	templates, err := mailtemplate.Load(mailtemplate.Config{Dir: "../../deploy/templates", DefaultLanguage: "id"})
 	if err != nil {
 		t.Fatal(err)
 	}

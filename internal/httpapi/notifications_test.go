@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/order"
 )
 
@@ -19,7 +19,7 @@ import (
 // another e-mail; data that breaks the schema is refused field by field.
 func TestTriggerATemplateFromADirectory(t *testing.T) {
 	t.Parallel()
-	templates, err := notify.LoadTemplatesFrom(notify.TemplateConfig{Dir: "../../deploy/templates", DefaultLanguage: "id"})
+	templates, err := mailtemplate.Load(mailtemplate.Config{Dir: "../../deploy/templates", DefaultLanguage: "id"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestTriggerWithARecipient(t *testing.T) {
 // HTML in a sandboxed frame and its text, and lets no script run.
 func TestGalleryShowsEveryTemplateInEveryLanguage(t *testing.T) {
 	t.Parallel()
-	templates, err := notify.LoadTemplatesFrom(notify.TemplateConfig{Dir: "../../deploy/templates", DefaultLanguage: "id"})
+	templates, err := mailtemplate.Load(mailtemplate.Config{Dir: "../../deploy/templates", DefaultLanguage: "id"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sekali-dev/sekali/internal/mail"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/order"
 )
 
@@ -35,7 +35,7 @@ type Check struct {
 type Deps struct {
 	Log       *slog.Logger
 	Orders    *order.Service
-	Templates *notify.Templates
+	Templates *mailtemplate.Templates
 	Keys      keyChecker // the shop's backend's API keys (*apikey.Service)
 	// PublicCheckout lets POST /v1/orders be called without an API key
 	// (CHECKOUT_MODE=public), by a storefront's browsers; Orders.Public

@@ -20,6 +20,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/provider"
@@ -41,7 +42,7 @@ type stack struct {
 	reg       *prometheus.Registry
 	logs      *testenv.Buffer
 	keys      *apikey.Service
-	templates *notify.Templates
+	templates *mailtemplate.Templates
 	// backendKey has every scope; do sends it unless the request sets its
 	// own Authorization (even an empty one, for none). backendKeyID is its
 	// id.
@@ -50,14 +51,14 @@ type stack struct {
 }
 
 type setupOpts struct {
-	redis       asynq.RedisConnOpt   // overrides the queue's Redis, e.g. with an unreachable one
-	tracer      trace.TracerProvider // records the API's spans
-	rateLimits  httpapi.RateLimits   // none by default
-	templates   *notify.Templates    // the built-in ones by default
-	webhooks    provider.Webhooks    // opened over the stack's operator, as cmd/api opens them; none by default
-	maxInFlight int                  // no bound by default
-	bodyTimeout time.Duration        // none by default
-	public      *order.PublicRules   // CHECKOUT_MODE=public with these rules; keyed by default
+	redis       asynq.RedisConnOpt      // overrides the queue's Redis, e.g. with an unreachable one
+	tracer      trace.TracerProvider    // records the API's spans
+	rateLimits  httpapi.RateLimits      // none by default
+	templates   *mailtemplate.Templates // the built-in ones by default
+	webhooks    provider.Webhooks       // opened over the stack's operator, as cmd/api opens them; none by default
+	maxInFlight int                     // no bound by default
+	bodyTimeout time.Duration           // none by default
+	public      *order.PublicRules      // CHECKOUT_MODE=public with these rules; keyed by default
 }
 
 func setup(t *testing.T, opts ...setupOpts) stack {
@@ -84,7 +85,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	inspector := asynq.NewInspector(rd.Opt)
 	t.Cleanup(func() { inspector.Close() })
 
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 )
 
-func handleListTemplates(templates *notify.Templates) http.Handler {
+func handleListTemplates(templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		languages := map[string][]string{}
 		for _, name := range templates.Names() {
@@ -25,11 +25,11 @@ func handleListTemplates(templates *notify.Templates) http.Handler {
 // checked against the template's schema); ?lang= picks the language the
 // way a delivery's locale does; ?format=html or ?format=text give the body
 // alone, for a browser; the default is JSON with subject, text and html.
-func handlePreviewTemplate(templates *notify.Templates) http.Handler {
+func handlePreviewTemplate(templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := chi.URLParam(r, "name")
 		data, err := templates.Sample(name)
-		if errors.Is(err, notify.ErrUnknownTemplate) {
+		if errors.Is(err, mailtemplate.ErrUnknown) {
 			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No template has this name; GET /v1/templates lists them."})
 			return
 		}
@@ -86,7 +86,7 @@ func handlePreviewTemplate(templates *notify.Templates) http.Handler {
 // schemaProblem turns a template's schema error into a 422 naming each
 // failing JSON pointer under prefix; nil for no error.
 func schemaProblem(err error, prefix string) *problem {
-	var derr *notify.DataError
+	var derr *mailtemplate.DataError
 	if !errors.As(err, &derr) {
 		return nil
 	}
@@ -150,7 +150,7 @@ type galleryVariant struct {
 }
 
 // handleGallery serves the preview gallery, for a person in a browser.
-func handleGallery(templates *notify.Templates) http.Handler {
+func handleGallery(templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var page []galleryTemplate
 		for _, name := range templates.Names() {

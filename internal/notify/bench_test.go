@@ -12,6 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -36,7 +37,7 @@ func BenchmarkKeyHash(b *testing.B) {
 }
 
 func BenchmarkRenderOrderConfirmation(b *testing.B) {
-	tmpl, err := notify.LoadTemplates()
+	tmpl, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -18,7 +19,7 @@ import (
 func TestEmailsAreWrittenInTheCustomersLanguage(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
-	indonesian, err := notify.LoadTemplatesFrom(notify.TemplateConfig{DefaultLanguage: "id"})
+	indonesian, err := mailtemplate.Load(mailtemplate.Config{DefaultLanguage: "id"})
 	if err != nil {
 		t.Fatal(err)
 	}

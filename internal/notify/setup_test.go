@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -31,7 +32,7 @@ type env struct {
 	redis     testenv.Redis
 	rdb       redis.UniversalClient
 	sink      *smtpsink.Server
-	templates *notify.Templates
+	templates *mailtemplate.Templates
 	reg       *prometheus.Registry // the worker's
 	apiReg    *prometheus.Registry // the order service's and enqueuer's
 	metrics   *notify.Metrics
@@ -51,7 +52,7 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	}
 	t.Cleanup(func() { sink.Close() })
 	e.sink = sink
-	if e.templates, err = notify.LoadTemplates(); err != nil {
+	if e.templates, err = mailtemplate.LoadBuiltin(); err != nil {
 		t.Fatal(err)
 	}
 	e.metrics = notify.NewMetrics(e.reg)
@@ -92,7 +93,7 @@ type workerOpts struct {
 	provider  mail.Provider
 	lockTTL   time.Duration
 	maxAge    time.Duration
-	templates *notify.Templates
+	templates *mailtemplate.Templates
 }
 
 // testWorker is a Worker behind its Middleware, as cmd/worker serves it:

@@ -23,6 +23,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 )
 
 // WorkerConfig tunes the delivery worker.
@@ -77,7 +78,7 @@ type Worker struct {
 	db        *pgxpool.Pool
 	lock      redisLock
 	provider  mail.Provider
-	templates *Templates
+	templates *mailtemplate.Templates
 	// templateNames are the templates this worker may claim deliveries of.
 	templateNames []string
 	cfg           WorkerConfig
@@ -96,7 +97,7 @@ func (w *Worker) Drain() { w.draining.Store(true) }
 
 // NewWorker returns a Worker. db must be the primary: every decision is
 // read from and written to the source of truth, never a replica.
-func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provider, templates *Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
+func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provider, templates *mailtemplate.Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
 	names := templates.Names()
 	metrics.knowTemplates(names)
 	return &Worker{

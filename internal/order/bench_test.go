@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -29,7 +30,7 @@ func BenchmarkPlace(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			db := testenv.NewDB(b)
 			pool, pgCPU := testenv.OneBackend(b, db)
-			tmpl, err := notify.LoadTemplates()
+			tmpl, err := mailtemplate.LoadBuiltin()
 			if err != nil {
 				b.Fatal(err)
 			}

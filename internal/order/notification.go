@@ -14,6 +14,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -120,7 +121,7 @@ func (s *Service) validateTrigger(t *Trigger) error {
 	case len(bytes.TrimSpace(t.Data)) == 0:
 		verr.add("/data", "is required: the data the template renders, as its schema.json describes")
 	default:
-		var derr *notify.DataError
+		var derr *mailtemplate.DataError
 		switch err := s.templates.Validate(t.Template, t.Data); {
 		case errors.As(err, &derr):
 			for _, f := range derr.Fields {

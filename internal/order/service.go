@@ -21,6 +21,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/failpoint"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -34,7 +35,7 @@ type enqueuer interface {
 }
 
 // templates is what the generic trigger needs of the registry
-// (*notify.Templates).
+// (*mailtemplate.Templates).
 type templates interface {
 	Has(name string) bool
 	Validate(name string, data json.RawMessage) error
@@ -59,7 +60,7 @@ type Service struct {
 // NewService returns a Service that keeps Idempotency-Key responses for
 // keyTTL and registers its metrics with reg. tmpl validates the data of
 // the generic trigger (Notify); with nil, Notify refuses every template.
-func NewService(pool *pgxpool.Pool, enq enqueuer, tmpl *notify.Templates, keyTTL time.Duration, reg prometheus.Registerer) *Service {
+func NewService(pool *pgxpool.Pool, enq enqueuer, tmpl *mailtemplate.Templates, keyTTL time.Duration, reg prometheus.Registerer) *Service {
 	s := &Service{
 		pool:     pool,
 		enqueuer: enq,

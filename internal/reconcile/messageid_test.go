@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -31,7 +32,7 @@ func TestLookupUsesTheStoredMessageID(t *testing.T) {
 	ctx := context.Background()
 
 	// A real worker, sending as orders@old-sender.example through Mailpit.
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
 	}

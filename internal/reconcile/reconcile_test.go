@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
@@ -92,7 +93,7 @@ func (e *env) lookup(t *testing.T, api string) mail.Lookup {
 // startWorker runs the real worker as an asynq server on the test's queue.
 func (e *env) startWorker(t *testing.T) {
 	t.Helper()
-	templates, err := notify.LoadTemplates()
+	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
 	}
