@@ -110,7 +110,7 @@ func (e *LoadError) Error() string {
 	for i, p := range e.Problems {
 		parts[i] = p.String()
 	}
-	return "notify: broken templates: " + strings.Join(parts, "; ")
+	return "mailtemplate: broken templates: " + strings.Join(parts, "; ")
 }
 
 // The files of a template, and of each of its languages.

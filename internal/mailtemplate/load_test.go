@@ -355,7 +355,7 @@ func TestProblemString(t *testing.T) {
 		}
 	}
 	err := &LoadError{Problems: []Problem{{File: "a", Line: 1, Message: "x"}, {File: "b", Message: "y"}}}
-	if got := err.Error(); got != "notify: broken templates: a:1: x; b: y" {
+	if got := err.Error(); got != "mailtemplate: broken templates: a:1: x; b: y" {
 		t.Errorf("Error = %q", got)
 	}
 }

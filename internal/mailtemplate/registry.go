@@ -34,11 +34,7 @@ import (
 )
 
 // ErrUnknown is returned for a template name that is not registered.
-//
-// It and the other errors of this package still say "notify:", as they
-// did when templates were part of notify: what the logs and a held
-// delivery's last_error show did not change with the move.
-var ErrUnknown = errors.New("notify: unknown template")
+var ErrUnknown = errors.New("mailtemplate: unknown template")
 
 // Templates is the registry of every e-mail the service can send.
 type Templates struct {
@@ -82,7 +78,7 @@ func (e *DataError) Error() string {
 	for i, f := range e.Fields {
 		parts[i] = displayPointer(f.Pointer) + ": " + f.Detail
 	}
-	return fmt.Sprintf("notify: data for template %s does not match its schema: %s", e.Template, strings.Join(parts, "; "))
+	return fmt.Sprintf("mailtemplate: data for template %s does not match its schema: %s", e.Template, strings.Join(parts, "; "))
 }
 
 // Without returns a registry that lacks the named templates, as an older

@@ -95,7 +95,7 @@ func TestValidate(t *testing.T) {
 		t.Errorf("unknown template: %v", err)
 	}
 	err = tmpl.Validate("order-cancelled", json.RawMessage(`{"refund":"x"}`))
-	if want := "notify: data for template order-cancelled does not match its schema: /cancelled_at: is required; /currency: is required; /customer_name: is required; /refund: got string, want integer"; err == nil || err.Error() != want {
+	if want := "mailtemplate: data for template order-cancelled does not match its schema: /cancelled_at: is required; /currency: is required; /customer_name: is required; /refund: got string, want integer"; err == nil || err.Error() != want {
 		t.Errorf("Error = %v\nwant    %s", err, want)
 	}
 }
