@@ -35,7 +35,7 @@ LIMIT 1;
 
 -- name: FindDeliveryForFeedbackByKeyHash :one
 -- The delivery a provider's event is about, when neither id above
--- matches: by the key hash our metadata carried (notify.KeyHash), which
+-- matches: by the key hash our metadata carried (mail.KeyHash), which
 -- is our Message-ID's local part.
 SELECT * FROM notification_deliveries
 WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = @key_hash::text

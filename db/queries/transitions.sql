@@ -135,7 +135,9 @@ FROM upd;
 -- name: ReleaseForRetry :execrows
 -- A temporary failure before the provider could have accepted anything:
 -- back to pending for the next attempt. An attempt that never reached the
--- provider (refund_attempt) does not count against MAX_ATTEMPTS.
+-- provider's acceptance of the recipient (refund_attempt) is taken back
+-- from attempts, which counts only the tries the recipient's side saw;
+-- when to give up is DELIVERY_MAX_AGE's business, not this count's.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',

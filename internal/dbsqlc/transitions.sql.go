@@ -878,7 +878,9 @@ type ReleaseForRetryParams struct {
 
 // A temporary failure before the provider could have accepted anything:
 // back to pending for the next attempt. An attempt that never reached the
-// provider (refund_attempt) does not count against MAX_ATTEMPTS.
+// provider's acceptance of the recipient (refund_attempt) is taken back
+// from attempts, which counts only the tries the recipient's side saw;
+// when to give up is DELIVERY_MAX_AGE's business, not this count's.
 func (q *Queries) ReleaseForRetry(ctx context.Context, arg ReleaseForRetryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, releaseForRetry,
 		arg.Actor,

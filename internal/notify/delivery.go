@@ -27,7 +27,10 @@ const (
 	StatusSending Status = "sending" // claimed under a lease; the provider may be talking
 	StatusSent    Status = "sent"    // the provider accepted it; never sent again
 	StatusFailed  Status = "failed"  // given up; only an operator may retry it
-	StatusHeld    Status = "held"    // outcome unknown and the policy says an operator decides
+	// StatusHeld: an operator decides. Either the outcome of a send is
+	// unknown and the template's policy is hold (the reconciler), or the
+	// template cannot render the stored data (the worker).
+	StatusHeld Status = "held"
 	// StatusSuppressed: the recipient is on the suppression list (a hard
 	// bounce, a complaint, an operator); nothing was sent.
 	StatusSuppressed Status = "suppressed"

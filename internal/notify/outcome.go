@@ -157,3 +157,13 @@ func deferredReason(r mail.Reply) string {
 	}
 	return fmt.Sprintf("%s_%dxx", r.Protocol, min(max(r.Code/100, 4), 5))
 }
+
+// sendErrorOf returns the classification of err, treating an unclassified
+// error as ambiguous: when in doubt, do not send again.
+func sendErrorOf(err error) *mail.SendError {
+	var se *mail.SendError
+	if errors.As(err, &se) {
+		return se
+	}
+	return &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Err: err}
+}
