@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -24,12 +24,8 @@ func TestWorkerOnRedisCluster(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "gita@example.com")
 	ctx := context.Background()
-	h := mail.KeyHash(d.IdempotencyKey)
-
-	lock := "sekali:{" + h + "}:lock"
-	if err := e.rdb.Set(ctx, lock, "someone-else", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	lock := notifytest.LockKey(d)
+	notifytest.HoldLock(t, e.rdb, d, time.Minute)
 	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil || notify.IsFailure(err) {
 		t.Fatalf("err = %v with the lock held elsewhere, want a retryable non-failure", err)
 	}
@@ -46,7 +42,7 @@ func TestWorkerOnRedisCluster(t *testing.T) {
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent {
 		t.Errorf("delivery %s, want sent", got.Status)
 	}
-	if v := e.rdb.Get(ctx, "sekali:{"+h+"}:sent").Val(); v != "sent" {
+	if v := e.rdb.Get(ctx, notifytest.SentKey(d)).Val(); v != "sent" {
 		t.Errorf("status cache = %q, want sent", v)
 	}
 	if n := e.rdb.Exists(ctx, lock).Val(); n != 0 {

@@ -15,13 +15,16 @@ import (
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 )
 
-// A delivery's lock and cache entry share the hash tag {<keyhash>}: on a
-// Redis Cluster they live in one hash slot, so one script may read and
-// write both. (Before the tag they were sekali:lock:<keyhash> and
-// sekali:sent:<keyhash>; a worker of either layout stays correct beside
-// one of the other, see acquire.)
-func lockKey(keyHash string) string { return "sekali:{" + keyHash + "}:lock" }
-func sentKey(keyHash string) string { return "sekali:{" + keyHash + "}:sent" }
+// LockKey and SentKey name a delivery's lock and cache entry in Redis,
+// for operators and tests (notifytest). They share the hash tag
+// {<keyhash>}: on a Redis Cluster they live in one hash slot, so one
+// script may read and write both. (Before the tag they were
+// sekali:lock:<keyhash> and sekali:sent:<keyhash>; a worker of either
+// layout stays correct beside one of the other, see acquire.)
+func LockKey(keyHash string) string { return "sekali:{" + keyHash + "}:lock" }
+
+// SentKey: see LockKey.
+func SentKey(keyHash string) string { return "sekali:{" + keyHash + "}:sent" }
 
 // sentCacheTTL is how long the status cache remembers a sent delivery. It
 // outlives any redelivery of the task (its retention is 24h).
@@ -106,7 +109,7 @@ func (l redisLock) acquire(ctx context.Context, keyHash string) (token string, g
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	token = hex.EncodeToString(b[:])
-	n, err := acquireScript.Run(ctx, l.rdb, []string{sentKey(keyHash), lockKey(keyHash)},
+	n, err := acquireScript.Run(ctx, l.rdb, []string{SentKey(keyHash), LockKey(keyHash)},
 		string(StatusSent), token, l.ttl.Milliseconds()).Int()
 	if err != nil {
 		return "", lockBusy, fmt.Errorf("acquire lock: %w", err)
@@ -123,7 +126,7 @@ func (l redisLock) acquire(ctx context.Context, keyHash string) (token string, g
 
 // extend pushes the lock's expiry out by ttl if it is still ours.
 func (l redisLock) extend(ctx context.Context, keyHash, token string) (bool, error) {
-	n, err := extendScript.Run(ctx, l.rdb, []string{lockKey(keyHash)}, token, l.ttl.Milliseconds()).Int()
+	n, err := extendScript.Run(ctx, l.rdb, []string{LockKey(keyHash)}, token, l.ttl.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("extend lock: %w", err)
 	}
@@ -137,7 +140,7 @@ func (l redisLock) release(ctx context.Context, keyHash, token string, sent bool
 	if sent {
 		status = string(StatusSent)
 	}
-	n, err := releaseScript.Run(ctx, l.rdb, []string{lockKey(keyHash), sentKey(keyHash)},
+	n, err := releaseScript.Run(ctx, l.rdb, []string{LockKey(keyHash), SentKey(keyHash)},
 		token, status, sentCacheTTL.Milliseconds()).Int()
 	if err != nil {
 		return false, fmt.Errorf("cache status and release lock: %w", err)
@@ -146,7 +149,7 @@ func (l redisLock) release(ctx context.Context, keyHash, token string, sent bool
 }
 
 func (l redisLock) cacheSent(ctx context.Context, keyHash string) error {
-	if err := l.rdb.Set(ctx, sentKey(keyHash), string(StatusSent), sentCacheTTL).Err(); err != nil && !errors.Is(err, context.Canceled) {
+	if err := l.rdb.Set(ctx, SentKey(keyHash), string(StatusSent), sentCacheTTL).Err(); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("cache sent status: %w", err)
 	}
 	return nil

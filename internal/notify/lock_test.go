@@ -44,7 +44,7 @@ func testLockAndCache(t *testing.T, rdb redis.UniversalClient) {
 	if err != nil || got != lockTaken || token == "" {
 		t.Fatalf("first acquire = %q, %v, %v; want the lock", token, got, err)
 	}
-	if ttl := rdb.PTTL(ctx, lockKey(h)).Val(); ttl <= 9*time.Second || ttl > 10*time.Second {
+	if ttl := rdb.PTTL(ctx, LockKey(h)).Val(); ttl <= 9*time.Second || ttl > 10*time.Second {
 		t.Errorf("lock expires in %v, want LOCK_TTL (10s)", ttl)
 	}
 	if other, got, err := l.acquire(ctx, h); err != nil || got != lockBusy || other != "" {
@@ -62,10 +62,10 @@ func testLockAndCache(t *testing.T, rdb redis.UniversalClient) {
 	if released, err := l.release(ctx, h, "not-mine", true); err != nil || released {
 		t.Errorf("release with another token = %v, %v; want refused", released, err)
 	}
-	if v := rdb.Get(ctx, lockKey(h)).Val(); v != token {
+	if v := rdb.Get(ctx, LockKey(h)).Val(); v != token {
 		t.Errorf("the holder's lock is now %q", v)
 	}
-	if v, ttl := rdb.Get(ctx, sentKey(h)).Val(), rdb.PTTL(ctx, sentKey(h)).Val(); v != "sent" || ttl < sentCacheTTL-time.Minute {
+	if v, ttl := rdb.Get(ctx, SentKey(h)).Val(), rdb.PTTL(ctx, SentKey(h)).Val(); v != "sent" || ttl < sentCacheTTL-time.Minute {
 		t.Errorf("status cache = %q for %v, want sent for %v", v, ttl, sentCacheTTL)
 	}
 	// A cached "sent" answers before the lock is even looked at.
@@ -75,7 +75,7 @@ func testLockAndCache(t *testing.T, rdb redis.UniversalClient) {
 	if released, err := l.release(ctx, h, token, false); err != nil || !released {
 		t.Errorf("release by the holder = %v, %v", released, err)
 	}
-	if n := rdb.Exists(ctx, lockKey(h)).Val(); n != 0 {
+	if n := rdb.Exists(ctx, LockKey(h)).Val(); n != 0 {
 		t.Error("the lock is still there after its release")
 	}
 
@@ -86,7 +86,7 @@ func testLockAndCache(t *testing.T, rdb redis.UniversalClient) {
 		func(key string) error { return rdb.HSet(ctx, key, "status", "sent").Err() },
 	} {
 		h := randomKeyHash(t)
-		if err := poison(sentKey(h)); err != nil {
+		if err := poison(SentKey(h)); err != nil {
 			t.Fatal(err)
 		}
 		if token, got, err := l.acquire(ctx, h); err != nil || got != lockTaken || token == "" {
@@ -107,21 +107,21 @@ func TestLockAcrossClusterFailover(t *testing.T) {
 	l := redisLock{rdb: rdb, ttl: 10 * time.Second}
 
 	h := randomKeyHash(t)
-	if slot, other := rdb.ClusterKeySlot(ctx, lockKey(h)).Val(), rdb.ClusterKeySlot(ctx, sentKey(h)).Val(); slot != other {
+	if slot, other := rdb.ClusterKeySlot(ctx, LockKey(h)).Val(), rdb.ClusterKeySlot(ctx, SentKey(h)).Val(); slot != other {
 		t.Fatalf("lock in slot %d, cache in slot %d: a script cannot touch both", slot, other)
 	}
 	token, got, err := l.acquire(ctx, h)
 	if err != nil || got != lockTaken {
 		t.Fatalf("acquire = %v, %v", got, err)
 	}
-	rc.Failover(t, lockKey(h))
+	rc.Failover(t, LockKey(h))
 	if ok, err := l.extend(ctx, h, token); err != nil || !ok {
 		t.Errorf("extend after the failover = %v, %v", ok, err)
 	}
 	if released, err := l.release(ctx, h, token, true); err != nil || !released {
 		t.Errorf("release after the failover = %v, %v", released, err)
 	}
-	rc.Failover(t, sentKey(h))
+	rc.Failover(t, SentKey(h))
 	if _, got, err := l.acquire(ctx, h); err != nil || got != lockCachedSent {
 		t.Errorf("acquire after a second failover = %v, %v; want the cached \"sent\"", got, err)
 	}

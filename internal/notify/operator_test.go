@@ -17,7 +17,7 @@ func TestOperatorMarkSentClearsTheLastError(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
 	d := e.checkout(t, "held@example.com")
-	e.exec(t, "UPDATE notification_deliveries SET status = 'held', last_error = 'outcome unknown and no provider look-up' WHERE id = $1", d.ID)
+	e.f.Held(d, "outcome unknown and no provider look-up")
 	got, err := e.ops.MarkSent(context.Background(), d.ID, "MH-1", "operator", "seen at the provider")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -39,11 +40,13 @@ type env struct {
 	logs      *testenv.Buffer
 	orders    *order.Service
 	ops       *notify.Operator
+	f         *notifytest.Factory // deliveries in any state, through the service's statements
 }
 
 func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	t.Helper()
 	e := &env{db: testenv.NewDB(t), redis: testenv.NewRedis(t), logs: &testenv.Buffer{}, reg: prometheus.NewRegistry()}
+	e.f = notifytest.New(t, e.db.Pool)
 	e.rdb = redisconn.NewClient(e.redis.Opt)
 	t.Cleanup(func() { e.rdb.Close() })
 	sink, err := smtpsink.Start(sinkCfg)
@@ -179,7 +182,10 @@ func (e *env) counter(t *testing.T, name string, labels ...string) float64 {
 
 func isSkipRetry(err error) bool { return errors.Is(err, asynq.SkipRetry) }
 
-func (e *env) exec(t *testing.T, sql string, args ...any) {
+// corrupt writes a delivery's row by hand: for a test that means to
+// break it, as nothing the service does would (notifytest makes every
+// state the service can reach).
+func (e *env) corrupt(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	if _, err := e.db.Pool.Exec(context.Background(), sql, args...); err != nil {
 		t.Fatal(err)

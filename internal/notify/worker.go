@@ -164,7 +164,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		w.duplicate(l, "cache")
 		return nil
 	}
-	l.set(slog.String("lock_key", lockKey(p.KeyHash)))
+	l.set(slog.String("lock_key", LockKey(p.KeyHash)))
 	if err != nil {
 		l.result = "redis_error"
 		w.metrics.retries.WithLabelValues("redis").Inc()

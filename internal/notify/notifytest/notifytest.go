@@ -1,0 +1,195 @@
+// Package notifytest makes deliveries in the states tests need, through
+// the statements the service itself runs (db/queries/transitions.sql, as
+// River's testfactory builds jobs through River's own inserts), and knows
+// a delivery's names in Redis. A test that writes a delivery's row by hand
+// means to corrupt it, and says so; one that only needs a state asks here.
+package notifytest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// Actor is who the factory's transitions say made them, in the history.
+const Actor = "notifytest"
+
+// Factory moves deliveries of one database from pending to the other
+// states, as a worker would.
+type Factory struct {
+	t  testing.TB
+	db *pgxpool.Pool
+	// Domain is the right-hand side of the Message-ID a claim stores:
+	// shop.example unless set.
+	Domain string
+}
+
+// New returns a Factory over db.
+func New(t testing.TB, db *pgxpool.Pool) *Factory {
+	return &Factory{t: t, db: db, Domain: "shop.example"}
+}
+
+// Attempt is a delivery claimed by the factory, under Lease.
+type Attempt struct {
+	notify.Delivery
+	Lease uuid.UUID
+}
+
+// Claimed claims d as a worker does (ClaimDelivery): sending, under a
+// lease that runs out in lease, or ran out already when it is negative —
+// what a worker that died before the hand-over leaves behind.
+func (f *Factory) Claimed(d notify.Delivery, lease time.Duration) Attempt {
+	f.t.Helper()
+	token := uuid.New()
+	_, err := dbsqlc.New(f.db).ClaimDelivery(context.Background(), dbsqlc.ClaimDeliveryParams{
+		ID: d.ID, LeaseToken: token, LeaseSeconds: lease.Seconds(), MessageID: mail.MessageID(d.IdempotencyKey, f.Domain),
+		KeyHash: mail.KeyHash(d.IdempotencyKey), Templates: []string{d.Template}, MaxAgeSeconds: (1000 * time.Hour).Seconds(),
+		Actor: Actor, TaskID: notify.TaskID(d.ID),
+	})
+	if err != nil {
+		f.t.Fatalf("notifytest: claim delivery %s (it must be pending, or sending with an expired lease and not handed over): %v", d.ID, err)
+	}
+	return Attempt{Delivery: f.Get(d.ID), Lease: token}
+}
+
+// HandedOver claims d and passes the last lease check before the data
+// (HandOver), after which its lease runs out in lease, or ran out already
+// when it is negative — what a worker that died after the hand-over
+// leaves behind: the provider may have the message.
+func (f *Factory) HandedOver(d notify.Delivery, lease time.Duration) Attempt {
+	f.t.Helper()
+	a := f.Claimed(d, time.Minute)
+	if _, err := dbsqlc.New(f.db).HandOver(context.Background(), dbsqlc.HandOverParams{
+		ID: d.ID, LeaseToken: a.Lease, LeaseSeconds: lease.Seconds(), Actor: Actor,
+	}); err != nil {
+		f.t.Fatalf("notifytest: hand over delivery %s: %v", d.ID, err)
+	}
+	a.Delivery = f.Get(d.ID)
+	return a
+}
+
+// TakenOver lets d's lease run out and gives d to another worker, by
+// the only ways the service does: a row not yet handed over is claimed
+// again; a handed-over one is first put back to pending by the
+// reconciler (ReconcileToPending: the provider does not have it, or the
+// template's policy is resend), then claimed.
+func (f *Factory) TakenOver(d notify.Delivery) Attempt {
+	f.t.Helper()
+	d = f.Get(d.ID)
+	if d.LeaseExpiresAt != nil && d.LeaseExpiresAt.After(time.Now()) {
+		d = f.Aged(d, time.Until(*d.LeaseExpiresAt)+time.Second)
+	}
+	if d.HandedOverAt != nil {
+		row, err := dbsqlc.New(f.db).GetDelivery(context.Background(), d.ID)
+		if err != nil || row.LeaseToken == nil {
+			f.t.Fatalf("notifytest: the lease of delivery %s: %v", d.ID, err)
+		}
+		f.applied("reconcile delivery", d)(dbsqlc.New(f.db).ReconcileToPending(context.Background(), dbsqlc.ReconcileToPendingParams{
+			ID: d.ID, LeaseToken: *row.LeaseToken, Decision: "not_found_at_provider", Reason: "taken over", Actor: Actor,
+		}))
+	}
+	return f.Claimed(d, time.Minute)
+}
+
+// Sent takes d through a whole attempt the provider accepted, under
+// providerID (MarkSent).
+func (f *Factory) Sent(d notify.Delivery, providerID string) notify.Delivery {
+	f.t.Helper()
+	a := f.HandedOver(d, time.Minute)
+	f.applied("mark delivery sent", d)(dbsqlc.New(f.db).MarkSent(context.Background(), dbsqlc.MarkSentParams{
+		ID: d.ID, LeaseToken: a.Lease, ProviderMessageID: providerID, Language: "en", Actor: Actor,
+	}))
+	return f.Get(d.ID)
+}
+
+// Deferred takes d through an attempt the provider deferred, with
+// reason as its last error, back to pending (ReleaseForRetry): counted
+// in attempts when the provider had taken the recipient, not when it
+// refused us before (a connection, TLS or AUTH failure).
+func (f *Factory) Deferred(d notify.Delivery, reason string, counted bool) notify.Delivery {
+	f.t.Helper()
+	a := f.Claimed(d, time.Minute)
+	f.applied("defer delivery", d)(dbsqlc.New(f.db).ReleaseForRetry(context.Background(), dbsqlc.ReleaseForRetryParams{
+		ID: d.ID, LeaseToken: a.Lease, LastError: reason, Actor: Actor, RefundAttempt: !counted,
+	}))
+	return f.Get(d.ID)
+}
+
+// Failed takes d through an attempt the provider refused for good, with
+// reason as its last error (MarkFailed).
+func (f *Factory) Failed(d notify.Delivery, reason string) notify.Delivery {
+	f.t.Helper()
+	a := f.HandedOver(d, time.Minute)
+	f.applied("mark delivery failed", d)(dbsqlc.New(f.db).MarkFailed(context.Background(), dbsqlc.MarkFailedParams{
+		ID: d.ID, LeaseToken: a.Lease, LastError: reason, Actor: Actor,
+	}))
+	return f.Get(d.ID)
+}
+
+// Held takes d through an attempt that left it for an operator, with
+// reason as its last error (HoldUnrenderable).
+func (f *Factory) Held(d notify.Delivery, reason string) notify.Delivery {
+	f.t.Helper()
+	a := f.Claimed(d, time.Minute)
+	f.applied("hold delivery", d)(dbsqlc.New(f.db).HoldUnrenderable(context.Background(), dbsqlc.HoldUnrenderableParams{
+		ID: d.ID, LeaseToken: a.Lease, LastError: reason, Actor: Actor,
+	}))
+	return f.Get(d.ID)
+}
+
+// Aged moves every time of d by back, as if that much time had passed
+// since each: when it was recorded, tried, changed, leased, handed over
+// and sent. It writes the row directly: time is the one thing the
+// service's statements take from the clock, not from their caller.
+func (f *Factory) Aged(d notify.Delivery, by time.Duration) notify.Delivery {
+	f.t.Helper()
+	if _, err := f.db.Exec(context.Background(), `UPDATE notification_deliveries
+		SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval,
+		    trying_since = trying_since - $2::interval, lease_expires_at = lease_expires_at - $2::interval,
+		    handed_over_at = handed_over_at - $2::interval, sent_at = sent_at - $2::interval
+		WHERE id = $1`, d.ID, by); err != nil {
+		f.t.Fatalf("notifytest: age delivery %s: %v", d.ID, err)
+	}
+	return f.Get(d.ID)
+}
+
+// Get reads d's row as it stands.
+func (f *Factory) Get(id uuid.UUID) notify.Delivery {
+	f.t.Helper()
+	d, err := notify.Get(context.Background(), f.db, id)
+	if err != nil {
+		f.t.Fatalf("notifytest: read delivery %s: %v", id, err)
+	}
+	return d
+}
+
+// applied fails the test unless a transition changed one row.
+func (f *Factory) applied(what string, d notify.Delivery) func(int64, error) {
+	return func(n int64, err error) {
+		f.t.Helper()
+		if err != nil || n != 1 {
+			f.t.Fatalf("notifytest: %s %s: %d rows, %v", what, d.ID, n, err)
+		}
+	}
+}
+
+// LockKey and SentKey are a delivery's names in Redis: the lock a
+// worker holds while it tries, and the cache entry that says "sent".
+func LockKey(d notify.Delivery) string { return notify.LockKey(mail.KeyHash(d.IdempotencyKey)) }
+func SentKey(d notify.Delivery) string { return notify.SentKey(mail.KeyHash(d.IdempotencyKey)) }
+
+// HoldLock takes d's lock as another worker would, for ttl.
+func HoldLock(t testing.TB, rdb redis.UniversalClient, d notify.Delivery, ttl time.Duration) {
+	t.Helper()
+	if err := rdb.Set(context.Background(), LockKey(d), "another-worker", ttl).Err(); err != nil {
+		t.Fatalf("notifytest: hold the lock of %s: %v", d.ID, err)
+	}
+}
