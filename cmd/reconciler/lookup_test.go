@@ -15,6 +15,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun/mailguntest"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -46,16 +47,9 @@ func newStalled(t *testing.T) stalled {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _, err := notify.NewOperator(db.Pool, nil, nil, nil).Get(ctx, o.Notifications[0].ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.MessageID = mail.MessageID(d.IdempotencyKey, "shop.example")
-	if _, err := db.Pool.Exec(ctx, `UPDATE notification_deliveries SET status = 'sending', attempts = 1, lease_token = gen_random_uuid(),
-		lease_expires_at = now() - interval '1 minute', handed_over_at = now() - interval '2 hours', message_id = $1 WHERE id = $2`,
-		d.MessageID, d.ID); err != nil {
-		t.Fatal(err)
-	}
+	// Its worker handed it over two hours ago and died.
+	f := notifytest.New(t, db.Pool)
+	d := f.Aged(f.HandedOver(f.Get(o.Notifications[0].ID), time.Minute).Delivery, 2*time.Hour)
 	return stalled{db: db, d: d, env: map[string]string{
 		"DATABASE_URL": db.URL, "REDIS_URL": rd.URL, "DELIVERY_QUEUE": rd.Queue,
 		"MAIL_FROM": "orders@shop.example", "RECONCILE_DEFAULT_POLICY": "hold",

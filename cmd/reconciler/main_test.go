@@ -16,6 +16,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -32,6 +33,7 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
 	var ids []uuid.UUID
+	f := notifytest.New(t, db.Pool)
 	for _, email := range []string{"o1@example.com", "o2@example.com", "held@example.com"} {
 		o, _, err := orders.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "USD",
 			Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")
@@ -39,12 +41,11 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids = append(ids, o.Notifications[0].ID)
-	}
-	if _, err := db.Pool.Exec(ctx, `UPDATE notification_deliveries SET updated_at = now() - interval '1 hour';
-		UPDATE notification_deliveries SET status = 'sending', lease_token = gen_random_uuid(),
-		lease_expires_at = now() - interval '1 minute', handed_over_at = now() - interval '2 minutes'
-		WHERE recipient = 'held@example.com'`); err != nil {
-		t.Fatal(err)
+		d := f.Get(o.Notifications[0].ID)
+		if email == "held@example.com" { // its worker died a minute after handing it over
+			d = f.HandedOver(d, time.Minute).Delivery
+		}
+		f.Aged(d, time.Hour) // the orphans untouched for an hour
 	}
 
 	// A one-off pass runs beside the daemon, whose PPROF_ADDR is taken:

@@ -50,6 +50,8 @@ func (h naiveHandler) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	if err != nil {
 		return err // retried, whatever the provider may have done
 	}
+	// The naive code writes its own status, as such code does: this is
+	// the control's behaviour under test, not state made for a test.
 	_, err = h.c.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'sent', sent_at = now(), provider_message_id = $2 WHERE id = $1", d.ID, id)
 	return err
 }

@@ -94,7 +94,8 @@ func TestBinariesAgainstMailpit(t *testing.T) {
 	}
 
 	// The worker died after handing the message over: only asking Mailpit
-	// tells that it was sent.
+	// tells that it was sent. No transition takes a row back from sent, so
+	// this one is rewound by hand, on purpose.
 	if _, err := db.Pool.Exec(ctx, `UPDATE notification_deliveries SET status = 'sending', sent_at = NULL,
 		provider_message_id = NULL, lease_token = gen_random_uuid(), lease_expires_at = now() - interval '1 second',
 		handed_over_at = now() - interval '40 seconds' WHERE id = $1`, d.ID); err != nil {

@@ -21,9 +21,9 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
-	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -191,15 +191,12 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	// Lock contention: another holder has the delivery's lock when its
 	// task arrives (the task is queued after the lock is taken).
 	contended := checkoutWithoutTask(t, ctx, db, "contended@example.com")
-	lockKey := "sekali:{" + mail.KeyHash(contended.IdempotencyKey) + "}:lock"
-	if err := rdb.Set(ctx, lockKey, "someone-else", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
+	notifytest.HoldLock(t, rdb, contended, time.Minute)
 	if err := enq.Enqueue(ctx, contended); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the lock to be found busy", 30*time.Second, func() bool { return wk.value(t, "sekali_lock_acquire_failed_total") >= 1 })
-	rdb.Del(ctx, lockKey)
+	rdb.Del(ctx, notifytest.LockKey(contended))
 	testenv.WaitFor(t, "the contended delivery to be sent", 30*time.Second, func() bool {
 		d, _ := notify.Get(ctx, db.Pool, contended.ID)
 		return d.Status == notify.StatusSent
@@ -212,11 +209,8 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	// A reconciled row: a worker died after handing it over; the provider
 	// never got it.
 	stranded := checkoutWithoutTask(t, ctx, db, "stranded@example.com")
-	if _, err := db.Pool.Exec(ctx, `UPDATE notification_deliveries SET status = 'sending', attempts = 1,
-		lease_token = gen_random_uuid(), lease_expires_at = now() - interval '1 second', handed_over_at = now() - interval '1 minute'
-		WHERE id = $1`, stranded.ID); err != nil {
-		t.Fatal(err)
-	}
+	f := notifytest.New(t, db.Pool)
+	f.Aged(f.HandedOver(stranded, 59*time.Second).Delivery, time.Minute)
 	if _, err := rec.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -101,29 +100,19 @@ func TestAdminLooksUpDeliveriesWithTheirHistory(t *testing.T) {
 func TestAdminRetryAndMarkSent(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	ctx := context.Background()
 	res := s.postOrder(t, validCheckout, nil)
 	var o order.Order
 	res.decode(t, &o)
 	id := o.Notifications[0].ID
 	path := "/admin/v1/deliveries/" + id.String()
 
-	// Pending and sent deliveries are not retried.
+	// A pending delivery is not retried.
 	if res := s.admin(t, http.MethodPost, path+"/retry", ""); res.status != http.StatusConflict {
 		t.Errorf("retry of a pending delivery = %d %s", res.status, res.body)
 	}
-	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'sent', sent_at = now() WHERE id = $1", id); err != nil {
-		t.Fatal(err)
-	}
-	refused := s.admin(t, http.MethodPost, path+"/retry", `{"note": "customer says it never came"}`)
-	if refused.status != http.StatusConflict || !strings.Contains(string(refused.body), "never sent again") {
-		t.Errorf("retry of a sent delivery = %d %s", refused.status, refused.body)
-	}
 
 	// A failed one is retried under the same key, and queued.
-	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'failed', attempts = 5, last_error = '550' WHERE id = $1", id); err != nil {
-		t.Fatal(err)
-	}
+	s.f.Failed(s.f.Get(id), "550 no such user")
 	if err := s.inspector.DeleteTask(s.redis.Queue, notify.TaskID(id)); err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +141,7 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "X1"}`); res.status != http.StatusConflict {
 		t.Errorf("mark-sent of a pending delivery = %d", res.status)
 	}
-	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'held' WHERE id = $1", id); err != nil {
-		t.Fatal(err)
-	}
+	s.f.Held(s.f.Get(id), "outcome unknown and no provider look-up")
 	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{}`); res.status != http.StatusUnprocessableEntity {
 		t.Errorf("mark-sent without a provider id = %d", res.status)
 	}
@@ -176,6 +163,12 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 		if !strings.Contains(string(history.body), ev) {
 			t.Errorf("history lacks %s: %s", ev, history.body)
 		}
+	}
+
+	// A sent delivery is never retried.
+	refused := s.admin(t, http.MethodPost, path+"/retry", `{"note": "customer says it never came"}`)
+	if refused.status != http.StatusConflict || !strings.Contains(string(refused.body), "never sent again") {
+		t.Errorf("retry of a sent delivery = %d %s", refused.status, refused.body)
 	}
 }
 
@@ -321,13 +314,10 @@ func jsonInt(n int64) string { b, _ := json.Marshal(n); return string(b) }
 func TestAdminTextFieldsAreVisibleText(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	ctx := context.Background()
 	var o order.Order
 	s.postOrder(t, validCheckout, nil).decode(t, &o)
 	delivery := "/admin/v1/deliveries/" + o.Notifications[0].ID.String()
-	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'held' WHERE id = $1", o.Notifications[0].ID); err != nil {
-		t.Fatal(err)
-	}
+	s.f.Held(s.f.Get(o.Notifications[0].ID), "outcome unknown")
 	bad := map[string]string{ // JSON string bodies that are not one line of visible text
 		"a line separator":      `"shop\u2028backend"`,
 		"a paragraph separator": `"shop\u2029backend"`,

@@ -143,7 +143,7 @@ func TestBadCheckoutInputIsRefusedAndWritesNothing(t *testing.T) {
 
 func TestUnknownRoutesAndMethodsAreProblems(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	s := bare(t, nil)
 	for _, tc := range []struct {
 		method, path string
 		status       int
@@ -167,7 +167,7 @@ func TestUnknownRoutesAndMethodsAreProblems(t *testing.T) {
 // HEAD is answered wherever GET is, with GET's status and headers and no body.
 func TestHeadWhereverGet(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	s := bare(t, nil)
 	for _, path := range []string{"/healthz", "/readyz", "/v1/templates", "/openapi.yaml"} {
 		res := s.do(t, http.MethodHead, path, "", nil, nil)
 		if res.status != http.StatusOK || len(res.body) != 0 || res.header.Get("Content-Type") == "" {

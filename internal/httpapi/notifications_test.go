@@ -165,7 +165,7 @@ func TestGalleryShowsEveryTemplateInEveryLanguage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := setup(t, setupOpts{templates: templates})
+	s := bare(t, templates)
 	res := s.do(t, http.MethodGet, "/templates", "", nil, nil)
 	if res.status != http.StatusOK || !strings.HasPrefix(res.header.Get("Content-Type"), "text/html") {
 		t.Fatalf("GET /templates = %d %s", res.status, res.header.Get("Content-Type"))
@@ -199,7 +199,7 @@ func TestGalleryShowsEveryTemplateInEveryLanguage(t *testing.T) {
 // nosniff, so that a browser takes none of them for what it is not.
 func TestHTMLAnswersLetNoScriptRun(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	s := bare(t, nil)
 	for _, path := range []string{"/templates", "/v1/templates/order-confirmation/preview?format=html", "/v1/templates/order-confirmation/preview?format=text", "/v1/templates", "/nope"} {
 		res := s.do(t, http.MethodGet, path, "", nil, nil)
 		if got := res.header.Get("X-Content-Type-Options"); got != "nosniff" {

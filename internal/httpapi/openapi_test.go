@@ -328,17 +328,13 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.admin(400, "POST", delivery+"/retry", `{"note": 1}`)
 	c.admin(422, "POST", delivery+"/retry", `{"note": "`+strings.Repeat("n", 1001)+`"}`)
 	c.do(415, "POST", delivery+"/retry", "text/plain", "why", map[string]string{"Authorization": "Bearer " + adminToken})
-	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'failed', attempts = 5, last_error = '550 no such user' WHERE id = $1", id); err != nil {
-		t.Fatal(err)
-	}
+	s.f.Failed(s.f.Get(id), "550 no such user")
 	if err := s.inspector.DeleteTask(s.redis.Queue, notify.TaskID(id)); err != nil {
 		t.Fatal(err)
 	}
 	c.admin(200, "POST", delivery+"/retry", `{"note": "mailbox fixed"}`)
 	c.admin(409, "POST", delivery+"/mark-sent", `{"provider_message_id": "MH-1"}`)
-	if _, err := s.db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'held' WHERE id = $1", id); err != nil {
-		t.Fatal(err)
-	}
+	s.f.Held(s.f.Get(id), "outcome unknown")
 	c.admin(422, "POST", delivery+"/mark-sent", `{}`)
 	c.admin(400, "POST", delivery+"/mark-sent", `{"provider_message_id": "MH-1", "extra": 1}`)
 	c.admin(404, "POST", "/admin/v1/deliveries/nope/mark-sent", `{"provider_message_id": "MH-1"}`)
@@ -399,8 +395,10 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.admin(204, "DELETE", "/admin/v1/suppressions/gone%40example.com?note=fixed", "")
 	c.admin(404, "DELETE", "/admin/v1/suppressions/gone@example.com?note=fixed", "")
 
-	// Providers' webhooks.
-	s.sentVia(t, o, "5d2c3b1a-7e4f-4a8b-9c0d-1e2f3a4b5c6d")
+	// Providers' webhooks, about another order's confirmation.
+	var sent order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &sent)
+	s.sentVia(t, sent, "5d2c3b1a-7e4f-4a8b-9c0d-1e2f3a4b5c6d")
 	now := time.Now()
 	bounce := resendBounce("5d2c3b1a-7e4f-4a8b-9c0d-1e2f3a4b5c6d", "ana.maria@example.com", now)
 	signed := func(id string, at time.Time, body string) map[string]string {

@@ -22,6 +22,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -43,6 +44,7 @@ type stack struct {
 	logs      *testenv.Buffer
 	keys      *apikey.Service
 	templates *mailtemplate.Templates
+	f         *notifytest.Factory // deliveries in any state, through the service's statements
 	// backendKey has every scope; do sends it unless the request sets its
 	// own Authorization (even an empty one, for none). backendKeyID is its
 	// id.
@@ -115,8 +117,30 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 		Admin:       httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys},
 	}))
 	t.Cleanup(srv.Close)
-	return stack{url: srv.URL, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates,
+	return stack{url: srv.URL, f: notifytest.New(t, db.Pool), db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates,
 		backendKey: backendKey, backendKeyID: backend.ID}
+}
+
+// bare is the API with nothing behind it: no database, no Redis, no
+// worker. For the tests of what the HTTP layer answers by itself —
+// routing, methods, HEAD, pages rendered from the templates — which
+// must not wait on services they never reach. templates are the
+// built-in ones when nil.
+func bare(t *testing.T, templates *mailtemplate.Templates) stack {
+	t.Helper()
+	if templates == nil {
+		var err error
+		if templates, err = mailtemplate.LoadBuiltin(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs := &testenv.Buffer{}
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+		Log: slog.New(httpapi.LogHandler(slog.NewJSONHandler(logs, nil))), Templates: templates, Registry: reg,
+	}))
+	t.Cleanup(srv.Close)
+	return stack{url: srv.URL, reg: reg, logs: logs, templates: templates}
 }
 
 // startWorker runs a worker on the stack's queue, as cmd/worker does,

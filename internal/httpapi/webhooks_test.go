@@ -62,11 +62,7 @@ func configuredStack(t *testing.T, vars map[string]string, opts ...setupOpts) st
 // under providerID, as the worker does.
 func (s stack) sentVia(t *testing.T, o order.Order, providerID string) {
 	t.Helper()
-	if _, err := s.db.Pool.Exec(context.Background(),
-		"UPDATE notification_deliveries SET status = 'sent', sent_at = now(), provider_message_id = $1 WHERE order_id = $2",
-		providerID, o.ID); err != nil {
-		t.Fatal(err)
-	}
+	s.f.Sent(s.f.Get(o.Notifications[0].ID), providerID)
 }
 
 func (s stack) resendHook(t *testing.T, secret, id string, at time.Time, body string) response {

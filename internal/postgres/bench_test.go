@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/sqlc-dev/pqtype"
@@ -25,12 +26,15 @@ func BenchmarkQueryExecMode(b *testing.B) {
 	ctx := context.Background()
 	db := testenv.NewDB(b)
 	orderID, deliveryID := uuid.New(), uuid.New()
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO orders (id, customer_email, customer_name, currency, total_minor) VALUES ($1, 'ana@example.com', 'Ana', 'IDR', 4500000)`, orderID); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data)
-		VALUES ($1, $2::uuid, 'order-confirmation', 'ana@example.com', 'order-confirmation:' || $2::text || ':ana@example.com', '{"order_id": "x", "items": [{"sku": "TEA-01", "quantity": 2}]}')`,
-		deliveryID, orderID); err != nil {
+	// One order and its confirmation, by the checkout's own statement.
+	if err := dbsqlc.New(db.Pool).InsertCheckout(ctx, dbsqlc.InsertCheckoutParams{
+		ID: orderID, CustomerEmail: "ana@example.com", CustomerName: "Ana", Currency: "IDR", TotalMinor: 9000000,
+		CreatedAt: time.Now(), AccessTokenHash: make([]byte, 32),
+		LineNos: []int32{1}, Skus: []string{"TEA-01"}, Names: []string{"Teh melati"}, Quantities: []int32{2}, UnitPricesMinor: []int64{4500000},
+		DeliveryID: deliveryID, Template: "order-confirmation", Recipient: "ana@example.com",
+		IdempotencyKey: "order-confirmation:" + orderID.String() + ":ana@example.com",
+		TemplateData:   []byte(`{"order_id": "x", "items": [{"sku": "TEA-01", "quantity": 2}]}`),
+	}); err != nil {
 		b.Fatal(err)
 	}
 	bouncer := testenv.NewPgBouncer(b, db, testenv.PgBouncerOptions{PoolSize: 4})

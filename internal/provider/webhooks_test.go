@@ -22,6 +22,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -58,18 +59,11 @@ func setup(t *testing.T) env {
 		t.Fatal(err)
 	}
 	operator := notify.NewOperator(db.Pool, nil, nil, nil)
-	d, _, err := operator.Get(ctx, o.Notifications[0].ID)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Sent as the worker records it, but without the provider's id: the
 	// answer that carried it was lost, and the reconciler found the
 	// message by our metadata.
-	d.MessageID = mail.MessageID(d.IdempotencyKey, "shop.example")
-	if _, err := db.Pool.Exec(ctx, "UPDATE notification_deliveries SET status = 'sent', sent_at = now(), message_id = $1 WHERE id = $2",
-		d.MessageID, d.ID); err != nil {
-		t.Fatal(err)
-	}
+	f := notifytest.New(t, db.Pool)
+	d := f.Sent(f.Get(o.Notifications[0].ID), "")
 
 	e := envconfig.New(func(k string) string {
 		return map[string]string{

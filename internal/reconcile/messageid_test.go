@@ -61,7 +61,9 @@ func TestLookupUsesTheStoredMessageID(t *testing.T) {
 	}
 	mailpitID := mp.ByRecipient(t, "ana@example.com")[0].ID
 
-	// The worker died after the data, before it recorded sent.
+	// The worker died after the data, before it recorded sent. No
+	// transition takes a row back from sent, so this one is rewound by
+	// hand, on purpose.
 	e.exec(t, `UPDATE notification_deliveries SET status = 'sending', sent_at = NULL, provider_message_id = NULL,
 		lease_token = gen_random_uuid(), lease_expires_at = now() - interval '1 second',
 		handed_over_at = now() - interval '40 seconds'

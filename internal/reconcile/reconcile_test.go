@@ -10,11 +10,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -34,11 +36,14 @@ type env struct {
 	enq       *notify.Enqueuer
 	inspector *asynq.Inspector
 	logs      *testenv.Buffer
+	f         *notifytest.Factory // deliveries in any state, through the service's statements
 }
 
 func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
 	t.Helper()
 	e := &env{db: testenv.NewDB(t), redis: rd, logs: &testenv.Buffer{}}
+	e.f = notifytest.New(t, e.db.Pool)
+	e.f.Domain = mailDomain
 	sink, err := smtpsink.Start(sinkCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -151,20 +156,34 @@ func (e *env) exec(t *testing.T, sql string, args ...any) {
 	}
 }
 
-// age makes pending rows look untouched for two minutes.
+// age makes pending rows look untouched for two minutes: those touched
+// less than two minutes ago are aged by two minutes, so that calling it
+// again and again, as a wait loop does, ages nothing twice.
 func (e *env) age(t *testing.T) {
 	t.Helper()
-	e.exec(t, "UPDATE notification_deliveries SET updated_at = now() - interval '2 minutes' WHERE status = 'pending'")
+	rows, err := e.db.Pool.Query(context.Background(),
+		"SELECT id FROM notification_deliveries WHERE status = 'pending' AND updated_at > now() - interval '2 minutes'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids { // a worker may be claiming them meanwhile
+		e.f.AgedWhile(notify.Delivery{ID: id}, notify.StatusPending, 2*time.Minute)
+	}
 }
 
-// strand leaves d as a dead worker would: sending, lease expired, and
-// handed over or not.
+// strand leaves d as a dead worker would: sending, its lease expired a
+// second ago, and handed over 40 seconds ago or not at all.
 func (e *env) strand(t *testing.T, d notify.Delivery, handedOver bool) {
 	t.Helper()
-	e.exec(t, `UPDATE notification_deliveries SET status = 'sending', attempts = 1, lease_token = $2,
-		lease_expires_at = now() - interval '1 second',
-		handed_over_at = CASE WHEN $3 THEN now() - interval '40 seconds' END
-		WHERE id = $1`, d.ID, uuid.New(), handedOver)
+	if !handedOver {
+		e.f.Claimed(d, -time.Second)
+		return
+	}
+	e.f.Aged(e.f.HandedOver(d, 39*time.Second).Delivery, 40*time.Second)
 }
 
 // deliverToSink sends d's message to the sink the way a worker would
@@ -249,7 +268,7 @@ func TestProviderDedupWindowResendsAmbiguousSends(t *testing.T) {
 	recent, old := e.pending(t, "recent@example.com"), e.pending(t, "old@example.com")
 	e.strand(t, recent, true)
 	e.strand(t, old, true)
-	e.exec(t, "UPDATE notification_deliveries SET handed_over_at = now() - interval '2 hours' WHERE id = $1", old.ID)
+	e.f.Aged(old, 2*time.Hour)
 	rep, err := r.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -34,10 +34,15 @@ func (e *env) retainer(t *testing.T, retention, maxAge time.Duration) *reconcile
 // and which was last touched that long ago.
 func (e *env) finished(t *testing.T, d notify.Delivery, status notify.Status, ago time.Duration) {
 	t.Helper()
-	e.exec(t, `UPDATE notification_deliveries
-		SET status = $2::text, sent_at = CASE WHEN $2::text = 'sent' THEN now() - $3::interval END,
-		    trying_since = now() - $3::interval, updated_at = now() - $3::interval
-		WHERE id = $1`, d.ID, string(status), ago)
+	switch status {
+	case notify.StatusSent:
+		d = e.f.Sent(d, "provider-id")
+	case notify.StatusFailed:
+		d = e.f.Failed(d, "550 no such user")
+	default:
+		t.Fatalf("finished: %s is not a final status", status)
+	}
+	e.f.Aged(d, ago)
 }
 
 func (e *env) exists(t *testing.T, d notify.Delivery) bool {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/mail"
@@ -183,8 +182,8 @@ func TestPoliciesAndWhatIsNeverTouched(t *testing.T) {
 	held := e.pending(t, "held@example.com")
 	e.strand(t, held, true)
 	failed := e.pending(t, "failed@example.com")
-	e.exec(t, "UPDATE notification_deliveries SET status = 'failed', last_error = '550' WHERE id = $1", failed.ID)
-	e.exec(t, "UPDATE notification_deliveries SET updated_at = now() - interval '1 day'")
+	e.f.Aged(e.f.Failed(failed, "550"), 24*time.Hour)
+	e.f.Aged(held, 24*time.Hour)
 
 	rep, err := e.reconciler(t, recOpts{policy: reconcile.PolicyHold}).RunOnce(ctx)
 	if err != nil {
@@ -295,7 +294,7 @@ func TestFailedLookupDoesNotBlockTheOtherRows(t *testing.T) {
 	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
 	unsure := e.pending(t, "unsure@example.com")
 	e.strand(t, unsure, true)
-	e.exec(t, "UPDATE notification_deliveries SET lease_expires_at = now() - interval '1 hour' WHERE id = $1", unsure.ID) // picked first
+	e.f.Aged(unsure, time.Hour) // its lease expired first: picked first
 	early := e.pending(t, "early@example.com")
 	e.strand(t, early, false)
 	broken := brokenLookup(t)
@@ -326,10 +325,10 @@ func TestCleanUp(t *testing.T) {
 	oldHeld := e.pending(t, "old-held@example.com")
 	oldPending := e.pending(t, "old-pending@example.com")
 	fresh := e.pending(t, "fresh-sent@example.com")
-	e.exec(t, "UPDATE notification_deliveries SET status = 'sent', sent_at = now() WHERE id = ANY($1)", []uuid.UUID{oldSent.ID, fresh.ID})
-	e.exec(t, "UPDATE notification_deliveries SET status = 'failed' WHERE id = $1", oldFailed.ID)
-	e.exec(t, "UPDATE notification_deliveries SET status = 'held' WHERE id = $1", oldHeld.ID)
-	e.exec(t, "UPDATE notification_deliveries SET updated_at = now() - interval '100 days' WHERE id <> $1", fresh.ID)
+	e.f.Sent(fresh, "fresh")
+	for _, d := range []notify.Delivery{e.f.Sent(oldSent, "old"), e.f.Failed(oldFailed, "550"), e.f.Held(oldHeld, "unrenderable"), oldPending} {
+		e.f.Aged(d, 100*24*time.Hour)
+	}
 	// Keep the old pending one away from the orphan scan's touch.
 	e.exec(t, "INSERT INTO delivery_blocks (kind, value, reason, expires_at) VALUES ('recipient', 'old-pending@example.com', 'test', now() + interval '1 hour')")
 

@@ -151,14 +151,25 @@ func (f *Factory) Held(d notify.Delivery, reason string) notify.Delivery {
 // service's statements take from the clock, not from their caller.
 func (f *Factory) Aged(d notify.Delivery, by time.Duration) notify.Delivery {
 	f.t.Helper()
-	if _, err := f.db.Exec(context.Background(), `UPDATE notification_deliveries
+	if !f.AgedWhile(d, f.Get(d.ID).Status, by) {
+		f.t.Fatalf("notifytest: delivery %s changed while it was aged", d.ID)
+	}
+	return f.Get(d.ID)
+}
+
+// AgedWhile is Aged for a delivery a running worker may be taking: it
+// changes nothing, and says so, unless d is still in status.
+func (f *Factory) AgedWhile(d notify.Delivery, status notify.Status, by time.Duration) bool {
+	f.t.Helper()
+	tag, err := f.db.Exec(context.Background(), `UPDATE notification_deliveries
 		SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval,
 		    trying_since = trying_since - $2::interval, lease_expires_at = lease_expires_at - $2::interval,
 		    handed_over_at = handed_over_at - $2::interval, sent_at = sent_at - $2::interval
-		WHERE id = $1`, d.ID, by); err != nil {
+		WHERE id = $1 AND status = $3`, d.ID, by, string(status))
+	if err != nil {
 		f.t.Fatalf("notifytest: age delivery %s: %v", d.ID, err)
 	}
-	return f.Get(d.ID)
+	return tag.RowsAffected() == 1
 }
 
 // Get reads d's row as it stands.
