@@ -1,8 +1,11 @@
 package httpprovider
 
 import (
+	"cmp"
 	"fmt"
 	"time"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
 )
 
 // A look-up (mail.Lookup) may say "not there" only when the
@@ -33,4 +36,39 @@ func CheckMiss(name string, at, now time.Time, settle time.Duration, errTooRecen
 		return fmt.Errorf("%w (handed over %s ago, settle %s)", errTooRecent, now.Sub(at).Round(time.Second), settle)
 	}
 	return nil
+}
+
+// Window is what a look-up may trust of a provider's search: how long
+// the provider keeps messages (Retention), and how old a send must be
+// before a miss is believed (Settle). Zero takes the provider's
+// defaults (Or).
+type Window struct {
+	Retention time.Duration // <PROVIDER>_RETENTION
+	Settle    time.Duration // <PROVIDER>_LOOKUP_SETTLE
+}
+
+// ReadWindow reads prefix+"_RETENTION" and prefix+"_LOOKUP_SETTLE".
+func ReadWindow(env *envconfig.Reader, prefix string) Window {
+	return Window{Retention: env.DurationOrZero(prefix+"_RETENTION", 0), Settle: env.DurationOrZero(prefix+"_LOOKUP_SETTLE", 0)}
+}
+
+// Problems says what is wrong with w, the variables named by prefix:
+// a negative duration, or a retention past maxRetention (when set).
+func (w Window) Problems(prefix string, maxRetention time.Duration) []error {
+	var errs []error
+	switch {
+	case w.Retention < 0:
+		errs = append(errs, fmt.Errorf("%s_RETENTION %s must not be negative", prefix, w.Retention))
+	case maxRetention > 0 && w.Retention > maxRetention:
+		errs = append(errs, fmt.Errorf("%s_RETENTION %s: want the provider's retention, at most %s", prefix, w.Retention, maxRetention))
+	}
+	if w.Settle < 0 {
+		errs = append(errs, fmt.Errorf("%s_LOOKUP_SETTLE %s must not be negative", prefix, w.Settle))
+	}
+	return errs
+}
+
+// Or is w with its zero fields taken from def.
+func (w Window) Or(def Window) Window {
+	return Window{Retention: cmp.Or(w.Retention, def.Retention), Settle: cmp.Or(w.Settle, def.Settle)}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -79,6 +80,18 @@ type SenderConfig interface {
 	String() string
 }
 
+// Opened is what a SenderConfig's Open returns for a provider made by
+// a constructor such as New(cfg): the provider, and its Close to call.
+func Opened[P interface {
+	Provider
+	Close()
+}](p P, err error) (Provider, func(), error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, p.Close, nil
+}
+
 // LookupOpener makes a Lookup, checking at start, where it can, that the
 // provider's search answers as expected.
 type LookupOpener func(ctx context.Context) (Lookup, error)
@@ -94,6 +107,26 @@ type Webhook interface {
 	// realm="sekali-webhooks" for credentials a provider sends.
 	Challenge() string
 }
+
+// SignedWebhook is the Webhook of a provider whose verifier needs
+// nothing of the service: Verify checks a request at now, and its
+// errors are mapped onto the contract by WebhookError with the
+// provider's Unauthorized and Malformed sentinels.
+type SignedWebhook struct {
+	VerifyAt     func(header http.Header, body []byte, now time.Time) ([]Feedback, error)
+	Unauthorized []error
+	Malformed    []error
+	Realm        string // the WWW-Authenticate of a 401
+}
+
+// Verify implements Webhook.
+func (w SignedWebhook) Verify(_ context.Context, header http.Header, body []byte) ([]Feedback, error) {
+	fs, err := w.VerifyAt(header, body, time.Now())
+	return fs, WebhookError(err, w.Unauthorized, w.Malformed)
+}
+
+// Challenge implements Webhook.
+func (w SignedWebhook) Challenge() string { return w.Realm }
 
 // WebhookTokens remembers the tokens of webhook signatures that do not
 // cover their event (*notify.Operator): a token seen before is
@@ -157,29 +190,27 @@ func malformedWebhook(err, sentinel error) *MalformedWebhook {
 	case errors.As(err, &syntax), errors.Is(err, io.ErrUnexpectedEOF):
 		reason = "not valid JSON"
 	case errors.As(err, &typ) && typ.Field != "":
-		reason = fmt.Sprintf("%s must be a JSON %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+		reason = fmt.Sprintf("%s must be a JSON %s, not %s", typ.Field, jsonKind(typ.Type.Kind()), typ.Value)
 	case errors.As(err, &typ):
-		reason = fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+		reason = fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typ.Type.Kind()), typ.Value)
 	case reason == err.Error():
 		reason = "not an event of this provider"
 	}
 	return &MalformedWebhook{Reason: reason, Err: err}
 }
 
-// jsonKind names a Go kind the way a JSON client thinks of it.
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "float32", "float64":
-		return "number"
-	case "string":
+// jsonKind names the JSON type a field of kind k takes.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
 		return "string"
-	case "slice", "array":
-		return "array"
-	case "struct", "map":
-		return "object"
-	case "bool":
+	case reflect.Bool:
 		return "boolean"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Struct, reflect.Map:
+		return "object"
 	default:
-		return goKind
+		return "number"
 	}
 }

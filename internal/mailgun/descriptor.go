@@ -42,13 +42,7 @@ var Descriptor = mail.Descriptor{
 }
 
 // Open implements mail.SenderConfig.
-func (c Config) Open() (mail.Provider, func(), error) {
-	p, err := New(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, p.Close, nil
-}
+func (c Config) Open() (mail.Provider, func(), error) { return mail.Opened(New(c)) }
 
 // SendTimeout implements mail.SenderConfig: PROVIDER_TIMEOUT.
 func (c Config) SendTimeout() (time.Duration, string) { return c.Timeout, "PROVIDER_TIMEOUT" }

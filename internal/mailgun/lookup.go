@@ -42,24 +42,20 @@ const (
 
 // LookupConfig configures a Lookup.
 type LookupConfig struct {
-	APIKey    string        // MAILGUN_API_KEY: a key that can read events
-	Domain    string        // MAILGUN_DOMAIN
-	BaseURL   string        // MAILGUN_BASE_URL
-	Retention time.Duration // MAILGUN_RETENTION: how long the plan keeps events; DefaultRetention when zero
-	Settle    time.Duration // MAILGUN_LOOKUP_SETTLE: DefaultSettle when zero
-	Timeout   time.Duration // one request; httpprovider.DefaultTimeout (30s) when zero
+	APIKey  string        // MAILGUN_API_KEY: a key that can read events
+	Domain  string        // MAILGUN_DOMAIN
+	BaseURL string        // MAILGUN_BASE_URL
+	Timeout time.Duration // one request; httpprovider.DefaultTimeout (30s) when zero
+	// Window: how long the plan keeps events (MAILGUN_RETENTION), and
+	// how old a miss must be (MAILGUN_LOOKUP_SETTLE); the defaults when
+	// zero.
+	httpprovider.Window
 }
 
 // Validate checks the configuration and reports every problem at once.
 func (c LookupConfig) Validate() error {
 	errs := validateCommon(c.APIKey, c.Domain, c.BaseURL, c.Timeout)
-	if c.Retention < 0 {
-		errs = append(errs, fmt.Errorf("MAILGUN_RETENTION %s must not be negative", c.Retention))
-	}
-	if c.Settle < 0 {
-		errs = append(errs, fmt.Errorf("MAILGUN_LOOKUP_SETTLE %s must not be negative", c.Settle))
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.Problems("MAILGUN", 0)...)...)
 }
 
 // ReadLookupEnv reads the look-up's variables: ReadEnv's, and
@@ -67,11 +63,10 @@ func (c LookupConfig) Validate() error {
 func ReadLookupEnv(env *envconfig.Reader) LookupConfig {
 	c := ReadEnv(env)
 	return LookupConfig{
-		APIKey:    c.APIKey,
-		Domain:    c.Domain,
-		BaseURL:   c.BaseURL,
-		Retention: env.DurationOrZero("MAILGUN_RETENTION", 0),
-		Settle:    env.DurationOrZero("MAILGUN_LOOKUP_SETTLE", 0),
+		APIKey:  c.APIKey,
+		Domain:  c.Domain,
+		BaseURL: c.BaseURL,
+		Window:  httpprovider.ReadWindow(env, "MAILGUN"),
 	}
 }
 
@@ -87,12 +82,7 @@ func NewLookup(cfg LookupConfig) (*Lookup, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
-	if cfg.Settle == 0 {
-		cfg.Settle = DefaultSettle
-	}
+	cfg.Window = cfg.Or(httpprovider.Window{Retention: DefaultRetention, Settle: DefaultSettle})
 	base, _ := baseURL(cfg.BaseURL)
 	return &Lookup{cfg: cfg, client: newClient(base, cfg.APIKey, cfg.Timeout)}, nil
 }

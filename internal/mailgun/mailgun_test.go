@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun"
@@ -47,7 +48,7 @@ func provider(t *testing.T, srv *mailguntest.Server, key string, timeout time.Du
 
 func lookup(t *testing.T, srv *mailguntest.Server) *mailgun.Lookup {
 	t.Helper()
-	l, err := mailgun.NewLookup(mailgun.LookupConfig{APIKey: srv.APIKey, Domain: domain, BaseURL: srv.URL, Settle: time.Minute})
+	l, err := mailgun.NewLookup(mailgun.LookupConfig{APIKey: srv.APIKey, Domain: domain, BaseURL: srv.URL, Window: httpprovider.Window{Settle: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,9 +68,7 @@ func TestBounceSuppressesTheNextDelivery(t *testing.T) {
 	if got := e.delivery(t, second.IdempotencyKey); got.Status != notify.StatusSuppressed || got.Attempts != 0 {
 		t.Fatalf("to a suppressed address: %s after %d attempts", got.Status, got.Attempts)
 	}
-	if n := e.sink.Count(); n != 1 {
-		t.Fatalf("%d e-mails, want only the first", n)
-	}
+	e.emails(t, 1, "(only the first)")
 
 	if err := e.ops.Unsuppress(ctx, "gone@example.com", "customer fixed their mailbox, ticket 812", "ops@shop"); err != nil {
 		t.Fatal(err)

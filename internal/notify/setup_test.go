@@ -154,6 +154,24 @@ func (e *env) delivery(t testing.TB, key string) notify.Delivery {
 	return d
 }
 
+// deliver runs d's task until it is done (process), failing the test on
+// an error.
+func (e *env) deliver(t *testing.T, w asynq.Handler, d notify.Delivery) {
+	t.Helper()
+	if err := process(context.Background(), w, d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// emails checks that the sink holds want e-mails; why says what the
+// count means ("after the block was lifted").
+func (e *env) emails(t *testing.T, want int, why string) {
+	t.Helper()
+	if n := e.sink.Count(); n != want {
+		t.Errorf("%d e-mails %s, want %d", n, why, want)
+	}
+}
+
 // process runs the handler on d's task, running it again as asynq would
 // while the task waits (a busy lock, a provider that refuses us), and
 // returns the final error; a task still waiting after 20 s is an error.

@@ -87,15 +87,11 @@ func TestSameTaskTwiceSendsOneEmail(t *testing.T) {
 	if err := e.rdb.Del(ctx, notifytest.SentKey(d)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := process(ctx, w, d); err != nil {
-		t.Fatal(err)
-	}
+	e.deliver(t, w, d)
 	if n := e.counter(t, "sekali_duplicate_detected_total", "layer", "database"); n != 1 {
 		t.Errorf("duplicates caught by the database = %v, want 1", n)
 	}
-	if n := e.sink.Count(); n != 1 {
-		t.Errorf("%d e-mails, want 1", n)
-	}
+	e.emails(t, 1, "")
 
 	// The whole story is in the history, in order.
 	events, err := notify.History(ctx, e.db.Pool, d.ID)
@@ -125,12 +121,8 @@ func TestNegativeCacheEntryIsNotTrusted(t *testing.T) {
 	if err := e.rdb.Set(ctx, notifytest.SentKey(d), "pending", time.Hour).Err(); err != nil { // a value the worker never writes
 		t.Fatal(err)
 	}
-	if err := process(ctx, w, d); err != nil {
-		t.Fatal(err)
-	}
-	if n := e.sink.Count(); n != 1 {
-		t.Errorf("%d e-mails, want 1", n)
-	}
+	e.deliver(t, w, d)
+	e.emails(t, 1, "")
 }
 
 // Ten workers, each with its own SMTP connection, race on one delivery.
@@ -160,9 +152,7 @@ func TestTenWorkersRacingSendOneEmail(t *testing.T) {
 			t.Errorf("worker %d: %v", i, err)
 		}
 	}
-	if n := e.sink.Count(); n != 1 {
-		t.Errorf("%d e-mails, want 1", n)
-	}
+	e.emails(t, 1, "")
 	if n := e.counter(t, "sekali_deliveries_total", "outcome", "sent"); n != 1 {
 		t.Errorf("%v sent transitions, want 1", n)
 	}
@@ -327,9 +317,7 @@ func TestConcurrencyCanBeLoweredAtRunTime(t *testing.T) {
 	if top := cp.top.Load(); top < 2 {
 		t.Errorf("at most %d send at once after the limit was lifted", top)
 	}
-	if n := e.sink.Count(); n != 8 {
-		t.Errorf("%d e-mails, want 8", n)
-	}
+	e.emails(t, 8, "")
 }
 
 // The runbook's temporary filter: a blocked recipient gets nothing while
@@ -363,12 +351,8 @@ func TestBlockedRecipientWaits(t *testing.T) {
 	if err := e.ops.RemoveBlock(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := process(ctx, w, d); err != nil {
-		t.Fatal(err)
-	}
-	if n := e.sink.Count(); n != 1 {
-		t.Errorf("%d e-mails after the block was lifted, want 1", n)
-	}
+	e.deliver(t, w, d)
+	e.emails(t, 1, "after the block was lifted")
 }
 
 // Once shutdown begins, a task that has not claimed its delivery yet is

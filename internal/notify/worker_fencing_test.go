@@ -60,9 +60,7 @@ func TestLeaseLostBeforeDataSendsNothing(t *testing.T) {
 	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
 		t.Fatalf("err = %v", err)
 	}
-	if n := e.sink.Count(); n != 0 {
-		t.Errorf("%d e-mails sent by a worker that lost its lease", n)
-	}
+	e.emails(t, 0, "sent by a worker that lost its lease")
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSending || got.HandedOverAt != nil {
 		t.Errorf("the fenced-out worker wrote to the row: %+v", got)
 	}
@@ -121,9 +119,7 @@ func TestLockLostBeforeDataIsNotSent(t *testing.T) {
 	if err == nil || isSkipRetry(err) {
 		t.Fatalf("err = %v, want a retry", err)
 	}
-	if n := e.sink.Count(); n != 0 {
-		t.Errorf("%d e-mails sent without the lock", n)
-	}
+	e.emails(t, 0, "sent without the lock")
 	got := e.delivery(t, d.IdempotencyKey)
 	if got.Status != notify.StatusPending || !strings.Contains(got.LastError, "lock expired") {
 		t.Errorf("row: %+v", got)
@@ -134,9 +130,7 @@ func TestLockLostBeforeDataIsNotSent(t *testing.T) {
 	if err := process(ctx, e.worker(t, workerOpts{}), d); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.sink.Count(); n != 1 {
-		t.Errorf("%d e-mails after the retry, want 1", n)
-	}
+	e.emails(t, 1, "after the retry")
 }
 
 // handOverHook lets a test act right after the last lease check passed.
@@ -173,9 +167,7 @@ func TestNoDataAfterTheDeadlineThatFollowsTheLeaseCheck(t *testing.T) {
 	if err == nil || isSkipRetry(err) {
 		t.Fatalf("err = %v, want a temporary failure", err)
 	}
-	if n := e.sink.Count(); n != 0 {
-		t.Errorf("%d e-mails written after the deadline", n)
-	}
+	e.emails(t, 0, "written after the deadline")
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending {
 		t.Errorf("row: %+v", got)
 	}

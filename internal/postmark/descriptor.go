@@ -2,7 +2,6 @@ package postmark
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
@@ -37,30 +36,16 @@ var Descriptor = mail.Descriptor{
 		if !env.Check("POSTMARK_WEBHOOK_PASSWORD", err) {
 			return nil
 		}
-		return func(mail.WebhookDeps) mail.Webhook { return webhook{v} }
+		return func(mail.WebhookDeps) mail.Webhook {
+			return mail.SignedWebhook{VerifyAt: v.Verify, Unauthorized: []error{ErrBadCredentials}, Malformed: []error{ErrMalformed}, Realm: `Basic realm="sekali-webhooks"`}
+		}
 	},
 }
 
 // Open implements mail.SenderConfig.
-func (c Config) Open() (mail.Provider, func(), error) {
-	p, err := New(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, p.Close, nil
-}
+func (c Config) Open() (mail.Provider, func(), error) { return mail.Opened(New(c)) }
 
 // SendTimeout implements mail.SenderConfig: PROVIDER_TIMEOUT.
 func (c Config) SendTimeout() (time.Duration, string) { return c.Timeout, "PROVIDER_TIMEOUT" }
 
 func (c Config) String() string { return "postmark" }
-
-// webhook is the verifier as the API takes it.
-type webhook struct{ v *WebhookVerifier }
-
-func (w webhook) Verify(_ context.Context, h http.Header, body []byte) ([]mail.Feedback, error) {
-	fs, err := w.v.Verify(h, body, time.Now())
-	return fs, mail.WebhookError(err, []error{ErrBadCredentials}, []error{ErrMalformed})
-}
-
-func (webhook) Challenge() string { return `Basic realm="sekali-webhooks"` }

@@ -42,21 +42,17 @@ type LookupConfig struct {
 	ServerToken   string        // POSTMARK_SERVER_TOKEN
 	MessageStream string        // POSTMARK_MESSAGE_STREAM: DefaultMessageStream when empty
 	BaseURL       string        // POSTMARK_BASE_URL: DefaultBaseURL when empty
-	Retention     time.Duration // POSTMARK_RETENTION: the server's message retention; DefaultRetention when zero
-	Settle        time.Duration // POSTMARK_LOOKUP_SETTLE: DefaultSettle when zero
 	Timeout       time.Duration // one request; httpprovider.DefaultTimeout (30s) when zero
+	// Window: the server's message retention (POSTMARK_RETENTION, at
+	// most 365 days), and how old a miss must be (POSTMARK_LOOKUP_SETTLE);
+	// the defaults when zero.
+	httpprovider.Window
 }
 
 // Validate checks the configuration and reports every problem at once.
 func (c LookupConfig) Validate() error {
 	errs := validateCommon(c.ServerToken, c.MessageStream, c.BaseURL, c.Timeout)
-	if c.Retention < 0 || c.Retention > 365*24*time.Hour {
-		errs = append(errs, fmt.Errorf("POSTMARK_RETENTION %s: want the server's retention, at most 365 days", c.Retention))
-	}
-	if c.Settle < 0 {
-		errs = append(errs, fmt.Errorf("POSTMARK_LOOKUP_SETTLE %s must not be negative", c.Settle))
-	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, c.Problems("POSTMARK", 365*24*time.Hour)...)...)
 }
 
 // ReadLookupEnv reads the look-up's variables: ReadEnv's, and
@@ -67,8 +63,7 @@ func ReadLookupEnv(env *envconfig.Reader) LookupConfig {
 		ServerToken:   c.ServerToken,
 		MessageStream: c.MessageStream,
 		BaseURL:       c.BaseURL,
-		Retention:     env.DurationOrZero("POSTMARK_RETENTION", 0),
-		Settle:        env.DurationOrZero("POSTMARK_LOOKUP_SETTLE", 0),
+		Window:        httpprovider.ReadWindow(env, "POSTMARK"),
 	}
 }
 
@@ -87,12 +82,7 @@ func NewLookup(cfg LookupConfig) (*Lookup, error) {
 	if cfg.MessageStream == "" {
 		cfg.MessageStream = DefaultMessageStream
 	}
-	if cfg.Retention == 0 {
-		cfg.Retention = DefaultRetention
-	}
-	if cfg.Settle == 0 {
-		cfg.Settle = DefaultSettle
-	}
+	cfg.Window = cfg.Or(httpprovider.Window{Retention: DefaultRetention, Settle: DefaultSettle})
 	return &Lookup{cfg: cfg, client: newClient(cfg.BaseURL, cfg.ServerToken, cfg.Timeout)}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/postmark"
@@ -31,7 +32,7 @@ func setup(t *testing.T) bundle {
 	t.Helper()
 	srv := postmarktest.NewServer()
 	t.Cleanup(srv.Close)
-	l, err := postmark.NewLookup(postmark.LookupConfig{ServerToken: srv.Token, BaseURL: srv.URL, Timeout: 5 * time.Second, Settle: time.Minute})
+	l, err := postmark.NewLookup(postmark.LookupConfig{ServerToken: srv.Token, BaseURL: srv.URL, Timeout: 5 * time.Second, Window: httpprovider.Window{Settle: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b.srv.URL = "http://" + testenv.RefusedAddr(t)
 	b.p = provider(t, b.srv, b.srv.Token, 5*time.Second)
 	var err error
-	if b.l, err = postmark.NewLookup(postmark.LookupConfig{ServerToken: b.srv.Token, BaseURL: b.srv.URL, Timeout: 5 * time.Second, Settle: time.Minute}); err != nil {
+	if b.l, err = postmark.NewLookup(postmark.LookupConfig{ServerToken: b.srv.Token, BaseURL: b.srv.URL, Timeout: 5 * time.Second, Window: httpprovider.Window{Settle: time.Minute}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err = b.p.Send(context.Background(), message(7), pass)
@@ -320,7 +321,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
 	}
-	err = postmark.LookupConfig{ServerToken: "t", Retention: 400 * 24 * time.Hour, Settle: -1}.Validate()
+	err = postmark.LookupConfig{ServerToken: "t", Window: httpprovider.Window{Retention: 400 * 24 * time.Hour, Settle: -1}}.Validate()
 	for _, want := range []string{"POSTMARK_RETENTION", "POSTMARK_LOOKUP_SETTLE"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("LookupConfig.Validate() = %v, want it to name %s", err, want)

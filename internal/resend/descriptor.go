@@ -1,8 +1,6 @@
 package resend
 
 import (
-	"context"
-	"net/http"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
@@ -29,30 +27,16 @@ var Descriptor = mail.Descriptor{
 		if !env.Check("RESEND_WEBHOOK_SECRET", err) {
 			return nil
 		}
-		return func(mail.WebhookDeps) mail.Webhook { return webhook{v} }
+		return func(mail.WebhookDeps) mail.Webhook {
+			return mail.SignedWebhook{VerifyAt: v.Verify, Unauthorized: []error{ErrBadSignature, ErrStale}, Malformed: []error{ErrMalformed}, Realm: `Signature realm="sekali-webhooks"`}
+		}
 	},
 }
 
 // Open implements mail.SenderConfig.
-func (c Config) Open() (mail.Provider, func(), error) {
-	p, err := New(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, p.Close, nil
-}
+func (c Config) Open() (mail.Provider, func(), error) { return mail.Opened(New(c)) }
 
 // SendTimeout implements mail.SenderConfig: PROVIDER_TIMEOUT.
 func (c Config) SendTimeout() (time.Duration, string) { return c.Timeout, "PROVIDER_TIMEOUT" }
 
 func (c Config) String() string { return "resend" }
-
-// webhook is the verifier as the API takes it.
-type webhook struct{ v *WebhookVerifier }
-
-func (w webhook) Verify(_ context.Context, h http.Header, body []byte) ([]mail.Feedback, error) {
-	fs, err := w.v.Verify(h, body, time.Now())
-	return fs, mail.WebhookError(err, []error{ErrBadSignature, ErrStale}, []error{ErrMalformed})
-}
-
-func (webhook) Challenge() string { return `Signature realm="sekali-webhooks"` }

@@ -48,13 +48,7 @@ func ReadEnv(env *envconfig.Reader, s mail.SenderSettings) mail.SenderConfig {
 }
 
 // Open implements mail.SenderConfig.
-func (c Config) Open() (mail.Provider, func(), error) {
-	p, err := New(c)
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, p.Close, nil
-}
+func (c Config) Open() (mail.Provider, func(), error) { return mail.Opened(New(c)) }
 
 // SendTimeout implements mail.SenderConfig: SMTP_TIMEOUT bounds each
 // command, the data's included.
