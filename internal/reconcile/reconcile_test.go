@@ -1,6 +1,7 @@
 package reconcile_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -73,6 +74,8 @@ type recOpts struct {
 	policies  map[string]reconcile.Policy
 	retention time.Duration
 	dedup     time.Duration
+	// pendingAfter is PENDING_REENQUEUE_AFTER: a minute unless set.
+	pendingAfter time.Duration
 }
 
 func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
@@ -81,7 +84,7 @@ func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
 		o.policy = reconcile.PolicyHold
 	}
 	return reconcile.New(e.db.Pool, e.enq, e.inspector, o.lookup, reconcile.Config{
-		PendingAfter: time.Minute, Batch: 50, DefaultPolicy: o.policy, Policies: o.policies,
+		PendingAfter: cmp.Or(o.pendingAfter, time.Minute), Batch: 50, DefaultPolicy: o.policy, Policies: o.policies,
 		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8], DeliveryRetention: o.retention, DedupWindow: o.dedup,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), prometheus.NewRegistry())
 }
@@ -157,8 +160,7 @@ func (e *env) exec(t *testing.T, sql string, args ...any) {
 }
 
 // age makes pending rows look untouched for two minutes: those touched
-// less than two minutes ago are aged by two minutes, so that calling it
-// again and again, as a wait loop does, ages nothing twice.
+// less than two minutes ago are aged by two minutes.
 func (e *env) age(t *testing.T) {
 	t.Helper()
 	rows, err := e.db.Pool.Query(context.Background(),
