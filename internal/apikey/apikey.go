@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -78,11 +79,33 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// CacheTTL is how long a key that authenticated is taken on its word:
+// a backend's every request does not cost a database look-up, and a
+// revocation reaches every API process within it (the process that
+// revoked the key at once).
+const CacheTTL = 5 * time.Second
+
+// maxCached bounds the keys remembered; past it the cache starts over.
+const maxCached = 1000
+
 // Service creates, lists, revokes and checks keys.
-type Service struct{ db DB }
+type Service struct {
+	db  DB
+	now func() time.Time
+
+	mu    sync.Mutex
+	cache map[[sha256.Size]byte]cachedKey // by the SHA-256 of the whole key
+}
+
+type cachedKey struct {
+	key   Key
+	until time.Time
+}
 
 // NewService returns a Service over db.
-func NewService(db DB) *Service { return &Service{db: db} }
+func NewService(db DB) *Service {
+	return &Service{db: db, now: time.Now, cache: map[[sha256.Size]byte]cachedKey{}}
+}
 
 // ParseScopes checks a list of scope names.
 func ParseScopes(names []string) ([]Scope, error) {
@@ -149,7 +172,8 @@ func (s *Service) List(ctx context.Context) ([]Key, error) {
 	return out, nil
 }
 
-// Revoke ends a key at once; revoking a revoked key changes nothing.
+// Revoke ends a key: at once in this process, within CacheTTL in the
+// others; revoking a revoked key changes nothing.
 func (s *Service) Revoke(ctx context.Context, id uuid.UUID) (Key, error) {
 	row, err := dbsqlc.New(s.db).RevokeAPIKey(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -158,6 +182,13 @@ func (s *Service) Revoke(ctx context.Context, id uuid.UUID) (Key, error) {
 	if err != nil {
 		return Key{}, fmt.Errorf("revoke api key %s: %w", id, err)
 	}
+	s.mu.Lock()
+	for h, c := range s.cache {
+		if c.key.ID == id {
+			delete(s.cache, h)
+		}
+	}
+	s.mu.Unlock()
 	return fromRow(row), nil
 }
 
@@ -165,8 +196,31 @@ func (s *Service) Revoke(ctx context.Context, id uuid.UUID) (Key, error) {
 // that an unknown prefix takes as long as a wrong secret.
 var dummyHash = sha256.Sum256([]byte("sekali: no such key"))
 
-// Authenticate returns the live key that token is, or ErrInvalid.
+// Authenticate returns the live key that token is, or ErrInvalid. A key
+// that authenticated less than CacheTTL ago is not looked up again.
 func (s *Service) Authenticate(ctx context.Context, token string) (Key, error) {
+	have := sha256.Sum256([]byte(token))
+	now := s.now()
+	s.mu.Lock()
+	c, ok := s.cache[have]
+	s.mu.Unlock()
+	if ok && now.Before(c.until) {
+		return c.key, nil
+	}
+	k, err := s.authenticate(ctx, token, have)
+	if err == nil {
+		s.mu.Lock()
+		if len(s.cache) >= maxCached {
+			clear(s.cache)
+		}
+		s.cache[have] = cachedKey{key: k, until: now.Add(CacheTTL)}
+		s.mu.Unlock()
+	}
+	return k, err
+}
+
+// authenticate looks token, whose SHA-256 is have, up in the database.
+func (s *Service) authenticate(ctx context.Context, token string, have [sha256.Size]byte) (Key, error) {
 	prefix, _, ok := strings.Cut(strings.TrimPrefix(token, Prefix), "_")
 	want := dummyHash[:]
 	var row dbsqlc.ApiKey
@@ -179,7 +233,6 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Key, error) {
 			return Key{}, fmt.Errorf("look up api key: %w", err)
 		}
 	}
-	have := sha256.Sum256([]byte(token))
 	if subtle.ConstantTimeCompare(have[:], want) != 1 || row.ID == uuid.Nil || row.RevokedAt != nil {
 		return Key{}, ErrInvalid
 	}
