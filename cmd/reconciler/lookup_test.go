@@ -42,7 +42,7 @@ func newStalled(t *testing.T) stalled {
 	reg := prometheus.NewRegistry()
 	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
-	o, _, err := orders.Place(ctx, order.Checkout{CustomerEmail: recipient, CustomerName: "Ana", Currency: "USD",
+	o, err := orders.Place(ctx, order.Checkout{CustomerEmail: recipient, CustomerName: "Ana", Currency: "USD",
 		Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 	var ids []uuid.UUID
 	f := notifytest.New(t, db.Pool)
 	for _, email := range []string{"o1@example.com", "o2@example.com", "held@example.com"} {
-		o, _, err := orders.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "USD",
+		o, err := orders.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "USD",
 			Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")
 		if err != nil {
 			t.Fatal(err)

@@ -65,7 +65,7 @@ func (w *world) env(extra ...string) map[string]string {
 func (w *world) checkout(t *testing.T, email string) notify.Delivery {
 	t.Helper()
 	price := int64(2500)
-	o, _, err := w.orders.Place(context.Background(), order.Checkout{
+	o, err := w.orders.Place(context.Background(), order.Checkout{
 		CustomerEmail: email, CustomerName: "Sari", Currency: "USD",
 		Items: []order.CheckoutItem{{SKU: "MUG", Name: "Mug", Quantity: 1, UnitPrice: &price}},
 	}, order.Caller{}, "")

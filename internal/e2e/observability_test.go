@@ -303,7 +303,7 @@ func checkoutWithoutTask(t *testing.T, ctx context.Context, db testenv.DB, email
 	reg := prometheus.NewRegistry()
 	svc := order.NewService(db.Pool, notify.NewEnqueuer(dead, "none", slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
-	o, _, err := svc.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "IDR",
+	o, err := svc.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "IDR",
 		Items: []order.CheckoutItem{{SKU: "S", Name: "S", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)

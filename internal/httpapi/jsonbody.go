@@ -83,6 +83,18 @@ func decodeStrict(raw []byte, dst any, prefix string) *problem {
 		}
 		return invalid(pointer, detail)
 	}
+	return decodeChecked(raw, dst, prefix)
+}
+
+// decodeChecked is decodeStrict's decoding, for a part of a body that
+// decodeStrict has checked whole (an item of a checkout): unknown fields,
+// wrong types and trailing data are still refused, the checks of the
+// whole are not run again.
+func decodeChecked(raw []byte, dst any, prefix string) *problem {
+	invalid := func(pointer, detail string) *problem {
+		return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not valid",
+			Detail: detail, Errors: []fieldError{{Pointer: pointer, Detail: detail}}}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)

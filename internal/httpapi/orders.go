@@ -2,9 +2,9 @@ package httpapi
 
 import (
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/go-chi/chi/v5"
@@ -53,17 +53,20 @@ func handleCreateOrder(orders *order.Service) http.Handler {
 			writeProblem(w, r, *p)
 			return
 		}
-		o, replayed, err := orders.Place(r.Context(), c, caller, key)
+		placed, err := orders.Place(r.Context(), c, caller, key)
 		if err != nil {
 			writeError(w, r, err)
 			return
 		}
-		addLogAttrs(r.Context(), slog.String("order_id", o.ID.String()), slog.Bool("idempotent_replay", replayed))
-		w.Header().Set("Location", "/v1/orders/"+o.ID.String())
-		if replayed {
+		addLogAttrs(r.Context(), slog.String("order_id", placed.ID.String()), slog.Bool("idempotent_replay", placed.Replayed))
+		w.Header().Set("Location", "/v1/orders/"+placed.ID.String())
+		if placed.Replayed {
 			w.Header().Set("Idempotent-Replayed", "true")
 		}
-		writeJSON(w, http.StatusCreated, o)
+		// As recorded: a replay is the first answer, byte for byte.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(placed.JSON) // the status is out; a broken connection has nobody to tell
 	})
 }
 
@@ -230,7 +233,8 @@ func anonymousKeyProblem(key string) *problem {
 
 // decodeCheckout reads a JSON checkout, refusing what is not JSON, too
 // large, has unknown fields or values of the wrong type, each with a
-// problem that names the field.
+// problem that names the field. The body is checked once, whole; its
+// items are decoded one by one only so that an error can name its item.
 func decodeCheckout(w http.ResponseWriter, r *http.Request) (order.Checkout, *problem) {
 	raw, p := readJSONBody(w, r)
 	if p != nil {
@@ -249,7 +253,7 @@ func decodeCheckout(w http.ResponseWriter, r *http.Request) (order.Checkout, *pr
 	}
 	for i, rawItem := range req.Items {
 		var it checkoutItemRequest
-		if p := decodeStrict(rawItem, &it, fmt.Sprintf("/items/%d", i)); p != nil {
+		if p := decodeChecked(rawItem, &it, "/items/"+strconv.Itoa(i)); p != nil {
 			return order.Checkout{}, p
 		}
 		c.Items[i] = order.CheckoutItem{SKU: it.SKU, Name: it.Name, Quantity: it.Quantity, UnitPrice: it.UnitPrice}

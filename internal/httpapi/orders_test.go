@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -283,6 +284,15 @@ func TestIdempotencyKeyReplaysTheFirstResponse(t *testing.T) {
 	}
 	if again.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Idempotent-Replayed") != "" {
 		t.Errorf("Idempotent-Replayed: first %q, replay %q", first.header.Get("Idempotent-Replayed"), again.header.Get("Idempotent-Replayed"))
+	}
+	// What the key's record keeps is the first answer itself, its final
+	// newline included: a replay writes it as stored.
+	var stored []byte
+	if err := s.db.Pool.QueryRow(t.Context(), "SELECT response_body FROM idempotency_keys").Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored, first.body) || !bytes.HasSuffix(first.body, []byte("}\n")) {
+		t.Errorf("stored %q\nfirst answer %q", stored, first.body)
 	}
 	if n := s.count(t, "orders"); n != 1 {
 		t.Errorf("orders = %d, want 1", n)

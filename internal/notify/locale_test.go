@@ -27,7 +27,7 @@ func TestEmailsAreWrittenInTheCustomersLanguage(t *testing.T) {
 	ctx := context.Background()
 	price := int64(21500050)
 	place := func(email, locale string) notify.Delivery {
-		o, _, err := e.orders.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "Ana", Currency: "IDR", Locale: locale,
+		o, err := e.orders.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "Ana", Currency: "IDR", Locale: locale,
 			Items: []order.CheckoutItem{{SKU: "TEA", Name: "Teh", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")
 		if err != nil {
 			t.Fatal(err)
@@ -81,7 +81,7 @@ func TestCheckoutLocaleIsCanonical(t *testing.T) {
 		t.Errorf("locale %q: %v", c.Locale, err)
 	}
 	c.Locale = "id-id"
-	o, _, err := e.orders.Place(context.Background(), c, order.Caller{}, "")
+	o, err := e.orders.Place(context.Background(), c, order.Caller{}, "")
 	if err != nil || o.Locale != "id-ID" {
 		t.Errorf("locale id-id: stored %q, %v", o.Locale, err)
 	}

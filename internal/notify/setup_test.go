@@ -135,7 +135,7 @@ func (e *env) worker(t testing.TB, o workerOpts) testWorker {
 func (e *env) checkout(t testing.TB, email string) notify.Delivery {
 	t.Helper()
 	price := int64(150000)
-	o, _, err := e.orders.Place(context.Background(), order.Checkout{
+	o, err := e.orders.Place(context.Background(), order.Checkout{
 		CustomerEmail: email, CustomerName: "Budi", Currency: "IDR",
 		Items: []order.CheckoutItem{{SKU: "KOPI-1", Name: "Kopi Toraja", Quantity: 2, UnitPrice: &price}},
 	}, order.Caller{}, "")

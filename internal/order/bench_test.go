@@ -46,7 +46,7 @@ func BenchmarkPlace(b *testing.B) {
 			b.ResetTimer()
 			before := pgCPU()
 			for i := 0; i < b.N; i++ {
-				if _, _, err := s.Place(ctx, c, order.Caller{}, keys[i]); err != nil {
+				if _, err := s.Place(ctx, c, order.Caller{}, keys[i]); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -3,6 +3,7 @@ package order
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"golang.org/x/text/language"
@@ -115,21 +116,27 @@ func (c Checkout) validate() (validCheckout, error) {
 		v.Items = make([]Item, 0, len(c.Items))
 		totalOK := true
 		for i, it := range c.Items {
-			p := fmt.Sprintf("/items/%d", i)
+			// An item's pointer is spelt out only for a problem: a valid
+			// checkout formats none.
+			p := func() string { return "/items/" + strconv.Itoa(i) }
 			item := Item{SKU: strings.TrimSpace(it.SKU), Name: strings.TrimSpace(it.Name)}
-			checkText(&verr, p+"/sku", item.SKU, maxSKURunes)
-			checkText(&verr, p+"/name", item.Name, maxNameRunes)
+			if d := textrule.OneLine(item.SKU, maxSKURunes); d != "" {
+				verr.add(p()+"/sku", "%s", d)
+			}
+			if d := textrule.OneLine(item.Name, maxNameRunes); d != "" {
+				verr.add(p()+"/name", "%s", d)
+			}
 			lineOK := true
 			if it.Quantity < 1 || it.Quantity > MaxQuantity {
-				verr.add(p+"/quantity", "must be a whole number from 1 to %d", MaxQuantity)
+				verr.add(p()+"/quantity", "must be a whole number from 1 to %d", MaxQuantity)
 				lineOK = false
 			}
 			switch {
 			case it.UnitPrice == nil:
-				verr.add(p+"/unit_price", "is required (integer minor units; 0 for a free item)")
+				verr.add(p()+"/unit_price", "is required (integer minor units; 0 for a free item)")
 				lineOK = false
 			case *it.UnitPrice < 0 || *it.UnitPrice > MaxAmount:
-				verr.add(p+"/unit_price", "must be a whole number of minor units from 0 to %d", int64(MaxAmount))
+				verr.add(p()+"/unit_price", "must be a whole number of minor units from 0 to %d", int64(MaxAmount))
 				lineOK = false
 			}
 			if lineOK {
@@ -139,7 +146,7 @@ func (c Checkout) validate() (validCheckout, error) {
 				// overflows int64 is caught by the division check.
 				item.LineTotal = item.UnitPrice * int64(item.Quantity)
 				if item.LineTotal/int64(item.Quantity) != item.UnitPrice || item.LineTotal > MaxAmount {
-					verr.add(p, "quantity times unit_price exceeds %d minor units", int64(MaxAmount))
+					verr.add(p(), "quantity times unit_price exceeds %d minor units", int64(MaxAmount))
 					lineOK = false
 				}
 			}

@@ -90,6 +90,18 @@ func NewService(pool *pgxpool.Pool, enq enqueuer, tmpl *mailtemplate.Templates, 
 	return s
 }
 
+// Placed is a checkout as Place recorded it, or found it recorded.
+type Placed struct {
+	Order
+	// JSON is the API's answer: the order as JSON, ending in a newline.
+	// For a replay it is the first answer, byte for byte, as its
+	// Idempotency-Key record keeps it.
+	JSON []byte
+	// Replayed: the Idempotency-Key had been used for this checkout
+	// before, and nothing was created.
+	Replayed bool
+}
+
 // Place records a checkout: the order, its lines and the intent to send
 // its confirmation, all in one transaction; after the commit it enqueues
 // the delivery. With a non-empty idempotencyKey, a repeat of the same
@@ -99,18 +111,18 @@ func NewService(pool *pgxpool.Pool, enq enqueuer, tmpl *mailtemplate.Templates, 
 // ErrRequestInFlight. An invalid checkout is a *ValidationError and
 // writes nothing. With Public rules set, an anonymous caller's checkout
 // is also held to them, and one over its quota is a *QuotaError.
-func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempotencyKey string) (o Order, replayed bool, err error) {
+func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempotencyKey string) (Placed, error) {
 	v, err := c.validate()
 	if err != nil {
-		return Order{}, false, err
+		return Placed{}, err
 	}
 	if s.Public != nil && caller.Anonymous() {
 		if err := s.Public.checkPublic(v); err != nil {
-			return Order{}, false, err
+			return Placed{}, err
 		}
 		if s.Public.Quota != nil {
 			if limit, wait := s.Public.Quota.Take(ctx, v.Email); limit != "" {
-				return Order{}, false, &QuotaError{Limit: limit, RetryAfter: wait}
+				return Placed{}, &QuotaError{Limit: limit, RetryAfter: wait}
 			}
 		}
 	}
@@ -119,7 +131,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 	if idempotencyKey != "" {
 		fingerprint, err := json.Marshal(v)
 		if err != nil {
-			return Order{}, false, fmt.Errorf("fingerprint checkout: %w", err)
+			return Placed{}, fmt.Errorf("fingerprint checkout: %w", err)
 		}
 		sum := sha256.Sum256(fingerprint)
 		hash = sum[:]
@@ -128,7 +140,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/sekali-dev/sekali/internal/order").Start(ctx, "checkout transaction")
 	defer span.End()
 
-	o = Order{
+	o := Order{
 		ID:            uuid.Must(uuid.NewV7()),
 		CustomerEmail: v.Email,
 		CustomerName:  v.Name,
@@ -154,36 +166,41 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 		Locale: o.Locale,
 	}.Prepare(now)
 	if err != nil {
-		return Order{}, false, err
+		return Placed{}, err
 	}
 	deliveries := []notify.Delivery{intent.Delivery}
 	o.Notifications = notificationsOf(deliveries)
 	p := checkoutParams(o, intent)
 
+	answer, err := json.Marshal(o)
+	if err != nil {
+		return Placed{}, fmt.Errorf("encode order: %w", err)
+	}
+	answer = append(answer, '\n')
 	if idempotencyKey == "" {
 		// One statement: one round trip, one commit.
 		if err := dbsqlc.New(s.pool).InsertCheckout(ctx, p); err != nil {
-			return Order{}, false, fmt.Errorf("insert order: %w", err)
+			return Placed{}, fmt.Errorf("insert order: %w", err)
 		}
 	} else {
-		body, err := json.Marshal(o)
-		if err != nil {
-			return Order{}, false, fmt.Errorf("remember idempotent response: %w", err)
-		}
-		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, caller.scope(idempotencyScope), idempotencyKey, hash, body, now.Add(s.keyTTL)
+		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, caller.scope(idempotencyScope), idempotencyKey, hash, answer, now.Add(s.keyTTL)
 		prior, found, err := s.placeKeyed(ctx, p, now)
 		if err != nil {
-			return Order{}, false, err
+			return Placed{}, err
 		}
 		if found {
 			s.replays.Inc()
-			return prior, true, nil
+			var first Order
+			if err := json.Unmarshal(prior, &first); err != nil {
+				return Placed{}, fmt.Errorf("decode remembered response: %w", err)
+			}
+			return Placed{Order: first, JSON: prior, Replayed: true}, nil
 		}
 	}
 	s.created.Inc()
 	failpoint.Inject("api-after-commit") // a crash here leaves intents without tasks
 	s.enqueuer.EnqueueAfterCommit(ctx, deliveries)
-	return o, false, nil
+	return Placed{Order: o, JSON: answer}, nil
 }
 
 // placeKeyed records a checkout with an Idempotency-Key, or finds the
@@ -191,30 +208,27 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 // is one statement (InsertKeyedCheckout): lock, look-up and inserts in one
 // round trip and one commit. A key whose record expired takes the long
 // way: a transaction that locks it, drops the old record and inserts.
-func (s *Service) placeKeyed(ctx context.Context, p dbsqlc.InsertCheckoutParams, now time.Time) (prior Order, found bool, err error) {
+func (s *Service) placeKeyed(ctx context.Context, p dbsqlc.InsertCheckoutParams, now time.Time) (prior []byte, found bool, err error) {
 	r, err := dbsqlc.New(s.pool).InsertKeyedCheckout(ctx, keyedParams(p))
 	switch {
 	case isUniqueViolation(err, "idempotency_keys_pkey"):
 		// A twin committed between this statement's snapshot and its
 		// lock: it is the first; nothing of this one was written.
 		s.keyClashes.WithLabelValues("in_flight").Inc()
-		return Order{}, false, ErrRequestInFlight
+		return nil, false, ErrRequestInFlight
 	case err != nil:
-		return Order{}, false, fmt.Errorf("insert order: %w", err)
+		return nil, false, fmt.Errorf("insert order: %w", err)
 	case !r.Locked:
 		s.keyClashes.WithLabelValues("in_flight").Inc()
-		return Order{}, false, ErrRequestInFlight
+		return nil, false, ErrRequestInFlight
 	case r.Inserted:
-		return Order{}, false, nil
+		return nil, false, nil
 	case r.PriorExpiresAt != nil && r.PriorExpiresAt.After(now):
 		if !bytes.Equal(r.PriorRequestHash, p.RequestHash) {
 			s.keyClashes.WithLabelValues("payload_mismatch").Inc()
-			return Order{}, false, ErrKeyReused
+			return nil, false, ErrKeyReused
 		}
-		if err := json.Unmarshal(r.PriorResponseBody, &prior); err != nil {
-			return Order{}, false, fmt.Errorf("decode remembered response: %w", err)
-		}
-		return prior, true, nil
+		return r.PriorResponseBody, true, nil
 	}
 	// The key's record expired: start afresh under the key's lock.
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -222,10 +236,7 @@ func (s *Service) placeKeyed(ctx context.Context, p dbsqlc.InsertCheckoutParams,
 		body, live, err := s.lookupKey(ctx, q, p.Scope, p.Key, p.RequestHash, now)
 		if err != nil || live {
 			if live {
-				found = true
-				if err := json.Unmarshal(body, &prior); err != nil {
-					return fmt.Errorf("decode remembered response: %w", err)
-				}
+				prior, found = body, true
 			}
 			return err
 		}

@@ -53,7 +53,7 @@ func setup(t *testing.T) env {
 	reg := prometheus.NewRegistry()
 	orders := order.NewService(db.Pool, notify.NewEnqueuer(queue, "webhooks-test", discard, reg), nil, time.Hour, reg)
 	price := int64(100)
-	o, _, err := orders.Place(ctx, order.Checkout{CustomerEmail: "Ana@Example.com", CustomerName: "Ana", Currency: "USD",
+	o, err := orders.Place(ctx, order.Checkout{CustomerEmail: "Ana@Example.com", CustomerName: "Ana", Currency: "USD",
 		Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")
 	if err != nil {
 		t.Fatal(err)

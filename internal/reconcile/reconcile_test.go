@@ -133,7 +133,7 @@ func (e *env) startWorker(t *testing.T) {
 func (e *env) pending(t *testing.T, email string) notify.Delivery {
 	t.Helper()
 	price := int64(1000)
-	o, _, err := e.orders.Place(context.Background(), order.Checkout{
+	o, err := e.orders.Place(context.Background(), order.Checkout{
 		CustomerEmail: email, CustomerName: "Tono", Currency: "EUR",
 		Items: []order.CheckoutItem{{SKU: "BOOK", Name: "Buku", Quantity: 1, UnitPrice: &price}},
 	}, order.Caller{}, "")
