@@ -93,8 +93,8 @@ func (c *cluster) endOnRedisCluster(orders func() []placed, scenario string) {
 	c.settled(fault(60*time.Second, 180*time.Second))
 	c.verdict(scenario, expect{})
 	q := c.adminQueue()
-	if q.Completed == 0 {
-		c.t.Errorf("/admin/v1/queue says no task completed: %+v", q)
+	if q.ProcessedToday == 0 {
+		c.t.Errorf("/admin/v1/queue says no task was processed: %+v", q)
 	}
 	if q.Provider == nil || !q.Provider.Up {
 		c.t.Errorf("/admin/v1/queue says the provider is %+v, want up", q.Provider)
@@ -117,10 +117,10 @@ func (c *cluster) keyNotOn(rc *testenv.RedisCluster, addr string) string {
 }
 
 type adminQueue struct {
-	Pending   int `json:"pending"`
-	Active    int `json:"active"`
-	Completed int `json:"completed"`
-	Provider  *struct {
+	Pending        int `json:"pending"`
+	Active         int `json:"active"`
+	ProcessedToday int `json:"processed_today"`
+	Provider       *struct {
 		Up bool `json:"up"`
 	} `json:"provider"`
 }

@@ -324,7 +324,7 @@ func handleAdminQueue(a Admin) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"queue": q.Queue, "concurrency_per_worker": q.ConcurrencyPerWorker, "paused": q.Paused, "size": q.Size,
 			"pending": q.Pending, "active": q.Active, "scheduled": q.Scheduled, "retry": q.Retry,
-			"archived": q.Archived, "completed": q.Completed, "latency_seconds": q.Latency.Seconds(),
+			"archived": q.Archived, "completed": q.Completed, "processed_today": q.ProcessedToday, "latency_seconds": q.Latency.Seconds(),
 			"provider": q.Provider,
 		})
 	})

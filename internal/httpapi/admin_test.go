@@ -224,18 +224,19 @@ func TestAdminQueueControls(t *testing.T) {
 	}
 }
 
-// The queue's size is the tasks still to run: a delivery the worker has
-// finished leaves a completed task behind (kept to refuse a duplicate
-// enqueue), and that is reported as completed, not counted in size.
-func TestAdminQueueSizeLeavesOutCompletedTasks(t *testing.T) {
+// A delivery's task is deleted once it finished: it is counted in
+// processed_today, in no size, and only the next pending task is in the
+// queue.
+func TestAdminQueueCountsProcessedNotKeptTasks(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	s.startWorker(t, nil)
 	type queue struct {
-		Size      int  `json:"size"`
-		Pending   int  `json:"pending"`
-		Completed int  `json:"completed"`
-		Paused    bool `json:"paused"`
+		Size           int  `json:"size"`
+		Pending        int  `json:"pending"`
+		Completed      int  `json:"completed"`
+		ProcessedToday int  `json:"processed_today"`
+		Paused         bool `json:"paused"`
 	}
 	read := func() queue {
 		var q queue
@@ -243,14 +244,14 @@ func TestAdminQueueSizeLeavesOutCompletedTasks(t *testing.T) {
 		return q
 	}
 	s.postOrder(t, validCheckout, nil)
-	testenv.WaitFor(t, "the worker to complete the confirmation's task", 30*time.Second, func() bool { return read().Completed == 1 })
+	testenv.WaitFor(t, "the worker to process the confirmation's task", 30*time.Second, func() bool { return read().ProcessedToday == 1 })
 	// Paused, the next delivery stays a pending task.
 	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/pause", ""); res.status != http.StatusOK {
 		t.Fatalf("pause = %d %s", res.status, res.body)
 	}
 	s.postOrder(t, strings.Replace(validCheckout, "Ana Maria", "Budi", 1), nil)
-	if q := read(); q.Size != 1 || q.Pending != 1 || q.Completed != 1 || !q.Paused {
-		t.Errorf("queue %+v, want size 1: the pending task, not the completed one", q)
+	if q := read(); q.Size != 1 || q.Pending != 1 || q.Completed != 0 || q.ProcessedToday != 1 || !q.Paused {
+		t.Errorf("queue %+v, want size 1 (the pending task), nothing completed kept, one processed", q)
 	}
 }
 

@@ -26,9 +26,14 @@ func LockKey(keyHash string) string { return "sekali:{" + keyHash + "}:lock" }
 // SentKey: see LockKey.
 func SentKey(keyHash string) string { return "sekali:{" + keyHash + "}:sent" }
 
-// sentCacheTTL is how long the status cache remembers a sent delivery. It
-// outlives any redelivery of the task (its retention is 24h).
-const sentCacheTTL = 48 * time.Hour
+// sentCacheTTL is how long the status cache remembers a sent delivery:
+// long enough for what brings a sent delivery's task back (asynq
+// recovering a task whose worker died after the send, within a minute
+// and a half; a retry queued before the send went through, within the
+// 5-minute back-off cap), short enough that Redis holds a quarter of an
+// hour of orders, not days of them. Past it the row answers, as it
+// always may: the cache only speeds up a positive answer.
+const sentCacheTTL = 15 * time.Minute
 
 // The lock's scripts compare before they act: a worker only ever extends
 // or deletes the lock it holds, never one another worker took after its

@@ -138,10 +138,11 @@ type QueueState struct {
 	ConcurrencyPerWorker int // 0: none set (each worker uses WORKER_CONCURRENCY)
 	Paused               bool
 	// Size counts the tasks that are still to run: pending, active,
-	// scheduled, retrying and archived (asynq's own Size also counts
-	// completed tasks, which are kept only to refuse a duplicate enqueue).
+	// scheduled, retrying and archived. Finished tasks are not kept
+	// (Completed counts those an older version left behind).
 	Size                                                   int
 	Pending, Active, Scheduled, Retry, Archived, Completed int
+	ProcessedToday                                         int           // tasks finished today (UTC), asynq's count
 	Latency                                                time.Duration // age of the oldest pending task
 	Provider                                               ProviderHealth
 }
@@ -178,7 +179,7 @@ func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
 		Queue: queue, ConcurrencyPerWorker: limit, Paused: info.Paused,
 		Size:    info.Pending + info.Active + info.Scheduled + info.Retry + info.Archived,
 		Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry,
-		Archived: info.Archived, Completed: info.Completed, Latency: info.Latency, Provider: health,
+		Archived: info.Archived, Completed: info.Completed, ProcessedToday: info.Processed, Latency: info.Latency, Provider: health,
 	}, nil
 }
 

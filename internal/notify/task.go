@@ -32,10 +32,6 @@ const TaskTypeDeliver = "notification:deliver"
 // DefaultQueue is the asynq queue deliveries travel on unless configured.
 const DefaultQueue = "notifications"
 
-// taskRetention keeps a finished task's id in Redis for this long, so that
-// enqueuing the same delivery again within it is refused by asynq itself.
-const taskRetention = 24 * time.Hour
-
 // deliverPayload is all a task carries: the delivery id and the hash of
 // its idempotency key (so the worker can ask the status cache before
 // PostgreSQL); no address, no template data. The truth about a delivery
@@ -129,7 +125,11 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) err
 	_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d),
 		asynq.TaskID(taskID),
 		asynq.Queue(e.queue),
-		asynq.Retention(taskRetention),
+		// No retention: a finished task is deleted at once. Its id would
+		// only refuse a second enqueue of a delivery that is done, and a
+		// second task for it costs one look at the status cache or the
+		// row, not an e-mail; kept, every order would leave a task in
+		// Redis for as long as the retention lasted.
 		asynq.MaxRetry(maxTaskRetries),
 	)
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
