@@ -144,6 +144,10 @@ type step struct {
 	Drain              time.Duration
 	Sustainable        bool
 	cpu                cpuUse // CPU used while the load ran
+	// From the first request until the last e-mail was done, per order:
+	// the WAL PostgreSQL wrote, and the row versions the pipeline's
+	// table got (updates), of which HOT (no index touched).
+	walPerOrder, updatesPerOrder, hotShare float64
 }
 
 func (b *bench) run(ctx context.Context) (string, error) {
@@ -321,6 +325,10 @@ func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time
 	b.settle(ctx, dep.pool, dep.offers > 0) // vacuum once there are orders
 	dep.offers++
 	cpuBefore := b.sampleCPU(dep)
+	pgBefore, err := b.samplePG(ctx, dep)
+	if err != nil {
+		return s, err
+	}
 	profiled := b.profile(ctx, dep, rate, d)
 	start := time.Now()
 	var mu sync.Mutex
@@ -378,6 +386,17 @@ func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time
 	// CPU from the first request until the last delivery was done: all
 	// the work of the step's orders, and only theirs.
 	s.cpu = b.sampleCPU(dep).since(cpuBefore, time.Since(start), float64(s.Requests-s.Errors))
+	pgAfter, err := b.samplePG(ctx, dep)
+	if err != nil {
+		return s, err
+	}
+	if orders := float64(s.Requests - s.Errors); orders > 0 {
+		s.walPerOrder = float64(pgAfter.wal-pgBefore.wal) / orders
+		s.updatesPerOrder = float64(pgAfter.updates-pgBefore.updates) / orders
+		if u := pgAfter.updates - pgBefore.updates; u > 0 {
+			s.hotShare = float64(pgAfter.hot-pgBefore.hot) / float64(u)
+		}
+	}
 	var p50, p99 float64
 	if err := dep.pool.QueryRow(ctx, dep.pipeline.sentSQL, start, loadEnd).Scan(&p50, &p99); err != nil {
 		return s, err
@@ -388,6 +407,24 @@ func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time
 	s.Sustainable = s.Errors == 0 && s.P99 <= b.o.p99Bound && s.Drain <= 500*time.Millisecond && s.Achieved >= 0.95*rate
 	b.logf("  achieved %.0f/s, p50 %v p99 %v max %v, errors %d, drain %v, checkout→sent p50 %v p99 %v, sustainable %v",
 		s.Achieved, ms(s.P50), ms(s.P99), ms(s.Max), s.Errors, ms(s.Drain), ms(s.SentP50), ms(s.SentP99), s.Sustainable)
+	return s, nil
+}
+
+// pgSample is what PostgreSQL has written: WAL bytes since the server
+// began, and the updates (and HOT ones) of the pipeline's table.
+type pgSample struct{ wal, updates, hot int64 }
+
+// samplePG reads the WAL position and the table's update counters, after
+// asking the statistics to be flushed.
+func (b *bench) samplePG(ctx context.Context, dep *deployment) (pgSample, error) {
+	var s pgSample
+	_, _ = dep.pool.Exec(ctx, "SELECT pg_stat_force_next_flush()") // PostgreSQL 15+; older ones count a little late
+	err := dep.pool.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint,
+		coalesce(sum(n_tup_upd), 0), coalesce(sum(n_tup_hot_upd), 0)
+		FROM pg_stat_user_tables WHERE relname = $1`, dep.pipeline.table).Scan(&s.wal, &s.updates, &s.hot)
+	if err != nil {
+		return s, fmt.Errorf("sample PostgreSQL's WAL and updates: %w", err)
+	}
 	return s, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -34,6 +35,9 @@ type pipeline struct {
 	// sentSQL gives the p50 and p99, in seconds, of checkout → sent for
 	// the orders checked out in [$1, $2).
 	sentSQL string
+	// table holds one row per e-mail, the one its steps update: whose
+	// row versions (and how many were HOT) the report counts.
+	table string
 }
 
 // sekali is the service itself: its API, worker and reconciler binaries,
@@ -47,6 +51,7 @@ var sekali = pipeline{
 	},
 	openSQL: "SELECT count(*) FROM notification_deliveries WHERE status IN ('pending', 'sending')",
 	sentSQL: sentPercentiles("sent_at - created_at", "notification_deliveries", "status = 'sent'"),
+	table:   "notification_deliveries",
 }
 
 // riverReference is the same path built on River (riverref.go). A job
@@ -60,6 +65,7 @@ var riverReference = pipeline{
 	},
 	openSQL: "SELECT count(*) FROM river_job WHERE state NOT IN ('completed', 'cancelled', 'discarded')",
 	sentSQL: sentPercentiles("finalized_at - created_at", "river_job", "state = 'completed'"),
+	table:   "river_job",
 }
 
 // sentPercentiles is the query of a pipeline's sentSQL: the p50 and p99
@@ -83,8 +89,11 @@ type deployment struct {
 	apiURL   string
 	apiKey   string // the shop's server's key, sent with every checkout; "" for none
 	redisPid int    // 0: the pipeline has no Redis
-	offers   int    // rates offered so far
-	cleanup  []func()
+	redis    *redis.Client
+	// redisBase is Redis's used_memory before the first order.
+	redisBase int64
+	offers    int // rates offered so far
+	cleanup   []func()
 }
 
 // stop ends the processes, then the rest, last started first.
@@ -144,6 +153,15 @@ func (b *bench) startSekali(ctx context.Context, d *deployment, dbURL string) er
 	}
 	redisURL, err := b.startRedis(d)
 	if err != nil {
+		return err
+	}
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return err
+	}
+	d.redis = redis.NewClient(opt)
+	d.cleanup = append(d.cleanup, func() { d.redis.Close() })
+	if d.redisBase, err = usedMemory(ctx, d.redis); err != nil {
 		return err
 	}
 	common := map[string]string{"REDIS_URL": redisURL, "LOG_LEVEL": "warn", "MAIL_FROM": "orders@shop.example", "DELIVERY_QUEUE": "bench"}
@@ -235,9 +253,12 @@ type outcome struct {
 	steps           []step // the search and its refinement, by offered rate
 	orders, emails  int
 	dups            int
-	redis           bool         // the pipeline has a Redis (its CPU is counted)
-	capped          bool         // no rate tried was too much: best is a lower bound
-	procs           []procResult // in the order of their CPU in the steps' cpuUse
+	redis           bool // the pipeline has a Redis (its CPU is counted)
+	// redisPerK is Redis's used_memory at the end of the run, less what
+	// it used before the first order, per 1,000 orders of the run.
+	redisPerK float64
+	capped    bool         // no rate tried was too much: best is a lower bound
+	procs     []procResult // in the order of their CPU in the steps' cpuUse
 }
 
 // procResult is one process of a pipeline, as it ended the run.
@@ -314,8 +335,28 @@ func (b *bench) measure(ctx context.Context, p pipeline) (outcome, error) {
 		return out, err
 	}
 	out.redis = d.redisPid != 0
+	if d.redis != nil && out.orders > 0 {
+		used, err := usedMemory(ctx, d.redis)
+		if err != nil {
+			return out, err
+		}
+		out.redisPerK = float64(used-d.redisBase) / float64(out.orders) * 1000
+	}
 	for _, pr := range d.procs { // before they stop
 		out.procs = append(out.procs, procResult{name: pr.name, role: pr.role, peakRSSKiB: procUsage(pr.cmd.Process.Pid).PeakRSSKiB})
 	}
 	return out, nil
+}
+
+// usedMemory is Redis's used_memory, in bytes.
+func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
+	info, err := rdb.InfoMap(ctx, "memory").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO memory: %w", err)
+	}
+	n, err := strconv.ParseInt(info["Memory"]["used_memory"], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("redis used_memory: %w", err)
+	}
+	return n, nil
 }

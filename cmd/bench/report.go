@@ -126,6 +126,17 @@ func (b *bench) report(outs []outcome, before, after ceilingResult) string {
 	row("checkout→sent p50 at low load", func(o outcome) string { return ms(o.low.SentP50) }, func(o outcome) float64 { return msf(o.low.SentP50) }, "< 50 ms")
 	row("e-mails at the sink / orders", func(o outcome) string { return fmt.Sprintf("%d / %d", o.emails, o.orders) }, nil, "equal")
 	row("duplicates (Message-ID seen twice)", func(o outcome) string { return strconv.Itoa(o.dups) }, nil, "0")
+	row("WAL per order at the maximum rate", func(o outcome) string { return fmt.Sprintf("%.0f B", o.best.walPerOrder) },
+		func(o outcome) float64 { return o.best.walPerOrder }, "")
+	row("row versions per order (updates of its row), HOT share", func(o outcome) string {
+		return fmt.Sprintf("%.2f, %.0f%% HOT", o.best.updatesPerOrder, 100*o.best.hotShare)
+	}, func(o outcome) float64 { return o.best.updatesPerOrder }, "")
+	row("Redis used_memory per 1,000 orders, at the end", func(o outcome) string {
+		if !o.redis {
+			return "no Redis"
+		}
+		return fmt.Sprintf("%.0f KiB", o.redisPerK/1024)
+	}, nil, "")
 
 	// Where the CPU goes, per order: each pipeline at its maximum rate,
 	// and the ceiling (after), which has no pipeline processes.
