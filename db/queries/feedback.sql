@@ -26,10 +26,13 @@ ON CONFLICT (provider, token) DO NOTHING;
 
 -- name: FindDeliveryForFeedback :one
 -- The delivery a provider's event is about: by the provider's id for the
--- message, or by our Message-ID.
+-- message, or by our Message-ID, found through its local part, the key
+-- hash (the key hash index).
 SELECT * FROM notification_deliveries
 WHERE (sqlc.narg(provider_message_id)::text IS NOT NULL AND provider_message_id = sqlc.narg(provider_message_id)::text)
-   OR (sqlc.narg(message_id)::text IS NOT NULL AND message_id = sqlc.narg(message_id)::text)
+   OR (sqlc.narg(message_id)::text IS NOT NULL AND message_id IS NOT NULL
+       AND split_part(message_id, '@', 1) = split_part(sqlc.narg(message_id)::text, '@', 1)
+       AND message_id = sqlc.narg(message_id)::text)
 ORDER BY created_at DESC
 LIMIT 1;
 

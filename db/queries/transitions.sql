@@ -80,12 +80,12 @@ FROM claimed;
 -- name: HandOver :one
 -- The last check before the data goes out: the lease is still ours and
 -- unexpired. It also records that, from now on, the provider may have
--- the message.
+-- the message. It changes no indexed column (not even updated_at, which
+-- says when the status changed): a HOT update.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
-        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
-        updated_at       = now()
+        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8)
     WHERE d.id = @id
       AND d.status = 'sending'
       AND d.lease_token = @lease_token::uuid

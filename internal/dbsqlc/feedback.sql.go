@@ -61,7 +61,9 @@ func (q *Queries) AddSuppression(ctx context.Context, arg AddSuppressionParams) 
 const findDeliveryForFeedback = `-- name: FindDeliveryForFeedback :one
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale FROM notification_deliveries
 WHERE ($1::text IS NOT NULL AND provider_message_id = $1::text)
-   OR ($2::text IS NOT NULL AND message_id = $2::text)
+   OR ($2::text IS NOT NULL AND message_id IS NOT NULL
+       AND split_part(message_id, '@', 1) = split_part($2::text, '@', 1)
+       AND message_id = $2::text)
 ORDER BY created_at DESC
 LIMIT 1
 `
@@ -72,7 +74,8 @@ type FindDeliveryForFeedbackParams struct {
 }
 
 // The delivery a provider's event is about: by the provider's id for the
-// message, or by our Message-ID.
+// message, or by our Message-ID, found through its local part, the key
+// hash (the key hash index).
 func (q *Queries) FindDeliveryForFeedback(ctx context.Context, arg FindDeliveryForFeedbackParams) (NotificationDelivery, error) {
 	row := q.db.QueryRow(ctx, findDeliveryForFeedback, arg.ProviderMessageID, arg.MessageID)
 	var i NotificationDelivery

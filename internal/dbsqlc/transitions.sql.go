@@ -200,8 +200,7 @@ const handOver = `-- name: HandOver :one
 WITH upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
-        lease_expires_at = now() + make_interval(secs => $1::float8),
-        updated_at       = now()
+        lease_expires_at = now() + make_interval(secs => $1::float8)
     WHERE d.id = $2
       AND d.status = 'sending'
       AND d.lease_token = $3::uuid
@@ -223,7 +222,8 @@ type HandOverParams struct {
 
 // The last check before the data goes out: the lease is still ours and
 // unexpired. It also records that, from now on, the provider may have
-// the message.
+// the message. It changes no indexed column (not even updated_at, which
+// says when the status changed): a HOT update.
 func (q *Queries) HandOver(ctx context.Context, arg HandOverParams) (*time.Time, error) {
 	row := q.db.QueryRow(ctx, handOver,
 		arg.LeaseSeconds,
