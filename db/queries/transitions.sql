@@ -32,32 +32,42 @@ FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
 
--- name: ClaimDelivery :one
--- Take the delivery for one attempt: a pending row, or a sending row whose
--- worker died before it handed the message over, that is the task's (its
--- key hash), of a template this worker has, still within its max age, and
--- that no operator's block or the suppression list holds back. Commits
--- before anything is sent. It is also the worker's only read of the row:
--- no row back means someone else owns it, it is done, or one of those
--- conditions failed, and only then is the row read to say which.
+-- name: ClaimDeliveries :many
+-- Take deliveries for one attempt each: all the claims a worker asked for
+-- while its previous claim ran (smart batching), one statement and one
+-- commit for all, each row on its own conditions, as a claim of one
+-- would be: a pending row, or a sending row whose worker died before it
+-- handed the message over, that is the task's (its key hash), of a
+-- template this worker has, still within its max age, and that no
+-- operator's block or the suppression list holds back. Rows are locked
+-- in id order, so that two workers' claims never wait on each other in
+-- a circle. Commits before anything is sent. It is also the worker's only
+-- read of a row: a row not returned is someone else's, done, or failed
+-- one of those conditions, and only then is it read to say which.
 WITH nosync AS (
     SELECT set_config('synchronous_commit', 'off', true)
+), input AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@key_hashes::text[]) AS key_hash, unnest(@lease_tokens::uuid[]) AS lease_token,
+           unnest(@message_ids::text[]) AS message_id, unnest(@task_ids::text[]) AS task_id
 ), prev AS (
-    SELECT n.id, n.status FROM notification_deliveries n, nosync WHERE n.id = @id FOR UPDATE OF n
+    SELECT n.id, n.status FROM notification_deliveries n, nosync
+    WHERE n.id = ANY(@ids::uuid[])
+    ORDER BY n.id
+    FOR UPDATE OF n
 ), claimed AS (
     UPDATE notification_deliveries d
     SET status           = 'sending',
-        lease_token      = @lease_token::uuid,
+        lease_token      = i.lease_token,
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
         handed_over_at   = NULL,
-        message_id       = coalesce(d.message_id, @message_id::text),
+        message_id       = coalesce(d.message_id, i.message_id),
         attempts         = d.attempts + 1,
         updated_at       = now()
-    FROM prev
+    FROM prev JOIN input i ON i.id = prev.id
     WHERE d.id = prev.id
       AND (d.status = 'pending'
            OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND encode(substring(sha256(convert_to(d.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') = @key_hash::text
+      AND encode(substring(sha256(convert_to(d.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') = i.key_hash
       AND d.template = ANY(@templates::text[])
       AND (d.status <> 'pending' OR d.trying_since > now() - make_interval(secs => @max_age_seconds::float8))
       AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
@@ -65,11 +75,11 @@ WITH nosync AS (
                         AND ((b.kind = 'key' AND b.value = d.idempotency_key)
                           OR (b.kind = 'recipient' AND b.value = d.recipient)))
       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = d.recipient)
-    RETURNING d.*, prev.status AS from_status
+    RETURNING d.*, prev.status AS from_status, i.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, @actor::text,
-           jsonb_build_object('task_id', @task_id::text)
+           jsonb_build_object('task_id', task_id)
     FROM claimed
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
@@ -77,25 +87,34 @@ SELECT id, order_id, template, recipient, idempotency_key, status, attempts, las
        created_at, updated_at, sent_at, message_id, trying_since, locale, from_status
 FROM claimed;
 
--- name: HandOver :one
--- The last check before the data goes out: the lease is still ours and
--- unexpired. It also records that, from now on, the provider may have
--- the message. It changes no indexed column (not even updated_at, which
--- says when the status changed): a HOT update.
-WITH upd AS (
+-- name: HandOverDeliveries :many
+-- The last check before the data goes out, for every attempt of a worker
+-- that reached it while its previous hand-over ran: each lease still
+-- ours and unexpired. It also records that, from now on, the provider may
+-- have each message. It changes no indexed column (not even updated_at,
+-- which says when the status changed): a HOT update. Committed waiting
+-- for the WAL flush, one flush for the batch: a hand-over PostgreSQL
+-- forgot would let the reconciler send again what the provider may have.
+-- Returns the rows handed over; an attempt whose row is missing lost its
+-- lease and must send nothing.
+WITH input AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token
+), upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8)
-    WHERE d.id = @id
+    FROM input i
+    WHERE d.id = ANY(@ids::uuid[])
+      AND d.id = i.id
       AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
+      AND d.lease_token = i.lease_token
       AND d.lease_expires_at > now()
-    RETURNING d.id, d.attempts, d.handed_over_at
+    RETURNING d.id, d.attempts, d.lease_token
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT id, 'handed_over', 'sending', 'sending', attempts, @actor::text FROM upd
 )
-SELECT handed_over_at FROM upd;
+SELECT id, lease_token FROM upd;
 
 -- name: ExtendLease :execrows
 UPDATE notification_deliveries
@@ -105,32 +124,41 @@ WHERE id = @id
   AND lease_token = @lease_token::uuid
   AND lease_expires_at > now();
 
--- name: MarkSent :execrows
--- Fenced: only the worker whose lease this is may record the outcome.
--- Committed without waiting for the WAL flush (synchronous_commit off for
--- this statement's transaction alone): if PostgreSQL crashes before the
--- flush, the row is back to sending and handed over — what a worker crash
+-- name: MarkSentDeliveries :many
+-- The provider accepted these messages: every acceptance a worker
+-- recorded while its previous one ran. Fenced, each on its own lease:
+-- only the worker whose lease it is may record the outcome. Committed
+-- without waiting for the WAL flush (synchronous_commit off for this
+-- statement's transaction alone): if PostgreSQL crashes before the
+-- flush, a row is back to sending and handed over — what a worker crash
 -- after the provider's acceptance leaves — and the reconciler settles it
--- by asking the provider. The flush is most of this statement's cost.
+-- by asking the provider. Returns the rows marked; one missing was
+-- fenced out.
 WITH nosync AS (
     SELECT set_config('synchronous_commit', 'off', true)
+), input AS (
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token,
+           unnest(@provider_message_ids::text[]) AS provider_message_id, unnest(@languages::text[]) AS language
 ), upd AS (
     UPDATE notification_deliveries d
     SET status              = 'sent',
-        provider_message_id = @provider_message_id::text,
+        provider_message_id = i.provider_message_id,
         sent_at             = now(),
         last_error          = NULL,
         updated_at          = now()
-    FROM nosync
-    WHERE d.id = @id
+    FROM nosync, input i
+    WHERE d.id = ANY(@ids::uuid[])
+      AND d.id = i.id
       AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
-    RETURNING d.id, d.attempts
+      AND d.lease_token = i.lease_token
+    RETURNING d.id, d.attempts, d.lease_token, i.provider_message_id, i.language
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT id, 'sent', 'sending', 'sent', attempts, @actor::text,
+           jsonb_build_object('provider_message_id', provider_message_id, 'language', language)
+    FROM upd
 )
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'sent', 'sending', 'sent', attempts, @actor::text,
-       jsonb_build_object('provider_message_id', @provider_message_id::text, 'language', @language::text)
-FROM upd;
+SELECT id, lease_token FROM upd;
 
 -- name: ReleaseForRetry :execrows
 -- A temporary failure before the provider could have accepted anything:

@@ -12,38 +12,44 @@ import (
 	"github.com/google/uuid"
 )
 
-const claimDelivery = `-- name: ClaimDelivery :one
+const claimDeliveries = `-- name: ClaimDeliveries :many
 
 WITH nosync AS (
     SELECT set_config('synchronous_commit', 'off', true)
+), input AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
+           unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), prev AS (
-    SELECT n.id, n.status FROM notification_deliveries n, nosync WHERE n.id = $1 FOR UPDATE OF n
+    SELECT n.id, n.status FROM notification_deliveries n, nosync
+    WHERE n.id = ANY($1::uuid[])
+    ORDER BY n.id
+    FOR UPDATE OF n
 ), claimed AS (
     UPDATE notification_deliveries d
     SET status           = 'sending',
-        lease_token      = $2::uuid,
-        lease_expires_at = now() + make_interval(secs => $3::float8),
+        lease_token      = i.lease_token,
+        lease_expires_at = now() + make_interval(secs => $6::float8),
         handed_over_at   = NULL,
-        message_id       = coalesce(d.message_id, $4::text),
+        message_id       = coalesce(d.message_id, i.message_id),
         attempts         = d.attempts + 1,
         updated_at       = now()
-    FROM prev
+    FROM prev JOIN input i ON i.id = prev.id
     WHERE d.id = prev.id
       AND (d.status = 'pending'
            OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND encode(substring(sha256(convert_to(d.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') = $5::text
-      AND d.template = ANY($6::text[])
-      AND (d.status <> 'pending' OR d.trying_since > now() - make_interval(secs => $7::float8))
+      AND encode(substring(sha256(convert_to(d.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') = i.key_hash
+      AND d.template = ANY($7::text[])
+      AND (d.status <> 'pending' OR d.trying_since > now() - make_interval(secs => $8::float8))
       AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
                       WHERE b.expires_at > now()
                         AND ((b.kind = 'key' AND b.value = d.idempotency_key)
                           OR (b.kind = 'recipient' AND b.value = d.recipient)))
       AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = d.recipient)
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status, i.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'claimed', from_status, 'sending', attempts, $8::text,
-           jsonb_build_object('task_id', $9::text)
+    SELECT id, 'claimed', from_status, 'sending', attempts, $9::text,
+           jsonb_build_object('task_id', task_id)
     FROM claimed
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
@@ -52,19 +58,19 @@ SELECT id, order_id, template, recipient, idempotency_key, status, attempts, las
 FROM claimed
 `
 
-type ClaimDeliveryParams struct {
-	ID            uuid.UUID
-	LeaseToken    uuid.UUID
+type ClaimDeliveriesParams struct {
+	Ids           []uuid.UUID
+	KeyHashes     []string
+	LeaseTokens   []uuid.UUID
+	MessageIds    []string
+	TaskIds       []string
 	LeaseSeconds  float64
-	MessageID     string
-	KeyHash       string
 	Templates     []string
 	MaxAgeSeconds float64
 	Actor         string
-	TaskID        string
 }
 
-type ClaimDeliveryRow struct {
+type ClaimDeliveriesRow struct {
 	ID                uuid.UUID
 	OrderID           uuid.UUID
 	Template          string
@@ -88,49 +94,66 @@ type ClaimDeliveryRow struct {
 }
 
 // ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
-// Take the delivery for one attempt: a pending row, or a sending row whose
-// worker died before it handed the message over, that is the task's (its
-// key hash), of a template this worker has, still within its max age, and
-// that no operator's block or the suppression list holds back. Commits
-// before anything is sent. It is also the worker's only read of the row:
-// no row back means someone else owns it, it is done, or one of those
-// conditions failed, and only then is the row read to say which.
-func (q *Queries) ClaimDelivery(ctx context.Context, arg ClaimDeliveryParams) (ClaimDeliveryRow, error) {
-	row := q.db.QueryRow(ctx, claimDelivery,
-		arg.ID,
-		arg.LeaseToken,
+// Take deliveries for one attempt each: all the claims a worker asked for
+// while its previous claim ran (smart batching), one statement and one
+// commit for all, each row on its own conditions, as a claim of one
+// would be: a pending row, or a sending row whose worker died before it
+// handed the message over, that is the task's (its key hash), of a
+// template this worker has, still within its max age, and that no
+// operator's block or the suppression list holds back. Rows are locked
+// in id order, so that two workers' claims never wait on each other in
+// a circle. Commits before anything is sent. It is also the worker's only
+// read of a row: a row not returned is someone else's, done, or failed
+// one of those conditions, and only then is it read to say which.
+func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams) ([]ClaimDeliveriesRow, error) {
+	rows, err := q.db.Query(ctx, claimDeliveries,
+		arg.Ids,
+		arg.KeyHashes,
+		arg.LeaseTokens,
+		arg.MessageIds,
+		arg.TaskIds,
 		arg.LeaseSeconds,
-		arg.MessageID,
-		arg.KeyHash,
 		arg.Templates,
 		arg.MaxAgeSeconds,
 		arg.Actor,
-		arg.TaskID,
 	)
-	var i ClaimDeliveryRow
-	err := row.Scan(
-		&i.ID,
-		&i.OrderID,
-		&i.Template,
-		&i.Recipient,
-		&i.IdempotencyKey,
-		&i.Status,
-		&i.Attempts,
-		&i.LastError,
-		&i.LeaseToken,
-		&i.LeaseExpiresAt,
-		&i.HandedOverAt,
-		&i.ProviderMessageID,
-		&i.TemplateData,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.SentAt,
-		&i.MessageID,
-		&i.TryingSince,
-		&i.Locale,
-		&i.FromStatus,
-	)
-	return i, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimDeliveriesRow
+	for rows.Next() {
+		var i ClaimDeliveriesRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrderID,
+			&i.Template,
+			&i.Recipient,
+			&i.IdempotencyKey,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.LeaseToken,
+			&i.LeaseExpiresAt,
+			&i.HandedOverAt,
+			&i.ProviderMessageID,
+			&i.TemplateData,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.SentAt,
+			&i.MessageID,
+			&i.TryingSince,
+			&i.Locale,
+			&i.FromStatus,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const expirePending = `-- name: ExpirePending :execrows
@@ -196,44 +219,71 @@ func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) (int64
 	return result.RowsAffected(), nil
 }
 
-const handOver = `-- name: HandOver :one
-WITH upd AS (
+const handOverDeliveries = `-- name: HandOverDeliveries :many
+WITH input AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS lease_token
+), upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
-        lease_expires_at = now() + make_interval(secs => $1::float8)
-    WHERE d.id = $2
+        lease_expires_at = now() + make_interval(secs => $3::float8)
+    FROM input i
+    WHERE d.id = ANY($1::uuid[])
+      AND d.id = i.id
       AND d.status = 'sending'
-      AND d.lease_token = $3::uuid
+      AND d.lease_token = i.lease_token
       AND d.lease_expires_at > now()
-    RETURNING d.id, d.attempts, d.handed_over_at
+    RETURNING d.id, d.attempts, d.lease_token
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT id, 'handed_over', 'sending', 'sending', attempts, $4::text FROM upd
 )
-SELECT handed_over_at FROM upd
+SELECT id, lease_token FROM upd
 `
 
-type HandOverParams struct {
+type HandOverDeliveriesParams struct {
+	Ids          []uuid.UUID
+	LeaseTokens  []uuid.UUID
 	LeaseSeconds float64
-	ID           uuid.UUID
-	LeaseToken   uuid.UUID
 	Actor        string
 }
 
-// The last check before the data goes out: the lease is still ours and
-// unexpired. It also records that, from now on, the provider may have
-// the message. It changes no indexed column (not even updated_at, which
-// says when the status changed): a HOT update.
-func (q *Queries) HandOver(ctx context.Context, arg HandOverParams) (*time.Time, error) {
-	row := q.db.QueryRow(ctx, handOver,
+type HandOverDeliveriesRow struct {
+	ID         uuid.UUID
+	LeaseToken *uuid.UUID
+}
+
+// The last check before the data goes out, for every attempt of a worker
+// that reached it while its previous hand-over ran: each lease still
+// ours and unexpired. It also records that, from now on, the provider may
+// have each message. It changes no indexed column (not even updated_at,
+// which says when the status changed): a HOT update. Committed waiting
+// for the WAL flush, one flush for the batch: a hand-over PostgreSQL
+// forgot would let the reconciler send again what the provider may have.
+// Returns the rows handed over; an attempt whose row is missing lost its
+// lease and must send nothing.
+func (q *Queries) HandOverDeliveries(ctx context.Context, arg HandOverDeliveriesParams) ([]HandOverDeliveriesRow, error) {
+	rows, err := q.db.Query(ctx, handOverDeliveries,
+		arg.Ids,
+		arg.LeaseTokens,
 		arg.LeaseSeconds,
-		arg.ID,
-		arg.LeaseToken,
 		arg.Actor,
 	)
-	var handed_over_at *time.Time
-	err := row.Scan(&handed_over_at)
-	return handed_over_at, err
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []HandOverDeliveriesRow
+	for rows.Next() {
+		var i HandOverDeliveriesRow
+		if err := rows.Scan(&i.ID, &i.LeaseToken); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const holdUnrenderable = `-- name: HoldUnrenderable :execrows
@@ -463,54 +513,80 @@ func (q *Queries) MarkFailed(ctx context.Context, arg MarkFailedParams) (int64, 
 	return result.RowsAffected(), nil
 }
 
-const markSent = `-- name: MarkSent :execrows
+const markSentDeliveries = `-- name: MarkSentDeliveries :many
 WITH nosync AS (
     SELECT set_config('synchronous_commit', 'off', true)
+), input AS (
+    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS lease_token,
+           unnest($3::text[]) AS provider_message_id, unnest($4::text[]) AS language
 ), upd AS (
     UPDATE notification_deliveries d
     SET status              = 'sent',
-        provider_message_id = $2::text,
+        provider_message_id = i.provider_message_id,
         sent_at             = now(),
         last_error          = NULL,
         updated_at          = now()
-    FROM nosync
-    WHERE d.id = $4
+    FROM nosync, input i
+    WHERE d.id = ANY($1::uuid[])
+      AND d.id = i.id
       AND d.status = 'sending'
-      AND d.lease_token = $5::uuid
-    RETURNING d.id, d.attempts
+      AND d.lease_token = i.lease_token
+    RETURNING d.id, d.attempts, d.lease_token, i.provider_message_id, i.language
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT id, 'sent', 'sending', 'sent', attempts, $5::text,
+           jsonb_build_object('provider_message_id', provider_message_id, 'language', language)
+    FROM upd
 )
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'sent', 'sending', 'sent', attempts, $1::text,
-       jsonb_build_object('provider_message_id', $2::text, 'language', $3::text)
-FROM upd
+SELECT id, lease_token FROM upd
 `
 
-type MarkSentParams struct {
-	Actor             string
-	ProviderMessageID string
-	Language          string
-	ID                uuid.UUID
-	LeaseToken        uuid.UUID
+type MarkSentDeliveriesParams struct {
+	Ids                []uuid.UUID
+	LeaseTokens        []uuid.UUID
+	ProviderMessageIds []string
+	Languages          []string
+	Actor              string
 }
 
-// Fenced: only the worker whose lease this is may record the outcome.
-// Committed without waiting for the WAL flush (synchronous_commit off for
-// this statement's transaction alone): if PostgreSQL crashes before the
-// flush, the row is back to sending and handed over — what a worker crash
+type MarkSentDeliveriesRow struct {
+	ID         uuid.UUID
+	LeaseToken *uuid.UUID
+}
+
+// The provider accepted these messages: every acceptance a worker
+// recorded while its previous one ran. Fenced, each on its own lease:
+// only the worker whose lease it is may record the outcome. Committed
+// without waiting for the WAL flush (synchronous_commit off for this
+// statement's transaction alone): if PostgreSQL crashes before the
+// flush, a row is back to sending and handed over — what a worker crash
 // after the provider's acceptance leaves — and the reconciler settles it
-// by asking the provider. The flush is most of this statement's cost.
-func (q *Queries) MarkSent(ctx context.Context, arg MarkSentParams) (int64, error) {
-	result, err := q.db.Exec(ctx, markSent,
+// by asking the provider. Returns the rows marked; one missing was
+// fenced out.
+func (q *Queries) MarkSentDeliveries(ctx context.Context, arg MarkSentDeliveriesParams) ([]MarkSentDeliveriesRow, error) {
+	rows, err := q.db.Query(ctx, markSentDeliveries,
+		arg.Ids,
+		arg.LeaseTokens,
+		arg.ProviderMessageIds,
+		arg.Languages,
 		arg.Actor,
-		arg.ProviderMessageID,
-		arg.Language,
-		arg.ID,
-		arg.LeaseToken,
 	)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return result.RowsAffected(), nil
+	defer rows.Close()
+	var items []MarkSentDeliveriesRow
+	for rows.Next() {
+		var i MarkSentDeliveriesRow
+		if err := rows.Scan(&i.ID, &i.LeaseToken); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const noteAmbiguous = `-- name: NoteAmbiguous :execrows

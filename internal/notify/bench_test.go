@@ -63,20 +63,19 @@ func BenchmarkRenderOrderConfirmation(b *testing.B) {
 func BenchmarkClaimHandOverSent(b *testing.B) {
 	type step func(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, lease uuid.UUID) error
 	claimStep := func(ctx context.Context, q *dbsqlc.Queries, id, lease uuid.UUID) error {
-		_, err := q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{ID: id, KeyHash: mail.KeyHash(id.String()), Templates: []string{"order-confirmation"},
-			MaxAgeSeconds: 3600, LeaseToken: lease, LeaseSeconds: 30, Actor: "bench", TaskID: "t", MessageID: "m@shop.example"})
-		return err
+		rows, err := q.ClaimDeliveries(ctx, dbsqlc.ClaimDeliveriesParams{Ids: []uuid.UUID{id}, KeyHashes: []string{mail.KeyHash(id.String())},
+			LeaseTokens: []uuid.UUID{lease}, MessageIds: []string{"m@shop.example"}, TaskIds: []string{"t"},
+			Templates: []string{"order-confirmation"}, MaxAgeSeconds: 3600, LeaseSeconds: 30, Actor: "bench"})
+		return oneRow("claim", len(rows), err)
 	}
 	handOverStep := func(ctx context.Context, q *dbsqlc.Queries, id, lease uuid.UUID) error {
-		_, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: id, LeaseToken: lease, LeaseSeconds: 30, Actor: "bench"})
-		return err
+		rows, err := q.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: []uuid.UUID{id}, LeaseTokens: []uuid.UUID{lease}, LeaseSeconds: 30, Actor: "bench"})
+		return oneRow("hand-over", len(rows), err)
 	}
 	sentStep := func(ctx context.Context, q *dbsqlc.Queries, id, lease uuid.UUID) error {
-		n, err := q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: id, LeaseToken: lease, ProviderMessageID: "p", Actor: "bench"})
-		if err == nil && n != 1 {
-			err = fmt.Errorf("sent wrote %d rows", n)
-		}
-		return err
+		rows, err := q.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{Ids: []uuid.UUID{id}, LeaseTokens: []uuid.UUID{lease},
+			ProviderMessageIds: []string{"p"}, Languages: []string{"id"}, Actor: "bench"})
+		return oneRow("sent", len(rows), err)
 	}
 	cases := []struct {
 		name     string
@@ -132,6 +131,14 @@ func BenchmarkClaimHandOverSent(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64((pgCPU()-before).Microseconds())/float64(b.N), "pg-µs/op")
 	})
+}
+
+// oneRow is err, or an error if a statement for one row wrote n.
+func oneRow(what string, n int, err error) error {
+	if err == nil && n != 1 {
+		err = fmt.Errorf("%s wrote %d rows", what, n)
+	}
+	return err
 }
 
 // insertDeliveries records n pending deliveries of one order, keyed by

@@ -15,6 +15,7 @@ type Metrics struct {
 	blocked      prometheus.Counter
 	handedBack   *prometheus.CounterVec
 	providerUp   prometheus.Gauge
+	batchSize    *prometheus.HistogramVec
 }
 
 // NewMetrics creates the worker's metrics and registers them with reg.
@@ -49,6 +50,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sekali_deliveries_total",
 			Help: "Delivery attempts by template and outcome: sent, failed, retried, ambiguous.",
 		}, []string{"template", "outcome"}),
+		batchSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sekali_statement_batch_size",
+			Help:    "Attempts served by one statement, by statement (claim, hand_over, sent): those that reached it while the previous one ran.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}, []string{"statement"}),
 		sendLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sekali_provider_send_duration_seconds",
 			Help:    "Time the mail provider took to take (or refuse) one message.",
@@ -79,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.retries.WithLabelValues(r)
 	}
 	reg.MustRegister(m.duplicates, m.lockAcquired, m.lockFailed, m.lockExpired, m.retries, m.processing, m.deliveries, m.sendLatency, m.blocked,
-		m.handedBack, m.providerUp)
+		m.handedBack, m.providerUp, m.batchSize)
 	return m
 }
 

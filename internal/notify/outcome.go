@@ -25,7 +25,11 @@ func (w *Worker) record(ctx context.Context, l *taskLog, a *attempt, providerID 
 		failpoint.Inject("after-accept")
 		l.set(slog.String("provider_message_id", providerID))
 		l.set(slog.String("language", a.language))
-		if err := markSent(ctx, q, d.ID, a.lease, providerID, a.language); err != nil {
+		held, err := w.sents.do(ctx, sentArgs{leased: leased{id: d.ID, lease: a.lease}, providerID: providerID, language: a.language})
+		if err == nil && !held {
+			err = errLeaseLost
+		}
+		if err != nil {
 			return w.notWritten(ctx, l, d, err)
 		}
 		a.sent = true // cached as the lock is released

@@ -23,14 +23,17 @@ import (
 // rows. Each is one conditional statement that also
 // writes the delivery_events row, so a transition that no longer applies
 // (the lease was taken over, an operator got there first) changes
-// nothing and the history cannot disagree with the row.
+// nothing and the history cannot disagree with the row. The worker's
+// three statements on the way to a send (claimAll, handOverAll,
+// markSentAll) each take many rows, for the attempts that reach them at
+// once (batch.go); each row is still fenced on its own lease.
 //
 //	from     to       who         when                                                  func
 //	-        pending  API         the business event commits with its intent            Record (checkout: Prepare)
-//	pending  sending  worker      claim: no block; lease and (first time) Message-ID    claim
-//	sending  sending  worker      claim of an expired lease never handed over           claim
-//	sending  sending  worker      last lease check before the data (handed_over_at)    handOver
-//	sending  sent     worker      the provider accepted the message                     markSent
+//	pending  sending  worker      claim: no block; lease and (first time) Message-ID    claimAll
+//	sending  sending  worker      claim of an expired lease never handed over           claimAll
+//	sending  sending  worker      last lease check before the data (handed_over_at)    handOverAll
+//	sending  sent     worker      the provider accepted the message                     markSentAll
 //	sending  pending  worker      refused before the data, or deferred: retry later     release
 //	sending  failed   worker      refused for good for this recipient, or past max age  markFailed
 //	sending  held     worker      the template cannot render the stored data            holdUnrenderable
@@ -90,13 +93,33 @@ type lease struct {
 	actor string // the worker's id, for the history
 }
 
-// claim takes the delivery for one attempt. pgx.ErrNoRows means it is
-// not claimable: done, another worker's, or blocked.
-func claim(ctx context.Context, q *dbsqlc.Queries, c claimArgs) (dbsqlc.ClaimDeliveryRow, error) {
-	return q.ClaimDelivery(ctx, dbsqlc.ClaimDeliveryParams{
-		ID: c.id, KeyHash: c.keyHash, LeaseToken: c.lease.token, LeaseSeconds: c.lease.ttl.Seconds(), MessageID: c.messageID,
-		Templates: c.templates, MaxAgeSeconds: c.maxAge.Seconds(), Actor: c.lease.actor, TaskID: c.taskID,
-	})
+// claimAll takes the deliveries of cs for one attempt each, in one
+// statement (a worker's claims that came together: batch): rows[i] is
+// cs[i]'s row, nil when it was not claimable (done, another worker's,
+// blocked, ...). The claims share the worker's lease length, templates,
+// max age and actor, which cs[0] gives.
+func claimAll(ctx context.Context, q *dbsqlc.Queries, cs []claimArgs) ([]*dbsqlc.ClaimDeliveriesRow, error) {
+	p := dbsqlc.ClaimDeliveriesParams{
+		LeaseSeconds: cs[0].lease.ttl.Seconds(), Templates: cs[0].templates, MaxAgeSeconds: cs[0].maxAge.Seconds(), Actor: cs[0].lease.actor,
+	}
+	for _, c := range cs {
+		p.Ids, p.KeyHashes, p.LeaseTokens = append(p.Ids, c.id), append(p.KeyHashes, c.keyHash), append(p.LeaseTokens, c.lease.token)
+		p.MessageIds, p.TaskIds = append(p.MessageIds, c.messageID), append(p.TaskIds, c.taskID)
+	}
+	claimed, err := q.ClaimDeliveries(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]*dbsqlc.ClaimDeliveriesRow, len(cs))
+	for i := range claimed {
+		r := &claimed[i]
+		for j, c := range cs { // a row is its claim's: the lease token says whose
+			if r.LeaseToken != nil && *r.LeaseToken == c.lease.token {
+				rows[j] = r
+			}
+		}
+	}
+	return rows, nil
 }
 
 // claimArgs is what a claim checks and writes: the task's delivery and
@@ -110,25 +133,78 @@ type claimArgs struct {
 	maxAge                     time.Duration
 }
 
-// handOver is the last lease check before the data goes out; it records
-// that the provider may have the message from now on.
-func handOver(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease) error {
-	_, err := q.HandOver(ctx, dbsqlc.HandOverParams{ID: id, LeaseToken: l.token, LeaseSeconds: l.ttl.Seconds(), Actor: l.actor})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return errLeaseLost
+// leased names an attempt's row and lease.
+type leased struct {
+	id    uuid.UUID
+	lease lease
+}
+
+// handOverAll is the last lease check before the data, for every attempt
+// of ls at once, and records that the provider may have each message
+// from now on: ok[i] reports whether ls[i] still held its lease (and may
+// send). The attempts share the worker's lease length and actor.
+func handOverAll(ctx context.Context, q *dbsqlc.Queries, ls []leased) ([]bool, error) {
+	p := dbsqlc.HandOverDeliveriesParams{LeaseSeconds: ls[0].lease.ttl.Seconds(), Actor: ls[0].lease.actor}
+	for _, l := range ls {
+		p.Ids, p.LeaseTokens = append(p.Ids, l.id), append(p.LeaseTokens, l.lease.token)
 	}
-	return err
+	rows, err := q.HandOverDeliveries(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	tokens := make([]*uuid.UUID, len(rows))
+	for i, r := range rows {
+		tokens[i] = r.LeaseToken
+	}
+	return heldBy(ls, tokens), nil
+}
+
+// sentArgs is an acceptance to record: the attempt, the provider's id
+// for the message and the language it was written in.
+type sentArgs struct {
+	leased
+	providerID, language string
+}
+
+// markSentAll records the provider's acceptance of every attempt of ss
+// at once, and in the history the language each e-mail was written in:
+// ok[i] reports whether ss[i] still held its lease (false: fenced out).
+func markSentAll(ctx context.Context, q *dbsqlc.Queries, ss []sentArgs) ([]bool, error) {
+	p := dbsqlc.MarkSentDeliveriesParams{Actor: ss[0].lease.actor}
+	ls := make([]leased, len(ss))
+	for i, s := range ss {
+		p.Ids, p.LeaseTokens = append(p.Ids, s.id), append(p.LeaseTokens, s.lease.token)
+		p.ProviderMessageIds, p.Languages = append(p.ProviderMessageIds, s.providerID), append(p.Languages, s.language)
+		ls[i] = s.leased
+	}
+	rows, err := q.MarkSentDeliveries(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	tokens := make([]*uuid.UUID, len(rows))
+	for i, r := range rows {
+		tokens[i] = r.LeaseToken
+	}
+	return heldBy(ls, tokens), nil
+}
+
+// heldBy reports, for each attempt of ls, whether a statement's rows
+// came back with its lease token: whether it still held the row.
+func heldBy(ls []leased, tokens []*uuid.UUID) []bool {
+	ok := make([]bool, len(ls))
+	for _, t := range tokens {
+		for i, l := range ls {
+			if t != nil && *t == l.lease.token {
+				ok[i] = true
+			}
+		}
+	}
+	return ok
 }
 
 // extendLease renews the lease while a send runs (no status change).
 func extendLease(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease) {
 	_, _ = q.ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: id, LeaseToken: l.token, LeaseSeconds: l.ttl.Seconds()})
-}
-
-// markSent records the provider's acceptance, and in the history the
-// language the e-mail was written in.
-func markSent(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, providerID, language string) error {
-	return fenced(q.MarkSent(ctx, dbsqlc.MarkSentParams{ID: id, LeaseToken: l.token, ProviderMessageID: providerID, Actor: l.actor, Language: language}))
 }
 
 // release puts the delivery back to pending for a later attempt; with

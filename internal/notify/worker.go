@@ -24,6 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
+	"github.com/sekali-dev/sekali/internal/postgres"
 )
 
 // WorkerConfig tunes the delivery worker.
@@ -88,7 +89,17 @@ type Worker struct {
 	health        *health
 	tracer        trace.Tracer
 	draining      atomic.Bool
+
+	// The statements on the way to a send, each shared by the attempts
+	// that reach it at once (batch.go).
+	claims    *batch[claimArgs, *dbsqlc.ClaimDeliveriesRow]
+	handOvers *batch[leased, bool]
+	sents     *batch[sentArgs, bool]
 }
+
+// maxBatch bounds the attempts one statement takes; with the default
+// concurrencies a batch never reaches it.
+const maxBatch = 64
 
 // Drain makes the worker start no new attempt: tasks that have not
 // claimed their delivery yet go back to the queue, so that shutdown only
@@ -100,7 +111,14 @@ func (w *Worker) Drain() { w.draining.Store(true) }
 func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provider, templates *mailtemplate.Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
 	names := templates.Names()
 	metrics.knowTemplates(names)
-	return &Worker{
+	// The three batch statements take their rows in arrays: on a generic
+	// plan, or PostgreSQL plans them anew each time (postgres.GenericPlans).
+	q := dbsqlc.New(postgres.GenericPlans{DB: db})
+	sizes := func(statement string) func(int) {
+		h := metrics.batchSize.WithLabelValues(statement)
+		return func(n int) { h.Observe(float64(n)) }
+	}
+	w := &Worker{
 		db:            db,
 		lock:          redisLock{rdb: rdb, ttl: cfg.LockTTL},
 		provider:      provider,
@@ -112,7 +130,17 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provid
 		limit:         newLimiter(max(cfg.Concurrency, 1)),
 		health:        newHealth(metrics.providerUp),
 		tracer:        cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
+		claims: &batch[claimArgs, *dbsqlc.ClaimDeliveriesRow]{max: maxBatch, timeout: recordTimeout, sizes: sizes("claim"),
+			run: func(ctx context.Context, cs []claimArgs) ([]*dbsqlc.ClaimDeliveriesRow, error) {
+				return claimAll(ctx, q, cs)
+			}},
+		// A hand-over later than the lease is no use: the lease bounds it.
+		handOvers: &batch[leased, bool]{max: maxBatch, timeout: cfg.LockTTL, sizes: sizes("hand_over"),
+			run: func(ctx context.Context, ls []leased) ([]bool, error) { return handOverAll(ctx, q, ls) }},
+		sents: &batch[sentArgs, bool]{max: maxBatch, timeout: recordTimeout, sizes: sizes("sent"),
+			run: func(ctx context.Context, ss []sentArgs) ([]bool, error) { return markSentAll(ctx, q, ss) }},
 	}
+	return w
 }
 
 // attempt is one claimed try at a delivery: the row as claimed, the lease
@@ -219,20 +247,20 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 // only when it takes nothing is the row read to say why.
 func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPayload) (done bool, err error) {
 	cctx, span := w.tracer.Start(ctx, "claim")
-	claimed, err := claim(cctx, dbsqlc.New(w.db), claimArgs{
+	claimed, err := w.claims.do(cctx, claimArgs{
 		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: mail.MessageIDOfHash(p.KeyHash, w.cfg.MessageIDDomain),
 		taskID: a.taskID, templates: w.templateNames, maxAge: w.cfg.MaxAge,
 	})
 	span.End()
-	if errors.Is(err, pgx.ErrNoRows) {
-		return true, w.notClaimable(ctx, l, p)
-	}
 	if err != nil {
 		l.result = "db_error"
 		w.metrics.retries.WithLabelValues("database").Inc()
 		return true, fmt.Errorf("claim delivery: %w", err)
 	}
-	a.row = claimedDelivery(claimed)
+	if claimed == nil {
+		return true, w.notClaimable(ctx, l, p)
+	}
+	a.row = claimedDelivery(*claimed)
 	l.set(slog.String("order_id", claimed.OrderID.String()), slog.String("template", claimed.Template),
 		slog.String("from_status", claimed.FromStatus), slog.Int("attempt", int(claimed.Attempts)))
 	return false, nil
@@ -283,7 +311,7 @@ func (w *Worker) recordDuplicate(ctx context.Context, l *taskLog, row dbsqlc.Not
 }
 
 // claimedDelivery is the claimed row without the status it was claimed from.
-func claimedDelivery(r dbsqlc.ClaimDeliveryRow) dbsqlc.NotificationDelivery {
+func claimedDelivery(r dbsqlc.ClaimDeliveriesRow) dbsqlc.NotificationDelivery {
 	return dbsqlc.NotificationDelivery{
 		ID: r.ID, OrderID: r.OrderID, Template: r.Template, Recipient: r.Recipient, IdempotencyKey: r.IdempotencyKey,
 		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, LeaseToken: r.LeaseToken,
@@ -444,8 +472,12 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 			return errLockLost
 		}
 		failpoint.Inject("before-data")
-		if err := handOver(ctx, q, d.ID, a.lease); err != nil {
+		held, err := w.handOvers.do(ctx, leased{id: d.ID, lease: a.lease})
+		if err != nil {
 			return err
+		}
+		if !held {
+			return errLeaseLost
 		}
 		failpoint.Inject("after-handover")
 		return nil

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pressly/goose/v3/lock"
@@ -250,5 +252,55 @@ func TestMigrateBehindPgBouncerWithoutTheSettingSaysWhatToDo(t *testing.T) {
 	}
 	if failed == 0 {
 		t.Error("three replicas migrated through the bouncer with pgx's statement cache; want the collision this test is about")
+	}
+}
+
+// TestGenericPlans runs an array-keyed statement as the worker's batches
+// do and asks PostgreSQL which plan each execution got: the generic one
+// every time, where the same statement sent plainly is planned anew (a
+// custom plan) every time; the setting ends with its transaction.
+func TestGenericPlans(t *testing.T) {
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	pool, err := postgres.Open(ctx, testenv.WithParams(t, db.URL, "pool_max_conns", "1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	const byArray = "SELECT count(*) FROM notification_deliveries WHERE id = ANY($1::uuid[])"
+	const byArrayPlain = byArray + " -- plain"
+	generic := postgres.GenericPlans{DB: pool}
+	for i := range 8 {
+		ids := []uuid.UUID{uuid.New()}
+		var n int
+		if err := generic.QueryRow(ctx, byArray, ids).Scan(&n); err != nil {
+			t.Fatalf("execution %d: %v", i, err)
+		}
+		if err := pool.QueryRow(ctx, byArrayPlain, ids).Scan(&n); err != nil {
+			t.Fatalf("plain execution %d: %v", i, err)
+		}
+	}
+	plans := func(sql string) (genericPlans, customPlans int64) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1", sql).Scan(&genericPlans, &customPlans); err != nil {
+			t.Fatalf("plans of %q: %v", sql, err)
+		}
+		return genericPlans, customPlans
+	}
+	if g, c := plans(byArray); g != 8 || c != 0 {
+		t.Errorf("through GenericPlans: %d generic and %d custom plans, want 8 and 0", g, c)
+	}
+	if g, c := plans(byArrayPlain); c == 0 {
+		t.Errorf("sent plainly: %d generic and %d custom plans; without GenericPlans PostgreSQL would plan it anew, or this test no longer shows why GenericPlans exists", g, c)
+	}
+	var mode string
+	if err := pool.QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode); err != nil || mode != "auto" {
+		t.Errorf("plan_cache_mode after a batch = %q, %v; want auto: the setting must end with its transaction", mode, err)
+	}
+	if err := generic.QueryRow(ctx, "SELECT 1 WHERE false").Scan(&mode); !errors.Is(err, pgx.ErrNoRows) {
+		t.Errorf("QueryRow of no row = %v, want pgx.ErrNoRows", err)
+	}
+	if _, err := generic.Exec(ctx, "SELECT no_such_column"); err == nil {
+		t.Error("Exec of a broken statement returned no error")
 	}
 }

@@ -43,34 +43,35 @@ type Attempt struct {
 	Lease uuid.UUID
 }
 
-// Claimed claims d as a worker does (ClaimDelivery): sending, under a
+// Claimed claims d as a worker does (ClaimDeliveries, for one): sending, under a
 // lease that runs out in lease, or ran out already when it is negative —
 // what a worker that died before the hand-over leaves behind.
 func (f *Factory) Claimed(d notify.Delivery, lease time.Duration) Attempt {
 	f.t.Helper()
 	token := uuid.New()
-	_, err := dbsqlc.New(f.db).ClaimDelivery(context.Background(), dbsqlc.ClaimDeliveryParams{
-		ID: d.ID, LeaseToken: token, LeaseSeconds: lease.Seconds(), MessageID: mail.MessageID(d.IdempotencyKey, f.Domain),
-		KeyHash: mail.KeyHash(d.IdempotencyKey), Templates: []string{d.Template}, MaxAgeSeconds: (1000 * time.Hour).Seconds(),
-		Actor: Actor, TaskID: notify.TaskID(d.ID),
+	rows, err := dbsqlc.New(f.db).ClaimDeliveries(context.Background(), dbsqlc.ClaimDeliveriesParams{
+		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{token}, LeaseSeconds: lease.Seconds(),
+		MessageIds: []string{mail.MessageID(d.IdempotencyKey, f.Domain)}, KeyHashes: []string{mail.KeyHash(d.IdempotencyKey)},
+		Templates: []string{d.Template}, MaxAgeSeconds: (1000 * time.Hour).Seconds(), Actor: Actor, TaskIds: []string{notify.TaskID(d.ID)},
 	})
-	if err != nil {
-		f.t.Fatalf("notifytest: claim delivery %s (it must be pending, or sending with an expired lease and not handed over): %v", d.ID, err)
+	if err != nil || len(rows) != 1 {
+		f.t.Fatalf("notifytest: claim delivery %s (it must be pending, or sending with an expired lease and not handed over): %d rows, %v", d.ID, len(rows), err)
 	}
 	return Attempt{Delivery: f.Get(d.ID), Lease: token}
 }
 
 // HandedOver claims d and passes the last lease check before the data
-// (HandOver), after which its lease runs out in lease, or ran out already
+// (HandOverDeliveries), after which its lease runs out in lease, or ran out already
 // when it is negative — what a worker that died after the hand-over
 // leaves behind: the provider may have the message.
 func (f *Factory) HandedOver(d notify.Delivery, lease time.Duration) Attempt {
 	f.t.Helper()
 	a := f.Claimed(d, time.Minute)
-	if _, err := dbsqlc.New(f.db).HandOver(context.Background(), dbsqlc.HandOverParams{
-		ID: d.ID, LeaseToken: a.Lease, LeaseSeconds: lease.Seconds(), Actor: Actor,
-	}); err != nil {
-		f.t.Fatalf("notifytest: hand over delivery %s: %v", d.ID, err)
+	rows, err := dbsqlc.New(f.db).HandOverDeliveries(context.Background(), dbsqlc.HandOverDeliveriesParams{
+		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, LeaseSeconds: lease.Seconds(), Actor: Actor,
+	})
+	if err != nil || len(rows) != 1 {
+		f.t.Fatalf("notifytest: hand over delivery %s: %d rows, %v", d.ID, len(rows), err)
 	}
 	a.Delivery = f.Get(d.ID)
 	return a
@@ -100,13 +101,16 @@ func (f *Factory) TakenOver(d notify.Delivery) Attempt {
 }
 
 // Sent takes d through a whole attempt the provider accepted, under
-// providerID (MarkSent).
+// providerID (MarkSentDeliveries).
 func (f *Factory) Sent(d notify.Delivery, providerID string) notify.Delivery {
 	f.t.Helper()
 	a := f.HandedOver(d, time.Minute)
-	f.applied("mark delivery sent", d)(dbsqlc.New(f.db).MarkSent(context.Background(), dbsqlc.MarkSentParams{
-		ID: d.ID, LeaseToken: a.Lease, ProviderMessageID: providerID, Language: "en", Actor: Actor,
-	}))
+	rows, err := dbsqlc.New(f.db).MarkSentDeliveries(context.Background(), dbsqlc.MarkSentDeliveriesParams{
+		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, ProviderMessageIds: []string{providerID}, Languages: []string{"en"}, Actor: Actor,
+	})
+	if err != nil || len(rows) != 1 {
+		f.t.Fatalf("notifytest: mark delivery %s sent: %d rows, %v", d.ID, len(rows), err)
+	}
 	return f.Get(d.ID)
 }
 

@@ -1,0 +1,108 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A lone call runs at once, on its own; calls that arrive while a
+// statement runs share the next one; every call gets its own result,
+// and an error reaches every call of its batch and no other.
+func TestBatchSharesAStatementAmongWhoeverWaits(t *testing.T) {
+	t.Parallel()
+	var statements atomic.Int32
+	release := make(chan struct{})
+	var sizes []int
+	var mu sync.Mutex
+	b := &batch[int, int]{max: 64, timeout: time.Minute,
+		sizes: func(n int) { mu.Lock(); sizes = append(sizes, n); mu.Unlock() },
+		run: func(ctx context.Context, ins []int) ([]int, error) {
+			if statements.Add(1) == 1 {
+				<-release // the first statement is slow: the others queue behind it
+			}
+			out := make([]int, len(ins))
+			for i, in := range ins {
+				if in < 0 {
+					return nil, errors.New("the statement failed")
+				}
+				out[i] = in * 10
+			}
+			return out, nil
+		}}
+	ctx := context.Background()
+	first := make(chan int)
+	go func() { v, _ := b.do(ctx, 1); first <- v }()
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.running && len(b.queue) == 0 })
+
+	var wg sync.WaitGroup
+	got := make([]int, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() { defer wg.Done(); got[i], _ = b.do(ctx, i+2) }()
+	}
+	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 20 })
+	close(release)
+	wg.Wait()
+	if v := <-first; v != 10 {
+		t.Errorf("the first call got %d, want 10", v)
+	}
+	for i, v := range got {
+		if v != (i+2)*10 {
+			t.Errorf("call %d got %d, want %d", i, v, (i+2)*10)
+		}
+	}
+	if n := statements.Load(); n != 2 || len(sizes) != 2 || sizes[0] != 1 || sizes[1] != 20 {
+		t.Errorf("%d statements of sizes %v, want 2: the lone first, then the 20 that waited for it", n, sizes)
+	}
+
+	// A failing statement fails its batch's calls only.
+	if _, err := b.do(ctx, -1); err == nil {
+		t.Error("the failed statement's call got no error")
+	}
+	if v, err := b.do(ctx, 3); err != nil || v != 30 {
+		t.Errorf("the next call: %d, %v", v, err)
+	}
+}
+
+// Past max, the calls wait for the next statement, which runs them.
+func TestBatchIsBoundedAndEveryCallIsServed(t *testing.T) {
+	t.Parallel()
+	var biggest atomic.Int32
+	b := &batch[int, int]{max: 4, timeout: time.Minute, run: func(ctx context.Context, ins []int) ([]int, error) {
+		if n := int32(len(ins)); n > biggest.Load() {
+			biggest.Store(n)
+		}
+		time.Sleep(time.Millisecond)
+		return ins, nil
+	}}
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if v, err := b.do(context.Background(), i); err != nil || v != i {
+				t.Errorf("call %d got %d, %v", i, v, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := biggest.Load(); n > 4 {
+		t.Errorf("a batch of %d, past max 4", n)
+	}
+	if b.running || len(b.queue) != 0 {
+		t.Errorf("after every call returned: running %v, %d queued", b.running, len(b.queue))
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+}
