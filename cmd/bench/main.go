@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net"
 	"net/http"
@@ -139,6 +140,7 @@ func (b *bench) logf(format string, args ...any) {
 type step struct {
 	Offered, Achieved  float64
 	Requests, Errors   int
+	errorKinds         map[string]int // Errors by what came back: an HTTP status, or the client's error
 	P50, P95, P99, Max time.Duration
 	SentP50, SentP99   time.Duration
 	Drain              time.Duration
@@ -347,13 +349,17 @@ func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok := b.checkout(dep)
+			failure := b.checkout(dep)
 			lat := time.Since(at)
 			mu.Lock()
 			defer mu.Unlock()
 			lats = append(lats, lat)
-			if !ok {
+			if failure != "" {
 				s.Errors++
+				if s.errorKinds == nil {
+					s.errorKinds = map[string]int{}
+				}
+				s.errorKinds[failure]++
 			}
 		}()
 	}
@@ -405,8 +411,8 @@ func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time
 	// The backlog did not grow if the queue was (nearly) empty when the
 	// load stopped: drained in half a second.
 	s.Sustainable = s.Errors == 0 && s.P99 <= b.o.p99Bound && s.Drain <= 500*time.Millisecond && s.Achieved >= 0.95*rate
-	b.logf("  achieved %.0f/s, p50 %v p99 %v max %v, errors %d, drain %v, checkout→sent p50 %v p99 %v, sustainable %v",
-		s.Achieved, ms(s.P50), ms(s.P99), ms(s.Max), s.Errors, ms(s.Drain), ms(s.SentP50), ms(s.SentP99), s.Sustainable)
+	b.logf("  achieved %.0f/s, p50 %v p99 %v max %v, errors %d%s, drain %v, checkout→sent p50 %v p99 %v, sustainable %v",
+		s.Achieved, ms(s.P50), ms(s.P99), ms(s.Max), s.Errors, kinds(s.errorKinds), ms(s.Drain), ms(s.SentP50), ms(s.SentP99), s.Sustainable)
 	return s, nil
 }
 
@@ -484,7 +490,23 @@ func (b *bench) profile(ctx context.Context, dep *deployment, rate float64, d ti
 	}
 }
 
-func (b *bench) checkout(d *deployment) bool {
+// kinds lists a step's errors by kind, " (503: 12, timeout: 3)", or
+// nothing when there were none.
+func kinds(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	names := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s: %d", n, m[n])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// checkout places one order and returns "" when it was created, else
+// what came back instead: the HTTP status, or the client's error.
+func (b *bench) checkout(d *deployment) string {
 	n := b.seq.Add(1)
 	body := `{"customer_email":"b` + strconv.FormatInt(n, 10) + `@example.com","customer_name":"Bench","currency":"IDR",` +
 		`"items":[{"sku":"TEA-01","name":"Teh melati","quantity":2,"unit_price":4500000},{"sku":"CUP-02","name":"Cangkir","quantity":1,"unit_price":12500050}]}`
@@ -498,11 +520,18 @@ func (b *bench) checkout(d *deployment) bool {
 	}
 	res, err := b.client.Do(req)
 	if err != nil {
-		return false
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return "timeout"
+		}
+		return "transport"
 	}
 	_, _ = io.Copy(io.Discard, res.Body)
 	res.Body.Close()
-	return res.StatusCode == http.StatusCreated
+	if res.StatusCode == http.StatusCreated {
+		return ""
+	}
+	return strconv.Itoa(res.StatusCode)
 }
 
 func pct(sorted []time.Duration, p float64) time.Duration {

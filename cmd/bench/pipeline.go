@@ -167,10 +167,10 @@ func (b *bench) startSekali(ctx context.Context, d *deployment, dbURL string) er
 	common := map[string]string{"REDIS_URL": redisURL, "LOG_LEVEL": "warn", "MAIL_FROM": "orders@shop.example", "DELIVERY_QUEUE": "bench"}
 	bin := func(name string) []string { return []string{filepath.Join(b.o.binDir, name)} }
 	// The API logs its listening address at info; everything else at warn.
-	// All the load comes from one address: a per-address rate limit
-	// would measure the limit, not the service.
+	// All the load comes from one address and one API key: a rate limit
+	// per address or per key would measure the limit, not the service.
 	api, err := b.startProc(ctx, d, "api", "api", bin("api"), with(common, map[string]string{
-		"DATABASE_URL": withParam(dbURL, "pool_max_conns", "8"), "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "info", "RATE_LIMIT_PUBLIC": "0"}))
+		"DATABASE_URL": withParam(dbURL, "pool_max_conns", "8"), "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "info", "RATE_LIMIT_PUBLIC": "0", "RATE_LIMIT_BACKEND": "0"}))
 	if err != nil {
 		return err
 	}
