@@ -145,17 +145,19 @@ func oneOrder(ctx context.Context, pool *pgxpool.Pool, withKey bool) error {
 	if err != nil {
 		return fmt.Errorf("ceiling checkout: %w", err)
 	}
-	// The worker's three statements, each for one row: the ceiling is
-	// the SQL of one order alone, shared with nothing.
+	// The worker's three statements, each for one row and on its generic
+	// plan as the worker runs them: the ceiling is the SQL of one order
+	// alone, shared with nothing.
 	ids, leases := []uuid.UUID{deliveryID}, []uuid.UUID{uuid.New()}
-	if _, err := q.ClaimDeliveries(ctx, dbsqlc.ClaimDeliveriesParams{Ids: ids, KeyHashes: []string{mail.KeyHash(key)}, Templates: []string{"order-confirmation"},
+	wq := dbsqlc.New(postgres.GenericPlans{DB: pool})
+	if _, err := wq.ClaimDeliveries(ctx, dbsqlc.ClaimDeliveriesParams{Ids: ids, KeyHashes: []string{mail.KeyHash(key)}, Templates: []string{"order-confirmation"},
 		MaxAgeSeconds: 3600, LeaseTokens: leases, LeaseSeconds: 30, MessageIds: []string{mail.KeyHash(key) + "@shop.example"}, Actor: "w", TaskIds: []string{"t"}}); err != nil {
 		return fmt.Errorf("ceiling claim: %w", err)
 	}
-	if _, err := q.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: ids, LeaseTokens: leases, LeaseSeconds: 30, Actor: "w"}); err != nil {
+	if _, err := wq.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: ids, LeaseTokens: leases, LeaseSeconds: 30, Actor: "w"}); err != nil {
 		return fmt.Errorf("ceiling hand-over: %w", err)
 	}
-	if _, err := q.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{Ids: ids, LeaseTokens: leases, ProviderMessageIds: []string{"p"}, Languages: []string{"id"}, Actor: "w"}); err != nil {
+	if _, err := wq.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{Ids: ids, LeaseTokens: leases, ProviderMessageIds: []string{"p"}, Languages: []string{"id"}, Actor: "w"}); err != nil {
 		return fmt.Errorf("ceiling sent: %w", err)
 	}
 	return nil

@@ -19,43 +19,57 @@ WITH nosync AS (
 ), input AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
-), prev AS (
-    SELECT n.id, n.status FROM notification_deliveries n, nosync
+), judged AS (
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+           CASE
+               WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
+               WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
+               WHEN n.status = 'sending' AND n.lease_expires_at >= now() THEN 'leased'
+               WHEN n.status = 'sending' AND n.handed_over_at IS NOT NULL THEN 'handed_over'
+               WHEN NOT (n.template = ANY($6::text[])) THEN 'unknown_template'
+               WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => $7::float8) THEN 'too_old'
+               WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient) THEN 'suppressed'
+               WHEN EXISTS (SELECT 1 FROM delivery_blocks b
+                            WHERE b.expires_at > now()
+                              AND ((b.kind = 'key' AND b.value = n.idempotency_key)
+                                OR (b.kind = 'recipient' AND b.value = n.recipient))) THEN 'blocked'
+               ELSE 'claim'
+           END AS verdict
+    FROM nosync, input i JOIN notification_deliveries n ON n.id = i.id
     WHERE n.id = ANY($1::uuid[])
     ORDER BY n.id
     FOR UPDATE OF n
 ), claimed AS (
     UPDATE notification_deliveries d
     SET status           = 'sending',
-        lease_token      = i.lease_token,
-        lease_expires_at = now() + make_interval(secs => $6::float8),
+        lease_token      = j.input_lease,
+        lease_expires_at = now() + make_interval(secs => $8::float8),
         handed_over_at   = NULL,
-        message_id       = coalesce(d.message_id, i.message_id),
+        message_id       = coalesce(d.message_id, j.input_message_id),
         attempts         = d.attempts + 1,
         updated_at       = now()
-    FROM prev JOIN input i ON i.id = prev.id
-    WHERE d.id = prev.id
-      AND (d.status = 'pending'
-           OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND encode(substring(sha256(convert_to(d.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') = i.key_hash
-      AND d.template = ANY($7::text[])
-      AND (d.status <> 'pending' OR d.trying_since > now() - make_interval(secs => $8::float8))
-      AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
-                      WHERE b.expires_at > now()
-                        AND ((b.kind = 'key' AND b.value = d.idempotency_key)
-                          OR (b.kind = 'recipient' AND b.value = d.recipient)))
-      AND NOT EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = d.recipient)
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status, i.task_id
+    FROM judged j
+    WHERE d.id = j.id
+      AND j.verdict = 'claim'
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $9::text,
            jsonb_build_object('task_id', task_id)
     FROM claimed
 )
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
-       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, from_status
-FROM claimed
+SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
+       c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
+       c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale,
+       c.from_status, 'claimed'::text AS verdict, c.lease_token AS for_lease
+FROM claimed c
+UNION ALL
+SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
+       j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
+       j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale,
+       j.status, CASE WHEN j.verdict = 'claim' THEN 'leased' ELSE j.verdict END, j.input_lease
+FROM judged j
+WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.lease_token = j.input_lease)
 `
 
 type ClaimDeliveriesParams struct {
@@ -64,9 +78,9 @@ type ClaimDeliveriesParams struct {
 	LeaseTokens   []uuid.UUID
 	MessageIds    []string
 	TaskIds       []string
-	LeaseSeconds  float64
 	Templates     []string
 	MaxAgeSeconds float64
+	LeaseSeconds  float64
 	Actor         string
 }
 
@@ -91,20 +105,37 @@ type ClaimDeliveriesRow struct {
 	TryingSince       time.Time
 	Locale            *string
 	FromStatus        string
+	Verdict           string
+	ForLease          *uuid.UUID
 }
 
 // ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
 // Take deliveries for one attempt each: all the claims a worker asked for
 // while its previous claim ran (smart batching), one statement and one
-// commit for all, each row on its own conditions, as a claim of one
-// would be: a pending row, or a sending row whose worker died before it
-// handed the message over, that is the task's (its key hash), of a
-// template this worker has, still within its max age, and that no
-// operator's block or the suppression list holds back. Rows are locked
-// in id order, so that two workers' claims never wait on each other in
-// a circle. Commits before anything is sent. It is also the worker's only
-// read of a row: a row not returned is someone else's, done, or failed
-// one of those conditions, and only then is it read to say which.
+// commit for all. Each row is judged on its own, under its row lock (rows
+// locked in id order, so that two workers' claims never wait on each
+// other in a circle), and the verdict is the one place that says when a
+// delivery may be attempted; the worker decides from it what to do with
+// a row it did not take (decide.go), and never restates it:
+//
+//	not_task          the task's key hash is not the row's
+//	settled           sent, failed, held or suppressed: nothing to do
+//	leased            another worker's lease is live
+//	handed_over       a lease ran out after its hand-over: the provider
+//	                  may have the message; the reconciler asks it
+//	unknown_template  a template this worker does not have
+//	too_old           pending longer than the max age
+//	suppressed        the recipient is on the suppression list
+//	blocked           an operator's block holds it back
+//	claimed           taken: pending, or sending under a lease that ran
+//	                  out before its hand-over (the worker died)
+//
+// The ids must be distinct: a row asked for twice would be locked again
+// after this statement's own update and left out (claimAll asks once). A
+// row that does not exist is not returned. Every row returned carries the lease
+// of the claim it answers (for_lease). Commits before anything is sent,
+// without waiting for the WAL flush: a claim PostgreSQL forgot is a
+// pending row again, never a message sent.
 func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams) ([]ClaimDeliveriesRow, error) {
 	rows, err := q.db.Query(ctx, claimDeliveries,
 		arg.Ids,
@@ -112,9 +143,9 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 		arg.LeaseTokens,
 		arg.MessageIds,
 		arg.TaskIds,
-		arg.LeaseSeconds,
 		arg.Templates,
 		arg.MaxAgeSeconds,
+		arg.LeaseSeconds,
 		arg.Actor,
 	)
 	if err != nil {
@@ -145,6 +176,8 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 			&i.TryingSince,
 			&i.Locale,
 			&i.FromStatus,
+			&i.Verdict,
+			&i.ForLease,
 		); err != nil {
 			return nil, err
 		}

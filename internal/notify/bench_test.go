@@ -66,7 +66,10 @@ func BenchmarkClaimHandOverSent(b *testing.B) {
 		rows, err := q.ClaimDeliveries(ctx, dbsqlc.ClaimDeliveriesParams{Ids: []uuid.UUID{id}, KeyHashes: []string{mail.KeyHash(id.String())},
 			LeaseTokens: []uuid.UUID{lease}, MessageIds: []string{"m@shop.example"}, TaskIds: []string{"t"},
 			Templates: []string{"order-confirmation"}, MaxAgeSeconds: 3600, LeaseSeconds: 30, Actor: "bench"})
-		return oneRow("claim", len(rows), err)
+		if err == nil && (len(rows) != 1 || rows[0].Verdict != "claimed") {
+			err = fmt.Errorf("claim: %+v", rows)
+		}
+		return err
 	}
 	handOverStep := func(ctx context.Context, q *dbsqlc.Queries, id, lease uuid.UUID) error {
 		rows, err := q.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: []uuid.UUID{id}, LeaseTokens: []uuid.UUID{lease}, LeaseSeconds: 30, Actor: "bench"})

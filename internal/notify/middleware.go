@@ -39,14 +39,14 @@ func (w *Worker) Middleware(next asynq.Handler) asynq.Handler {
 
 		elapsed := time.Since(start)
 		w.metrics.processing.Observe(elapsed.Seconds())
-		span.SetAttributes(attribute.String("sekali.result", l.result))
+		span.SetAttributes(attribute.String("sekali.result", string(l.result)))
 		if err != nil && IsFailure(err) {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
 		level := slog.LevelInfo
 		switch {
-		case errors.Is(err, errProviderUnavailable) && l.result == "provider_unavailable":
+		case errors.Is(err, errProviderUnavailable) && l.result == resultProviderUnavailable:
 			level = slog.LevelDebug // one WARN per outage says it (providerUnavailable)
 		case err != nil && IsFailure(err):
 			level = slog.LevelWarn
@@ -55,7 +55,7 @@ func (w *Worker) Middleware(next asynq.Handler) asynq.Handler {
 			}
 			l.set(slog.String("error", mail.RedactAddresses(err.Error())))
 		}
-		l.set(slog.String("result", l.result), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
+		l.set(slog.String("result", string(l.result)), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
 		w.log.LogAttrs(ctx, level, "delivery attempt", l.attrs...)
 		return err
 	})
@@ -65,7 +65,7 @@ func (w *Worker) Middleware(next asynq.Handler) asynq.Handler {
 // line; each key appears once, the last value set winning.
 type taskLog struct {
 	attrs  []slog.Attr
-	result string
+	result result
 }
 
 type taskLogKey struct{}

@@ -125,8 +125,15 @@ func claimRows(b *testing.B, q *dbsqlc.Queries, ids, leases []uuid.UUID) {
 		p.Ids, p.LeaseTokens = append(p.Ids, id), append(p.LeaseTokens, leases[i])
 		p.KeyHashes, p.MessageIds, p.TaskIds = append(p.KeyHashes, mail.KeyHash(id.String())), append(p.MessageIds, "m@shop.example"), append(p.TaskIds, "t")
 	}
-	if rows, err := q.ClaimDeliveries(context.Background(), p); err != nil || len(rows) != len(ids) {
-		b.Fatalf("claim: %d rows of %d, %v", len(rows), len(ids), err)
+	rows, err := q.ClaimDeliveries(context.Background(), p)
+	claimed := 0
+	for _, r := range rows {
+		if r.Verdict == "claimed" {
+			claimed++
+		}
+	}
+	if err != nil || claimed != len(ids) {
+		b.Fatalf("claim: %d rows of %d taken, %v", claimed, len(ids), err)
 	}
 }
 

@@ -93,30 +93,49 @@ type lease struct {
 	actor string // the worker's id, for the history
 }
 
-// claimAll takes the deliveries of cs for one attempt each, in one
-// statement (a worker's claims that came together: batch): rows[i] is
-// cs[i]'s row, nil when it was not claimable (done, another worker's,
-// blocked, ...). The claims share the worker's lease length, templates,
-// max age and actor, which cs[0] gives.
+// claimAll judges the deliveries of cs and takes those it may for one
+// attempt each, in one statement (a worker's claims that came together:
+// batch): rows[i] is cs[i]'s row, with the claim's verdict on it
+// (verdictClaimed when it was taken), nil when there is no such row. The
+// claims share the worker's lease length, templates, max age and actor,
+// which cs[0] gives.
 func claimAll(ctx context.Context, q *dbsqlc.Queries, cs []claimArgs) ([]*dbsqlc.ClaimDeliveriesRow, error) {
 	p := dbsqlc.ClaimDeliveriesParams{
 		LeaseSeconds: cs[0].lease.ttl.Seconds(), Templates: cs[0].templates, MaxAgeSeconds: cs[0].maxAge.Seconds(), Actor: cs[0].lease.actor,
 	}
-	for _, c := range cs {
+	// A delivery asked for twice (its task delivered twice at once) is
+	// judged once, for the first claim: the statement takes distinct ids.
+	first := make(map[uuid.UUID]int, len(cs))
+	for i, c := range cs {
+		if _, seen := first[c.id]; seen {
+			continue
+		}
+		first[c.id] = i
 		p.Ids, p.KeyHashes, p.LeaseTokens = append(p.Ids, c.id), append(p.KeyHashes, c.keyHash), append(p.LeaseTokens, c.lease.token)
 		p.MessageIds, p.TaskIds = append(p.MessageIds, c.messageID), append(p.TaskIds, c.taskID)
 	}
-	claimed, err := q.ClaimDeliveries(ctx, p)
+	judged, err := q.ClaimDeliveries(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	rows := make([]*dbsqlc.ClaimDeliveriesRow, len(cs))
-	for i := range claimed {
-		r := &claimed[i]
-		for j, c := range cs { // a row is its claim's: the lease token says whose
-			if r.LeaseToken != nil && *r.LeaseToken == c.lease.token {
+	for i := range judged {
+		r := &judged[i]
+		for j, c := range cs { // a row answers the claim whose lease it carries
+			if r.ForLease != nil && *r.ForLease == c.lease.token {
 				rows[j] = r
 			}
+		}
+	}
+	for i, c := range cs {
+		if f := first[c.id]; f != i && rows[f] != nil {
+			// The later claim meets the row as the first left it: taken
+			// by the first claim's attempt, or judged the same.
+			r := *rows[f]
+			if verdict(r.Verdict) == verdictClaimed {
+				r.Verdict = string(verdictLeased)
+			}
+			rows[i] = &r
 		}
 	}
 	return rows, nil

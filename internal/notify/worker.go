@@ -3,7 +3,6 @@ package notify
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
@@ -164,7 +162,7 @@ type attempt struct {
 func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	l := taskLogFrom(ctx)
 	if err := w.limit.acquire(ctx); err != nil {
-		l.result = "shutdown"
+		l.result = resultShutdown
 		return fmt.Errorf("wait for a concurrency slot: %w", err)
 	}
 	defer w.limit.release()
@@ -172,13 +170,13 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	// While the provider refuses us, no attempt is made: the task comes
 	// back after the next probe.
 	if !w.health.available() {
-		l.result = "provider_unavailable"
+		l.result = resultProviderUnavailable
 		w.metrics.handedBack.WithLabelValues("provider_unavailable").Inc()
 		return w.providerWait(errProviderUnavailable)
 	}
 	var p deliverPayload
 	if err := p.decode(task.Payload()); err != nil {
-		l.result = "bad_payload"
+		l.result = resultBadPayload
 		return fmt.Errorf("malformed task payload %q: %w: %w", truncate(task.Payload(), 200), err, asynq.SkipRetry)
 	}
 	l.set(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
@@ -194,7 +192,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	}
 	l.set(slog.String("lock_key", LockKey(p.KeyHash)))
 	if err != nil {
-		l.result = "redis_error"
+		l.result = resultRedisError
 		w.metrics.retries.WithLabelValues("redis").Inc()
 		return err
 	}
@@ -214,7 +212,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	failpoint.Inject("after-lock")
 
 	if w.draining.Load() {
-		l.result = "handed_back"
+		l.result = resultHandedBack
 		w.metrics.handedBack.WithLabelValues("shutdown").Inc()
 		return wait(errDraining, 500*time.Millisecond, time.Second)
 	}
@@ -236,33 +234,40 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	defer cancelRecord()
 	rctx, span := w.tracer.Start(rctx, "record outcome")
 	defer span.End()
-	return w.record(rctx, l, a, providerID, sendErr)
+	return w.apply(rctx, l, a.row, a, decideOutcome(a.row, providerID, sendErr, time.Now(), w.cfg.MaxAge))
 }
 
 // claim takes the row for this attempt: one conditional UPDATE that
-// reads it under its row lock and takes it only if it is the task's,
-// claimable (pending, or an expired lease not handed over), of a template
-// this worker has, not too old, and neither blocked nor suppressed. It is
-// the attempt's first and, on the way to a send, only read of the row;
-// only when it takes nothing is the row read to say why.
+// judges the row under its row lock and takes it only when the attempt
+// may go ahead (ClaimDeliveries says when). It is the attempt's only read
+// of the row: when it takes nothing, its verdict says why, and
+// decideUnclaimed what the task does.
 func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPayload) (done bool, err error) {
 	cctx, span := w.tracer.Start(ctx, "claim")
-	claimed, err := w.claims.do(cctx, claimArgs{
+	judged, err := w.claims.do(cctx, claimArgs{
 		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: mail.MessageIDOfHash(p.KeyHash, w.cfg.MessageIDDomain),
 		taskID: a.taskID, templates: w.templateNames, maxAge: w.cfg.MaxAge,
 	})
 	span.End()
 	if err != nil {
-		l.result = "db_error"
+		l.result = resultDBError
 		w.metrics.retries.WithLabelValues("database").Inc()
 		return true, fmt.Errorf("claim delivery: %w", err)
 	}
-	if claimed == nil {
-		return true, w.notClaimable(ctx, l, p)
+	if judged == nil {
+		return true, w.apply(ctx, l, dbsqlc.NotificationDelivery{ID: p.DeliveryID}, nil,
+			decideUnclaimed(verdictMissing, dbsqlc.NotificationDelivery{}, p.DeliveryID, p.KeyHash, w.cfg.MaxAge))
 	}
-	a.row = claimedDelivery(*claimed)
-	l.set(slog.String("order_id", claimed.OrderID.String()), slog.String("template", claimed.Template),
-		slog.String("from_status", claimed.FromStatus), slog.Int("attempt", int(claimed.Attempts)))
+	row := judgedDelivery(*judged)
+	if v := verdict(judged.Verdict); v != verdictClaimed {
+		if v != verdictNotTask {
+			l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
+		}
+		return true, w.apply(ctx, l, row, nil, decideUnclaimed(v, row, p.DeliveryID, p.KeyHash, w.cfg.MaxAge))
+	}
+	a.row = row
+	l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template),
+		slog.String("from_status", judged.FromStatus), slog.Int("attempt", int(row.Attempts)))
 	return false, nil
 }
 
@@ -281,37 +286,8 @@ func (w *Worker) releaseLock(ctx context.Context, a *attempt) {
 	}
 }
 
-// settled acknowledges a delivery that needs no work: sent, failed or
-// held (an operator decides about those).
-func (w *Worker) settled(ctx context.Context, l *taskLog, row dbsqlc.NotificationDelivery, layer string) bool {
-	switch Status(row.Status) {
-	case StatusSent:
-		if err := w.lock.cacheSent(ctx, mail.KeyHash(row.IdempotencyKey)); err != nil {
-			l.set(slog.String("cache_error", err.Error()))
-		}
-	case StatusFailed, StatusHeld, StatusSuppressed:
-	default:
-		return false
-	}
-	w.duplicate(l, layer)
-	w.recordDuplicate(ctx, l, row, layer)
-	return true
-}
-
-// recordDuplicate writes the suppressed duplicate into the delivery's
-// history. Duplicates caught by the cache or the lock are only counted
-// and logged: writing them down would cost the database round trip those
-// layers exist to save.
-func (w *Worker) recordDuplicate(ctx context.Context, l *taskLog, row dbsqlc.NotificationDelivery, layer string) {
-	taskID, _ := asynq.GetTaskID(ctx)
-	if err := recordEvent(ctx, dbsqlc.New(w.db), row, "duplicate_suppressed", w.cfg.WorkerID,
-		map[string]string{"layer": layer, "task_id": taskID}); err != nil {
-		l.set(slog.String("history_error", err.Error()))
-	}
-}
-
-// claimedDelivery is the claimed row without the status it was claimed from.
-func claimedDelivery(r dbsqlc.ClaimDeliveriesRow) dbsqlc.NotificationDelivery {
+// judgedDelivery is the row the claim judged, without its verdict.
+func judgedDelivery(r dbsqlc.ClaimDeliveriesRow) dbsqlc.NotificationDelivery {
 	return dbsqlc.NotificationDelivery{
 		ID: r.ID, OrderID: r.OrderID, Template: r.Template, Recipient: r.Recipient, IdempotencyKey: r.IdempotencyKey,
 		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, LeaseToken: r.LeaseToken,
@@ -321,116 +297,11 @@ func claimedDelivery(r dbsqlc.ClaimDeliveriesRow) dbsqlc.NotificationDelivery {
 	}
 }
 
-// expire gives up on a pending delivery whose tries began more than
-// MaxAge ago, without another try.
-func (w *Worker) expire(ctx context.Context, l *taskLog, row dbsqlc.NotificationDelivery) error {
-	reason := fmt.Sprintf("expired: not sent within DELIVERY_MAX_AGE (%s)", w.cfg.MaxAge)
-	if row.LastError != nil {
-		reason += "; last error: " + truncate([]byte(*row.LastError), 900)
-	}
-	expired, err := expirePending(ctx, dbsqlc.New(w.db), row.ID, w.cfg.MaxAge, reason, w.cfg.WorkerID)
-	if err != nil {
-		l.result = "db_error"
-		w.metrics.retries.WithLabelValues("database").Inc()
-		return fmt.Errorf("expire delivery %s: %w", row.ID, err)
-	}
-	if !expired {
-		// Claimed or retried meanwhile: let the task run again.
-		l.result = "raced"
-		return wait(errors.New("delivery changed while being expired"), 500*time.Millisecond, time.Second)
-	}
-	w.metrics.deliveries.WithLabelValues(row.Template, "failed").Inc()
-	l.result = "expired"
-	l.set(slog.String("to_status", string(StatusFailed)))
-	return fmt.Errorf("%s: %w", reason, asynq.SkipRetry)
-}
-
-// notClaimable reads the row the claim did not take and decides what
-// the task does: nothing (done, or another worker's), fail it (expired),
-// hand it back (a template this worker lacks), or leave it to the
-// reconciler, the suppression list or an operator's block.
-func (w *Worker) notClaimable(ctx context.Context, l *taskLog, p deliverPayload) error {
-	q := dbsqlc.New(w.db)
-	id := p.DeliveryID
-	row, err := q.GetDelivery(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		l.result = "unknown_delivery"
-		return fmt.Errorf("delivery %s does not exist: %w", id, asynq.SkipRetry)
-	}
-	if err != nil {
-		l.result = "db_error"
-		w.metrics.retries.WithLabelValues("database").Inc()
-		return fmt.Errorf("re-read delivery: %w", err)
-	}
-	if mail.KeyHash(row.IdempotencyKey) != p.KeyHash {
-		l.result = "bad_payload"
-		return fmt.Errorf("task key hash %s does not match delivery %s: %w", p.KeyHash, id, asynq.SkipRetry)
-	}
-	l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
-	if w.settled(ctx, l, row, "database") {
-		return nil
-	}
-	expired := row.LeaseExpiresAt != nil && row.LeaseExpiresAt.Before(time.Now())
-	claimable := Status(row.Status) == StatusPending ||
-		(Status(row.Status) == StatusSending && row.HandedOverAt == nil && expired)
-	if claimable && !w.templates.Has(row.Template) {
-		// An older worker during a rolling deploy: the delivery is not
-		// this worker's to fail. It waits for one that knows the template.
-		l.result = "unknown_template"
-		w.metrics.handedBack.WithLabelValues("unknown_template").Inc()
-		return wait(errUnknownTemplate, unknownTemplateWait, 2*unknownTemplateWait)
-	}
-	if Status(row.Status) == StatusPending && time.Since(row.TryingSince) >= w.cfg.MaxAge {
-		return w.expire(ctx, l, row)
-	}
-	if Status(row.Status) == StatusSending && row.HandedOverAt != nil && expired {
-		// The previous attempt died after the data went out. Sending now
-		// could be the second e-mail; the reconciler asks the provider.
-		reason := "ambiguous: a previous attempt stopped after handing the message to the provider; left for the reconciler"
-		if err := noteAmbiguous(ctx, q, id, reason, w.cfg.WorkerID); err != nil {
-			l.set(slog.String("note_error", err.Error()))
-		}
-		l.result = "left_for_reconciler"
-		w.metrics.deliveries.WithLabelValues(row.Template, "ambiguous").Inc()
-		return nil
-	}
-	if Status(row.Status) == StatusPending {
-		// Claimable but for the suppression list, or an operator's block.
-		suppressed, err := suppressPending(ctx, q, id, w.cfg.WorkerID)
-		if err != nil {
-			l.result = "db_error"
-			w.metrics.retries.WithLabelValues("database").Inc()
-			return fmt.Errorf("suppress delivery: %w", err)
-		}
-		if suppressed {
-			l.result = "suppressed"
-			l.set(slog.String("to_status", string(StatusSuppressed)))
-			w.metrics.deliveries.WithLabelValues(row.Template, "suppressed").Inc()
-			return nil
-		}
-		// The temporary filter.
-		// The row stays pending and the reconciler queues it again once
-		// the block has expired.
-		l.result = "blocked"
-		w.metrics.blocked.Inc()
-		taskID, _ := asynq.GetTaskID(ctx)
-		if err := recordEvent(ctx, q, row, "blocked", w.cfg.WorkerID, map[string]string{
-			"task_id": taskID, "reason": "an operator's block on the key or recipient holds it back",
-		}); err != nil {
-			l.set(slog.String("history_error", err.Error()))
-		}
-		return nil
-	}
-	// Another worker holds a live lease on it.
-	w.duplicate(l, "database")
-	w.recordDuplicate(ctx, l, row, "database")
-	l.result = "owned_by_another_worker"
-	return nil
-}
-
+// duplicate counts a duplicate caught by layer before the claim (the
+// cache, the lock).
 func (w *Worker) duplicate(l *taskLog, layer string) {
 	w.metrics.duplicates.WithLabelValues(layer).Inc()
-	l.result = "duplicate_" + layer
+	l.result = duplicateResult(layer)
 }
 
 // renderError: the template exists but cannot render the stored data.

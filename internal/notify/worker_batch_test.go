@@ -17,16 +17,16 @@ import (
 )
 
 // A batch is many rows, each on its own conditions, as it would be alone:
-// in one claim, a pending row is taken, a row another worker holds is
-// not, a row with the wrong key hash is not, and a row asked for twice
-// (a task delivered twice at once, the Redis lock lost) is taken once,
-// under one lease. The hand-over and sent that follow pass each row only
-// under the lease that took it.
+// in one claim, pending rows are taken, a row another worker holds is
+// not, a row with the wrong key hash is not, a row that does not exist
+// is not answered. The hand-over and sent that follow pass each row only
+// under the lease that took it. (A row asked for twice in one batch is
+// claimAll's business: TestClaimAllJudgesARowAskedForTwiceOnce.)
 func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
 	ctx := context.Background()
 	q := dbsqlc.New(postgres.GenericPlans{DB: e.db.Pool})
-	free, twice, wrongHash := e.checkout(t, "free@example.com"), e.checkout(t, "twice@example.com"), e.checkout(t, "hash@example.com")
+	free, other, wrongHash := e.checkout(t, "free@example.com"), e.checkout(t, "other@example.com"), e.checkout(t, "hash@example.com")
 	held := e.f.Claimed(e.checkout(t, "held@example.com"), time.Minute) // another worker's, lease live
 
 	type claim struct {
@@ -37,9 +37,9 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 	claims := []claim{
 		{free, uuid.New(), mail.KeyHash(free.IdempotencyKey)},
 		{held.Delivery, uuid.New(), mail.KeyHash(held.IdempotencyKey)},
-		{twice, uuid.New(), mail.KeyHash(twice.IdempotencyKey)},
-		{twice, uuid.New(), mail.KeyHash(twice.IdempotencyKey)},
+		{other, uuid.New(), mail.KeyHash(other.IdempotencyKey)},
 		{wrongHash, uuid.New(), mail.KeyHash("another key")},
+		{notify.Delivery{ID: uuid.New(), IdempotencyKey: "no such delivery"}, uuid.New(), mail.KeyHash("no such delivery")},
 	}
 	p := dbsqlc.ClaimDeliveriesParams{LeaseSeconds: 60, Templates: []string{"order-confirmation"}, MaxAgeSeconds: 3600, Actor: "batch-test"}
 	for _, c := range claims {
@@ -50,15 +50,29 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[uuid.UUID]uuid.UUID{} // delivery -> the lease that took it
+	verdicts := map[uuid.UUID]string{} // the claim's lease -> its verdict
+	got := map[uuid.UUID]uuid.UUID{}   // delivery -> the lease that took it
 	for _, r := range rows {
+		verdicts[*r.ForLease] = r.Verdict
+		if r.Verdict != "claimed" {
+			continue
+		}
 		if _, dup := got[r.ID]; dup {
 			t.Fatalf("delivery %s claimed twice in one statement", r.ID)
 		}
 		got[r.ID] = *r.LeaseToken
 	}
-	if len(got) != 2 || got[free.ID] != claims[0].token || (got[twice.ID] != claims[2].token && got[twice.ID] != claims[3].token) {
-		t.Fatalf("claimed %v; want %s under %s and %s under one of its two leases", got, free.ID, claims[0].token, twice.ID)
+	if len(got) != 2 || got[free.ID] != claims[0].token || got[other.ID] != claims[2].token {
+		t.Fatalf("claimed %v; want %s under %s and %s under %s", got, free.ID, claims[0].token, other.ID, claims[2].token)
+	}
+	loser := uuid.New() // a lease that never took it
+	for lease, want := range map[uuid.UUID]string{claims[1].token: "leased", claims[3].token: "not_task"} {
+		if verdicts[lease] != want {
+			t.Errorf("verdict for lease %s = %q, want %q", lease, verdicts[lease], want)
+		}
+	}
+	if v, ok := verdicts[claims[4].token]; ok || len(rows) != len(claims)-1 {
+		t.Errorf("a delivery that does not exist was answered (%q), or rows are missing: %d rows for %d claims", v, len(rows), len(claims))
 	}
 	if now := e.f.Get(held.ID); now.Attempts != 1 {
 		t.Errorf("the held row was claimed again: %d attempts", now.Attempts)
@@ -66,27 +80,23 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 	if now := e.f.Get(wrongHash.ID); now.Status != notify.StatusPending {
 		t.Errorf("the row with the wrong key hash is %s, want pending", now.Status)
 	}
-	loser := claims[2].token
-	if got[twice.ID] == loser {
-		loser = claims[3].token
-	}
 
 	ho, err := q.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{
-		Ids:          []uuid.UUID{free.ID, twice.ID, twice.ID, held.ID},
-		LeaseTokens:  []uuid.UUID{got[free.ID], loser, got[twice.ID], uuid.New()},
+		Ids:          []uuid.UUID{free.ID, other.ID, other.ID, held.ID},
+		LeaseTokens:  []uuid.UUID{got[free.ID], loser, got[other.ID], uuid.New()},
 		LeaseSeconds: 60, Actor: "batch-test",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if handed := leasesOf(ho); len(handed) != 2 || !handed[got[free.ID]] || !handed[got[twice.ID]] {
-		t.Fatalf("handed over under leases %v; want exactly %s and %s", handed, got[free.ID], got[twice.ID])
+	if handed := leasesOf(ho); len(handed) != 2 || !handed[got[free.ID]] || !handed[got[other.ID]] {
+		t.Fatalf("handed over under leases %v; want exactly %s and %s", handed, got[free.ID], got[other.ID])
 	}
 
 	sent, err := q.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{
-		Ids:                []uuid.UUID{free.ID, twice.ID, held.ID},
+		Ids:                []uuid.UUID{free.ID, other.ID, held.ID},
 		LeaseTokens:        []uuid.UUID{got[free.ID], loser, uuid.New()},
-		ProviderMessageIds: []string{"p-free", "p-twice", "p-held"}, Languages: []string{"id", "id", "id"}, Actor: "batch-test",
+		ProviderMessageIds: []string{"p-free", "p-other", "p-held"}, Languages: []string{"id", "id", "id"}, Actor: "batch-test",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +104,7 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 	if marked := leasesOf(sent); len(marked) != 1 || !marked[got[free.ID]] {
 		t.Fatalf("marked sent under leases %v; want only %s (the others are fenced out)", marked, got[free.ID])
 	}
-	for d, want := range map[uuid.UUID]notify.Status{free.ID: notify.StatusSent, twice.ID: notify.StatusSending, held.ID: notify.StatusSending} {
+	for d, want := range map[uuid.UUID]notify.Status{free.ID: notify.StatusSent, other.ID: notify.StatusSending, held.ID: notify.StatusSending} {
 		if now := e.f.Get(d); now.Status != want {
 			t.Errorf("delivery %s is %s, want %s", d, now.Status, want)
 		}
@@ -104,7 +114,7 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 	}
 	// The history has one event per row that moved, and none for the rows
 	// that did not.
-	for d, want := range map[uuid.UUID]string{free.ID: "received claimed handed_over sent", twice.ID: "received claimed handed_over", wrongHash.ID: "received"} {
+	for d, want := range map[uuid.UUID]string{free.ID: "received claimed handed_over sent", other.ID: "received claimed handed_over", wrongHash.ID: "received"} {
 		events, err := notify.History(ctx, e.db.Pool, d)
 		if err != nil {
 			t.Fatal(err)

@@ -54,8 +54,8 @@ func (f *Factory) Claimed(d notify.Delivery, lease time.Duration) Attempt {
 		MessageIds: []string{mail.MessageID(d.IdempotencyKey, f.Domain)}, KeyHashes: []string{mail.KeyHash(d.IdempotencyKey)},
 		Templates: []string{d.Template}, MaxAgeSeconds: (1000 * time.Hour).Seconds(), Actor: Actor, TaskIds: []string{notify.TaskID(d.ID)},
 	})
-	if err != nil || len(rows) != 1 {
-		f.t.Fatalf("notifytest: claim delivery %s (it must be pending, or sending with an expired lease and not handed over): %d rows, %v", d.ID, len(rows), err)
+	if err != nil || len(rows) != 1 || rows[0].Verdict != "claimed" {
+		f.t.Fatalf("notifytest: claim delivery %s (it must be pending, or sending with an expired lease and not handed over): %+v, %v", d.ID, rows, err)
 	}
 	return Attempt{Delivery: f.Get(d.ID), Lease: token}
 }

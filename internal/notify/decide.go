@@ -1,0 +1,236 @@
+package notify
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
+)
+
+// What an attempt's state calls for, decided without I/O: the worker
+// reads (the claim's verdict, the provider's answer), decideUnclaimed and
+// decideOutcome turn what it read into a step, and apply (apply.go) does
+// the step. Every path of a task ends in one result.
+
+// result is how a task ended, the "result" of its log line
+// (docs/observability.md lists them).
+type result string
+
+const (
+	resultSent                 result = "sent"
+	resultRetried              result = "retried"
+	resultFailed               result = "failed"
+	resultHeld                 result = "held"
+	resultExpired              result = "expired"    // past DELIVERY_MAX_AGE without a try
+	resultSuppressed           result = "suppressed" // the recipient is on the suppression list
+	resultBlocked              result = "blocked"    // an operator's block holds it back
+	resultLeftForReconciler    result = "left_for_reconciler"
+	resultOwnedByAnotherWorker result = "owned_by_another_worker"
+	resultFencedOut            result = "fenced_out" // the lease was taken over before the outcome was written
+	resultRaced                result = "raced"      // changed by someone else between the claim and a write
+	resultUnknownTemplate      result = "unknown_template"
+	resultProviderUnavailable  result = "provider_unavailable"
+	resultHandedBack           result = "handed_back" // the worker is shutting down
+	resultShutdown             result = "shutdown"    // stopped while waiting for a concurrency slot
+	resultBadPayload           result = "bad_payload"
+	resultUnknownDelivery      result = "unknown_delivery"
+	resultDBError              result = "db_error"
+	resultRedisError           result = "redis_error"
+)
+
+// duplicateResult is the result of a duplicate caught by layer (cache,
+// lock, database, fencing).
+func duplicateResult(layer string) result { return result("duplicate_" + layer) }
+
+// verdict is the claim's judgement of a row (ClaimDeliveries in
+// db/queries/transitions.sql says when each is given), or missing: no
+// such row.
+type verdict string
+
+const (
+	verdictClaimed         verdict = "claimed"
+	verdictNotTask         verdict = "not_task"
+	verdictSettled         verdict = "settled"
+	verdictLeased          verdict = "leased"
+	verdictHandedOver      verdict = "handed_over"
+	verdictUnknownTemplate verdict = "unknown_template"
+	verdictTooOld          verdict = "too_old"
+	verdictSuppressed      verdict = "suppressed"
+	verdictBlocked         verdict = "blocked"
+	verdictMissing         verdict = "missing"
+)
+
+// write is the one transition or history entry a step makes.
+type write int
+
+const (
+	writeNothing write = iota
+	// On the attempt's own row, fenced on its lease (transitions.go): a
+	// write that no longer applies means another worker owns the row.
+	writeSent
+	writeHeld
+	writeRetry
+	writeFailed
+	writeAmbiguous
+	// On a row the claim did not take.
+	writeNoteAmbiguous // a note in the history: the reconciler decides
+	writeExpired       // pending -> failed, if still pending and too old
+	writeSuppressed    // pending -> suppressed, if still pending
+	writeBlocked       // a "blocked" history entry
+	writeDuplicate     // a "duplicate_suppressed" history entry
+)
+
+// answer is what asynq is told about the task.
+type answer int
+
+const (
+	answerDone         answer = iota // nil: finished
+	answerRetry                      // the error: retried with asynq's back-off
+	answerSkip                       // SkipRetry: never again
+	answerWait                       // again after a delay that is not a failure
+	answerProviderWait               // again after the provider's next probe
+)
+
+// step is what an attempt's state calls for.
+type step struct {
+	write      write
+	to         Status // the status write leaves the row in, for the log
+	providerID string // writeSent: the provider's id for the message
+	reason     string // the row's last_error and the history's detail
+	refund     bool   // writeRetry: the attempt does not count
+
+	result     result
+	outcome    string // sekali_deliveries_total{outcome}
+	retry      string // sekali_job_retry_total{reason}
+	duplicate  string // sekali_duplicate_detected_total{layer}
+	handedBack string // sekali_tasks_handed_back_total{reason}
+	blocked    bool   // sekali_deliveries_blocked_total
+	cacheSent  bool   // the row is sent: remember it in the cache
+	// providerDown: the provider refuses our session; the worker stops
+	// sending until a probe gets through.
+	providerDown *mail.SendError
+
+	answer     answer
+	err        error         // what asynq gets, unless answerDone
+	waitBase   time.Duration // answerWait: the delay, plus up to waitSpread
+	waitSpread time.Duration
+
+	attrs []slog.Attr // for the task's log line
+}
+
+// decideUnclaimed is what a task whose claim took nothing does, by the
+// claim's verdict on the row (d, when there is one): id and keyHash are
+// the task's.
+func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, id uuid.UUID, keyHash string, maxAge time.Duration) step {
+	switch v {
+	case verdictMissing:
+		return step{result: resultUnknownDelivery, answer: answerSkip,
+			err: fmt.Errorf("delivery %s does not exist: %w", id, asynq.SkipRetry)}
+	case verdictNotTask:
+		return step{result: resultBadPayload, answer: answerSkip,
+			err: fmt.Errorf("task key hash %s does not match delivery %s: %w", keyHash, id, asynq.SkipRetry)}
+	case verdictSettled:
+		return step{write: writeDuplicate, duplicate: "database", result: duplicateResult("database"),
+			cacheSent: Status(d.Status) == StatusSent}
+	case verdictLeased:
+		return step{write: writeDuplicate, duplicate: "database", result: resultOwnedByAnotherWorker}
+	case verdictHandedOver:
+		// The previous attempt died after the data went out. Sending now
+		// could be the second e-mail; the reconciler asks the provider.
+		return step{write: writeNoteAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous",
+			reason: "ambiguous: a previous attempt stopped after handing the message to the provider; left for the reconciler"}
+	case verdictUnknownTemplate:
+		// An older worker during a rolling deploy: the delivery is not
+		// this worker's to fail. It waits for one that knows the template.
+		return step{result: resultUnknownTemplate, handedBack: "unknown_template",
+			answer: answerWait, err: errUnknownTemplate, waitBase: unknownTemplateWait, waitSpread: 2 * unknownTemplateWait}
+	case verdictTooOld:
+		reason := fmt.Sprintf("expired: not sent within DELIVERY_MAX_AGE (%s)", maxAge)
+		if d.LastError != nil {
+			reason += "; last error: " + truncate([]byte(*d.LastError), 900)
+		}
+		return step{write: writeExpired, to: StatusFailed, reason: reason, result: resultExpired, outcome: "failed",
+			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
+	case verdictSuppressed:
+		return step{write: writeSuppressed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
+	case verdictBlocked:
+		// The row stays pending; the reconciler queues it again once the
+		// block has expired.
+		return step{write: writeBlocked, result: resultBlocked, blocked: true,
+			reason: "an operator's block on the key or recipient holds it back"}
+	default: // a verdict this build does not know: leave the row alone
+		return step{result: resultRaced, answer: answerWait, err: fmt.Errorf("claim verdict %q unknown to this worker", v),
+			waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}
+	}
+}
+
+// decideOutcome is what a finished send calls for: its error (nil: the
+// provider accepted the message), on the claimed row d, at now.
+func decideOutcome(d dbsqlc.NotificationDelivery, providerID string, sendErr error, now time.Time, maxAge time.Duration) step {
+	if sendErr == nil {
+		return step{write: writeSent, to: StatusSent, providerID: providerID, result: resultSent, outcome: "sent",
+			attrs: []slog.Attr{slog.String("provider_message_id", providerID)}}
+	}
+	var re *renderError
+	if errors.As(sendErr, &re) {
+		// An operator's problem (fix the template or the data, then
+		// retry), held in plain sight rather than failed.
+		reason := "held: " + re.Error()
+		return step{write: writeHeld, to: StatusHeld, reason: reason, result: resultHeld, outcome: "held",
+			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
+	}
+
+	se := sendErrorOf(sendErr)
+	attrs := append([]slog.Attr{slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
+	reason := truncate([]byte(sendErr.Error()), 1000)
+	retried := func(refund bool, label string) step {
+		return step{write: writeRetry, to: StatusPending, reason: reason, refund: refund, result: resultRetried, outcome: "retried",
+			retry: label, answer: answerRetry, err: sendErr, attrs: attrs}
+	}
+	failed := func(reason string) step {
+		return step{write: writeFailed, to: StatusFailed, reason: reason, result: resultFailed, outcome: "failed",
+			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry), attrs: attrs}
+	}
+	switch se.Outcome {
+	case mail.OutcomeAborted:
+		if errors.Is(sendErr, errLeaseLost) {
+			// Another worker has the row: this one writes nothing more.
+			return fencedOut(attrs)
+		}
+		// The lock was lost before the data went out: nothing was sent,
+		// so the attempt is given back, and the delivery tried again later.
+		return retried(true, "lock_expired")
+	case mail.OutcomeUnavailable:
+		// The provider refuses us, not this message: the delivery waits,
+		// using up nothing, and this worker stops sending until a probe
+		// gets through.
+		s := retried(true, "provider_unavailable")
+		s.answer, s.providerDown = answerProviderWait, se
+		s.err = fmt.Errorf("%w: %s", errProviderUnavailable, mail.RedactAddresses(reason))
+		return s
+	case mail.OutcomeTemporary:
+		if age := now.Sub(d.TryingSince); age >= maxAge {
+			return failed(fmt.Sprintf("gave up after %s of tries (DELIVERY_MAX_AGE %s): %s", age.Round(time.Second), maxAge, reason))
+		}
+		// An attempt the provider refused before it accepted the
+		// recipient does not count.
+		return retried(!se.ReachedRecipient(), deferredReason(se.Reply))
+	case mail.OutcomePermanent:
+		return failed(reason)
+	default: // mail.OutcomeAmbiguous
+		return step{write: writeAmbiguous, reason: "ambiguous: " + reason, result: resultLeftForReconciler, outcome: "ambiguous", attrs: attrs}
+	}
+}
+
+// fencedOut is the step of an attempt whose lease another worker took
+// over before its outcome was written: it writes nothing more but the
+// duplicate it was in the history.
+func fencedOut(attrs []slog.Attr) step {
+	return step{write: writeDuplicate, duplicate: "fencing", result: resultFencedOut, attrs: attrs}
+}

@@ -1,0 +1,128 @@
+package notify
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
+)
+
+// want is what a step must say; a field left empty must be empty.
+type want struct {
+	write      write
+	to         Status
+	refund     bool
+	result     result
+	outcome    string
+	retry      string
+	duplicate  string
+	handedBack string
+	answer     answer
+	skip       bool // the error tells asynq never to retry
+}
+
+func (w want) check(t *testing.T, name string, s step) {
+	t.Helper()
+	got := want{write: s.write, to: s.to, refund: s.refund, result: s.result, outcome: s.outcome, retry: s.retry,
+		duplicate: s.duplicate, handedBack: s.handedBack, answer: s.answer, skip: errors.Is(s.err, asynq.SkipRetry)}
+	if got != w {
+		t.Errorf("%s:\n got %+v\nwant %+v", name, got, w)
+	}
+	if (s.answer == answerDone) != (s.err == nil) {
+		t.Errorf("%s: answer %d with error %v: an error goes to asynq exactly when the task is not done", name, s.answer, s.err)
+	}
+}
+
+// Every way a send can end, decided from a table: what is written, what
+// is counted and what asynq is told. No database, no provider.
+func TestDecideOutcome(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	young := dbsqlc.NotificationDelivery{Template: "order-confirmation", TryingSince: now.Add(-time.Minute)}
+	old := dbsqlc.NotificationDelivery{Template: "order-confirmation", TryingSince: now.Add(-49 * time.Hour)}
+	smtpErr := func(o mail.Outcome, stage mail.Stage, code int, enhanced string) error {
+		return &mail.SendError{Outcome: o, Stage: stage, Reply: mail.SMTPReply(code, enhanced), Err: fmt.Errorf("%d", code)}
+	}
+	for _, tt := range []struct {
+		name string
+		d    dbsqlc.NotificationDelivery
+		err  error
+		want want
+	}{
+		{"accepted", young, nil, want{write: writeSent, to: StatusSent, result: resultSent, outcome: "sent"}},
+		{"unrenderable", young, &renderError{err: errors.New("missing field")},
+			want{write: writeHeld, to: StatusHeld, result: resultHeld, outcome: "held", answer: answerSkip, skip: true}},
+		{"lease lost before the data", young, &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageData, Err: errLeaseLost},
+			want{write: writeDuplicate, result: resultFencedOut, duplicate: "fencing"}},
+		{"lock lost before the data", young, &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageData, Err: errLockLost},
+			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "lock_expired", answer: answerRetry}},
+		{"provider refuses us", young, smtpErr(mail.OutcomeUnavailable, mail.StageAuth, 535, "5.7.8"),
+			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "provider_unavailable", answer: answerProviderWait}},
+		{"greylisted at RCPT", young, smtpErr(mail.OutcomeTemporary, mail.StageRecipient, 451, "4.7.1"),
+			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "smtp_4xx", answer: answerRetry}},
+		{"deferred after the data", young, smtpErr(mail.OutcomeTemporary, mail.StageData, 452, ""),
+			want{write: writeRetry, to: StatusPending, result: resultRetried, outcome: "retried", retry: "smtp_4xx", answer: answerRetry}},
+		{"HTTP 503", young, &mail.SendError{Outcome: mail.OutcomeTemporary, Stage: mail.StageData, Reply: mail.HTTPStatus(503), Err: errors.New("503")},
+			want{write: writeRetry, to: StatusPending, result: resultRetried, outcome: "retried", retry: "http_5xx", answer: answerRetry}},
+		{"deferred past the max age", old, smtpErr(mail.OutcomeTemporary, mail.StageData, 452, ""),
+			want{write: writeFailed, to: StatusFailed, result: resultFailed, outcome: "failed", answer: answerSkip, skip: true}},
+		{"no such mailbox", young, smtpErr(mail.OutcomePermanent, mail.StageRecipient, 550, "5.1.1"),
+			want{write: writeFailed, to: StatusFailed, result: resultFailed, outcome: "failed", answer: answerSkip, skip: true}},
+		{"no reply after the data", young, smtpErr(mail.OutcomeAmbiguous, mail.StageData, 0, ""),
+			want{write: writeAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous"}},
+		{"an error nobody classified", young, errors.New("something odd"),
+			want{write: writeAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous"}},
+	} {
+		s := decideOutcome(tt.d, "queued-1", tt.err, now, 48*time.Hour)
+		tt.want.check(t, tt.name, s)
+		if tt.want.answer == answerProviderWait && s.providerDown == nil {
+			t.Errorf("%s: the worker is not told that the provider refuses us", tt.name)
+		}
+		if tt.want.write == writeSent && s.providerID != "queued-1" {
+			t.Errorf("%s: provider id %q, want queued-1", tt.name, s.providerID)
+		}
+	}
+}
+
+// Every verdict of a claim that took nothing, decided from a table.
+func TestDecideUnclaimed(t *testing.T) {
+	id := uuid.New()
+	lastError := "451 try later"
+	pending := dbsqlc.NotificationDelivery{ID: id, Status: string(StatusPending), LastError: &lastError}
+	sent := dbsqlc.NotificationDelivery{ID: id, Status: string(StatusSent)}
+	failed := dbsqlc.NotificationDelivery{ID: id, Status: string(StatusFailed)}
+	for _, tt := range []struct {
+		v    verdict
+		d    dbsqlc.NotificationDelivery
+		want want
+	}{
+		{verdictMissing, dbsqlc.NotificationDelivery{}, want{result: resultUnknownDelivery, answer: answerSkip, skip: true}},
+		{verdictNotTask, pending, want{result: resultBadPayload, answer: answerSkip, skip: true}},
+		{verdictSettled, sent, want{write: writeDuplicate, result: duplicateResult("database"), duplicate: "database"}},
+		{verdictSettled, failed, want{write: writeDuplicate, result: duplicateResult("database"), duplicate: "database"}},
+		{verdictLeased, pending, want{write: writeDuplicate, result: resultOwnedByAnotherWorker, duplicate: "database"}},
+		{verdictHandedOver, pending, want{write: writeNoteAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous"}},
+		{verdictUnknownTemplate, pending, want{result: resultUnknownTemplate, handedBack: "unknown_template", answer: answerWait}},
+		{verdictTooOld, pending, want{write: writeExpired, to: StatusFailed, result: resultExpired, outcome: "failed", answer: answerSkip, skip: true}},
+		{verdictSuppressed, pending, want{write: writeSuppressed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}},
+		{verdictBlocked, pending, want{write: writeBlocked, result: resultBlocked}},
+		{"from_a_newer_build", pending, want{result: resultRaced, answer: answerWait}},
+	} {
+		s := decideUnclaimed(tt.v, tt.d, id, "abc", 48*time.Hour)
+		tt.want.check(t, string(tt.v)+"/"+tt.d.Status, s)
+		if s.cacheSent != (tt.v == verdictSettled && tt.d.Status == string(StatusSent)) {
+			t.Errorf("%s/%s: cacheSent = %v: only a sent row is remembered in the cache", tt.v, tt.d.Status, s.cacheSent)
+		}
+		if tt.v == verdictBlocked && !s.blocked {
+			t.Errorf("%s: not counted as blocked", tt.v)
+		}
+	}
+	if s := decideUnclaimed(verdictTooOld, pending, id, "abc", 48*time.Hour); s.reason != "expired: not sent within DELIVERY_MAX_AGE (48h0m0s); last error: 451 try later" {
+		t.Errorf("expiry reason = %q", s.reason)
+	}
+}
