@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -178,21 +179,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Tracer:          tp.Tracer("github.com/sekali-dev/sekali/internal/notify"),
 	}, log, notify.NewMetrics(reg))
 
-	srv := asynq.NewServer(cfg.Redis, asynq.Config{
-		Concurrency:              cfg.Concurrency,
-		Queues:                   map[string]int{cfg.Queue: 1},
-		TaskCheckInterval:        cfg.TaskCheckInterval,
-		DelayedTaskCheckInterval: time.Second,
-		ShutdownTimeout:          cfg.ShutdownTimeout,
-		RetryDelayFunc:           notify.RetryDelay,
-		IsFailure:                notify.IsFailure,
-		Logger:                   asynqLogger{log.With("component", "asynq")},
-		LogLevel:                 asynq.WarnLevel,
-	})
-	mux := asynq.NewServeMux()
-	mux.Use(worker.Middleware)
-	mux.Handle(notify.TaskTypeDeliver, worker)
-
 	// Healthy while Redis answers: without it the worker takes no task.
 	ops, err := opsserver.Listen(cfg.MetricsAddr, reg, opsserver.Check{Name: "redis", Ping: func(ctx context.Context) error {
 		return rdb.Ping(ctx).Err()
@@ -200,45 +186,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	if err := srv.Start(mux); err != nil {
-		ops.Close()
-		return fmt.Errorf("start asynq server: %w", err)
-	}
 	log.Info("worker started", "worker_id", workerID, "queue", cfg.Queue, "concurrency", cfg.Concurrency,
 		"metrics_addr", ops.Addr(), "provider", cfg.Sender.String())
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		worker.WatchConcurrency(gctx, cfg.Queue, cfg.Concurrency, 2*time.Second)
-		return nil
-	})
-	g.Go(func() error {
-		worker.WatchProvider(gctx, cfg.ProbeInterval)
-		return nil
-	})
 	g.Go(ops.Serve)
 	g.Go(func() error {
-		<-gctx.Done()
-		log.Info("worker shutting down: finishing in-flight sends", "timeout", cfg.ShutdownTimeout.String())
-		worker.Drain() // no new claims: only sends under way are waited for
-		srv.Shutdown() // waits for running handlers up to ShutdownTimeout
+		// Until SIGTERM, then drain and wait for the sends under way; the
+		// health endpoint answers until they are done.
+		err := worker.Run(gctx, notify.ServerConfig{Redis: cfg.Redis, TaskCheckInterval: cfg.TaskCheckInterval, ShutdownTimeout: cfg.ShutdownTimeout})
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return ops.Shutdown(sctx)
+		return errors.Join(err, ops.Shutdown(sctx))
 	})
 	err = g.Wait()
 	log.Info("worker stopped")
 	return err
-}
-
-// asynqLogger sends asynq's own log lines through slog.
-type asynqLogger struct{ log *slog.Logger }
-
-func (l asynqLogger) Debug(args ...any) { l.log.Debug(fmt.Sprint(args...)) }
-func (l asynqLogger) Info(args ...any)  { l.log.Info(fmt.Sprint(args...)) }
-func (l asynqLogger) Warn(args ...any)  { l.log.Warn(fmt.Sprint(args...)) }
-func (l asynqLogger) Error(args ...any) { l.log.Error(fmt.Sprint(args...)) }
-func (l asynqLogger) Fatal(args ...any) {
-	l.log.Error(fmt.Sprint(args...))
-	os.Exit(1)
 }

@@ -127,16 +127,9 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	t.Cleanup(provider.Close)
 	worker := notify.NewWorker(db.Pool, rdb, provider, templates, notify.WorkerConfig{
 		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
-		WorkerID: "e2e-worker", Concurrency: 4,
+		WorkerID: "e2e-worker", Queue: rd.Queue, Concurrency: 4,
 	}, wk.log, notify.NewMetrics(wk.reg))
-	srv := asynq.NewServer(rd.Opt, asynq.Config{Concurrency: 4, Queues: map[string]int{rd.Queue: 1},
-		TaskCheckInterval: 20 * time.Millisecond, DelayedTaskCheckInterval: 100 * time.Millisecond,
-		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 200 * time.Millisecond },
-		IsFailure:      notify.IsFailure, LogLevel: asynq.FatalLevel})
-	if err := srv.Start(worker.Middleware(worker)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	notifytest.Serve(t, worker, notify.ServerConfig{Redis: rd.Opt, DelayedTaskCheckInterval: 100 * time.Millisecond, RetryBase: 200 * time.Millisecond})
 
 	// Reconciler
 	rc := newComponent(nil)

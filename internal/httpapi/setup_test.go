@@ -163,14 +163,9 @@ func (s stack) startWorker(t *testing.T, tracer trace.Tracer) *smtpsink.Server {
 	t.Cleanup(func() { rdb.Close() })
 	w := notify.NewWorker(s.db.Pool, rdb, provider, s.templates, notify.WorkerConfig{
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
-		WorkerID: "test-worker", Concurrency: 2, Tracer: tracer,
+		WorkerID: "test-worker", Queue: s.redis.Queue, Concurrency: 2, Tracer: tracer,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
-	srv := asynq.NewServer(s.redis.Opt, asynq.Config{Concurrency: 2, Queues: map[string]int{s.redis.Queue: 1},
-		TaskCheckInterval: 20 * time.Millisecond, LogLevel: asynq.FatalLevel})
-	if err := srv.Start(w.Middleware(w)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	notifytest.Serve(t, w, notify.ServerConfig{Redis: s.redis.Opt})
 	return sink
 }
 

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
-	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/logbuf"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -51,18 +51,7 @@ func TestEachAttemptLogsOneLineWithEachKeyOnce(t *testing.T) {
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: 100 * time.Millisecond, SendTimeout: 10 * time.Second,
 		MessageIDDomain: mailDomain, WorkerID: "worker-7:1234", Queue: e.redis.Queue, Concurrency: 4,
 	}, log, e.metrics)
-	srv := asynq.NewServer(e.redis.Opt, asynq.Config{
-		Concurrency: 4, Queues: map[string]int{e.redis.Queue: 1}, TaskCheckInterval: 20 * time.Millisecond,
-		DelayedTaskCheckInterval: 100 * time.Millisecond, IsFailure: notify.IsFailure, LogLevel: asynq.FatalLevel,
-		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 50 * time.Millisecond },
-	})
-	mux := asynq.NewServeMux()
-	mux.Use(w.Middleware)
-	mux.Handle(notify.TaskTypeDeliver, w)
-	if err := srv.Start(mux); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
+	stop := notifytest.Serve(t, w, notify.ServerConfig{Redis: e.redis.Opt, DelayedTaskCheckInterval: 100 * time.Millisecond, RetryBase: 50 * time.Millisecond})
 
 	ok, later, gone, lost := e.checkout(t, "ok@example.com"), e.checkout(t, "later@example.com"),
 		e.checkout(t, "gone@example.com"), e.checkout(t, "lost@example.com")
@@ -72,7 +61,7 @@ func TestEachAttemptLogsOneLineWithEachKeyOnce(t *testing.T) {
 			e.delivery(t, gone.IdempotencyKey).Status == notify.StatusFailed &&
 			e.delivery(t, lost.IdempotencyKey).HandedOverAt != nil && strings.HasPrefix(e.delivery(t, lost.IdempotencyKey).LastError, "ambiguous")
 	})
-	srv.Shutdown()
+	stop()
 	// The same task once more, after it was sent: a duplicate.
 	if err := w.Middleware(w).ProcessTask(context.Background(), notify.NewDeliverTask(ok)); err != nil {
 		t.Fatal(err)

@@ -112,21 +112,13 @@ func (e *env) startWorker(t *testing.T) {
 	}
 	rdb := redisconn.NewClient(e.redis.Opt)
 	w := notify.NewWorker(e.db.Pool, rdb, p, templates, notify.WorkerConfig{
-		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker", Concurrency: 4,
+		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker", Queue: e.redis.Queue, Concurrency: 4,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
-	srv := asynq.NewServer(e.redis.Opt, asynq.Config{
-		Concurrency: 4, Queues: map[string]int{e.redis.Queue: 1}, TaskCheckInterval: 20 * time.Millisecond,
-		DelayedTaskCheckInterval: 200 * time.Millisecond, RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 100 * time.Millisecond },
-		IsFailure: notify.IsFailure, ShutdownTimeout: 15 * time.Second, LogLevel: asynq.FatalLevel,
-	})
-	if err := srv.Start(w.Middleware(w)); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		srv.Shutdown()
 		p.Close()
 		rdb.Close()
 	})
+	notifytest.Serve(t, w, notify.ServerConfig{Redis: e.redis.Opt, DelayedTaskCheckInterval: 200 * time.Millisecond, RetryBase: 100 * time.Millisecond})
 }
 
 // pending places an order whose task never reached the queue.

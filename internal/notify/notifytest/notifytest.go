@@ -7,6 +7,7 @@ package notifytest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -207,4 +208,25 @@ func HoldLock(t testing.TB, rdb redis.UniversalClient, d notify.Delivery, ttl ti
 	if err := rdb.Set(context.Background(), LockKey(d), "another-worker", ttl).Err(); err != nil {
 		t.Fatalf("notifytest: hold the lock of %s: %v", d.ID, err)
 	}
+}
+
+// Serve runs w from its queue as cmd/worker does (notify.Worker.Run)
+// until the test ends or stop is called; stop drains w and waits for the
+// sends under way, as SIGTERM does.
+func Serve(t testing.TB, w *notify.Worker, cfg notify.ServerConfig) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, cfg) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("notifytest: worker server: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
