@@ -69,6 +69,7 @@ type options struct {
 	profileDir  string
 	onlyCeiling bool
 	keys        bool // send an Idempotency-Key with every checkout
+	closed      int  // clients of the closed-loop step; 0: none
 
 	reference          bool // also measure the River reference
 	onlyReference      bool
@@ -98,6 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.StringVar(&o.out, "out", "", "also write the report (Markdown) to this file")
 	fs.StringVar(&o.plot, "plot", "", "write a PNG of latency and throughput against offered rate to this file")
 	fs.BoolVar(&o.keys, "idempotency-key", true, "send a fresh Idempotency-Key with every checkout, as a shop's backend does")
+	fs.IntVar(&o.closed, "closed", 32, "clients of the closed-loop step after the rate search: each places an order as soon as its last is answered (0: no such step)")
 	fs.BoolVar(&o.onlyCeiling, "only-ceiling", false, "measure only the PostgreSQL ceiling, for -step, and print it")
 	fs.StringVar(&o.profileDir, "profile", "", "write a CPU profile of each process for each rate into this directory (go tool pprof)")
 	fs.BoolVar(&o.reference, "reference", true, "also measure the reference pipeline built on River, the same way (-reference=false: sekali only)")
@@ -139,6 +141,7 @@ func (b *bench) logf(format string, args ...any) {
 // step is what one offered rate produced.
 type step struct {
 	Offered, Achieved  float64
+	Clients            int // a closed-loop step's clients (Offered is 0)
 	Requests, Errors   int
 	errorKinds         map[string]int // Errors by what came back: an HTTP status, or the client's error
 	P50, P95, P99, Max time.Duration
@@ -322,8 +325,20 @@ func (p *proc) waitLog(msg, field string, timeout time.Duration) (string, error)
 // leaves at start + i/rate, and its latency counts from then, so a
 // stalled server cannot hide its stall by slowing the load down.
 func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time.Duration) (step, error) {
-	s := step{Offered: rate}
-	interval := time.Duration(float64(time.Second) / rate)
+	return b.run1(ctx, dep, rate, 0, d)
+}
+
+// closedLoop is a step of clients that each place an order as soon as
+// their previous one is answered, for d: the rate is what the pipeline
+// gives them, as a shop's backend with that many workers sees it.
+func (b *bench) closedLoop(ctx context.Context, dep *deployment, clients int, d time.Duration) (step, error) {
+	return b.run1(ctx, dep, 0, clients, d)
+}
+
+// run1 is one step: open loop at rate when clients is 0, else closed
+// loop with clients.
+func (b *bench) run1(ctx context.Context, dep *deployment, rate float64, clients int, d time.Duration) (step, error) {
+	s := step{Offered: rate, Clients: clients}
 	b.settle(ctx, dep.pool, dep.offers > 0) // vacuum once there are orders
 	dep.offers++
 	cpuBefore := b.sampleCPU(dep)
@@ -331,37 +346,51 @@ func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time
 	if err != nil {
 		return s, err
 	}
-	profiled := b.profile(ctx, dep, rate, d)
+	profiled := b.profile(ctx, dep, max(rate, float64(clients)), d)
 	start := time.Now()
 	var mu sync.Mutex
 	var lats []time.Duration
 	var wg sync.WaitGroup
-	for i := 0; ; i++ {
-		at := start.Add(time.Duration(i) * interval)
-		if at.Sub(start) >= d {
-			break
-		}
-		time.Sleep(time.Until(at))
-		if ctx.Err() != nil {
-			_ = profiled()
-			return s, ctx.Err()
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			failure := b.checkout(dep)
-			lat := time.Since(at)
-			mu.Lock()
-			defer mu.Unlock()
-			lats = append(lats, lat)
-			if failure != "" {
-				s.Errors++
-				if s.errorKinds == nil {
-					s.errorKinds = map[string]int{}
-				}
-				s.errorKinds[failure]++
+	record := func(at time.Time) {
+		failure := b.checkout(dep)
+		lat := time.Since(at)
+		mu.Lock()
+		defer mu.Unlock()
+		lats = append(lats, lat)
+		if failure != "" {
+			s.Errors++
+			if s.errorKinds == nil {
+				s.errorKinds = map[string]int{}
 			}
-		}()
+			s.errorKinds[failure]++
+		}
+	}
+	if clients > 0 {
+		for range clients {
+			wg.Go(func() {
+				for at := time.Now(); at.Sub(start) < d && ctx.Err() == nil; at = time.Now() {
+					record(at)
+				}
+			})
+		}
+	} else {
+		interval := time.Duration(float64(time.Second) / rate)
+		for i := 0; ; i++ {
+			at := start.Add(time.Duration(i) * interval)
+			if at.Sub(start) >= d {
+				break
+			}
+			time.Sleep(time.Until(at))
+			if ctx.Err() != nil {
+				break
+			}
+			wg.Go(func() { record(at) })
+		}
+	}
+	if ctx.Err() != nil {
+		wg.Wait()
+		_ = profiled()
+		return s, ctx.Err()
 	}
 	wg.Wait()
 	loadEnd := time.Now()
@@ -410,7 +439,7 @@ func (b *bench) offer(ctx context.Context, dep *deployment, rate float64, d time
 	s.SentP50, s.SentP99 = time.Duration(p50*float64(time.Second)), time.Duration(p99*float64(time.Second))
 	// The backlog did not grow if the queue was (nearly) empty when the
 	// load stopped: drained in half a second.
-	s.Sustainable = s.Errors == 0 && s.P99 <= b.o.p99Bound && s.Drain <= 500*time.Millisecond && s.Achieved >= 0.95*rate
+	s.Sustainable = s.Errors == 0 && s.P99 <= b.o.p99Bound && s.Drain <= 500*time.Millisecond && (clients > 0 || s.Achieved >= 0.95*rate)
 	b.logf("  achieved %.0f/s, p50 %v p99 %v max %v, errors %d%s, drain %v, checkout→sent p50 %v p99 %v, sustainable %v",
 		s.Achieved, ms(s.P50), ms(s.P99), ms(s.Max), s.Errors, kinds(s.errorKinds), ms(s.Drain), ms(s.SentP50), ms(s.SentP99), s.Sustainable)
 	return s, nil

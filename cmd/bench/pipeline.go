@@ -250,6 +250,7 @@ func with(common, extra map[string]string) map[string]string {
 type outcome struct {
 	pipeline        pipeline
 	low, best, half step
+	closed          step   // -closed clients, back to back (none when -closed is 0)
 	steps           []step // the search and its refinement, by offered rate
 	orders, emails  int
 	dups            int
@@ -330,6 +331,12 @@ func (b *bench) measure(ctx context.Context, p pipeline) (outcome, error) {
 	b.logf("%s: half the maximum: %.0f/s", p.name, out.best.Offered/2)
 	if out.half, err = b.offer(ctx, d, out.best.Offered/2, b.o.step); err != nil {
 		return out, err
+	}
+	if b.o.closed > 0 {
+		b.logf("%s: closed loop: %d clients for %v", p.name, b.o.closed, b.o.step)
+		if out.closed, err = b.closedLoop(ctx, d, b.o.closed, b.o.step); err != nil {
+			return out, err
+		}
 	}
 	if out.emails, out.dups, out.orders, err = b.count(ctx, d); err != nil {
 		return out, err

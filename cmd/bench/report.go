@@ -121,6 +121,15 @@ func (b *bench) report(outs []outcome, before, after ceilingResult) string {
 		return fmt.Sprintf("%.0f checkouts/s", o.best.Offered)
 	},
 		func(o outcome) float64 { return o.best.Offered }, "")
+	if outs[0].closed.Clients > 0 {
+		row(fmt.Sprintf("closed loop, %d clients: rate", outs[0].closed.Clients), func(o outcome) string {
+			return fmt.Sprintf("%.0f checkouts/s", o.closed.Achieved)
+		}, func(o outcome) float64 { return o.closed.Achieved }, "")
+		row("closed loop: API p50, p99", func(o outcome) string { return ms(o.closed.P50) + ", " + ms(o.closed.P99) }, nil, "")
+		row("closed loop: CPU per order", func(o outcome) string {
+			return fmt.Sprintf("%.2f ms", o.closed.cpu.perOrder(o.closed.cpu.all()))
+		}, func(o outcome) float64 { return o.closed.cpu.perOrder(o.closed.cpu.all()) }, "")
+	}
 	row("pipeline / ceiling (mean of the two)", func(o outcome) string { return fmt.Sprintf("%.0f%%", 100*o.best.Offered/ceiling) }, nil, "≥ 60%")
 	row("API p99 at half the maximum", func(o outcome) string { return ms(o.half.P99) }, func(o outcome) float64 { return msf(o.half.P99) }, "< 25 ms")
 	row("checkout→sent p50 at low load", func(o outcome) string { return ms(o.low.SentP50) }, func(o outcome) float64 { return msf(o.low.SentP50) }, "< 50 ms")
@@ -262,6 +271,9 @@ func stepsTable(r *strings.Builder, o outcome) {
 		row(fmt.Sprintf("%.0f", s.Offered), s)
 	}
 	row(fmt.Sprintf("%.0f (half max)", o.half.Offered), o.half)
+	if o.closed.Clients > 0 {
+		row(fmt.Sprintf("closed loop, %d clients", o.closed.Clients), o.closed)
+	}
 }
 
 // roleLabel names the rows in which processes are compared across
