@@ -140,6 +140,14 @@ func (b *bench) report(outs []outcome, before, after ceilingResult) string {
 	row("row versions per order (updates of its row), HOT share", func(o outcome) string {
 		return fmt.Sprintf("%.2f, %.0f%% HOT", o.best.updatesPerOrder, 100*o.best.hotShare)
 	}, func(o outcome) float64 { return o.best.updatesPerOrder }, "")
+	row("PostgreSQL commits per order at the maximum rate", func(o outcome) string { return fmt.Sprintf("%.2f", o.best.commitsPerOrder) },
+		func(o outcome) float64 { return o.best.commitsPerOrder }, "")
+	row("Redis commands per order (of which scripts) at the maximum rate", func(o outcome) string {
+		if !o.redis {
+			return "no Redis"
+		}
+		return fmt.Sprintf("%.1f (%.1f)", o.best.redisPerOrder, o.best.scriptsPerOrder)
+	}, nil, "")
 	row("Redis used_memory per 1,000 orders, at the end", func(o outcome) string {
 		if !o.redis {
 			return "no Redis"
