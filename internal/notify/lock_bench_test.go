@@ -28,6 +28,7 @@ import (
 // roundtrips/op counts the requests each node received (a command, a
 // pipeline, a script); a pipeline whose keys live on two nodes counts
 // twice. Renewals are absent: one happens only every LOCK_TTL/3.
+// redis-µs/op (standalone) is the Redis server's CPU for it.
 func BenchmarkLockRoundTrip(b *testing.B) {
 	b.Run("standalone", func(b *testing.B) {
 		benchLock(b, testenv.NewRedisServer(b).Opt)
@@ -65,12 +66,15 @@ func benchLock(b *testing.B, opt asynq.RedisConnOpt) {
 	}
 
 	b.Run("delivery", func(b *testing.B) {
-		start, n := trips.Load(), 0
+		start, n, cpu := trips.Load(), 0, redisCPU(b, rdb)
 		for b.Loop() {
 			delivery()
 			n++
 		}
 		b.ReportMetric(float64(trips.Load()-start)/float64(n), "roundtrips/op")
+		if _, cluster := rdb.(*redis.ClusterClient); !cluster { // INFO answers for one node
+			b.ReportMetric(float64((redisCPU(b, rdb)-cpu).Microseconds())/float64(n), "redis-µs/op")
+		}
 	})
 	b.Run("redelivery", func(b *testing.B) {
 		h := delivery()
