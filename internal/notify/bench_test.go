@@ -14,6 +14,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -95,7 +96,7 @@ func BenchmarkClaimHandOverSent(b *testing.B) {
 			db := testenv.NewDB(b)
 			pool, pgCPU := testenv.OneBackend(b, db)
 			ctx := context.Background()
-			q := dbsqlc.New(pool)
+			q := dbsqlc.New(postgres.GenericPlans{DB: pool}) // as the worker runs them
 			ids, leases := insertDeliveries(b, pool, b.N), make([]uuid.UUID, b.N)
 			for i := range ids {
 				leases[i] = uuid.New()
