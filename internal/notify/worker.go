@@ -116,7 +116,7 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provid
 		h := metrics.batchSize.WithLabelValues(statement)
 		return func(n int) { h.Observe(float64(n)) }
 	}
-	w := &Worker{
+	return &Worker{
 		db:            db,
 		lock:          redisLock{rdb: rdb, ttl: cfg.LockTTL},
 		provider:      provider,
@@ -138,7 +138,6 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provid
 		sents: &batch[sentArgs, bool]{max: maxBatch, timeout: recordTimeout, sizes: sizes("sent"),
 			run: func(ctx context.Context, ss []sentArgs) ([]bool, error) { return markSentAll(ctx, q, ss) }},
 	}
-	return w
 }
 
 // attempt is one claimed try at a delivery: the row as claimed, the lease
