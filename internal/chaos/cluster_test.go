@@ -10,6 +10,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,6 +28,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -121,9 +124,13 @@ func backendKey(t testing.TB, db testenv.DB) string {
 }
 
 // newClusterOn is newCluster on a given database, such as one on a
-// PostgreSQL server of the test's own.
+// PostgreSQL server of the test's own, migrated first (as the API would
+// on start) so that the backend's API key can be made.
 func newClusterOn(t testing.TB, db testenv.DB, sinkCfg smtpsink.Config) *cluster {
 	t.Helper()
+	if err := postgres.Migrate(context.Background(), db.Pool, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatalf("migrate the cluster's database: %v", err)
+	}
 	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t), backendKey: backendKey(t, db)}
 	c.redisURL = c.redis.URL
 	sink, err := smtpsink.Start(sinkCfg)
