@@ -171,11 +171,7 @@ func handOverAll(ctx context.Context, q *dbsqlc.Queries, ls []leased) ([]bool, e
 	if err != nil {
 		return nil, err
 	}
-	tokens := make([]*uuid.UUID, len(rows))
-	for i, r := range rows {
-		tokens[i] = r.LeaseToken
-	}
-	return heldBy(ls, tokens), nil
+	return heldBy(ls, rows), nil
 }
 
 // sentArgs is an acceptance to record: the attempt, the provider's id
@@ -200,18 +196,22 @@ func markSentAll(ctx context.Context, q *dbsqlc.Queries, ss []sentArgs) ([]bool,
 	if err != nil {
 		return nil, err
 	}
-	tokens := make([]*uuid.UUID, len(rows))
-	for i, r := range rows {
-		tokens[i] = r.LeaseToken
-	}
-	return heldBy(ls, tokens), nil
+	return heldBy(ls, rows), nil
+}
+
+// leasedRow is what the hand-over and sent statements return for each
+// row they wrote: the delivery and the lease it was written under.
+type leasedRow = struct {
+	ID         uuid.UUID
+	LeaseToken *uuid.UUID
 }
 
 // heldBy reports, for each attempt of ls, whether a statement's rows
 // came back with its lease token: whether it still held the row.
-func heldBy(ls []leased, tokens []*uuid.UUID) []bool {
+func heldBy[R dbsqlc.HandOverDeliveriesRow | dbsqlc.MarkSentDeliveriesRow](ls []leased, rows []R) []bool {
 	ok := make([]bool, len(ls))
-	for _, t := range tokens {
+	for _, r := range rows {
+		t := leasedRow(r).LeaseToken
 		for i, l := range ls {
 			if t != nil && *t == l.lease.token {
 				ok[i] = true
