@@ -75,6 +75,8 @@ func TestBadCheckoutInputIsRefusedAndWritesNothing(t *testing.T) {
 			{"sku":"B","name":"B","quantity":1,"unit_price":1}]`), nil, 422, "validation", "/items"},
 		{"too many items", "", body("items", "["+strings.TrimSuffix(strings.Repeat(`{"sku":"A","name":"A","quantity":1,"unit_price":1},`, 101), ",")+"]"), nil, 422, "validation", "/items"},
 		{"null body", "", `null`, nil, 400, "invalid-body", ""},
+		{"null item", "", body("items", `[null]`), nil, 400, "invalid-body", "/items/0"},
+		{"item that is a string", "", body("items", `["A"]`), nil, 400, "invalid-body", "/items/0"},
 		{"string body", "", `"checkout"`, nil, 400, "invalid-body", ""},
 		{"repeated key", "", `{"customer_email":"ana@example.com","customer_email":"eve@example.com","customer_name":"A","currency":"IDR","items":[]}`, nil, 400, "invalid-body", "/customer_email"},
 		{"repeated key in an item", "", body("items", `[{"sku":"A","name":"B","quantity":1,"quantity":9,"unit_price":1}]`), nil, 400, "invalid-body", "/items/0/quantity"},

@@ -62,38 +62,49 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) bool {
 // invalid UTF-8, anything but an object, repeated keys, unknown fields
 // and trailing data. prefix is the JSON pointer of the value.
 func decodeStrict(raw []byte, dst any, prefix string) *problem {
-	invalid := func(pointer, detail string) *problem {
-		return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not valid",
-			Detail: detail, Errors: []fieldError{{Pointer: pointer, Detail: detail}}}
-	}
 	if !utf8.Valid(raw) {
-		return invalid(prefix, "is not valid UTF-8")
+		return invalidBody(prefix, "is not valid UTF-8")
 	}
 	if nestsDeeper(raw, maxJSONDepth) {
-		return invalid(prefix, fmt.Sprintf("nests arrays and objects more than %d levels deep", maxJSONDepth))
+		return invalidBody(prefix, fmt.Sprintf("nests arrays and objects more than %d levels deep", maxJSONDepth))
 	}
-	trimmed := bytes.TrimSpace(raw)
-	if len(trimmed) > 0 && trimmed[0] != '{' && json.Valid(trimmed) {
-		return invalid(prefix, "must be a JSON object, not "+jsonValueKind(trimmed[0]))
+	if p := notAnObject(raw, prefix); p != nil {
+		return p
 	}
 	if pointer, first, ok := repeatedKey(raw, prefix); ok {
 		detail := "appears more than once; send each field once"
 		if first != "" {
 			detail = fmt.Sprintf("repeats %q in another case (keys are matched regardless of case); send each field once", first)
 		}
-		return invalid(pointer, detail)
+		return invalidBody(pointer, detail)
 	}
 	return decodeChecked(raw, dst, prefix)
 }
 
+// invalidBody is the 400 problem of a body, or of the value at pointer
+// within it, that is not what was asked for.
+func invalidBody(pointer, detail string) *problem {
+	return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not valid",
+		Detail: detail, Errors: []fieldError{{Pointer: pointer, Detail: detail}}}
+}
+
+// notAnObject refuses a valid JSON value at pointer that is not an
+// object (null included: encoding/json would decode it into a struct as
+// if it were empty). Malformed JSON is left to the decoder to report.
+func notAnObject(raw []byte, pointer string) *problem {
+	if trimmed := bytes.TrimSpace(raw); len(trimmed) > 0 && trimmed[0] != '{' && json.Valid(trimmed) {
+		return invalidBody(pointer, "must be a JSON object, not "+jsonValueKind(trimmed[0]))
+	}
+	return nil
+}
+
 // decodeChecked is decodeStrict's decoding, for a part of a body that
-// decodeStrict has checked whole (an item of a checkout): unknown fields,
-// wrong types and trailing data are still refused, the checks of the
-// whole are not run again.
+// decodeStrict has checked whole (an item of a checkout): a value that is
+// not an object, unknown fields, wrong types and trailing data are still
+// refused, the checks of the whole are not run again.
 func decodeChecked(raw []byte, dst any, prefix string) *problem {
-	invalid := func(pointer, detail string) *problem {
-		return &problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Title: "The body is not valid",
-			Detail: detail, Errors: []fieldError{{Pointer: pointer, Detail: detail}}}
+	if p := notAnObject(raw, prefix); p != nil {
+		return p
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
@@ -110,20 +121,20 @@ func decodeChecked(raw []byte, dst any, prefix string) *problem {
 	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.Is(err, io.EOF):
-		return invalid(prefix, "the body is empty; send a JSON object")
+		return invalidBody(prefix, "the body is empty; send a JSON object")
 	case errors.As(err, &syntaxErr), errors.Is(err, io.ErrUnexpectedEOF):
-		return invalid(prefix, "malformed JSON: "+err.Error())
+		return invalidBody(prefix, "malformed JSON: "+err.Error())
 	case errors.As(err, &typeErr):
 		pointer := prefix
 		if typeErr.Field != "" {
 			pointer += "/" + strings.ReplaceAll(typeErr.Field, ".", "/")
 		}
-		return invalid(pointer, fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value))
+		return invalidBody(pointer, fmt.Sprintf("must be a JSON %s, not %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return invalid(prefix+"/"+name, "is not a known field")
+		return invalidBody(prefix+"/"+name, "is not a known field")
 	default:
-		return invalid(prefix, err.Error())
+		return invalidBody(prefix, err.Error())
 	}
 }
 
@@ -200,13 +211,15 @@ func nestsDeeper(raw []byte, limit int) bool {
 // repeatedKey finds the first object key that appears twice in the same
 // object of raw, as written or in another case (appendFolded), and returns
 // its JSON pointer as written the second time, and the key as first
-// written when that differs ("" for an exact repeat). Malformed JSON, or
-// JSON nested deeper than maxJSONDepth (nestsDeeper), is left to the
-// decoder to report. It reads raw once, keeps one set of keys per open
-// level (reused by the next object at that level) and spells a pointer
-// out only for the repeat it reports: its work is linear in len(raw).
+// written when that differs ("" for an exact repeat). raw must nest no
+// deeper than maxJSONDepth (decodeStrict checks that first: the scanner
+// keeps a set of keys per level); malformed JSON is left to the decoder
+// to report. Past the validity check it reads raw once, keeps one set of
+// keys per open level (reused by the next object at that level) and
+// spells a pointer out only for the repeat it reports: its work is
+// linear in len(raw).
 func repeatedKey(raw []byte, prefix string) (pointer, first string, repeated bool) {
-	if nestsDeeper(raw, maxJSONDepth) || !json.Valid(raw) {
+	if !json.Valid(raw) {
 		return "", "", false
 	}
 	k := keyScanner{raw: raw}
