@@ -220,7 +220,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	srv := &http.Server{
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
-			Keys: keys, PublicCheckout: cfg.PublicCheckout, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: cfg.MaxInFlight,
+			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: cfg.MaxInFlight,
 			BodyTimeout: cfg.BodyTimeout,
 			Tracer:      tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
 			Admin:       httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys},

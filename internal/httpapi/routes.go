@@ -42,7 +42,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	keyedCheckout := []func(http.Handler) http.Handler{
 		guarded(requireKey(d.Keys, apikey.ScopeCheckout, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr)),
 	}
-	if d.PublicCheckout {
+	if d.Orders != nil && d.Orders.Public != nil {
 		r.With(anonymousOr([]func(http.Handler) http.Handler{limit(public, addr)}, keyedCheckout)).
 			Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
 	} else {

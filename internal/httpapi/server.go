@@ -36,17 +36,16 @@ type Deps struct {
 	Log       *slog.Logger
 	Orders    *order.Service
 	Templates *mailtemplate.Templates
-	Keys      keyChecker // the shop's backend's API keys (*apikey.Service)
-	// PublicCheckout lets POST /v1/orders be called without an API key
-	// (CHECKOUT_MODE=public), by a storefront's browsers; Orders.Public
-	// holds what such a checkout may ask.
-	PublicCheckout bool
-	RateLimits     RateLimits              // zero: no limits
-	Checks         []Check                 // asked by /readyz
-	Webhooks       map[string]mail.Webhook // by provider name: the providers whose events POST /v1/webhooks/{provider} takes
-	Admin          Admin                   // the operator API under /admin/v1
-	Registry       prometheus.Registerer   // receives the HTTP metrics (served on METRICS_ADDR, not here)
-	Tracer         trace.Tracer            // one span per request; nil records none
+	// Keys are the shop's backend's API keys (*apikey.Service). With
+	// Orders.Public set (CHECKOUT_MODE=public), POST /v1/orders may also
+	// be called without one, by a storefront's browsers, under those rules.
+	Keys       keyChecker
+	RateLimits RateLimits              // zero: no limits
+	Checks     []Check                 // asked by /readyz
+	Webhooks   map[string]mail.Webhook // by provider name: the providers whose events POST /v1/webhooks/{provider} takes
+	Admin      Admin                   // the operator API under /admin/v1
+	Registry   prometheus.Registerer   // receives the HTTP metrics (served on METRICS_ADDR, not here)
+	Tracer     trace.Tracer            // one span per request; nil records none
 	// MaxInFlight bounds the requests handled at once (0: no bound);
 	// one more is refused with 503 at once rather than queued, so that
 	// overload costs neither memory nor the latency of the requests

@@ -112,7 +112,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	operator := notify.NewOperator(db.Pool, enq, inspector, rdb)
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
-		Keys: keys, PublicCheckout: o.public != nil, RateLimits: o.rateLimits, Webhooks: o.webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: o.maxInFlight,
+		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: o.maxInFlight,
 		BodyTimeout: o.bodyTimeout,
 		Admin:       httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys},
 	}))

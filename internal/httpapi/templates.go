@@ -10,6 +10,11 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 )
 
+// emailPolicy is the Content-Security-Policy of an e-mail's HTML shown
+// by the API: its styles and images, no script, no form, no frame
+// around it. The gallery adds the frames it shows the e-mails in.
+const emailPolicy = "default-src 'none'; style-src 'unsafe-inline'; img-src data: https:; form-action 'none'; base-uri 'none'; frame-ancestors 'none'"
+
 func handleListTemplates(templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		languages := map[string][]string{}
@@ -71,7 +76,7 @@ func handlePreviewTemplate(templates *mailtemplate.Templates) http.Handler {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			// The e-mail's own HTML, as a mail client shows it: its
 			// styles and images, no script, no form, no frame around it.
-			w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data: https:; form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
+			w.Header().Set("Content-Security-Policy", emailPolicy)
 			_, _ = w.Write([]byte(out.HTML))
 		case "text":
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -168,7 +173,7 @@ func handleGallery(templates *mailtemplate.Templates) http.Handler {
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		// The frames render the templates' own HTML; nothing else may run.
-		w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src data: https:; frame-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'")
+		w.Header().Set("Content-Security-Policy", emailPolicy+"; frame-src 'self'")
 		if err := galleryPage.Execute(w, page); err != nil {
 			setLogError(r.Context(), err)
 		}

@@ -48,16 +48,15 @@ func (e *QuotaError) Error() string {
 // as one *ValidationError, like validate's.
 func (r *PublicRules) checkPublic(v validCheckout) error {
 	var verr ValidationError
-	if link := textrule.Link(v.Name); link != "" {
-		verr.add("/customer_name", "must not contain a link or an address such as %q", link)
+	noLink := func(pointer, s string) {
+		if link := textrule.Link(s); link != "" {
+			verr.add(pointer, "must not contain a link or an address such as %q", link)
+		}
 	}
+	noLink("/customer_name", v.Name)
 	for i, it := range v.Items {
-		if link := textrule.Link(it.Name); link != "" {
-			verr.add(fmt.Sprintf("/items/%d/name", i), "must not contain a link or an address such as %q", link)
-		}
-		if link := textrule.Link(it.SKU); link != "" {
-			verr.add(fmt.Sprintf("/items/%d/sku", i), "must not contain a link or an address such as %q", link)
-		}
+		noLink(fmt.Sprintf("/items/%d/name", i), it.Name)
+		noLink(fmt.Sprintf("/items/%d/sku", i), it.SKU)
 	}
 	if v.Total == 0 && !r.FreeOrders {
 		verr.add("/items", "the order total is 0: this shop takes no free orders without its backend's API key")
