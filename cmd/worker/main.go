@@ -76,7 +76,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ProbeInterval:     env.Duration("PROVIDER_PROBE_INTERVAL", 5*time.Second),
 		SendTimeout:       env.Duration("SEND_TIMEOUT", 30*time.Second),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 45*time.Second),
-		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", 20*time.Millisecond),
+		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", notify.DefaultTaskCheckInterval),
 		From:              env.String("MAIL_FROM", "orders@shop.example"),
 		Provider:          provider.Read(env),
 	}

@@ -55,8 +55,7 @@ FROM ins;
 --
 -- The ids must be distinct: a row asked for twice would be locked again
 -- after this statement's own update and left out (claimAll asks once). A
--- row that does not exist is not returned. Every row returned carries the lease
--- of the claim it answers (for_lease). Commits before anything is sent,
+-- row that does not exist is not returned. Commits before anything is sent,
 -- without waiting for the WAL flush: a claim PostgreSQL forgot is a
 -- pending row again, never a message sent.
 WITH nosync AS (
@@ -106,15 +105,15 @@ WITH nosync AS (
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
        c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale,
-       c.from_status, 'claimed'::text AS verdict, c.lease_token AS for_lease
+       c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
        j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale,
-       j.status, CASE WHEN j.verdict = 'claim' THEN 'leased' ELSE j.verdict END, j.input_lease
+       j.status, j.verdict
 FROM judged j
-WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.lease_token = j.input_lease);
+WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id);
 
 -- name: HandOverDeliveries :many
 -- The last check before the data goes out, for every attempt of a worker

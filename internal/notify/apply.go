@@ -14,10 +14,6 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// errRaced: a conditional write on a row the claim did not take no
-// longer applied: someone changed the row in between.
-var errRaced = errors.New("delivery changed between the claim and the write")
-
 // apply does step s for a task on row d: its write, then its metrics,
 // its log line's result, and what asynq is told. a is the attempt when
 // the claim took the row (its lease fences the write), nil when it did
@@ -85,11 +81,11 @@ func (w *Worker) apply(ctx context.Context, l *taskLog, d dbsqlc.NotificationDel
 func (w *Worker) write(ctx context.Context, l *taskLog, d dbsqlc.NotificationDelivery, a *attempt, s step) error {
 	q := dbsqlc.New(w.db)
 	actor := w.cfg.WorkerID
-	historyOnly := func(event string, detail map[string]string, errKey string) error {
+	historyOnly := func(event string, detail map[string]string) error {
 		taskID, _ := asynq.GetTaskID(ctx)
 		detail["task_id"] = taskID
 		if err := recordEvent(ctx, q, d, event, actor, detail); err != nil {
-			l.set(slog.String(errKey, err.Error()))
+			l.set(slog.String("history_error", err.Error()))
 		}
 		return nil
 	}
@@ -121,29 +117,21 @@ func (w *Worker) write(ctx context.Context, l *taskLog, d dbsqlc.NotificationDel
 		}
 		return nil
 	case writeExpired:
-		return conditional(expirePending(ctx, q, d.ID, w.cfg.MaxAge, s.reason, actor))
+		return expirePending(ctx, q, d.ID, w.cfg.MaxAge, s.reason, actor)
 	case writeSuppressed:
-		return conditional(suppressPending(ctx, q, d.ID, actor))
+		return suppressPending(ctx, q, d.ID, actor)
 	case writeBlocked:
-		return historyOnly("blocked", map[string]string{"reason": s.reason}, "history_error")
+		return historyOnly("blocked", map[string]string{"reason": s.reason})
 	case writeDuplicate:
 		// Duplicates caught by the cache or the lock are only counted and
 		// logged: writing them down would cost the database round trip
 		// those layers exist to save.
-		return historyOnly("duplicate_suppressed", map[string]string{"layer": s.duplicate}, "history_error")
+		return historyOnly("duplicate_suppressed", map[string]string{"layer": s.duplicate})
 	case writeNothing:
 		return nil
 	default:
 		return fmt.Errorf("no such write: %d", s.write)
 	}
-}
-
-// conditional is errRaced when a conditional write did not apply.
-func conditional(applied bool, err error) error {
-	if err == nil && !applied {
-		return errRaced
-	}
-	return err
 }
 
 // replyAttrs are the log fields of a provider's answer, named for its

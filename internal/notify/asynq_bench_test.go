@@ -42,7 +42,7 @@ func BenchmarkAsynqTask(b *testing.B) {
 	defer rdb.Close()
 	var done atomic.Int64
 	server := asynq.NewServer(srv.Opt, asynq.Config{
-		Concurrency: 16, Queues: map[string]int{srv.Queue: 1}, TaskCheckInterval: 20 * time.Millisecond,
+		Concurrency: 16, Queues: map[string]int{srv.Queue: 1}, TaskCheckInterval: DefaultTaskCheckInterval,
 		IsFailure: IsFailure, LogLevel: asynq.FatalLevel,
 	})
 	if err := server.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error { done.Add(1); return nil })); err != nil {

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // A lone call runs at once, on its own; calls that arrive while a
@@ -36,7 +38,7 @@ func TestBatchSharesAStatementAmongWhoeverWaits(t *testing.T) {
 	ctx := context.Background()
 	first := make(chan int)
 	go func() { v, _ := b.do(ctx, 1); first <- v }()
-	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.running && len(b.queue) == 0 })
+	testenv.WaitFor(t, "the first statement to be running", 10*time.Second, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.running && len(b.queue) == 0 })
 
 	var wg sync.WaitGroup
 	got := make([]int, 20)
@@ -44,7 +46,7 @@ func TestBatchSharesAStatementAmongWhoeverWaits(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); got[i], _ = b.do(ctx, i+2) }()
 	}
-	waitFor(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 20 })
+	testenv.WaitFor(t, "twenty calls to queue", 10*time.Second, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 20 })
 	close(release)
 	wg.Wait()
 	if v := <-first; v != 10 {
@@ -95,14 +97,5 @@ func TestBatchIsBoundedAndEveryCallIsServed(t *testing.T) {
 	}
 	if b.running || len(b.queue) != 0 {
 		t.Errorf("after every call returned: running %v, %d queued", b.running, len(b.queue))
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
 	}
 }

@@ -3,7 +3,6 @@ package notify_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -55,70 +54,34 @@ func BenchmarkRenderOrderConfirmation(b *testing.B) {
 }
 
 // BenchmarkClaimHandOverSent is the SQL a worker spends on one delivery
-// once it holds the lock: claim, last lease check, sent — together, and
-// each alone, so that docs/performance.md can say what each costs.
-// pg-µs/op is what it costs PostgreSQL (claim and sent are committed
-// without waiting for the WAL flush; the hand-over waits). history-row is
-// one delivery_events insert on its own, the part of every transition
-// that keeps the history.
+// once it holds the lock: claim, last lease check, sent, each for that
+// delivery alone (a batch of one; BenchmarkClaim, BenchmarkHandover and
+// BenchmarkSent measure each statement at every batch size). pg-µs/op is
+// what it costs PostgreSQL (claim and sent are committed without waiting
+// for the WAL flush; the hand-over waits). history-row is one
+// delivery_events insert on its own, the part of every transition that
+// keeps the history.
 func BenchmarkClaimHandOverSent(b *testing.B) {
-	type step func(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, lease uuid.UUID) error
-	claimStep := func(ctx context.Context, q *dbsqlc.Queries, id, lease uuid.UUID) error {
-		rows, err := q.ClaimDeliveries(ctx, dbsqlc.ClaimDeliveriesParams{Ids: []uuid.UUID{id}, KeyHashes: []string{mail.KeyHash(id.String())},
-			LeaseTokens: []uuid.UUID{lease}, MessageIds: []string{"m@shop.example"}, TaskIds: []string{"t"},
-			Templates: []string{"order-confirmation"}, MaxAgeSeconds: 3600, LeaseSeconds: 30, Actor: "bench"})
-		if err == nil && (len(rows) != 1 || rows[0].Verdict != "claimed") {
-			err = fmt.Errorf("claim: %+v", rows)
+	b.Run("all", func(b *testing.B) {
+		pool, pgCPU, ids, leases := prepareRows(b, b.N, pendingRows)
+		q := dbsqlc.New(postgres.GenericPlans{DB: pool}) // as the worker runs them
+		ctx := context.Background()
+		b.ResetTimer()
+		before := pgCPU()
+		for i := 0; i < b.N; i++ {
+			one, lease := ids[i:i+1], leases[i:i+1]
+			claimRows(b, q, one, lease)
+			if rows, err := q.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: one, LeaseTokens: lease, LeaseSeconds: 30, Actor: "bench"}); err != nil || len(rows) != 1 {
+				b.Fatalf("hand-over: %d rows, %v", len(rows), err)
+			}
+			if rows, err := q.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{Ids: one, LeaseTokens: lease,
+				ProviderMessageIds: []string{"p"}, Languages: []string{"id"}, Actor: "bench"}); err != nil || len(rows) != 1 {
+				b.Fatalf("sent: %d rows, %v", len(rows), err)
+			}
 		}
-		return err
-	}
-	handOverStep := func(ctx context.Context, q *dbsqlc.Queries, id, lease uuid.UUID) error {
-		rows, err := q.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: []uuid.UUID{id}, LeaseTokens: []uuid.UUID{lease}, LeaseSeconds: 30, Actor: "bench"})
-		return oneRow("hand-over", len(rows), err)
-	}
-	sentStep := func(ctx context.Context, q *dbsqlc.Queries, id, lease uuid.UUID) error {
-		rows, err := q.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{Ids: []uuid.UUID{id}, LeaseTokens: []uuid.UUID{lease},
-			ProviderMessageIds: []string{"p"}, Languages: []string{"id"}, Actor: "bench"})
-		return oneRow("sent", len(rows), err)
-	}
-	cases := []struct {
-		name     string
-		before   []step // run untimed first, to reach the state measured
-		measured []step
-	}{
-		{"all", nil, []step{claimStep, handOverStep, sentStep}},
-		{"claim", nil, []step{claimStep}},
-		{"hand-over", []step{claimStep}, []step{handOverStep}},
-		{"sent", []step{claimStep, handOverStep}, []step{sentStep}},
-	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			db := testenv.NewDB(b)
-			pool, pgCPU := testenv.OneBackend(b, db)
-			ctx := context.Background()
-			q := dbsqlc.New(postgres.GenericPlans{DB: pool}) // as the worker runs them
-			ids, leases := insertDeliveries(b, pool, b.N), make([]uuid.UUID, b.N)
-			for i := range ids {
-				leases[i] = uuid.New()
-				for _, f := range c.before {
-					if err := f(ctx, q, ids[i], leases[i]); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			b.ResetTimer()
-			before := pgCPU()
-			for i := 0; i < b.N; i++ {
-				for _, f := range c.measured {
-					if err := f(ctx, q, ids[i], leases[i]); err != nil {
-						b.Fatal(err)
-					}
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64((pgCPU()-before).Microseconds())/float64(b.N), "pg-µs/op")
-		})
-	}
+		b.StopTimer()
+		b.ReportMetric(float64(pgCPU()-before)/float64(b.N), "pg-µs/op")
+	})
 	b.Run("history-row", func(b *testing.B) {
 		db := testenv.NewDB(b)
 		pool, pgCPU := testenv.OneBackend(b, db)
@@ -135,14 +98,6 @@ func BenchmarkClaimHandOverSent(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64((pgCPU()-before).Microseconds())/float64(b.N), "pg-µs/op")
 	})
-}
-
-// oneRow is err, or an error if a statement for one row wrote n.
-func oneRow(what string, n int, err error) error {
-	if err == nil && n != 1 {
-		err = fmt.Errorf("%s wrote %d rows", what, n)
-	}
-	return err
 }
 
 // insertDeliveries records n pending deliveries of one order, keyed by

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
@@ -125,16 +124,16 @@ type step struct {
 }
 
 // decideUnclaimed is what a task whose claim took nothing does, by the
-// claim's verdict on the row (d, when there is one): id and keyHash are
-// the task's.
-func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, id uuid.UUID, keyHash string, maxAge time.Duration) step {
+// claim's verdict on the row d (only its ID when there is no such row);
+// keyHash is the task's.
+func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, maxAge time.Duration) step {
 	switch v {
 	case verdictMissing:
 		return step{result: resultUnknownDelivery, answer: answerSkip,
-			err: fmt.Errorf("delivery %s does not exist: %w", id, asynq.SkipRetry)}
+			err: fmt.Errorf("delivery %s does not exist: %w", d.ID, asynq.SkipRetry)}
 	case verdictNotTask:
 		return step{result: resultBadPayload, answer: answerSkip,
-			err: fmt.Errorf("task key hash %s does not match delivery %s: %w", keyHash, id, asynq.SkipRetry)}
+			err: fmt.Errorf("task key hash %s does not match delivery %s: %w", keyHash, d.ID, asynq.SkipRetry)}
 	case verdictSettled:
 		return step{write: writeDuplicate, duplicate: "database", result: duplicateResult("database"),
 			cacheSent: Status(d.Status) == StatusSent}

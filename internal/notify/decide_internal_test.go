@@ -101,7 +101,7 @@ func TestDecideUnclaimed(t *testing.T) {
 		d    dbsqlc.NotificationDelivery
 		want want
 	}{
-		{verdictMissing, dbsqlc.NotificationDelivery{}, want{result: resultUnknownDelivery, answer: answerSkip, skip: true}},
+		{verdictMissing, dbsqlc.NotificationDelivery{ID: id}, want{result: resultUnknownDelivery, answer: answerSkip, skip: true}},
 		{verdictNotTask, pending, want{result: resultBadPayload, answer: answerSkip, skip: true}},
 		{verdictSettled, sent, want{write: writeDuplicate, result: duplicateResult("database"), duplicate: "database"}},
 		{verdictSettled, failed, want{write: writeDuplicate, result: duplicateResult("database"), duplicate: "database"}},
@@ -113,7 +113,7 @@ func TestDecideUnclaimed(t *testing.T) {
 		{verdictBlocked, pending, want{write: writeBlocked, result: resultBlocked}},
 		{"from_a_newer_build", pending, want{result: resultRaced, answer: answerWait}},
 	} {
-		s := decideUnclaimed(tt.v, tt.d, id, "abc", 48*time.Hour)
+		s := decideUnclaimed(tt.v, tt.d, "abc", 48*time.Hour)
 		tt.want.check(t, string(tt.v)+"/"+tt.d.Status, s)
 		if s.cacheSent != (tt.v == verdictSettled && tt.d.Status == string(StatusSent)) {
 			t.Errorf("%s/%s: cacheSent = %v: only a sent row is remembered in the cache", tt.v, tt.d.Status, s.cacheSent)
@@ -122,7 +122,7 @@ func TestDecideUnclaimed(t *testing.T) {
 			t.Errorf("%s: not counted as blocked", tt.v)
 		}
 	}
-	if s := decideUnclaimed(verdictTooOld, pending, id, "abc", 48*time.Hour); s.reason != "expired: not sent within DELIVERY_MAX_AGE (48h0m0s); last error: 451 try later" {
+	if s := decideUnclaimed(verdictTooOld, pending, "abc", 48*time.Hour); s.reason != "expired: not sent within DELIVERY_MAX_AGE (48h0m0s); last error: 451 try later" {
 		t.Errorf("expiry reason = %q", s.reason)
 	}
 }

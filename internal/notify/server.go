@@ -11,14 +11,15 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// ServerConfig is how a Worker is served from its queue. The zero value
-// of each field is what cmd/worker runs with; tests shorten the waits,
-// and nothing else.
+// ServerConfig is how a Worker is served from its queue. A field left
+// zero takes its default; cmd/worker sets TaskCheckInterval and
+// ShutdownTimeout from its environment, and tests shorten the waits and
+// nothing else.
 type ServerConfig struct {
 	// Redis is asynq's connection.
 	Redis asynq.RedisConnOpt
 	// TaskCheckInterval is how long asynq waits before looking for a task
-	// again after it found none (default 20ms).
+	// again after it found none (default DefaultTaskCheckInterval).
 	TaskCheckInterval time.Duration
 	// DelayedTaskCheckInterval is how often tasks due for a retry are
 	// moved back to the queue (default 1s).
@@ -35,6 +36,10 @@ type ServerConfig struct {
 	ConcurrencyPoll time.Duration
 }
 
+// DefaultTaskCheckInterval is ServerConfig.TaskCheckInterval's default,
+// TASK_CHECK_INTERVAL's: most of a delivery's latency at low load.
+const DefaultTaskCheckInterval = 20 * time.Millisecond
+
 // Run serves w from its queue (WorkerConfig.Queue) with its concurrency
 // until ctx is done, then shuts down in the order that loses nothing:
 // w stops claiming (Drain), the sends under way finish and are recorded
@@ -44,7 +49,7 @@ type ServerConfig struct {
 // test that runs a worker behind a queue.
 func (w *Worker) Run(ctx context.Context, cfg ServerConfig) error {
 	if cfg.TaskCheckInterval <= 0 {
-		cfg.TaskCheckInterval = 20 * time.Millisecond
+		cfg.TaskCheckInterval = DefaultTaskCheckInterval
 	}
 	if cfg.DelayedTaskCheckInterval <= 0 {
 		cfg.DelayedTaskCheckInterval = time.Second

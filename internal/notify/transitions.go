@@ -119,13 +119,8 @@ func claimAll(ctx context.Context, q *dbsqlc.Queries, cs []claimArgs) ([]*dbsqlc
 		return nil, err
 	}
 	rows := make([]*dbsqlc.ClaimDeliveriesRow, len(cs))
-	for i := range judged {
-		r := &judged[i]
-		for j, c := range cs { // a row answers the claim whose lease it carries
-			if r.ForLease != nil && *r.ForLease == c.lease.token {
-				rows[j] = r
-			}
-		}
+	for i := range judged { // one row at most per id: the first claim's
+		rows[first[judged[i].ID]] = &judged[i]
 	}
 	for i, c := range cs {
 		if f := first[c.id]; f != i && rows[f] != nil {
@@ -254,19 +249,30 @@ func noteAmbiguous(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, reason,
 	return err
 }
 
+// errRaced: a conditional write on a row the claim did not take no
+// longer applied: someone changed the row in between.
+var errRaced = errors.New("delivery changed between the claim and the write")
+
+// raced turns the row count of a write on a row the claim did not take
+// into errRaced, as fenced does for the attempt's own row.
+func raced(rows int64, err error) error {
+	if err == nil && rows == 0 {
+		return errRaced
+	}
+	return err
+}
+
 // expirePending fails a pending delivery whose tries began more than
-// maxAge ago; expired is false when it changed meanwhile.
-func expirePending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, maxAge time.Duration, reason, actor string) (expired bool, err error) {
-	n, err := q.ExpirePending(ctx, dbsqlc.ExpirePendingParams{ID: id, LastError: reason, MaxAgeSeconds: maxAge.Seconds(), Actor: actor})
-	return n == 1, err
+// maxAge ago; errRaced when it changed meanwhile.
+func expirePending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, maxAge time.Duration, reason, actor string) error {
+	return raced(q.ExpirePending(ctx, dbsqlc.ExpirePendingParams{ID: id, LastError: reason, MaxAgeSeconds: maxAge.Seconds(), Actor: actor}))
 }
 
 // suppressPending marks a pending delivery to a suppressed recipient;
-// suppressed is false when the recipient is not on the list (or the
-// delivery is no longer pending).
-func suppressPending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, actor string) (suppressed bool, err error) {
-	n, err := q.SuppressPending(ctx, dbsqlc.SuppressPendingParams{ID: id, Actor: actor})
-	return n == 1, err
+// errRaced when the recipient is not on the list (or the delivery is no
+// longer pending).
+func suppressPending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, actor string) error {
+	return raced(q.SuppressPending(ctx, dbsqlc.SuppressPendingParams{ID: id, Actor: actor}))
 }
 
 // operatorRetry gives a failed or held delivery a fresh series of tries

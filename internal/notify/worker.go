@@ -254,15 +254,15 @@ func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPay
 		return true, fmt.Errorf("claim delivery: %w", err)
 	}
 	if judged == nil {
-		return true, w.apply(ctx, l, dbsqlc.NotificationDelivery{ID: p.DeliveryID}, nil,
-			decideUnclaimed(verdictMissing, dbsqlc.NotificationDelivery{}, p.DeliveryID, p.KeyHash, w.cfg.MaxAge))
+		missing := dbsqlc.NotificationDelivery{ID: p.DeliveryID}
+		return true, w.apply(ctx, l, missing, nil, decideUnclaimed(verdictMissing, missing, p.KeyHash, w.cfg.MaxAge))
 	}
 	row := judgedDelivery(*judged)
 	if v := verdict(judged.Verdict); v != verdictClaimed {
 		if v != verdictNotTask {
 			l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
 		}
-		return true, w.apply(ctx, l, row, nil, decideUnclaimed(v, row, p.DeliveryID, p.KeyHash, w.cfg.MaxAge))
+		return true, w.apply(ctx, l, row, nil, decideUnclaimed(v, row, p.KeyHash, w.cfg.MaxAge))
 	}
 	a.row = row
 	l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template),

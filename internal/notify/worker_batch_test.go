@@ -50,10 +50,10 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	verdicts := map[uuid.UUID]string{} // the claim's lease -> its verdict
+	verdicts := map[uuid.UUID]string{} // delivery -> the claim's verdict
 	got := map[uuid.UUID]uuid.UUID{}   // delivery -> the lease that took it
 	for _, r := range rows {
-		verdicts[*r.ForLease] = r.Verdict
+		verdicts[r.ID] = r.Verdict
 		if r.Verdict != "claimed" {
 			continue
 		}
@@ -66,12 +66,12 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 		t.Fatalf("claimed %v; want %s under %s and %s under %s", got, free.ID, claims[0].token, other.ID, claims[2].token)
 	}
 	loser := uuid.New() // a lease that never took it
-	for lease, want := range map[uuid.UUID]string{claims[1].token: "leased", claims[3].token: "not_task"} {
-		if verdicts[lease] != want {
-			t.Errorf("verdict for lease %s = %q, want %q", lease, verdicts[lease], want)
+	for id, want := range map[uuid.UUID]string{held.ID: "leased", wrongHash.ID: "not_task"} {
+		if verdicts[id] != want {
+			t.Errorf("verdict for delivery %s = %q, want %q", id, verdicts[id], want)
 		}
 	}
-	if v, ok := verdicts[claims[4].token]; ok || len(rows) != len(claims)-1 {
+	if v, ok := verdicts[claims[4].d.ID]; ok || len(rows) != len(claims)-1 {
 		t.Errorf("a delivery that does not exist was answered (%q), or rows are missing: %d rows for %d claims", v, len(rows), len(claims))
 	}
 	if now := e.f.Get(held.ID); now.Attempts != 1 {

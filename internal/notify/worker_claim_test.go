@@ -33,9 +33,7 @@ func TestSendsOnceWithDeterministicHeaders(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "budi@example.com")
 
-	if err := process(context.Background(), w, d); err != nil {
-		t.Fatal(err)
-	}
+	e.deliver(t, w, d)
 	msgs := e.sink.Messages()
 	if len(msgs) != 1 {
 		t.Fatalf("%d messages at the sink, want 1", len(msgs))
@@ -77,9 +75,7 @@ func TestSameTaskTwiceSendsOneEmail(t *testing.T) {
 	ctx := context.Background()
 
 	for i := 0; i < 2; i++ {
-		if err := process(ctx, w, d); err != nil {
-			t.Fatal(err)
-		}
+		e.deliver(t, w, d)
 	}
 	if n := e.counter(t, "sekali_duplicate_detected_total", "layer", "cache"); n != 1 {
 		t.Errorf("duplicates caught by the cache = %v, want 1", n)
@@ -233,9 +229,7 @@ func TestShippedEmailIsSentOnce(t *testing.T) {
 	}
 	shipped := e.delivery(t, n.IdempotencyKey)
 	for i := 0; i < 2; i++ {
-		if err := process(ctx, w, shipped); err != nil {
-			t.Fatal(err)
-		}
+		e.deliver(t, w, shipped)
 	}
 	msgs := e.sink.ByRecipient("ship@example.com")
 	if len(msgs) != 1 || !strings.Contains(msgs[0].Header.Get("Subject"), "on its way") || !strings.Contains(string(msgs[0].Data), "SC-1") {
@@ -402,9 +396,7 @@ func TestUnknownTemplateIsHandedBackNotFailed(t *testing.T) {
 	if !strings.Contains(e.logs.String(), `"result":"unknown_template"`) {
 		t.Error("no log line says why the task went back")
 	}
-	if err := process(ctx, current, shipped); err != nil {
-		t.Fatal(err)
-	}
+	e.deliver(t, current, shipped)
 	if got := e.delivery(t, shipped.IdempotencyKey); got.Status != notify.StatusSent || len(e.sink.ByRecipient("rolling@example.com")) != 1 {
 		t.Errorf("after the current worker: %s", got.Status)
 	}
@@ -435,9 +427,7 @@ func TestMessageIDIsStoredAtTheFirstClaim(t *testing.T) {
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second,
 		MessageIDDomain: "new-domain.example", WorkerID: "other", Queue: e.redis.Queue, Concurrency: 1,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), notify.NewMetrics(prometheus.NewRegistry()))
-	if err := process(ctx, other, d); err != nil {
-		t.Fatal(err)
-	}
+	e.deliver(t, other, d)
 	if msgs := e.sink.ByMessageID(stored); len(msgs) != 1 {
 		t.Errorf("%d messages with the stored Message-ID %s, want 1", len(msgs), stored)
 	}

@@ -127,9 +127,7 @@ func TestLockLostBeforeDataIsNotSent(t *testing.T) {
 	if n := e.counter(t, "sekali_lock_expired_before_completion_total"); n != 1 {
 		t.Errorf("lock_expired_before_completion_total = %v, want 1", n)
 	}
-	if err := process(ctx, e.worker(t, workerOpts{}), d); err != nil {
-		t.Fatal(err)
-	}
+	e.deliver(t, e.worker(t, workerOpts{}), d)
 	e.emails(t, 1, "after the retry")
 }
 

@@ -132,9 +132,7 @@ func TestExpiredPendingDeliveryFailsWithoutATry(t *testing.T) {
 	if _, _, _, err := e.ops.Retry(context.Background(), d.ID, "operator", "provider fixed"); err != nil {
 		t.Fatal(err)
 	}
-	if err := process(context.Background(), w, d); err != nil {
-		t.Fatal(err)
-	}
+	e.deliver(t, w, d)
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent || e.sink.Count() != 1 {
 		t.Errorf("after the retry: %s, %d e-mails", got.Status, e.sink.Count())
 	}
@@ -180,9 +178,7 @@ func TestNoRawAddressInWorkerLogs(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "putri.secret@example.com")
-	if err := process(context.Background(), w, d); err != nil {
-		t.Fatal(err)
-	}
+	e.deliver(t, w, d)
 	if strings.Contains(e.logs.String(), "putri.secret") {
 		t.Errorf("a log line carries the e-mail address:\n%s", e.logs)
 	}
@@ -233,9 +229,7 @@ func TestUnrenderableDeliveryIsHeld(t *testing.T) {
 	if got.Status != notify.StatusHeld || !strings.Contains(got.LastError, "cannot render") {
 		t.Errorf("row: %s %q", got.Status, got.LastError)
 	}
-	if e.sink.Count() != 0 {
-		t.Error("an unrenderable delivery reached the provider")
-	}
+	e.emails(t, 0, "for an unrenderable delivery")
 	if c := e.counter(t, "sekali_deliveries_total", "template", "order-confirmation", "outcome", "held"); c != 1 {
 		t.Errorf("deliveries_total{held} = %v", c)
 	}
