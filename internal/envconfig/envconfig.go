@@ -134,14 +134,14 @@ func (r *Reader) LogLevel(name string) slog.Level {
 }
 
 // Check records a problem found by a caller's own validation of name,
-// and says whether there was none. An error that names the variable
-// itself already ("RESEND_WEBHOOK_SECRET: want …") is not prefixed
-// twice.
+// and says whether there was none. An error that begins with the
+// variable's name already ("RESEND_WEBHOOK_SECRET: want …",
+// "POSTMARK_WEBHOOK_PASSWORD must have …") is not prefixed twice.
 func (r *Reader) Check(name string, err error) bool {
 	switch {
 	case err == nil:
 		return true
-	case strings.HasPrefix(err.Error(), name+": "):
+	case strings.HasPrefix(err.Error(), name+":"), strings.HasPrefix(err.Error(), name+" "):
 		r.errs = append(r.errs, err)
 	default:
 		r.errs = append(r.errs, fmt.Errorf("%s: %w", name, err))

@@ -43,14 +43,18 @@ func TestTheList(t *testing.T) {
 // configuration error that names its variable once.
 func TestReadWebhooks(t *testing.T) {
 	t.Parallel()
-	vars := map[string]string{"RESEND_WEBHOOK_SECRET": "not-a-whsec", "MAILGUN_WEBHOOK_SIGNING_KEY": "key-abc"}
+	vars := map[string]string{"RESEND_WEBHOOK_SECRET": "not-a-whsec", "MAILGUN_WEBHOOK_SIGNING_KEY": "key-abc",
+		"POSTMARK_WEBHOOK_USER": "shop", "POSTMARK_WEBHOOK_PASSWORD": "short"}
 	env := envconfig.New(func(k string) string { return vars[k] })
 	hooks := provider.ReadWebhooks(env)
 	if _, ok := hooks["mailgun"]; !ok || len(hooks) != 1 {
 		t.Errorf("webhooks %v, want mailgun's alone", hooks)
 	}
 	err := env.Err()
-	if err == nil || strings.Count(err.Error(), "RESEND_WEBHOOK_SECRET") != 1 {
-		t.Errorf("error %v: want RESEND_WEBHOOK_SECRET named once", err)
+	// Resend's says "NAME: …", Postmark's "NAME must …": both once.
+	for _, name := range []string{"RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD"} {
+		if err == nil || strings.Count(err.Error(), name) != 1 {
+			t.Errorf("error %v: want %s named once", err, name)
+		}
 	}
 }
