@@ -85,8 +85,10 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 	if cfg.Provider.Lookup != nil {
 		cfg.Lookup = cfg.Provider.Lookup(env)
 	}
-	if cfg.Provider.Name != smtp.Name && env.String("MAIL_LOOKUP_URL", "") != "" {
-		env.Check("MAIL_LOOKUP_URL", fmt.Errorf("is for PROVIDER=smtp with a Mailpit or MailHog; with PROVIDER=%s the provider's own API settles ambiguous sends", cfg.Provider.Name))
+	for _, name := range []string{"MAIL_LOOKUP_URL", "MAIL_LOOKUP_API"} {
+		if cfg.Provider.Name != smtp.Name && env.String(name, "") != "" {
+			env.Check(name, fmt.Errorf("is for PROVIDER=smtp with a Mailpit or MailHog; with PROVIDER=%s the provider's own API settles ambiguous sends", cfg.Provider.Name))
+		}
 	}
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))

@@ -158,6 +158,10 @@ func TestProviderSettings(t *testing.T) {
 	if _, err := loadConfig(func(k string) string { return env[k] }, templates); err == nil || !strings.Contains(err.Error(), "MAIL_LOOKUP_URL") {
 		t.Errorf("a Mailpit look-up with PROVIDER=resend: %v", err)
 	}
+	env = map[string]string{"PROVIDER": "postmark", "POSTMARK_SERVER_TOKEN": "token", "MAIL_LOOKUP_API": "sendgrid"}
+	if _, err := loadConfig(func(k string) string { return env[k] }, templates); err == nil || !strings.Contains(err.Error(), "MAIL_LOOKUP_API") {
+		t.Errorf("MAIL_LOOKUP_API with PROVIDER=postmark: %v", err)
+	}
 	cfg, err := loadConfig(func(k string) string { return map[string]string{"PROVIDER": "resend"}[k] }, templates)
 	if err != nil {
 		t.Fatal(err)
