@@ -62,7 +62,7 @@ type WebhookDeps struct {
 // SenderSettings are what every provider's sending shares, read by the
 // worker.
 type SenderSettings struct {
-	From    string        // MAIL_FROM, the sender address, valid
+	From    string        // MAIL_FROM, the sender address, checked by the provider's Validate
 	Timeout time.Duration // PROVIDER_TIMEOUT: an HTTP provider's bound on one request
 	MaxIdle int           // connections worth keeping open: the worker's concurrency
 }

@@ -137,11 +137,6 @@ func (r Reply) String() string {
 	return s
 }
 
-// Class is the reply's class, "4xx" or "5xx" (or "2xx", ...): which a
-// deferral's retry is counted under, with its protocol (smtp_4xx,
-// http_5xx).
-func (r Reply) Class() string { return strconv.Itoa(r.Code/100) + "xx" }
-
 // SendError is a classified provider failure.
 type SendError struct {
 	Outcome Outcome

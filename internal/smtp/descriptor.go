@@ -64,7 +64,7 @@ func readLookupEnv(env *envconfig.Reader) mail.LookupOpener {
 	if raw == "" {
 		return nil
 	}
-	if _, err := ParseLookupURL(raw); !env.Check("MAIL_LOOKUP_URL", err) {
+	if _, err := parseLookupURL(raw); !env.Check("MAIL_LOOKUP_URL", err) {
 		return nil
 	}
 	return func(ctx context.Context) (mail.Lookup, error) { return newLookupWhenUp(ctx, api, raw) }

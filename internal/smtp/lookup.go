@@ -31,8 +31,8 @@ const (
 	APIMailHog = "mailhog"
 )
 
-// ParseLookupURL checks a MAIL_LOOKUP_URL.
-func ParseLookupURL(baseURL string) (string, error) {
+// parseLookupURL checks a MAIL_LOOKUP_URL.
+func parseLookupURL(baseURL string) (string, error) {
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf("%q: want an http(s) URL such as http://mailpit:8025", baseURL)
@@ -46,7 +46,7 @@ func ParseLookupURL(baseURL string) (string, error) {
 // server that answers, but not as api, is a configuration error, reported
 // now rather than as a failed look-up at the first ambiguous send.
 func NewLookup(ctx context.Context, api, baseURL string) (mail.Lookup, error) {
-	base, err := ParseLookupURL(baseURL)
+	base, err := parseLookupURL(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("MAIL_LOOKUP_URL %w", err)
 	}

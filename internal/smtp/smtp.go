@@ -135,7 +135,7 @@ func plainTextAllowed(host string) bool {
 
 // Provider sends through an SMTP server, keeping connections open
 // between messages so that a busy worker does not pay a handshake per
-// e-gomail. It implements mail.Provider.
+// e-mail. It implements mail.Provider.
 type Provider struct {
 	cfg   Config
 	from  string // normalized; sent as <from>
@@ -472,7 +472,8 @@ func (s *Provider) dial(ctx context.Context) (*smtpConn, error) {
 }
 
 // compose builds the MIME message: text and HTML alternatives, the
-// deterministic mail.Message-ID and the idempotency key header.
+// deterministic Message-ID (mail.Message.MessageID) and the idempotency
+// key header.
 func (s *Provider) compose(m mail.Message) ([]byte, error) {
 	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
 	if err := msg.From(s.cfg.From); err != nil {
