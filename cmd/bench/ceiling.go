@@ -151,7 +151,7 @@ func oneOrder(ctx context.Context, pool *pgxpool.Pool, withKey bool) error {
 	ids, leases := []uuid.UUID{deliveryID}, []uuid.UUID{uuid.New()}
 	wq := dbsqlc.New(postgres.GenericPlans{DB: pool})
 	if _, err := wq.ClaimDeliveries(ctx, dbsqlc.ClaimDeliveriesParams{Ids: ids, KeyHashes: []string{mail.KeyHash(key)}, Templates: []string{"order-confirmation"},
-		MaxAgeSeconds: 3600, LeaseTokens: leases, LeaseSeconds: 30, MessageIds: []string{mail.KeyHash(key) + "@shop.example"}, Actor: "w", TaskIds: []string{"t"}}); err != nil {
+		MaxAgeSeconds: 3600, LeaseTokens: leases, LeaseSeconds: 30, MessageIds: []string{mail.MessageID(key, "shop.example")}, Actor: "w", TaskIds: []string{"t"}}); err != nil {
 		return fmt.Errorf("ceiling claim: %w", err)
 	}
 	if _, err := wq.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: ids, LeaseTokens: leases, LeaseSeconds: 30, Actor: "w"}); err != nil {

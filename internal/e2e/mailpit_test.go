@@ -51,10 +51,7 @@ func TestBinariesAgainstMailpit(t *testing.T) {
 		t.Fatalf("reconciler started with lookup=%s, want true: MAIL_LOOKUP_API=auto did not recognise Mailpit", got)
 	}
 
-	_, backendKey, err := apikey.NewService(db.Pool).Create(ctx, "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	backendKey := newBackendKey(t, apikey.NewService(db.Pool))
 	req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(
 		`{"customer_email":"Ana.Maria@Example.com","customer_name":"Ana Maria","currency":"IDR","locale":"en",`+
 			`"items":[{"sku":"S","name":"Sambal","quantity":2,"unit_price":2500050}]}`))

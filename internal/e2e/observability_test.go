@@ -109,10 +109,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	enq := notify.NewEnqueuer(client, rd.Queue, api.log, api.reg)
 	orders := order.NewService(db.Pool, enq, templates, time.Hour, api.reg)
 	keys := apikey.NewService(db.Pool)
-	_, backendKey, err := keys.Create(ctx, "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	backendKey := newBackendKey(t, keys)
 	apiSrv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{Log: api.log, Orders: orders, Templates: templates, Keys: keys,
 		Registry: api.reg, Admin: httpapi.Admin{Ops: notify.NewOperator(db.Pool, enq, inspector, rdb)}}))
 	t.Cleanup(apiSrv.Close)
@@ -322,4 +319,14 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) bool {
 		}
 	}
 	return false
+}
+
+// newBackendKey makes the API key a shop's backend checks out with.
+func newBackendKey(t *testing.T, keys *apikey.Service) string {
+	t.Helper()
+	_, key, err := keys.Create(context.Background(), "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
 }

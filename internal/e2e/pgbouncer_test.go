@@ -64,10 +64,7 @@ func TestBinariesThroughPgBouncer(t *testing.T) {
 		"RECONCILE_INTERVAL", "200ms", "PENDING_REENQUEUE_AFTER", "1s", "MAIL_LOOKUP_URL", lookup.URL))
 	rec.WaitLog(t, "reconciler started", "actor", 60*time.Second)
 
-	_, backendKey, err := apikey.NewService(db.Pool).Create(context.Background(), "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	backendKey := newBackendKey(t, apikey.NewService(db.Pool))
 	checkout := func(email, key string) (order.Order, http.Header) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(
