@@ -251,7 +251,7 @@ func (c *cluster) startReconciler(extra ...string) *testenv.Process {
 	c.t.Helper()
 	env := merge(merge(c.common(), []string{
 		"METRICS_ADDR", "127.0.0.1:0", "RECONCILE_INTERVAL", "500ms", "PENDING_REENQUEUE_AFTER", "2s",
-		"MAIL_LOOKUP_URL", c.lookupURL, "MAIL_LOOKUP_API", "auto",
+		"MAIL_LOOKUP_URL", c.lookupURL,
 	}), append(slices.Clone(c.recEnv), extra...))
 	p := testenv.Start(c.t, "reconciler", testenv.Binary(c.t, "./cmd/reconciler"), env)
 	p.WaitLog(c.t, "reconciler started", "actor", 60*time.Second)
