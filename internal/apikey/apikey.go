@@ -41,10 +41,14 @@ const (
 	ScopeOrdersWrite Scope = "orders:write"
 	// ScopeNotificationsWrite triggers any template for an order.
 	ScopeNotificationsWrite Scope = "notifications:write"
+	// ScopeAdmin is an operator's: it signs in to the console under
+	// /admin/, whose actions are recorded under the key's name. It opens
+	// none of the backend's routes.
+	ScopeAdmin Scope = "admin"
 )
 
 // Scopes lists every scope, in order.
-var Scopes = []Scope{ScopeCheckout, ScopeOrdersRead, ScopeOrdersWrite, ScopeNotificationsWrite}
+var Scopes = []Scope{ScopeCheckout, ScopeOrdersRead, ScopeOrdersWrite, ScopeNotificationsWrite, ScopeAdmin}
 
 // Prefix starts every key, so that a leaked one is recognizable (secret
 // scanners look for such prefixes).

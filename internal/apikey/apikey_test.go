@@ -67,7 +67,7 @@ func TestParseScopes(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0] != apikey.ScopeOrdersRead {
 		t.Errorf("ParseScopes = %v, %v", got, err)
 	}
-	for _, bad := range [][]string{nil, {}, {"orders:delete"}, {"admin"}} {
+	for _, bad := range [][]string{nil, {}, {"orders:delete"}, {"root"}} {
 		if _, err := apikey.ParseScopes(bad); !errors.Is(err, apikey.ErrBadScope) {
 			t.Errorf("ParseScopes(%q) = %v", bad, err)
 		}
@@ -82,4 +82,57 @@ func lastCharChanged(secret string) string {
 		last = "B"
 	}
 	return secret[:len(secret)-1] + last
+}
+
+// A console session: only an admin key signs in; the session names its
+// operator, ends on sign-out, and ends with its key.
+func TestConsoleSessions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	keys := apikey.NewService(db.Pool)
+	_, backend, err := keys.Create(ctx, "shop-backend", []apikey.Scope{apikey.ScopeOrdersWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := keys.SignIn(ctx, backend); !errors.Is(err, apikey.ErrNotOperator) {
+		t.Errorf("a backend key signed in: %v", err)
+	}
+	if _, _, err := keys.SignIn(ctx, lastCharChanged(backend)); !errors.Is(err, apikey.ErrInvalid) {
+		t.Errorf("a wrong key signed in: %v", err)
+	}
+	ana, token, err := keys.Create(ctx, "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, secret, err := keys.SignIn(ctx, token)
+	if err != nil || sess.Operator.ID != ana.ID || sess.CSRF == "" || secret == "" || secret == sess.CSRF {
+		t.Fatalf("SignIn = %+v, %q, %v", sess, secret, err)
+	}
+	if got := sess.Actor(); got != "operator:Ana ("+ana.Prefix+")" {
+		t.Errorf("Actor() = %q", got)
+	}
+	got, err := keys.Session(ctx, secret)
+	if err != nil || got.Operator.ID != ana.ID || got.CSRF != sess.CSRF {
+		t.Errorf("Session = %+v, %v", got, err)
+	}
+	if _, err := keys.Session(ctx, lastCharChanged(secret)); !errors.Is(err, apikey.ErrInvalid) {
+		t.Errorf("another cookie value: %v", err)
+	}
+	if err := keys.SignOut(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Session(ctx, secret); !errors.Is(err, apikey.ErrInvalid) {
+		t.Errorf("after sign-out: %v", err)
+	}
+	_, secret, err = keys.SignIn(ctx, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Revoke(ctx, ana.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keys.Session(ctx, secret); !errors.Is(err, apikey.ErrInvalid) {
+		t.Errorf("after the key's revocation: %v", err)
+	}
 }
