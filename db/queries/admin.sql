@@ -1,14 +1,20 @@
 -- name: ListDeliveries :many
--- Operators' view; every filter is optional.
+-- Operators' view; every filter is optional. Least recently updated
+-- first, or most recently with newest; skip rows for the next page.
+-- No index serves recipient: operators' searches are rare, and every
+-- checkout would pay for one.
 SELECT * FROM notification_deliveries
 WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(template)::text IS NULL OR template = sqlc.narg(template)::text)
   AND (sqlc.narg(order_id)::uuid IS NULL OR order_id = sqlc.narg(order_id)::uuid)
   AND (sqlc.narg(idempotency_key)::text IS NULL OR idempotency_key = sqlc.narg(idempotency_key)::text)
+  AND (sqlc.narg(recipient)::text IS NULL OR recipient = sqlc.narg(recipient)::text)
   AND (sqlc.narg(older_than_seconds)::float8 IS NULL
        OR updated_at < now() - make_interval(secs => sqlc.narg(older_than_seconds)::float8))
-ORDER BY updated_at, id
-LIMIT @max_rows;
+ORDER BY CASE WHEN @newest::bool THEN updated_at END DESC,
+         CASE WHEN NOT @newest::bool THEN updated_at END,
+         id
+LIMIT @max_rows OFFSET @skip;
 
 -- name: InsertBlock :one
 INSERT INTO delivery_blocks (kind, value, reason, expires_at)

@@ -92,10 +92,13 @@ WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR template = $2::text)
   AND ($3::uuid IS NULL OR order_id = $3::uuid)
   AND ($4::text IS NULL OR idempotency_key = $4::text)
-  AND ($5::float8 IS NULL
-       OR updated_at < now() - make_interval(secs => $5::float8))
-ORDER BY updated_at, id
-LIMIT $6
+  AND ($5::text IS NULL OR recipient = $5::text)
+  AND ($6::float8 IS NULL
+       OR updated_at < now() - make_interval(secs => $6::float8))
+ORDER BY CASE WHEN $7::bool THEN updated_at END DESC,
+         CASE WHEN NOT $7::bool THEN updated_at END,
+         id
+LIMIT $9 OFFSET $8
 `
 
 type ListDeliveriesParams struct {
@@ -103,18 +106,27 @@ type ListDeliveriesParams struct {
 	Template         *string
 	OrderID          *uuid.UUID
 	IdempotencyKey   *string
+	Recipient        *string
 	OlderThanSeconds *float64
+	Newest           bool
+	Skip             int32
 	MaxRows          int32
 }
 
-// Operators' view; every filter is optional.
+// Operators' view; every filter is optional. Least recently updated
+// first, or most recently with newest; skip rows for the next page.
+// No index serves recipient: operators' searches are rare, and every
+// checkout would pay for one.
 func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) ([]NotificationDelivery, error) {
 	rows, err := q.db.Query(ctx, listDeliveries,
 		arg.Status,
 		arg.Template,
 		arg.OrderID,
 		arg.IdempotencyKey,
+		arg.Recipient,
 		arg.OlderThanSeconds,
+		arg.Newest,
+		arg.Skip,
 		arg.MaxRows,
 	)
 	if err != nil {

@@ -48,13 +48,17 @@ type Filter struct {
 	Template  string
 	OrderID   *uuid.UUID // nil: any order
 	Key       string
+	Recipient string        // the address as stored (NormalizeAddress)
 	OlderThan time.Duration // not updated for at least this long
+	Newest    bool          // most recently updated first; else least
+	Offset    int           // skip this many, for the next page
 	Limit     int
 }
 
-// List returns the deliveries that match f, least recently updated first.
+// List returns the deliveries that match f, least recently updated first
+// (most recently with f.Newest).
 func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
-	p := dbsqlc.ListDeliveriesParams{MaxRows: int32(f.Limit), OrderID: f.OrderID}
+	p := dbsqlc.ListDeliveriesParams{MaxRows: int32(f.Limit), OrderID: f.OrderID, Newest: f.Newest, Skip: int32(f.Offset)}
 	if f.Status != "" {
 		s := string(f.Status)
 		p.Status = &s
@@ -64,6 +68,9 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 	}
 	if f.Key != "" {
 		p.IdempotencyKey = &f.Key
+	}
+	if f.Recipient != "" {
+		p.Recipient = &f.Recipient
 	}
 	if f.OlderThan > 0 {
 		s := f.OlderThan.Seconds()
