@@ -21,6 +21,14 @@ type ApiKey struct {
 	RevokedAt  *time.Time
 }
 
+type ConsoleSession struct {
+	TokenHash []byte
+	KeyID     uuid.UUID
+	CsrfToken string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
 type DeliveryBlock struct {
 	ID        int64
 	Kind      string

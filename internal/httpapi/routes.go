@@ -89,8 +89,34 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodPost, "/api-keys", handleAdminCreateKey(d.Admin))
 		r.Method(http.MethodDelete, "/api-keys/{id}", handleAdminRevokeKey(d.Admin))
 	})
+	// The operator console (console.go): pages for people, who sign in
+	// with an operator key; failed sign-ins are limited per address.
+	if d.Admin.Keys != nil && d.Admin.Ops != nil {
+		addConsole(r, d, addr)
+	}
 	// /metrics and pprof are never here: they have listeners of their own
 	// (METRICS_ADDR, PPROF_ADDR) that only operators reach.
+}
+
+// addConsole adds the operator console's pages under /admin/.
+func addConsole(r chi.Router, d Deps, addr func(*http.Request) string) {
+	signIns := newLimiter(SignInLimit)
+	r.Method(http.MethodGet, "/admin", http.RedirectHandler("/admin/", http.StatusMovedPermanently))
+	r.Method(http.MethodGet, "/admin/console.css", handleConsoleCSS())
+	r.Method(http.MethodGet, "/admin/sign-in", handleSignInForm())
+	r.Method(http.MethodPost, "/admin/sign-in", handleSignIn(d.Admin.Keys, signIns, addr))
+	r.Group(func(r chi.Router) {
+		r.Use(requireSession(d.Admin.Keys))
+		r.Method(http.MethodPost, "/admin/sign-out", handleSignOut(d.Admin.Keys))
+		r.Method(http.MethodGet, "/admin/", handleConsoleOverview(d.Admin.Ops))
+		r.Method(http.MethodGet, "/admin/deliveries", handleConsoleDeliveries(d.Admin.Ops, d.Templates))
+		r.Method(http.MethodGet, "/admin/deliveries/{id}", handleConsoleDelivery(d.Admin.Ops))
+		r.Method(http.MethodGet, "/admin/deliveries/{id}/email", handleConsoleEmail(d.Admin.Ops, d.Templates))
+		r.Method(http.MethodPost, "/admin/deliveries/{id}/retry", handleConsoleRetry(d.Admin.Ops))
+		r.Method(http.MethodPost, "/admin/deliveries/{id}/mark-sent", handleConsoleMarkSent(d.Admin.Ops))
+		r.Method(http.MethodPost, "/admin/queue/pause", handleConsoleQueue(d.Admin.Ops, true))
+		r.Method(http.MethodPost, "/admin/queue/resume", handleConsoleQueue(d.Admin.Ops, false))
+	})
 }
 
 // anonymousOr sends a request that carries no Authorization through

@@ -1,0 +1,270 @@
+package httpapi_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/order"
+)
+
+// browser is a client with a cookie jar that does not follow redirects,
+// as the console tests look at each answer.
+type browser struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+func newBrowser(t *testing.T, base string) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: base, c: &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}}
+}
+
+func (b *browser) do(method, path string, form url.Values, header ...string) (int, http.Header, string) {
+	b.t.Helper()
+	var body io.Reader
+	if form != nil {
+		body = strings.NewReader(form.Encode())
+	}
+	req, err := http.NewRequest(method, b.base+path, body)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if form != nil {
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	res, err := b.c.Do(req)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(raw)
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func (b *browser) csrf(page string) string {
+	b.t.Helper()
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil {
+		b.t.Fatalf("no CSRF token on the page:\n%s", page)
+	}
+	return m[1]
+}
+
+// operator makes an operator key named name and signs in with it.
+func (s stack) operator(t *testing.T, name string) (*browser, apikey.Key) {
+	t.Helper()
+	k, token, err := s.keys.Create(context.Background(), name, []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, s.url)
+	status, h, body := b.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {token}})
+	if status != http.StatusSeeOther || h.Get("Location") != "/admin/" {
+		t.Fatalf("sign-in = %d %s\n%s", status, h.Get("Location"), body)
+	}
+	return b, k
+}
+
+// Signing in: the cookie is HttpOnly, SameSite=Strict and for /admin/
+// only; every page has the strict policy; without a session a page sends
+// the browser to sign in; a backend key or a wrong one is refused.
+func TestConsoleSignIn(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	anon := newBrowser(t, s.url)
+	if status, h, _ := anon.do(http.MethodGet, "/admin/deliveries", nil); status != http.StatusSeeOther || h.Get("Location") != "/admin/sign-in" {
+		t.Errorf("a page without a session = %d to %q, want 303 to the sign-in", status, h.Get("Location"))
+	}
+	_, backend, err := s.keys.Create(context.Background(), "shop", []apikey.Scope{apikey.ScopeOrdersWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, key := range map[string]string{"backend key": backend, "wrong key": backend + "x", "empty": ""} {
+		status, h, body := anon.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {key}})
+		if status != http.StatusUnauthorized || h.Get("Set-Cookie") != "" || !strings.Contains(body, "not an operator key") {
+			t.Errorf("%s: %d, cookie %q", name, status, h.Get("Set-Cookie"))
+		}
+	}
+
+	k, token, err := s.keys.Create(context.Background(), "Ana <on call>", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, s.url)
+	status, h, _ := b.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {token}})
+	cookie := h.Get("Set-Cookie")
+	if status != http.StatusSeeOther {
+		t.Fatalf("sign-in = %d", status)
+	}
+	for _, want := range []string{"sekali_console=", "Path=/admin/", "HttpOnly", "SameSite=Strict"} {
+		if !strings.Contains(cookie, want) {
+			t.Errorf("cookie %q lacks %s", cookie, want)
+		}
+	}
+	if strings.Contains(cookie, "Secure") {
+		t.Errorf("cookie %q is Secure over plain HTTP (the browser would drop it)", cookie)
+	}
+	status, h, body := b.do(http.MethodGet, "/admin/", nil)
+	if status != http.StatusOK || !strings.Contains(body, "Ana &lt;on call&gt;") || strings.Contains(body, "<on call>") {
+		t.Errorf("overview = %d, operator name not shown escaped:\n%s", status, body)
+	}
+	if csp := h.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "script") || strings.Contains(csp, "unsafe") {
+		t.Errorf("policy %q", csp)
+	}
+
+	// Over TLS (at the load balancer) the cookie is Secure.
+	tls := newBrowser(t, s.url)
+	_, h, _ = tls.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {token}}, "X-Forwarded-Proto", "https")
+	if !strings.Contains(h.Get("Set-Cookie"), "Secure") {
+		t.Errorf("behind TLS the cookie %q is not Secure", h.Get("Set-Cookie"))
+	}
+
+	// Signing out ends the session; revoking the key ends the others.
+	status, _, _ = b.do(http.MethodPost, "/admin/sign-out", url.Values{"csrf": {b.csrf(body)}})
+	if status != http.StatusSeeOther {
+		t.Errorf("sign-out = %d", status)
+	}
+	if status, _, _ := b.do(http.MethodGet, "/admin/", nil); status != http.StatusSeeOther {
+		t.Errorf("after sign-out the overview = %d, want 303", status)
+	}
+	other := newBrowser(t, s.url)
+	other.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {token}})
+	if _, err := s.keys.Revoke(context.Background(), k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if status, _, _ := other.do(http.MethodGet, "/admin/", nil); status != http.StatusSeeOther {
+		t.Errorf("after the key's revocation the overview = %d, want 303", status)
+	}
+}
+
+// Failed sign-ins from one address stop at the limit, before any look-up.
+func TestConsoleSignInIsRateLimited(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	b := newBrowser(t, s.url)
+	var last int
+	for range 11 {
+		last, _, _ = b.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {"sekali_key_guess_guess"}})
+	}
+	if last != http.StatusTooManyRequests {
+		t.Errorf("the 11th failed sign-in = %d, want 429", last)
+	}
+}
+
+// A form must carry the session's CSRF token and, if the browser says
+// where it comes from, come from the console.
+func TestConsoleFormsNeedTheirToken(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	b, _ := s.operator(t, "Ana")
+	_, _, body := b.do(http.MethodGet, "/admin/", nil)
+	token := b.csrf(body)
+	cases := map[string]struct {
+		form   url.Values
+		header []string
+	}{
+		"no token":     {url.Values{"note": {"x"}}, nil},
+		"wrong token":  {url.Values{"note": {"x"}, "csrf": {token + "x"}}, nil},
+		"other origin": {url.Values{"note": {"x"}, "csrf": {token}}, []string{"Origin", "https://evil.example"}},
+	}
+	for name, c := range cases {
+		if status, _, _ := b.do(http.MethodPost, "/admin/queue/pause", c.form, c.header...); status != http.StatusForbidden {
+			t.Errorf("%s: pause = %d, want 403", name, status)
+		}
+	}
+	st, err := s.inspector.GetQueueInfo(s.redis.Queue)
+	if err == nil && st.Paused {
+		t.Error("a refused form paused the queue")
+	}
+	if status, _, _ := b.do(http.MethodPost, "/admin/queue/pause", url.Values{"note": {"provider incident"}, "csrf": {token}}, "Origin", s.url); status != http.StatusSeeOther {
+		t.Errorf("pause with the token = %d, want 303", status)
+	}
+	if _, _, body := b.do(http.MethodGet, "/admin/", nil); !strings.Contains(body, "paused") {
+		t.Error("the overview does not say the queue is paused")
+	}
+}
+
+// Search by recipient and status, newest first, a page at a time; one
+// delivery's page shows its timeline and the e-mail; a retry with a note
+// is recorded under the operator's name.
+func TestConsoleSearchOpenAndRetry(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var ids []string
+	for _, email := range []string{"ana@example.com", "budi@example.com", "ana@example.com"} {
+		var o order.Order
+		s.postOrder(t, strings.Replace(validCheckout, "  Ana.Maria@Example.COM ", email, 1), nil).decode(t, &o)
+		ids = append(ids, o.Notifications[0].ID.String())
+	}
+	s.f.Failed(s.f.Get(uuidOf(t, ids[2])), "550 5.1.1 no such user")
+	b, k := s.operator(t, "Ana")
+
+	_, _, body := b.do(http.MethodGet, "/admin/deliveries?recipient=ANA@example.com&order=newest", nil)
+	if !strings.Contains(body, ids[2]) || !strings.Contains(body, ids[0]) || strings.Contains(body, ids[1]) ||
+		strings.Index(body, ids[2]) > strings.Index(body, ids[0]) {
+		t.Errorf("Ana's deliveries, newest first: want %s then %s, not %s:\n%s", ids[2], ids[0], ids[1], body)
+	}
+	_, _, body = b.do(http.MethodGet, "/admin/deliveries?status=failed", nil)
+	if !strings.Contains(body, ids[2]) || strings.Contains(body, ids[0]) {
+		t.Errorf("failed deliveries: want only %s", ids[2])
+	}
+	if status, _, body := b.do(http.MethodGet, "/admin/deliveries?order_id=nope", nil); status != http.StatusUnprocessableEntity || !strings.Contains(body, "not a UUID") {
+		t.Errorf("a bad order id = %d", status)
+	}
+
+	status, _, page := b.do(http.MethodGet, "/admin/deliveries/"+ids[2], nil)
+	if status != http.StatusOK || !strings.Contains(page, `id="retry"`) || !strings.Contains(page, "550 5.1.1 no such user") ||
+		!strings.Contains(page, `sandbox src="/admin/deliveries/`+ids[2]+`/email"`) {
+		t.Fatalf("the failed delivery's page = %d:\n%s", status, page)
+	}
+	status, h, email := b.do(http.MethodGet, "/admin/deliveries/"+ids[2]+"/email", nil)
+	if status != http.StatusOK || !strings.Contains(email, "Teh melati") || !strings.Contains(h.Get("Content-Security-Policy"), "sandbox") {
+		t.Errorf("the e-mail frame = %d, policy %q", status, h.Get("Content-Security-Policy"))
+	}
+
+	if status, _, _ := b.do(http.MethodPost, "/admin/deliveries/"+ids[2]+"/retry", url.Values{"csrf": {b.csrf(page)}, "note": {""}}); status != http.StatusUnprocessableEntity {
+		t.Errorf("a retry without a note = %d, want 422", status)
+	}
+	status, h, _ = b.do(http.MethodPost, "/admin/deliveries/"+ids[2]+"/retry", url.Values{"csrf": {b.csrf(page)}, "note": {"the customer fixed the address"}})
+	if status != http.StatusSeeOther || h.Get("Location") != "/admin/deliveries/"+ids[2] {
+		t.Fatalf("retry = %d to %q", status, h.Get("Location"))
+	}
+	if d := s.f.Get(uuidOf(t, ids[2])); d.Status != notify.StatusPending {
+		t.Errorf("after the retry the delivery is %s, want pending", d.Status)
+	}
+	_, _, page = b.do(http.MethodGet, "/admin/deliveries/"+ids[2], nil)
+	if !strings.Contains(page, "operator:Ana ("+k.Prefix+")") {
+		t.Errorf("the timeline does not name the operator:\n%s", page)
+	}
+	// A pending delivery is not retried again.
+	if status, _, _ := b.do(http.MethodPost, "/admin/deliveries/"+ids[2]+"/retry", url.Values{"csrf": {b.csrf(page)}, "note": {"again"}}); status != http.StatusConflict {
+		t.Errorf("retry of a pending delivery = %d, want 409", status)
+	}
+}
+
+func uuidOf(t *testing.T, s string) uuid.UUID {
+	t.Helper()
+	id, err := uuid.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
