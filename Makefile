@@ -6,7 +6,7 @@ MAILPIT_VERSION := v1.33.1
 GOLANGCI_LINT_VERSION := v2.15.0
 GO ?= go
 
-.PHONY: help run run-check test fuzz gallery preflight mailpit pgbouncer bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -47,8 +47,16 @@ chaos: preflight ## the fault-injection suite's short variant (also part of make
 chaos-long: preflight ## the short variant plus PostgreSQL restarts and a soak (CHAOS_SOAK_ORDERS, default 300)
 	$(GO) test -count=1 -v -tags chaoslong -timeout 60m ./internal/chaos 2>&1 | tee chaos.out | grep -E '^(--- |ok|FAIL|\|)|summary'
 
-gallery: preflight ## open the template gallery in headless Chromium (installed from Debian's packages if missing) and save docs/templates-gallery.png
-	@command -v chromium >/dev/null || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; $$sudo apt-get install -y -qq chromium; }
+# Chromium from Debian's packages, for the tests that drive a real browser.
+chromium:
+	@command -v chromium >/dev/null || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium || \
+		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; }
+
+browser: preflight chromium ## the pages people use (the operator console, the template gallery) in headless Chromium; CONSOLE_SCREENSHOT=docs/console.png saves the console
+	$(GO) test -count=1 -tags browser -run 'InABrowser' -v ./internal/httpapi
+
+gallery: preflight chromium ## open the template gallery in headless Chromium (installed from Debian's packages if missing) and save docs/templates-gallery.png
 	SCREENSHOT=$(CURDIR)/docs/templates-gallery.png $(GO) test -count=1 -tags browser -run TestGalleryInABrowser -v ./internal/httpapi
 
 preflight: mailpit pgbouncer ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit and PgBouncer
@@ -101,7 +109,7 @@ deploy-check: ## validate the Prometheus config and alert rules (needs promtool)
 	promtool check config --syntax-only deploy/prometheus/prometheus.yml
 	promtool check rules deploy/prometheus/alerts.yml
 
-ci: test run-check sqlc-check tidy-check vet lint compose-check deploy-check ## what .ci/run runs after starting the services, make test first
+ci: test run-check browser sqlc-check tidy-check vet lint compose-check deploy-check ## what .ci/run runs after starting the services, make test first
 
 up: ## run the whole stack (needs a Docker engine)
 	docker compose up --build

@@ -1,0 +1,125 @@
+//go:build browser
+
+package httpapi_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/order"
+)
+
+// The console in a real browser (Debian's headless Chromium, driven
+// through the DevTools protocol by chromedp): an operator signs in, finds
+// a failed delivery by its recipient, opens it, retries it with a note,
+// and sees the history row with their name. CONSOLE_SCREENSHOT saves the
+// delivery's page (docs/console.png, for the runbook).
+func TestConsoleInABrowser(t *testing.T) {
+	chromium := os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("no Chromium at %s (%v): apt-get install chromium, or make browser, which installs it", chromium, err)
+	}
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	id := o.Notifications[0].ID
+	s.f.Failed(s.f.Get(id), "550 5.1.1 mailbox unavailable")
+	k, token, err := s.keys.Create(context.Background(), "Ana Operator", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
+		chromedp.DisableGPU, chromedp.WindowSize(1300, 1500), chromedp.UserDataDir(t.TempDir()))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+
+	link := chromedp.CSS(`a[href="/admin/deliveries/` + id.String() + `"]`)
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/admin/"),
+		chromedp.WaitVisible(chromedp.ID("key")), // sent to sign in
+		chromedp.SendKeys(chromedp.ID("key"), token),
+		chromedp.Click(chromedp.ID("sign-in")),
+		chromedp.WaitVisible(chromedp.ID("operator")),
+	)
+	if err != nil {
+		t.Fatalf("sign in: %v", err)
+	}
+	who, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("operator")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(s.url+"/admin/deliveries"),
+		chromedp.WaitVisible(chromedp.CSS(`input[name=recipient]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=recipient]`), "ana.maria@example.com"),
+		chromedp.SetValue(chromedp.CSS(`select[name=status]`), "failed"),
+		chromedp.Click(chromedp.ID("search")),
+		chromedp.WaitVisible(link),
+	)
+	if err != nil {
+		t.Fatalf("search: %v", err)
+	}
+	results, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("results")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = chromedp.Do(ctx,
+		chromedp.Click(link),
+		chromedp.WaitVisible(chromedp.ID("retry-note")),
+		chromedp.SendKeys(chromedp.ID("retry-note"), "address fixed by the customer"),
+		chromedp.Click(chromedp.ID("retry")),
+		chromedp.WaitNotPresent(chromedp.ID("retry")), // a pending delivery offers no retry
+		chromedp.WaitVisible(chromedp.ID("timeline")),
+	)
+	if err != nil {
+		t.Fatalf("open and retry: %v", err)
+	}
+	location, err := chromedp.Run(ctx, chromedp.Location())
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("status")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	timeline, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("timeline")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who != "Ana Operator" {
+		t.Errorf("signed in as %q", who)
+	}
+	if !strings.Contains(results, "ana.maria@example.com") || !strings.Contains(results, "failed") {
+		t.Errorf("the search results: %q", results)
+	}
+	if location != s.url+"/admin/deliveries/"+id.String() || strings.TrimSpace(status) != "pending" {
+		t.Errorf("after the retry: at %s, status %q", location, status)
+	}
+	if !strings.Contains(timeline, "operator:Ana Operator ("+k.Prefix+")") || !strings.Contains(timeline, "address fixed by the customer") {
+		t.Errorf("the timeline does not name the operator and the note:\n%s", timeline)
+	}
+	if shot := os.Getenv("CONSOLE_SCREENSHOT"); shot != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(shot, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot in %s", shot)
+	}
+}
