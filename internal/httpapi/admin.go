@@ -61,6 +61,9 @@ func toAdmin(d notify.Delivery) adminDelivery {
 	}
 }
 
+// maxBlockTTL is the longest a block may last.
+const maxBlockTTL = 30 * 24 * time.Hour
+
 // requireAdmin lets a request through only with the right bearer token,
 // compared in constant time (of equal-length digests, so not even the
 // token's length leaks).
@@ -410,7 +413,7 @@ func handleAdminAddBlock(a Admin) http.Handler {
 			fields = append(fields, fieldError{Pointer: "/reason", Detail: d})
 		}
 		ttl, err := time.ParseDuration(req.ExpiresIn)
-		if err != nil || ttl < time.Second || ttl > 30*24*time.Hour {
+		if err != nil || ttl < time.Second || ttl > maxBlockTTL {
 			fields = append(fields, fieldError{Pointer: "/expires_in", Detail: "must be a duration from 1s to 720h, such as 2h"})
 		}
 		if len(fields) > 0 {

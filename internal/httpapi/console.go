@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"embed"
@@ -84,6 +85,27 @@ type page struct {
 	Events      []notify.Event
 	CanRetry    bool
 	CanMarkSent bool
+
+	MaxBulk int        // a bulk retry's most
+	Bulk    bulkResult // a bulk retry, counted or done
+
+	Suppressions      []notify.Suppression // the list's newest
+	Suppression       *notify.Suppression  // the one looked up
+	SuppressionEvents []notify.SuppressionEvent
+
+	Blocks []notify.Block
+
+	Keys      []apikey.Key
+	Scopes    []apikey.Scope
+	NewSecret string // a key just created, shown this once
+}
+
+// bulkResult is a bulk retry: counted first, done on confirmation.
+type bulkResult struct {
+	Done            bool
+	Count, Unqueued int
+	Note            string
+	Back            string // the search it came from
 }
 
 type sessionKey struct{}
@@ -312,15 +334,20 @@ func (q deliveryQuery) url(n int) string {
 	return "/admin/deliveries?" + v.Encode()
 }
 
+// queryFrom reads a search from a URL's query or a form.
+func queryFrom(v url.Values) deliveryQuery {
+	q := deliveryQuery{Recipient: strings.TrimSpace(v.Get("recipient")), OrderID: strings.TrimSpace(v.Get("order_id")),
+		Key: strings.TrimSpace(v.Get("key")), Status: v.Get("status"), Template: v.Get("template"),
+		OlderThan: strings.TrimSpace(v.Get("older_than")), Newest: v.Get("order") != "oldest"}
+	q.Page, _ = strconv.Atoi(v.Get("page"))
+	q.Page = min(max(q.Page, 0), 10_000)
+	return q
+}
+
 func handleConsoleDeliveries(ops *notify.Operator, templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		v := r.URL.Query()
-		q := deliveryQuery{Recipient: strings.TrimSpace(v.Get("recipient")), OrderID: strings.TrimSpace(v.Get("order_id")),
-			Key: strings.TrimSpace(v.Get("key")), Status: v.Get("status"), Template: v.Get("template"),
-			OlderThan: strings.TrimSpace(v.Get("older_than")), Newest: v.Get("order") != "oldest"}
-		q.Page, _ = strconv.Atoi(v.Get("page"))
-		q.Page = min(max(q.Page, 0), 10_000)
-		p := page{Title: "Deliveries", Session: sessionOf(r), Query: q, Statuses: consoleStatuses}
+		q := queryFrom(r.URL.Query())
+		p := page{Title: "Deliveries", Session: sessionOf(r), Query: q, Statuses: consoleStatuses, MaxBulk: notify.MaxBulkRetry}
 		if templates != nil {
 			p.Templates = templates.Names()
 		}
@@ -482,5 +509,226 @@ func handleConsoleQueue(ops *notify.Operator, pause bool) http.Handler {
 			return
 		}
 		http.Redirect(w, r, "/admin/", http.StatusSeeOther)
+	})
+}
+
+// handleConsoleBulkRetry retries every failed or held delivery a search
+// selects: the first post counts them and asks; the second, which
+// carries the count the operator saw, retries them.
+func handleConsoleBulkRetry(ops *notify.Operator) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := queryFrom(r.PostForm)
+		q.Page = 0
+		note := strings.TrimSpace(r.PostFormValue("note"))
+		p := page{Title: "Retry every matching delivery", Session: sessionOf(r), Query: q, MaxBulk: notify.MaxBulkRetry,
+			Bulk: bulkResult{Note: note, Back: q.url(0)}}
+		f, problem := q.filter()
+		switch {
+		case problem != "":
+			consoleError(w, r, http.StatusUnprocessableEntity, problem)
+			return
+		case note == "":
+			consoleError(w, r, http.StatusUnprocessableEntity, "Say why in the note: the history of each delivery keeps it.")
+			return
+		}
+		dryRun := r.PostFormValue("confirm") == ""
+		n, unqueued, err := ops.RetryMatching(r.Context(), f, sessionOf(r).Actor(), note, dryRun)
+		switch {
+		case errors.Is(err, notify.ErrWrongState):
+			consoleError(w, r, http.StatusUnprocessableEntity, "A bulk retry selects failed or held deliveries: choose one of the two statuses.")
+			return
+		case err != nil:
+			setLogError(r.Context(), err)
+			consoleError(w, r, http.StatusInternalServerError, "The bulk retry stopped: "+err.Error()+". What it retried is in each delivery's history; run it again for the rest.")
+			return
+		}
+		if !dryRun {
+			addLogAttrs(r.Context(), slog.String("action", "bulk-retry"), slog.Int("retried", n), slog.Int("unqueued", unqueued))
+		}
+		p.Bulk.Done, p.Bulk.Count, p.Bulk.Unqueued = !dryRun, n, unqueued
+		render(w, r, http.StatusOK, "bulk", p)
+	})
+}
+
+func handleConsoleSuppressions(ops *notify.Operator) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := page{Title: "Suppressions", Session: sessionOf(r), Query: deliveryQuery{Recipient: strings.TrimSpace(r.URL.Query().Get("recipient"))}}
+		if p.Query.Recipient != "" {
+			s, events, err := ops.Suppression(r.Context(), p.Query.Recipient)
+			switch {
+			case errors.Is(err, notify.ErrSuppressionNotFound):
+				p.Error = p.Query.Recipient + " is not on the list."
+				if p.SuppressionEvents, err = ops.SuppressionHistory(r.Context(), p.Query.Recipient); err != nil {
+					setLogError(r.Context(), err)
+				}
+			case err != nil:
+				p.Error = err.Error()
+			default:
+				p.Suppression, p.SuppressionEvents = &s, events
+			}
+		}
+		var err error
+		if p.Suppressions, err = ops.Suppressions(r.Context(), 100); err != nil {
+			setLogError(r.Context(), err)
+			consoleError(w, r, http.StatusInternalServerError, "The suppression list could not be read; try again.")
+			return
+		}
+		render(w, r, http.StatusOK, "suppressions", p)
+	})
+}
+
+// handleConsoleSuppress puts a recipient on the list (remove false) or
+// takes one off, with the operator's note; then shows the entry.
+func handleConsoleSuppress(ops *notify.Operator, remove bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		recipient, note := strings.TrimSpace(r.PostFormValue("recipient")), strings.TrimSpace(r.PostFormValue("note"))
+		if note == "" {
+			consoleError(w, r, http.StatusUnprocessableEntity, "Say why in the note: the list's history keeps it.")
+			return
+		}
+		var err error
+		if remove {
+			err = ops.Unsuppress(r.Context(), recipient, note, sessionOf(r).Actor())
+		} else {
+			_, _, err = ops.Suppress(r.Context(), recipient, note, sessionOf(r).Actor())
+		}
+		switch {
+		case errors.Is(err, mail.ErrInvalidAddress):
+			consoleError(w, r, http.StatusUnprocessableEntity, "Recipient: "+err.Error())
+			return
+		case errors.Is(err, notify.ErrSuppressionNotFound):
+			consoleError(w, r, http.StatusNotFound, "This address is not on the list.")
+			return
+		case err != nil:
+			setLogError(r.Context(), err)
+			consoleError(w, r, http.StatusInternalServerError, "The list could not be changed: "+err.Error())
+			return
+		}
+		http.Redirect(w, r, "/admin/suppressions?"+url.Values{"recipient": {recipient}}.Encode(), http.StatusSeeOther)
+	})
+}
+
+func handleConsoleBlocks(ops *notify.Operator) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bs, err := ops.Blocks(r.Context())
+		if err != nil {
+			setLogError(r.Context(), err)
+			consoleError(w, r, http.StatusInternalServerError, "The blocks could not be read; try again.")
+			return
+		}
+		render(w, r, http.StatusOK, "blocks", page{Title: "Blocks", Session: sessionOf(r), Blocks: bs})
+	})
+}
+
+func handleConsoleAddBlock(ops *notify.Operator) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind, value := r.PostFormValue("kind"), strings.TrimSpace(r.PostFormValue("value"))
+		reason := strings.TrimSpace(r.PostFormValue("reason"))
+		ttl, err := time.ParseDuration(strings.TrimSpace(r.PostFormValue("ttl")))
+		switch {
+		case kind != "recipient" && kind != "key":
+			consoleError(w, r, http.StatusUnprocessableEntity, "Kind: recipient or key.")
+			return
+		case value == "" || reason == "":
+			consoleError(w, r, http.StatusUnprocessableEntity, "Say what to block and why.")
+			return
+		case err != nil || ttl <= 0 || ttl > maxBlockTTL:
+			consoleError(w, r, http.StatusUnprocessableEntity, "For: a duration such as 30m or 6h, at most "+maxBlockTTL.String()+".")
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "block"), slog.String("kind", kind))
+		if _, err := ops.AddBlock(r.Context(), kind, value, reason, ttl); err != nil {
+			if errors.Is(err, mail.ErrInvalidAddress) {
+				consoleError(w, r, http.StatusUnprocessableEntity, "Recipient: "+err.Error())
+				return
+			}
+			setLogError(r.Context(), err)
+			consoleError(w, r, http.StatusInternalServerError, "The block could not be added: "+err.Error())
+			return
+		}
+		http.Redirect(w, r, "/admin/blocks", http.StatusSeeOther)
+	})
+}
+
+func handleConsoleRemoveBlock(ops *notify.Operator) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
+		if err == nil {
+			addLogAttrs(r.Context(), slog.String("action", "lift-block"), slog.Int64("block_id", id))
+			err = ops.RemoveBlock(r.Context(), id)
+		}
+		switch {
+		case err == nil:
+			http.Redirect(w, r, "/admin/blocks", http.StatusSeeOther)
+		case errors.Is(err, notify.ErrBlockNotFound), errors.Is(err, strconv.ErrSyntax), errors.Is(err, strconv.ErrRange):
+			consoleError(w, r, http.StatusNotFound, "No block has this id: it may have expired.")
+		default:
+			setLogError(r.Context(), err)
+			consoleError(w, r, http.StatusInternalServerError, "The block could not be lifted: "+err.Error())
+		}
+	})
+}
+
+// handleConsoleKeys lists the API keys, revoked ones too.
+func handleConsoleKeys(keys *apikey.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		renderKeys(w, r, keys, http.StatusOK, "", "")
+	})
+}
+
+// renderKeys shows the keys page: secret is a key just made, shown this
+// once; problem what was wrong with a key to make.
+func renderKeys(w http.ResponseWriter, r *http.Request, keys *apikey.Service, status int, secret, problem string) {
+	ks, err := keys.List(r.Context())
+	if err != nil {
+		setLogError(r.Context(), err)
+		consoleError(w, r, http.StatusInternalServerError, "The keys could not be read; try again.")
+		return
+	}
+	render(w, r, status, "api-keys", page{Title: "API keys", Session: sessionOf(r), Keys: ks, Scopes: apikey.Scopes,
+		NewSecret: secret, Error: problem})
+}
+
+func handleConsoleCreateKey(keys *apikey.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, problem := apikey.CheckName(r.PostFormValue("name"))
+		scopes, err := apikey.ParseScopes(r.PostForm["scopes"])
+		switch {
+		case name == "" || problem != "":
+			renderKeys(w, r, keys, http.StatusUnprocessableEntity, "", "Name: "+cmp.Or(problem, "say whose key this is."))
+			return
+		case err != nil:
+			renderKeys(w, r, keys, http.StatusUnprocessableEntity, "", "Scopes: choose at least one.")
+			return
+		}
+		k, secret, err := keys.Create(r.Context(), name, scopes)
+		if err != nil {
+			setLogError(r.Context(), err)
+			consoleError(w, r, http.StatusInternalServerError, "The key could not be created: "+err.Error())
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "create-key"), slog.String("api_key", k.Prefix))
+		renderKeys(w, r, keys, http.StatusCreated, secret, "")
+	})
+}
+
+func handleConsoleRevokeKey(keys *apikey.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := uuid.Parse(chi.URLParam(r, "id"))
+		if err != nil {
+			consoleError(w, r, http.StatusNotFound, "No API key has this id.")
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "revoke-key"), slog.String("api_key_id", id.String()))
+		_, err = keys.Revoke(r.Context(), id)
+		switch {
+		case err == nil:
+			http.Redirect(w, r, "/admin/api-keys", http.StatusSeeOther)
+		case errors.Is(err, apikey.ErrNotFound):
+			consoleError(w, r, http.StatusNotFound, "No API key has this id.")
+		default:
+			setLogError(r.Context(), err)
+			consoleError(w, r, http.StatusInternalServerError, "The key could not be revoked: "+err.Error())
+		}
 	})
 }

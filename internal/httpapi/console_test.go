@@ -268,3 +268,117 @@ func uuidOf(t *testing.T, s string) uuid.UUID {
 	}
 	return id
 }
+
+// A bulk retry counts first and changes nothing; confirmed, it retries
+// exactly what the search selects, each under the operator's name; it
+// takes only failed or held deliveries.
+func TestConsoleBulkRetry(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var ids []uuid.UUID
+	for _, email := range []string{"ana@example.com", "ana@example.com", "budi@example.com"} {
+		var o order.Order
+		s.postOrder(t, strings.Replace(validCheckout, "  Ana.Maria@Example.COM ", email, 1), nil).decode(t, &o)
+		id := o.Notifications[0].ID
+		s.f.Failed(s.f.Get(id), "421 try later")
+		ids = append(ids, id)
+	}
+	b, k := s.operator(t, "Ana")
+	_, _, search := b.do(http.MethodGet, "/admin/deliveries?status=failed&recipient=ana@example.com", nil)
+	if !strings.Contains(search, `id="bulk-retry"`) {
+		t.Fatalf("a search of failed deliveries offers no bulk retry:\n%s", search)
+	}
+	form := url.Values{"csrf": {b.csrf(search)}, "status": {"failed"}, "recipient": {"ana@example.com"}, "note": {"relay fixed"}}
+	status, _, counted := b.do(http.MethodPost, "/admin/deliveries/retry", form)
+	if status != http.StatusOK || !strings.Contains(counted, "This retries 2 failed deliveries") {
+		t.Fatalf("the count = %d:\n%s", status, counted)
+	}
+	for _, id := range ids {
+		if d := s.f.Get(id); d.Status != notify.StatusFailed {
+			t.Errorf("the count changed %s to %s", id, d.Status)
+		}
+	}
+	form.Set("confirm", "2")
+	status, _, done := b.do(http.MethodPost, "/admin/deliveries/retry", form)
+	if status != http.StatusOK || !strings.Contains(done, "Retried 2 deliveries") {
+		t.Fatalf("the retry = %d:\n%s", status, done)
+	}
+	for i, want := range []notify.Status{notify.StatusPending, notify.StatusPending, notify.StatusFailed} {
+		if d := s.f.Get(ids[i]); d.Status != want {
+			t.Errorf("delivery %d is %s, want %s", i, d.Status, want)
+		}
+	}
+	_, _, page := b.do(http.MethodGet, "/admin/deliveries/"+ids[0].String(), nil)
+	if !strings.Contains(page, "operator:Ana ("+k.Prefix+")") || !strings.Contains(page, "relay fixed") {
+		t.Error("the retried delivery's timeline lacks the operator or the note")
+	}
+	form.Set("status", "pending")
+	if status, _, _ := b.do(http.MethodPost, "/admin/deliveries/retry", form); status != http.StatusUnprocessableEntity {
+		t.Errorf("a bulk retry of pending deliveries = %d, want 422", status)
+	}
+}
+
+// Suppressions, blocks and API keys: each change with its note, the
+// suppression list's history naming the operator; a key made here works
+// with its scopes, and stops when revoked here.
+func TestConsoleSuppressionsBlocksAndKeys(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	b, k := s.operator(t, "Ana")
+	_, _, page := b.do(http.MethodGet, "/admin/suppressions", nil)
+	csrf := b.csrf(page)
+
+	if status, _, _ := b.do(http.MethodPost, "/admin/suppressions", url.Values{"csrf": {csrf}, "recipient": {"not an address"}, "note": {"x"}}); status != http.StatusUnprocessableEntity {
+		t.Errorf("suppressing a non-address = %d, want 422", status)
+	}
+	status, h, _ := b.do(http.MethodPost, "/admin/suppressions", url.Values{"csrf": {csrf}, "recipient": {"Budi@Example.com"}, "note": {"asked us by phone"}})
+	if status != http.StatusSeeOther {
+		t.Fatalf("suppress = %d", status)
+	}
+	_, _, page = b.do(http.MethodGet, h.Get("Location"), nil)
+	if !strings.Contains(page, "budi@example.com") || !strings.Contains(page, "operator:Ana ("+k.Prefix+")") || !strings.Contains(page, "asked us by phone") {
+		t.Errorf("the entry's page lacks the address, the operator or the note:\n%s", page)
+	}
+	b.do(http.MethodPost, "/admin/suppressions/remove", url.Values{"csrf": {csrf}, "recipient": {"budi@example.com"}, "note": {"wrong person"}})
+	_, _, page = b.do(http.MethodGet, "/admin/suppressions?recipient=budi@example.com", nil)
+	if !strings.Contains(page, "is not on the list") || !strings.Contains(page, "wrong person") {
+		t.Errorf("after removal:\n%s", page)
+	}
+
+	if status, _, _ := b.do(http.MethodPost, "/admin/blocks", url.Values{"csrf": {csrf}, "kind": {"recipient"}, "value": {"ana@example.com"}, "reason": {"x"}, "ttl": {"90d"}}); status != http.StatusUnprocessableEntity {
+		t.Errorf("a block of 90d = %d, want 422", status)
+	}
+	b.do(http.MethodPost, "/admin/blocks", url.Values{"csrf": {csrf}, "kind": {"recipient"}, "value": {"Ana@Example.com"}, "reason": {"complaint under review"}, "ttl": {"2h"}})
+	_, _, page = b.do(http.MethodGet, "/admin/blocks", nil)
+	lift := regexp.MustCompile(`action="(/admin/blocks/[0-9]+/remove)"`).FindStringSubmatch(page)
+	if lift == nil || !strings.Contains(page, "ana@example.com") || !strings.Contains(page, "complaint under review") || s.count(t, "delivery_blocks") != 1 {
+		t.Fatalf("the blocks page after adding one:\n%s", page)
+	}
+	b.do(http.MethodPost, lift[1], url.Values{"csrf": {csrf}})
+	if n := s.count(t, "delivery_blocks"); n != 0 {
+		t.Errorf("%d blocks after lifting the only one", n)
+	}
+
+	status, _, page = b.do(http.MethodPost, "/admin/api-keys", url.Values{"csrf": {csrf}, "name": {"shop-backend-2027"}, "scopes": {"checkout", "orders:read"}})
+	m := regexp.MustCompile(`id="new-key">([^<]+)<`).FindStringSubmatch(page)
+	if status != http.StatusCreated || m == nil {
+		t.Fatalf("create key = %d:\n%s", status, page)
+	}
+	made, err := s.keys.Authenticate(context.Background(), m[1])
+	if err != nil || !made.Has(apikey.ScopeCheckout) || !made.Has(apikey.ScopeOrdersRead) || made.Has(apikey.ScopeOrdersWrite) {
+		t.Fatalf("the key made in the console: %+v, %v", made, err)
+	}
+	if status, _, _ := b.do(http.MethodPost, "/admin/api-keys", url.Values{"csrf": {csrf}, "name": {"no scopes"}}); status != http.StatusUnprocessableEntity {
+		t.Errorf("a key without scopes = %d, want 422", status)
+	}
+	b.do(http.MethodPost, "/admin/api-keys/"+made.ID.String()+"/revoke", url.Values{"csrf": {csrf}})
+	list, err := s.keys.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range list {
+		if key.ID == made.ID && key.RevokedAt == nil {
+			t.Error("the key revoked in the console is not revoked")
+		}
+	}
+}

@@ -116,6 +116,16 @@ func addConsole(r chi.Router, d Deps, addr func(*http.Request) string) {
 		r.Method(http.MethodPost, "/admin/deliveries/{id}/mark-sent", handleConsoleMarkSent(d.Admin.Ops))
 		r.Method(http.MethodPost, "/admin/queue/pause", handleConsoleQueue(d.Admin.Ops, true))
 		r.Method(http.MethodPost, "/admin/queue/resume", handleConsoleQueue(d.Admin.Ops, false))
+		r.Method(http.MethodPost, "/admin/deliveries/retry", handleConsoleBulkRetry(d.Admin.Ops))
+		r.Method(http.MethodGet, "/admin/suppressions", handleConsoleSuppressions(d.Admin.Ops))
+		r.Method(http.MethodPost, "/admin/suppressions", handleConsoleSuppress(d.Admin.Ops, false))
+		r.Method(http.MethodPost, "/admin/suppressions/remove", handleConsoleSuppress(d.Admin.Ops, true))
+		r.Method(http.MethodGet, "/admin/blocks", handleConsoleBlocks(d.Admin.Ops))
+		r.Method(http.MethodPost, "/admin/blocks", handleConsoleAddBlock(d.Admin.Ops))
+		r.Method(http.MethodPost, "/admin/blocks/{id}/remove", handleConsoleRemoveBlock(d.Admin.Ops))
+		r.Method(http.MethodGet, "/admin/api-keys", handleConsoleKeys(d.Admin.Keys))
+		r.Method(http.MethodPost, "/admin/api-keys", handleConsoleCreateKey(d.Admin.Keys))
+		r.Method(http.MethodPost, "/admin/api-keys/{id}/revoke", handleConsoleRevokeKey(d.Admin.Keys))
 	})
 }
 

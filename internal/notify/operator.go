@@ -113,6 +113,42 @@ func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string) 
 	return d, queued, enqueueErr, nil
 }
 
+// MaxBulkRetry bounds the deliveries one bulk retry takes; a larger set
+// is retried in several.
+const MaxBulkRetry = 1000
+
+// RetryMatching retries, as Retry does, every delivery that f selects, at
+// most MaxBulkRetry, under actor with note; f.Status must be failed or
+// held, the statuses a retry applies to (ErrWrongState otherwise). With
+// dryRun it only counts them. A delivery that something else moved since
+// it was listed is skipped. It returns how many it retried (or would),
+// and how many of those it could not queue now: they are pending, and the
+// reconciler queues them.
+func (o *Operator) RetryMatching(ctx context.Context, f Filter, actor, note string, dryRun bool) (n, unqueued int, err error) {
+	if f.Status != StatusFailed && f.Status != StatusHeld {
+		return 0, 0, fmt.Errorf("%w: a bulk retry selects failed or held deliveries", ErrWrongState)
+	}
+	f.Offset, f.Limit = 0, MaxBulkRetry
+	ds, err := o.List(ctx, f)
+	if err != nil || dryRun {
+		return len(ds), 0, err
+	}
+	for _, d := range ds {
+		_, queued, _, err := o.Retry(ctx, d.ID, actor, note)
+		switch {
+		case errors.Is(err, ErrWrongState):
+			continue
+		case err != nil:
+			return n, unqueued, err
+		}
+		n++
+		if !queued {
+			unqueued++
+		}
+	}
+	return n, unqueued, nil
+}
+
 // MarkSent records that a held delivery was in fact accepted, as the
 // operator found at the provider.
 func (o *Operator) MarkSent(ctx context.Context, id uuid.UUID, providerMessageID, actor, note string) (Delivery, error) {
@@ -275,20 +311,30 @@ func (o *Operator) Suppression(ctx context.Context, recipient string) (Suppressi
 	if err != nil {
 		return Suppression{}, nil, err
 	}
-	q := dbsqlc.New(o.db)
-	s, err := getSuppression(ctx, q, recipient)
+	s, err := getSuppression(ctx, dbsqlc.New(o.db), recipient)
 	if err != nil {
 		return Suppression{}, nil, err
 	}
-	rows, err := q.ListSuppressionEvents(ctx, recipient)
+	events, err := o.SuppressionHistory(ctx, recipient)
+	return s, events, err
+}
+
+// SuppressionHistory returns every change of the list for recipient,
+// oldest first: also for an address no longer on it.
+func (o *Operator) SuppressionHistory(ctx context.Context, recipient string) ([]SuppressionEvent, error) {
+	recipient, err := mail.NormalizeAddress(recipient)
 	if err != nil {
-		return Suppression{}, nil, fmt.Errorf("suppression history: %w", err)
+		return nil, err
+	}
+	rows, err := dbsqlc.New(o.db).ListSuppressionEvents(ctx, recipient)
+	if err != nil {
+		return nil, fmt.Errorf("suppression history: %w", err)
 	}
 	events := make([]SuppressionEvent, len(rows))
 	for i, e := range rows {
 		events[i] = SuppressionEvent{At: e.At, Action: e.Action, Source: e.Source, Actor: e.Actor, Note: e.Note}
 	}
-	return s, events, nil
+	return events, nil
 }
 
 // getSuppression reads one entry of the list; recipient is normalized.
