@@ -232,7 +232,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	if cfg.AdminToken == "" {
-		log.Warn("ADMIN_TOKEN is not set: the admin API under /admin/v1 refuses every request")
+		log.Warn("ADMIN_TOKEN is not set: the admin API under /admin/v1 takes operator keys (API keys of the admin scope) only")
 	}
 	log.Info("api listening", "addr", ln.Addr().String(), "metrics_addr", ops.Addr())
 

@@ -50,6 +50,10 @@ const (
 // Scopes lists every scope, in order.
 var Scopes = []Scope{ScopeCheckout, ScopeOrdersRead, ScopeOrdersWrite, ScopeNotificationsWrite, ScopeAdmin}
 
+// BackendScopes are the scopes of the shop's backend: every one but the
+// operators'.
+var BackendScopes = Scopes[:len(Scopes)-1]
+
 // Prefix starts every key, so that a leaked one is recognizable (secret
 // scanners look for such prefixes).
 const Prefix = "sekali_key_"

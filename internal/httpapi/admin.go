@@ -64,24 +64,43 @@ func toAdmin(d notify.Delivery) adminDelivery {
 // maxBlockTTL is the longest a block may last.
 const maxBlockTTL = 30 * 24 * time.Hour
 
-// requireAdmin lets a request through only with the right bearer token,
-// compared in constant time (of equal-length digests, so not even the
-// token's length leaks).
-func requireAdmin(token string) func(http.Handler) http.Handler {
+// requireAdmin lets a request through with the admin token, compared in
+// constant time (of equal-length digests, so not even the token's length
+// leaks), or with an operator's key (an API key of the admin scope),
+// whose name its actions are then recorded under (actorOf). With no
+// token set, operator keys alone open the admin API.
+func requireAdmin(token string, keys keyChecker) func(http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if token == "" {
-				deny(w, r, "sekali-admin", "The admin API is disabled: set ADMIN_TOKEN to enable it.")
-				return
-			}
 			got := bearer(r)
 			if got == "" {
-				deny(w, r, "sekali-admin", "Send Authorization: Bearer <ADMIN_TOKEN>.")
+				deny(w, r, "sekali-admin", "Send Authorization: Bearer <ADMIN_TOKEN>, or an operator key (an API key of the admin scope).")
+				return
+			}
+			if keys != nil && strings.HasPrefix(got, apikey.Prefix) {
+				k, err := keys.Authenticate(r.Context(), got)
+				switch {
+				case errors.Is(err, apikey.ErrInvalid):
+					deny(w, r, "sekali-admin", "The key is not valid.")
+					return
+				case err != nil:
+					writeError(w, r, err)
+					return
+				case !k.Has(apikey.ScopeAdmin):
+					// As for no credentials at all: the admin API tells a
+					// caller without them nothing, not even that a key is
+					// live.
+					deny(w, r, "sekali-admin", "The token is not valid: not ADMIN_TOKEN, nor an operator key (an API key of the admin scope).")
+					return
+				}
+				actor := apikey.Session{Operator: k}.Actor()
+				addLogAttrs(r.Context(), slog.Bool("admin", true), slog.String("operator", actor))
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, actor)))
 				return
 			}
 			have := sha256.Sum256([]byte(got))
-			if subtle.ConstantTimeCompare(have[:], want[:]) != 1 {
+			if token == "" || subtle.ConstantTimeCompare(have[:], want[:]) != 1 {
 				deny(w, r, "sekali-admin", "The token is not valid.")
 				return
 			}
@@ -90,6 +109,8 @@ func requireAdmin(token string) func(http.Handler) http.Handler {
 		})
 	}
 }
+
+type actorKey struct{}
 
 // textProblem says what is wrong with an operator's text, "" if nothing
 // (and for "": whether a field may be empty is the caller's business).
@@ -261,7 +282,12 @@ func decodeAdminAction(w http.ResponseWriter, r *http.Request, withProviderID bo
 	return req, true
 }
 
-func actorOf(r *http.Request) string { return "admin:" + requestIDFrom(r.Context()) }
+func actorOf(r *http.Request) string {
+	if a, ok := r.Context().Value(actorKey{}).(string); ok {
+		return a
+	}
+	return "admin:" + requestIDFrom(r.Context())
+}
 
 // handleAdminRetry moves a failed or held delivery back to pending (same
 // key) and queues it. A sent delivery is refused with 409.

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -388,5 +390,40 @@ func TestAdminTextFieldsAreVisibleText(t *testing.T) {
 	}
 	if res := s.admin(t, "POST", delivery+"/mark-sent", `{"provider_message_id": "<MH-1@mail.example>", "note": "seen in\r\nthe log"}`); res.status != http.StatusOK {
 		t.Errorf("mark-sent with a note over two lines: %d %s", res.status, res.body)
+	}
+}
+
+// An operator's own key opens the admin API, and what they do is
+// recorded under its name; the shared token's actions are the request's;
+// a backend key is refused as no credentials are.
+func TestAdminWithAnOperatorKeyNamesTheOperator(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	id := o.Notifications[0].ID
+	s.f.Failed(s.f.Get(id), "550 no such user")
+	k, token, err := s.keys.Create(context.Background(), "Budi", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/admin/v1/deliveries/" + id.String()
+	if res := s.do(t, http.MethodPost, path+"/retry", "application/json", strings.NewReader(`{"note":"x"}`), nil); res.status != http.StatusUnauthorized {
+		t.Errorf("retry with the backend's key = %d, want 401", res.status)
+	}
+	res := s.do(t, http.MethodPost, path+"/retry", "application/json", strings.NewReader(`{"note":"relay fixed"}`), map[string]string{"Authorization": "Bearer " + token})
+	if res.status != http.StatusOK {
+		t.Fatalf("retry with an operator key = %d %s", res.status, res.body)
+	}
+	var got struct {
+		Events []notify.Event `json:"events"`
+	}
+	s.admin(t, http.MethodGet, path, "").decode(t, &got)
+	if len(got.Events) == 0 {
+		t.Fatal("no history")
+	}
+	last := got.Events[len(got.Events)-1]
+	if last.Event != "operator_retry" || last.Actor != "operator:Budi ("+k.Prefix+")" {
+		t.Errorf("the retry's history row: %+v", last)
 	}
 }

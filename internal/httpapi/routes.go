@@ -69,7 +69,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 
 	// Operators.
 	r.Route("/admin/v1", func(r chi.Router) {
-		r.Use(requireAdmin(d.Admin.Token))
+		r.Use(guarded(requireAdmin(d.Admin.Token, d.Keys)))
 		r.Method(http.MethodGet, "/deliveries", handleAdminListDeliveries(d.Admin))
 		r.Method(http.MethodGet, "/deliveries/{id}", handleAdminGetDelivery(d.Admin))
 		r.Method(http.MethodPost, "/deliveries/{id}/retry", handleAdminRetry(d.Admin))

@@ -45,7 +45,7 @@ type stack struct {
 	keys      *apikey.Service
 	templates *mailtemplate.Templates
 	f         *notifytest.Factory // deliveries in any state, through the service's statements
-	// backendKey has every scope; do sends it unless the request sets its
+	// backendKey has every scope of the backend's (not admin); do sends it unless the request sets its
 	// own Authorization (even an empty one, for none). backendKeyID is its
 	// id.
 	backendKey   string
@@ -105,7 +105,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	keys := apikey.NewService(db.Pool)
-	backend, backendKey, err := keys.Create(context.Background(), "test backend", apikey.Scopes)
+	backend, backendKey, err := keys.Create(context.Background(), "test backend", apikey.BackendScopes)
 	if err != nil {
 		t.Fatal(err)
 	}
