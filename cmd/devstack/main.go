@@ -112,8 +112,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		return err
 	}
 	out.say("mailpit", "the e-mails: http://%s (web UI and API), SMTP %s", mailpitUI, mailpitSMTP)
-	out.say("api", "http://%s; admin API: Authorization: Bearer %s; a key for checkouts: %s keys create --name local --scopes checkout,orders:read,orders:write; metrics http://%s/metrics",
-		apiAddr, adminToken, filepath.Join(o.bin, "api"), apiMetrics)
+	api := filepath.Join(o.bin, "api")
+	out.say("api", "http://%s; metrics http://%s/metrics", apiAddr, apiMetrics)
+	out.say("api", "a key for checkouts: %s keys create --name local --scopes checkout,orders:read,orders:write", api)
+	out.say("api", "the operator console: http://%s/admin/, with a key from %s keys create --name \"Your Name\" --scopes admin", apiAddr, api)
+	out.say("api", "the admin API: Authorization: Bearer %s (development only), or an operator key", adminToken)
 	out.say("worker", "sends through Mailpit; metrics http://%s/metrics", workerMetrics)
 	out.say("reconciler", "asks Mailpit about ambiguous sends; metrics http://%s/metrics", reconcMetrics)
 	out.say("devstack", "sekali is running; Ctrl-C stops it")

@@ -9,6 +9,8 @@ WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(order_id)::uuid IS NULL OR order_id = sqlc.narg(order_id)::uuid)
   AND (sqlc.narg(idempotency_key)::text IS NULL OR idempotency_key = sqlc.narg(idempotency_key)::text)
   AND (sqlc.narg(recipient)::text IS NULL OR recipient = sqlc.narg(recipient)::text)
+  AND (sqlc.narg(created_after)::timestamptz IS NULL OR created_at >= sqlc.narg(created_after)::timestamptz)
+  AND (sqlc.narg(created_before)::timestamptz IS NULL OR created_at < sqlc.narg(created_before)::timestamptz)
   AND (sqlc.narg(older_than_seconds)::float8 IS NULL
        OR updated_at < now() - make_interval(secs => sqlc.narg(older_than_seconds)::float8))
 ORDER BY CASE WHEN @newest::bool THEN updated_at END DESC,

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -93,12 +94,14 @@ WHERE ($1::text IS NULL OR status = $1::text)
   AND ($3::uuid IS NULL OR order_id = $3::uuid)
   AND ($4::text IS NULL OR idempotency_key = $4::text)
   AND ($5::text IS NULL OR recipient = $5::text)
-  AND ($6::float8 IS NULL
-       OR updated_at < now() - make_interval(secs => $6::float8))
-ORDER BY CASE WHEN $7::bool THEN updated_at END DESC,
-         CASE WHEN NOT $7::bool THEN updated_at END,
+  AND ($6::timestamptz IS NULL OR created_at >= $6::timestamptz)
+  AND ($7::timestamptz IS NULL OR created_at < $7::timestamptz)
+  AND ($8::float8 IS NULL
+       OR updated_at < now() - make_interval(secs => $8::float8))
+ORDER BY CASE WHEN $9::bool THEN updated_at END DESC,
+         CASE WHEN NOT $9::bool THEN updated_at END,
          id
-LIMIT $9 OFFSET $8
+LIMIT $11 OFFSET $10
 `
 
 type ListDeliveriesParams struct {
@@ -107,6 +110,8 @@ type ListDeliveriesParams struct {
 	OrderID          *uuid.UUID
 	IdempotencyKey   *string
 	Recipient        *string
+	CreatedAfter     *time.Time
+	CreatedBefore    *time.Time
 	OlderThanSeconds *float64
 	Newest           bool
 	Skip             int32
@@ -124,6 +129,8 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 		arg.OrderID,
 		arg.IdempotencyKey,
 		arg.Recipient,
+		arg.CreatedAfter,
+		arg.CreatedBefore,
 		arg.OlderThanSeconds,
 		arg.Newest,
 		arg.Skip,

@@ -278,9 +278,15 @@ func countUpTo(ctx context.Context, ops *notify.Operator, status notify.Status) 
 // deliveryQuery is a search as the form and the URL carry it.
 type deliveryQuery struct {
 	Recipient, OrderID, Key, Status, Template, OlderThan string
-	Newest                                               bool
-	Page                                                 int
+	// CreatedAfter and CreatedBefore are a browser's datetime-local
+	// values ("2026-12-01T14:30"), read as UTC.
+	CreatedAfter, CreatedBefore string
+	Newest                      bool
+	Page                        int
 }
+
+// consoleTime is the layout of a datetime-local input.
+const consoleTime = "2006-01-02T15:04"
 
 // filter checks the query and makes the operator service's filter; the
 // problem is said to the operator on the page.
@@ -311,6 +317,19 @@ func (q deliveryQuery) filter() (notify.Filter, string) {
 		}
 		f.OlderThan = d
 	}
+	for _, b := range []struct {
+		raw, name string
+		into      *time.Time
+	}{{q.CreatedAfter, "Created from", &f.CreatedAfter}, {q.CreatedBefore, "Created before", &f.CreatedBefore}} {
+		if b.raw == "" {
+			continue
+		}
+		t, err := time.Parse(consoleTime, b.raw)
+		if err != nil {
+			return f, b.name + ": a time such as 2026-12-01T14:30 (UTC)."
+		}
+		*b.into = t
+	}
 	return f, ""
 }
 
@@ -318,7 +337,8 @@ func (q deliveryQuery) filter() (notify.Filter, string) {
 func (q deliveryQuery) url(n int) string {
 	v := url.Values{}
 	for k, s := range map[string]string{"recipient": q.Recipient, "order_id": q.OrderID, "key": q.Key,
-		"status": q.Status, "template": q.Template, "older_than": q.OlderThan} {
+		"status": q.Status, "template": q.Template, "older_than": q.OlderThan,
+		"created_after": q.CreatedAfter, "created_before": q.CreatedBefore} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -338,7 +358,8 @@ func (q deliveryQuery) url(n int) string {
 func queryFrom(v url.Values) deliveryQuery {
 	q := deliveryQuery{Recipient: strings.TrimSpace(v.Get("recipient")), OrderID: strings.TrimSpace(v.Get("order_id")),
 		Key: strings.TrimSpace(v.Get("key")), Status: v.Get("status"), Template: v.Get("template"),
-		OlderThan: strings.TrimSpace(v.Get("older_than")), Newest: v.Get("order") != "oldest"}
+		OlderThan: strings.TrimSpace(v.Get("older_than")), Newest: v.Get("order") != "oldest",
+		CreatedAfter: strings.TrimSpace(v.Get("created_after")), CreatedBefore: strings.TrimSpace(v.Get("created_before"))}
 	q.Page, _ = strconv.Atoi(v.Get("page"))
 	q.Page = min(max(q.Page, 0), 10_000)
 	return q

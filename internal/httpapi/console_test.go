@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -380,5 +381,42 @@ func TestConsoleSuppressionsBlocksAndKeys(t *testing.T) {
 		if key.ID == made.ID && key.RevokedAt == nil {
 			t.Error("the key revoked in the console is not revoked")
 		}
+	}
+}
+
+// A search by creation time, and its pages: 50 a page, the next page
+// holding the rest, the same search carried along.
+func TestConsoleSearchByTimeAndPages(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	before := time.Now().UTC().Add(-time.Minute).Format("2006-01-02T15:04")
+	for range 51 {
+		s.postOrder(t, validCheckout, nil)
+	}
+	after := time.Now().UTC().Add(2 * time.Minute).Format("2006-01-02T15:04")
+	b, _ := s.operator(t, "Ana")
+	rows := regexp.MustCompile(`<a href="/admin/deliveries/[0-9a-f-]{36}">`)
+	_, _, page := b.do(http.MethodGet, "/admin/deliveries?created_after="+after, nil)
+	if n := len(rows.FindAllString(page, -1)); n != 0 {
+		t.Errorf("created after the orders: %d rows, want 0", n)
+	}
+	_, _, page = b.do(http.MethodGet, "/admin/deliveries?order=oldest&created_after="+before+"&created_before="+after, nil)
+	if n := len(rows.FindAllString(page, -1)); n != 50 {
+		t.Errorf("the first page has %d rows, want 50", n)
+	}
+	next := regexp.MustCompile(`href="([^"]+)" id="next"`).FindStringSubmatch(page)
+	if next == nil {
+		t.Fatalf("no next page:\n%s", page)
+	}
+	link := strings.ReplaceAll(next[1], "&amp;", "&")
+	if !strings.Contains(link, "created_after="+url.QueryEscape(before)) || !strings.Contains(link, "page=1") {
+		t.Errorf("the next page's link %q does not carry the search", link)
+	}
+	_, _, page = b.do(http.MethodGet, link, nil)
+	if n := len(rows.FindAllString(page, -1)); n != 1 || !strings.Contains(page, `id="prev"`) || strings.Contains(page, `id="next"`) {
+		t.Errorf("the second page: %d rows, want 1, a previous and no next page", n)
+	}
+	if status, _, _ := b.do(http.MethodGet, "/admin/deliveries?created_after=yesterday", nil); status != http.StatusUnprocessableEntity {
+		t.Errorf("a time that does not parse = %d, want 422", status)
 	}
 }

@@ -50,6 +50,8 @@ type Filter struct {
 	Key       string
 	Recipient string        // the address as stored (NormalizeAddress)
 	OlderThan time.Duration // not updated for at least this long
+	// Created in [CreatedAfter, CreatedBefore); a zero time is no bound.
+	CreatedAfter, CreatedBefore time.Time
 	Newest    bool          // most recently updated first; else least
 	Offset    int           // skip this many, for the next page
 	Limit     int
@@ -71,6 +73,12 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 	}
 	if f.Recipient != "" {
 		p.Recipient = &f.Recipient
+	}
+	if !f.CreatedAfter.IsZero() {
+		p.CreatedAfter = &f.CreatedAfter
+	}
+	if !f.CreatedBefore.IsZero() {
+		p.CreatedBefore = &f.CreatedBefore
 	}
 	if f.OlderThan > 0 {
 		s := f.OlderThan.Seconds()
