@@ -60,6 +60,7 @@ type config struct {
 	LogLevel        slog.Level
 	Queue           string
 	IdempotencyTTL  time.Duration
+	SendAtHorizon   time.Duration // SEND_AT_HORIZON: how far ahead a notification may be scheduled
 	ShutdownTimeout time.Duration
 	AdminToken      string
 	MetricsAddr     string
@@ -83,6 +84,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		LogLevel:        env.LogLevel("LOG_LEVEL"),
 		Queue:           env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		IdempotencyTTL:  env.Duration("IDEMPOTENCY_KEY_TTL", 24*time.Hour),
+		SendAtHorizon:   env.Duration("SEND_AT_HORIZON", order.DefaultSendAtHorizon),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 		MetricsAddr:     env.String("METRICS_ADDR", ":9100"),
@@ -198,6 +200,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer ops.Close()
 	enqueuer := notify.NewEnqueuer(queue, cfg.Queue, log, reg)
 	orders := order.NewService(pool, enqueuer, templates, cfg.IdempotencyTTL, reg)
+	orders.SendAtHorizon = cfg.SendAtHorizon
 	if cfg.PublicCheckout {
 		rules := cfg.PublicRules
 		rules.Quota = quota.NewHourly(rdb, cfg.PublicQuota, cfg.Queue, log, reg)

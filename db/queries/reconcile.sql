@@ -17,11 +17,14 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED;
 
 -- name: PickOrphanedPending :many
--- Pending rows nobody has looked at for a while and no block holds back.
--- The caller touches them, so one pass does not see them again.
+-- Pending rows nobody has looked at for a while and no block holds back;
+-- one to be sent later counts from its time (not_before), before which
+-- its task waits in the queue and nothing is missing. The caller touches
+-- them, so one pass does not see them again.
 SELECT d.* FROM notification_deliveries d
 WHERE d.status = 'pending'
   AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
+  AND (d.not_before IS NULL OR d.not_before < now() - make_interval(secs => @older_than_seconds::float8))
   AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
                   WHERE b.expires_at > now()
                     AND ((b.kind = 'key' AND b.value = d.idempotency_key)
@@ -36,13 +39,13 @@ WHERE id = ANY(@ids::uuid[]) AND status = 'pending';
 
 -- name: RetireOldDeliveries :many
 -- Retention, step one, in a transaction of its own: a tombstone for each
--- finished delivery (sent or failed) untouched for the retention period
+-- finished delivery (sent, failed or cancelled) untouched for the retention period
 -- and past its own maximum age, a batch at a time. Once this commits, its
 -- idempotency key can never be recorded again (InsertDelivery).
 INSERT INTO retired_deliveries (key_hash, delivery_id, order_id, template, status, sent_at)
 SELECT sha256(convert_to(d.idempotency_key, 'UTF8')), d.id, d.order_id, d.template, d.status, d.sent_at
 FROM notification_deliveries d
-WHERE d.status IN ('sent', 'failed')
+WHERE d.status IN ('sent', 'failed', 'cancelled')
   AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
   AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
 ORDER BY d.updated_at
@@ -61,7 +64,7 @@ RETURNING delivery_id;
 WITH gone AS (
     DELETE FROM notification_deliveries d
     WHERE d.id = ANY(@ids::uuid[])
-      AND d.status IN ('sent', 'failed')
+      AND d.status IN ('sent', 'failed', 'cancelled')
       AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
       AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
     RETURNING d.id

@@ -15,8 +15,10 @@
 -- tombstone is committed before its delivery is deleted, so this
 -- statement sees one or the other.
 WITH ins AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
-    SELECT @id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at, sqlc.narg(locale)::text
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at,
+                                         trying_since, locale, not_before)
+    SELECT @id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at,
+           greatest(@created_at, sqlc.narg(not_before)::timestamptz), sqlc.narg(locale)::text, sqlc.narg(not_before)::timestamptz
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to(@idempotency_key::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
@@ -27,7 +29,7 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -46,6 +48,7 @@ FROM ins;
 --   leased            another worker's lease is live
 --   handed_over       a lease ran out after its hand-over: the provider
 --                     may have the message; the reconciler asks it
+--   not_yet           pending, to be sent later (not_before)
 --   unknown_template  a template this worker does not have
 --   too_old           pending longer than the max age
 --   suppressed        the recipient is on the suppression list
@@ -70,6 +73,7 @@ WITH nosync AS (
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
                WHEN n.status = 'sending' AND n.lease_expires_at >= now() THEN 'leased'
                WHEN n.status = 'sending' AND n.handed_over_at IS NOT NULL THEN 'handed_over'
+               WHEN n.status = 'pending' AND n.not_before > now() THEN 'not_yet'
                WHEN NOT (n.template = ANY(@templates::text[])) THEN 'unknown_template'
                WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => @max_age_seconds::float8) THEN 'too_old'
                WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient) THEN 'suppressed'
@@ -104,13 +108,13 @@ WITH nosync AS (
 )
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
-       c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale,
+       c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale, c.not_before,
        c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
-       j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale,
+       j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale, j.not_before,
        j.status, j.verdict
 FROM judged j
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id);
@@ -327,6 +331,46 @@ SELECT id, 'suppressed', 'pending', 'suppressed', attempts, @actor::text,
        jsonb_build_object('source', source, 'reason', reason)
 FROM upd;
 
+-- ---- The shop or an operator: called off before it was sent. ----
+
+-- name: CancelDelivery :one
+-- pending -> cancelled: only a pending row, so that a cancel and a
+-- worker's claim (which locks the row and re-reads its status) end in one
+-- of the two, never both. No row: it is not pending (or not there).
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status = 'cancelled', updated_at = now()
+    WHERE d.id = @id AND d.status = 'pending'
+    RETURNING d.*
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, @actor::text,
+           CASE WHEN @note::text = '' THEN NULL ELSE jsonb_build_object('note', @note::text) END
+    FROM upd
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+FROM upd;
+
+-- name: CancelPendingOfTemplate :many
+-- Every pending delivery of one template for one order -> cancelled (the
+-- order was paid: no reminder), as CancelDelivery does each.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status = 'cancelled', updated_at = now()
+    WHERE d.order_id = @order_id AND d.template = @template AND d.status = 'pending'
+    RETURNING d.*
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, @actor::text, NULL
+    FROM upd
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+FROM upd;
+
 -- ---- An operator (admin API). ----
 
 -- name: OperatorRetry :one
@@ -354,7 +398,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -376,7 +420,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired. ----

@@ -79,6 +79,7 @@ type NotificationDelivery struct {
 	MessageID         *string
 	TryingSince       time.Time
 	Locale            *string
+	NotBefore         *time.Time
 }
 
 type Order struct {

@@ -38,7 +38,7 @@ const deleteRetiredDeliveries = `-- name: DeleteRetiredDeliveries :one
 WITH gone AS (
     DELETE FROM notification_deliveries d
     WHERE d.id = ANY($1::uuid[])
-      AND d.status IN ('sent', 'failed')
+      AND d.status IN ('sent', 'failed', 'cancelled')
       AND d.updated_at < now() - make_interval(secs => $2::float8)
       AND d.trying_since < now() - make_interval(secs => $3::float8)
     RETURNING d.id
@@ -70,9 +70,10 @@ func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetired
 }
 
 const pickOrphanedPending = `-- name: PickOrphanedPending :many
-SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale FROM notification_deliveries d
+SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before FROM notification_deliveries d
 WHERE d.status = 'pending'
   AND d.updated_at < now() - make_interval(secs => $1::float8)
+  AND (d.not_before IS NULL OR d.not_before < now() - make_interval(secs => $1::float8))
   AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
                   WHERE b.expires_at > now()
                     AND ((b.kind = 'key' AND b.value = d.idempotency_key)
@@ -87,8 +88,10 @@ type PickOrphanedPendingParams struct {
 	Batch            int32
 }
 
-// Pending rows nobody has looked at for a while and no block holds back.
-// The caller touches them, so one pass does not see them again.
+// Pending rows nobody has looked at for a while and no block holds back;
+// one to be sent later counts from its time (not_before), before which
+// its task waits in the queue and nothing is missing. The caller touches
+// them, so one pass does not see them again.
 func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendingParams) ([]NotificationDelivery, error) {
 	rows, err := q.db.Query(ctx, pickOrphanedPending, arg.OlderThanSeconds, arg.Batch)
 	if err != nil {
@@ -118,6 +121,7 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 			&i.MessageID,
 			&i.TryingSince,
 			&i.Locale,
+			&i.NotBefore,
 		); err != nil {
 			return nil, err
 		}
@@ -130,7 +134,7 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 }
 
 const pickStaleSending = `-- name: PickStaleSending :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before FROM notification_deliveries
 WHERE status = 'sending' AND lease_expires_at < now()
   AND NOT (id = ANY($1::uuid[]))
 ORDER BY lease_expires_at
@@ -164,6 +168,7 @@ func (q *Queries) PickStaleSending(ctx context.Context, skip []uuid.UUID) (Notif
 		&i.MessageID,
 		&i.TryingSince,
 		&i.Locale,
+		&i.NotBefore,
 	)
 	return i, err
 }
@@ -172,7 +177,7 @@ const retireOldDeliveries = `-- name: RetireOldDeliveries :many
 INSERT INTO retired_deliveries (key_hash, delivery_id, order_id, template, status, sent_at)
 SELECT sha256(convert_to(d.idempotency_key, 'UTF8')), d.id, d.order_id, d.template, d.status, d.sent_at
 FROM notification_deliveries d
-WHERE d.status IN ('sent', 'failed')
+WHERE d.status IN ('sent', 'failed', 'cancelled')
   AND d.updated_at < now() - make_interval(secs => $1::float8)
   AND d.trying_since < now() - make_interval(secs => $2::float8)
 ORDER BY d.updated_at
@@ -189,7 +194,7 @@ type RetireOldDeliveriesParams struct {
 }
 
 // Retention, step one, in a transaction of its own: a tombstone for each
-// finished delivery (sent or failed) untouched for the retention period
+// finished delivery (sent, failed or cancelled) untouched for the retention period
 // and past its own maximum age, a batch at a time. Once this commits, its
 // idempotency key can never be recorded again (InsertDelivery).
 func (q *Queries) RetireOldDeliveries(ctx context.Context, arg RetireOldDeliveriesParams) ([]uuid.UUID, error) {

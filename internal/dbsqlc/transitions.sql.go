@@ -12,6 +12,175 @@ import (
 	"github.com/google/uuid"
 )
 
+const cancelDelivery = `-- name: CancelDelivery :one
+
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status = 'cancelled', updated_at = now()
+    WHERE d.id = $1 AND d.status = 'pending'
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $2::text,
+           CASE WHEN $3::text = '' THEN NULL ELSE jsonb_build_object('note', $3::text) END
+    FROM upd
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+FROM upd
+`
+
+type CancelDeliveryParams struct {
+	ID    uuid.UUID
+	Actor string
+	Note  string
+}
+
+type CancelDeliveryRow struct {
+	ID                uuid.UUID
+	OrderID           uuid.UUID
+	Template          string
+	Recipient         string
+	IdempotencyKey    string
+	Status            string
+	Attempts          int32
+	LastError         *string
+	LeaseToken        *uuid.UUID
+	LeaseExpiresAt    *time.Time
+	HandedOverAt      *time.Time
+	ProviderMessageID *string
+	TemplateData      []byte
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	SentAt            *time.Time
+	MessageID         *string
+	TryingSince       time.Time
+	Locale            *string
+	NotBefore         *time.Time
+}
+
+// ---- The shop or an operator: called off before it was sent. ----
+// pending -> cancelled: only a pending row, so that a cancel and a
+// worker's claim (which locks the row and re-reads its status) end in one
+// of the two, never both. No row: it is not pending (or not there).
+func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) (CancelDeliveryRow, error) {
+	row := q.db.QueryRow(ctx, cancelDelivery, arg.ID, arg.Actor, arg.Note)
+	var i CancelDeliveryRow
+	err := row.Scan(
+		&i.ID,
+		&i.OrderID,
+		&i.Template,
+		&i.Recipient,
+		&i.IdempotencyKey,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.LeaseToken,
+		&i.LeaseExpiresAt,
+		&i.HandedOverAt,
+		&i.ProviderMessageID,
+		&i.TemplateData,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
+		&i.Locale,
+		&i.NotBefore,
+	)
+	return i, err
+}
+
+const cancelPendingOfTemplate = `-- name: CancelPendingOfTemplate :many
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status = 'cancelled', updated_at = now()
+    WHERE d.order_id = $1 AND d.template = $2 AND d.status = 'pending'
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $3::text, NULL
+    FROM upd
+)
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
+       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+FROM upd
+`
+
+type CancelPendingOfTemplateParams struct {
+	OrderID  uuid.UUID
+	Template string
+	Actor    string
+}
+
+type CancelPendingOfTemplateRow struct {
+	ID                uuid.UUID
+	OrderID           uuid.UUID
+	Template          string
+	Recipient         string
+	IdempotencyKey    string
+	Status            string
+	Attempts          int32
+	LastError         *string
+	LeaseToken        *uuid.UUID
+	LeaseExpiresAt    *time.Time
+	HandedOverAt      *time.Time
+	ProviderMessageID *string
+	TemplateData      []byte
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+	SentAt            *time.Time
+	MessageID         *string
+	TryingSince       time.Time
+	Locale            *string
+	NotBefore         *time.Time
+}
+
+// Every pending delivery of one template for one order -> cancelled (the
+// order was paid: no reminder), as CancelDelivery does each.
+func (q *Queries) CancelPendingOfTemplate(ctx context.Context, arg CancelPendingOfTemplateParams) ([]CancelPendingOfTemplateRow, error) {
+	rows, err := q.db.Query(ctx, cancelPendingOfTemplate, arg.OrderID, arg.Template, arg.Actor)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CancelPendingOfTemplateRow
+	for rows.Next() {
+		var i CancelPendingOfTemplateRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrderID,
+			&i.Template,
+			&i.Recipient,
+			&i.IdempotencyKey,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.LeaseToken,
+			&i.LeaseExpiresAt,
+			&i.HandedOverAt,
+			&i.ProviderMessageID,
+			&i.TemplateData,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.SentAt,
+			&i.MessageID,
+			&i.TryingSince,
+			&i.Locale,
+			&i.NotBefore,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimDeliveries = `-- name: ClaimDeliveries :many
 
 WITH nosync AS (
@@ -20,12 +189,13 @@ WITH nosync AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), judged AS (
-    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
            CASE
                WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
                WHEN n.status = 'sending' AND n.lease_expires_at >= now() THEN 'leased'
                WHEN n.status = 'sending' AND n.handed_over_at IS NOT NULL THEN 'handed_over'
+               WHEN n.status = 'pending' AND n.not_before > now() THEN 'not_yet'
                WHEN NOT (n.template = ANY($6::text[])) THEN 'unknown_template'
                WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => $7::float8) THEN 'too_old'
                WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient) THEN 'suppressed'
@@ -51,7 +221,7 @@ WITH nosync AS (
     FROM judged j
     WHERE d.id = j.id
       AND j.verdict = 'claim'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, j.status AS from_status, j.task_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $9::text,
@@ -60,13 +230,13 @@ WITH nosync AS (
 )
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
-       c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale,
+       c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale, c.not_before,
        c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
-       j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale,
+       j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale, j.not_before,
        j.status, j.verdict
 FROM judged j
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id)
@@ -104,6 +274,7 @@ type ClaimDeliveriesRow struct {
 	MessageID         *string
 	TryingSince       time.Time
 	Locale            *string
+	NotBefore         *time.Time
 	FromStatus        string
 	Verdict           string
 }
@@ -122,6 +293,7 @@ type ClaimDeliveriesRow struct {
 //	leased            another worker's lease is live
 //	handed_over       a lease ran out after its hand-over: the provider
 //	                  may have the message; the reconciler asks it
+//	not_yet           pending, to be sent later (not_before)
 //	unknown_template  a template this worker does not have
 //	too_old           pending longer than the max age
 //	suppressed        the recipient is on the suppression list
@@ -173,6 +345,7 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 			&i.MessageID,
 			&i.TryingSince,
 			&i.Locale,
+			&i.NotBefore,
 			&i.FromStatus,
 			&i.Verdict,
 		); err != nil {
@@ -362,19 +535,21 @@ const insertDelivery = `-- name: InsertDelivery :one
 
 
 WITH ins AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $7, $7, $8::text
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at,
+                                         trying_since, locale, not_before)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $7,
+           greatest($7, $8::timestamptz), $9::text, $8::timestamptz
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
-    SELECT ins.id, 'received', NULL, 'pending', 0, $9::text FROM ins
+    SELECT ins.id, 'received', NULL, 'pending', 0, $10::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
 FROM ins
 `
 
@@ -386,6 +561,7 @@ type InsertDeliveryParams struct {
 	IdempotencyKey string
 	TemplateData   []byte
 	CreatedAt      time.Time
+	NotBefore      *time.Time
 	Locale         *string
 	Actor          string
 }
@@ -410,6 +586,7 @@ type InsertDeliveryRow struct {
 	MessageID         *string
 	TryingSince       time.Time
 	Locale            *string
+	NotBefore         *time.Time
 }
 
 // Every write that changes a delivery's status, grouped as the state
@@ -434,6 +611,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		arg.IdempotencyKey,
 		arg.TemplateData,
 		arg.CreatedAt,
+		arg.NotBefore,
 		arg.Locale,
 		arg.Actor,
 	)
@@ -458,6 +636,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.MessageID,
 		&i.TryingSince,
 		&i.Locale,
+		&i.NotBefore,
 	)
 	return i, err
 }
@@ -661,7 +840,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -670,7 +849,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
 FROM upd
 `
 
@@ -701,6 +880,7 @@ type OperatorMarkSentRow struct {
 	MessageID         *string
 	TryingSince       time.Time
 	Locale            *string
+	NotBefore         *time.Time
 }
 
 // A held delivery the operator found at the provider.
@@ -732,6 +912,7 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.MessageID,
 		&i.TryingSince,
 		&i.Locale,
+		&i.NotBefore,
 	)
 	return i, err
 }
@@ -751,7 +932,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, prev.status AS from_status
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $2::text,
@@ -760,7 +941,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
 FROM upd
 `
 
@@ -790,6 +971,7 @@ type OperatorRetryRow struct {
 	MessageID         *string
 	TryingSince       time.Time
 	Locale            *string
+	NotBefore         *time.Time
 }
 
 // ---- An operator (admin API). ----
@@ -818,6 +1000,7 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.MessageID,
 		&i.TryingSince,
 		&i.Locale,
+		&i.NotBefore,
 	)
 	return i, err
 }

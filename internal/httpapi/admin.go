@@ -45,6 +45,7 @@ type adminDelivery struct {
 	ProviderMessageID string          `json:"provider_message_id,omitempty"`
 	LeaseExpiresAt    *time.Time      `json:"lease_expires_at,omitempty"`
 	HandedOverAt      *time.Time      `json:"handed_over_at,omitempty"`
+	SendAt            *time.Time      `json:"send_at,omitempty"`
 	TemplateData      json.RawMessage `json:"template_data"`
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
@@ -56,7 +57,7 @@ func toAdmin(d notify.Delivery) adminDelivery {
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
 		IdempotencyKey: d.IdempotencyKey, KeyHash: mail.KeyHash(d.IdempotencyKey), Status: d.Status,
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
-		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, TemplateData: d.Data,
+		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, SendAt: d.NotBefore, TemplateData: d.Data,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt,
 	}
 }
@@ -313,6 +314,28 @@ func handleAdminRetry(a Admin) http.Handler {
 			addLogAttrs(r.Context(), slog.String("enqueue_error", enqueueErr.Error()))
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"delivery": toAdmin(d), "queued": queued})
+	})
+}
+
+// handleAdminCancel calls a pending delivery off, with the operator's
+// note; one a worker has claimed (or that is settled) is refused with 409.
+func handleAdminCancel(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := deliveryIDOf(w, r)
+		if !ok {
+			return
+		}
+		req, ok := decodeAdminAction(w, r, false)
+		if !ok {
+			return
+		}
+		d, err := a.Ops.Cancel(r.Context(), id, actorOf(r), req.Note)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("action", "cancel"), slog.String("delivery_id", id.String()))
+		writeJSON(w, http.StatusOK, map[string]any{"delivery": toAdmin(d)})
 	})
 }
 

@@ -56,7 +56,7 @@ const consolePageSize = 50
 
 // consoleStatuses are the statuses a search offers.
 var consoleStatuses = []notify.Status{notify.StatusPending, notify.StatusSending, notify.StatusSent,
-	notify.StatusFailed, notify.StatusHeld, notify.StatusSuppressed}
+	notify.StatusFailed, notify.StatusHeld, notify.StatusSuppressed, notify.StatusCancelled}
 
 // errNoProviderID: mark-sent without the provider's message id.
 var errNoProviderID = errors.New("say which message at the provider this is")
@@ -85,6 +85,7 @@ type page struct {
 	Events      []notify.Event
 	CanRetry    bool
 	CanMarkSent bool
+	CanCancel   bool
 
 	MaxBulk int        // a bulk retry's most
 	Bulk    bulkResult // a bulk retry, counted or done
@@ -424,7 +425,8 @@ func handleConsoleDelivery(ops *notify.Operator) http.Handler {
 		render(w, r, http.StatusOK, "delivery", page{Title: "Delivery " + d.ID.String(), Session: sessionOf(r),
 			Delivery: d, Events: events,
 			CanRetry:    !d.Retired && (d.Status == notify.StatusFailed || d.Status == notify.StatusHeld),
-			CanMarkSent: !d.Retired && d.Status == notify.StatusHeld})
+			CanMarkSent: !d.Retired && d.Status == notify.StatusHeld,
+			CanCancel:   !d.Retired && d.Status == notify.StatusPending})
 	})
 }
 
@@ -496,6 +498,13 @@ func handleConsoleRetry(ops *notify.Operator) http.Handler {
 			// Pending now; the reconciler queues it later.
 			addLogAttrs(r.Context(), slog.String("enqueue_error", enqueueErr.Error()))
 		}
+		return err
+	})
+}
+
+func handleConsoleCancel(ops *notify.Operator) http.Handler {
+	return consoleAction(ops, "cancel", func(r *http.Request, id uuid.UUID, actor, note string) error {
+		_, err := ops.Cancel(r.Context(), id, actor, note)
 		return err
 	})
 }

@@ -420,3 +420,29 @@ func TestConsoleSearchByTimeAndPages(t *testing.T) {
 		t.Errorf("a time that does not parse = %d, want 422", status)
 	}
 }
+
+// A pending delivery can be cancelled from its page, with a note under
+// the operator's name; a sent one offers no cancel.
+func TestConsoleCancel(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	id := o.Notifications[0].ID.String()
+	b, k := s.operator(t, "Ana")
+	_, _, page := b.do(http.MethodGet, "/admin/deliveries/"+id, nil)
+	if !strings.Contains(page, `id="cancel"`) {
+		t.Fatalf("a pending delivery's page offers no cancel:\n%s", page)
+	}
+	status, _, _ := b.do(http.MethodPost, "/admin/deliveries/"+id+"/cancel", url.Values{"csrf": {b.csrf(page)}, "note": {"order refunded"}})
+	if status != http.StatusSeeOther {
+		t.Fatalf("cancel = %d", status)
+	}
+	if d := s.f.Get(uuidOf(t, id)); d.Status != notify.StatusCancelled {
+		t.Errorf("after the cancel the delivery is %s", d.Status)
+	}
+	_, _, page = b.do(http.MethodGet, "/admin/deliveries/"+id, nil)
+	if strings.Contains(page, `id="cancel"`) || !strings.Contains(page, "operator:Ana ("+k.Prefix+")") || !strings.Contains(page, "order refunded") {
+		t.Errorf("the cancelled delivery's page:\n%s", page)
+	}
+}

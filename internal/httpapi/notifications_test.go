@@ -219,3 +219,75 @@ func TestHTMLAnswersLetNoScriptRun(t *testing.T) {
 		}
 	}
 }
+
+// The payment reminder of deploy/templates, end to end through the API:
+// scheduled for its time (shown by the trigger's answer and by the order),
+// and, once the order is paid, cancelled with one call, which says which
+// reminders it stopped and which were too far along; the same call again
+// answers the same.
+func TestRemindUnlessPaid(t *testing.T) {
+	t.Parallel()
+	templates, err := mailtemplate.Load(mailtemplate.Config{Dir: "../../deploy/templates", DefaultLanguage: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := setup(t, setupOpts{templates: templates})
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	data := `{"order_id":"` + o.ID.String() + `","customer_name":"Ana","currency":"IDR","amount_due":21500050,` +
+		`"due_at":"2026-12-03T17:00:00Z","payment_url":"https://shop.example/pay/1"}`
+	path := "/v1/orders/" + o.ID.String() + "/notifications"
+	at := time.Now().Add(12 * time.Hour).Truncate(time.Second)
+	remind := func(event, sendAt string) order.Notification {
+		t.Helper()
+		var n order.Notification
+		res := s.do(t, http.MethodPost, path, "application/json", strings.NewReader(
+			`{"template":"payment-reminder","event_id":"`+event+`","send_at":"`+sendAt+`","data":`+data+`}`), nil)
+		if res.status != http.StatusCreated {
+			t.Fatalf("%s: %d %s", event, res.status, res.body)
+		}
+		res.decode(t, &n)
+		return n
+	}
+	first := remind("in-12h", at.In(time.FixedZone("WIB", 7*3600)).Format(time.RFC3339))
+	if first.SendAt == nil || !first.SendAt.Equal(at) {
+		t.Errorf("send_at answered %v, want %v", first.SendAt, at)
+	}
+	past := remind("in-the-past", time.Now().Add(-time.Hour).Format(time.RFC3339))
+	if past.SendAt != nil {
+		t.Errorf("a send_at in the past answered send_at %v, want none (now)", past.SendAt)
+	}
+	s.f.Claimed(s.f.Get(past.ID), time.Minute) // a worker has it
+
+	var got order.Order
+	s.do(t, http.MethodGet, "/v1/orders/"+o.ID.String(), "", nil, nil).decode(t, &got)
+	for _, n := range got.Notifications {
+		if n.ID == first.ID && (n.SendAt == nil || !n.SendAt.Equal(at)) {
+			t.Errorf("the order shows the reminder with send_at %v, want %v", n.SendAt, at)
+		}
+	}
+
+	var answers [2]string
+	for i := range answers {
+		res := s.do(t, http.MethodPost, path+"/cancel", "application/json", strings.NewReader(`{"template":"payment-reminder"}`), nil)
+		if res.status != http.StatusOK {
+			t.Fatalf("cancel: %d %s", res.status, res.body)
+		}
+		var ans struct {
+			Cancelled    []order.Notification `json:"cancelled"`
+			NotCancelled []order.Notification `json:"not_cancelled"`
+		}
+		res.decode(t, &ans)
+		if len(ans.Cancelled) != 1 || ans.Cancelled[0].ID != first.ID || ans.Cancelled[0].Status != "cancelled" ||
+			len(ans.NotCancelled) != 1 || ans.NotCancelled[0].ID != past.ID || ans.NotCancelled[0].Status != "sending" {
+			t.Errorf("cancel answered %s", res.body)
+		}
+		answers[i] = string(res.body)
+	}
+	if answers[0] != answers[1] {
+		t.Errorf("the same cancel again answered\n%s\nthen\n%s", answers[0], answers[1])
+	}
+	if n := s.count(t, "notification_deliveries WHERE template = 'order-confirmation' AND status = 'cancelled'"); n != 0 {
+		t.Errorf("%d other templates' notifications cancelled", n)
+	}
+}

@@ -298,6 +298,34 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(401, "POST", orderPath+"/notifications", jsonCT, trigger, map[string]string{"Authorization": ""})
 	c.do(403, "POST", orderPath+"/notifications", jsonCT, trigger, map[string]string{"Authorization": "Bearer " + writeOnly})
 
+	// Send later, and cancel: one notification, and a template's for an order.
+	later := time.Now().Add(2 * time.Hour).In(time.FixedZone("WIB", 7*3600)).Format(time.RFC3339)
+	var scheduled order.Notification
+	c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "later-parcel", "send_at": "`+later+`", "data": `+data+`}`, nil).decode(t, &scheduled)
+	if scheduled.SendAt == nil {
+		t.Error("a scheduled notification's answer has no send_at")
+	}
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "p5", "send_at": "tomorrow", "data": `+data+`}`, nil)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "p5", "send_at": "`+time.Now().Add(40*24*time.Hour).Format(time.RFC3339)+`", "data": `+data+`}`, nil)
+	cancelPath := "/v1/notifications/" + scheduled.ID.String() + "/cancel"
+	c.do(200, "POST", cancelPath, "", "", nil)
+	c.do(200, "POST", cancelPath, "", "", nil)
+	c.do(404, "POST", "/v1/notifications/00000000-0000-4000-8000-000000000000/cancel", "", "", nil)
+	c.do(404, "POST", "/v1/notifications/nope/cancel", "", "", nil)
+	c.do(401, "POST", cancelPath, "", "", map[string]string{"Authorization": ""})
+	c.do(403, "POST", cancelPath, "", "", map[string]string{"Authorization": "Bearer " + writeOnly})
+	var claimedOrder order.Order
+	c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, nil).decode(t, &claimedOrder)
+	s.f.Claimed(s.f.Get(claimedOrder.Notifications[0].ID), time.Minute)
+	c.do(409, "POST", "/v1/notifications/"+claimedOrder.Notifications[0].ID.String()+"/cancel", "", "", nil)
+	c.do(200, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, nil)
+	c.do(422, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": ""}`, nil)
+	c.do(400, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": 1}`, nil)
+	c.do(415, "POST", orderPath+"/notifications/cancel", "text/plain", `x`, nil)
+	c.do(404, "POST", "/v1/orders/00000000-0000-4000-8000-000000000000/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, nil)
+	c.do(401, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, map[string]string{"Authorization": ""})
+	c.do(403, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, map[string]string{"Authorization": "Bearer " + writeOnly})
+
 	// Previews with custom data, in a language, and the gallery.
 	c.do(200, "POST", "/v1/templates/order-shipped/preview?lang=en-GB", jsonCT, data, nil)
 	c.do(200, "POST", "/v1/templates/order-shipped/preview?format=text", jsonCT, data, nil)
@@ -323,6 +351,15 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.admin(200, "GET", delivery, "")
 	c.admin(404, "GET", "/admin/v1/deliveries/00000000-0000-4000-8000-000000000000", "")
 	c.admin(404, "GET", "/admin/v1/deliveries/nope", "")
+	var toCancel order.Order
+	c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, nil).decode(t, &toCancel)
+	c.admin(200, "POST", "/admin/v1/deliveries/"+toCancel.Notifications[0].ID.String()+"/cancel", `{"note": "customer asked"}`)
+	c.admin(409, "POST", "/admin/v1/deliveries/"+claimedOrder.Notifications[0].ID.String()+"/cancel", "")
+	c.admin(404, "POST", "/admin/v1/deliveries/00000000-0000-4000-8000-000000000000/cancel", "")
+	c.admin(400, "POST", delivery+"/cancel", `{"note": 1}`)
+	c.admin(422, "POST", delivery+"/cancel", `{"note": "`+strings.Repeat("n", 1001)+`"}`)
+	c.do(415, "POST", delivery+"/cancel", "text/plain", "why", map[string]string{"Authorization": "Bearer " + adminToken})
+	c.do(413, "POST", delivery+"/cancel", jsonCT, `{"note": "`+strings.Repeat("n", 70_000)+`"}`, map[string]string{"Authorization": "Bearer " + adminToken})
 	c.admin(409, "POST", delivery+"/retry", "")
 	c.admin(404, "POST", "/admin/v1/deliveries/00000000-0000-4000-8000-000000000000/retry", "")
 	c.admin(400, "POST", delivery+"/retry", `{"note": 1}`)

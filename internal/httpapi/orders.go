@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/google/uuid"
 
+	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
 
@@ -124,6 +126,7 @@ type notificationRequest struct {
 	Data      json.RawMessage `json:"data"`
 	EventID   string          `json:"event_id"`
 	Recipient string          `json:"recipient"`
+	SendAt    string          `json:"send_at"` // RFC 3339, with its offset
 }
 
 // handleCreateNotification is the one trigger for any template: it
@@ -146,7 +149,7 @@ func handleCreateNotification(orders *order.Service) http.Handler {
 			return
 		}
 		n, created, replayed, err := orders.Notify(r.Context(), id, order.Trigger{
-			Template: req.Template, Data: req.Data, EventID: req.EventID, Recipient: req.Recipient,
+			Template: req.Template, Data: req.Data, EventID: req.EventID, Recipient: req.Recipient, SendAt: req.SendAt,
 		}, callerOf(r), key)
 		if err != nil {
 			writeError(w, r, err)
@@ -162,6 +165,59 @@ func handleCreateNotification(orders *order.Service) http.Handler {
 			status = http.StatusCreated
 		}
 		writeJSON(w, status, n)
+	})
+}
+
+// handleCancelNotification calls a pending notification off: 200 with it
+// cancelled, the same again for a second call; 409 with where it stands
+// once a worker has claimed it.
+func handleCancelNotification(orders *order.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := uuidParam(w, r, "No notification has this id: notification ids are UUIDs.")
+		if !ok {
+			return
+		}
+		n, err := orders.CancelNotification(r.Context(), id, callerOf(r))
+		addLogAttrs(r.Context(), slog.String("delivery_id", id.String()))
+		switch {
+		case errors.Is(err, notify.ErrWrongState):
+			writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Too late to cancel",
+				Detail: "The notification is " + n.Status + ": only a pending one can be cancelled.", Notification: &n})
+		case err != nil:
+			writeError(w, r, err)
+		default:
+			writeJSON(w, http.StatusOK, n)
+		}
+	})
+}
+
+// cancelRequest names the template whose pending notifications of an
+// order to cancel.
+type cancelRequest struct {
+	Template string `json:"template"`
+}
+
+// handleCancelTemplate calls off every pending notification of a
+// template for an order (it was paid: no reminder), and says which were
+// cancelled and which were too far along.
+func handleCancelTemplate(orders *order.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := orderIDOf(w, r)
+		if !ok {
+			return
+		}
+		var req cancelRequest
+		if !decodeJSON(w, r, &req) {
+			return
+		}
+		cancelled, notCancelled, err := orders.CancelTemplate(r.Context(), id, req.Template, callerOf(r))
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("order_id", id.String()), slog.String("template", req.Template),
+			slog.Int("cancelled", len(cancelled)), slog.Int("not_cancelled", len(notCancelled)))
+		writeJSON(w, http.StatusOK, map[string]any{"cancelled": cancelled, "not_cancelled": notCancelled})
 	})
 }
 

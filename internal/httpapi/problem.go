@@ -18,6 +18,9 @@ type problem struct {
 	Detail    string       `json:"detail,omitempty"`
 	Errors    []fieldError `json:"errors,omitempty"`
 	RequestID string       `json:"request_id,omitempty"`
+	// Notification is where a notification stands, when that is why
+	// the request could not be done (a cancel after the claim).
+	Notification *order.Notification `json:"notification,omitempty"`
 }
 
 // fieldError names one invalid part of a request by its JSON pointer
@@ -82,6 +85,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 			Title: "The request is not valid", Detail: "See errors for each invalid field.", Errors: fieldErrors(verr.Fields)})
 	case errors.Is(err, order.ErrNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No order has this id."})
+	case errors.Is(err, order.ErrNotificationNotFound):
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No notification has this id."})
 	case errors.Is(err, notify.ErrNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No delivery has this id."})
 	case errors.Is(err, apikey.ErrNotFound):
@@ -92,7 +97,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
 	case errors.Is(err, notify.ErrWrongState):
 		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Not possible in the delivery's current state",
-			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; a sent delivery is never sent again."})
+			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; cancel to pending ones; a sent delivery is never sent again."})
 	case errors.As(err, &quota):
 		tooMany(w, r, quota.RetryAfter, quotaReason[quota.Limit])
 	case errors.Is(err, order.ErrRequestInFlight):

@@ -66,6 +66,10 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
 	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
 		Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
+	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
+		Method(http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
+	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
+		Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
 
 	// Operators.
 	r.Route("/admin/v1", func(r chi.Router) {
@@ -74,6 +78,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodGet, "/deliveries/{id}", handleAdminGetDelivery(d.Admin))
 		r.Method(http.MethodPost, "/deliveries/{id}/retry", handleAdminRetry(d.Admin))
 		r.Method(http.MethodPost, "/deliveries/{id}/mark-sent", handleAdminMarkSent(d.Admin))
+		r.Method(http.MethodPost, "/deliveries/{id}/cancel", handleAdminCancel(d.Admin))
 		r.Method(http.MethodGet, "/queue", handleAdminQueue(d.Admin))
 		r.Method(http.MethodPost, "/queue/pause", handleAdminPause(d.Admin))
 		r.Method(http.MethodPost, "/queue/resume", handleAdminResume(d.Admin))
@@ -114,6 +119,7 @@ func addConsole(r chi.Router, d Deps, addr func(*http.Request) string) {
 		r.Method(http.MethodGet, "/admin/deliveries/{id}/email", handleConsoleEmail(d.Admin.Ops, d.Templates))
 		r.Method(http.MethodPost, "/admin/deliveries/{id}/retry", handleConsoleRetry(d.Admin.Ops))
 		r.Method(http.MethodPost, "/admin/deliveries/{id}/mark-sent", handleConsoleMarkSent(d.Admin.Ops))
+		r.Method(http.MethodPost, "/admin/deliveries/{id}/cancel", handleConsoleCancel(d.Admin.Ops))
 		r.Method(http.MethodPost, "/admin/queue/pause", handleConsoleQueue(d.Admin.Ops, true))
 		r.Method(http.MethodPost, "/admin/queue/resume", handleConsoleQueue(d.Admin.Ops, false))
 		r.Method(http.MethodPost, "/admin/deliveries/retry", handleConsoleBulkRetry(d.Admin.Ops))

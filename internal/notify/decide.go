@@ -29,6 +29,7 @@ const (
 	resultExpired              result = "expired"    // past DELIVERY_MAX_AGE without a try
 	resultSuppressed           result = "suppressed" // the recipient is on the suppression list
 	resultBlocked              result = "blocked"    // an operator's block holds it back
+	resultNotYet               result = "not_yet"    // to be sent later: the task comes back then
 	resultLeftForReconciler    result = "left_for_reconciler"
 	resultOwnedByAnotherWorker result = "owned_by_another_worker"
 	resultFencedOut            result = "fenced_out" // the lease was taken over before the outcome was written
@@ -58,6 +59,7 @@ const (
 	verdictSettled         verdict = "settled"
 	verdictLeased          verdict = "leased"
 	verdictHandedOver      verdict = "handed_over"
+	verdictNotYet          verdict = "not_yet"
 	verdictUnknownTemplate verdict = "unknown_template"
 	verdictTooOld          verdict = "too_old"
 	verdictSuppressed      verdict = "suppressed"
@@ -125,8 +127,8 @@ type step struct {
 
 // decideUnclaimed is what a task whose claim took nothing does, by the
 // claim's verdict on the row d (only its ID when there is no such row);
-// keyHash is the task's.
-func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, maxAge time.Duration) step {
+// keyHash is the task's, now the time of the claim.
+func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, maxAge time.Duration, now time.Time) step {
 	switch v {
 	case verdictMissing:
 		return step{result: resultUnknownDelivery, answer: answerSkip,
@@ -144,6 +146,15 @@ func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, m
 		// could be the second e-mail; the reconciler asks the provider.
 		return step{write: writeNoteAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous",
 			reason: "ambiguous: a previous attempt stopped after handing the message to the provider; left for the reconciler"}
+	case verdictNotYet:
+		// Early: a task enqueued before its time (the queue's own is
+		// scheduled for it). It comes back then, plus a moment, which is
+		// not a failure; nothing is written.
+		wait := time.Second
+		if d.NotBefore != nil {
+			wait = max(d.NotBefore.Sub(now), 0) + 100*time.Millisecond
+		}
+		return step{result: resultNotYet, answer: answerWait, err: errNotYet, waitBase: wait, waitSpread: 400 * time.Millisecond}
 	case verdictUnknownTemplate:
 		// An older worker during a rolling deploy: the delivery is not
 		// this worker's to fail. It waits for one that knows the template.

@@ -111,9 +111,10 @@ func TestDecideUnclaimed(t *testing.T) {
 		{verdictTooOld, pending, want{write: writeExpired, to: StatusFailed, result: resultExpired, outcome: "failed", answer: answerSkip, skip: true}},
 		{verdictSuppressed, pending, want{write: writeSuppressed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}},
 		{verdictBlocked, pending, want{write: writeBlocked, result: resultBlocked}},
+		{verdictNotYet, pending, want{result: resultNotYet, answer: answerWait}},
 		{"from_a_newer_build", pending, want{result: resultRaced, answer: answerWait}},
 	} {
-		s := decideUnclaimed(tt.v, tt.d, "abc", 48*time.Hour)
+		s := decideUnclaimed(tt.v, tt.d, "abc", 48*time.Hour, time.Now())
 		tt.want.check(t, string(tt.v)+"/"+tt.d.Status, s)
 		if s.cacheSent != (tt.v == verdictSettled && tt.d.Status == string(StatusSent)) {
 			t.Errorf("%s/%s: cacheSent = %v: only a sent row is remembered in the cache", tt.v, tt.d.Status, s.cacheSent)
@@ -122,7 +123,14 @@ func TestDecideUnclaimed(t *testing.T) {
 			t.Errorf("%s: not counted as blocked", tt.v)
 		}
 	}
-	if s := decideUnclaimed(verdictTooOld, pending, "abc", 48*time.Hour); s.reason != "expired: not sent within DELIVERY_MAX_AGE (48h0m0s); last error: 451 try later" {
+	// A task early for its delivery comes back at the delivery's time.
+	now := time.Now()
+	later := now.Add(3 * time.Hour)
+	scheduled := dbsqlc.NotificationDelivery{ID: id, Status: string(StatusPending), NotBefore: &later}
+	if s := decideUnclaimed(verdictNotYet, scheduled, "abc", 48*time.Hour, now); s.waitBase < 3*time.Hour || s.waitBase > 3*time.Hour+time.Second || s.write != writeNothing {
+		t.Errorf("not yet: waits %s, writes %v; want 3h and nothing", s.waitBase, s.write)
+	}
+	if s := decideUnclaimed(verdictTooOld, pending, "abc", 48*time.Hour, time.Now()); s.reason != "expired: not sent within DELIVERY_MAX_AGE (48h0m0s); last error: 451 try later" {
 		t.Errorf("expiry reason = %q", s.reason)
 	}
 }

@@ -34,6 +34,9 @@ const (
 	// StatusSuppressed: the recipient is on the suppression list (a hard
 	// bounce, a complaint, an operator); nothing was sent.
 	StatusSuppressed Status = "suppressed"
+	// StatusCancelled: called off while it was pending (the shop, or an
+	// operator); nothing was sent. Final.
+	StatusCancelled Status = "cancelled"
 )
 
 // ErrNotFound is returned when no delivery matches.
@@ -65,8 +68,9 @@ type Delivery struct {
 	CreatedAt         time.Time
 	UpdatedAt         time.Time
 	SentAt            *time.Time
-	TryingSince       time.Time // start of the current series of tries (DELIVERY_MAX_AGE counts from here)
-	Locale            string    // the customer's language (BCP 47); "" for the default
+	TryingSince       time.Time  // start of the current series of tries (DELIVERY_MAX_AGE counts from here)
+	Locale            string     // the customer's language (BCP 47); "" for the default
+	NotBefore         *time.Time // to be sent later: no worker claims it before; nil: at once
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.
@@ -99,6 +103,9 @@ type Intent struct {
 	Data      any    // snapshot rendered by the template; marshalled to JSON
 	Locale    string // BCP 47, canonical; "" for the default language
 	EventID   string // for events that can happen more than once per order; "" for once per order
+	// NotBefore sends it later: no worker claims it before, and
+	// DELIVERY_MAX_AGE counts from it. Zero, or a time past: at once.
+	NotBefore time.Time
 }
 
 // key is the intent's idempotency key.
@@ -172,11 +179,16 @@ func (in Intent) prepare(now time.Time) (PreparedIntent, error) {
 	if err != nil {
 		return PreparedIntent{}, fmt.Errorf("encode template data: %w", err)
 	}
-	return PreparedIntent{Data: data, Delivery: Delivery{
+	d := Delivery{
 		ID: uuid.Must(uuid.NewV7()), OrderID: in.OrderID, Template: in.Template, Recipient: in.Recipient,
 		IdempotencyKey: in.key(), Status: StatusPending, Data: data,
 		CreatedAt: now, UpdatedAt: now, TryingSince: now, Locale: in.Locale,
-	}}, nil
+	}
+	if in.NotBefore.After(now) {
+		at := in.NotBefore.UTC().Truncate(time.Microsecond)
+		d.NotBefore, d.TryingSince = &at, at
+	}
+	return PreparedIntent{Data: data, Delivery: d}, nil
 }
 
 // ListByOrder returns the deliveries of one order, oldest first.
@@ -209,6 +221,7 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		UpdatedAt:      r.UpdatedAt,
 		SentAt:         r.SentAt,
 		TryingSince:    r.TryingSince,
+		NotBefore:      r.NotBefore,
 		leaseToken:     r.LeaseToken,
 	}
 	if r.MessageID != nil {

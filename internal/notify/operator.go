@@ -52,9 +52,9 @@ type Filter struct {
 	OlderThan time.Duration // not updated for at least this long
 	// Created in [CreatedAfter, CreatedBefore); a zero time is no bound.
 	CreatedAfter, CreatedBefore time.Time
-	Newest    bool          // most recently updated first; else least
-	Offset    int           // skip this many, for the next page
-	Limit     int
+	Newest                      bool // most recently updated first; else least
+	Offset                      int  // skip this many, for the next page
+	Limit                       int
 }
 
 // List returns the deliveries that match f, least recently updated first
@@ -119,6 +119,12 @@ func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string) 
 	}
 	queued, enqueueErr = o.enqueuer.EnsureQueued(ctx, o.inspector, d, false)
 	return d, queued, enqueueErr, nil
+}
+
+// Cancel calls off a pending delivery by an operator's decision, with a
+// note for the record (Cancel).
+func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string) (Delivery, error) {
+	return Cancel(ctx, o.db, id, actor, note)
 }
 
 // MaxBulkRetry bounds the deliveries one bulk retry takes; a larger set

@@ -122,7 +122,7 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) err
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("sekali.delivery_id", d.ID.String()), attribute.String("sekali.template", d.Template)))
 	defer span.End()
-	_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d),
+	opts := []asynq.Option{
 		asynq.TaskID(taskID),
 		asynq.Queue(e.queue),
 		// No retention: a finished task is deleted at once. Its id would
@@ -131,7 +131,13 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) err
 		// row, not an e-mail; kept, every order would leave a task in
 		// Redis for as long as the retention lasted.
 		asynq.MaxRetry(maxTaskRetries),
-	)
+	}
+	if d.NotBefore != nil && d.NotBefore.After(time.Now()) {
+		// Punctual, not the guard: the claim refuses the row before its
+		// time whatever runs the task.
+		opts = append(opts, asynq.ProcessAt(*d.NotBefore))
+	}
+	_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d), opts...)
 	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		span.SetStatus(codes.Error, err.Error())
 	}

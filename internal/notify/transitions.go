@@ -41,6 +41,7 @@ import (
 //	sending  sending  worker      found a dead attempt that had handed over             noteAmbiguous
 //	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            expirePending
 //	pending  suppressed worker    the recipient is on the suppression list              suppressPending
+//	pending  cancelled API/operator called off before it was claimed (one, or a template's) Cancel, CancelTemplate
 //	failed   pending  operator    retry, same key, a new DELIVERY_MAX_AGE               operatorRetry
 //	held     pending  operator    retry                                                 operatorRetry
 //	suppressed pending operator   retry, once the recipient is off the list             operatorRetry
@@ -51,7 +52,7 @@ import (
 //
 // sent, failed and suppressed are final for the worker and the
 // reconciler; only an operator moves failed, held or suppressed back to
-// pending, and nothing moves sent.
+// pending, and nothing moves sent or cancelled.
 
 // errLeaseLost: the row's lease is no longer ours: another worker (or the
 // reconciler) took over, and this attempt must write nothing more.
@@ -79,6 +80,7 @@ func recordIntent(ctx context.Context, q *dbsqlc.Queries, d Delivery) (dbsqlc.No
 	row, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
 		IdempotencyKey: d.IdempotencyKey, TemplateData: d.Data, CreatedAt: d.CreatedAt, Actor: "api", Locale: locale,
+		NotBefore: d.NotBefore,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.NotificationDelivery{}, false, nil
@@ -300,6 +302,43 @@ func operatorMarkSent(ctx context.Context, db DB, id uuid.UUID, providerMessageI
 		return Delivery{}, fmt.Errorf("mark delivery %s sent: %w", id, err)
 	}
 	return fromRow(dbsqlc.NotificationDelivery(row)), nil
+}
+
+// Cancel calls a pending delivery off, under actor with note (may be
+// empty), in one statement with its history row. One already cancelled
+// is returned as it is (cancelling twice is cancelling once); one in any
+// other status is ErrWrongState, with the delivery, so that the caller can
+// say where it stands; a missing one, ErrNotFound.
+func Cancel(ctx context.Context, db DB, id uuid.UUID, actor, note string) (Delivery, error) {
+	row, err := dbsqlc.New(db).CancelDelivery(ctx, dbsqlc.CancelDeliveryParams{ID: id, Actor: actor, Note: note})
+	if err == nil {
+		return fromRow(dbsqlc.NotificationDelivery(row)), nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Delivery{}, fmt.Errorf("cancel delivery %s: %w", id, err)
+	}
+	d, err := Get(ctx, db, id)
+	if err != nil {
+		return Delivery{}, err
+	}
+	if d.Status == StatusCancelled {
+		return d, nil
+	}
+	return d, fmt.Errorf("%w: it is %s", ErrWrongState, d.Status)
+}
+
+// CancelTemplate calls off every pending delivery of template for one
+// order, in one statement, and returns those it cancelled.
+func CancelTemplate(ctx context.Context, db DB, orderID uuid.UUID, template, actor string) ([]Delivery, error) {
+	rows, err := dbsqlc.New(db).CancelPendingOfTemplate(ctx, dbsqlc.CancelPendingOfTemplateParams{OrderID: orderID, Template: template, Actor: actor})
+	if err != nil {
+		return nil, fmt.Errorf("cancel %s of order %s: %w", template, orderID, err)
+	}
+	out := make([]Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(dbsqlc.NotificationDelivery(r))
+	}
+	return out, nil
 }
 
 // stateError tells a missing delivery from one in the wrong state.

@@ -23,6 +23,9 @@ var (
 	// template (an older build during a rolling deploy); one that does
 	// takes the task.
 	errUnknownTemplate = errors.New("template unknown to this worker; task handed back")
+	// errNotYet: the delivery is to be sent later; the task comes back
+	// at its time.
+	errNotYet = errors.New("to be sent later; task comes back at its time")
 )
 
 // waitError asks asynq to run the task again after a delay, without

@@ -255,14 +255,14 @@ func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPay
 	}
 	if judged == nil {
 		missing := dbsqlc.NotificationDelivery{ID: p.DeliveryID}
-		return true, w.apply(ctx, l, missing, nil, decideUnclaimed(verdictMissing, missing, p.KeyHash, w.cfg.MaxAge))
+		return true, w.apply(ctx, l, missing, nil, decideUnclaimed(verdictMissing, missing, p.KeyHash, w.cfg.MaxAge, time.Now()))
 	}
 	row := judgedDelivery(*judged)
 	if v := verdict(judged.Verdict); v != verdictClaimed {
 		if v != verdictNotTask {
 			l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
 		}
-		return true, w.apply(ctx, l, row, nil, decideUnclaimed(v, row, p.KeyHash, w.cfg.MaxAge))
+		return true, w.apply(ctx, l, row, nil, decideUnclaimed(v, row, p.KeyHash, w.cfg.MaxAge, time.Now()))
 	}
 	a.row = row
 	l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template),
@@ -292,7 +292,7 @@ func judgedDelivery(r dbsqlc.ClaimDeliveriesRow) dbsqlc.NotificationDelivery {
 		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, LeaseToken: r.LeaseToken,
 		LeaseExpiresAt: r.LeaseExpiresAt, HandedOverAt: r.HandedOverAt, ProviderMessageID: r.ProviderMessageID,
 		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
-		MessageID: r.MessageID, TryingSince: r.TryingSince, Locale: r.Locale,
+		MessageID: r.MessageID, TryingSince: r.TryingSince, Locale: r.Locale, NotBefore: r.NotBefore,
 	}
 }
 

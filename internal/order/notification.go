@@ -2,6 +2,7 @@ package order
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -35,7 +36,13 @@ type Trigger struct {
 	EventID string
 	// Recipient overrides the order's customer; empty for the customer.
 	Recipient string
+	// SendAt is RFC 3339 with its offset: no worker sends it before, up
+	// to SendAtHorizon ahead; empty, or a time past, sends it now.
+	SendAt string `json:",omitzero"`
 }
+
+// DefaultSendAtHorizon is how far ahead a notification may be scheduled.
+const DefaultSendAtHorizon = 30 * 24 * time.Hour
 
 // Notify records the intent to send t's template about order orderID in
 // one transaction, with the same guarantees as the built-in triggers,
@@ -45,7 +52,9 @@ type Trigger struct {
 // nothing. With an idempotencyKey, a repeat of the same request by the
 // same caller replays the first answer (replayed=true), like the checkout.
 func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, caller Caller, idempotencyKey string) (n Notification, created, replayed bool, err error) {
-	if err := s.validateTrigger(&t); err != nil {
+	now := s.now().UTC().Truncate(time.Microsecond)
+	sendAt, err := s.validateTrigger(&t, now)
+	if err != nil {
 		return Notification{}, false, false, err
 	}
 	var hash []byte
@@ -57,7 +66,6 @@ func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, call
 		sum := sha256.Sum256(fingerprint)
 		hash = sum[:]
 	}
-	now := s.now().UTC().Truncate(time.Microsecond)
 	var d notify.Delivery
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
@@ -83,7 +91,7 @@ func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, call
 		if t.Recipient != "" {
 			recipient = t.Recipient
 		}
-		d, created, err = recordAbout(ctx, tx, o, t.Template, t.EventID, recipient, t.Data, now)
+		d, created, err = recordAbout(ctx, tx, o, t.Template, t.EventID, recipient, t.Data, sendAt, now)
 		if err != nil {
 			return err
 		}
@@ -110,9 +118,22 @@ type rememberedNotification struct {
 }
 
 // validateTrigger checks t and puts it in canonical form: every problem,
-// the schema's included, as one *ValidationError.
-func (s *Service) validateTrigger(t *Trigger) error {
+// the schema's included, as one *ValidationError. It returns when to send
+// (zero: now).
+func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) {
 	var verr ValidationError
+	var sendAt time.Time
+	if t.SendAt != "" {
+		at, err := time.Parse(time.RFC3339Nano, t.SendAt)
+		switch horizon := cmp.Or(s.SendAtHorizon, DefaultSendAtHorizon); {
+		case err != nil:
+			verr.add("/send_at", "must be a time in RFC 3339 with its offset, e.g. 2026-12-02T09:00:00+07:00")
+		case at.After(now.Add(horizon)):
+			verr.add("/send_at", "is more than %s ahead; the furthest is %s", horizon, now.Add(horizon).Format(time.RFC3339))
+		case at.After(now):
+			sendAt = at
+		}
+	}
 	switch {
 	case t.Template == "":
 		verr.add("/template", "must name a template (GET /v1/templates lists them)")
@@ -128,7 +149,7 @@ func (s *Service) validateTrigger(t *Trigger) error {
 				verr.add("/data"+f.Pointer, "%s", f.Detail)
 			}
 		case err != nil:
-			return err
+			return time.Time{}, err
 		}
 	}
 	if t.EventID != "" && !validEventID(t.EventID) {
@@ -142,13 +163,13 @@ func (s *Service) validateTrigger(t *Trigger) error {
 		t.Recipient = r
 	}
 	if len(verr.Fields) > 0 {
-		return &verr
+		return time.Time{}, &verr
 	}
 	var compact bytes.Buffer
 	if err := json.Compact(&compact, t.Data); err == nil {
 		t.Data = compact.Bytes()
 	}
-	return nil
+	return sendAt, nil
 }
 
 // validEventID keeps the event id out of the key's separators.
@@ -181,7 +202,7 @@ func getOrder(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) (dbsqlc.Orde
 // to recipient, in the order's language: the one path every trigger of
 // an order's e-mail takes after its own checks (shipments, the generic
 // trigger). The caller enqueues it after the commit when created.
-func recordAbout(ctx context.Context, tx pgx.Tx, o dbsqlc.Order, template, eventID, recipient string, data any, now time.Time) (notify.Delivery, bool, error) {
+func recordAbout(ctx context.Context, tx pgx.Tx, o dbsqlc.Order, template, eventID, recipient string, data any, sendAt, now time.Time) (notify.Delivery, bool, error) {
 	return notify.Record(ctx, tx, notify.Intent{
 		OrderID:   o.ID,
 		Template:  template,
@@ -189,5 +210,62 @@ func recordAbout(ctx context.Context, tx pgx.Tx, o dbsqlc.Order, template, event
 		Data:      data,
 		Locale:    derefString(o.Locale),
 		EventID:   eventID,
+		NotBefore: sendAt,
 	}, now)
+}
+
+// actor is how the history names what caller does.
+func (c Caller) actor() string {
+	if c.Anonymous() {
+		return "api"
+	}
+	return "api:key:" + c.Key.String()
+}
+
+// CancelNotification calls off a pending notification for caller. One
+// already cancelled is answered as it is; one a worker has claimed (or
+// that is settled) is notify.ErrWrongState, with the notification as it
+// stands; a missing one, ErrNotificationNotFound.
+func (s *Service) CancelNotification(ctx context.Context, id uuid.UUID, caller Caller) (Notification, error) {
+	d, err := notify.Cancel(ctx, s.pool, id, caller.actor(), "")
+	if errors.Is(err, notify.ErrNotFound) {
+		return Notification{}, ErrNotificationNotFound
+	}
+	if d.ID == uuid.Nil {
+		return Notification{}, err
+	}
+	return notificationsOf([]notify.Delivery{d})[0], err
+}
+
+// CancelTemplate calls off every pending notification of template for
+// an order, in one statement, and says where each of that template's
+// notifications stands: cancelled (now or before), or not (claimed,
+// sent, ...).
+func (s *Service) CancelTemplate(ctx context.Context, orderID uuid.UUID, template string, caller Caller) (cancelled, notCancelled []Notification, err error) {
+	if template == "" {
+		var verr ValidationError
+		verr.add("/template", "must name the template whose pending notifications to cancel")
+		return nil, nil, &verr
+	}
+	if _, err := getOrder(ctx, dbsqlc.New(s.pool), orderID); err != nil {
+		return nil, nil, err
+	}
+	if _, err := notify.CancelTemplate(ctx, s.pool, orderID, template, caller.actor()); err != nil {
+		return nil, nil, err
+	}
+	ds, err := notify.ListByOrder(ctx, s.pool, orderID)
+	if err != nil {
+		return nil, nil, err
+	}
+	cancelled, notCancelled = []Notification{}, []Notification{}
+	for _, n := range notificationsOf(ds) {
+		switch {
+		case n.Template != template:
+		case n.Status == string(notify.StatusCancelled):
+			cancelled = append(cancelled, n)
+		default:
+			notCancelled = append(notCancelled, n)
+		}
+	}
+	return cancelled, notCancelled, nil
 }

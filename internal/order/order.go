@@ -15,6 +15,9 @@ const TemplateConfirmation = "order-confirmation"
 var (
 	// ErrNotFound is returned when no order has the requested id.
 	ErrNotFound = errors.New("order: not found")
+	// ErrNotificationNotFound is returned when no notification has the
+	// requested id.
+	ErrNotificationNotFound = errors.New("order: notification not found")
 	// ErrRequestInFlight is returned when another request with the same
 	// Idempotency-Key is still being processed.
 	ErrRequestInFlight = errors.New("order: a request with this idempotency key is still in flight")
@@ -82,10 +85,11 @@ type Item struct {
 
 // Notification is the state of one e-mail about the order.
 type Notification struct {
-	ID             uuid.UUID `json:"id"`
-	Template       string    `json:"template"`
-	IdempotencyKey string    `json:"idempotency_key"`
-	Status         string    `json:"status"`
+	ID             uuid.UUID  `json:"id"`
+	Template       string     `json:"template"`
+	IdempotencyKey string     `json:"idempotency_key"`
+	Status         string     `json:"status"`
+	SendAt         *time.Time `json:"send_at,omitempty"` // not sent before; absent: at once
 }
 
 // confirmationData is the snapshot the order-confirmation template renders,

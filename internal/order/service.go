@@ -51,6 +51,9 @@ type Service struct {
 	// Public holds anonymous checkouts to the public checkout's rules;
 	// nil, the default, takes none: only keyed callers reach Place.
 	Public *PublicRules
+	// SendAtHorizon is how far ahead Notify schedules (SEND_AT_HORIZON);
+	// DefaultSendAtHorizon when zero.
+	SendAtHorizon time.Duration
 
 	created    prometheus.Counter
 	replays    prometheus.Counter
@@ -383,7 +386,7 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 func notificationsOf(ds []notify.Delivery) []Notification {
 	out := make([]Notification, len(ds))
 	for i, d := range ds {
-		out[i] = Notification{ID: d.ID, Template: d.Template, IdempotencyKey: d.IdempotencyKey, Status: string(d.Status)}
+		out[i] = Notification{ID: d.ID, Template: d.Template, IdempotencyKey: d.IdempotencyKey, Status: string(d.Status), SendAt: d.NotBefore}
 	}
 	return out
 }

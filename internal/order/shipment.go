@@ -81,7 +81,7 @@ func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment) (n N
 			TrackingNumber: sh.TrackingNumber,
 			Items:          items,
 			ShippedAt:      now,
-		}, now)
+		}, time.Time{}, now)
 		return err
 	})
 	if err != nil {

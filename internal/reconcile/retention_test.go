@@ -39,6 +39,11 @@ func (e *env) finished(t *testing.T, d notify.Delivery, status notify.Status, ag
 		d = e.f.Sent(d, "provider-id")
 	case notify.StatusFailed:
 		d = e.f.Failed(d, "550 no such user")
+	case notify.StatusCancelled:
+		var err error
+		if d, err = notify.Cancel(context.Background(), e.db.Pool, d.ID, "api", ""); err != nil {
+			t.Fatal(err)
+		}
 	default:
 		t.Fatalf("finished: %s is not a final status", status)
 	}
@@ -72,9 +77,11 @@ func TestRetentionKeepsDeliveriesYoungerThanMaxAge(t *testing.T) {
 	ctx := context.Background()
 	const retention, maxAge = 30 * day, 60 * day
 	old := e.pending(t, "old@example.com")
+	oldCancelled := e.pending(t, "old-cancelled@example.com")
 	youngSent := e.pending(t, "young-sent@example.com")
 	youngFailed := e.pending(t, "young-failed@example.com")
 	e.finished(t, old, notify.StatusSent, 100*day)                    // past both
+	e.finished(t, oldCancelled, notify.StatusCancelled, 100*day)      // likewise
 	e.finished(t, youngSent, notify.StatusSent, 40*day)               // past the retention, not the maximum age
 	e.finished(t, youngFailed, notify.StatusFailed, maxAge-time.Hour) // likewise, an hour short of it
 
@@ -82,9 +89,14 @@ func TestRetentionKeepsDeliveriesYoungerThanMaxAge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.CleanedDeliveries != 1 || e.exists(t, old) || !e.tombstone(t, old) {
-		t.Errorf("report %v; the delivery past both exists: %v, has a tombstone: %v; want it deleted and retired",
-			rep, e.exists(t, old), e.tombstone(t, old))
+	for _, d := range []notify.Delivery{old, oldCancelled} {
+		if e.exists(t, d) || !e.tombstone(t, d) {
+			t.Errorf("report %v; %s, past both, exists: %v, has a tombstone: %v; want it deleted and retired",
+				rep, d.Recipient, e.exists(t, d), e.tombstone(t, d))
+		}
+	}
+	if rep.CleanedDeliveries != 2 {
+		t.Errorf("report %v, want 2 deliveries cleaned", rep)
 	}
 	for _, d := range []notify.Delivery{youngSent, youngFailed} {
 		if !e.exists(t, d) || e.tombstone(t, d) {

@@ -57,6 +57,29 @@ func TestPendingWithoutTaskIsSentOnceAfterTheThreshold(t *testing.T) {
 	}
 }
 
+// A delivery to be sent later is not missing its task before its time:
+// the reconciler requeues it only once it is due and still pending past
+// the threshold, as it does any other.
+func TestScheduledIsRequeuedOnlyAfterItsTime(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	d := e.pending(t, "later@example.com")
+	scheduled := e.f.Scheduled(d.OrderID, "order-shipped", d.Recipient, map[string]string{"order_id": d.OrderID.String()}, time.Now().Add(time.Hour))
+	rec := e.reconciler(t, recOpts{})
+	e.age(t) // untouched for two minutes, both
+	rep, err := rec.RunOnce(context.Background())
+	if err != nil || rep.Decisions[reconcile.DecisionRequeued] != 1 {
+		t.Fatalf("report %v, %v; want only the confirmation requeued", rep, err)
+	}
+	if got := e.get(t, scheduled.ID); got.UpdatedAt.After(time.Now().Add(-time.Minute)) {
+		t.Errorf("the scheduled delivery was touched: updated %v", got.UpdatedAt)
+	}
+	e.f.Aged(scheduled, time.Hour+2*time.Minute) // due two minutes ago, untouched since
+	if rep, err = rec.RunOnce(context.Background()); err != nil || rep.Decisions[reconcile.DecisionRequeued] != 1 {
+		t.Fatalf("report %v, %v; want the scheduled delivery requeued once due", rep, err)
+	}
+}
+
 // A task that completed (or was archived) while its row is pending still
 // blocks its id for the retention period; the reconciler replaces it.
 func TestFinishedTaskDoesNotBlockTheRequeue(t *testing.T) {

@@ -152,8 +152,9 @@ func (f *Factory) Held(d notify.Delivery, reason string) notify.Delivery {
 
 // Aged moves every time of d by back, as if that much time had passed
 // since each: when it was recorded, tried, changed, leased, handed over
-// and sent. It writes the row directly: time is the one thing the
-// service's statements take from the clock, not from their caller.
+// and sent, and when it may be sent. It writes the row directly: time is
+// the one thing the service's statements take from the clock, not from
+// their caller.
 func (f *Factory) Aged(d notify.Delivery, by time.Duration) notify.Delivery {
 	f.t.Helper()
 	if !f.AgedWhile(d, f.Get(d.ID).Status, by) {
@@ -169,12 +170,27 @@ func (f *Factory) AgedWhile(d notify.Delivery, status notify.Status, by time.Dur
 	tag, err := f.db.Exec(context.Background(), `UPDATE notification_deliveries
 		SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval,
 		    trying_since = trying_since - $2::interval, lease_expires_at = lease_expires_at - $2::interval,
-		    handed_over_at = handed_over_at - $2::interval, sent_at = sent_at - $2::interval
+		    handed_over_at = handed_over_at - $2::interval, sent_at = sent_at - $2::interval,
+		    not_before = not_before - $2::interval
 		WHERE id = $1 AND status = $3`, d.ID, by, string(status))
 	if err != nil {
 		f.t.Fatalf("notifytest: age delivery %s: %v", d.ID, err)
 	}
 	return tag.RowsAffected() == 1
+}
+
+// Scheduled records, as the API's trigger does (notify.Record), a pending
+// delivery of template about order to recipient with data, to be sent
+// at; no task is queued for it.
+func (f *Factory) Scheduled(order uuid.UUID, template, recipient string, data any, at time.Time) notify.Delivery {
+	f.t.Helper()
+	d, created, err := notify.Record(context.Background(), f.db, notify.Intent{
+		OrderID: order, Template: template, Recipient: recipient, Data: data, EventID: "scheduled-" + uuid.NewString()[:8], NotBefore: at,
+	}, time.Now())
+	if err != nil || !created {
+		f.t.Fatalf("notifytest: record a scheduled %s: created %v, %v", template, created, err)
+	}
+	return d
 }
 
 // Get reads d's row as it stands.
