@@ -40,6 +40,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/quota"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/tracing"
+	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
 func main() {
@@ -60,7 +61,8 @@ type config struct {
 	LogLevel        slog.Level
 	Queue           string
 	IdempotencyTTL  time.Duration
-	SendAtHorizon   time.Duration // SEND_AT_HORIZON: how far ahead a notification may be scheduled
+	SendAtHorizon   time.Duration     // SEND_AT_HORIZON: how far ahead a notification may be scheduled
+	WebhookGuard    *webhookout.Guard // WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_NETWORKS: which endpoint URLs are taken
 	ShutdownTimeout time.Duration
 	AdminToken      string
 	MetricsAddr     string
@@ -85,6 +87,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Queue:           env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		IdempotencyTTL:  env.Duration("IDEMPOTENCY_KEY_TTL", 24*time.Hour),
 		SendAtHorizon:   env.Duration("SEND_AT_HORIZON", order.DefaultSendAtHorizon),
+		WebhookGuard:    webhookout.ReadGuard(env),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 		MetricsAddr:     env.String("METRICS_ADDR", ":9100"),
@@ -226,7 +229,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: cfg.MaxInFlight,
 			BodyTimeout: cfg.BodyTimeout,
 			Tracer:      tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
-			Admin:       httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys},
+			Admin:       httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys, Webhooks: webhookout.NewService(pool, cfg.WebhookGuard)},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

@@ -35,6 +35,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
+	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
 func main() {
@@ -58,6 +59,7 @@ type config struct {
 	Provider    mail.Descriptor   // PROVIDER, as the workers': which look-up or guarantee settles ambiguous sends
 	Lookup      mail.LookupOpener // the provider's search, nil if it has none (configured)
 	Reconcile   reconcile.Config
+	Webhooks    webhookout.Config // the shop's webhook endpoints: the dispatcher's settings
 }
 
 func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (config, error) {
@@ -98,6 +100,12 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 	env.Check("MAIL_FROM", err)
 	if err == nil {
 		cfg.Reconcile.MessageIDDomain = mail.MessageIDDomain(from)
+	}
+	cfg.Webhooks = webhookout.Config{
+		Guard:    webhookout.ReadGuard(env),
+		Interval: env.Duration("WEBHOOK_INTERVAL", time.Second),
+		Timeout:  env.Duration("WEBHOOK_TIMEOUT", 10*time.Second),
+		MaxAge:   env.Duration("WEBHOOK_MAX_AGE", 72*time.Hour),
 	}
 	cfg.Reconcile.Policies, err = parsePolicies(env.String("RECONCILE_POLICIES", ""), templates)
 	env.Check("RECONCILE_POLICIES", err)
@@ -187,6 +195,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer rdb.Close()
 	reg.MustRegister(reconcile.NewQueueCollector(inspector, rdb, cfg.Queue))
 	rec := reconcile.New(pool, notify.NewEnqueuer(client, cfg.Queue, log, reg), inspector, lookup, cfg.Reconcile, log, reg)
+	hooks := webhookout.NewDispatcher(pool, cfg.Webhooks, log, reg)
 
 	if *once {
 		rep, err := rec.RunOnce(ctx)
@@ -204,6 +213,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(ops.Serve)
+	g.Go(func() error {
+		hooks.Run(gctx)
+		return nil
+	})
 	g.Go(func() error {
 		err := rec.Run(gctx, cfg.Interval)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

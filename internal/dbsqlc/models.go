@@ -137,6 +137,33 @@ type SuppressionEvent struct {
 	Note      string
 }
 
+type WebhookEndpoint struct {
+	ID                uuid.UUID
+	Url               string
+	EventTypes        []string
+	Secret            string
+	PreviousSecret    *string
+	PreviousExpiresAt *time.Time
+	Description       string
+	CreatedAt         time.Time
+	DisabledAt        *time.Time
+	DisabledReason    *string
+}
+
+type WebhookMessage struct {
+	ID            int64
+	MsgID         string
+	EndpointID    uuid.UUID
+	EventType     string
+	Payload       []byte
+	CreatedAt     time.Time
+	Attempts      int32
+	NextAttemptAt time.Time
+	LastError     *string
+	DeliveredAt   *time.Time
+	GaveUpAt      *time.Time
+}
+
 type WebhookToken struct {
 	Provider   string
 	Token      string

@@ -20,14 +20,16 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/textrule"
+	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
 // Admin is what the operator API needs: its token and the operator
 // service. With an empty Token the admin API answers 401 to everything.
 type Admin struct {
-	Token string
-	Ops   *notify.Operator
-	Keys  *apikey.Service // the backend's API keys, which operators create and revoke
+	Token    string
+	Ops      *notify.Operator
+	Keys     *apikey.Service     // the backend's API keys, which operators create and revoke
+	Webhooks *webhookout.Service // the shop's webhook endpoints
 }
 
 // adminDelivery is a delivery as operators see it: everything, including

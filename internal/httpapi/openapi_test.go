@@ -29,6 +29,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
+	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
 // loadOpenAPI loads api/openapi.yaml and checks that it is a valid
@@ -417,6 +418,50 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.admin(200, "DELETE", "/admin/v1/api-keys/"+created.APIKey.ID.String(), "")
 	c.admin(404, "DELETE", "/admin/v1/api-keys/00000000-0000-4000-8000-000000000000", "")
 	c.admin(404, "DELETE", "/admin/v1/api-keys/nope", "")
+
+	// Admin: the shop's webhook endpoints.
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer hook.Close()
+	admin := map[string]string{"Authorization": "Bearer " + adminToken}
+	var made struct {
+		Endpoint webhookout.Endpoint `json:"webhook_endpoint"`
+		Secret   string              `json:"secret"`
+	}
+	c.admin(201, "POST", "/admin/v1/webhook-endpoints", `{"url": "`+hook.URL+`/hooks", "event_types": ["notification.sent"], "description": "shop backend"}`).decode(t, &made)
+	if !strings.HasPrefix(made.Secret, "whsec_") {
+		t.Errorf("secret %q", made.Secret)
+	}
+	c.admin(422, "POST", "/admin/v1/webhook-endpoints", `{"url": "https://10.1.2.3/hooks"}`)
+	c.admin(422, "POST", "/admin/v1/webhook-endpoints", `{"url": "`+hook.URL+`", "event_types": ["order.paid"]}`)
+	c.admin(400, "POST", "/admin/v1/webhook-endpoints", `{"url": 1}`)
+	c.do(415, "POST", "/admin/v1/webhook-endpoints", "text/plain", "x", admin)
+	c.do(413, "POST", "/admin/v1/webhook-endpoints", jsonCT, `{"url": "`+strings.Repeat("x", 70_000)+`"}`, admin)
+	c.do(401, "POST", "/admin/v1/webhook-endpoints", jsonCT, `{"url": "`+hook.URL+`"}`, nil)
+	c.admin(200, "GET", "/admin/v1/webhook-endpoints", "")
+	endpoint := "/admin/v1/webhook-endpoints/" + made.Endpoint.ID.String()
+	noEndpoint := "/admin/v1/webhook-endpoints/00000000-0000-4000-8000-000000000000"
+	c.admin(200, "GET", endpoint, "")
+	c.admin(404, "GET", noEndpoint, "")
+	c.admin(404, "GET", "/admin/v1/webhook-endpoints/nope", "")
+	c.admin(200, "POST", endpoint+"/rotate-secret", "")
+	c.admin(404, "POST", noEndpoint+"/rotate-secret", "")
+	c.admin(200, "POST", endpoint+"/disable", `{"reason": "the receiver moves"}`)
+	c.admin(200, "POST", endpoint+"/disable", "")
+	c.admin(400, "POST", endpoint+"/disable", `{"why": 1}`)
+	c.admin(422, "POST", endpoint+"/disable", `{"reason": "`+strings.Repeat("r", 501)+`"}`)
+	c.do(415, "POST", endpoint+"/disable", "text/plain", "x", admin)
+	c.do(413, "POST", endpoint+"/disable", jsonCT, `{"reason": "`+strings.Repeat("r", 70_000)+`"}`, admin)
+	c.admin(404, "POST", noEndpoint+"/disable", "")
+	c.admin(200, "POST", endpoint+"/enable", "")
+	c.admin(404, "POST", noEndpoint+"/enable", "")
+	c.admin(200, "POST", endpoint+"/replay", `{"since": "2026-01-01T00:00:00Z"}`)
+	c.admin(422, "POST", endpoint+"/replay", `{}`)
+	c.admin(400, "POST", endpoint+"/replay", `{"since": 1}`)
+	c.do(415, "POST", endpoint+"/replay", "text/plain", "x", admin)
+	c.do(413, "POST", endpoint+"/replay", jsonCT, `{"webhook_id": "`+strings.Repeat("m", 70_000)+`"}`, admin)
+	c.admin(404, "POST", noEndpoint+"/replay", `{"webhook_id": "msg_1"}`)
+	c.admin(204, "DELETE", endpoint, "")
+	c.admin(404, "DELETE", endpoint, "")
 	c.do(401, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer " + created.Secret})
 
 	// Admin: suppressions.

@@ -93,6 +93,14 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodGet, "/api-keys", handleAdminListKeys(d.Admin))
 		r.Method(http.MethodPost, "/api-keys", handleAdminCreateKey(d.Admin))
 		r.Method(http.MethodDelete, "/api-keys/{id}", handleAdminRevokeKey(d.Admin))
+		r.Method(http.MethodGet, "/webhook-endpoints", handleAdminListWebhookEndpoints(d.Admin))
+		r.Method(http.MethodPost, "/webhook-endpoints", handleAdminCreateWebhookEndpoint(d.Admin))
+		r.Method(http.MethodGet, "/webhook-endpoints/{id}", handleAdminGetWebhookEndpoint(d.Admin))
+		r.Method(http.MethodDelete, "/webhook-endpoints/{id}", handleAdminDeleteWebhookEndpoint(d.Admin))
+		r.Method(http.MethodPost, "/webhook-endpoints/{id}/rotate-secret", handleAdminRotateWebhookSecret(d.Admin))
+		r.Method(http.MethodPost, "/webhook-endpoints/{id}/disable", handleAdminSetWebhookEndpoint(d.Admin, false))
+		r.Method(http.MethodPost, "/webhook-endpoints/{id}/enable", handleAdminSetWebhookEndpoint(d.Admin, true))
+		r.Method(http.MethodPost, "/webhook-endpoints/{id}/replay", handleAdminReplayWebhooks(d.Admin))
 	})
 	// The operator console (console.go): pages for people, who sign in
 	// with an operator key; failed sign-ins are limited per address.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
+	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -114,7 +116,8 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
 		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: o.maxInFlight,
 		BodyTimeout: o.bodyTimeout,
-		Admin:       httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys},
+		Admin: httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys,
+			Webhooks: webhookout.NewService(db.Pool, &webhookout.Guard{AllowHTTP: true, Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})},
 	}))
 	t.Cleanup(srv.Close)
 	return stack{url: srv.URL, f: notifytest.New(t, db.Pool), db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates,

@@ -1,0 +1,341 @@
+package webhookout_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+
+	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
+	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/testenv"
+	"github.com/sekali-dev/sekali/internal/webhookout"
+)
+
+// loopback lets the tests' receivers, on 127.0.0.1, be endpoints.
+var loopback = &webhookout.Guard{AllowHTTP: true, Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+
+// receiver is an endpoint that records what it is sent and answers with
+// the statuses of answers, one a request, then 200.
+type receiver struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []request
+	answers  []int
+}
+
+type request struct {
+	header http.Header
+	body   []byte
+}
+
+func newReceiver(t *testing.T, answers ...int) *receiver {
+	r := &receiver{answers: answers}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.requests = append(r.requests, request{header: req.Header.Clone(), body: body})
+		status := http.StatusOK
+		if len(r.answers) > 0 {
+			status, r.answers = r.answers[0], r.answers[1:]
+		}
+		r.mu.Unlock()
+		if status == http.StatusFound {
+			http.Redirect(w, req, "http://127.0.0.1:1/elsewhere", status)
+			return
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *receiver) got() []request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]request(nil), r.requests...)
+}
+
+// nowhere is an enqueuer that queues nothing: the tests drive deliveries
+// through notifytest.
+type nowhere struct{}
+
+func (nowhere) EnqueueAfterCommit(context.Context, []notify.Delivery) {}
+
+type env struct {
+	db  testenv.DB
+	f   *notifytest.Factory
+	svc *webhookout.Service
+	d   *webhookout.Dispatcher
+	reg *prometheus.Registry
+}
+
+func setup(t *testing.T, cfg webhookout.Config) *env {
+	t.Helper()
+	db := testenv.NewDB(t)
+	if cfg.Guard == nil {
+		cfg.Guard = loopback
+	}
+	cfg.RetryBase = 10 * time.Millisecond
+	reg := prometheus.NewRegistry()
+	return &env{db: db, f: notifytest.New(t, db.Pool), svc: webhookout.NewService(db.Pool, loopback),
+		d: webhookout.NewDispatcher(db.Pool, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), reg: reg}
+}
+
+// delivery places an order and returns its confirmation, pending.
+func (e *env) delivery(t *testing.T, email string) notify.Delivery {
+	t.Helper()
+	price := int64(4500000)
+	o, err := order.NewService(e.db.Pool, nowhere{}, nil, time.Hour, prometheus.NewRegistry()).Place(context.Background(), order.Checkout{
+		CustomerEmail: email, CustomerName: "Ana", Currency: "IDR",
+		Items: []order.CheckoutItem{{SKU: "TEA", Name: "Teh", Quantity: 1, UnitPrice: &price}},
+	}, order.Caller{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.f.Get(o.Notifications[0].ID)
+}
+
+func (e *env) endpoint(t *testing.T, url string, types ...string) (webhookout.Endpoint, string) {
+	t.Helper()
+	ep, secret, err := e.svc.Create(context.Background(), url, types, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep, secret
+}
+
+// drain runs passes until no message of the first endpoint waits, for
+// at most 10 s.
+func (e *env) drain(t *testing.T) {
+	t.Helper()
+	eps, err := e.svc.List(context.Background())
+	if err != nil || len(eps) == 0 {
+		t.Fatalf("no endpoint: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := e.d.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if _, msgs, err := e.svc.Get(context.Background(), eps[0].ID, 100); err != nil || !pending(msgs) {
+			return
+		}
+	}
+}
+
+func pending(msgs []webhookout.Message) bool {
+	for _, m := range msgs {
+		if m.DeliveredAt == nil && m.GaveUpAt == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// A sent notification reaches the endpoint once, signed as Standard
+// Webhooks says: the specification's own library verifies it. The event
+// names the notification, its order, template and key, never the body.
+func TestEventIsSignedAndDeliveredOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhookout.Config{})
+	rcv := newReceiver(t)
+	_, secret := e.endpoint(t, rcv.URL+"/hooks", "notification.sent")
+	d := e.f.Sent(e.delivery(t, "ana@example.com"), "provider-1")
+	e.drain(t)
+	got := rcv.got()
+	if len(got) != 1 {
+		t.Fatalf("%d requests, want 1", len(got))
+	}
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wh.Verify(got[0].body, got[0].header); err != nil {
+		t.Errorf("the library does not verify our signature: %v\nheaders %v", err, got[0].header)
+	}
+	var ev struct {
+		Type string `json:"type"`
+		Data struct {
+			NotificationID    string `json:"notification_id"`
+			OrderID           string `json:"order_id"`
+			Template          string `json:"template"`
+			IdempotencyKey    string `json:"idempotency_key"`
+			Status            string `json:"status"`
+			ProviderMessageID string `json:"provider_message_id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(got[0].body, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != "notification.sent" || ev.Data.NotificationID != d.ID.String() || ev.Data.OrderID != d.OrderID.String() ||
+		ev.Data.Template != "order-confirmation" || ev.Data.IdempotencyKey != d.IdempotencyKey || ev.Data.Status != "sent" ||
+		ev.Data.ProviderMessageID != "provider-1" {
+		t.Errorf("event %s", got[0].body)
+	}
+	if strings.Contains(string(got[0].body), "Teh") {
+		t.Errorf("the event carries the template data: %s", got[0].body)
+	}
+	if n := testenv.Metric(t, e.reg, "sekali_webhook_deliveries_total", "result", "delivered"); n != 1 {
+		t.Errorf("delivered counter = %v", n)
+	}
+}
+
+// Only the types an endpoint asked for, and nothing to a disabled one;
+// the messages are written with the transition, or not at all.
+func TestTypesAndDisabledEndpoints(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhookout.Config{})
+	failedOnly, _ := e.endpoint(t, newReceiver(t).URL, "notification.failed")
+	every, _ := e.endpoint(t, newReceiver(t).URL)
+	off, _ := e.endpoint(t, newReceiver(t).URL)
+	if _, err := e.svc.SetEnabled(context.Background(), off.ID, false, "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
+	d := e.delivery(t, "budi@example.com")
+	if _, err := notify.Cancel(context.Background(), e.db.Pool, d.ID, "api", "paid"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := notify.RecordFeedback(context.Background(), e.db.Pool, mail.Feedback{Provider: "resend", EventID: "ev-1",
+		Kind: mail.FeedbackDelivered, ProviderMessageID: "p", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	types := func(id uuid.UUID) []string {
+		_, msgs, err := e.svc.Get(context.Background(), id, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, m := range msgs {
+			out = append(out, m.EventType)
+		}
+		return out
+	}
+	if got := types(failedOnly.ID); len(got) != 0 {
+		t.Errorf("the failed-only endpoint got %v", got)
+	}
+	if got := strings.Join(types(every.ID), " "); got != "notification.delivered notification.cancelled notification.sent" {
+		t.Errorf("the endpoint of every type got %q (newest first)", got)
+	}
+	if got := types(off.ID); len(got) != 0 {
+		t.Errorf("the disabled endpoint got %v", got)
+	}
+}
+
+// A receiver that fails gets the same message again, under the same
+// webhook-id, until it takes it; one that answers 410 Gone disables its
+// endpoint; a message past WEBHOOK_MAX_AGE is given up.
+func TestRetriesGoneAndGivingUp(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhookout.Config{})
+	flaky := newReceiver(t, 503, 500)
+	_, _ = e.endpoint(t, flaky.URL, "notification.sent")
+	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
+	e.drain(t)
+	got := flaky.got()
+	if len(got) != 3 || got[0].header.Get("webhook-id") != got[2].header.Get("webhook-id") || got[0].header.Get("webhook-id") == "" {
+		t.Fatalf("%d requests (ids %q, %q), want 3 under one id", len(got), got[0].header.Get("webhook-id"), got[len(got)-1].header.Get("webhook-id"))
+	}
+
+	e2 := setup(t, webhookout.Config{})
+	gone := newReceiver(t, http.StatusGone)
+	ep, _ := e2.endpoint(t, gone.URL, "notification.sent")
+	e2.f.Sent(e2.delivery(t, "ana@example.com"), "p")
+	if _, err := e2.d.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after, _, err := e2.svc.Get(context.Background(), ep.ID, 10)
+	if err != nil || after.DisabledAt == nil || !strings.Contains(after.DisabledReason, "410") {
+		t.Errorf("after a 410 the endpoint is %+v, %v; want disabled", after, err)
+	}
+
+	e3 := setup(t, webhookout.Config{MaxAge: time.Nanosecond})
+	down := newReceiver(t, 503, 503, 503)
+	ep3, _ := e3.endpoint(t, down.URL, "notification.sent")
+	e3.f.Sent(e3.delivery(t, "ana@example.com"), "p")
+	time.Sleep(10 * time.Millisecond)
+	for range 3 {
+		if _, err := e3.d.RunOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	_, msgs, _ := e3.svc.Get(context.Background(), ep3.ID, 10)
+	if len(down.got()) != 1 || len(msgs) != 1 || msgs[0].GaveUpAt == nil {
+		t.Errorf("past the max age: %d requests, messages %+v; want one attempt, given up", len(down.got()), msgs)
+	}
+}
+
+// A redirect is not followed; during a rotation both secrets sign, and
+// the library verifies with either.
+func TestRedirectsAndRotation(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhookout.Config{})
+	rcv := newReceiver(t, http.StatusFound)
+	ep, old := e.endpoint(t, rcv.URL, "notification.sent")
+	_, fresh, err := e.svc.Rotate(context.Background(), ep.ID)
+	if err != nil || fresh == old {
+		t.Fatalf("Rotate: %v", err)
+	}
+	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
+	e.drain(t)
+	got := rcv.got()
+	if len(got) != 2 {
+		t.Fatalf("%d requests, want the redirect refused then the retry taken", len(got))
+	}
+	for _, s := range []string{old, fresh} {
+		wh, _ := standardwebhooks.NewWebhook(s)
+		if err := wh.Verify(got[1].body, got[1].header); err != nil {
+			t.Errorf("not verified with one of the two secrets during the rotation: %v", err)
+		}
+	}
+}
+
+// The guard: https only (http when allowed), no credentials in the URL,
+// and no private, loopback or link-local address unless allowed, at
+// registration and again when connecting.
+func TestGuard(t *testing.T) {
+	t.Parallel()
+	strict := &webhookout.Guard{}
+	for _, u := range []string{"http://example.com/hook", "https://127.0.0.1/hook", "https://10.1.2.3/hook",
+		"https://169.254.169.254/latest", "https://[::1]/hook", "https://localhost/hook", "https://user:pw@example.com/",
+		"ftp://example.com/", "https:///nohost", "https://192.168.1.1/"} {
+		if err := strict.CheckURL(context.Background(), u); err == nil {
+			t.Errorf("%s was accepted", u)
+		}
+	}
+	if err := strict.CheckURL(context.Background(), "https://127.0.0.1/hook"); !errors.Is(err, webhookout.ErrForbiddenAddress) {
+		t.Errorf("loopback: %v, want ErrForbiddenAddress", err)
+	}
+	if err := loopback.CheckURL(context.Background(), "http://127.0.0.1:9/hook"); err != nil {
+		t.Errorf("an allowed range: %v", err)
+	}
+
+	// Registered while allowed, refused at connect time by a stricter
+	// dispatcher: nothing reaches the receiver.
+	e := setup(t, webhookout.Config{Guard: &webhookout.Guard{AllowHTTP: true}})
+	rcv := newReceiver(t)
+	ep, _ := e.endpoint(t, rcv.URL, "notification.sent")
+	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
+	if _, err := e.d.RunOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, msgs, _ := e.svc.Get(context.Background(), ep.ID, 10)
+	if len(rcv.got()) != 0 || len(msgs) != 1 || !strings.Contains(msgs[0].LastError, "does not post to") {
+		t.Errorf("a loopback receiver behind a strict guard: %d requests, messages %+v", len(rcv.got()), msgs)
+	}
+}
