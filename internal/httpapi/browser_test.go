@@ -18,16 +18,9 @@ import (
 
 // The gallery in a real browser (Debian's headless Chromium): the page
 // renders every template's subject, and a screenshot is taken, to
-// docs/templates-gallery.png with make gallery. Run with -tags browser;
-// CHROMIUM names the browser (default /usr/bin/chromium).
+// docs/templates-gallery.png with make gallery. Run with -tags browser.
 func TestGalleryInABrowser(t *testing.T) {
-	chromium := os.Getenv("CHROMIUM")
-	if chromium == "" {
-		chromium = "/usr/bin/chromium"
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("no Chromium at %s (%v): apt-get install chromium, or make gallery, which installs it", chromium, err)
-	}
+	chromium := chromiumPath(t)
 	templates, err := mailtemplate.Load(mailtemplate.Config{Dir: "../../deploy/templates", DefaultLanguage: "id"})
 	if err != nil {
 		t.Fatal(err)
@@ -80,4 +73,19 @@ func TestGalleryInABrowser(t *testing.T) {
 		t.Errorf("screenshot %v, want 1400x1800", b)
 	}
 	t.Logf("screenshot in %s", shot)
+}
+
+// chromiumPath is the browser the tests drive: CHROMIUM, or Debian's
+// /usr/bin/chromium; the test fails, saying how to install it, if there
+// is none.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	chromium := os.Getenv("CHROMIUM")
+	if chromium == "" {
+		chromium = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(chromium); err != nil {
+		t.Fatalf("no Chromium at %s (%v): apt-get install chromium, or make browser, which installs it", chromium, err)
+	}
+	return chromium
 }

@@ -21,13 +21,7 @@ import (
 // and sees the history row with their name. CONSOLE_SCREENSHOT saves the
 // delivery's page (docs/console.png, for the runbook).
 func TestConsoleInABrowser(t *testing.T) {
-	chromium := os.Getenv("CHROMIUM")
-	if chromium == "" {
-		chromium = "/usr/bin/chromium"
-	}
-	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("no Chromium at %s (%v): apt-get install chromium, or make browser, which installs it", chromium, err)
-	}
+	chromium := chromiumPath(t)
 	s := setup(t)
 	var o order.Order
 	s.postOrder(t, validCheckout, nil).decode(t, &o)
