@@ -78,7 +78,7 @@ func loadRiverRefConfig(getenv func(string) string) (riverRefConfig, error) {
 		FetchCooldown: env.Duration("RIVER_FETCH_COOLDOWN", river.FetchCooldownDefault),
 		FetchPoll:     env.Duration("RIVER_FETCH_POLL_INTERVAL", river.FetchPollIntervalDefault),
 	}
-	if _, err := mail.NormalizeAddress(cfg.MailFrom); err != nil {
+	if _, err := mail.ParseSender(cfg.MailFrom); err != nil {
 		env.Check("MAIL_FROM", err)
 	}
 	if cfg.FetchCooldown < river.FetchCooldownMin || cfg.FetchPoll < cfg.FetchCooldown {

@@ -96,7 +96,7 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
 	from := env.String("MAIL_FROM", "orders@shop.example")
-	_, err = mail.NormalizeAddress(from)
+	_, err = mail.ParseSender(from)
 	env.Check("MAIL_FROM", err)
 	if err == nil {
 		cfg.Reconcile.MessageIDDomain = mail.MessageIDDomain(from)

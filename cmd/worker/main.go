@@ -30,6 +30,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
@@ -106,6 +107,12 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if cfg.LockTTL < time.Second {
 		env.Check("LOCK_TTL", fmt.Errorf("%v is too short; the heartbeat renews it every third", cfg.LockTTL))
+	}
+	for _, name := range []string{"DKIM_DOMAIN", "DKIM_SELECTOR", "DKIM_PRIVATE_KEY_FILE"} {
+		if cfg.Provider.Name != smtp.Name && env.String(name, "") != "" {
+			// Silently unsigned mail would be worse than a refusal.
+			env.Check(name, fmt.Errorf("is for PROVIDER=smtp; %s signs with the domain verified with it", cfg.Provider.Name))
+		}
 	}
 	return cfg, env.Err()
 }

@@ -318,3 +318,26 @@ func TestConfigOfAnHTTPProvider(t *testing.T) {
 		t.Errorf("mailgun: %+v", cfg.Sender)
 	}
 }
+
+// DKIM settings are the SMTP path's: with an HTTP provider, which signs
+// with the domain verified with it, they are refused rather than ignored;
+// with SMTP, a key that does not parse stops the worker at start.
+func TestConfigOfDKIM(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"PROVIDER": "mailgun", "MAILGUN_API_KEY": "key-0123456789abcdef", "MAILGUN_DOMAIN": "mg.shop.example",
+		"DKIM_DOMAIN": "shop.example"}
+	if _, err := loadConfig(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "DKIM_DOMAIN") {
+		t.Errorf("DKIM with PROVIDER=mailgun: %v", err)
+	}
+	env = map[string]string{"MAIL_FROM": "Toko Ana <orders@shop.example>", "DKIM_DOMAIN": "shop.example", "DKIM_SELECTOR": "s1",
+		"DKIM_PRIVATE_KEY_FILE": "/nonexistent/dkim.pem"}
+	if _, err := loadConfig(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "DKIM_PRIVATE_KEY_FILE") {
+		t.Errorf("a DKIM key that cannot be read: %v", err)
+	}
+	delete(env, "DKIM_DOMAIN")
+	delete(env, "DKIM_SELECTOR")
+	delete(env, "DKIM_PRIVATE_KEY_FILE")
+	if _, err := loadConfig(func(k string) string { return env[k] }); err != nil {
+		t.Errorf("MAIL_FROM with a display name: %v", err)
+	}
+}

@@ -55,3 +55,55 @@ func TestNormalizeAddress(t *testing.T) {
 		}
 	}
 }
+
+// MAIL_FROM may carry a display name; the address is held to the same
+// rules as a recipient's, the name to one line of visible text; a
+// non-ASCII name is encoded as RFC 2047 says.
+func TestParseSender(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]Sender{
+		"orders@shop.example":                         {Address: "orders@shop.example"},
+		"Toko Ana <Orders@Shop.Example>":              {Name: "Toko Ana", Address: "orders@shop.example"},
+		`"Toko Ana, Jakarta" <a@shop.example>`:        {Name: "Toko Ana, Jakarta", Address: "a@shop.example"},
+		"=?utf-8?q?Toko_B=C3=BCdi?= <a@shop.example>": {Name: "Toko Büdi", Address: "a@shop.example"},
+	} {
+		got, err := ParseSender(in)
+		if err != nil || got != want {
+			t.Errorf("ParseSender(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "Toko <not an address>", "Toko Ana <a@shop.example", "Toko\u202eAna <a@shop.example>",
+		"<a@shop.example>, <b@shop.example>", strings.Repeat("n", 101) + " <a@shop.example>"} {
+		if _, err := ParseSender(bad); err == nil {
+			t.Errorf("ParseSender(%q) accepted", bad)
+		}
+	}
+	s := Sender{Name: "Toko Büdi", Address: "a@shop.example"}
+	if got := s.String(); got != "=?utf-8?q?Toko_B=C3=BCdi?= <a@shop.example>" {
+		t.Errorf("String() = %q", got)
+	}
+	if got := s.WithName("").String(); got != s.String() {
+		t.Errorf("WithName(\"\") changed the sender: %q", got)
+	}
+	if got := (Sender{Address: "a@shop.example"}).WithName("Ana").String(); got != `"Ana" <a@shop.example>` {
+		t.Errorf("WithName = %q", got)
+	}
+	if d := MessageIDDomain("Toko Ana <orders@Shop.Example>"); d != "shop.example" {
+		t.Errorf("MessageIDDomain = %q", d)
+	}
+}
+
+// The form HTTP providers' APIs take: UTF-8, quoted only when needed.
+func TestSenderDisplay(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[Sender]string{
+		{Address: "a@shop.example"}:                         "a@shop.example",
+		{Name: "Toko Büdi", Address: "a@shop.example"}:      "Toko Büdi <a@shop.example>",
+		{Name: "Toko Ana, Jakarta", Address: "a@s.example"}: `"Toko Ana, Jakarta" <a@s.example>`,
+		{Name: `Ana "the" Shop`, Address: "a@s.example"}:    `"Ana \"the\" Shop" <a@s.example>`,
+	} {
+		if got := s.Display(); got != want {
+			t.Errorf("Display(%+v) = %q, want %q", s, got, want)
+		}
+	}
+}

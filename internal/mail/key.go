@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"regexp"
-	"strings"
 )
 
 // KeyHash names a delivery wherever its idempotency key, which holds an
@@ -43,10 +42,11 @@ func MessageIDOfHash(keyHash, domain string) string {
 }
 
 // MessageIDDomain is the right-hand side of the Message-IDs a sender
-// address gives: its domain. from must be valid (NormalizeAddress).
+// (MAIL_FROM) gives: its address's domain. from must be valid
+// (ParseSender).
 func MessageIDDomain(from string) string {
-	from, _ = NormalizeAddress(from)
-	return from[strings.LastIndexByte(from, '@')+1:]
+	s, _ := ParseSender(from)
+	return s.Domain()
 }
 
 // addressPattern matches what looks like an e-mail address in free text.

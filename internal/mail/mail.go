@@ -24,7 +24,17 @@ type Message struct {
 	HTML           string
 	MessageID      string // without angle brackets; the same on every attempt
 	IdempotencyKey string
+	// FromName replaces MAIL_FROM's display name (the template's, in the
+	// recipient's language); "" keeps it.
+	FromName string
+	// ReplyTo is where the recipient's answers go (the template's); ""
+	// for none: to the From address.
+	ReplyTo string
 }
+
+// AutoSubmitted is the Auto-Submitted header every message carries (RFC
+// 3834): auto-replies and vacation notices do not answer it.
+const AutoSubmitted = "auto-generated"
 
 // Provider hands messages to a mail provider: an SMTP relay, or an HTTP
 // API with an idempotency header of its own.

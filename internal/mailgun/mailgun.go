@@ -40,7 +40,7 @@ const VariableKey = "sekali-key"
 type Config struct {
 	APIKey  string        // MAILGUN_API_KEY: a key that can send and read the domain (the probe reads it)
 	Domain  string        // MAILGUN_DOMAIN: the sending domain, e.g. mg.shop.example
-	From    string        // MAIL_FROM: a bare address
+	From    string        // MAIL_FROM: an address, with a display name or without
 	BaseURL string        // MAILGUN_BASE_URL: DefaultBaseURL, or EUBaseURL for an EU domain; plain http only for loopback
 	Timeout time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
 }
@@ -48,7 +48,7 @@ type Config struct {
 // Validate checks the configuration and reports every problem at once.
 func (c Config) Validate() error {
 	errs := validateCommon(c.APIKey, c.Domain, c.BaseURL, c.Timeout)
-	if _, err := mail.NormalizeAddress(c.From); err != nil {
+	if _, err := mail.ParseSender(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	return errors.Join(errs...)
@@ -99,7 +99,7 @@ func baseURL(raw string) (string, error) {
 // Provider sends through Mailgun's API. It implements mail.Provider.
 type Provider struct {
 	cfg    Config
-	from   string
+	sender mail.Sender // MAIL_FROM, under a template's name
 	client *httpprovider.Client
 }
 
@@ -109,8 +109,8 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	base, _ := baseURL(cfg.BaseURL)
-	from, _ := mail.NormalizeAddress(cfg.From)
-	return &Provider{cfg: cfg, from: from, client: newClient(base, cfg.APIKey, cfg.Timeout)}, nil
+	sender, _ := mail.ParseSender(cfg.From)
+	return &Provider{cfg: cfg, sender: sender, client: newClient(base, cfg.APIKey, cfg.Timeout)}, nil
 }
 
 // Close closes idle connections.
@@ -125,7 +125,11 @@ func (p *Provider) form(m mail.Message) ([]byte, error) {
 		return nil, errors.New("no text and no HTML: Mailgun needs one")
 	}
 	v := url.Values{}
-	v.Set("from", p.from)
+	v.Set("from", p.sender.WithName(m.FromName).Display())
+	if m.ReplyTo != "" {
+		v.Set("h:Reply-To", m.ReplyTo)
+	}
+	v.Set("h:Auto-Submitted", mail.AutoSubmitted)
 	v.Set("to", to)
 	v.Set("subject", m.Subject)
 	if m.Text != "" {

@@ -117,6 +117,7 @@ func (e *LoadError) Error() string {
 const (
 	schemaFile = "schema.json"
 	sampleFile = "sample.json"
+	metaFile   = "meta.json" // optional: the sender's name, Reply-To, category
 )
 
 var partFiles = []string{"subject.tmpl", "text.tmpl", "html.tmpl"}
@@ -250,11 +251,11 @@ func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTempl
 			l.problem(s.file(rel), 0, "%v", err)
 		case info.IsDir():
 			langDirs = append(langDirs, file)
-		case file == schemaFile || file == sampleFile:
+		case file == schemaFile || file == sampleFile || file == metaFile:
 		case slices.Contains(partFiles, file):
 			rootParts = append(rootParts, file)
 		default:
-			l.problem(s.file(rel), 0, "unexpected file: a template holds schema.json, sample.json, and subject.tmpl, text.tmpl and html.tmpl in each language directory (id/, en/, ...)")
+			l.problem(s.file(rel), 0, "unexpected file: a template holds schema.json, sample.json, meta.json if it sets its sender, and subject.tmpl, text.tmpl and html.tmpl in each language directory (id/, en/, ...)")
 		}
 	}
 
@@ -291,6 +292,8 @@ func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTempl
 	default:
 		et.variants = l.parseLanguages(s, name, langDirs)
 	}
+
+	et.meta = l.loadMeta(s, name, et.variants)
 
 	if sampleOK {
 		for _, v := range et.variants {

@@ -46,6 +46,7 @@ type emailTemplate struct {
 	sample   json.RawMessage
 	variants []*templateVariant // the default language first, then by tag
 	matcher  language.Matcher   // over the variants' languages, in that order
+	meta     meta               // meta.json: sender identity and category
 }
 
 // templateVariant is a template in one language. Its functions (money,

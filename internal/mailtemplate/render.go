@@ -17,6 +17,10 @@ type Rendered struct {
 	// Language is the BCP 47 tag of the variant rendered ("id", "en"):
 	// the best match for the locale asked for, or the default language.
 	Language string
+	// FromName is the template's sender name in that language (meta.json),
+	// "" for MAIL_FROM's; ReplyTo its Reply-To, "" for none; Category
+	// CategoryTransactional or CategorySubscription.
+	FromName, ReplyTo, Category string
 }
 
 // Render renders template name with data in the default language; see
@@ -52,6 +56,7 @@ func (t *Templates) RenderLocale(name string, data json.RawMessage, userLocale s
 	if err != nil {
 		return Rendered{}, fmt.Errorf("render %s %s (%s): %w", name, part, v.lang, err)
 	}
+	r.FromName, r.ReplyTo, r.Category = et.meta.fromName(v.lang), et.meta.replyTo, et.meta.category
 	return r, nil
 }
 

@@ -336,6 +336,8 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 		HTML:           r.HTML,
 		MessageID:      *d.MessageID, // the claim stores it when it is missing
 		IdempotencyKey: d.IdempotencyKey,
+		FromName:       r.FromName,
+		ReplyTo:        r.ReplyTo,
 	}
 	lastLeaseCheck := func() error {
 		if hb.lockLost() {

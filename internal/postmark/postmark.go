@@ -39,7 +39,7 @@ const MetadataKey = "sekali-key"
 // Config configures the Postmark provider.
 type Config struct {
 	ServerToken   string        // POSTMARK_SERVER_TOKEN: the server's API token
-	From          string        // MAIL_FROM: a bare address with a confirmed sender signature or domain
+	From          string        // MAIL_FROM: an address with a confirmed sender signature or domain, with a display name or without
 	MessageStream string        // POSTMARK_MESSAGE_STREAM: DefaultMessageStream when empty
 	BaseURL       string        // POSTMARK_BASE_URL: DefaultBaseURL when empty; plain http only for loopback
 	Timeout       time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
@@ -48,7 +48,7 @@ type Config struct {
 // Validate checks the configuration and reports every problem at once.
 func (c Config) Validate() error {
 	errs := validateCommon(c.ServerToken, c.MessageStream, c.BaseURL, c.Timeout)
-	if _, err := mail.NormalizeAddress(c.From); err != nil {
+	if _, err := mail.ParseSender(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	return errors.Join(errs...)
@@ -103,7 +103,7 @@ func baseURL(raw string) (string, error) { return httpprovider.BaseURL(raw, Defa
 // Provider sends through Postmark's API. It implements mail.Provider.
 type Provider struct {
 	cfg    Config
-	from   string
+	sender mail.Sender // MAIL_FROM, under a template's name
 	client *httpprovider.Client
 }
 
@@ -115,8 +115,8 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.MessageStream == "" {
 		cfg.MessageStream = DefaultMessageStream
 	}
-	from, _ := mail.NormalizeAddress(cfg.From)
-	return &Provider{cfg: cfg, from: from, client: newClient(cfg.BaseURL, cfg.ServerToken, cfg.Timeout)}, nil
+	sender, _ := mail.ParseSender(cfg.From)
+	return &Provider{cfg: cfg, sender: sender, client: newClient(cfg.BaseURL, cfg.ServerToken, cfg.Timeout)}, nil
 }
 
 // Close closes idle connections.
@@ -126,6 +126,7 @@ func (p *Provider) Close() { p.client.Close() }
 // (https://postmarkapp.com/developer/api/email-api).
 type email struct {
 	From          string            `json:"From"`
+	ReplyTo       string            `json:"ReplyTo,omitempty"`
 	To            string            `json:"To"`
 	Subject       string            `json:"Subject"`
 	HTMLBody      string            `json:"HtmlBody,omitempty"`
@@ -149,8 +150,8 @@ func (p *Provider) body(m mail.Message) ([]byte, error) {
 		return nil, errors.New("no text and no HTML: Postmark needs one")
 	}
 	return json.Marshal(email{
-		From: p.from, To: to, Subject: m.Subject, HTMLBody: m.HTML, TextBody: m.Text,
-		Headers:       []header{{Name: "Message-ID", Value: "<" + m.MessageID + ">"}},
+		From: p.sender.WithName(m.FromName).Display(), ReplyTo: m.ReplyTo, To: to, Subject: m.Subject, HTMLBody: m.HTML, TextBody: m.Text,
+		Headers:       []header{{Name: "Message-ID", Value: "<" + m.MessageID + ">"}, {Name: "Auto-Submitted", Value: mail.AutoSubmitted}},
 		Metadata:      map[string]string{MetadataKey: mail.KeyHash(m.IdempotencyKey)},
 		MessageStream: p.cfg.MessageStream,
 	})

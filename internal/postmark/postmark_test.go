@@ -328,3 +328,24 @@ func TestValidateListsEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+// A template's sender name and Reply-To reach Postmark, with
+// Auto-Submitted.
+func TestSenderIdentity(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p, err := postmark.New(postmark.Config{ServerToken: b.srv.Token, From: "Toko Ana <orders@shop.example>", BaseURL: b.srv.URL, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	m := message(1)
+	m.FromName, m.ReplyTo = "Toko Büdi", "cs@shop.example"
+	if _, err := p.Send(context.Background(), m, pass); err != nil {
+		t.Fatal(err)
+	}
+	got := b.srv.Messages()[0]
+	if got.From != "Toko Büdi <orders@shop.example>" || got.ReplyTo != "cs@shop.example" || got.Headers["Auto-Submitted"] != "auto-generated" {
+		t.Errorf("from %q, reply-to %q, headers %v", got.From, got.ReplyTo, got.Headers)
+	}
+}

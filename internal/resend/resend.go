@@ -41,7 +41,7 @@ const MetadataKey = "sekali-key"
 // Config configures the Resend provider.
 type Config struct {
 	APIKey  string        // RESEND_API_KEY: a sending-only key is enough
-	From    string        // MAIL_FROM: a bare address in a domain verified at Resend
+	From    string        // MAIL_FROM: an address in a domain verified at Resend, with a display name or without
 	BaseURL string        // RESEND_BASE_URL: DefaultBaseURL when empty; plain http only for loopback
 	Timeout time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
 }
@@ -54,7 +54,7 @@ func (c Config) Validate() error {
 	} else if strings.ContainsAny(c.APIKey, " \r\n\t") {
 		errs = append(errs, errors.New("RESEND_API_KEY must not contain spaces or line breaks"))
 	}
-	if _, err := mail.NormalizeAddress(c.From); err != nil {
+	if _, err := mail.ParseSender(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
 	}
 	if _, err := baseURL(c.BaseURL); err != nil {
@@ -80,7 +80,7 @@ func IdempotencyKey(key string) string { return mail.ProviderKey(key) }
 // Provider sends through Resend's API. It implements mail.Provider.
 type Provider struct {
 	cfg    Config
-	from   string
+	sender mail.Sender // MAIL_FROM, under a template's name
 	client *httpprovider.Client
 }
 
@@ -90,10 +90,10 @@ func New(cfg Config) (*Provider, error) {
 		return nil, err
 	}
 	base, _ := baseURL(cfg.BaseURL)
-	from, _ := mail.NormalizeAddress(cfg.From)
+	sender, _ := mail.ParseSender(cfg.From)
 	client := httpprovider.NewClient(base, http.Header{"Authorization": {"Bearer " + cfg.APIKey}}, cfg.Timeout,
 		func(status int) bool { return status/100 == 2 })
-	return &Provider{cfg: cfg, from: from, client: client}, nil
+	return &Provider{cfg: cfg, sender: sender, client: client}, nil
 }
 
 // Close closes idle connections.
@@ -102,6 +102,7 @@ func (p *Provider) Close() { p.client.Close() }
 // email is the body of POST /emails.
 type email struct {
 	From    string            `json:"from"`
+	ReplyTo string            `json:"reply_to,omitempty"`
 	To      []string          `json:"to"`
 	Subject string            `json:"subject"`
 	HTML    string            `json:"html,omitempty"`
@@ -123,14 +124,15 @@ func (p *Provider) body(m mail.Message) ([]byte, error) {
 		return nil, err
 	}
 	return json.Marshal(email{
-		From:    p.from,
+		From:    p.sender.WithName(m.FromName).Display(),
+		ReplyTo: m.ReplyTo,
 		To:      []string{to},
 		Subject: m.Subject,
 		HTML:    m.HTML,
 		// Sent even when empty: Resend would otherwise derive a text
 		// part from the HTML, and the body would depend on how it does.
 		Text:    m.Text,
-		Headers: map[string]string{"Message-ID": "<" + m.MessageID + ">"},
+		Headers: map[string]string{"Message-ID": "<" + m.MessageID + ">", "Auto-Submitted": mail.AutoSubmitted},
 		Tags:    []tag{{Name: MetadataKey, Value: mail.KeyHash(m.IdempotencyKey)}},
 	})
 }

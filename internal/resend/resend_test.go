@@ -308,7 +308,7 @@ func TestDescriptor(t *testing.T) {
 
 func TestValidateListsEveryProblem(t *testing.T) {
 	t.Parallel()
-	err := resend.Config{BaseURL: "http://api.resend.com", From: "Shop <orders@shop.example>", Timeout: -1}.Validate()
+	err := resend.Config{BaseURL: "http://api.resend.com", From: "Shop <orders at shop.example>", Timeout: -1}.Validate()
 	for _, want := range []string{"RESEND_API_KEY", "MAIL_FROM", "RESEND_BASE_URL", "PROVIDER_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
@@ -316,5 +316,36 @@ func TestValidateListsEveryProblem(t *testing.T) {
 	}
 	if err := (resend.Config{APIKey: "re_x", From: "orders@shop.example"}).Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
+	}
+}
+
+// A template's sender name and Reply-To reach Resend, with
+// Auto-Submitted; MAIL_FROM's own name stays when the template has none.
+func TestSenderIdentity(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p, err := resend.New(resend.Config{APIKey: b.srv.SendingOnlyKey, From: "Toko Ana <orders@shop.example>", BaseURL: b.srv.URL, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	m := message(1)
+	m.FromName, m.ReplyTo = "Toko Büdi, Jakarta", "cs@shop.example"
+	if _, err := p.Send(context.Background(), m, pass); err != nil {
+		t.Fatal(err)
+	}
+	other := message(2)
+	other.IdempotencyKey += "-other"
+	other.MessageID = mail.MessageID(other.IdempotencyKey, "shop.example")
+	if _, err := p.Send(context.Background(), other, pass); err != nil {
+		t.Fatal(err)
+	}
+	msgs := b.srv.Messages()
+	if got := msgs[0]; got.From != `"Toko Büdi, Jakarta" <orders@shop.example>` || len(got.ReplyTo) != 1 || got.ReplyTo[0] != "cs@shop.example" ||
+		got.Headers["Auto-Submitted"] != "auto-generated" {
+		t.Errorf("from %q, reply-to %v, headers %v", got.From, got.ReplyTo, got.Headers)
+	}
+	if got := msgs[1]; got.From != "Toko Ana <orders@shop.example>" || len(got.ReplyTo) != 0 {
+		t.Errorf("without a template's sender: from %q, reply-to %v", got.From, got.ReplyTo)
 	}
 }

@@ -42,13 +42,14 @@ type Config struct {
 	Username          string
 	Password          string
 	TLS               string // TLSNone, TLSStartTLS or TLSImplicit
-	From              string // envelope and header sender, a bare address
+	From              string // MAIL_FROM: the header sender, with a display name or without; its address is the envelope sender
 	HeloName          string // our name in EHLO: this machine's (HeloName() when empty), never the sender's domain
 	CAFile            string // optional PEM bundle trusted besides the system's roots
 	IdempotencyHeader string // header that carries the idempotency key; Resend-Idempotency-Key carries mail.ProviderKey of it
 	MetadataHeader    string // optional header that carries the key's hash, e.g. X-PM-Metadata-sekali-key for Postmark's look-up
 	Timeout           time.Duration
-	MaxIdle           int // connections kept open for reuse
+	MaxIdle           int  // connections kept open for reuse
+	DKIM              DKIM // the shop's signature; off when empty
 }
 
 // Validate checks the configuration, including the TLS policy.
@@ -69,8 +70,11 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("SMTP_TLS %q: want none, starttls or tls", c.TLS))
 	}
-	if _, err := mail.NormalizeAddress(c.From); err != nil {
+	if _, err := mail.ParseSender(c.From); err != nil {
 		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
+	}
+	if _, err := c.DKIM.signer(c.From); err != nil {
+		errs = append(errs, err)
 	}
 	if c.HeloName != "" && !validHeloName(c.HeloName) {
 		errs = append(errs, fmt.Errorf("SMTP_HELO %q: want this machine's domain name or an address literal such as [192.0.2.1]", c.HeloName))
@@ -137,10 +141,12 @@ func plainTextAllowed(host string) bool {
 // between messages so that a busy worker does not pay a handshake per
 // e-mail. It implements mail.Provider.
 type Provider struct {
-	cfg   Config
-	from  string // normalized; sent as <from>
-	roots *x509.CertPool
-	idle  chan *smtpConn
+	cfg    Config
+	sender mail.Sender        // MAIL_FROM: the From header's, under a template's name
+	from   string             // its address, normalized; sent as MAIL FROM:<from>
+	dkim   *gomail.DKIMSigner // nil: no signature
+	roots  *x509.CertPool
+	idle   chan *smtpConn
 }
 
 // smtpConn is a client and the connection under it, whose deadline the
@@ -164,8 +170,9 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.HeloName == "" {
 		cfg.HeloName = HeloName()
 	}
-	from, _ := mail.NormalizeAddress(cfg.From)
-	s := &Provider{cfg: cfg, from: from, idle: make(chan *smtpConn, cfg.MaxIdle)}
+	sender, _ := mail.ParseSender(cfg.From)
+	dkim, _ := cfg.DKIM.signer(cfg.From) // checked by Validate
+	s := &Provider{cfg: cfg, sender: sender, from: sender.Address, dkim: dkim, idle: make(chan *smtpConn, cfg.MaxIdle)}
 	if cfg.CAFile != "" {
 		s.roots, _ = loadRoots(cfg.CAFile) // checked by Validate
 	}
@@ -476,9 +483,16 @@ func (s *Provider) dial(ctx context.Context) (*smtpConn, error) {
 // key header.
 func (s *Provider) compose(m mail.Message) ([]byte, error) {
 	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
-	if err := msg.From(s.cfg.From); err != nil {
+	from := s.sender.WithName(m.FromName)
+	if err := msg.FromFormat(from.Name, from.Address); err != nil {
 		return nil, err
 	}
+	if m.ReplyTo != "" {
+		if err := msg.ReplyTo(m.ReplyTo); err != nil {
+			return nil, err
+		}
+	}
+	msg.SetGenHeader("Auto-Submitted", mail.AutoSubmitted)
 	if err := msg.To(m.To); err != nil {
 		return nil, err
 	}
@@ -496,6 +510,9 @@ func (s *Provider) compose(m mail.Message) ([]byte, error) {
 	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
 	if m.HTML != "" {
 		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
+	}
+	if s.dkim != nil {
+		msg.SetDKIM(s.dkim)
 	}
 	var buf bytes.Buffer
 	if _, err := msg.WriteTo(&buf); err != nil {

@@ -433,6 +433,23 @@ func (m *Mailpit) Headers(t testing.TB, id string) mail.Header {
 	return h
 }
 
+// Raw is the message with Mailpit ID id as it arrived: the bytes a
+// signature is verified over (with the Received header Mailpit adds on
+// top, which no signature covers).
+func (m *Mailpit) Raw(t testing.TB, id string) []byte {
+	t.Helper()
+	resp, err := m.client.Get(m.URL + "/api/v1/message/" + url.PathEscape(id) + "/raw")
+	if err != nil {
+		t.Fatalf("Mailpit raw %s: %v", id, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("Mailpit raw %s: %s %v: %s", id, resp.Status, err, b)
+	}
+	return b
+}
+
 // Count is the number of stored messages.
 func (m *Mailpit) Count(t testing.TB) int {
 	t.Helper()

@@ -46,6 +46,7 @@ import (
 type Message struct {
 	MessageID     string // Postmark's id, a UUID
 	From          string
+	ReplyTo       string
 	To            string
 	Subject       string
 	HTMLBody      string
@@ -264,9 +265,9 @@ func (s *Server) handleEmail(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) validate(body []byte) (Message, int, string) {
 	var req struct {
-		From, To, Subject, HtmlBody, TextBody, MessageStream *string
-		Headers                                              []struct{ Name, Value *string }
-		Metadata                                             map[string]string
+		From, ReplyTo, To, Subject, HtmlBody, TextBody, MessageStream *string
+		Headers                                                       []struct{ Name, Value *string }
+		Metadata                                                      map[string]string
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(&req); err != nil {
@@ -285,6 +286,12 @@ func (s *Server) validate(body []byte) (Message, int, string) {
 	}
 	m.From, m.To, m.Subject, m.HTMLBody, m.TextBody = str(req.From), str(req.To), str(req.Subject), str(req.HtmlBody), str(req.TextBody)
 	m.MessageStream = str(req.MessageStream)
+	m.ReplyTo = str(req.ReplyTo)
+	if m.ReplyTo != "" {
+		if _, err := mail.ParseAddress(m.ReplyTo); err != nil {
+			return m, 300, fmt.Sprintf("Error parsing 'ReplyTo': Illegal email address '%s'.", m.ReplyTo)
+		}
+	}
 	if m.MessageStream == "" {
 		m.MessageStream = "outbound"
 	}

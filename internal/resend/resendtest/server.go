@@ -43,6 +43,7 @@ import (
 type Message struct {
 	ID             string // the id it answered, a UUID
 	From           string
+	ReplyTo        []string // reply_to: one address or several
 	To             []string
 	Subject        string
 	HTML           string
@@ -467,6 +468,19 @@ func (s *Server) validate(req map[string]json.RawMessage) (m Message, status int
 	}
 	if hasText && json.Unmarshal(req["text"], &m.Text) != nil {
 		return m, http.StatusUnprocessableEntity, "validation_error", "Invalid `text` field: want a string."
+	}
+	if raw, ok := req["reply_to"]; ok {
+		var one string
+		if json.Unmarshal(raw, &one) == nil {
+			m.ReplyTo = []string{one}
+		} else if json.Unmarshal(raw, &m.ReplyTo) != nil {
+			return m, http.StatusUnprocessableEntity, "validation_error", "Invalid `reply_to` field: want an address or a list of addresses."
+		}
+		for _, a := range m.ReplyTo {
+			if !validAddress(a) {
+				return m, http.StatusUnprocessableEntity, "validation_error", "Invalid `reply_to` field. The email address needs to follow the `email@example.com` or `Name <email@example.com>` format."
+			}
+		}
 	}
 	if raw, ok := req["headers"]; ok && json.Unmarshal(raw, &m.Headers) != nil {
 		return m, http.StatusUnprocessableEntity, "validation_error", "Invalid `headers` field: want an object of strings."
