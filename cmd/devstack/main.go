@@ -144,6 +144,9 @@ func (o options) env(own ...string) []string {
 		"DELIVERY_QUEUE=" + queue,
 		"LOG_LEVEL=info",
 		"MAIL_FROM=orders@shop.example",
+		// A shop's webhook receiver on this machine, for trying them out.
+		"WEBHOOK_ALLOW_HTTP=true",
+		"WEBHOOK_ALLOW_NETWORKS=127.0.0.0/8,::1/128",
 	}
 	return append(e, own...)
 }
