@@ -63,6 +63,7 @@ type config struct {
 	IdempotencyTTL  time.Duration
 	SendAtHorizon   time.Duration     // SEND_AT_HORIZON: how far ahead a notification may be scheduled
 	WebhookGuard    *webhookout.Guard // WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_NETWORKS: which endpoint URLs are taken
+	UnsubscribeKey  string            // UNSUBSCRIBE_SECRET: verifies one-click unsubscribe links
 	ShutdownTimeout time.Duration
 	AdminToken      string
 	MetricsAddr     string
@@ -88,6 +89,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		IdempotencyTTL:  env.Duration("IDEMPOTENCY_KEY_TTL", 24*time.Hour),
 		SendAtHorizon:   env.Duration("SEND_AT_HORIZON", order.DefaultSendAtHorizon),
 		WebhookGuard:    webhookout.ReadGuard(env),
+		UnsubscribeKey:  env.Secret("UNSUBSCRIBE_SECRET", ""),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 		MetricsAddr:     env.String("METRICS_ADDR", ":9100"),
@@ -227,9 +229,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Handler: httpapi.NewServer(httpapi.Deps{
 			Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg,
 			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: cfg.MaxInFlight,
-			BodyTimeout: cfg.BodyTimeout,
-			Tracer:      tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
-			Admin:       httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys, Webhooks: webhookout.NewService(pool, cfg.WebhookGuard)},
+			BodyTimeout:       cfg.BodyTimeout,
+			UnsubscribeSecret: cfg.UnsubscribeKey,
+			Tracer:            tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
+			Admin:             httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys, Webhooks: webhookout.NewService(pool, cfg.WebhookGuard)},
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       15 * time.Second,

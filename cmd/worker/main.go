@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -58,9 +59,10 @@ type config struct {
 	SendTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	TaskCheckInterval time.Duration
-	From              string            // MAIL_FROM
-	Provider          mail.Descriptor   // PROVIDER
-	Sender            mail.SenderConfig // the provider's settings
+	From              string             // MAIL_FROM
+	Unsubscribe       notify.Unsubscribe // UNSUBSCRIBE_URL, UNSUBSCRIBE_SECRET, UNSUBSCRIBE_MAILTO
+	Provider          mail.Descriptor    // PROVIDER
+	Sender            mail.SenderConfig  // the provider's settings
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -108,6 +110,16 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.LockTTL < time.Second {
 		env.Check("LOCK_TTL", fmt.Errorf("%v is too short; the heartbeat renews it every third", cfg.LockTTL))
 	}
+	cfg.Unsubscribe = notify.Unsubscribe{BaseURL: env.String("UNSUBSCRIBE_URL", ""), Secret: env.Secret("UNSUBSCRIBE_SECRET", ""),
+		Mailto: env.String("UNSUBSCRIBE_MAILTO", "")}
+	env.Check("UNSUBSCRIBE_URL", checkUnsubscribeURL(cfg.Unsubscribe.BaseURL))
+	if s := cfg.Unsubscribe.Secret; s != "" && len(s) < 32 {
+		env.Check("UNSUBSCRIBE_SECRET", fmt.Errorf("is %d characters; use at least 32 (e.g. openssl rand -hex 32)", len(s)))
+	}
+	if m := cfg.Unsubscribe.Mailto; m != "" {
+		_, err := mail.NormalizeAddress(m)
+		env.Check("UNSUBSCRIBE_MAILTO", err)
+	}
 	for _, name := range []string{"DKIM_DOMAIN", "DKIM_SELECTOR", "DKIM_PRIVATE_KEY_FILE"} {
 		if cfg.Provider.Name != smtp.Name && env.String(name, "") != "" {
 			// Silently unsigned mail would be worse than a refusal.
@@ -147,6 +159,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if names := failpoint.Value("without-templates"); names != "" {
 		templates = templates.Without(strings.Split(names, "+")...) // the fault-injection suite's older build
 	}
+	if subs := templates.Subscriptions(); len(subs) > 0 && (cfg.Unsubscribe.BaseURL == "" || cfg.Unsubscribe.Secret == "") {
+		// Inboxes require one-click unsubscribe of subscription mail.
+		return fmt.Errorf("configuration:\nUNSUBSCRIBE_URL and UNSUBSCRIBE_SECRET: must be set, since %s of the subscription category: their messages carry one-click unsubscribe",
+			strings.Join(subs, ", ")+map[bool]string{true: " is", false: " are"}[len(subs) == 1])
+	}
 	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return err
@@ -184,6 +201,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Queue:           cfg.Queue,
 		Concurrency:     cfg.Concurrency,
 		Tracer:          tp.Tracer("github.com/sekali-dev/sekali/internal/notify"),
+		Unsubscribe:     cfg.Unsubscribe,
 	}, log, notify.NewMetrics(reg))
 
 	// Healthy while Redis answers: without it the worker takes no task.
@@ -209,4 +227,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	err = g.Wait()
 	log.Info("worker stopped")
 	return err
+}
+
+// checkUnsubscribeURL refuses an UNSUBSCRIBE_URL that an inbox would not
+// post to: one-click unsubscribe takes https only (RFC 8058).
+func checkUnsubscribeURL(raw string) error {
+	if raw == "" {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: want the API's public https base URL, such as https://shop.example/sekali", raw)
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -339,5 +341,37 @@ func TestConfigOfDKIM(t *testing.T) {
 	delete(env, "DKIM_PRIVATE_KEY_FILE")
 	if _, err := loadConfig(func(k string) string { return env[k] }); err != nil {
 		t.Errorf("MAIL_FROM with a display name: %v", err)
+	}
+}
+
+// A worker with a subscription template refuses to start without
+// one-click unsubscribe; UNSUBSCRIBE_URL must be https.
+func TestSubscriptionTemplatesNeedUnsubscribe(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"newsletter/schema.json":  `{"type": "object"}`,
+		"newsletter/sample.json":  `{}`,
+		"newsletter/meta.json":    `{"category": "subscription"}`,
+		"newsletter/subject.tmpl": "Kabar",
+		"newsletter/text.tmpl":    "Halo",
+		"newsletter/html.tmpl":    "<p>Halo</p>",
+	} {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := map[string]string{"TEMPLATES_DIR": dir, "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"}
+	err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "UNSUBSCRIBE_URL") || !strings.Contains(err.Error(), "newsletter") {
+		t.Errorf("a subscription template without UNSUBSCRIBE_*: %v", err)
+	}
+	env = map[string]string{"UNSUBSCRIBE_URL": "http://shop.example/sekali", "UNSUBSCRIBE_SECRET": "short"}
+	if _, err := loadConfig(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "UNSUBSCRIBE_URL") || !strings.Contains(err.Error(), "UNSUBSCRIBE_SECRET") {
+		t.Errorf("http and a short secret: %v", err)
 	}
 }

@@ -74,3 +74,8 @@ SELECT * FROM suppressions ORDER BY created_at DESC, recipient LIMIT @max_rows;
 
 -- name: ListSuppressionEvents :many
 SELECT * FROM suppression_events WHERE recipient = @recipient ORDER BY id;
+
+-- name: AddUnsubscribe :execrows
+-- 0 rows: the recipient had left this category already.
+INSERT INTO unsubscribes (recipient, category) VALUES (@recipient, @category)
+ON CONFLICT (recipient, category) DO NOTHING;

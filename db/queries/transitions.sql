@@ -52,6 +52,8 @@ FROM ins;
 --   unknown_template  a template this worker does not have
 --   too_old           pending longer than the max age
 --   suppressed        the recipient is on the suppression list
+--   unsubscribed      a subscription template, and the recipient left
+--                     subscription mail (one-click unsubscribe)
 --   blocked           an operator's block holds it back
 --   claimed           taken: pending, or sending under a lease that ran
 --                     out before its hand-over (the worker died)
@@ -77,6 +79,9 @@ WITH nosync AS (
                WHEN NOT (n.template = ANY(@templates::text[])) THEN 'unknown_template'
                WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => @max_age_seconds::float8) THEN 'too_old'
                WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient) THEN 'suppressed'
+               WHEN n.template = ANY(@subscription_templates::text[])
+                    AND EXISTS (SELECT 1 FROM unsubscribes u
+                                WHERE u.recipient = n.recipient AND u.category = 'subscription') THEN 'unsubscribed'
                WHEN EXISTS (SELECT 1 FROM delivery_blocks b
                             WHERE b.expires_at > now()
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
@@ -329,6 +334,24 @@ WITH upd AS (
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'suppressed', 'pending', 'suppressed', attempts, @actor::text,
        jsonb_build_object('source', source, 'reason', reason)
+FROM upd;
+
+-- name: SuppressUnsubscribed :execrows
+-- A pending delivery of a subscription template to a recipient who
+-- unsubscribed from that mail: not sent, kept visible with the reason.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status     = 'suppressed',
+        last_error = 'unsubscribed: the recipient left subscription mail',
+        updated_at = now()
+    WHERE d.id = @id
+      AND d.status = 'pending'
+      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription')
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'suppressed', 'pending', 'suppressed', attempts, @actor::text,
+       jsonb_build_object('source', 'unsubscribe', 'reason', 'the recipient unsubscribed from subscription mail')
 FROM upd;
 
 -- ---- The shop or an operator: called off before it was sent. ----

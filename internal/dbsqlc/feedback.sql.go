@@ -58,6 +58,25 @@ func (q *Queries) AddSuppression(ctx context.Context, arg AddSuppressionParams) 
 	return i, err
 }
 
+const addUnsubscribe = `-- name: AddUnsubscribe :execrows
+INSERT INTO unsubscribes (recipient, category) VALUES ($1, $2)
+ON CONFLICT (recipient, category) DO NOTHING
+`
+
+type AddUnsubscribeParams struct {
+	Recipient string
+	Category  string
+}
+
+// 0 rows: the recipient had left this category already.
+func (q *Queries) AddUnsubscribe(ctx context.Context, arg AddUnsubscribeParams) (int64, error) {
+	result, err := q.db.Exec(ctx, addUnsubscribe, arg.Recipient, arg.Category)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const findDeliveryForFeedback = `-- name: FindDeliveryForFeedback :one
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before FROM notification_deliveries
 WHERE ($1::text IS NOT NULL AND provider_message_id = $1::text)

@@ -137,6 +137,12 @@ type SuppressionEvent struct {
 	Note      string
 }
 
+type Unsubscribe struct {
+	Recipient string
+	Category  string
+	CreatedAt time.Time
+}
+
 type WebhookEndpoint struct {
 	ID                uuid.UUID
 	Url               string

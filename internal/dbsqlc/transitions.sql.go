@@ -199,6 +199,9 @@ WITH nosync AS (
                WHEN NOT (n.template = ANY($6::text[])) THEN 'unknown_template'
                WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => $7::float8) THEN 'too_old'
                WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient) THEN 'suppressed'
+               WHEN n.template = ANY($8::text[])
+                    AND EXISTS (SELECT 1 FROM unsubscribes u
+                                WHERE u.recipient = n.recipient AND u.category = 'subscription') THEN 'unsubscribed'
                WHEN EXISTS (SELECT 1 FROM delivery_blocks b
                             WHERE b.expires_at > now()
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
@@ -213,7 +216,7 @@ WITH nosync AS (
     UPDATE notification_deliveries d
     SET status           = 'sending',
         lease_token      = j.input_lease,
-        lease_expires_at = now() + make_interval(secs => $8::float8),
+        lease_expires_at = now() + make_interval(secs => $9::float8),
         handed_over_at   = NULL,
         message_id       = coalesce(d.message_id, j.input_message_id),
         attempts         = d.attempts + 1,
@@ -224,7 +227,7 @@ WITH nosync AS (
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'claimed', from_status, 'sending', attempts, $9::text,
+    SELECT id, 'claimed', from_status, 'sending', attempts, $10::text,
            jsonb_build_object('task_id', task_id)
     FROM claimed
 )
@@ -243,15 +246,16 @@ WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id)
 `
 
 type ClaimDeliveriesParams struct {
-	Ids           []uuid.UUID
-	KeyHashes     []string
-	LeaseTokens   []uuid.UUID
-	MessageIds    []string
-	TaskIds       []string
-	Templates     []string
-	MaxAgeSeconds float64
-	LeaseSeconds  float64
-	Actor         string
+	Ids                   []uuid.UUID
+	KeyHashes             []string
+	LeaseTokens           []uuid.UUID
+	MessageIds            []string
+	TaskIds               []string
+	Templates             []string
+	MaxAgeSeconds         float64
+	SubscriptionTemplates []string
+	LeaseSeconds          float64
+	Actor                 string
 }
 
 type ClaimDeliveriesRow struct {
@@ -297,6 +301,8 @@ type ClaimDeliveriesRow struct {
 //	unknown_template  a template this worker does not have
 //	too_old           pending longer than the max age
 //	suppressed        the recipient is on the suppression list
+//	unsubscribed      a subscription template, and the recipient left
+//	                  subscription mail (one-click unsubscribe)
 //	blocked           an operator's block holds it back
 //	claimed           taken: pending, or sending under a lease that ran
 //	                  out before its hand-over (the worker died)
@@ -315,6 +321,7 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 		arg.TaskIds,
 		arg.Templates,
 		arg.MaxAgeSeconds,
+		arg.SubscriptionTemplates,
 		arg.LeaseSeconds,
 		arg.Actor,
 	)
@@ -1211,6 +1218,38 @@ type SuppressPendingParams struct {
 // and kept visible with the reason.
 func (q *Queries) SuppressPending(ctx context.Context, arg SuppressPendingParams) (int64, error) {
 	result, err := q.db.Exec(ctx, suppressPending, arg.Actor, arg.ID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const suppressUnsubscribed = `-- name: SuppressUnsubscribed :execrows
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status     = 'suppressed',
+        last_error = 'unsubscribed: the recipient left subscription mail',
+        updated_at = now()
+    WHERE d.id = $2
+      AND d.status = 'pending'
+      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription')
+    RETURNING d.id, d.attempts
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT id, 'suppressed', 'pending', 'suppressed', attempts, $1::text,
+       jsonb_build_object('source', 'unsubscribe', 'reason', 'the recipient unsubscribed from subscription mail')
+FROM upd
+`
+
+type SuppressUnsubscribedParams struct {
+	Actor string
+	ID    uuid.UUID
+}
+
+// A pending delivery of a subscription template to a recipient who
+// unsubscribed from that mail: not sent, kept visible with the reason.
+func (q *Queries) SuppressUnsubscribed(ctx context.Context, arg SuppressUnsubscribedParams) (int64, error) {
+	result, err := q.db.Exec(ctx, suppressUnsubscribed, arg.Actor, arg.ID)
 	if err != nil {
 		return 0, err
 	}

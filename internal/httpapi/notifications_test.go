@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -289,5 +290,39 @@ func TestRemindUnlessPaid(t *testing.T) {
 	}
 	if n := s.count(t, "notification_deliveries WHERE template = 'order-confirmation' AND status = 'cancelled'"); n != 0 {
 		t.Errorf("%d other templates' notifications cancelled", n)
+	}
+}
+
+// The link of a subscription message: following it shows a page and
+// changes nothing (mail scanners follow links); the one-click POST
+// unsubscribes, without a login, once; a link this service did not sign
+// is 404.
+func TestOneClickUnsubscribe(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	path := "/v1/unsubscribe/" + mail.UnsubscribeToken(unsubscribeSecret, "ana@example.com", "subscription")
+	anon := map[string]string{"Authorization": ""}
+	res := s.do(t, http.MethodGet, path, "", nil, anon)
+	if res.status != http.StatusOK || !strings.Contains(string(res.body), `id="unsubscribe"`) || s.count(t, "unsubscribes") != 0 {
+		t.Fatalf("GET = %d, %d rows: %s", res.status, s.count(t, "unsubscribes"), res.body)
+	}
+	if csp := res.header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+		t.Errorf("policy %q", csp)
+	}
+	for range 2 {
+		res = s.do(t, http.MethodPost, path, "application/x-www-form-urlencoded", strings.NewReader("List-Unsubscribe=One-Click"), anon)
+		if res.status != http.StatusOK || !strings.Contains(string(res.body), `id="done"`) {
+			t.Fatalf("POST = %d: %s", res.status, res.body)
+		}
+	}
+	if n := s.count(t, "unsubscribes WHERE recipient = 'ana@example.com' AND category = 'subscription'"); n != 1 {
+		t.Errorf("%d unsubscribe rows, want 1", n)
+	}
+	forged := "/v1/unsubscribe/" + mail.UnsubscribeToken("a-secret-that-is-not-ours-0123456789", "budi@example.com", "subscription")
+	if res := s.do(t, http.MethodPost, forged, "", nil, anon); res.status != http.StatusNotFound {
+		t.Errorf("a forged link = %d, want 404", res.status)
+	}
+	if n := s.count(t, "unsubscribes"); n != 1 {
+		t.Errorf("%d unsubscribe rows after a forged link, want 1", n)
 	}
 }

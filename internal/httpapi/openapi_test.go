@@ -26,6 +26,7 @@ import (
 	"github.com/sekali-dev/sekali/api"
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/httpapi"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
@@ -326,6 +327,13 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(404, "POST", "/v1/orders/00000000-0000-4000-8000-000000000000/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, nil)
 	c.do(401, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, map[string]string{"Authorization": ""})
 	c.do(403, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, map[string]string{"Authorization": "Bearer " + writeOnly})
+
+	// One-click unsubscribe: the page changes nothing, the POST does.
+	unsub := "/v1/unsubscribe/" + mail.UnsubscribeToken(unsubscribeSecret, "ana.maria@example.com", "subscription")
+	c.do(200, "GET", unsub, "", "", map[string]string{"Authorization": ""})
+	c.do(200, "POST", unsub, "application/x-www-form-urlencoded", "List-Unsubscribe=One-Click", map[string]string{"Authorization": ""})
+	c.do(404, "GET", "/v1/unsubscribe/forged.token", "", "", map[string]string{"Authorization": ""})
+	c.do(404, "POST", "/v1/unsubscribe/"+mail.UnsubscribeToken("another-secret-another-secret-xxxx", "ana.maria@example.com", "subscription"), "", "", map[string]string{"Authorization": ""})
 
 	// Previews with custom data, in a language, and the gallery.
 	c.do(200, "POST", "/v1/templates/order-shipped/preview?lang=en-GB", jsonCT, data, nil)

@@ -35,6 +35,9 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodGet, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
 		r.Method(http.MethodPost, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
 		r.Method(http.MethodGet, "/templates", handleGallery(d.Templates))
+		// One-click unsubscribe: the token's signature is the credential.
+		r.Method(http.MethodGet, "/v1/unsubscribe/{token}", handleUnsubscribe(d.UnsubscribeSecret, d.Admin.Ops))
+		r.Method(http.MethodPost, "/v1/unsubscribe/{token}", handleUnsubscribe(d.UnsubscribeSecret, d.Admin.Ops))
 	})
 	// The checkout: the shop's server, with a key that may place orders;
 	// in public mode also a storefront's browsers, without one, under the

@@ -58,6 +58,10 @@ type Deps struct {
 	// that sends slowly holds a connection, never one of MaxInFlight's
 	// places.
 	BodyTimeout time.Duration
+	// UnsubscribeSecret verifies the one-click unsubscribe links of
+	// subscription templates (UNSUBSCRIBE_SECRET, the workers' too); ""
+	// answers every link 404.
+	UnsubscribeSecret string
 }
 
 // NewServer returns the API's handler.

@@ -35,6 +35,9 @@ import (
 
 const adminToken = "test-admin-token-0123456789"
 
+// unsubscribeSecret signs the stack's one-click unsubscribe links.
+const unsubscribeSecret = "test-unsubscribe-secret-0123456789abcdef"
+
 // stack is the API wired as cmd/api wires it, on a private database and
 // queue, served over a real loopback connection.
 type stack struct {
@@ -115,7 +118,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
 		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: o.maxInFlight,
-		BodyTimeout: o.bodyTimeout,
+		BodyTimeout: o.bodyTimeout, UnsubscribeSecret: unsubscribeSecret,
 		Admin: httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys,
 			Webhooks: webhookout.NewService(db.Pool, &webhookout.Guard{AllowHTTP: true, Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})},
 	}))

@@ -30,6 +30,11 @@ type Message struct {
 	// ReplyTo is where the recipient's answers go (the template's); ""
 	// for none: to the From address.
 	ReplyTo string
+	// ListUnsubscribe is the List-Unsubscribe header of a subscription
+	// template's message ("<https://…>", with ", <mailto:…>" if set); ""
+	// for a transactional one. With it goes List-Unsubscribe-Post:
+	// ListUnsubscribePost.
+	ListUnsubscribe string
 }
 
 // AutoSubmitted is the Auto-Submitted header every message carries (RFC

@@ -1,6 +1,7 @@
 package mail
 
 import (
+	"errors"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,24 @@ func TestKeyDerivedNames(t *testing.T) {
 	}
 	if got := RedactAddresses("550 5.1.1 <ana@example.com>: Recipient address rejected"); strings.Contains(got, "ana@") {
 		t.Errorf("RedactAddresses left the address: %q", got)
+	}
+}
+
+// An unsubscribe token names its recipient and category, and nobody
+// without the secret can make or change one.
+func TestUnsubscribeToken(t *testing.T) {
+	t.Parallel()
+	tok := UnsubscribeToken("s3cret-s3cret-s3cret-s3cret-s3cret", "ana@example.com", "subscription")
+	r, c, err := ParseUnsubscribeToken("s3cret-s3cret-s3cret-s3cret-s3cret", tok)
+	if err != nil || r != "ana@example.com" || c != "subscription" {
+		t.Fatalf("ParseUnsubscribeToken = %q, %q, %v", r, c, err)
+	}
+	forged := UnsubscribeToken("another-secret-another-secret-xx", "budi@example.com", "subscription")
+	payload, _, _ := strings.Cut(forged, ".")
+	_, sig, _ := strings.Cut(tok, ".")
+	for _, bad := range []string{forged, payload + "." + sig, tok + "x", "nodot", ""} {
+		if _, _, err := ParseUnsubscribeToken("s3cret-s3cret-s3cret-s3cret-s3cret", bad); !errors.Is(err, ErrBadUnsubscribeToken) {
+			t.Errorf("ParseUnsubscribeToken(%q) = %v", bad, err)
+		}
 	}
 }

@@ -130,6 +130,10 @@ func (p *Provider) form(m mail.Message) ([]byte, error) {
 		v.Set("h:Reply-To", m.ReplyTo)
 	}
 	v.Set("h:Auto-Submitted", mail.AutoSubmitted)
+	if m.ListUnsubscribe != "" {
+		v.Set("h:List-Unsubscribe", m.ListUnsubscribe)
+		v.Set("h:List-Unsubscribe-Post", mail.ListUnsubscribePost)
+	}
 	v.Set("to", to)
 	v.Set("subject", m.Subject)
 	if m.Text != "" {

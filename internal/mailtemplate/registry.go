@@ -93,6 +93,18 @@ func (t *Templates) Without(names ...string) *Templates {
 	return out
 }
 
+// Subscriptions are the names of the templates of the subscription
+// category (meta.json), sorted.
+func (t *Templates) Subscriptions() []string {
+	var out []string
+	for _, name := range t.Names() {
+		if t.byName[name].meta.category == CategorySubscription {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // Names lists the registered templates in order.
 func (t *Templates) Names() []string {
 	names := make([]string, 0, len(t.byName))

@@ -120,6 +120,8 @@ func (w *Worker) write(ctx context.Context, l *taskLog, d dbsqlc.NotificationDel
 		return expirePending(ctx, q, d.ID, w.cfg.MaxAge, s.reason, actor)
 	case writeSuppressed:
 		return suppressPending(ctx, q, d.ID, actor)
+	case writeUnsubscribed:
+		return raced(q.SuppressUnsubscribed(ctx, dbsqlc.SuppressUnsubscribedParams{ID: d.ID, Actor: actor}))
 	case writeBlocked:
 		return historyOnly("blocked", map[string]string{"reason": s.reason})
 	case writeDuplicate:

@@ -63,6 +63,7 @@ const (
 	verdictUnknownTemplate verdict = "unknown_template"
 	verdictTooOld          verdict = "too_old"
 	verdictSuppressed      verdict = "suppressed"
+	verdictUnsubscribed    verdict = "unsubscribed"
 	verdictBlocked         verdict = "blocked"
 	verdictMissing         verdict = "missing"
 )
@@ -83,6 +84,7 @@ const (
 	writeNoteAmbiguous // a note in the history: the reconciler decides
 	writeExpired       // pending -> failed, if still pending and too old
 	writeSuppressed    // pending -> suppressed, if still pending
+	writeUnsubscribed  // pending -> suppressed, if still pending and still unsubscribed
 	writeBlocked       // a "blocked" history entry
 	writeDuplicate     // a "duplicate_suppressed" history entry
 )
@@ -169,6 +171,8 @@ func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, m
 			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
 	case verdictSuppressed:
 		return step{write: writeSuppressed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
+	case verdictUnsubscribed:
+		return step{write: writeUnsubscribed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
 	case verdictBlocked:
 		// The row stays pending; the reconciler queues it again once the
 		// block has expired.

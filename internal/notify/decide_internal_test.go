@@ -111,6 +111,7 @@ func TestDecideUnclaimed(t *testing.T) {
 		{verdictTooOld, pending, want{write: writeExpired, to: StatusFailed, result: resultExpired, outcome: "failed", answer: answerSkip, skip: true}},
 		{verdictSuppressed, pending, want{write: writeSuppressed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}},
 		{verdictBlocked, pending, want{write: writeBlocked, result: resultBlocked}},
+		{verdictUnsubscribed, pending, want{write: writeUnsubscribed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}},
 		{verdictNotYet, pending, want{result: resultNotYet, answer: answerWait}},
 		{"from_a_newer_build", pending, want{result: resultRaced, answer: answerWait}},
 	} {

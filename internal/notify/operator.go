@@ -127,6 +127,22 @@ func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string)
 	return Cancel(ctx, o.db, id, actor, note)
 }
 
+// Unsubscribe records that recipient left category (a one-click
+// unsubscribe): the subscription templates' deliveries to the address
+// are suppressed from now on; transactional ones still go out. added is
+// false when it had left already.
+func (o *Operator) Unsubscribe(ctx context.Context, recipient, category string) (added bool, err error) {
+	recipient, err = mail.NormalizeAddress(recipient)
+	if err != nil {
+		return false, err
+	}
+	n, err := dbsqlc.New(o.db).AddUnsubscribe(ctx, dbsqlc.AddUnsubscribeParams{Recipient: recipient, Category: category})
+	if err != nil {
+		return false, fmt.Errorf("unsubscribe %s from %s: %w", mail.KeyHash(recipient), category, err)
+	}
+	return n == 1, nil
+}
+
 // MaxBulkRetry bounds the deliveries one bulk retry takes; a larger set
 // is retried in several.
 const MaxBulkRetry = 1000

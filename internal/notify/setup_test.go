@@ -93,10 +93,11 @@ func smtpAt(t testing.TB, host string, port int) *smtp.Provider {
 }
 
 type workerOpts struct {
-	provider  mail.Provider
-	lockTTL   time.Duration
-	maxAge    time.Duration
-	templates *mailtemplate.Templates
+	provider    mail.Provider
+	lockTTL     time.Duration
+	maxAge      time.Duration
+	templates   *mailtemplate.Templates
+	unsubscribe notify.Unsubscribe
 }
 
 // testWorker is a Worker behind its Middleware, as cmd/worker serves it:
@@ -126,7 +127,7 @@ func (e *env) worker(t testing.TB, o workerOpts) testWorker {
 	}
 	w := notify.NewWorker(e.db.Pool, e.rdb, o.provider, o.templates, notify.WorkerConfig{
 		LockTTL: o.lockTTL, MaxAge: o.maxAge, ProbeInterval: 100 * time.Millisecond, SendTimeout: 10 * time.Second,
-		MessageIDDomain: mailDomain, WorkerID: t.Name(), Queue: e.redis.Queue, Concurrency: 10,
+		MessageIDDomain: mailDomain, WorkerID: t.Name(), Queue: e.redis.Queue, Concurrency: 10, Unsubscribe: o.unsubscribe,
 	}, slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), e.metrics)
 	return testWorker{Worker: w, handler: w.Middleware(w)}
 }

@@ -41,6 +41,7 @@ import (
 //	sending  sending  worker      found a dead attempt that had handed over             noteAmbiguous
 //	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            expirePending
 //	pending  suppressed worker    the recipient is on the suppression list              suppressPending
+//	pending  suppressed worker    a subscription template, and the recipient left it    SuppressUnsubscribed (apply)
 //	pending  cancelled API/operator called off before it was claimed (one, or a template's) Cancel, CancelTemplate
 //	failed   pending  operator    retry, same key, a new DELIVERY_MAX_AGE               operatorRetry
 //	held     pending  operator    retry                                                 operatorRetry
@@ -104,6 +105,7 @@ type lease struct {
 func claimAll(ctx context.Context, q *dbsqlc.Queries, cs []claimArgs) ([]*dbsqlc.ClaimDeliveriesRow, error) {
 	p := dbsqlc.ClaimDeliveriesParams{
 		LeaseSeconds: cs[0].lease.ttl.Seconds(), Templates: cs[0].templates, MaxAgeSeconds: cs[0].maxAge.Seconds(), Actor: cs[0].lease.actor,
+		SubscriptionTemplates: cs[0].subscriptions,
 	}
 	// A delivery asked for twice (its task delivered twice at once) is
 	// judged once, for the first claim: the statement takes distinct ids.
@@ -146,6 +148,7 @@ type claimArgs struct {
 	keyHash, messageID, taskID string
 	lease                      lease
 	templates                  []string
+	subscriptions              []string // the subscription templates among them
 	maxAge                     time.Duration
 }
 

@@ -54,6 +54,28 @@ type WorkerConfig struct {
 	Concurrency int
 	// Tracer records the attempt's spans; nil records none.
 	Tracer trace.Tracer
+	// Unsubscribe builds the one-click unsubscribe of subscription
+	// templates' messages; cmd/worker refuses to start without it when
+	// there is such a template.
+	Unsubscribe Unsubscribe
+}
+
+// Unsubscribe is how a subscription message's List-Unsubscribe is made:
+// the API's public base URL (UNSUBSCRIBE_URL, e.g.
+// https://shop.example/sekali), the secret that signs the tokens
+// (UNSUBSCRIBE_SECRET, which the API verifies with), and an optional
+// mailto address (UNSUBSCRIBE_MAILTO).
+type Unsubscribe struct {
+	BaseURL, Secret, Mailto string
+}
+
+// header is the List-Unsubscribe of a message of category to recipient.
+func (u Unsubscribe) header(recipient, category string) string {
+	h := "<" + strings.TrimSuffix(u.BaseURL, "/") + "/v1/unsubscribe/" + mail.UnsubscribeToken(u.Secret, recipient, category) + ">"
+	if u.Mailto != "" {
+		h += ", <mailto:" + u.Mailto + "?subject=unsubscribe>"
+	}
+	return h
 }
 
 // An attempt's outcome is written, and its lock released, even after
@@ -78,15 +100,16 @@ type Worker struct {
 	lock      redisLock
 	provider  mail.Provider
 	templates *mailtemplate.Templates
-	// templateNames are the templates this worker may claim deliveries of.
-	templateNames []string
-	cfg           WorkerConfig
-	log           *slog.Logger
-	metrics       *Metrics
-	limit         *limiter
-	health        *health
-	tracer        trace.Tracer
-	draining      atomic.Bool
+	// templateNames are the templates this worker may claim deliveries
+	// of; subscriptions those of the subscription category.
+	templateNames, subscriptions []string
+	cfg                          WorkerConfig
+	log                          *slog.Logger
+	metrics                      *Metrics
+	limit                        *limiter
+	health                       *health
+	tracer                       trace.Tracer
+	draining                     atomic.Bool
 
 	// The statements on the way to a send, each shared by the attempts
 	// that reach it at once (batch.go).
@@ -122,6 +145,7 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provid
 		provider:      provider,
 		templates:     templates,
 		templateNames: names,
+		subscriptions: templates.Subscriptions(),
 		cfg:           cfg,
 		log:           log,
 		metrics:       metrics,
@@ -245,7 +269,7 @@ func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPay
 	cctx, span := w.tracer.Start(ctx, "claim")
 	judged, err := w.claims.do(cctx, claimArgs{
 		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: mail.MessageIDOfHash(p.KeyHash, w.cfg.MessageIDDomain),
-		taskID: a.taskID, templates: w.templateNames, maxAge: w.cfg.MaxAge,
+		taskID: a.taskID, templates: w.templateNames, subscriptions: w.subscriptions, maxAge: w.cfg.MaxAge,
 	})
 	span.End()
 	if err != nil {
@@ -338,6 +362,9 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 		IdempotencyKey: d.IdempotencyKey,
 		FromName:       r.FromName,
 		ReplyTo:        r.ReplyTo,
+	}
+	if r.Category == mailtemplate.CategorySubscription && w.cfg.Unsubscribe.BaseURL != "" {
+		msg.ListUnsubscribe = w.cfg.Unsubscribe.header(d.Recipient, r.Category)
 	}
 	lastLeaseCheck := func() error {
 		if hb.lockLost() {

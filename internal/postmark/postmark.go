@@ -149,9 +149,13 @@ func (p *Provider) body(m mail.Message) ([]byte, error) {
 	if m.Text == "" && m.HTML == "" {
 		return nil, errors.New("no text and no HTML: Postmark needs one")
 	}
+	headers := []header{{Name: "Message-ID", Value: "<" + m.MessageID + ">"}, {Name: "Auto-Submitted", Value: mail.AutoSubmitted}}
+	if m.ListUnsubscribe != "" {
+		headers = append(headers, header{Name: "List-Unsubscribe", Value: m.ListUnsubscribe}, header{Name: "List-Unsubscribe-Post", Value: mail.ListUnsubscribePost})
+	}
 	return json.Marshal(email{
 		From: p.sender.WithName(m.FromName).Display(), ReplyTo: m.ReplyTo, To: to, Subject: m.Subject, HTMLBody: m.HTML, TextBody: m.Text,
-		Headers:       []header{{Name: "Message-ID", Value: "<" + m.MessageID + ">"}, {Name: "Auto-Submitted", Value: mail.AutoSubmitted}},
+		Headers:       headers,
 		Metadata:      map[string]string{MetadataKey: mail.KeyHash(m.IdempotencyKey)},
 		MessageStream: p.cfg.MessageStream,
 	})

@@ -123,6 +123,10 @@ func (p *Provider) body(m mail.Message) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	headers := map[string]string{"Message-ID": "<" + m.MessageID + ">", "Auto-Submitted": mail.AutoSubmitted}
+	if m.ListUnsubscribe != "" {
+		headers["List-Unsubscribe"], headers["List-Unsubscribe-Post"] = m.ListUnsubscribe, mail.ListUnsubscribePost
+	}
 	return json.Marshal(email{
 		From:    p.sender.WithName(m.FromName).Display(),
 		ReplyTo: m.ReplyTo,
@@ -132,7 +136,7 @@ func (p *Provider) body(m mail.Message) ([]byte, error) {
 		// Sent even when empty: Resend would otherwise derive a text
 		// part from the HTML, and the body would depend on how it does.
 		Text:    m.Text,
-		Headers: map[string]string{"Message-ID": "<" + m.MessageID + ">", "Auto-Submitted": mail.AutoSubmitted},
+		Headers: headers,
 		Tags:    []tag{{Name: MetadataKey, Value: mail.KeyHash(m.IdempotencyKey)}},
 	})
 }

@@ -493,6 +493,10 @@ func (s *Provider) compose(m mail.Message) ([]byte, error) {
 		}
 	}
 	msg.SetGenHeader("Auto-Submitted", mail.AutoSubmitted)
+	if m.ListUnsubscribe != "" {
+		msg.SetGenHeader("List-Unsubscribe", m.ListUnsubscribe)
+		msg.SetGenHeader("List-Unsubscribe-Post", mail.ListUnsubscribePost)
+	}
 	if err := msg.To(m.To); err != nil {
 		return nil, err
 	}
