@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"strings"
@@ -107,17 +106,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		PerDomain:    env.Int("PUBLIC_CHECKOUT_PER_DOMAIN", 300, 0, 100_000_000),
 		All:          env.Int("PUBLIC_CHECKOUT_PER_HOUR", 3000, 0, 100_000_000),
 	}
-	for _, cidr := range strings.Split(env.String("TRUSTED_PROXIES", ""), ",") {
-		if cidr = strings.TrimSpace(cidr); cidr == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(cidr)
-		if err != nil {
-			env.Check("TRUSTED_PROXIES", fmt.Errorf("%q: want CIDRs such as 10.0.0.0/8,192.168.1.5/32", cidr))
-			continue
-		}
-		cfg.RateLimits.TrustedProxies = append(cfg.RateLimits.TrustedProxies, p)
-	}
+	cfg.RateLimits.TrustedProxies = env.Prefixes("TRUSTED_PROXIES", "10.0.0.0/8,192.168.1.5/32")
 	if _, port, _ := net.SplitHostPort(cfg.MetricsAddr); cfg.MetricsAddr == cfg.HTTPAddr && port != "0" {
 		env.Check("METRICS_ADDR", fmt.Errorf("%s is HTTP_ADDR: /metrics must be on a listener of its own, kept private", cfg.MetricsAddr))
 	}

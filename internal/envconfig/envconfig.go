@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -117,6 +118,24 @@ func (r *Reader) OneOf(name, def string, allowed ...string) string {
 	}
 	r.fail(name, v, "want one of "+strings.Join(allowed, ", "))
 	return def
+}
+
+// Prefixes reads a comma-separated list of CIDRs (none when unset); a
+// CIDR that does not parse is reported with example as what to write.
+func (r *Reader) Prefixes(name, example string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, cidr := range strings.Split(r.getenv(name), ",") {
+		if cidr = strings.TrimSpace(cidr); cidr == "" {
+			continue
+		}
+		p, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			r.Check(name, fmt.Errorf("%q: want CIDRs such as %s", cidr, example))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // LogLevel reads debug, info, warn or error.

@@ -78,3 +78,22 @@ func TestSecretFromFile(t *testing.T) {
 		t.Errorf("an unreadable file: %v", err)
 	}
 }
+
+// A list of CIDRs: blanks are passed over, each bad one is named.
+func TestPrefixes(t *testing.T) {
+	t.Parallel()
+	r := New(func(string) string { return " 10.0.0.0/8, ,::1/128,nope,192.168.1.300/32" })
+	got := r.Prefixes("ALLOWED", "10.20.0.0/16")
+	if len(got) != 2 || got[0].String() != "10.0.0.0/8" || got[1].String() != "::1/128" {
+		t.Errorf("Prefixes = %v", got)
+	}
+	err := r.Err()
+	for _, want := range []string{`ALLOWED: "nope": want CIDRs such as 10.20.0.0/16`, `"192.168.1.300/32"`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Err() = %v, want it to say %s", err, want)
+		}
+	}
+	if p := New(func(string) string { return "" }).Prefixes("ALLOWED", "x"); p != nil {
+		t.Errorf("unset: %v", p)
+	}
+}

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"net/url"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -102,17 +101,8 @@ func (g *Guard) resolver() *net.Resolver {
 // WEBHOOK_ALLOW_NETWORKS (comma-separated CIDRs, default none), which the
 // API (at registration) and the reconciler (at connect time) share.
 func ReadGuard(env *envconfig.Reader) *Guard {
-	g := &Guard{AllowHTTP: env.OneOf("WEBHOOK_ALLOW_HTTP", "false", "false", "true") == "true"}
-	for _, cidr := range strings.Split(env.String("WEBHOOK_ALLOW_NETWORKS", ""), ",") {
-		if cidr = strings.TrimSpace(cidr); cidr == "" {
-			continue
-		}
-		p, err := netip.ParsePrefix(cidr)
-		if err != nil {
-			env.Check("WEBHOOK_ALLOW_NETWORKS", fmt.Errorf("%q: want CIDRs such as 10.20.0.0/16", cidr))
-			continue
-		}
-		g.Allowed = append(g.Allowed, p.Masked())
+	return &Guard{
+		AllowHTTP: env.OneOf("WEBHOOK_ALLOW_HTTP", "false", "false", "true") == "true",
+		Allowed:   env.Prefixes("WEBHOOK_ALLOW_NETWORKS", "10.20.0.0/16"),
 	}
-	return g
 }
