@@ -4,8 +4,8 @@ import (
 	"fmt"
 	netmail "net/mail"
 	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // Sender is who a message is from: MAIL_FROM, "orders@shop.example" or
@@ -36,24 +36,21 @@ func ParseSender(s string) (Sender, error) {
 	if err != nil {
 		return Sender{}, err
 	}
-	if err := CheckSenderName(a.Name); err != nil {
-		return Sender{}, err
+	if a.Name != "" {
+		if err := CheckSenderName(a.Name); err != nil {
+			return Sender{}, err
+		}
 	}
 	return Sender{Name: a.Name, Address: addr}, nil
 }
 
 // CheckSenderName refuses a display name that is not one line of visible
-// text of at most 100 characters: no control characters, no line or
-// paragraph separators, no bidirectional controls that could make it
-// read as something else in an inbox.
+// text of at most 100 characters (textrule.OneLine: no control
+// characters, no line or paragraph separators, no bidirectional controls
+// that could make it read as something else in an inbox).
 func CheckSenderName(name string) error {
-	if !utf8.ValidString(name) || utf8.RuneCountInString(name) > maxSenderName {
-		return fmt.Errorf("the display name must be valid UTF-8 of at most %d characters", maxSenderName)
-	}
-	for _, r := range name {
-		if unicode.IsControl(r) || unicode.Is(unicode.Zl, r) || unicode.Is(unicode.Zp, r) || unicode.Is(unicode.Bidi_Control, r) {
-			return fmt.Errorf("the display name %q holds a control character", name)
-		}
+	if p := textrule.OneLine(name, maxSenderName); p != "" {
+		return fmt.Errorf("the display name %q %s", name, p)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ func TestMetaIsChecked(t *testing.T) {
 		`{"from_name": "Toko", "signature": "x"}`: "unknown field",
 		`{"category": "marketing"}`:               "want transactional or subscription",
 		`{"reply_to": "not an address"}`:          "reply_to",
-		`{"from_name": "Toko\u2028Ana"}`:          "control character",
+		`{"from_name": "Toko\u2028Ana"}`:          "must be one line",
 		`{"from_name": {"fr": "Boutique"}}`:       `"fr" is not a language of this template`,
 		`{"from_name": ""}`:                       "is empty",
 		`{"from_name": 7}`:                        "want a name",
