@@ -22,20 +22,13 @@ import (
 // sign in with an API key of the admin scope; every action is recorded
 // under the key's name (apikey.Session.Actor).
 
-//go:embed console/console.html console/console.css
+//go:embed console/console.html
 var consoleFiles embed.FS
 
-var (
-	consolePages = htmltemplate.Must(htmltemplate.ParseFS(consoleFiles, "console/console.html"))
-	consoleCSS   = must(consoleFiles.ReadFile("console/console.css"))
-)
+//go:embed console/console.css
+var consoleCSS []byte
 
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
-}
+var consolePages = htmltemplate.Must(htmltemplate.ParseFS(consoleFiles, "console/console.html"))
 
 // consolePolicy: the console's own style sheet and frames (the e-mail),
 // nothing else; no script at all.
