@@ -11,7 +11,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base32"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -148,11 +147,9 @@ func CheckName(raw string) (name, problem string) {
 // Create makes a key; secret is the whole key, shown this once.
 func (s *Service) Create(ctx context.Context, name string, scopes []Scope) (k Key, secret string, err error) {
 	var idPart [10]byte
-	var secretPart [32]byte
 	_, _ = rand.Read(idPart[:]) // crypto/rand.Read never fails on supported platforms
-	_, _ = rand.Read(secretPart[:])
 	prefix := Prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(idPart[:]))
-	secret = prefix + "_" + base64.RawURLEncoding.EncodeToString(secretPart[:])
+	secret = prefix + "_" + randomToken()
 	hash := sha256.Sum256([]byte(secret))
 	names := make([]string, len(scopes))
 	for i, sc := range scopes {
