@@ -376,22 +376,18 @@ SELECT id, order_id, template, recipient, idempotency_key, status, attempts, las
        created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
 FROM upd;
 
--- name: CancelPendingOfTemplate :many
+-- name: CancelPendingOfTemplate :execrows
 -- Every pending delivery of one template for one order -> cancelled (the
--- order was paid: no reminder), as CancelDelivery does each.
+-- order was paid: no reminder), as CancelDelivery does each. Returns how
+-- many.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = @order_id AND d.template = @template AND d.status = 'pending'
-    RETURNING d.*
-), ev AS (
-    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, @actor::text, NULL
-    FROM upd
+    RETURNING d.id, d.attempts
 )
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
-       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+SELECT id, 'cancelled', 'pending', 'cancelled', attempts, @actor::text
 FROM upd;
 
 -- ---- An operator (admin API). ----

@@ -92,93 +92,33 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 	return i, err
 }
 
-const cancelPendingOfTemplate = `-- name: CancelPendingOfTemplate :many
+const cancelPendingOfTemplate = `-- name: CancelPendingOfTemplate :execrows
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
-    WHERE d.order_id = $1 AND d.template = $2 AND d.status = 'pending'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before
-), ev AS (
-    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $3::text, NULL
-    FROM upd
+    WHERE d.order_id = $2 AND d.template = $3 AND d.status = 'pending'
+    RETURNING d.id, d.attempts
 )
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
-       lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
+SELECT id, 'cancelled', 'pending', 'cancelled', attempts, $1::text
 FROM upd
 `
 
 type CancelPendingOfTemplateParams struct {
+	Actor    string
 	OrderID  uuid.UUID
 	Template string
-	Actor    string
-}
-
-type CancelPendingOfTemplateRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
 }
 
 // Every pending delivery of one template for one order -> cancelled (the
-// order was paid: no reminder), as CancelDelivery does each.
-func (q *Queries) CancelPendingOfTemplate(ctx context.Context, arg CancelPendingOfTemplateParams) ([]CancelPendingOfTemplateRow, error) {
-	rows, err := q.db.Query(ctx, cancelPendingOfTemplate, arg.OrderID, arg.Template, arg.Actor)
+// order was paid: no reminder), as CancelDelivery does each. Returns how
+// many.
+func (q *Queries) CancelPendingOfTemplate(ctx context.Context, arg CancelPendingOfTemplateParams) (int64, error) {
+	result, err := q.db.Exec(ctx, cancelPendingOfTemplate, arg.Actor, arg.OrderID, arg.Template)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	defer rows.Close()
-	var items []CancelPendingOfTemplateRow
-	for rows.Next() {
-		var i CancelPendingOfTemplateRow
-		if err := rows.Scan(
-			&i.ID,
-			&i.OrderID,
-			&i.Template,
-			&i.Recipient,
-			&i.IdempotencyKey,
-			&i.Status,
-			&i.Attempts,
-			&i.LastError,
-			&i.LeaseToken,
-			&i.LeaseExpiresAt,
-			&i.HandedOverAt,
-			&i.ProviderMessageID,
-			&i.TemplateData,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.SentAt,
-			&i.MessageID,
-			&i.TryingSince,
-			&i.Locale,
-			&i.NotBefore,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
+	return result.RowsAffected(), nil
 }
 
 const claimDeliveries = `-- name: ClaimDeliveries :many

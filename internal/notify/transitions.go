@@ -331,17 +331,13 @@ func Cancel(ctx context.Context, db DB, id uuid.UUID, actor, note string) (Deliv
 }
 
 // CancelTemplate calls off every pending delivery of template for one
-// order, in one statement, and returns those it cancelled.
-func CancelTemplate(ctx context.Context, db DB, orderID uuid.UUID, template, actor string) ([]Delivery, error) {
-	rows, err := dbsqlc.New(db).CancelPendingOfTemplate(ctx, dbsqlc.CancelPendingOfTemplateParams{OrderID: orderID, Template: template, Actor: actor})
+// order, in one statement, and says how many it cancelled.
+func CancelTemplate(ctx context.Context, db DB, orderID uuid.UUID, template, actor string) (int, error) {
+	n, err := dbsqlc.New(db).CancelPendingOfTemplate(ctx, dbsqlc.CancelPendingOfTemplateParams{OrderID: orderID, Template: template, Actor: actor})
 	if err != nil {
-		return nil, fmt.Errorf("cancel %s of order %s: %w", template, orderID, err)
+		return 0, fmt.Errorf("cancel %s of order %s: %w", template, orderID, err)
 	}
-	out := make([]Delivery, len(rows))
-	for i, r := range rows {
-		out[i] = fromRow(dbsqlc.NotificationDelivery(r))
-	}
-	return out, nil
+	return int(n), nil
 }
 
 // stateError tells a missing delivery from one in the wrong state.
