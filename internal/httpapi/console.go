@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -47,9 +46,9 @@ var consoleStatuses = []notify.Status{notify.StatusPending, notify.StatusSending
 // errNoProviderID: mark-sent without the provider's message id.
 var errNoProviderID = errors.New("say which message at the provider this is")
 
-// SignInLimit is how many failed sign-ins a client address may make: 10
+// signInLimit is how many failed sign-ins a client address may make: 10
 // at once, then one every 90 s.
-var SignInLimit = RateLimit{PerSecond: 1.0 / 90, Burst: 10}
+var signInLimit = RateLimit{PerSecond: 1.0 / 90, Burst: 10}
 
 // page is what a console page shows; each page fills its part.
 type page struct {
@@ -192,13 +191,13 @@ func handleSignInForm() http.Handler {
 }
 
 // handleSignIn starts a session for an operator key. Failed sign-ins
-// spend the client address's budget in failures (SignInLimit); past it
+// spend the client address's budget in failures (signInLimit); past it
 // the answer is 429 before any look-up.
 func handleSignIn(keys *apikey.Service, failures *limiter, addr func(*http.Request) string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		client := addr(r)
 		if empty, wait := failures.empty(client, time.Now()); empty {
-			w.Header().Set("Retry-After", strconv.Itoa(max(int(wait.Seconds()), 1)))
+			retryAfter(w, wait)
 			render(w, r, http.StatusTooManyRequests, "sign-in", page{Title: "Sign in",
 				Error: "Too many failed sign-ins from this address; try again in " + wait.Round(time.Second).String() + "."})
 			return

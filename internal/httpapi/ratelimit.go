@@ -186,10 +186,17 @@ func limitRefusals(l *limiter, client func(*http.Request) string, check func(htt
 
 // tooMany answers 429 with the whole seconds until a token is there.
 func tooMany(w http.ResponseWriter, r *http.Request, wait time.Duration, why string) {
-	seconds := max(int(math.Ceil(wait.Seconds())), 1)
-	w.Header().Set("Retry-After", strconv.Itoa(seconds))
+	seconds := retryAfter(w, wait)
 	writeProblem(w, r, problem{Type: typeRateLimited, Status: http.StatusTooManyRequests,
 		Detail: why + "; retry after " + strconv.Itoa(seconds) + " s."})
+}
+
+// retryAfter sets Retry-After to the whole seconds (at least one) until
+// wait has passed, and returns them.
+func retryAfter(w http.ResponseWriter, wait time.Duration) int {
+	seconds := max(int(math.Ceil(wait.Seconds())), 1)
+	w.Header().Set("Retry-After", strconv.Itoa(seconds))
+	return seconds
 }
 
 // clientAddr is the request's client: the connection's peer, or, when

@@ -116,7 +116,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 
 // addConsole adds the operator console's pages under /admin/.
 func addConsole(r chi.Router, d Deps, addr func(*http.Request) string) {
-	signIns := newLimiter(SignInLimit)
+	signIns := newLimiter(signInLimit)
 	r.Method(http.MethodGet, "/admin", http.RedirectHandler("/admin/", http.StatusMovedPermanently))
 	r.Method(http.MethodGet, "/admin/console.css", handleConsoleCSS())
 	r.Method(http.MethodGet, "/admin/sign-in", handleSignInForm())
