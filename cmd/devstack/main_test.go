@@ -122,6 +122,20 @@ func TestReadable(t *testing.T) {
 	}
 }
 
+// stoppedInOrder checks that the stack's output says each of names
+// stopped, in that order.
+func stoppedInOrder(t *testing.T, log string, names ...string) {
+	t.Helper()
+	last := -1
+	for _, name := range names {
+		i := strings.Index(log, fmt.Sprintf("%-10s | stopped\n", name))
+		if i < 0 || i < last {
+			t.Errorf("%s stopped at offset %d of the output, before the one before it (%d), or never:\n%s", name, i, last, log)
+		}
+		last = i
+	}
+}
+
 // script is a process that logs ready as the binaries do, then waits
 // for SIGTERM and says so.
 func script(ready string) []string {
@@ -166,14 +180,7 @@ func TestStackStopsInOrderAndReportsAnExit(t *testing.T) {
 	}
 	s.stop()
 	log := out.String()
-	last := -1
-	for _, name := range []string{"api", "worker", "mailpit"} {
-		i := strings.Index(log, fmt.Sprintf("%-10s | stopped\n", name))
-		if i < 0 || i < last {
-			t.Errorf("%s stopped at %d, after %d:\n%s", name, i, last, log)
-		}
-		last = i
-	}
+	stoppedInOrder(t, log, "api", "worker", "mailpit")
 	if !strings.Contains(log, "api        | INFO  api listening") || !strings.Contains(log, "reconciler | boom") {
 		t.Errorf("the processes' lines are not all there, prefixed:\n%s", log)
 	}

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -91,14 +90,7 @@ func TestMakeRun(t *testing.T) {
 		t.Error("no clean stop after the Ctrl-C")
 	}
 	// The API stops first, Mailpit last.
-	last := -1
-	for _, name := range []string{"api", "worker", "reconciler", "mailpit"} {
-		i := strings.Index(log, fmt.Sprintf("%-10s | stopped\n", name))
-		if i < 0 || i < last {
-			t.Errorf("%s stopped at offset %d of the output, before the one before it (%d), or never", name, i, last)
-		}
-		last = i
-	}
+	stoppedInOrder(t, log, "api", "worker", "reconciler", "mailpit")
 	if err := portsFree(apiAddr, mailpitUI, mailpitSMTP, workerMetrics, reconcMetrics, apiMetrics); err != nil {
 		t.Errorf("after the stop: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -357,13 +356,7 @@ func TestSubscriptionTemplatesNeedUnsubscribe(t *testing.T) {
 		"newsletter/text.tmpl":    "Halo",
 		"newsletter/html.tmpl":    "<p>Halo</p>",
 	} {
-		path := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testenv.WriteFile(t, filepath.Join(dir, filepath.FromSlash(name)), body)
 	}
 	env := map[string]string{"TEMPLATES_DIR": dir, "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none"}
 	err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)

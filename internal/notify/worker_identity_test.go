@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	netmail "net/mail"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // A template's meta.json reaches the e-mail: its From name in the
@@ -71,13 +71,7 @@ func newsletter(t *testing.T) *mailtemplate.Templates {
 		"newsletter/text.tmpl":    "Halo {{.customer_name}}",
 		"newsletter/html.tmpl":    "<p>Halo {{.customer_name}}</p>",
 	} {
-		path := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		testenv.WriteFile(t, filepath.Join(dir, filepath.FromSlash(name)), body)
 	}
 	tmpl, err := mailtemplate.Load(mailtemplate.Config{Dir: dir, DefaultLanguage: "id"})
 	if err != nil {
