@@ -6,9 +6,11 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -179,13 +181,11 @@ func handleAdminListDeliveries(a Admin) http.Handler {
 		}
 		f := notify.Filter{Template: q.Get("template"), Key: q.Get("key")}
 		if s := q.Get("status"); s != "" {
-			switch notify.Status(s) {
-			case notify.StatusPending, notify.StatusSending, notify.StatusSent, notify.StatusFailed, notify.StatusHeld, notify.StatusSuppressed:
-				f.Status = notify.Status(s)
-			default:
-				badRequest(w, r, "status", "status must be pending, sending, sent, failed, held or suppressed")
+			if !slices.Contains(notify.Statuses, notify.Status(s)) {
+				badRequest(w, r, "status", "status must be one of "+strings.Trim(fmt.Sprint(notify.Statuses), "[]"))
 				return
 			}
+			f.Status = notify.Status(s)
 		}
 		if s := q.Get("order_id"); s != "" {
 			id, err := uuid.Parse(s)

@@ -87,6 +87,7 @@ func TestAdminLooksUpDeliveriesWithTheirHistory(t *testing.T) {
 		"/admin/v1/deliveries/" + uuid.NewString(): 404,
 		"/admin/v1/deliveries/nope":                404,
 		"/admin/v1/deliveries?status=lost":         400,
+		"/admin/v1/deliveries?status=cancelled":    200,
 		"/admin/v1/deliveries?older_than=soon":     400,
 		"/admin/v1/deliveries?order_id=x":          400,
 		"/admin/v1/deliveries?limit=0":             400,

@@ -39,10 +39,6 @@ const sessionCookie = "sekali_console"
 // consolePageSize is how many deliveries a search page shows.
 const consolePageSize = 50
 
-// consoleStatuses are the statuses a search offers.
-var consoleStatuses = []notify.Status{notify.StatusPending, notify.StatusSending, notify.StatusSent,
-	notify.StatusFailed, notify.StatusHeld, notify.StatusSuppressed, notify.StatusCancelled}
-
 // errNoProviderID: mark-sent without the provider's message id.
 var errNoProviderID = errors.New("say which message at the provider this is")
 

@@ -53,7 +53,7 @@ func (q deliveryQuery) filter() (notify.Filter, string) {
 		}
 		f.OrderID = &id
 	}
-	if q.Status != "" && !slices.Contains(consoleStatuses, notify.Status(q.Status)) {
+	if q.Status != "" && !slices.Contains(notify.Statuses, notify.Status(q.Status)) {
 		return f, "Status: not one of the statuses."
 	}
 	if q.OlderThan != "" {
@@ -114,7 +114,7 @@ func queryFrom(v url.Values) deliveryQuery {
 func handleConsoleDeliveries(ops *notify.Operator, templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q := queryFrom(r.URL.Query())
-		p := page{Title: "Deliveries", Session: sessionOf(r), Query: q, Statuses: consoleStatuses, MaxBulk: notify.MaxBulkRetry}
+		p := page{Title: "Deliveries", Session: sessionOf(r), Query: q, Statuses: notify.Statuses, MaxBulk: notify.MaxBulkRetry}
 		if templates != nil {
 			p.Templates = templates.Names()
 		}

@@ -39,6 +39,10 @@ const (
 	StatusCancelled Status = "cancelled"
 )
 
+// Statuses are every status a delivery can have, in the order of its way
+// through them: what operators filter by.
+var Statuses = []Status{StatusPending, StatusSending, StatusSent, StatusFailed, StatusHeld, StatusSuppressed, StatusCancelled}
+
 // ErrNotFound is returned when no delivery matches.
 var ErrNotFound = errors.New("notify: delivery not found")
 
