@@ -42,14 +42,25 @@ func TestConsoleInABrowser(t *testing.T) {
 	defer cancel()
 
 	link := chromedp.CSS(`a[href="/admin/deliveries/` + id.String() + `"]`)
+	// A click that loads a page runs through RunResponse, which waits for
+	// that page: a query of the old one while the new one loads finds
+	// nodes that are gone.
+	click := func(what string, sel chromedp.CSS) {
+		t.Helper()
+		if _, err := chromedp.RunResponse(ctx, chromedp.Click(sel)); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
 	err = chromedp.Do(ctx,
 		chromedp.Navigate(s.url+"/admin/"),
 		chromedp.WaitVisible(chromedp.ID("key")), // sent to sign in
 		chromedp.SendKeys(chromedp.ID("key"), token),
-		chromedp.Click(chromedp.ID("sign-in")),
-		chromedp.WaitVisible(chromedp.ID("operator")),
 	)
 	if err != nil {
+		t.Fatalf("sign in: %v", err)
+	}
+	click("sign in", "#sign-in")
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("operator"))); err != nil {
 		t.Fatalf("sign in: %v", err)
 	}
 	who, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("operator")))
@@ -61,26 +72,33 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`input[name=recipient]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=recipient]`), "ana.maria@example.com"),
 		chromedp.SetValue(chromedp.CSS(`select[name=status]`), "failed"),
-		chromedp.Click(chromedp.ID("search")),
-		chromedp.WaitVisible(link),
 	)
 	if err != nil {
+		t.Fatalf("search: %v", err)
+	}
+	click("search", "#search")
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(link)); err != nil {
 		t.Fatalf("search: %v", err)
 	}
 	results, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("results")))
 	if err != nil {
 		t.Fatal(err)
 	}
+	click("open the delivery", link)
 	err = chromedp.Do(ctx,
-		chromedp.Click(link),
 		chromedp.WaitVisible(chromedp.ID("retry-note")),
 		chromedp.SendKeys(chromedp.ID("retry-note"), "address fixed by the customer"),
-		chromedp.Click(chromedp.ID("retry")),
+	)
+	if err != nil {
+		t.Fatalf("open the delivery: %v", err)
+	}
+	click("retry", "#retry")
+	err = chromedp.Do(ctx,
 		chromedp.WaitNotPresent(chromedp.ID("retry")), // a pending delivery offers no retry
 		chromedp.WaitVisible(chromedp.ID("timeline")),
 	)
 	if err != nil {
-		t.Fatalf("open and retry: %v", err)
+		t.Fatalf("after the retry: %v", err)
 	}
 	location, err := chromedp.Run(ctx, chromedp.Location())
 	if err != nil {
