@@ -6,7 +6,6 @@
 package smtp
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -23,6 +22,7 @@ import (
 	gosmtp "github.com/wneessen/go-mail/smtp"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailmime"
 )
 
 // TLS policies for the SMTP connection.
@@ -478,49 +478,17 @@ func (s *Provider) dial(ctx context.Context) (*smtpConn, error) {
 	return &smtpConn{Client: c, conn: conn}, nil
 }
 
-// compose builds the MIME message: text and HTML alternatives, the
-// deterministic Message-ID (mail.Message.MessageID) and the idempotency
-// key header.
+// compose builds the MIME message (mailmime.Compose) with the
+// idempotency key header and, when configured, the metadata header and
+// the DKIM signature.
 func (s *Provider) compose(m mail.Message) ([]byte, error) {
-	msg := gomail.NewMsg(gomail.WithNoDefaultUserAgent())
-	from := s.sender.WithName(m.FromName)
-	if err := msg.FromFormat(from.Name, from.Address); err != nil {
-		return nil, err
-	}
-	if m.ReplyTo != "" {
-		if err := msg.ReplyTo(m.ReplyTo); err != nil {
-			return nil, err
-		}
-	}
-	msg.SetGenHeader("Auto-Submitted", mail.AutoSubmitted)
-	if m.ListUnsubscribe != "" {
-		msg.SetGenHeader("List-Unsubscribe", m.ListUnsubscribe)
-		msg.SetGenHeader("List-Unsubscribe-Post", mail.ListUnsubscribePost)
-	}
-	if err := msg.To(m.To); err != nil {
-		return nil, err
-	}
-	msg.Subject(m.Subject)
-	msg.SetMessageIDWithValue(m.MessageID)
 	key := m.IdempotencyKey
 	if strings.EqualFold(s.cfg.IdempotencyHeader, "Resend-Idempotency-Key") {
 		key = mail.ProviderKey(key) // what Resend's HTTP API gets too: at most 256 characters, no address
 	}
-	msg.SetGenHeader(gomail.Header(s.cfg.IdempotencyHeader), key)
+	o := mailmime.Options{From: s.sender, DKIM: s.dkim, Headers: []mailmime.Header{{Name: s.cfg.IdempotencyHeader, Value: key}}}
 	if s.cfg.MetadataHeader != "" {
-		msg.SetGenHeader(gomail.Header(s.cfg.MetadataHeader), mail.KeyHash(m.IdempotencyKey))
+		o.Headers = append(o.Headers, mailmime.Header{Name: s.cfg.MetadataHeader, Value: mail.KeyHash(m.IdempotencyKey)})
 	}
-	msg.SetDate()
-	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
-	if m.HTML != "" {
-		msg.AddAlternativeString(gomail.TypeTextHTML, m.HTML)
-	}
-	if s.dkim != nil {
-		msg.SetDKIM(s.dkim)
-	}
-	var buf bytes.Buffer
-	if _, err := msg.WriteTo(&buf); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return mailmime.Compose(m, o)
 }
