@@ -43,7 +43,13 @@ func NewClient(base string, header http.Header, timeout time.Duration, accepted 
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
-	transport := &http.Transport{
+	return &Client{base: base, header: header, timeout: timeout, accepted: accepted, http: &http.Client{Transport: newTransport(timeout)}}
+}
+
+// newTransport is the connection pool of a provider's client: dialling
+// and the TLS handshake bounded by timeout.
+func newTransport(timeout time.Duration) *http.Transport {
+	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
@@ -53,7 +59,6 @@ func NewClient(base string, header http.Header, timeout time.Duration, accepted 
 		TLSHandshakeTimeout:   timeout,
 		ExpectContinueTimeout: time.Second,
 	}
-	return &Client{base: base, header: header, timeout: timeout, accepted: accepted, http: &http.Client{Transport: transport}}
 }
 
 // Close closes idle connections.

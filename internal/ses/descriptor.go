@@ -12,10 +12,18 @@ import (
 )
 
 // Descriptor is Amazon SES as the binaries know it (internal/provider
-// lists it): here it only reports, through SNS, on mail sent through
-// SES's SMTP endpoint (PROVIDER=smtp); it does not send.
+// lists it): it sends through SES's v2 API with the AWS SDK, takes no
+// key of ours and has no search the reconciler could ask (ambiguous
+// sends follow RECONCILE_POLICIES), and reports through SNS, on mail
+// sent through its API or its SMTP endpoint.
 var Descriptor = mail.Descriptor{
 	Name: "ses",
+	Sender: func(env *envconfig.Reader, s mail.SenderSettings) mail.SenderConfig {
+		c := ReadEnv(env)
+		c.From, c.Timeout = s.From, s.Timeout
+		env.Check("PROVIDER=ses", c.Validate())
+		return c
+	},
 	Webhook: func(env *envconfig.Reader) mail.WebhookOpener {
 		var arns []string
 		for _, a := range strings.Split(env.String("SES_SNS_TOPIC_ARNS", ""), ",") {

@@ -1,0 +1,281 @@
+package ses
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sesv2"
+	"github.com/aws/aws-sdk-go-v2/service/sesv2/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/httpprovider"
+	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailmime"
+)
+
+// IdempotencyHeader is the header of the raw message that carries our
+// idempotency key, as over SMTP. SES does not deduplicate by it; it
+// travels with the message for whoever reads it (support, the
+// recipient's server).
+const IdempotencyHeader = "Idempotency-Key"
+
+// Config configures sending through SES's v2 API (SendEmail with raw
+// content). Credentials come from the AWS SDK's default chain:
+// AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared
+// files, web identity (EKS), the container or instance role.
+type Config struct {
+	Region           string        // SES_REGION; AWS_REGION (the SDK's chain) when empty
+	Endpoint         string        // SES_ENDPOINT: the API's URL, for a VPC endpoint or a test server; SES's regional endpoint when empty
+	ConfigurationSet string        // SES_CONFIGURATION_SET: the set whose event destination publishes to SNS (the feedback webhook)
+	From             string        // MAIL_FROM: an identity verified in SES, with a display name or without
+	Timeout          time.Duration // PROVIDER_TIMEOUT: one request, counted from before the hand-over
+}
+
+// configurationSetName is SES's rule for a configuration set's name.
+var configurationSetName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Validate checks the configuration and reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := mail.ParseSender(c.From); err != nil {
+		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
+	}
+	if c.Endpoint != "" {
+		if _, err := httpprovider.BaseURL(c.Endpoint, "https://email.eu-west-1.amazonaws.com"); err != nil {
+			errs = append(errs, fmt.Errorf("SES_ENDPOINT: %w", err))
+		}
+	}
+	if c.ConfigurationSet != "" && !configurationSetName.MatchString(c.ConfigurationSet) {
+		errs = append(errs, fmt.Errorf("SES_CONFIGURATION_SET %q: letters, digits, _ and -, at most 64", c.ConfigurationSet))
+	}
+	if c.Timeout < 0 {
+		errs = append(errs, fmt.Errorf("PROVIDER_TIMEOUT %v: must be positive", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// ReadEnv reads the SES_* variables of sending; From and Timeout are the
+// worker's to set before Validate.
+func ReadEnv(env *envconfig.Reader) Config {
+	return Config{
+		Region:           env.String("SES_REGION", ""),
+		Endpoint:         env.String("SES_ENDPOINT", ""),
+		ConfigurationSet: env.String("SES_CONFIGURATION_SET", ""),
+	}
+}
+
+// Open implements mail.SenderConfig.
+func (c Config) Open() (mail.Provider, func(), error) { return mail.Opened(New(c)) }
+
+// SendTimeout implements mail.SenderConfig: PROVIDER_TIMEOUT.
+func (c Config) SendTimeout() (time.Duration, string) { return c.Timeout, "PROVIDER_TIMEOUT" }
+
+func (c Config) String() string {
+	if c.Endpoint != "" {
+		return "ses " + c.Endpoint
+	}
+	return "ses " + c.Region
+}
+
+// Provider sends through SES's v2 API. It implements mail.Provider.
+type Provider struct {
+	cfg    Config
+	sender mail.Sender
+	http   *httpprovider.SDKClient
+	client *sesv2.Client
+}
+
+// New returns an SES provider: cfg must be valid, and a region must be
+// known (SES_REGION, or the SDK's AWS_REGION and profile).
+func New(cfg Config) (*Provider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	sender, _ := mail.ParseSender(cfg.From)
+	var opts []func(*config.LoadOptions) error
+	if cfg.Region != "" {
+		opts = append(opts, config.WithRegion(cfg.Region))
+	}
+	awsCfg, err := config.LoadDefaultConfig(context.Background(), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("ses: AWS configuration: %w", err)
+	}
+	if awsCfg.Region == "" {
+		return nil, errors.New("ses: no region: set SES_REGION (or AWS_REGION)")
+	}
+	p := &Provider{cfg: cfg, sender: sender, http: httpprovider.NewSDKClient(cfg.Timeout)}
+	p.client = sesv2.NewFromConfig(awsCfg, func(o *sesv2.Options) {
+		o.HTTPClient = p.http
+		// Never a retry of the SDK's own: one after a request written
+		// whole could be a second e-mail. The worker retries, under its
+		// lease, when nothing can have been sent.
+		o.Retryer = aws.NopRetryer{}
+		o.RetryMaxAttempts = 0
+		if cfg.Endpoint != "" {
+			o.BaseEndpoint = aws.String(strings.TrimRight(cfg.Endpoint, "/"))
+		}
+	})
+	return p, nil
+}
+
+// Close closes idle connections.
+func (p *Provider) Close() { p.http.Close() }
+
+// Send implements mail.Provider: our raw MIME message, so that the
+// idempotency key header, Auto-Submitted and List-Unsubscribe go as we
+// built them (SES replaces the Message-ID with its own), tagged with
+// the key's hash (TagKey), which SES's events echo.
+func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
+	to, err := httpprovider.CheckMessage(m)
+	if err != nil {
+		return "", httpprovider.ComposeError(err)
+	}
+	raw, err := mailmime.Compose(m, mailmime.Options{From: p.sender,
+		Headers: []mailmime.Header{{Name: IdempotencyHeader, Value: m.IdempotencyKey}}})
+	if err != nil {
+		return "", httpprovider.ComposeError(err)
+	}
+	in := &sesv2.SendEmailInput{
+		FromEmailAddress: aws.String(p.sender.Address),
+		Destination:      &types.Destination{ToAddresses: []string{to}},
+		Content:          &types.EmailContent{Raw: &types.RawMessage{Data: raw}},
+		EmailTags:        []types.MessageTag{{Name: aws.String(TagKey), Value: aws.String(mail.KeyHash(m.IdempotencyKey))}},
+	}
+	if p.cfg.ConfigurationSet != "" {
+		in.ConfigurationSetName = aws.String(p.cfg.ConfigurationSet)
+	}
+	sctx, ex := httpprovider.WithHandOver(ctx, handOver)
+	out, err := p.client.SendEmail(sctx, in)
+	if err != nil {
+		return "", classifySend(err, ex, p.sender.Address, to)
+	}
+	if out.MessageId == nil || *out.MessageId == "" {
+		return "", &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(http.StatusOK), HandedOver: true,
+			Err: errors.New("ses answered 200 without a MessageId")}
+	}
+	return *out.MessageId, nil
+}
+
+// Probe implements mail.Provider: GetAccount, which sends nothing and
+// fails as a send would on credentials, region or throttling, and says
+// whether the account may send.
+func (p *Provider) Probe(ctx context.Context) error {
+	out, err := p.client.GetAccount(ctx, &sesv2.GetAccountInput{})
+	if err != nil {
+		se := classifySend(err, nil, "", "")
+		if se.Outcome != mail.OutcomeUnavailable {
+			se = &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: se.Stage, Reply: se.Reply, Err: se.Err}
+		}
+		return se
+	}
+	if !out.SendingEnabled {
+		return &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageAuth, Reply: mail.HTTPStatus(http.StatusOK),
+			Err: fmt.Errorf("ses: sending is paused for this account (enforcement status %s)", aws.ToString(out.EnforcementStatus))}
+	}
+	return nil
+}
+
+// classifySend decides what a failed request means for the delivery
+// (https://docs.aws.amazon.com/ses/latest/APIReference-V2/API_SendEmail.html#API_SendEmail_Errors
+// and the common errors). SES keeps no key of ours, so an answer that
+// may follow a sent message is ambiguous; only an answer about the
+// recipient fails a delivery:
+//
+//	answer                                              outcome
+//	hand-over refused                                   aborted (nothing sent)
+//	no answer, request not written whole               unavailable (connect)
+//	no answer after the request was written            ambiguous
+//	MessageRejected "Email address is not verified"
+//	  naming the recipient and not MAIL_FROM (the sandbox: only verified
+//	  recipients)                                       permanent (recipient)
+//	  otherwise (our identity)                          unavailable (sender)
+//	MessageRejected, anything else (content)            temporary (data)
+//	MailFromDomainNotVerifiedException, NotFoundException (configuration set),
+//	  AccountSuspendedException, SendingPausedException unavailable (sender)
+//	TooManyRequestsException, LimitExceededException,
+//	  Throttling*, 429                                  unavailable (connect)
+//	credentials, signature, access (403, 401)           unavailable (auth)
+//	BadRequestException                                 unavailable (our request: every message would fail)
+//	InternalFailure, 5xx                                ambiguous if written (it may have sent), else unavailable
+//	any other 4xx                                       temporary (data)
+//
+// from and to are the message's sender and recipient addresses; ex is
+// nil, and they are "", for a request that carries no message (the
+// probe).
+func classifySend(err error, ex *httpprovider.Exchange, from, to string) *mail.SendError {
+	se := &mail.SendError{Err: fmt.Errorf("ses: %w", err)}
+	if ex != nil {
+		se.HandedOver = ex.HandedOver()
+		if r := ex.Refused(); r != nil {
+			se.Outcome, se.Stage, se.Err, se.HandedOver = mail.OutcomeAborted, mail.StageData, r, false
+			return se
+		}
+	}
+	var api smithy.APIError
+	var res *awshttp.ResponseError
+	status := 0
+	if errors.As(err, &res) {
+		status = res.HTTPStatusCode()
+		se.Reply = mail.HTTPStatus(status)
+	}
+	set := func(o mail.Outcome, s mail.Stage) *mail.SendError {
+		se.Outcome, se.Stage = o, s
+		return se
+	}
+	if !errors.As(err, &api) || status == 0 {
+		if ex != nil && ex.Wrote() {
+			return set(mail.OutcomeAmbiguous, mail.StageData)
+		}
+		return set(mail.OutcomeUnavailable, mail.StageConnect)
+	}
+	code, msg := api.ErrorCode(), strings.ToLower(api.ErrorMessage())
+	switch {
+	case code == "MessageRejected" && strings.Contains(msg, "not verified"):
+		// "Email address is not verified. The following identities
+		// failed the check in region EU-WEST-1: <addresses>": ours, or,
+		// in the sandbox, the recipient.
+		if to != "" && strings.Contains(msg, strings.ToLower(to)) && (from == "" || !strings.Contains(msg, strings.ToLower(from))) {
+			return set(mail.OutcomePermanent, mail.StageRecipient)
+		}
+		return set(mail.OutcomeUnavailable, mail.StageSender)
+	case code == "MessageRejected":
+		return set(mail.OutcomeTemporary, mail.StageData)
+	case code == "MailFromDomainNotVerifiedException", code == "NotFoundException",
+		code == "AccountSuspendedException", code == "SendingPausedException":
+		return set(mail.OutcomeUnavailable, mail.StageSender)
+	case code == "TooManyRequestsException", code == "LimitExceededException", strings.HasPrefix(code, "Throttling"), status == http.StatusTooManyRequests:
+		return set(mail.OutcomeUnavailable, mail.StageConnect)
+	case status == http.StatusUnauthorized, status == http.StatusForbidden, authCode(code):
+		return set(mail.OutcomeUnavailable, mail.StageAuth)
+	case code == "BadRequestException":
+		return set(mail.OutcomeUnavailable, mail.StageData)
+	case status >= 500:
+		if ex != nil && ex.Wrote() {
+			return set(mail.OutcomeAmbiguous, mail.StageData)
+		}
+		return set(mail.OutcomeUnavailable, mail.StageConnect)
+	default:
+		return set(mail.OutcomeTemporary, mail.StageData)
+	}
+}
+
+// authCode reports the AWS error codes of credentials, signatures and
+// permissions.
+func authCode(code string) bool {
+	switch code {
+	case "UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException", "SignatureDoesNotMatch",
+		"IncompleteSignature", "MissingAuthenticationToken", "ExpiredToken", "ExpiredTokenException", "AccessDeniedException",
+		"AccessDenied", "NotAuthorized":
+		return true
+	}
+	return false
+}
