@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -56,10 +57,10 @@ type config struct {
 	Queue       string
 	MetricsAddr string
 	Interval    time.Duration
-	Provider    mail.Descriptor   // PROVIDER, as the workers': which look-up or guarantee settles ambiguous sends
-	Lookup      mail.LookupOpener // the provider's search, nil if it has none (configured)
-	Reconcile   reconcile.Config
-	Webhooks    webhookout.Config // the shop's webhook endpoints: the dispatcher's settings
+	Providers   []mail.Descriptor   // PROVIDERS (or PROVIDER), as the workers': whose look-up or guarantee settles an ambiguous send
+	Lookups     []mail.LookupOpener // each provider's search, nil if it has none (configured)
+	Reconcile   reconcile.Config    // Providers named, with their dedup windows; the look-ups are opened at start
+	Webhooks    webhookout.Config   // the shop's webhook endpoints: the dispatcher's settings
 }
 
 func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (config, error) {
@@ -79,17 +80,28 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 		},
 	}
 	cfg.Reconcile.DeliveryRetention = env.DurationOrZero("DELIVERY_RETENTION", 0)
-	cfg.Provider = provider.Read(env)
-	// Within this long of a hand-over, an ambiguous send is safe to send
-	// again: the provider refuses a second message under the same key.
-	// An hour of margin on what it promises.
-	cfg.Reconcile.DedupWindow = env.DurationOrZero("PROVIDER_DEDUP_WINDOW", max(cfg.Provider.Dedup-time.Hour, 0))
-	if cfg.Provider.Lookup != nil {
-		cfg.Lookup = cfg.Provider.Lookup(env)
+	cfg.Providers = provider.Read(env)
+	for i, d := range cfg.Providers {
+		// Within this long of a hand-over, an ambiguous send is safe to
+		// send again: the provider refuses a second message under the
+		// same key. An hour of margin on what it promises. The setting
+		// is the first provider's: a relay that deduplicates by a header
+		// we send (Resend's SMTP endpoint) says so with it.
+		p := reconcile.Provider{Name: d.Name, DedupWindow: max(d.Dedup-time.Hour, 0)}
+		if i == 0 {
+			p.DedupWindow = env.DurationOrZero("PROVIDER_DEDUP_WINDOW", p.DedupWindow)
+		}
+		cfg.Reconcile.Providers = append(cfg.Reconcile.Providers, p)
+		var open mail.LookupOpener
+		if d.Lookup != nil {
+			open = d.Lookup(env)
+		}
+		cfg.Lookups = append(cfg.Lookups, open)
 	}
+	names := provider.Names(cfg.Providers)
 	for _, name := range []string{"MAIL_LOOKUP_URL", "MAIL_LOOKUP_API"} {
-		if cfg.Provider.Name != smtp.Name && env.String(name, "") != "" {
-			env.Check(name, fmt.Errorf("is for PROVIDER=smtp with a Mailpit or MailHog; with PROVIDER=%s the provider's own API settles ambiguous sends", cfg.Provider.Name))
+		if !slices.Contains(names, smtp.Name) && env.String(name, "") != "" {
+			env.Check(name, fmt.Errorf("is for PROVIDER=smtp with a Mailpit or MailHog; with PROVIDER=%s the provider's own API settles ambiguous sends", strings.Join(names, ",")))
 		}
 	}
 	var err error
@@ -179,11 +191,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := postgres.Migrate(ctx, pool, log); err != nil {
 		return err
 	}
-	var lookup mail.Lookup
-	if cfg.Lookup != nil {
-		if lookup, err = cfg.Lookup(ctx); err != nil {
+	lookups := map[string]bool{}
+	for i, open := range cfg.Lookups {
+		if open == nil {
+			continue
+		}
+		if cfg.Reconcile.Providers[i].Lookup, err = open(ctx); err != nil {
 			return fmt.Errorf("configuration:\n%w", err)
 		}
+		lookups[cfg.Reconcile.Providers[i].Name] = true
 	}
 	client := asynq.NewClient(cfg.Redis)
 	defer client.Close()
@@ -194,7 +210,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 	reg.MustRegister(reconcile.NewQueueCollector(inspector, rdb, cfg.Queue))
-	rec := reconcile.New(pool, notify.NewEnqueuer(client, cfg.Queue, log, reg), inspector, lookup, cfg.Reconcile, log, reg)
+	rec := reconcile.New(pool, notify.NewEnqueuer(client, cfg.Queue, log, reg), inspector, cfg.Reconcile, log, reg)
 	hooks := webhookout.NewDispatcher(pool, cfg.Webhooks, log, reg)
 
 	if *once {
@@ -208,8 +224,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log.Info("reconciler started", "actor", actor, "interval", cfg.Interval.String(),
-		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "provider", cfg.Provider.Name, "lookup", lookup != nil,
-		"dedup_window", cfg.Reconcile.DedupWindow.String(), "metrics_addr", ops.Addr())
+		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "providers", providerLine(cfg.Reconcile.Providers, lookups),
+		"metrics_addr", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(ops.Serve)
@@ -224,4 +240,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return errors.Join(err, ops.Shutdown(sctx))
 	})
 	return g.Wait()
+}
+
+// providerLine says, for the start-up log line, how each provider's
+// ambiguous sends are settled: "resend (dedup 23h0m0s), smtp (look-up)".
+func providerLine(ps []reconcile.Provider, lookups map[string]bool) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		how := "policy"
+		switch {
+		case lookups[p.Name]:
+			how = "look-up"
+		case p.DedupWindow > 0:
+			how = "dedup " + p.DedupWindow.String()
+		}
+		parts[i] = p.Name + " (" + how + ")"
+	}
+	return strings.Join(parts, ", ")
 }

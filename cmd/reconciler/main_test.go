@@ -166,15 +166,25 @@ func TestProviderSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Reconcile.DedupWindow != 23*time.Hour {
-		t.Errorf("resend's dedup window = %v, want 23h", cfg.Reconcile.DedupWindow)
+	if w := cfg.Reconcile.Providers[0].DedupWindow; w != 23*time.Hour {
+		t.Errorf("resend's dedup window = %v, want 23h", w)
 	}
 	cfg, err = loadConfig(func(string) string { return "" }, templates)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Reconcile.DedupWindow != 0 {
-		t.Errorf("smtp's dedup window = %v, want none", cfg.Reconcile.DedupWindow)
+	if w := cfg.Reconcile.Providers[0].DedupWindow; w != 0 {
+		t.Errorf("smtp's dedup window = %v, want none", w)
+	}
+	// With failover, each provider is settled its own way: Resend by its
+	// key, Postmark by its search, the relay by Mailpit's.
+	env = map[string]string{"PROVIDERS": "resend,postmark,smtp", "POSTMARK_SERVER_TOKEN": "token", "MAIL_LOOKUP_URL": "http://127.0.0.1:8025"}
+	if cfg, err = loadConfig(func(k string) string { return env[k] }, templates); err != nil {
+		t.Fatal(err)
+	}
+	got := providerLine(cfg.Reconcile.Providers, map[string]bool{"postmark": cfg.Lookups[1] != nil, "smtp": cfg.Lookups[2] != nil})
+	if want := "resend (dedup 23h0m0s), postmark (look-up), smtp (look-up)"; got != want || cfg.Lookups[0] != nil {
+		t.Errorf("providers %q, want %q", got, want)
 	}
 	env = map[string]string{"PROVIDER": "postmark", "POSTMARK_RETENTION": "9000h"}
 	if _, err := loadConfig(func(k string) string { return env[k] }, templates); err == nil || !strings.Contains(err.Error(), "POSTMARK") {

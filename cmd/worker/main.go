@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,10 +60,10 @@ type config struct {
 	SendTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	TaskCheckInterval time.Duration
-	From              string             // MAIL_FROM
-	Unsubscribe       notify.Unsubscribe // UNSUBSCRIBE_URL, UNSUBSCRIBE_SECRET, UNSUBSCRIBE_MAILTO
-	Provider          mail.Descriptor    // PROVIDER
-	Sender            mail.SenderConfig  // the provider's settings
+	From              string              // MAIL_FROM
+	Unsubscribe       notify.Unsubscribe  // UNSUBSCRIBE_URL, UNSUBSCRIBE_SECRET, UNSUBSCRIBE_MAILTO
+	Providers         []mail.Descriptor   // PROVIDERS (or PROVIDER), in order of preference
+	Senders           []mail.SenderConfig // each provider's settings, in the same order
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -81,25 +82,30 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 45*time.Second),
 		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", notify.DefaultTaskCheckInterval),
 		From:              env.String("MAIL_FROM", "orders@shop.example"),
-		Provider:          provider.Read(env),
+		Providers:         provider.Read(env),
 	}
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
-	cfg.Sender = cfg.Provider.Sender(env, mail.SenderSettings{
-		From: cfg.From, Timeout: env.Duration("PROVIDER_TIMEOUT", 15*time.Second), MaxIdle: cfg.Concurrency,
-	})
+	settings := mail.SenderSettings{From: cfg.From, Timeout: env.Duration("PROVIDER_TIMEOUT", 15*time.Second), MaxIdle: cfg.Concurrency}
+	for _, d := range cfg.Providers {
+		cfg.Senders = append(cfg.Senders, d.Sender(env, settings))
+	}
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := notify.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
 		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be at least %v (SEND_TIMEOUT %v, then recording the outcome and releasing the lock), so that SIGTERM lets a send finish and be recorded",
 			cfg.ShutdownTimeout, least, cfg.SendTimeout))
 	}
-	if t, name := cfg.Sender.SendTimeout(); t >= cfg.LockTTL {
-		// A worker frozen after its last lease check must not be able to
-		// write message data once its lease has expired and the reconciler
-		// may act: the provider's deadline has to run out first.
-		env.Check(name, fmt.Errorf("%v must be shorter than LOCK_TTL %v", t, cfg.LockTTL))
+	for _, s := range cfg.Senders {
+		if t, name := s.SendTimeout(); t >= cfg.LockTTL {
+			// A worker frozen after its last lease check must not be able
+			// to write message data once its lease has expired and the
+			// reconciler may act: the provider's deadline has to run out
+			// first.
+			env.Check(name, fmt.Errorf("%v must be shorter than LOCK_TTL %v", t, cfg.LockTTL))
+			break // SMTP_TIMEOUT, or PROVIDER_TIMEOUT that the HTTP providers share: once
+		}
 	}
 	if v := env.String("MAX_ATTEMPTS", ""); v != "" {
 		// Deliveries give up by age now: a count ran out in seconds while
@@ -120,10 +126,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		_, err := mail.NormalizeAddress(m)
 		env.Check("UNSUBSCRIBE_MAILTO", err)
 	}
+	names := provider.Names(cfg.Providers)
 	for _, name := range []string{"DKIM_DOMAIN", "DKIM_SELECTOR", "DKIM_PRIVATE_KEY_FILE"} {
-		if cfg.Provider.Name != smtp.Name && env.String(name, "") != "" {
+		if !slices.Contains(names, smtp.Name) && env.String(name, "") != "" {
 			// Silently unsigned mail would be worse than a refusal.
-			env.Check(name, fmt.Errorf("is for PROVIDER=smtp; %s signs with the domain verified with it", cfg.Provider.Name))
+			env.Check(name, fmt.Errorf("is for PROVIDER=smtp; %s signs with the domain verified with it", strings.Join(names, ", ")))
 		}
 	}
 	return cfg, env.Err()
@@ -174,11 +181,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
-	sender, closeSender, err := cfg.Sender.Open()
-	if err != nil {
-		return err
+	var providers []notify.NamedProvider
+	for i, s := range cfg.Senders {
+		p, closeProvider, err := s.Open()
+		if err != nil {
+			return err
+		}
+		defer closeProvider()
+		providers = append(providers, notify.NamedProvider{Name: cfg.Providers[i].Name, Provider: p})
 	}
-	defer closeSender()
 
 	tp, stopTracing, err := tracing.Setup(ctx, "sekali-worker", getenv)
 	if err != nil {
@@ -191,7 +202,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 
 	reg := opsserver.NewRegistry()
-	worker := notify.NewWorker(pool, rdb, sender, templates, notify.WorkerConfig{
+	worker := notify.NewWorker(pool, rdb, providers, templates, notify.WorkerConfig{
 		LockTTL:         cfg.LockTTL,
 		MaxAge:          cfg.MaxAge,
 		ProbeInterval:   cfg.ProbeInterval,
@@ -212,7 +223,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log.Info("worker started", "worker_id", workerID, "queue", cfg.Queue, "concurrency", cfg.Concurrency,
-		"metrics_addr", ops.Addr(), "provider", cfg.Sender.String())
+		"metrics_addr", ops.Addr(), "provider", senderNames(cfg.Senders))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(ops.Serve)
@@ -227,6 +238,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	err = g.Wait()
 	log.Info("worker stopped")
 	return err
+}
+
+// senderNames names the providers (and their endpoints) for the start-up
+// log line: "smtp mail:1025", or "postmark, then smtp mail:1025".
+func senderNames(ss []mail.SenderConfig) string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = s.String()
+	}
+	return strings.Join(names, ", then ")
 }
 
 // checkUnsubscribeURL refuses an UNSUBSCRIBE_URL that an inbox would not

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -164,9 +166,9 @@ func TestConfigOfTheSMTPSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, ok := cfg.Sender.(smtp.Config)
+	relay, ok := cfg.Senders[0].(smtp.Config)
 	if !ok || cfg.MaxAge != 120*time.Hour || relay.HeloName == "" || relay.HeloName == "shop.example" {
-		t.Errorf("defaults: max age %v, sender %+v", cfg.MaxAge, cfg.Sender)
+		t.Errorf("defaults: max age %v, sender %+v", cfg.MaxAge, cfg.Senders)
 	}
 }
 
@@ -315,8 +317,8 @@ func TestConfigOfAnHTTPProvider(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if timeout, name := cfg.Sender.SendTimeout(); cfg.Provider.Name != "mailgun" || timeout != 15*time.Second || name != "PROVIDER_TIMEOUT" {
-		t.Errorf("mailgun: %+v", cfg.Sender)
+	if timeout, name := cfg.Senders[0].SendTimeout(); cfg.Providers[0].Name != "mailgun" || timeout != 15*time.Second || name != "PROVIDER_TIMEOUT" {
+		t.Errorf("mailgun: %+v", cfg.Senders)
 	}
 }
 
@@ -366,5 +368,47 @@ func TestSubscriptionTemplatesNeedUnsubscribe(t *testing.T) {
 	env = map[string]string{"UNSUBSCRIBE_URL": "http://shop.example/sekali", "UNSUBSCRIBE_SECRET": "short"}
 	if _, err := loadConfig(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "UNSUBSCRIBE_URL") || !strings.Contains(err.Error(), "UNSUBSCRIBE_SECRET") {
 		t.Errorf("http and a short secret: %v", err)
+	}
+}
+
+// PROVIDERS is an ordered list, each provider reading its own settings;
+// a name that does not send, a name twice, or PROVIDER beside it is
+// refused at start.
+func TestConfigOfProviders(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"PROVIDERS": "postmark, smtp", "POSTMARK_SERVER_TOKEN": "00000000-0000-0000-0000-000000000000",
+		"SMTP_HOST": "relay.shop.example", "SMTP_PORT": "587", "SMTP_TLS": "starttls"}
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := provider.Names(cfg.Providers); !slices.Equal(got, []string{"postmark", "smtp"}) || len(cfg.Senders) != 2 {
+		t.Fatalf("providers %v, %d senders", got, len(cfg.Senders))
+	}
+	if relay, ok := cfg.Senders[1].(smtp.Config); !ok || relay.Host != "relay.shop.example" {
+		t.Errorf("the second sender %+v, want smtp at relay.shop.example", cfg.Senders[1])
+	}
+	if got := senderNames(cfg.Senders); got != "postmark, then smtp relay.shop.example:587" {
+		t.Errorf("start-up line %q", got)
+	}
+	for list, want := range map[string]string{
+		"postmark,sendgrid": `"sendgrid" is not a provider that sends`,
+		"smtp,smtp":         "smtp is named twice",
+		"smtp,":             `"" is not a provider`,
+	} {
+		env := map[string]string{"PROVIDERS": list}
+		if _, err := loadConfig(func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), "PROVIDERS: ") || !strings.Contains(err.Error(), want) {
+			t.Errorf("PROVIDERS=%s: %v, want %q", list, err, want)
+		}
+	}
+	both := map[string]string{"PROVIDERS": "smtp", "PROVIDER": "smtp"}
+	if _, err := loadConfig(func(k string) string { return both[k] }); err == nil || !strings.Contains(err.Error(), "not both") {
+		t.Errorf("PROVIDER and PROVIDERS: %v", err)
+	}
+	// DKIM signs the SMTP path: with smtp in the list it is taken.
+	env["DKIM_DOMAIN"] = "shop.example"
+	if _, err := loadConfig(func(k string) string { return env[k] }); err == nil || strings.Contains(err.Error(), "is for PROVIDER=smtp") ||
+		!strings.Contains(err.Error(), "go together") {
+		t.Errorf("partial DKIM with smtp second: %v, want smtp's own check", err)
 	}
 }

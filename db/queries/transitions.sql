@@ -29,7 +29,7 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -114,31 +114,32 @@ WITH nosync AS (
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
        c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale, c.not_before,
-       c.from_status, 'claimed'::text AS verdict
+       c.provider, c.provider_pinned, c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
        j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale, j.not_before,
-       j.status, j.verdict
+       j.provider, j.provider_pinned, j.status, j.verdict
 FROM judged j
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id);
 
 -- name: HandOverDeliveries :many
 -- The last check before the data goes out, for every attempt of a worker
 -- that reached it while its previous hand-over ran: each lease still
--- ours and unexpired. It also records that, from now on, the provider may
--- have each message. It changes no indexed column (not even updated_at,
--- which says when the status changed): a HOT update. Committed waiting
--- for the WAL flush, one flush for the batch: a hand-over PostgreSQL
--- forgot would let the reconciler send again what the provider may have.
--- Returns the rows handed over; an attempt whose row is missing lost its
--- lease and must send nothing.
+-- ours and unexpired. It also records that, from now on, the provider
+-- named for each row may have its message. It changes no indexed column
+-- (not even updated_at, which says when the status changed): a HOT
+-- update. Committed waiting for the WAL flush, one flush for the batch:
+-- a hand-over PostgreSQL forgot would let the reconciler send again what
+-- the provider may have. Returns the rows handed over; an attempt whose
+-- row is missing lost its lease and must send nothing.
 WITH input AS (
-    SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token, unnest(@providers::text[]) AS provider
 ), upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
+        provider         = i.provider,
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8)
     FROM input i
     WHERE d.id = ANY(@ids::uuid[])
@@ -146,10 +147,10 @@ WITH input AS (
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
       AND d.lease_expires_at > now()
-    RETURNING d.id, d.attempts, d.lease_token
+    RETURNING d.id, d.attempts, d.lease_token, i.provider
 ), ev AS (
-    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
-    SELECT id, 'handed_over', 'sending', 'sending', attempts, @actor::text FROM upd
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT id, 'handed_over', 'sending', 'sending', attempts, @actor::text, jsonb_build_object('provider', provider) FROM upd
 )
 SELECT id, lease_token FROM upd;
 
@@ -188,11 +189,11 @@ WITH nosync AS (
       AND d.id = i.id
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
-    RETURNING d.id, d.attempts, d.lease_token, i.provider_message_id, i.language
+    RETURNING d.id, d.attempts, d.lease_token, i.provider_message_id, i.language, d.provider
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'sent', 'sending', 'sent', attempts, @actor::text,
-           jsonb_build_object('provider_message_id', provider_message_id, 'language', language)
+           jsonb_build_object('provider_message_id', provider_message_id, 'language', language, 'provider', provider)
     FROM upd
 )
 SELECT id, lease_token FROM upd;
@@ -202,11 +203,14 @@ SELECT id, lease_token FROM upd;
 -- back to pending for the next attempt. An attempt that never reached the
 -- provider's acceptance of the recipient (refund_attempt) is taken back
 -- from attempts, which counts only the tries the recipient's side saw;
--- when to give up is DELIVERY_MAX_AGE's business, not this count's.
+-- when to give up is DELIVERY_MAX_AGE's business, not this count's. pin:
+-- the provider may have taken it all the same (an HTTP 5xx after the
+-- request went out), so the next attempts go to it alone.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
         attempts         = d.attempts - CASE WHEN @refund_attempt::boolean THEN 1 ELSE 0 END,
+        provider_pinned  = d.provider_pinned OR @pin::boolean,
         last_error       = @last_error::text,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -219,7 +223,7 @@ WITH upd AS (
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'retry_scheduled', 'sending', 'pending', attempts, @actor::text,
-       jsonb_build_object('error', @last_error::text)
+       jsonb_strip_nulls(jsonb_build_object('error', @last_error::text, 'provider', nullif(@provider::text, '')))
 FROM upd;
 
 -- name: MarkFailed :execrows
@@ -236,7 +240,7 @@ WITH upd AS (
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'failed', 'sending', 'failed', attempts, @actor::text,
-       jsonb_build_object('error', @last_error::text)
+       jsonb_strip_nulls(jsonb_build_object('error', @last_error::text, 'provider', nullif(@provider::text, '')))
 FROM upd;
 
 -- name: HoldUnrenderable :execrows
@@ -277,7 +281,7 @@ WITH upd AS (
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'ambiguous', 'sending', 'sending', attempts, @actor::text,
-       jsonb_build_object('error', @last_error::text)
+       jsonb_strip_nulls(jsonb_build_object('error', @last_error::text, 'provider', nullif(@provider::text, '')))
 FROM upd;
 
 -- name: NoteAmbiguous :execrows
@@ -373,7 +377,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 FROM upd;
 
 -- name: CancelPendingOfTemplate :execrows
@@ -394,12 +398,15 @@ FROM upd;
 
 -- name: OperatorRetry :one
 -- A failed or held delivery gets a fresh set of attempts under the same
--- idempotency key.
+-- idempotency key. The operator has checked with the provider (held:
+-- "check with the provider, then retry or mark sent"), so the delivery
+-- is no longer pinned to it: failover may take it elsewhere.
 WITH prev AS (
     SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
 ), upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
+        provider_pinned  = false,
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -417,7 +424,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -439,19 +446,23 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired. ----
 
 -- name: ReconcileToPending :execrows
--- Fenced on the lease the reconciler saw expire.
+-- Fenced on the lease the reconciler saw expire. provider is the one the
+-- reconciler judged the row at; pinned, whether its next attempts must
+-- go there alone (the outcome there is still unknown).
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
         lease_token      = NULL,
         lease_expires_at = NULL,
         handed_over_at   = NULL,
+        provider         = nullif(@provider::text, ''),
+        provider_pinned  = @pinned::boolean,
         last_error       = @reason::text,
         updated_at       = now()
     WHERE d.id = @id
@@ -462,7 +473,7 @@ WITH upd AS (
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'reconciled', 'sending', 'pending', attempts, @actor::text,
-       jsonb_build_object('decision', @decision::text, 'reason', @reason::text)
+       jsonb_build_object('decision', @decision::text, 'reason', @reason::text, 'provider', @provider::text, 'pinned', @pinned::boolean)
 FROM upd;
 
 -- name: ReconcileToSent :execrows
@@ -470,6 +481,7 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status              = 'sent',
         provider_message_id = @provider_message_id::text,
+        provider            = nullif(@provider::text, ''),
         sent_at             = now(),
         last_error          = NULL,
         lease_expires_at    = NULL,
@@ -482,15 +494,19 @@ WITH upd AS (
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'reconciled', 'sending', 'sent', attempts, @actor::text,
-       jsonb_build_object('decision', @decision::text, 'provider_message_id', @provider_message_id::text)
+       jsonb_build_object('decision', @decision::text, 'provider_message_id', @provider_message_id::text, 'provider', @provider::text)
 FROM upd;
 
 -- name: ReconcileToHeld :execrows
+-- The outcome at provider stays unknown: an operator's retry goes there
+-- alone (pinned).
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'held',
         lease_token      = NULL,
         lease_expires_at = NULL,
+        provider         = nullif(@provider::text, ''),
+        provider_pinned  = true,
         last_error       = @reason::text,
         updated_at       = now()
     WHERE d.id = @id
@@ -501,5 +517,5 @@ WITH upd AS (
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'reconciled', 'sending', 'held', attempts, @actor::text,
-       jsonb_build_object('decision', @decision::text, 'reason', @reason::text)
+       jsonb_build_object('decision', @decision::text, 'reason', @reason::text, 'provider', @provider::text)
 FROM upd;

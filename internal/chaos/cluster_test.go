@@ -172,7 +172,9 @@ type email struct {
 	messageID string
 }
 
-// emails is everything the mail server has accepted so far.
+// emails is everything the mail servers have accepted so far: the
+// provider's stand-in, the Mailpit or the sink, or, with failover,
+// both of the cluster's providers.
 func (c *cluster) emails() []email {
 	c.t.Helper()
 	var out []email
@@ -180,16 +182,16 @@ func (c *cluster) emails() []email {
 		for _, m := range c.resend.Messages() {
 			out = append(out, email{to: m.To, messageID: m.MessageID})
 		}
-		return out
 	}
 	if c.mailpit != nil {
 		for _, m := range c.mailpit.Messages(c.t) {
 			out = append(out, email{to: m.Recipients(), messageID: m.MessageID})
 		}
-		return out
 	}
-	for _, m := range c.sink.Messages() {
-		out = append(out, email{to: m.To, messageID: m.MessageID})
+	if c.sink != nil {
+		for _, m := range c.sink.Messages() {
+			out = append(out, email{to: m.To, messageID: m.MessageID})
+		}
 	}
 	return out
 }
@@ -197,13 +199,17 @@ func (c *cluster) emails() []email {
 // emailCount is len(c.emails()), cheaper.
 func (c *cluster) emailCount() int {
 	c.t.Helper()
+	n := 0
 	if c.resend != nil {
-		return len(c.resend.Messages())
+		n += len(c.resend.Messages())
 	}
 	if c.mailpit != nil {
-		return c.mailpit.Count(c.t)
+		n += c.mailpit.Count(c.t)
 	}
-	return c.sink.Count()
+	if c.sink != nil {
+		n += c.sink.Count()
+	}
+	return n
 }
 
 func merge(base map[string]string, extra []string) map[string]string {

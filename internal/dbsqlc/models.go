@@ -80,6 +80,8 @@ type NotificationDelivery struct {
 	TryingSince       time.Time
 	Locale            *string
 	NotBefore         *time.Time
+	Provider          *string
+	ProviderPinned    bool
 }
 
 type Order struct {

@@ -18,7 +18,7 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.id = $1 AND d.status = 'pending'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $2::text,
@@ -27,7 +27,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 FROM upd
 `
 
@@ -58,6 +58,8 @@ type CancelDeliveryRow struct {
 	TryingSince       time.Time
 	Locale            *string
 	NotBefore         *time.Time
+	Provider          *string
+	ProviderPinned    bool
 }
 
 // ---- The shop or an operator: called off before it was sent. ----
@@ -88,6 +90,8 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		&i.TryingSince,
 		&i.Locale,
 		&i.NotBefore,
+		&i.Provider,
+		&i.ProviderPinned,
 	)
 	return i, err
 }
@@ -129,7 +133,7 @@ WITH nosync AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), judged AS (
-    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
            CASE
                WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
@@ -164,7 +168,7 @@ WITH nosync AS (
     FROM judged j
     WHERE d.id = j.id
       AND j.verdict = 'claim'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, j.status AS from_status, j.task_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $10::text,
@@ -174,13 +178,13 @@ WITH nosync AS (
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
        c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale, c.not_before,
-       c.from_status, 'claimed'::text AS verdict
+       c.provider, c.provider_pinned, c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
        j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale, j.not_before,
-       j.status, j.verdict
+       j.provider, j.provider_pinned, j.status, j.verdict
 FROM judged j
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id)
 `
@@ -219,6 +223,8 @@ type ClaimDeliveriesRow struct {
 	TryingSince       time.Time
 	Locale            *string
 	NotBefore         *time.Time
+	Provider          *string
+	ProviderPinned    bool
 	FromStatus        string
 	Verdict           string
 }
@@ -293,6 +299,8 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 			&i.TryingSince,
 			&i.Locale,
 			&i.NotBefore,
+			&i.Provider,
+			&i.ProviderPinned,
 			&i.FromStatus,
 			&i.Verdict,
 		); err != nil {
@@ -371,21 +379,22 @@ func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) (int64
 
 const handOverDeliveries = `-- name: HandOverDeliveries :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS lease_token
+    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS lease_token, unnest($3::text[]) AS provider
 ), upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
-        lease_expires_at = now() + make_interval(secs => $3::float8)
+        provider         = i.provider,
+        lease_expires_at = now() + make_interval(secs => $4::float8)
     FROM input i
     WHERE d.id = ANY($1::uuid[])
       AND d.id = i.id
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
       AND d.lease_expires_at > now()
-    RETURNING d.id, d.attempts, d.lease_token
+    RETURNING d.id, d.attempts, d.lease_token, i.provider
 ), ev AS (
-    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
-    SELECT id, 'handed_over', 'sending', 'sending', attempts, $4::text FROM upd
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT id, 'handed_over', 'sending', 'sending', attempts, $5::text, jsonb_build_object('provider', provider) FROM upd
 )
 SELECT id, lease_token FROM upd
 `
@@ -393,6 +402,7 @@ SELECT id, lease_token FROM upd
 type HandOverDeliveriesParams struct {
 	Ids          []uuid.UUID
 	LeaseTokens  []uuid.UUID
+	Providers    []string
 	LeaseSeconds float64
 	Actor        string
 }
@@ -404,17 +414,18 @@ type HandOverDeliveriesRow struct {
 
 // The last check before the data goes out, for every attempt of a worker
 // that reached it while its previous hand-over ran: each lease still
-// ours and unexpired. It also records that, from now on, the provider may
-// have each message. It changes no indexed column (not even updated_at,
-// which says when the status changed): a HOT update. Committed waiting
-// for the WAL flush, one flush for the batch: a hand-over PostgreSQL
-// forgot would let the reconciler send again what the provider may have.
-// Returns the rows handed over; an attempt whose row is missing lost its
-// lease and must send nothing.
+// ours and unexpired. It also records that, from now on, the provider
+// named for each row may have its message. It changes no indexed column
+// (not even updated_at, which says when the status changed): a HOT
+// update. Committed waiting for the WAL flush, one flush for the batch:
+// a hand-over PostgreSQL forgot would let the reconciler send again what
+// the provider may have. Returns the rows handed over; an attempt whose
+// row is missing lost its lease and must send nothing.
 func (q *Queries) HandOverDeliveries(ctx context.Context, arg HandOverDeliveriesParams) ([]HandOverDeliveriesRow, error) {
 	rows, err := q.db.Query(ctx, handOverDeliveries,
 		arg.Ids,
 		arg.LeaseTokens,
+		arg.Providers,
 		arg.LeaseSeconds,
 		arg.Actor,
 	)
@@ -489,14 +500,14 @@ WITH ins AS (
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT ins.id, 'received', NULL, 'pending', 0, $10::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 FROM ins
 `
 
@@ -534,6 +545,8 @@ type InsertDeliveryRow struct {
 	TryingSince       time.Time
 	Locale            *string
 	NotBefore         *time.Time
+	Provider          *string
+	ProviderPinned    bool
 }
 
 // Every write that changes a delivery's status, grouped as the state
@@ -584,6 +597,8 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.TryingSince,
 		&i.Locale,
 		&i.NotBefore,
+		&i.Provider,
+		&i.ProviderPinned,
 	)
 	return i, err
 }
@@ -592,22 +607,23 @@ const markAmbiguous = `-- name: MarkAmbiguous :execrows
 WITH upd AS (
     UPDATE notification_deliveries d
     SET last_error       = $2::text,
-        lease_expires_at = now() + make_interval(secs => $3::float8),
+        lease_expires_at = now() + make_interval(secs => $4::float8),
         updated_at       = now()
-    WHERE d.id = $4
+    WHERE d.id = $5
       AND d.status = 'sending'
-      AND d.lease_token = $5::uuid
+      AND d.lease_token = $6::uuid
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'ambiguous', 'sending', 'sending', attempts, $1::text,
-       jsonb_build_object('error', $2::text)
+       jsonb_strip_nulls(jsonb_build_object('error', $2::text, 'provider', nullif($3::text, '')))
 FROM upd
 `
 
 type MarkAmbiguousParams struct {
 	Actor        string
 	LastError    string
+	Provider     string
 	LeaseSeconds float64
 	ID           uuid.UUID
 	LeaseToken   uuid.UUID
@@ -621,6 +637,7 @@ func (q *Queries) MarkAmbiguous(ctx context.Context, arg MarkAmbiguousParams) (i
 	result, err := q.db.Exec(ctx, markAmbiguous,
 		arg.Actor,
 		arg.LastError,
+		arg.Provider,
 		arg.LeaseSeconds,
 		arg.ID,
 		arg.LeaseToken,
@@ -638,20 +655,21 @@ WITH upd AS (
         last_error       = $2::text,
         lease_expires_at = NULL,
         updated_at       = now()
-    WHERE d.id = $3
+    WHERE d.id = $4
       AND d.status = 'sending'
-      AND d.lease_token = $4::uuid
+      AND d.lease_token = $5::uuid
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'failed', 'sending', 'failed', attempts, $1::text,
-       jsonb_build_object('error', $2::text)
+       jsonb_strip_nulls(jsonb_build_object('error', $2::text, 'provider', nullif($3::text, '')))
 FROM upd
 `
 
 type MarkFailedParams struct {
 	Actor      string
 	LastError  string
+	Provider   string
 	ID         uuid.UUID
 	LeaseToken uuid.UUID
 }
@@ -660,6 +678,7 @@ func (q *Queries) MarkFailed(ctx context.Context, arg MarkFailedParams) (int64, 
 	result, err := q.db.Exec(ctx, markFailed,
 		arg.Actor,
 		arg.LastError,
+		arg.Provider,
 		arg.ID,
 		arg.LeaseToken,
 	)
@@ -687,11 +706,11 @@ WITH nosync AS (
       AND d.id = i.id
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
-    RETURNING d.id, d.attempts, d.lease_token, i.provider_message_id, i.language
+    RETURNING d.id, d.attempts, d.lease_token, i.provider_message_id, i.language, d.provider
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'sent', 'sending', 'sent', attempts, $5::text,
-           jsonb_build_object('provider_message_id', provider_message_id, 'language', language)
+           jsonb_build_object('provider_message_id', provider_message_id, 'language', language, 'provider', provider)
     FROM upd
 )
 SELECT id, lease_token FROM upd
@@ -787,7 +806,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -796,7 +815,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 FROM upd
 `
 
@@ -828,6 +847,8 @@ type OperatorMarkSentRow struct {
 	TryingSince       time.Time
 	Locale            *string
 	NotBefore         *time.Time
+	Provider          *string
+	ProviderPinned    bool
 }
 
 // A held delivery the operator found at the provider.
@@ -860,6 +881,8 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.TryingSince,
 		&i.Locale,
 		&i.NotBefore,
+		&i.Provider,
+		&i.ProviderPinned,
 	)
 	return i, err
 }
@@ -871,6 +894,7 @@ WITH prev AS (
 ), upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
+        provider_pinned  = false,
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -879,7 +903,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, prev.status AS from_status
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, prev.status AS from_status
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $2::text,
@@ -888,7 +912,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
 FROM upd
 `
 
@@ -919,11 +943,15 @@ type OperatorRetryRow struct {
 	TryingSince       time.Time
 	Locale            *string
 	NotBefore         *time.Time
+	Provider          *string
+	ProviderPinned    bool
 }
 
 // ---- An operator (admin API). ----
 // A failed or held delivery gets a fresh set of attempts under the same
-// idempotency key.
+// idempotency key. The operator has checked with the provider (held:
+// "check with the provider, then retry or mark sent"), so the delivery
+// is no longer pinned to it: failover may take it elsewhere.
 func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (OperatorRetryRow, error) {
 	row := q.db.QueryRow(ctx, operatorRetry, arg.ID, arg.Actor, arg.Note)
 	var i OperatorRetryRow
@@ -948,6 +976,8 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.TryingSince,
 		&i.Locale,
 		&i.NotBefore,
+		&i.Provider,
+		&i.ProviderPinned,
 	)
 	return i, err
 }
@@ -958,17 +988,19 @@ WITH upd AS (
     SET status           = 'held',
         lease_token      = NULL,
         lease_expires_at = NULL,
+        provider         = nullif($4::text, ''),
+        provider_pinned  = true,
         last_error       = $3::text,
         updated_at       = now()
-    WHERE d.id = $4
+    WHERE d.id = $5
       AND d.status = 'sending'
-      AND d.lease_token = $5::uuid
+      AND d.lease_token = $6::uuid
       AND d.lease_expires_at < now()
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'reconciled', 'sending', 'held', attempts, $1::text,
-       jsonb_build_object('decision', $2::text, 'reason', $3::text)
+       jsonb_build_object('decision', $2::text, 'reason', $3::text, 'provider', $4::text)
 FROM upd
 `
 
@@ -976,15 +1008,19 @@ type ReconcileToHeldParams struct {
 	Actor      string
 	Decision   string
 	Reason     string
+	Provider   string
 	ID         uuid.UUID
 	LeaseToken uuid.UUID
 }
 
+// The outcome at provider stays unknown: an operator's retry goes there
+// alone (pinned).
 func (q *Queries) ReconcileToHeld(ctx context.Context, arg ReconcileToHeldParams) (int64, error) {
 	result, err := q.db.Exec(ctx, reconcileToHeld,
 		arg.Actor,
 		arg.Decision,
 		arg.Reason,
+		arg.Provider,
 		arg.ID,
 		arg.LeaseToken,
 	)
@@ -1002,17 +1038,19 @@ WITH upd AS (
         lease_token      = NULL,
         lease_expires_at = NULL,
         handed_over_at   = NULL,
+        provider         = nullif($4::text, ''),
+        provider_pinned  = $5::boolean,
         last_error       = $3::text,
         updated_at       = now()
-    WHERE d.id = $4
+    WHERE d.id = $6
       AND d.status = 'sending'
-      AND d.lease_token = $5::uuid
+      AND d.lease_token = $7::uuid
       AND d.lease_expires_at < now()
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'reconciled', 'sending', 'pending', attempts, $1::text,
-       jsonb_build_object('decision', $2::text, 'reason', $3::text)
+       jsonb_build_object('decision', $2::text, 'reason', $3::text, 'provider', $4::text, 'pinned', $5::boolean)
 FROM upd
 `
 
@@ -1020,17 +1058,23 @@ type ReconcileToPendingParams struct {
 	Actor      string
 	Decision   string
 	Reason     string
+	Provider   string
+	Pinned     bool
 	ID         uuid.UUID
 	LeaseToken uuid.UUID
 }
 
 // ---- The reconciler: a sending row whose lease expired. ----
-// Fenced on the lease the reconciler saw expire.
+// Fenced on the lease the reconciler saw expire. provider is the one the
+// reconciler judged the row at; pinned, whether its next attempts must
+// go there alone (the outcome there is still unknown).
 func (q *Queries) ReconcileToPending(ctx context.Context, arg ReconcileToPendingParams) (int64, error) {
 	result, err := q.db.Exec(ctx, reconcileToPending,
 		arg.Actor,
 		arg.Decision,
 		arg.Reason,
+		arg.Provider,
+		arg.Pinned,
 		arg.ID,
 		arg.LeaseToken,
 	)
@@ -1045,19 +1089,20 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status              = 'sent',
         provider_message_id = $3::text,
+        provider            = nullif($4::text, ''),
         sent_at             = now(),
         last_error          = NULL,
         lease_expires_at    = NULL,
         updated_at          = now()
-    WHERE d.id = $4
+    WHERE d.id = $5
       AND d.status = 'sending'
-      AND d.lease_token = $5::uuid
+      AND d.lease_token = $6::uuid
       AND d.lease_expires_at < now()
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'reconciled', 'sending', 'sent', attempts, $1::text,
-       jsonb_build_object('decision', $2::text, 'provider_message_id', $3::text)
+       jsonb_build_object('decision', $2::text, 'provider_message_id', $3::text, 'provider', $4::text)
 FROM upd
 `
 
@@ -1065,6 +1110,7 @@ type ReconcileToSentParams struct {
 	Actor             string
 	Decision          string
 	ProviderMessageID string
+	Provider          string
 	ID                uuid.UUID
 	LeaseToken        uuid.UUID
 }
@@ -1074,6 +1120,7 @@ func (q *Queries) ReconcileToSent(ctx context.Context, arg ReconcileToSentParams
 		arg.Actor,
 		arg.Decision,
 		arg.ProviderMessageID,
+		arg.Provider,
 		arg.ID,
 		arg.LeaseToken,
 	)
@@ -1087,27 +1134,30 @@ const releaseForRetry = `-- name: ReleaseForRetry :execrows
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
-        attempts         = d.attempts - CASE WHEN $3::boolean THEN 1 ELSE 0 END,
+        attempts         = d.attempts - CASE WHEN $4::boolean THEN 1 ELSE 0 END,
+        provider_pinned  = d.provider_pinned OR $5::boolean,
         last_error       = $2::text,
         lease_token      = NULL,
         lease_expires_at = NULL,
         handed_over_at   = NULL,
         updated_at       = now()
-    WHERE d.id = $4
+    WHERE d.id = $6
       AND d.status = 'sending'
-      AND d.lease_token = $5::uuid
+      AND d.lease_token = $7::uuid
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 SELECT id, 'retry_scheduled', 'sending', 'pending', attempts, $1::text,
-       jsonb_build_object('error', $2::text)
+       jsonb_strip_nulls(jsonb_build_object('error', $2::text, 'provider', nullif($3::text, '')))
 FROM upd
 `
 
 type ReleaseForRetryParams struct {
 	Actor         string
 	LastError     string
+	Provider      string
 	RefundAttempt bool
+	Pin           bool
 	ID            uuid.UUID
 	LeaseToken    uuid.UUID
 }
@@ -1116,12 +1166,16 @@ type ReleaseForRetryParams struct {
 // back to pending for the next attempt. An attempt that never reached the
 // provider's acceptance of the recipient (refund_attempt) is taken back
 // from attempts, which counts only the tries the recipient's side saw;
-// when to give up is DELIVERY_MAX_AGE's business, not this count's.
+// when to give up is DELIVERY_MAX_AGE's business, not this count's. pin:
+// the provider may have taken it all the same (an HTTP 5xx after the
+// request went out), so the next attempts go to it alone.
 func (q *Queries) ReleaseForRetry(ctx context.Context, arg ReleaseForRetryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, releaseForRetry,
 		arg.Actor,
 		arg.LastError,
+		arg.Provider,
 		arg.RefundAttempt,
+		arg.Pin,
 		arg.ID,
 		arg.LeaseToken,
 	)

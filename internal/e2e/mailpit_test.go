@@ -47,8 +47,8 @@ func TestBinariesAgainstMailpit(t *testing.T) {
 	worker.WaitLog(t, "worker started", "worker_id", 60*time.Second)
 	rec := testenv.Start(t, "reconciler", testenv.Binary(t, "./cmd/reconciler"), env(
 		"RECONCILE_INTERVAL", "200ms", "MAIL_LOOKUP_URL", mp.URL, "LOCK_TTL", "2s"))
-	if got := rec.WaitLog(t, "reconciler started", "lookup", 60*time.Second); got != "true" {
-		t.Fatalf("reconciler started with lookup=%s, want true: MAIL_LOOKUP_API=auto did not recognise Mailpit", got)
+	if got := rec.WaitLog(t, "reconciler started", "providers", 60*time.Second); got != "smtp (look-up)" {
+		t.Fatalf("reconciler started with providers=%q, want smtp (look-up): MAIL_LOOKUP_API=auto did not recognise Mailpit", got)
 	}
 
 	backendKey := newBackendKey(t, apikey.NewService(db.Pool))

@@ -122,7 +122,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(provider.Close)
-	worker := notify.NewWorker(db.Pool, rdb, provider, templates, notify.WorkerConfig{
+	worker := notify.NewWorker(db.Pool, rdb, notify.Only("smtp", provider), templates, notify.WorkerConfig{
 		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
 		WorkerID: "e2e-worker", Queue: rd.Queue, Concurrency: 4,
 	}, wk.log, notify.NewMetrics(wk.reg))
@@ -134,8 +134,9 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := reconcile.New(db.Pool, enq, inspector, lookup, reconcile.Config{PendingAfter: time.Minute, Batch: 10,
-		DefaultPolicy: reconcile.PolicyHold, MessageIDDomain: "shop.example", Actor: "e2e-reconciler"}, rc.log, rc.reg)
+	rec := reconcile.New(db.Pool, enq, inspector, reconcile.Config{PendingAfter: time.Minute, Batch: 10,
+		DefaultPolicy: reconcile.PolicyHold, MessageIDDomain: "shop.example", Actor: "e2e-reconciler",
+		Providers: []reconcile.Provider{{Name: "smtp", Lookup: lookup}}}, rc.log, rc.reg)
 
 	checkout := func(email, key string) order.Order {
 		t.Helper()

@@ -47,6 +47,8 @@ type adminDelivery struct {
 	Attempts          int             `json:"attempts"`
 	LastError         string          `json:"last_error,omitempty"`
 	ProviderMessageID string          `json:"provider_message_id,omitempty"`
+	Provider          string          `json:"provider,omitempty"`
+	ProviderPinned    bool            `json:"provider_pinned,omitempty"`
 	LeaseExpiresAt    *time.Time      `json:"lease_expires_at,omitempty"`
 	HandedOverAt      *time.Time      `json:"handed_over_at,omitempty"`
 	SendAt            *time.Time      `json:"send_at,omitempty"`
@@ -61,6 +63,7 @@ func toAdmin(d notify.Delivery) adminDelivery {
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
 		IdempotencyKey: d.IdempotencyKey, KeyHash: mail.KeyHash(d.IdempotencyKey), Status: d.Status,
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
+		Provider: d.Provider, ProviderPinned: d.ProviderPinned,
 		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, SendAt: d.NotBefore, TemplateData: d.Data,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt,
 	}

@@ -167,7 +167,7 @@ func (s stack) startWorker(t *testing.T, tracer trace.Tracer) *smtpsink.Server {
 	t.Cleanup(provider.Close)
 	rdb := redisconn.NewClient(s.redis.Opt)
 	t.Cleanup(func() { rdb.Close() })
-	w := notify.NewWorker(s.db.Pool, rdb, provider, s.templates, notify.WorkerConfig{
+	w := notify.NewWorker(s.db.Pool, rdb, notify.Only("smtp", provider), s.templates, notify.WorkerConfig{
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
 		WorkerID: "test-worker", Queue: s.redis.Queue, Concurrency: 2, Tracer: tracer,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))

@@ -173,6 +173,18 @@ func (e *SendError) Error() string {
 
 func (e *SendError) Unwrap() error { return e.Err }
 
+// MayHaveAccepted reports whether the provider may have taken the
+// message despite the error: an ambiguous send, or an HTTP server error
+// (5xx) answered after the request went out, which says nothing certain
+// about what the provider did with it (Resend's, classified unavailable
+// because a retry under our key at Resend cannot send twice). Such a
+// delivery stays with this provider: failover never moves it to another,
+// which would deliver a second copy. Any other refusal says the message
+// was not taken.
+func (e *SendError) MayHaveAccepted() bool {
+	return e.Outcome == OutcomeAmbiguous || (e.HandedOver && e.Reply.Protocol == ProtocolHTTP && e.Reply.Code >= 500)
+}
+
 // ReachedRecipient reports whether the provider had accepted the
 // recipient when the attempt failed; an attempt that had not does not
 // count against the delivery.

@@ -53,8 +53,11 @@ func (w *Worker) apply(ctx context.Context, l *taskLog, d dbsqlc.NotificationDel
 			l.set(slog.String("cache_error", err.Error()))
 		}
 	}
-	if s.providerDown != nil {
-		w.providerUnavailable(ctx, s.providerDown)
+	if s.write == writeSent && a != nil && a.route != nil {
+		a.route.health.sent()
+	}
+	if s.providerDown != nil && a != nil && a.route != nil {
+		w.providerUnavailable(ctx, a.route, s.providerDown)
 	}
 	l.result = s.result
 	if s.to != "" {
@@ -106,11 +109,11 @@ func (w *Worker) write(ctx context.Context, l *taskLog, d dbsqlc.NotificationDel
 	case writeHeld:
 		return holdUnrenderable(ctx, q, d.ID, a.lease, s.reason)
 	case writeRetry:
-		return release(ctx, q, d.ID, a.lease, s.reason, s.refund)
+		return release(ctx, q, d.ID, a.lease, a.provider(), s.reason, s.refund, s.pin)
 	case writeFailed:
-		return markFailed(ctx, q, d.ID, a.lease, s.reason)
+		return markFailed(ctx, q, d.ID, a.lease, a.provider(), s.reason)
 	case writeAmbiguous:
-		return markAmbiguous(ctx, q, d.ID, a.lease, s.reason)
+		return markAmbiguous(ctx, q, d.ID, a.lease, a.provider(), s.reason)
 	case writeNoteAmbiguous:
 		if err := noteAmbiguous(ctx, q, d.ID, s.reason, actor); err != nil {
 			l.set(slog.String("note_error", err.Error()))

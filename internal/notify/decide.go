@@ -107,6 +107,7 @@ type step struct {
 	providerID string // writeSent: the provider's id for the message
 	reason     string // the row's last_error and the history's detail
 	refund     bool   // writeRetry: the attempt does not count
+	pin        bool   // writeRetry: the provider may have the message; the delivery stays with it
 
 	result     result
 	outcome    string // sekali_deliveries_total{outcome}
@@ -204,8 +205,8 @@ func decideOutcome(d dbsqlc.NotificationDelivery, providerID string, sendErr err
 	attrs := append([]slog.Attr{slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
 	reason := truncate([]byte(sendErr.Error()), 1000)
 	retried := func(refund bool, label string) step {
-		return step{write: writeRetry, to: StatusPending, reason: reason, refund: refund, result: resultRetried, outcome: "retried",
-			retry: label, answer: answerRetry, err: sendErr, attrs: attrs}
+		return step{write: writeRetry, to: StatusPending, reason: reason, refund: refund, pin: se.MayHaveAccepted(), result: resultRetried,
+			outcome: "retried", retry: label, answer: answerRetry, err: sendErr, attrs: attrs}
 	}
 	failed := func(reason string) step {
 		return step{write: writeFailed, to: StatusFailed, reason: reason, result: resultFailed, outcome: "failed",
@@ -247,4 +248,27 @@ func decideOutcome(d dbsqlc.NotificationDelivery, providerID string, sendErr err
 // duplicate it was in the history.
 func fencedOut(attrs []slog.Attr) step {
 	return step{write: writeDuplicate, duplicate: "fencing", result: resultFencedOut, attrs: attrs}
+}
+
+// decideNoRoute is what a claimed attempt does when no provider may take
+// it now: every provider went down since the task began, or the row is
+// pinned to provider (an earlier hand-over's outcome there is unknown,
+// so no other may send it) and that one is down or not in this worker's
+// list. Nothing was sent: the row goes back to pending, the attempt not
+// counted, and the task comes back after the next probe.
+func decideNoRoute(pinned string, anyUp bool) step {
+	reason := "every provider refuses us; waiting for a probe to succeed"
+	if anyUp {
+		reason = fmt.Sprintf("pinned to provider %q, which may hold an earlier attempt and does not take mail from this worker now; waiting for it", pinned)
+	}
+	return step{write: writeRetry, to: StatusPending, reason: reason, refund: true, result: resultProviderUnavailable, outcome: "retried",
+		retry: "provider_unavailable", answer: answerProviderWait, err: fmt.Errorf("%w: %s", errProviderUnavailable, reason)}
+}
+
+// derefString is *p, or "" for nil.
+func derefString(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }

@@ -3,6 +3,7 @@ package notify
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ type want struct {
 	write      write
 	to         Status
 	refund     bool
+	pin        bool
 	result     result
 	outcome    string
 	retry      string
@@ -29,7 +31,7 @@ type want struct {
 
 func (w want) check(t *testing.T, name string, s step) {
 	t.Helper()
-	got := want{write: s.write, to: s.to, refund: s.refund, result: s.result, outcome: s.outcome, retry: s.retry,
+	got := want{write: s.write, to: s.to, refund: s.refund, pin: s.pin, result: s.result, outcome: s.outcome, retry: s.retry,
 		duplicate: s.duplicate, handedBack: s.handedBack, answer: s.answer, skip: errors.Is(s.err, asynq.SkipRetry)}
 	if got != w {
 		t.Errorf("%s:\n got %+v\nwant %+v", name, got, w)
@@ -62,6 +64,15 @@ func TestDecideOutcome(t *testing.T) {
 		{"lock lost before the data", young, &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageData, Err: errLockLost},
 			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "lock_expired", answer: answerRetry}},
 		{"provider refuses us", young, smtpErr(mail.OutcomeUnavailable, mail.StageAuth, 535, "5.7.8"),
+			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "provider_unavailable", answer: answerProviderWait}},
+		{"Resend's 503 after the request went out", young, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageConnect,
+			Reply: mail.HTTPStatus(503), HandedOver: true, Err: errors.New("503")},
+			want{write: writeRetry, to: StatusPending, refund: true, pin: true, result: resultRetried, outcome: "retried", retry: "provider_unavailable", answer: answerProviderWait}},
+		{"HTTP provider unreachable after the hand-over", young, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageConnect,
+			HandedOver: true, Err: errors.New("request not sent: connection refused")},
+			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "provider_unavailable", answer: answerProviderWait}},
+		{"SMTP refuses the data, 421", young, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageData,
+			Reply: mail.SMTPReply(421, "4.3.2"), HandedOver: true, Err: errors.New("421")},
 			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "provider_unavailable", answer: answerProviderWait}},
 		{"greylisted at RCPT", young, smtpErr(mail.OutcomeTemporary, mail.StageRecipient, 451, "4.7.1"),
 			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "smtp_4xx", answer: answerRetry}},
@@ -122,6 +133,16 @@ func TestDecideUnclaimed(t *testing.T) {
 		}
 		if tt.v == verdictBlocked && !s.blocked {
 			t.Errorf("%s: not counted as blocked", tt.v)
+		}
+	}
+	// No provider may take a claimed row now: it goes back, uncounted,
+	// and waits for a probe.
+	for _, anyUp := range []bool{false, true} {
+		s := decideNoRoute("resend", anyUp)
+		want{write: writeRetry, to: StatusPending, refund: true, result: resultProviderUnavailable, outcome: "retried",
+			retry: "provider_unavailable", answer: answerProviderWait}.check(t, fmt.Sprintf("no route, another up: %v", anyUp), s)
+		if anyUp != strings.Contains(s.reason, `pinned to provider "resend"`) || s.providerDown != nil {
+			t.Errorf("no route (another up: %v): reason %q, provider marked down: %v", anyUp, s.reason, s.providerDown != nil)
 		}
 	}
 	// A task early for its delivery comes back at the delivery's time.

@@ -75,6 +75,11 @@ type Delivery struct {
 	TryingSince       time.Time  // start of the current series of tries (DELIVERY_MAX_AGE counts from here)
 	Locale            string     // the customer's language (BCP 47); "" for the default
 	NotBefore         *time.Time // to be sent later: no worker claims it before; nil: at once
+	// Provider is the provider of the latest hand-over; "" if none was
+	// recorded. ProviderPinned: the outcome there is unknown, so every
+	// attempt goes to it alone.
+	Provider       string
+	ProviderPinned bool
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.
@@ -226,7 +231,11 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		SentAt:         r.SentAt,
 		TryingSince:    r.TryingSince,
 		NotBefore:      r.NotBefore,
+		ProviderPinned: r.ProviderPinned,
 		leaseToken:     r.LeaseToken,
+	}
+	if r.Provider != nil {
+		d.Provider = *r.Provider
 	}
 	if r.MessageID != nil {
 		d.MessageID = *r.MessageID

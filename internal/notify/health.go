@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,29 +13,82 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// The worker's circuit breaker on the provider. A send that meets
-// OutcomeUnavailable (the provider refuses us, not the message) opens it;
-// a probe that succeeds closes it:
+// The worker's circuit breaker on each provider. A send that meets
+// OutcomeUnavailable (the provider refuses us, not the message) opens
+// that provider's; a probe that succeeds closes it:
 //
 //	up ──(a send is refused as OutcomeUnavailable)──▶ down
 //	down ──(Provider.Probe succeeds, every PROVIDER_PROBE_INTERVAL)──▶ up
 //
-// While it is open no task claims a delivery: each goes back to the queue
-// and comes again shortly after the next probe, using up nothing, so the
-// whole backlog goes out within a minute of the provider's return rather
-// than after each delivery's own exponential back-off.
+// Each attempt goes to the first provider of the list (PROVIDERS) that is
+// up, so while the first is down the next one takes the mail: failover.
+// A refusal as OutcomeUnavailable means nothing was accepted, so the
+// delivery may move. A delivery whose outcome at a provider is unknown
+// is pinned to it (provider_pinned) and waits for it alone. While every
+// provider is down no task claims a delivery: each goes back to the
+// queue and comes again shortly after the next probe, using up nothing,
+// so the whole backlog goes out within a minute of a provider's return
+// rather than after each delivery's own exponential back-off.
 
-// health is one worker's view of the provider.
+// route is one provider of the list, with its breaker.
+type route struct {
+	name     string
+	provider mail.Provider
+	health   *health
+}
+
+// anyAvailable reports whether some provider is up.
+func (w *Worker) anyAvailable() bool {
+	for _, r := range w.routes {
+		if r.health.available() {
+			return true
+		}
+	}
+	return false
+}
+
+// routeFor is the provider an attempt at row d sends through: the one
+// it is pinned to, if that is up, or else the first that is up; nil if
+// none may take it now.
+func (w *Worker) routeFor(d dbsqlc.NotificationDelivery) *route {
+	for _, r := range w.routes {
+		if d.ProviderPinned && d.Provider != nil && *d.Provider != r.name {
+			continue
+		}
+		if r.health.available() {
+			return r
+		}
+	}
+	return nil
+}
+
+// health is one worker's view of one provider.
 type health struct {
 	mu     sync.Mutex
 	down   bool
 	reason string
 	since  time.Time
 	up     prometheus.Gauge
+	// A probe can pass while sending fails (an API whose sending
+	// endpoint alone is down; a key that may only send, which the probe
+	// cannot tell from a working one). Each such pass lets one attempt
+	// per worker meet the refusal again, and with failover an HTTP 5xx
+	// keeps that delivery waiting for this provider. So a breaker that
+	// reopens before any send succeeded (trial) counts a flap, and each
+	// flap doubles the wait before the next probe, up to maxFlapBackoff
+	// probe intervals; a send that succeeds forgets them.
+	trial     bool
+	flaps     int
+	lastProbe time.Time
 }
+
+// maxFlapBackoff bounds the probe's back-off after flaps: 64 probe
+// intervals (5 s: about 5 minutes).
+const maxFlapBackoff = 6
 
 func newHealth(up prometheus.Gauge) *health {
 	up.Set(1)
@@ -57,6 +111,10 @@ func (h *health) markDown(reason string) (opened bool) {
 	if h.down {
 		return false
 	}
+	if h.trial {
+		h.flaps++
+		h.trial = false
+	}
 	h.down, h.since = true, time.Now()
 	h.up.Set(0)
 	return true
@@ -69,8 +127,28 @@ func (h *health) markUp() (closed bool) {
 	if !h.down {
 		return false
 	}
-	h.down, h.reason, h.since = false, "", time.Now()
+	h.down, h.reason, h.since, h.trial = false, "", time.Now(), true
 	h.up.Set(1)
+	return true
+}
+
+// sent records a send the provider accepted: the breaker's flaps are
+// forgotten.
+func (h *health) sent() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.trial, h.flaps = false, 0
+}
+
+// probeDue reports whether an open breaker is due for a probe at now,
+// every interval, doubled per flap; it notes the probe.
+func (h *health) probeDue(now time.Time, interval time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down || now.Sub(h.lastProbe) < interval<<min(h.flaps, maxFlapBackoff)-interval/10 {
+		return false
+	}
+	h.lastProbe = now
 	return true
 }
 
@@ -80,9 +158,10 @@ func (h *health) state() (down bool, reason string, since time.Time) {
 	return h.down, h.reason, h.since
 }
 
-// ProviderState is what one worker last said about the provider.
+// ProviderState is what one worker last said about one provider.
 type ProviderState struct {
 	WorkerID  string    `json:"worker_id"`
+	Provider  string    `json:"provider"`
 	Up        bool      `json:"up"`
 	Reason    string    `json:"reason,omitempty"` // why it refuses us, while down; addresses redacted
 	Since     time.Time `json:"since"`            // of the current state
@@ -92,7 +171,8 @@ type ProviderState struct {
 	ValidUntil time.Time `json:"valid_until"`
 }
 
-// providerKey is the Redis hash of every worker's ProviderState, by worker id.
+// providerKey is the Redis hash of every worker's ProviderState, by
+// worker id and provider.
 func providerKey(queue string) string { return "sekali:provider:" + queue }
 
 // ProviderStates returns what the live workers of queue say about the
@@ -116,13 +196,15 @@ func ProviderStates(ctx context.Context, rdb redis.UniversalClient, queue string
 	if len(stale) > 0 {
 		_ = rdb.HDel(ctx, providerKey(queue), stale...).Err() // tidying only
 	}
-	slices.SortFunc(out, func(a, b ProviderState) int { return strings.Compare(a.WorkerID, b.WorkerID) })
+	slices.SortFunc(out, func(a, b ProviderState) int {
+		return cmp.Or(strings.Compare(a.WorkerID, b.WorkerID), strings.Compare(a.Provider, b.Provider))
+	})
 	return out, nil
 }
 
-// WatchProvider probes the provider every interval while the breaker is
-// open, closes it when a probe succeeds, and publishes this worker's
-// view in Redis for the admin API. It returns when ctx ends.
+// WatchProvider probes every provider whose breaker is open, every
+// interval, closes a breaker when its probe succeeds, and publishes this
+// worker's view in Redis for the admin API. It returns when ctx ends.
 func (w *Worker) WatchProvider(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -130,41 +212,66 @@ func (w *Worker) WatchProvider(ctx context.Context, interval time.Duration) {
 		w.publishHealth(ctx, interval)
 		select {
 		case <-ctx.Done():
-			_ = w.lock.rdb.HDel(context.WithoutCancel(ctx), providerKey(w.cfg.Queue), w.cfg.WorkerID).Err()
+			fields := make([]string, len(w.routes))
+			for i, r := range w.routes {
+				fields[i] = w.healthField(r)
+			}
+			_ = w.lock.rdb.HDel(context.WithoutCancel(ctx), providerKey(w.cfg.Queue), fields...).Err()
 			return
 		case <-t.C:
 		}
-		if down, _, _ := w.health.state(); !down {
-			continue
-		}
-		pctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
-		err := w.provider.Probe(pctx)
-		cancel()
-		if err != nil {
-			w.health.markDown(mail.RedactAddresses(err.Error()))
-			continue
-		}
-		if w.health.markUp() {
-			w.log.LogAttrs(ctx, slog.LevelInfo, "provider takes mail again; sending resumes", slog.String("worker_id", w.cfg.WorkerID))
+		for _, r := range w.routes {
+			w.probe(ctx, r, interval)
 		}
 	}
 }
 
-// providerUnavailable opens the breaker after a send met
-// OutcomeUnavailable, and says so once per outage.
-func (w *Worker) providerUnavailable(ctx context.Context, se *mail.SendError) {
-	reason := mail.RedactAddresses(se.Error())
-	if w.health.markDown(reason) {
-		attrs := append([]slog.Attr{slog.String("worker_id", w.cfg.WorkerID), slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
-		w.log.LogAttrs(ctx, slog.LevelWarn, "provider refuses us; deliveries wait until a probe succeeds", append(attrs, slog.String("reason", reason))...)
+// probe probes r if its breaker is open and a probe is due, and closes
+// the breaker if r answers.
+func (w *Worker) probe(ctx context.Context, r *route, interval time.Duration) {
+	if !r.health.probeDue(time.Now(), interval) {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
+	err := r.provider.Probe(pctx)
+	cancel()
+	if err != nil {
+		r.health.markDown(mail.RedactAddresses(err.Error()))
+		return
+	}
+	if r.health.markUp() {
+		w.log.LogAttrs(ctx, slog.LevelInfo, "provider takes mail again; sending resumes", slog.String("worker_id", w.cfg.WorkerID),
+			slog.String("provider", r.name))
 	}
 }
+
+// providerUnavailable opens r's breaker after a send met
+// OutcomeUnavailable, and says so once per outage.
+func (w *Worker) providerUnavailable(ctx context.Context, r *route, se *mail.SendError) {
+	reason := mail.RedactAddresses(se.Error())
+	if r.health.markDown(reason) {
+		next := "deliveries wait until a probe succeeds"
+		if w.anyAvailable() {
+			next = "deliveries go to the next provider that is up until a probe succeeds"
+		}
+		attrs := append([]slog.Attr{slog.String("worker_id", w.cfg.WorkerID), slog.String("provider", r.name),
+			slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
+		w.log.LogAttrs(ctx, slog.LevelWarn, "provider refuses us; "+next, append(attrs, slog.String("reason", reason))...)
+	}
+}
+
+// healthField is r's field in the providerKey hash.
+func (w *Worker) healthField(r *route) string { return w.cfg.WorkerID + " " + r.name }
 
 func (w *Worker) publishHealth(ctx context.Context, interval time.Duration) {
-	down, reason, since := w.health.state()
 	now := time.Now()
-	b, _ := json.Marshal(ProviderState{WorkerID: w.cfg.WorkerID, Up: !down, Reason: reason, Since: since,
-		CheckedAt: now, ValidUntil: now.Add(3*interval + 5*time.Second)})
+	values := make([]any, 0, 2*len(w.routes))
+	for _, r := range w.routes {
+		down, reason, since := r.health.state()
+		b, _ := json.Marshal(ProviderState{WorkerID: w.cfg.WorkerID, Provider: r.name, Up: !down, Reason: reason, Since: since,
+			CheckedAt: now, ValidUntil: now.Add(3*interval + 5*time.Second)})
+		values = append(values, w.healthField(r), b)
+	}
 	// Best effort: Redis being away is not the provider's health.
-	_ = w.lock.rdb.HSet(ctx, providerKey(w.cfg.Queue), w.cfg.WorkerID, b).Err()
+	_ = w.lock.rdb.HSet(ctx, providerKey(w.cfg.Queue), values...).Err()
 }

@@ -14,7 +14,7 @@ type Metrics struct {
 	sendLatency  prometheus.Histogram
 	blocked      prometheus.Counter
 	handedBack   *prometheus.CounterVec
-	providerUp   prometheus.Gauge
+	providerUp   *prometheus.GaugeVec
 	batchSize    *prometheus.HistogramVec
 }
 
@@ -68,10 +68,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sekali_tasks_handed_back_total",
 			Help: "Tasks this worker gave back to the queue without an attempt: provider_unavailable (the provider refuses us), unknown_template (an older worker during a rolling deploy), shutdown.",
 		}, []string{"reason"}),
-		providerUp: prometheus.NewGauge(prometheus.GaugeOpts{
+		providerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sekali_provider_up",
-			Help: "1 while this worker's provider takes mail from us, 0 while it refuses our session (connect, TLS, AUTH, sender, throttling) and the worker only probes it.",
-		}),
+			Help: "1 while this provider takes mail from this worker, 0 while it refuses our session (connect, TLS, AUTH, sender, throttling) and the worker only probes it; with PROVIDERS, the next provider that is up takes the mail meanwhile.",
+		}, []string{"provider"}),
 	}
 	// Known label values exist from the start, so that a rate() alert
 	// fires on the first event.

@@ -224,7 +224,7 @@ type QueueState struct {
 // live workers last saw it.
 type ProviderHealth struct {
 	Up      bool            `json:"up"`
-	Reason  string          `json:"reason,omitempty"` // of the first worker that finds it refusing us
+	Reason  string          `json:"reason,omitempty"` // "<provider>: why", of the first worker that finds a provider refusing us
 	Workers []ProviderState `json:"workers"`
 }
 
@@ -246,7 +246,7 @@ func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
 	}
 	health := ProviderHealth{Up: true, Workers: workers}
 	if i := slices.IndexFunc(workers, func(s ProviderState) bool { return !s.Up }); i >= 0 {
-		health.Up, health.Reason = false, workers[i].Reason
+		health.Up, health.Reason = false, workers[i].Provider+": "+workers[i].Reason
 	}
 	return QueueState{
 		Queue: queue, ConcurrencyPerWorker: limit, Paused: info.Paused,

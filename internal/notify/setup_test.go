@@ -94,6 +94,7 @@ func smtpAt(t testing.TB, host string, port int) *smtp.Provider {
 
 type workerOpts struct {
 	provider    mail.Provider
+	providers   []notify.NamedProvider // failover, instead of provider
 	lockTTL     time.Duration
 	maxAge      time.Duration
 	templates   *mailtemplate.Templates
@@ -125,7 +126,10 @@ func (e *env) worker(t testing.TB, o workerOpts) testWorker {
 	if o.templates == nil {
 		o.templates = e.templates
 	}
-	w := notify.NewWorker(e.db.Pool, e.rdb, o.provider, o.templates, notify.WorkerConfig{
+	if o.providers == nil {
+		o.providers = notify.Only("smtp", o.provider)
+	}
+	w := notify.NewWorker(e.db.Pool, e.rdb, o.providers, o.templates, notify.WorkerConfig{
 		LockTTL: o.lockTTL, MaxAge: o.maxAge, ProbeInterval: 100 * time.Millisecond, SendTimeout: 10 * time.Second,
 		MessageIDDomain: mailDomain, WorkerID: t.Name(), Queue: e.redis.Queue, Concurrency: 10, Unsubscribe: o.unsubscribe,
 	}, slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), e.metrics)

@@ -47,7 +47,7 @@ func TestEachAttemptLogsOneLineWithEachKeyOnce(t *testing.T) {
 	// As cmd/worker builds it: a JSON handler with the service's name on
 	// every line.
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("service", "worker")
-	w := notify.NewWorker(e.db.Pool, e.rdb, e.smtp(t), e.templates, notify.WorkerConfig{
+	w := notify.NewWorker(e.db.Pool, e.rdb, notify.Only("smtp", e.smtp(t)), e.templates, notify.WorkerConfig{
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: 100 * time.Millisecond, SendTimeout: 10 * time.Second,
 		MessageIDDomain: mailDomain, WorkerID: "worker-7:1234", Queue: e.redis.Queue, Concurrency: 4,
 	}, log, e.metrics)

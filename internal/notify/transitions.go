@@ -158,14 +158,23 @@ type leased struct {
 	lease lease
 }
 
+// handOver is an attempt at its last lease check, and the provider it
+// is about to hand the message to.
+type handOver struct {
+	leased
+	provider string
+}
+
 // handOverAll is the last lease check before the data, for every attempt
-// of ls at once, and records that the provider may have each message
-// from now on: ok[i] reports whether ls[i] still held its lease (and may
+// of hs at once, and records that its provider may have each message
+// from now on: ok[i] reports whether hs[i] still held its lease (and may
 // send). The attempts share the worker's lease length and actor.
-func handOverAll(ctx context.Context, q *dbsqlc.Queries, ls []leased) ([]bool, error) {
-	p := dbsqlc.HandOverDeliveriesParams{LeaseSeconds: ls[0].lease.ttl.Seconds(), Actor: ls[0].lease.actor}
-	for _, l := range ls {
-		p.Ids, p.LeaseTokens = append(p.Ids, l.id), append(p.LeaseTokens, l.lease.token)
+func handOverAll(ctx context.Context, q *dbsqlc.Queries, hs []handOver) ([]bool, error) {
+	p := dbsqlc.HandOverDeliveriesParams{LeaseSeconds: hs[0].lease.ttl.Seconds(), Actor: hs[0].lease.actor}
+	ls := make([]leased, len(hs))
+	for i, h := range hs {
+		p.Ids, p.LeaseTokens, p.Providers = append(p.Ids, h.id), append(p.LeaseTokens, h.lease.token), append(p.Providers, h.provider)
+		ls[i] = h.leased
 	}
 	rows, err := q.HandOverDeliveries(ctx, p)
 	if err != nil {
@@ -228,12 +237,16 @@ func extendLease(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease) 
 
 // release puts the delivery back to pending for a later attempt; with
 // refund the attempt does not count (it never reached the recipient).
-func release(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string, refund bool) error {
-	return fenced(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor, RefundAttempt: refund}))
+// provider is the one the attempt went to, for the history; "" if none.
+// With pin, the next attempts go to that provider alone: it may have the
+// message.
+func release(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, provider, reason string, refund, pin bool) error {
+	return fenced(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: id, LeaseToken: l.token, LastError: reason, Provider: provider,
+		Actor: l.actor, RefundAttempt: refund, Pin: pin}))
 }
 
-func markFailed(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
-	return fenced(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor}))
+func markFailed(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, provider, reason string) error {
+	return fenced(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: id, LeaseToken: l.token, LastError: reason, Provider: provider, Actor: l.actor}))
 }
 
 func holdUnrenderable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
@@ -243,8 +256,9 @@ func holdUnrenderable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l le
 // markAmbiguous leaves the row sending, with the reason, for the
 // reconciler; its lease runs one more TTL so that a provider still busy
 // with the message has time to finish before it is asked.
-func markAmbiguous(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
-	return fenced(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor, LeaseSeconds: l.ttl.Seconds()}))
+func markAmbiguous(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, provider, reason string) error {
+	return fenced(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: id, LeaseToken: l.token, LastError: reason, Provider: provider,
+		Actor: l.actor, LeaseSeconds: l.ttl.Seconds()}))
 }
 
 // noteAmbiguous records why a worker that found a dead, handed-over
@@ -352,30 +366,35 @@ func stateError(ctx context.Context, db DB, id uuid.UUID) error {
 // ReconcileToPending takes back a sending delivery whose lease expired,
 // fenced on the lease the reconciler saw expire, so that it is sent (again).
 // ok is false when the row changed meanwhile.
-func ReconcileToPending(ctx context.Context, db DB, d Delivery, decision, reason, actor string) (ok bool, err error) {
+//
+// at is the provider the reconciler judged it at (its latest hand-over's,
+// or the first of the list); pinned, whether the delivery must go there
+// alone from now on, because the outcome there is still unknown.
+func ReconcileToPending(ctx context.Context, db DB, d Delivery, at string, pinned bool, decision, reason, actor string) (ok bool, err error) {
 	return reconciled(d, "reset", func(lease uuid.UUID) (int64, error) {
 		return dbsqlc.New(db).ReconcileToPending(ctx, dbsqlc.ReconcileToPendingParams{
-			ID: d.ID, LeaseToken: lease, Reason: reason, Decision: decision, Actor: actor,
+			ID: d.ID, LeaseToken: lease, Provider: at, Pinned: pinned, Reason: reason, Decision: decision, Actor: actor,
 		})
 	})
 }
 
 // ReconcileToSent records a sending delivery whose lease expired as sent:
 // the provider holds the message.
-func ReconcileToSent(ctx context.Context, db DB, d Delivery, providerID, decision, actor string) (ok bool, err error) {
+func ReconcileToSent(ctx context.Context, db DB, d Delivery, at, providerID, decision, actor string) (ok bool, err error) {
 	return reconciled(d, "mark sent", func(lease uuid.UUID) (int64, error) {
 		return dbsqlc.New(db).ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
-			ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID, Decision: decision, Actor: actor,
+			ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID, Provider: at, Decision: decision, Actor: actor,
 		})
 	})
 }
 
 // ReconcileToHeld parks a sending delivery whose lease expired and whose
-// outcome nobody can tell, for an operator.
-func ReconcileToHeld(ctx context.Context, db DB, d Delivery, decision, reason, actor string) (ok bool, err error) {
+// outcome nobody can tell, for an operator; an operator's retry goes to
+// provider at alone (pinned).
+func ReconcileToHeld(ctx context.Context, db DB, d Delivery, at, decision, reason, actor string) (ok bool, err error) {
 	return reconciled(d, "hold", func(lease uuid.UUID) (int64, error) {
 		return dbsqlc.New(db).ReconcileToHeld(ctx, dbsqlc.ReconcileToHeldParams{
-			ID: d.ID, LeaseToken: lease, Reason: reason, Decision: decision, Actor: actor,
+			ID: d.ID, LeaseToken: lease, Provider: at, Reason: reason, Decision: decision, Actor: actor,
 		})
 	})
 }

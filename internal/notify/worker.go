@@ -98,7 +98,7 @@ func MinShutdownTimeout(sendTimeout time.Duration) time.Duration {
 type Worker struct {
 	db        *pgxpool.Pool
 	lock      redisLock
-	provider  mail.Provider
+	routes    []*route // PROVIDERS, in order: each attempt takes the first that is up
 	templates *mailtemplate.Templates
 	// templateNames are the templates this worker may claim deliveries
 	// of; subscriptions those of the subscription category.
@@ -107,14 +107,13 @@ type Worker struct {
 	log                          *slog.Logger
 	metrics                      *Metrics
 	limit                        *limiter
-	health                       *health
 	tracer                       trace.Tracer
 	draining                     atomic.Bool
 
 	// The statements on the way to a send, each shared by the attempts
 	// that reach it at once (batch.go).
 	claims    *batch[claimArgs, *dbsqlc.ClaimDeliveriesRow]
-	handOvers *batch[leased, bool]
+	handOvers *batch[handOver, bool]
 	sents     *batch[sentArgs, bool]
 }
 
@@ -127,9 +126,23 @@ const maxBatch = 64
 // waits for sends already under way.
 func (w *Worker) Drain() { w.draining.Store(true) }
 
-// NewWorker returns a Worker. db must be the primary: every decision is
-// read from and written to the source of truth, never a replica.
-func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provider, templates *mailtemplate.Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
+// NamedProvider is one provider of the worker's ordered list
+// (PROVIDERS), under the name recorded with each hand-over.
+type NamedProvider struct {
+	Name     string
+	Provider mail.Provider
+}
+
+// Only is the list of one provider, for a worker without failover.
+func Only(name string, p mail.Provider) []NamedProvider {
+	return []NamedProvider{{Name: name, Provider: p}}
+}
+
+// NewWorker returns a Worker that sends through providers, the first
+// that is up for each attempt (at least one). db must be the primary:
+// every decision is read from and written to the source of truth, never
+// a replica.
+func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider, templates *mailtemplate.Templates, cfg WorkerConfig, log *slog.Logger, metrics *Metrics) *Worker {
 	names := templates.Names()
 	metrics.knowTemplates(names)
 	// The three batch statements take their rows in arrays: on a generic
@@ -139,10 +152,14 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provid
 		h := metrics.batchSize.WithLabelValues(statement)
 		return func(n int) { h.Observe(float64(n)) }
 	}
+	routes := make([]*route, len(providers))
+	for i, p := range providers {
+		routes[i] = &route{name: p.Name, provider: p.Provider, health: newHealth(metrics.providerUp.WithLabelValues(p.Name))}
+	}
 	return &Worker{
 		db:            db,
 		lock:          redisLock{rdb: rdb, ttl: cfg.LockTTL},
-		provider:      provider,
+		routes:        routes,
 		templates:     templates,
 		templateNames: names,
 		subscriptions: templates.Subscriptions(),
@@ -150,15 +167,14 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, provider mail.Provid
 		log:           log,
 		metrics:       metrics,
 		limit:         newLimiter(max(cfg.Concurrency, 1)),
-		health:        newHealth(metrics.providerUp),
 		tracer:        cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
 		claims: &batch[claimArgs, *dbsqlc.ClaimDeliveriesRow]{max: maxBatch, timeout: recordTimeout, sizes: sizes("claim"),
 			run: func(ctx context.Context, cs []claimArgs) ([]*dbsqlc.ClaimDeliveriesRow, error) {
 				return claimAll(ctx, q, cs)
 			}},
 		// A hand-over later than the lease is no use: the lease bounds it.
-		handOvers: &batch[leased, bool]{max: maxBatch, timeout: cfg.LockTTL, sizes: sizes("hand_over"),
-			run: func(ctx context.Context, ls []leased) ([]bool, error) { return handOverAll(ctx, q, ls) }},
+		handOvers: &batch[handOver, bool]{max: maxBatch, timeout: cfg.LockTTL, sizes: sizes("hand_over"),
+			run: func(ctx context.Context, hs []handOver) ([]bool, error) { return handOverAll(ctx, q, hs) }},
 		sents: &batch[sentArgs, bool]{max: maxBatch, timeout: recordTimeout, sizes: sizes("sent"),
 			run: func(ctx context.Context, ss []sentArgs) ([]bool, error) { return markSentAll(ctx, q, ss) }},
 	}
@@ -174,9 +190,19 @@ type attempt struct {
 	lockToken string
 	taskID    string
 
+	route    *route // the provider this attempt sends through
 	lockLost bool   // the heartbeat found the lock gone
 	sent     bool   // "sent" was recorded: cache it when the lock is released
 	language string // the template variant rendered, for the history
+}
+
+// provider names the provider the attempt went to, for the history; ""
+// before one was chosen.
+func (a *attempt) provider() string {
+	if a.route == nil {
+		return ""
+	}
+	return a.route.name
 }
 
 // ProcessTask handles one delivery task. It is safe to run any number of
@@ -190,9 +216,9 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	}
 	defer w.limit.release()
 	failpoint.Inject("after-dequeue")
-	// While the provider refuses us, no attempt is made: the task comes
-	// back after the next probe.
-	if !w.health.available() {
+	// While every provider refuses us, no attempt is made: the task
+	// comes back after the next probe.
+	if !w.anyAvailable() {
 		l.result = resultProviderUnavailable
 		w.metrics.handedBack.WithLabelValues("provider_unavailable").Inc()
 		return w.providerWait(errProviderUnavailable)
@@ -243,6 +269,11 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		return err
 	}
 	failpoint.Inject("after-claim")
+	// The first provider that is up, or the one the row is pinned to.
+	if a.route = w.routeFor(a.row); a.route == nil {
+		return w.apply(ctx, l, a.row, a, decideNoRoute(derefString(a.row.Provider), w.anyAvailable()))
+	}
+	l.set(slog.String("provider", a.route.name))
 
 	// From the claim on, the attempt runs to its outcome even if asynq
 	// cancels ctx (shutdown, task deadline): stopping half-way is what
@@ -317,6 +348,7 @@ func judgedDelivery(r dbsqlc.ClaimDeliveriesRow) dbsqlc.NotificationDelivery {
 		LeaseExpiresAt: r.LeaseExpiresAt, HandedOverAt: r.HandedOverAt, ProviderMessageID: r.ProviderMessageID,
 		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
 		MessageID: r.MessageID, TryingSince: r.TryingSince, Locale: r.Locale, NotBefore: r.NotBefore,
+		Provider: r.Provider, ProviderPinned: r.ProviderPinned,
 	}
 }
 
@@ -371,7 +403,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 			return errLockLost
 		}
 		failpoint.Inject("before-data")
-		held, err := w.handOvers.do(ctx, leased{id: d.ID, lease: a.lease})
+		held, err := w.handOvers.do(ctx, handOver{leased: leased{id: d.ID, lease: a.lease}, provider: a.route.name})
 		if err != nil {
 			return err
 		}
@@ -383,7 +415,8 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 	}
 	sendStart := time.Now()
 	pctx, span := w.tracer.Start(ctx, "provider send", trace.WithSpanKind(trace.SpanKindClient))
-	providerID, err = w.provider.Send(pctx, msg, lastLeaseCheck)
+	span.SetAttributes(attribute.String("sekali.provider", a.route.name))
+	providerID, err = a.route.provider.Send(pctx, msg, lastLeaseCheck)
 	w.metrics.sendLatency.Observe(time.Since(sendStart).Seconds())
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())

@@ -423,7 +423,7 @@ func TestMessageIDIsStoredAtTheFirstClaim(t *testing.T) {
 	if stored != mail.MessageID(d.IdempotencyKey, mailDomain) {
 		t.Fatalf("stored Message-ID %q", stored)
 	}
-	other := notify.NewWorker(e.db.Pool, e.rdb, e.smtp(t), e.templates, notify.WorkerConfig{
+	other := notify.NewWorker(e.db.Pool, e.rdb, notify.Only("smtp", e.smtp(t)), e.templates, notify.WorkerConfig{
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second,
 		MessageIDDomain: "new-domain.example", WorkerID: "other", Queue: e.redis.Queue, Concurrency: 1,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), notify.NewMetrics(prometheus.NewRegistry()))

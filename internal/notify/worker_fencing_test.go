@@ -177,7 +177,7 @@ func TestAcceptedMessageIsRecordedEvenPastTheSendTimeout(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
 	slow := pausingProvider{Provider: e.smtp(t), afterAccept: func() { time.Sleep(700 * time.Millisecond) }}
-	w := notify.NewWorker(e.db.Pool, e.rdb, slow, e.templates, notify.WorkerConfig{
+	w := notify.NewWorker(e.db.Pool, e.rdb, notify.Only("smtp", slow), e.templates, notify.WorkerConfig{
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 500 * time.Millisecond,
 		MessageIDDomain: mailDomain, WorkerID: t.Name(), Concurrency: 1,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), e.metrics)
@@ -199,7 +199,7 @@ func TestAsyncCommitDoesNotLeakOntoTheConnection(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
 	pool, _ := testenv.OneBackend(t, e.db)
 	d := e.checkout(t, "durable@example.com")
-	w := notify.NewWorker(pool, e.rdb, e.smtp(t), e.templates, notify.WorkerConfig{
+	w := notify.NewWorker(pool, e.rdb, notify.Only("smtp", e.smtp(t)), e.templates, notify.WorkerConfig{
 		WorkerID: "test", LockTTL: 5 * time.Second, SendTimeout: 5 * time.Second, MaxAge: time.Hour, MessageIDDomain: "shop.example", Concurrency: 1,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
 	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {

@@ -7,6 +7,11 @@
 package provider
 
 import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun"
@@ -30,11 +35,54 @@ func Senders() []string {
 	return names
 }
 
-// Read reads PROVIDER, and reports a value that names no sender to env;
-// its descriptor is then the default's.
-func Read(env *envconfig.Reader) mail.Descriptor {
+// Read reads the providers the workers send through, in order of
+// preference: PROVIDERS, a comma-separated list (failover: each attempt
+// goes to the first that is up), or PROVIDER, one. A name that is no
+// sender, a name given twice, or both variables set is reported to env;
+// the list is then the default's, smtp alone.
+func Read(env *envconfig.Reader) []mail.Descriptor {
 	senders := Senders()
-	name := env.OneOf("PROVIDER", senders[0], senders...)
+	list := env.String("PROVIDERS", "")
+	if list == "" {
+		name := env.OneOf("PROVIDER", senders[0], senders...)
+		return []mail.Descriptor{byName(name)}
+	}
+	if env.String("PROVIDER", "") != "" {
+		env.Check("PROVIDER", fmt.Errorf("set PROVIDERS or PROVIDER, not both (PROVIDERS=%s)", list))
+		return All[:1]
+	}
+	var out []mail.Descriptor
+	var errs []error
+	seen := map[string]bool{}
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case !slices.Contains(senders, name):
+			errs = append(errs, fmt.Errorf("%q is not a provider that sends (want %s)", name, strings.Join(senders, ", ")))
+		case seen[name]:
+			errs = append(errs, fmt.Errorf("%s is named twice", name))
+		default:
+			seen[name] = true
+			out = append(out, byName(name))
+		}
+	}
+	if !env.Check("PROVIDERS", errors.Join(errs...)) {
+		return All[:1]
+	}
+	return out
+}
+
+// Names are the descriptors' names, in order.
+func Names(ds []mail.Descriptor) []string {
+	names := make([]string, len(ds))
+	for i, d := range ds {
+		names[i] = d.Name
+	}
+	return names
+}
+
+// byName is the descriptor named name, which must be in All.
+func byName(name string) mail.Descriptor {
 	for _, d := range All {
 		if d.Name == name {
 			return d

@@ -26,16 +26,20 @@ func TestTheList(t *testing.T) {
 			t.Errorf("%s deduplicates what it does not send", d.Name)
 		}
 	}
-	if got := provider.Senders(); !slices.Equal(got, []string{"smtp", "resend", "postmark", "mailgun"}) {
+	if got := provider.Senders(); !slices.Equal(got, []string{"smtp", "resend", "postmark", "mailgun", "ses"}) {
 		t.Errorf("senders %v", got)
 	}
 	env := envconfig.New(func(string) string { return "" })
-	if d := provider.Read(env); d.Name != "smtp" || env.Err() != nil {
-		t.Errorf("PROVIDER unset: %s, %v", d.Name, env.Err())
+	if ds := provider.Read(env); !slices.Equal(provider.Names(ds), []string{"smtp"}) || env.Err() != nil {
+		t.Errorf("PROVIDER unset: %v, %v", provider.Names(ds), env.Err())
 	}
-	env = envconfig.New(func(k string) string { return map[string]string{"PROVIDER": "ses"}[k] })
-	if provider.Read(env); env.Err() == nil || !strings.Contains(env.Err().Error(), "smtp, resend, postmark, mailgun") {
-		t.Errorf("PROVIDER=ses (it only reports): %v", env.Err())
+	env = envconfig.New(func(k string) string { return map[string]string{"PROVIDER": "sendgrid"}[k] })
+	if provider.Read(env); env.Err() == nil || !strings.Contains(env.Err().Error(), "smtp, resend, postmark, mailgun, ses") {
+		t.Errorf("PROVIDER=sendgrid: %v", env.Err())
+	}
+	env = envconfig.New(func(k string) string { return map[string]string{"PROVIDERS": "ses, smtp"}[k] })
+	if ds := provider.Read(env); !slices.Equal(provider.Names(ds), []string{"ses", "smtp"}) || env.Err() != nil {
+		t.Errorf("PROVIDERS=ses, smtp: %v, %v", provider.Names(ds), env.Err())
 	}
 }
 

@@ -44,7 +44,7 @@ func TestLookupUsesTheStoredMessageID(t *testing.T) {
 	t.Cleanup(func() { p.Close() })
 	rdb := redisconn.NewClient(e.redis.Opt)
 	t.Cleanup(func() { rdb.Close() })
-	w := notify.NewWorker(e.db.Pool, rdb, p, templates, notify.WorkerConfig{
+	w := notify.NewWorker(e.db.Pool, rdb, notify.Only("smtp", p), templates, notify.WorkerConfig{
 		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second,
 		MessageIDDomain: workerDomain, WorkerID: "old-worker", Concurrency: 1,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))

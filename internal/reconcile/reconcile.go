@@ -67,6 +67,17 @@ type Config struct {
 	// MaxAge is the workers' DELIVERY_MAX_AGE: retention never deletes a
 	// delivery whose tries began less than this long ago.
 	MaxAge time.Duration
+	// Providers are the workers' providers (PROVIDERS), in their order:
+	// an ambiguous send is settled at the provider that had it, and one
+	// handed over before the provider was recorded at the first.
+	Providers []Provider
+}
+
+// Provider is what the reconciler knows of one of the workers'
+// providers.
+type Provider struct {
+	Name   string
+	Lookup mail.Lookup // its search for a message; nil if it has none
 	// DedupWindow, when positive, is how long after a hand-over the
 	// provider itself refuses a second message under the delivery's key
 	// (Resend: 24 h). Without a look-up, an ambiguous send handed over
@@ -81,7 +92,6 @@ type Reconciler struct {
 	db        *pgxpool.Pool
 	enqueuer  *notify.Enqueuer
 	inspector *asynq.Inspector
-	lookup    mail.Lookup // nil: no look-up possible
 	cfg       Config
 	log       *slog.Logger
 
@@ -92,10 +102,10 @@ type Reconciler struct {
 	cleaned   *prometheus.CounterVec
 }
 
-// New returns a Reconciler; lookup may be nil.
-func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, lookup mail.Lookup, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
+// New returns a Reconciler.
+func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
 	r := &Reconciler{
-		db: db, enqueuer: enq, inspector: ins, lookup: lookup, cfg: cfg, log: log,
+		db: db, enqueuer: enq, inspector: ins, cfg: cfg, log: log,
 		stale: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sekali_stale_processing_records",
 			Help: "Deliveries in sending whose lease has expired, as of the last pass (before it acted).",
@@ -255,8 +265,11 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			return err
 		}
 		more = true
-		toPending := func(decision, reason string) error {
-			if _, err := notify.ReconcileToPending(ctx, tx, d, decision, reason, r.cfg.Actor); err != nil {
+		p := r.providerOf(d)
+		// pinned: the delivery's next attempts go to p alone, since the
+		// outcome there is still unknown.
+		toPending := func(decision string, pinned bool, reason string) error {
+			if _, err := notify.ReconcileToPending(ctx, tx, d, p.Name, pinned, decision, reason, r.cfg.Actor); err != nil {
 				return err
 			}
 			r.decide(rep, d, decision, reason)
@@ -265,17 +278,17 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 		}
 
 		if d.HandedOverAt == nil {
-			return toPending(DecisionNotHandedOver, "the worker's lease expired before it handed the message over; safe to send")
+			return toPending(DecisionNotHandedOver, d.ProviderPinned, "the worker's lease expired before it handed the message over; safe to send")
 		}
-		if r.lookup == nil {
-			if r.cfg.DedupWindow > 0 && time.Since(*d.HandedOverAt) < r.cfg.DedupWindow {
-				return toPending(DecisionDedupResend, "outcome unknown; the provider refuses a second message under this delivery's key, so sending again is safe")
+		if p.Lookup == nil {
+			if p.DedupWindow > 0 && time.Since(*d.HandedOverAt) < p.DedupWindow {
+				return toPending(DecisionDedupResend, true, "outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")
 			}
-			return r.applyPolicy(ctx, tx, rep, d, toPending)
+			return r.applyPolicy(ctx, tx, rep, d, p, toPending)
 		}
 		messageID := r.messageID(d)
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		providerID, found, err := r.lookup.Find(lctx, mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt})
+		providerID, found, err := p.Lookup.Find(lctx, mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt})
 		cancel()
 		if err != nil {
 			// Decide nothing on a failed look-up; the row stays stale (and
@@ -289,12 +302,15 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			return nil
 		}
 		if !found {
-			return toPending(DecisionNotFound, "the provider has no message with Message-ID "+messageID)
+			// Every attempt whose outcome was unknown went to p (the
+			// delivery was pinned to it): none was sent, so any
+			// provider may take the next.
+			return toPending(DecisionNotFound, false, "provider "+p.Name+" has no message with Message-ID "+messageID)
 		}
-		if _, err := notify.ReconcileToSent(ctx, tx, d, providerID, DecisionFound, r.cfg.Actor); err != nil {
+		if _, err := notify.ReconcileToSent(ctx, tx, d, p.Name, providerID, DecisionFound, r.cfg.Actor); err != nil {
 			return err
 		}
-		r.decide(rep, d, DecisionFound, "the provider holds Message-ID "+messageID)
+		r.decide(rep, d, DecisionFound, "provider "+p.Name+" holds Message-ID "+messageID)
 		return nil
 	})
 	if err != nil {
@@ -328,16 +344,32 @@ func redactAddresses(s, keep string) string {
 	return strings.Join(parts, keep)
 }
 
-func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, toPending func(decision, reason string) error) error {
+// providerOf is the provider whose answer settles d: the one its latest
+// hand-over went to, or the first of the list for a hand-over recorded
+// before providers were; a provider no longer in the list can be asked
+// nothing (no look-up, no deduplication).
+func (r *Reconciler) providerOf(d notify.Delivery) Provider {
+	if d.Provider == "" && len(r.cfg.Providers) > 0 {
+		return r.cfg.Providers[0]
+	}
+	for _, p := range r.cfg.Providers {
+		if p.Name == d.Provider {
+			return p
+		}
+	}
+	return Provider{Name: d.Provider}
+}
+
+func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, p Provider, toPending func(decision string, pinned bool, reason string) error) error {
 	policy, ok := r.cfg.Policies[d.Template]
 	if !ok {
 		policy = r.cfg.DefaultPolicy
 	}
 	if policy == PolicyResend {
-		return toPending(DecisionPolicyResend, "outcome unknown and no provider look-up; template policy is resend")
+		return toPending(DecisionPolicyResend, true, "outcome unknown and no look-up at provider "+p.Name+"; template policy is resend (through it alone)")
 	}
-	reason := "outcome unknown and no provider look-up; template policy is hold: check with the provider, then retry or mark sent"
-	if _, err := notify.ReconcileToHeld(ctx, tx, d, DecisionPolicyHold, reason, r.cfg.Actor); err != nil {
+	reason := "outcome unknown and no look-up at provider " + p.Name + "; template policy is hold: check with the provider, then retry or mark sent"
+	if _, err := notify.ReconcileToHeld(ctx, tx, d, p.Name, DecisionPolicyHold, reason, r.cfg.Actor); err != nil {
 		return err
 	}
 	r.decide(rep, d, DecisionPolicyHold, reason)

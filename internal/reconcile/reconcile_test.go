@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,6 +70,7 @@ func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
 }
 
 type recOpts struct {
+	providers []reconcile.Provider // failover's list, instead of lookup and dedup
 	lookup    mail.Lookup
 	policy    reconcile.Policy
 	policies  map[string]reconcile.Policy
@@ -83,9 +85,13 @@ func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
 	if o.policy == "" {
 		o.policy = reconcile.PolicyHold
 	}
-	return reconcile.New(e.db.Pool, e.enq, e.inspector, o.lookup, reconcile.Config{
+	if o.providers == nil {
+		o.providers = []reconcile.Provider{{Name: "smtp", Lookup: o.lookup, DedupWindow: o.dedup}}
+	}
+	return reconcile.New(e.db.Pool, e.enq, e.inspector, reconcile.Config{
 		PendingAfter: cmp.Or(o.pendingAfter, time.Minute), Batch: 50, DefaultPolicy: o.policy, Policies: o.policies,
-		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8], DeliveryRetention: o.retention, DedupWindow: o.dedup,
+		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8], DeliveryRetention: o.retention,
+		Providers: o.providers,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), prometheus.NewRegistry())
 }
 
@@ -111,7 +117,7 @@ func (e *env) startWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redisconn.NewClient(e.redis.Opt)
-	w := notify.NewWorker(e.db.Pool, rdb, p, templates, notify.WorkerConfig{
+	w := notify.NewWorker(e.db.Pool, rdb, notify.Only("smtp", p), templates, notify.WorkerConfig{
 		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker", Queue: e.redis.Queue, Concurrency: 4,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
 	t.Cleanup(func() {
@@ -241,7 +247,7 @@ func events(t *testing.T, e *env, d notify.Delivery, name string) []notify.Event
 func TestDecisionSeriesExistFromTheStart(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
-	reconcile.New(nil, nil, nil, nil, reconcile.Config{}, slog.New(slog.DiscardHandler), reg)
+	reconcile.New(nil, nil, nil, reconcile.Config{}, slog.New(slog.DiscardHandler), reg)
 	for _, d := range []string{reconcile.DecisionLookupFailed, reconcile.DecisionPolicyHold, reconcile.DecisionRequeued, reconcile.DecisionFound} {
 		if !testenv.HasSeries(t, reg, "sekali_reconciler_decisions_total", "decision", d) {
 			t.Errorf("sekali_reconciler_decisions_total{decision=%q} is missing before any pass", d)
@@ -275,5 +281,47 @@ func TestProviderDedupWindowResendsAmbiguousSends(t *testing.T) {
 	}
 	if got := e.get(t, old.ID); got.Status != notify.StatusHeld {
 		t.Errorf("past the window: %s", got.Status)
+	}
+}
+
+// With failover, each ambiguous send is settled at the provider its
+// hand-over went to, the way that provider allows; one handed over
+// before providers were recorded, at the first of the list. A send
+// again under a provider's key pins the delivery to that provider; a
+// look-up that settles "not sent" frees it for any.
+func TestEachSendIsSettledAtItsOwnProvider(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	r := e.reconciler(t, recOpts{providers: []reconcile.Provider{
+		{Name: "resend", DedupWindow: time.Hour},
+		{Name: "smtp", Lookup: e.lookup(t, smtp.APIMailpit)},
+	}})
+	atResend, atRelay, unrecorded := e.pending(t, "resend@example.com"), e.pending(t, "relay@example.com"), e.pending(t, "old@example.com")
+	for d, provider := range map[*notify.Delivery]string{&atResend: "resend", &atRelay: "smtp", &unrecorded: ""} {
+		e.f.Aged(e.f.HandedOverTo(*d, 39*time.Second, provider).Delivery, 40*time.Second)
+	}
+	rep, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionDedupResend] != 2 || rep.Decisions[reconcile.DecisionNotFound] != 1 {
+		t.Errorf("decisions %v, want two sent again under Resend's key and one not found at the relay", rep.Decisions)
+	}
+	for _, c := range []struct {
+		d        notify.Delivery
+		provider string
+		pinned   bool
+	}{{atResend, "resend", true}, {unrecorded, "resend", true}, {atRelay, "smtp", false}} {
+		got := e.get(t, c.d.ID)
+		if got.Status != notify.StatusPending || got.Provider != c.provider || got.ProviderPinned != c.pinned {
+			t.Errorf("%s: %s at %q pinned %v, want pending at %q pinned %v", got.Recipient, got.Status, got.Provider, got.ProviderPinned, c.provider, c.pinned)
+		}
+		events, err := notify.History(context.Background(), e.db.Pool, c.d.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := events[len(events)-1]; last.Event != "reconciled" || !strings.Contains(string(last.Detail), `"provider": "`+c.provider+`"`) {
+			t.Errorf("%s: last event %s %s, want reconciled at %s", got.Recipient, last.Event, last.Detail, c.provider)
+		}
 	}
 }

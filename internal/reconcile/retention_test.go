@@ -23,7 +23,7 @@ const day = 24 * time.Hour
 // the workers' DELIVERY_MAX_AGE as given.
 func (e *env) retainer(t *testing.T, retention, maxAge time.Duration) *reconcile.Reconciler {
 	t.Helper()
-	return reconcile.New(e.db.Pool, e.enq, e.inspector, nil, reconcile.Config{
+	return reconcile.New(e.db.Pool, e.enq, e.inspector, reconcile.Config{
 		PendingAfter: time.Hour, Batch: 50, DefaultPolicy: reconcile.PolicyHold,
 		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8],
 		DeliveryRetention: retention, MaxAge: maxAge,

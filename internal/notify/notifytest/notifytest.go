@@ -67,9 +67,16 @@ func (f *Factory) Claimed(d notify.Delivery, lease time.Duration) Attempt {
 // leaves behind: the provider may have the message.
 func (f *Factory) HandedOver(d notify.Delivery, lease time.Duration) Attempt {
 	f.t.Helper()
+	return f.HandedOverTo(d, lease, "")
+}
+
+// HandedOverTo is HandedOver to a named provider of a failover list;
+// "" records none, as a worker older than failover did.
+func (f *Factory) HandedOverTo(d notify.Delivery, lease time.Duration, provider string) Attempt {
+	f.t.Helper()
 	a := f.Claimed(d, time.Minute)
 	rows, err := dbsqlc.New(f.db).HandOverDeliveries(context.Background(), dbsqlc.HandOverDeliveriesParams{
-		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, LeaseSeconds: lease.Seconds(), Actor: Actor,
+		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, Providers: []string{provider}, LeaseSeconds: lease.Seconds(), Actor: Actor,
 	})
 	if err != nil || len(rows) != 1 {
 		f.t.Fatalf("notifytest: hand over delivery %s: %d rows, %v", d.ID, len(rows), err)

@@ -159,8 +159,9 @@ func (s *Server) FailNext(faults ...Fault) {
 }
 
 // SetOutage makes every POST /emails meet f (after its key is checked,
-// as FailNext's faults do) until SetOutage(nil): Resend down, or
-// throttling, for as long as a test needs.
+// as FailNext's faults do), and GET /domains answer f's error, until
+// SetOutage(nil): Resend down, or throttling, for as long as a test
+// needs.
 func (s *Server) SetOutage(f *Fault) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -266,13 +267,18 @@ func (s *Server) handleDomains(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	s.mu.Lock()
+	outage := s.outage
+	domains := slices.Clone(s.verified)
+	s.mu.Unlock()
+	if outage != nil && !outage.Cut {
+		writeError(w, outage.Status, outage.Name, outage.Message)
+		return
+	}
 	if sendingOnly {
 		writeError(w, http.StatusUnauthorized, "restricted_api_key", "This API key is restricted to only send emails.")
 		return
 	}
-	s.mu.Lock()
-	domains := slices.Clone(s.verified)
-	s.mu.Unlock()
 	data := []map[string]string{}
 	for _, d := range domains {
 		data = append(data, map[string]string{"name": d, "status": "verified"})

@@ -1,0 +1,161 @@
+package notify_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gosmtp "github.com/emersion/go-smtp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/smtpsink"
+)
+
+// Failover: each attempt goes to the first provider that is up, and a
+// delivery whose outcome at a provider is unknown goes nowhere else.
+
+// refusingRelay is a second SMTP server that refuses our session (421
+// at MAIL FROM, as a relay does that throttles or is closing) while
+// down is set, and takes mail otherwise.
+func refusingRelay(t *testing.T, down *atomic.Bool) *smtpsink.Server {
+	t.Helper()
+	s, err := smtpsink.Start(smtpsink.Config{OnMail: func(string) error {
+		if down.Load() {
+			return &gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 7, 0}, Message: "try again later"}
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// providerOf reads from d's history the provider of each event that
+// names one, as "event@provider".
+func providersOf(t *testing.T, e *env, d notify.Delivery) []string {
+	t.Helper()
+	events, err := notify.History(context.Background(), e.db.Pool, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range events {
+		if _, p, ok := strings.Cut(string(ev.Detail), `"provider": "`); ok {
+			p, _, _ = strings.Cut(p, `"`)
+			out = append(out, ev.Event+"@"+p)
+		}
+	}
+	return out
+}
+
+func TestFailoverWhileTheFirstProviderRefusesUs(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	var down atomic.Bool
+	down.Store(true)
+	primary := refusingRelay(t, &down)
+	w := e.worker(t, workerOpts{providers: []notify.NamedProvider{
+		{Name: "primary", Provider: smtpAt(t, primary.Host(), primary.Port())},
+		{Name: "fallback", Provider: e.smtp(t)},
+	}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.WatchProvider(ctx, 100*time.Millisecond)
+
+	first := e.checkout(t, "first@example.com")
+	e.deliver(t, w, first)
+	if got := e.delivery(t, first.IdempotencyKey); got.Status != notify.StatusSent || got.Provider != "fallback" || got.Attempts != 1 {
+		t.Errorf("while the first refuses us: %s through %q, %d attempts counted; want sent through fallback, 1", got.Status, got.Provider, got.Attempts)
+	}
+	if got := strings.Join(providersOf(t, e, first), " "); got != "retry_scheduled@primary handed_over@fallback sent@fallback" {
+		t.Errorf("history %q: want the refusal at primary, then the hand-over and acceptance at fallback", got)
+	}
+	if up := e.counter(t, "sekali_provider_up", "provider", "primary"); up != 0 {
+		t.Errorf("sekali_provider_up{provider=primary} = %v, want 0", up)
+	}
+	if up := e.counter(t, "sekali_provider_up", "provider", "fallback"); up != 1 {
+		t.Errorf("sekali_provider_up{provider=fallback} = %v, want 1", up)
+	}
+	second := e.checkout(t, "second@example.com")
+	e.deliver(t, w, second)
+	if got := strings.Join(providersOf(t, e, second), " "); got != "handed_over@fallback sent@fallback" {
+		t.Errorf("with the first's breaker open: %q, want straight to fallback", got)
+	}
+
+	// Back: the probe closes its breaker, and mail goes to it again.
+	down.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.counter(t, "sekali_provider_up", "provider", "primary") != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the first provider's breaker stayed open after it came back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	third := e.checkout(t, "third@example.com")
+	e.deliver(t, w, third)
+	if got := e.delivery(t, third.IdempotencyKey); got.Provider != "primary" {
+		t.Errorf("after the first came back: through %q, want primary", got.Provider)
+	}
+	if e.sink.Count() != 2 || primary.Count() != 1 {
+		t.Errorf("%d e-mails at fallback, %d at primary; want 2 and 1: one per order", e.sink.Count(), primary.Count())
+	}
+}
+
+// A delivery sent again under a provider's key after an unknown outcome
+// there (the reconciler pinned it) waits for that provider, however long
+// it is down, rather than going to another that would send a second
+// copy.
+func TestAPinnedDeliveryWaitsForItsProvider(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	var down atomic.Bool
+	down.Store(true)
+	primary := refusingRelay(t, &down)
+	w := e.worker(t, workerOpts{providers: []notify.NamedProvider{
+		{Name: "primary", Provider: smtpAt(t, primary.Host(), primary.Port())},
+		{Name: "fallback", Provider: e.smtp(t)},
+	}})
+	ctx := context.Background()
+	d := e.checkout(t, "pinned@example.com")
+	e.f.HandedOverTo(d, -time.Second, "primary") // the worker died; primary may have it
+	err := pgx.BeginFunc(ctx, e.db.Pool, func(tx pgx.Tx) error {
+		stale, found, err := notify.PickStaleSending(ctx, tx, nil)
+		if err != nil || !found {
+			t.Fatalf("no stale row: %v", err)
+		}
+		_, err = notify.ReconcileToPending(ctx, tx, stale, "primary", true, "provider_dedupes", "primary refuses a second copy under its key", "test")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for range 3 { // primary refuses; then its breaker is open and fallback is up
+		if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil || notify.IsFailure(err) {
+			t.Fatalf("a pinned delivery while its provider is down: %v, want a wait", err)
+		}
+	}
+	got := e.delivery(t, d.IdempotencyKey)
+	if e.sink.Count() != 0 || got.Status != notify.StatusPending || !got.ProviderPinned || got.Provider != "primary" {
+		t.Fatalf("%d e-mails at fallback, row %s at %q pinned %v: want none, pending, pinned to primary",
+			e.sink.Count(), got.Status, got.Provider, got.ProviderPinned)
+	}
+	if !strings.Contains(got.LastError, `pinned to provider "primary"`) {
+		t.Errorf("last error %q, want it to say why it waits", got.LastError)
+	}
+
+	down.Store(false)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go w.WatchProvider(wctx, 100*time.Millisecond)
+	e.deliver(t, w, d)
+	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent || got.Provider != "primary" || primary.Count() != 1 || e.sink.Count() != 0 {
+		t.Errorf("after primary came back: %s through %q, %d at primary, %d at fallback; want sent through primary alone",
+			got.Status, got.Provider, primary.Count(), e.sink.Count())
+	}
+}
