@@ -35,7 +35,19 @@ func refusingRelay(t *testing.T, down *atomic.Bool) *smtpsink.Server {
 	return s
 }
 
-// providerOf reads from d's history the provider of each event that
+// failoverWorker is a worker whose first provider, "primary", is a
+// relay that refuses us while down is set, and whose second, "fallback",
+// is the test's sink.
+func (e *env) failoverWorker(t *testing.T, down *atomic.Bool) (*smtpsink.Server, testWorker) {
+	t.Helper()
+	primary := refusingRelay(t, down)
+	return primary, e.worker(t, workerOpts{providers: []notify.NamedProvider{
+		{Name: "primary", Provider: smtpAt(t, primary.Host(), primary.Port())},
+		{Name: "fallback", Provider: e.smtp(t)},
+	}})
+}
+
+// providersOf reads from d's history the provider of each event that
 // names one, as "event@provider".
 func providersOf(t *testing.T, e *env, d notify.Delivery) []string {
 	t.Helper()
@@ -58,11 +70,7 @@ func TestFailoverWhileTheFirstProviderRefusesUs(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
 	var down atomic.Bool
 	down.Store(true)
-	primary := refusingRelay(t, &down)
-	w := e.worker(t, workerOpts{providers: []notify.NamedProvider{
-		{Name: "primary", Provider: smtpAt(t, primary.Host(), primary.Port())},
-		{Name: "fallback", Provider: e.smtp(t)},
-	}})
+	primary, w := e.failoverWorker(t, &down)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go w.WatchProvider(ctx, 100*time.Millisecond)
@@ -115,11 +123,7 @@ func TestAPinnedDeliveryWaitsForItsProvider(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
 	var down atomic.Bool
 	down.Store(true)
-	primary := refusingRelay(t, &down)
-	w := e.worker(t, workerOpts{providers: []notify.NamedProvider{
-		{Name: "primary", Provider: smtpAt(t, primary.Host(), primary.Port())},
-		{Name: "fallback", Provider: e.smtp(t)},
-	}})
+	primary, w := e.failoverWorker(t, &down)
 	ctx := context.Background()
 	d := e.checkout(t, "pinned@example.com")
 	e.f.HandedOverTo(d, -time.Second, "primary") // the worker died; primary may have it
