@@ -55,6 +55,9 @@ FROM ins;
 --   unsubscribed      a subscription template, and the recipient left
 --                     subscription mail (one-click unsubscribe)
 --   blocked           an operator's block holds it back
+--   pinned_elsewhere  pinned to a provider (its outcome there unknown)
+--                     that is not among the worker's usable ones now
+--                     (down, or not in its list): it waits, unwritten
 --   claimed           taken: pending, or sending under a lease that ran
 --                     out before its hand-over (the worker died)
 --
@@ -86,6 +89,8 @@ WITH nosync AS (
                             WHERE b.expires_at > now()
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
                                 OR (b.kind = 'recipient' AND b.value = n.recipient))) THEN 'blocked'
+               WHEN n.provider_pinned AND n.provider IS NOT NULL
+                    AND NOT (n.provider = ANY(@usable_providers::text[])) THEN 'pinned_elsewhere'
                ELSE 'claim'
            END AS verdict
     FROM nosync, input i JOIN notification_deliveries n ON n.id = i.id
@@ -398,15 +403,16 @@ FROM upd;
 
 -- name: OperatorRetry :one
 -- A failed or held delivery gets a fresh set of attempts under the same
--- idempotency key. The operator has checked with the provider (held:
--- "check with the provider, then retry or mark sent"), so the delivery
--- is no longer pinned to it: failover may take it elsewhere.
+-- idempotency key. A delivery pinned to a provider stays pinned (its
+-- outcome there is unknown), unless the operator says, with unpin, that
+-- the provider does not hold the message: then failover may take it
+-- elsewhere.
 WITH prev AS (
-    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
+    SELECT n.id, n.status, n.provider_pinned FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
 ), upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
-        provider_pinned  = false,
+        provider_pinned  = d.provider_pinned AND NOT @unpin::boolean,
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -415,11 +421,12 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.*, prev.status AS from_status
+    RETURNING d.*, prev.status AS from_status, prev.provider_pinned AS was_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, @actor::text,
-           jsonb_build_object('note', @note::text)
+           jsonb_strip_nulls(jsonb_build_object('note', @note::text,
+               'unpinned', CASE WHEN upd.was_pinned AND @unpin::boolean THEN upd.provider END))
     FROM upd
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,

@@ -150,6 +150,8 @@ WITH nosync AS (
                             WHERE b.expires_at > now()
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
                                 OR (b.kind = 'recipient' AND b.value = n.recipient))) THEN 'blocked'
+               WHEN n.provider_pinned AND n.provider IS NOT NULL
+                    AND NOT (n.provider = ANY($9::text[])) THEN 'pinned_elsewhere'
                ELSE 'claim'
            END AS verdict
     FROM nosync, input i JOIN notification_deliveries n ON n.id = i.id
@@ -160,7 +162,7 @@ WITH nosync AS (
     UPDATE notification_deliveries d
     SET status           = 'sending',
         lease_token      = j.input_lease,
-        lease_expires_at = now() + make_interval(secs => $9::float8),
+        lease_expires_at = now() + make_interval(secs => $10::float8),
         handed_over_at   = NULL,
         message_id       = coalesce(d.message_id, j.input_message_id),
         attempts         = d.attempts + 1,
@@ -171,7 +173,7 @@ WITH nosync AS (
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'claimed', from_status, 'sending', attempts, $10::text,
+    SELECT id, 'claimed', from_status, 'sending', attempts, $11::text,
            jsonb_build_object('task_id', task_id)
     FROM claimed
 )
@@ -198,6 +200,7 @@ type ClaimDeliveriesParams struct {
 	Templates             []string
 	MaxAgeSeconds         float64
 	SubscriptionTemplates []string
+	UsableProviders       []string
 	LeaseSeconds          float64
 	Actor                 string
 }
@@ -250,6 +253,9 @@ type ClaimDeliveriesRow struct {
 //	unsubscribed      a subscription template, and the recipient left
 //	                  subscription mail (one-click unsubscribe)
 //	blocked           an operator's block holds it back
+//	pinned_elsewhere  pinned to a provider (its outcome there unknown)
+//	                  that is not among the worker's usable ones now
+//	                  (down, or not in its list): it waits, unwritten
 //	claimed           taken: pending, or sending under a lease that ran
 //	                  out before its hand-over (the worker died)
 //
@@ -268,6 +274,7 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 		arg.Templates,
 		arg.MaxAgeSeconds,
 		arg.SubscriptionTemplates,
+		arg.UsableProviders,
 		arg.LeaseSeconds,
 		arg.Actor,
 	)
@@ -890,11 +897,11 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 const operatorRetry = `-- name: OperatorRetry :one
 
 WITH prev AS (
-    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = $1 FOR UPDATE
+    SELECT n.id, n.status, n.provider_pinned FROM notification_deliveries n WHERE n.id = $1 FOR UPDATE
 ), upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
-        provider_pinned  = false,
+        provider_pinned  = d.provider_pinned AND NOT $2::boolean,
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -903,11 +910,12 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, prev.status AS from_status
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, prev.status AS from_status, prev.provider_pinned AS was_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $2::text,
-           jsonb_build_object('note', $3::text)
+    SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $3::text,
+           jsonb_strip_nulls(jsonb_build_object('note', $4::text,
+               'unpinned', CASE WHEN upd.was_pinned AND $2::boolean THEN upd.provider END))
     FROM upd
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
@@ -918,6 +926,7 @@ FROM upd
 
 type OperatorRetryParams struct {
 	ID    uuid.UUID
+	Unpin bool
 	Actor string
 	Note  string
 }
@@ -949,11 +958,17 @@ type OperatorRetryRow struct {
 
 // ---- An operator (admin API). ----
 // A failed or held delivery gets a fresh set of attempts under the same
-// idempotency key. The operator has checked with the provider (held:
-// "check with the provider, then retry or mark sent"), so the delivery
-// is no longer pinned to it: failover may take it elsewhere.
+// idempotency key. A delivery pinned to a provider stays pinned (its
+// outcome there is unknown), unless the operator says, with unpin, that
+// the provider does not hold the message: then failover may take it
+// elsewhere.
 func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (OperatorRetryRow, error) {
-	row := q.db.QueryRow(ctx, operatorRetry, arg.ID, arg.Actor, arg.Note)
+	row := q.db.QueryRow(ctx, operatorRetry,
+		arg.ID,
+		arg.Unpin,
+		arg.Actor,
+		arg.Note,
+	)
 	var i OperatorRetryRow
 	err := row.Scan(
 		&i.ID,

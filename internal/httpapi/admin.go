@@ -244,35 +244,64 @@ func handleAdminGetDelivery(a Admin) http.Handler {
 	})
 }
 
-// adminActionRequest is the body of retry ({"note"}) and of mark-sent
-// ({"note", "provider_message_id"}).
+// adminActionRequest is what the body of cancel ({"note"}), retry
+// ({"note", "unpin"}) or mark-sent ({"note", "provider_message_id"})
+// said.
 type adminActionRequest struct {
-	Note              string `json:"note"`
-	ProviderMessageID string `json:"provider_message_id"`
+	Note              string
+	ProviderMessageID string
+	Unpin             bool
 }
 
-// retryRequest is what retry takes: a note, and nothing else.
-type retryRequest struct {
-	Note string `json:"note"`
-}
+// The fields an action takes besides its note: each action's body is
+// decoded into its own type, so that a field of another is refused.
+type (
+	noteRequest struct {
+		Note string `json:"note"`
+	}
+	retryRequest struct {
+		Note  string `json:"note"`
+		Unpin bool   `json:"unpin"`
+	}
+)
 
-// decodeAdminAction reads the optional JSON body of a delivery action;
-// withProviderID says whether provider_message_id is a known field.
-func decodeAdminAction(w http.ResponseWriter, r *http.Request, withProviderID bool) (adminActionRequest, bool) {
+// adminAction names the action whose body decodeAdminAction reads.
+type adminAction int
+
+const (
+	actionCancel adminAction = iota
+	actionRetry
+	actionMarkSent
+)
+
+// decodeAdminAction reads the optional JSON body of a delivery action.
+func decodeAdminAction(w http.ResponseWriter, r *http.Request, action adminAction) (adminActionRequest, bool) {
 	var req adminActionRequest
 	if r.ContentLength == 0 {
 		return req, true
 	}
-	if withProviderID {
-		if !decodeJSON(w, r, &req) {
+	switch action {
+	case actionMarkSent:
+		var mr struct {
+			Note              string `json:"note"`
+			ProviderMessageID string `json:"provider_message_id"`
+		}
+		if !decodeJSON(w, r, &mr) {
 			return req, false
 		}
-	} else {
+		req.Note, req.ProviderMessageID = mr.Note, mr.ProviderMessageID
+	case actionRetry:
 		var rr retryRequest
 		if !decodeJSON(w, r, &rr) {
 			return req, false
 		}
-		req.Note = rr.Note
+		req.Note, req.Unpin = rr.Note, rr.Unpin
+	default:
+		var nr noteRequest
+		if !decodeJSON(w, r, &nr) {
+			return req, false
+		}
+		req.Note = nr.Note
 	}
 	var fields []fieldError
 	if d := textProblem(req.Note, 1000, false); d != "" {
@@ -303,11 +332,11 @@ func handleAdminRetry(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		req, ok := decodeAdminAction(w, r, false)
+		req, ok := decodeAdminAction(w, r, actionRetry)
 		if !ok {
 			return
 		}
-		d, queued, enqueueErr, err := a.Ops.Retry(r.Context(), id, actorOf(r), req.Note)
+		d, queued, enqueueErr, err := a.Ops.Retry(r.Context(), id, actorOf(r), req.Note, req.Unpin)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -330,7 +359,7 @@ func handleAdminCancel(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		req, ok := decodeAdminAction(w, r, false)
+		req, ok := decodeAdminAction(w, r, actionCancel)
 		if !ok {
 			return
 		}
@@ -352,7 +381,7 @@ func handleAdminMarkSent(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		req, ok := decodeAdminAction(w, r, true)
+		req, ok := decodeAdminAction(w, r, actionMarkSent)
 		if !ok {
 			return
 		}

@@ -175,6 +175,44 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 	}
 }
 
+// A delivery pinned to a provider (its outcome there unknown) stays
+// pinned when retried, unless the operator says that provider does not
+// hold it; the history says who lifted which pin.
+func TestAdminRetryKeepsThePinUnlessAskedToLiftIt(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	id := o.Notifications[0].ID
+	path := "/admin/v1/deliveries/" + id.String()
+	var out struct {
+		Delivery struct {
+			Status         string `json:"status"`
+			Provider       string `json:"provider"`
+			ProviderPinned bool   `json:"provider_pinned"`
+		} `json:"delivery"`
+	}
+	for _, c := range []struct {
+		body   string
+		pinned bool
+	}{{`{"note": "tried again"}`, true}, {`{"note": "not in resend's log", "unpin": true}`, false}} {
+		s.f.HeldAt(s.f.Get(id), "resend")
+		res := s.admin(t, http.MethodPost, path+"/retry", c.body)
+		out.Delivery.ProviderPinned = false // omitted when false
+		res.decode(t, &out)
+		if res.status != 200 || out.Delivery.Status != "pending" || out.Delivery.Provider != "resend" || out.Delivery.ProviderPinned != c.pinned {
+			t.Errorf("retry %s = %d %s, want pending, pinned %v", c.body, res.status, res.body, c.pinned)
+		}
+		s.f.Claimed(s.f.Get(id), -time.Second) // a worker takes it and dies before the data: ready for the next hold
+	}
+	if history := s.admin(t, http.MethodGet, path, ""); strings.Count(string(history.body), `"unpinned":"resend"`) != 1 {
+		t.Errorf("the history does not say once that the pin to resend was lifted: %s", history.body)
+	}
+	if res := s.admin(t, http.MethodPost, path+"/cancel", `{"note": "x", "unpin": true}`); res.status != http.StatusBadRequest {
+		t.Errorf("cancel with retry's unpin = %d, want 400", res.status)
+	}
+}
+
 func TestAdminQueueControls(t *testing.T) {
 	t.Parallel()
 	s := setup(t)

@@ -238,7 +238,9 @@ func consoleAction(name string, act func(r *http.Request, id uuid.UUID, actor, n
 
 func handleConsoleRetry(ops *notify.Operator) http.Handler {
 	return consoleAction("retry", func(r *http.Request, id uuid.UUID, actor, note string) error {
-		_, _, enqueueErr, err := ops.Retry(r.Context(), id, actor, note)
+		// "unpin": the operator found that the provider the delivery is
+		// pinned to does not hold the message.
+		_, _, enqueueErr, err := ops.Retry(r.Context(), id, actor, note, r.PostFormValue("unpin") == "yes")
 		if enqueueErr != nil {
 			// Pending now; the reconciler queues it later.
 			addLogAttrs(r.Context(), slog.String("enqueue_error", enqueueErr.Error()))

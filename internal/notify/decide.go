@@ -65,6 +65,7 @@ const (
 	verdictSuppressed      verdict = "suppressed"
 	verdictUnsubscribed    verdict = "unsubscribed"
 	verdictBlocked         verdict = "blocked"
+	verdictPinnedElsewhere verdict = "pinned_elsewhere"
 	verdictMissing         verdict = "missing"
 )
 
@@ -179,6 +180,13 @@ func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, m
 		// block has expired.
 		return step{write: writeBlocked, result: resultBlocked, blocked: true,
 			reason: "an operator's block on the key or recipient holds it back"}
+	case verdictPinnedElsewhere:
+		// Its outcome at the provider it is pinned to is unknown, and that
+		// one does not take mail from this worker now: it waits for it,
+		// unwritten, as every delivery waits while all providers are down.
+		reason := fmt.Sprintf("pinned to provider %q, which may hold an earlier attempt and does not take mail from this worker now", derefString(d.Provider))
+		return step{result: resultProviderUnavailable, handedBack: "provider_unavailable", answer: answerProviderWait,
+			err: fmt.Errorf("%w: %s", errProviderUnavailable, reason), attrs: []slog.Attr{slog.String("pinned_to", derefString(d.Provider))}}
 	default: // a verdict this build does not know: leave the row alone
 		return step{result: resultRaced, answer: answerWait, err: fmt.Errorf("claim verdict %q unknown to this worker", v),
 			waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}

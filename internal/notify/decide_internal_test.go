@@ -124,6 +124,7 @@ func TestDecideUnclaimed(t *testing.T) {
 		{verdictBlocked, pending, want{write: writeBlocked, result: resultBlocked}},
 		{verdictUnsubscribed, pending, want{write: writeUnsubscribed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}},
 		{verdictNotYet, pending, want{result: resultNotYet, answer: answerWait}},
+		{verdictPinnedElsewhere, pending, want{result: resultProviderUnavailable, handedBack: "provider_unavailable", answer: answerProviderWait}},
 		{"from_a_newer_build", pending, want{result: resultRaced, answer: answerWait}},
 	} {
 		s := decideUnclaimed(tt.v, tt.d, "abc", 48*time.Hour, time.Now())

@@ -76,7 +76,7 @@ func TestBounceSuppressesTheNextDelivery(t *testing.T) {
 	if err := e.ops.Unsuppress(ctx, "gone@example.com", "again", "ops@shop"); !errors.Is(err, notify.ErrSuppressionNotFound) {
 		t.Errorf("lifting a lifted suppression: %v", err)
 	}
-	if _, _, _, err := e.ops.Retry(ctx, second.ID, "ops@shop", "resend after the fix"); err != nil {
+	if _, _, _, err := e.ops.Retry(ctx, second.ID, "ops@shop", "resend after the fix", false); err != nil {
 		t.Fatal(err)
 	}
 	if err := process(ctx, w, second); err != nil {

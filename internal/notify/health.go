@@ -51,6 +51,18 @@ func (w *Worker) anyAvailable() bool {
 	return false
 }
 
+// usable names the providers that are up, for the claim: a delivery
+// pinned to another waits without being claimed.
+func (w *Worker) usable() []string {
+	var names []string
+	for _, r := range w.routes {
+		if r.health.available() {
+			names = append(names, r.name)
+		}
+	}
+	return names
+}
+
 // routeFor is the provider an attempt at row d sends through: the one
 // it is pinned to, if that is up, or else the first that is up; nil if
 // none may take it now.

@@ -112,8 +112,12 @@ func (o *Operator) Get(ctx context.Context, id uuid.UUID) (Delivery, []Event, er
 // same idempotency key (it can never become a second e-mail once the
 // first was sent) and queues it. queued is false when the enqueue failed:
 // the row is pending, and the reconciler queues it later; enqueueErr says why.
-func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string) (d Delivery, queued bool, enqueueErr error, err error) {
-	d, err = operatorRetry(ctx, o.db, id, actor, note)
+//
+// A delivery pinned to a provider (its outcome there unknown) stays
+// pinned, unless unpin: the operator found that provider does not hold
+// the message, so failover may send it through another.
+func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string, unpin bool) (d Delivery, queued bool, enqueueErr error, err error) {
+	d, err = operatorRetry(ctx, o.db, id, actor, note, unpin)
 	if err != nil {
 		return Delivery{}, false, nil, err
 	}
@@ -164,7 +168,7 @@ func (o *Operator) RetryMatching(ctx context.Context, f Filter, actor, note stri
 		return len(ds), 0, err
 	}
 	for _, d := range ds {
-		_, queued, _, err := o.Retry(ctx, d.ID, actor, note)
+		_, queued, _, err := o.Retry(ctx, d.ID, actor, note, false) // pins kept: nobody checked each one
 		switch {
 		case errors.Is(err, ErrWrongState):
 			continue

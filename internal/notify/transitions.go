@@ -105,7 +105,7 @@ type lease struct {
 func claimAll(ctx context.Context, q *dbsqlc.Queries, cs []claimArgs) ([]*dbsqlc.ClaimDeliveriesRow, error) {
 	p := dbsqlc.ClaimDeliveriesParams{
 		LeaseSeconds: cs[0].lease.ttl.Seconds(), Templates: cs[0].templates, MaxAgeSeconds: cs[0].maxAge.Seconds(), Actor: cs[0].lease.actor,
-		SubscriptionTemplates: cs[0].subscriptions,
+		SubscriptionTemplates: cs[0].subscriptions, UsableProviders: append([]string{}, cs[0].usable...), // never NULL: ANY(NULL) is no answer
 	}
 	// A delivery asked for twice (its task delivered twice at once) is
 	// judged once, for the first claim: the statement takes distinct ids.
@@ -149,6 +149,7 @@ type claimArgs struct {
 	lease                      lease
 	templates                  []string
 	subscriptions              []string // the subscription templates among them
+	usable                     []string // the providers that take mail from this worker now
 	maxAge                     time.Duration
 }
 
@@ -296,8 +297,8 @@ func suppressPending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, actor
 
 // operatorRetry gives a failed or held delivery a fresh series of tries
 // under the same key.
-func operatorRetry(ctx context.Context, db DB, id uuid.UUID, actor, note string) (Delivery, error) {
-	row, err := dbsqlc.New(db).OperatorRetry(ctx, dbsqlc.OperatorRetryParams{ID: id, Actor: actor, Note: note})
+func operatorRetry(ctx context.Context, db DB, id uuid.UUID, actor, note string, unpin bool) (Delivery, error) {
+	row, err := dbsqlc.New(db).OperatorRetry(ctx, dbsqlc.OperatorRetryParams{ID: id, Actor: actor, Note: note, Unpin: unpin})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, stateError(ctx, db, id)
 	}

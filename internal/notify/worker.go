@@ -300,7 +300,7 @@ func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPay
 	cctx, span := w.tracer.Start(ctx, "claim")
 	judged, err := w.claims.do(cctx, claimArgs{
 		id: p.DeliveryID, keyHash: p.KeyHash, lease: a.lease, messageID: mail.MessageIDOfHash(p.KeyHash, w.cfg.MessageIDDomain),
-		taskID: a.taskID, templates: w.templateNames, subscriptions: w.subscriptions, maxAge: w.cfg.MaxAge,
+		taskID: a.taskID, templates: w.templateNames, subscriptions: w.subscriptions, usable: w.usable(), maxAge: w.cfg.MaxAge,
 	})
 	span.End()
 	if err != nil {

@@ -149,8 +149,13 @@ func TestAPinnedDeliveryWaitsForItsProvider(t *testing.T) {
 		t.Fatalf("%d e-mails at fallback, row %s at %q pinned %v: want none, pending, pinned to primary",
 			e.sink.Count(), got.Status, got.Provider, got.ProviderPinned)
 	}
-	if !strings.Contains(got.LastError, `pinned to provider "primary"`) {
-		t.Errorf("last error %q, want it to say why it waits", got.LastError)
+	// Once primary's breaker is open, the claim itself leaves the row
+	// alone: one attempt (the refusal), not one per task.
+	if got := strings.Join(providersOf(t, e, d), " "); got != "handed_over@primary reconciled@primary retry_scheduled@primary" {
+		t.Errorf("history %q: want the dead worker's hand-over, the reconciler's decision, and one refusal at primary", got)
+	}
+	if !strings.Contains(e.logs.String(), `"pinned_to":"primary"`) {
+		t.Error("no task line says what the delivery waits for")
 	}
 
 	down.Store(false)

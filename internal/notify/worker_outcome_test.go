@@ -129,7 +129,7 @@ func TestExpiredPendingDeliveryFailsWithoutATry(t *testing.T) {
 		t.Errorf("the worker connected to the provider for an expired delivery")
 	}
 	// An operator's retry starts a new series of tries.
-	if _, _, _, err := e.ops.Retry(context.Background(), d.ID, "operator", "provider fixed"); err != nil {
+	if _, _, _, err := e.ops.Retry(context.Background(), d.ID, "operator", "provider fixed", false); err != nil {
 		t.Fatal(err)
 	}
 	e.deliver(t, w, d)

@@ -280,6 +280,17 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 		if d.HandedOverAt == nil {
 			return toPending(DecisionNotHandedOver, d.ProviderPinned, "the worker's lease expired before it handed the message over; safe to send")
 		}
+		if !r.knows(p.Name) {
+			// Handed to a provider this reconciler was not given (taken
+			// out of PROVIDERS, or the lists differ): nobody can ask it,
+			// and no policy may send again what it may hold.
+			reason := "outcome unknown at provider " + p.Name + ", which is not in this reconciler's PROVIDERS: check with it, then retry or mark sent"
+			if _, err := notify.ReconcileToHeld(ctx, tx, d, p.Name, DecisionPolicyHold, reason, r.cfg.Actor); err != nil {
+				return err
+			}
+			r.decide(rep, d, DecisionPolicyHold, reason)
+			return nil
+		}
 		if p.Lookup == nil {
 			if p.DedupWindow > 0 && time.Since(*d.HandedOverAt) < p.DedupWindow {
 				return toPending(DecisionDedupResend, true, "outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")
@@ -302,10 +313,11 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			return nil
 		}
 		if !found {
-			// Every attempt whose outcome was unknown went to p (the
-			// delivery was pinned to it): none was sent, so any
-			// provider may take the next.
-			return toPending(DecisionNotFound, false, "provider "+p.Name+" has no message with Message-ID "+messageID)
+			// Not at p now. A delivery that was not pinned had this one
+			// unknown attempt: any provider may take the next. A pinned
+			// one stays pinned: its earlier unknown attempts there may
+			// lie outside what this search covers.
+			return toPending(DecisionNotFound, d.ProviderPinned, "provider "+p.Name+" has no message with Message-ID "+messageID)
 		}
 		if _, err := notify.ReconcileToSent(ctx, tx, d, p.Name, providerID, DecisionFound, r.cfg.Actor); err != nil {
 			return err
@@ -358,6 +370,17 @@ func (r *Reconciler) providerOf(d notify.Delivery) Provider {
 		}
 	}
 	return Provider{Name: d.Provider}
+}
+
+// knows reports whether name is one of the workers' providers this
+// reconciler was given.
+func (r *Reconciler) knows(name string) bool {
+	for _, p := range r.cfg.Providers {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, p Provider, toPending func(decision string, pinned bool, reason string) error) error {

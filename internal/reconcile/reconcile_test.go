@@ -297,15 +297,19 @@ func TestEachSendIsSettledAtItsOwnProvider(t *testing.T) {
 		{Name: "smtp", Lookup: e.lookup(t, smtp.APIMailpit)},
 	}})
 	atResend, atRelay, unrecorded := e.pending(t, "resend@example.com"), e.pending(t, "relay@example.com"), e.pending(t, "old@example.com")
-	for d, provider := range map[*notify.Delivery]string{&atResend: "resend", &atRelay: "smtp", &unrecorded: ""} {
+	dropped := e.pending(t, "dropped@example.com") // handed to a provider since taken out of the list
+	for d, provider := range map[*notify.Delivery]string{&atResend: "resend", &atRelay: "smtp", &unrecorded: "", &dropped: "postmark"} {
 		e.f.Aged(e.f.HandedOverTo(*d, 39*time.Second, provider).Delivery, 40*time.Second)
 	}
 	rep, err := r.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Decisions[reconcile.DecisionDedupResend] != 2 || rep.Decisions[reconcile.DecisionNotFound] != 1 {
-		t.Errorf("decisions %v, want two sent again under Resend's key and one not found at the relay", rep.Decisions)
+	if rep.Decisions[reconcile.DecisionDedupResend] != 2 || rep.Decisions[reconcile.DecisionNotFound] != 1 || rep.Decisions[reconcile.DecisionPolicyHold] != 1 {
+		t.Errorf("decisions %v, want two sent again under Resend's key, one not found at the relay, one held", rep.Decisions)
+	}
+	if got := e.get(t, dropped.ID); got.Status != notify.StatusHeld || got.Provider != "postmark" || !got.ProviderPinned {
+		t.Errorf("handed to a provider the reconciler does not know: %s at %q pinned %v, want held, pinned to postmark", got.Status, got.Provider, got.ProviderPinned)
 	}
 	for _, c := range []struct {
 		d        notify.Delivery

@@ -204,7 +204,12 @@ func (p *Provider) Probe(ctx context.Context) error {
 //	TooManyRequestsException, LimitExceededException,
 //	  Throttling*, 429                                  unavailable (connect)
 //	credentials, signature, access (403, 401)           unavailable (auth)
-//	BadRequestException                                 unavailable (our request: every message would fail)
+//	BadRequestException about an address ("Illegal address",
+//	  "Invalid email address", "Domain contains illegal character")
+//	                                                    permanent (recipient)
+//	BadRequestException, anything else (a message too large, …)
+//	                                                    temporary (data): this message; an
+//	                                                    operator retries after a fix
 //	InternalFailure, 5xx                                ambiguous if written (it may have sent), else unavailable
 //	any other 4xx                                       temporary (data)
 //
@@ -256,8 +261,13 @@ func classifySend(err error, ex *httpprovider.Exchange, from, to string) *mail.S
 		return set(mail.OutcomeUnavailable, mail.StageConnect)
 	case status == http.StatusUnauthorized, status == http.StatusForbidden, authCode(code):
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
+	case code == "BadRequestException" && (strings.Contains(msg, "address") || strings.Contains(msg, "domain contains")):
+		return set(mail.OutcomePermanent, mail.StageRecipient)
 	case code == "BadRequestException":
-		return set(mail.OutcomeUnavailable, mail.StageData)
+		// SES answers it for one message (its size, its content), not
+		// for our account: making every delivery wait for it would let
+		// one bad message stop all mail.
+		return set(mail.OutcomeTemporary, mail.StageData)
 	case status >= 500:
 		if ex != nil && ex.Wrote() {
 			return set(mail.OutcomeAmbiguous, mail.StageData)

@@ -157,6 +157,19 @@ func (f *Factory) Held(d notify.Delivery, reason string) notify.Delivery {
 	return f.Get(d.ID)
 }
 
+// HeldAt is what the reconciler leaves of a delivery whose outcome at
+// provider is unknown and that nothing can settle: handed over there,
+// its worker gone, held for an operator and pinned to provider
+// (ReconcileToHeld).
+func (f *Factory) HeldAt(d notify.Delivery, provider string) notify.Delivery {
+	f.t.Helper()
+	a := f.HandedOverTo(d, -time.Second, provider)
+	f.applied("hold delivery", d)(dbsqlc.New(f.db).ReconcileToHeld(context.Background(), dbsqlc.ReconcileToHeldParams{
+		ID: d.ID, LeaseToken: a.Lease, Provider: provider, Decision: "policy_hold", Reason: "outcome unknown", Actor: Actor,
+	}))
+	return f.Get(d.ID)
+}
+
 // Aged moves every time of d by back, as if that much time had passed
 // since each: when it was recorded, tried, changed, leased, handed over
 // and sent, and when it may be sent. It writes the row directly: time is
