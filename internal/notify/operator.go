@@ -227,9 +227,13 @@ type QueueState struct {
 // ProviderHealth is whether the mail provider takes mail from us, as the
 // live workers last saw it.
 type ProviderHealth struct {
-	Up      bool            `json:"up"`
-	Reason  string          `json:"reason,omitempty"` // "<provider>: why", of the first worker that finds a provider refusing us
-	Workers []ProviderState `json:"workers"`
+	Up     bool   `json:"up"`
+	Reason string `json:"reason,omitempty"` // "<provider>: why", of the first worker that finds a provider refusing us
+	// Providers is each provider's state over the live workers, in name
+	// order: down while any worker finds it refusing us. With failover,
+	// mail goes on while one of them is up.
+	Providers []ProviderSummary `json:"providers"`
+	Workers   []ProviderState   `json:"workers"`
 }
 
 // Queue returns the queue's sizes, whether it is paused, the concurrency
@@ -248,7 +252,7 @@ func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
 	if err != nil {
 		return QueueState{}, err
 	}
-	health := ProviderHealth{Up: true, Workers: workers}
+	health := ProviderHealth{Up: true, Workers: workers, Providers: summarize(workers)}
 	if i := slices.IndexFunc(workers, func(s ProviderState) bool { return !s.Up }); i >= 0 {
 		health.Up, health.Reason = false, workers[i].Provider+": "+workers[i].Reason
 	}
@@ -258,6 +262,32 @@ func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
 		Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry,
 		Archived: info.Archived, Completed: info.Completed, ProcessedToday: info.Processed, Latency: info.Latency, Provider: health,
 	}, nil
+}
+
+// ProviderSummary is one provider's state over the live workers.
+type ProviderSummary struct {
+	Name   string `json:"name"`
+	Up     bool   `json:"up"`               // no live worker finds it refusing us
+	Reason string `json:"reason,omitempty"` // of the first worker that does
+}
+
+// summarize folds the workers' states into one per provider, by name.
+func summarize(states []ProviderState) []ProviderSummary {
+	byName := map[string]int{}
+	out := []ProviderSummary{}
+	for _, s := range states {
+		i, seen := byName[s.Provider]
+		if !seen {
+			i = len(out)
+			byName[s.Provider] = i
+			out = append(out, ProviderSummary{Name: s.Provider, Up: true})
+		}
+		if !s.Up && out[i].Up {
+			out[i].Up, out[i].Reason = false, s.Reason
+		}
+	}
+	slices.SortFunc(out, func(a, b ProviderSummary) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // SetConcurrency makes every worker handle at most n deliveries at once

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // Failover: each attempt goes to the first provider that is up, and a
@@ -89,6 +90,14 @@ func TestFailoverWhileTheFirstProviderRefusesUs(t *testing.T) {
 	if up := e.counter(t, "sekali_provider_up", "provider", "fallback"); up != 1 {
 		t.Errorf("sekali_provider_up{provider=fallback} = %v, want 1", up)
 	}
+	// The operator's view: each provider's state, over the live workers.
+	testenv.WaitFor(t, "the queue's view of both providers", 5*time.Second, func() bool {
+		q, err := e.ops.Queue(ctx)
+		return err == nil && len(q.Provider.Providers) == 2 &&
+			q.Provider.Providers[0].Name == "fallback" && q.Provider.Providers[0].Up &&
+			q.Provider.Providers[1].Name == "primary" && !q.Provider.Providers[1].Up && strings.Contains(q.Provider.Providers[1].Reason, "421") &&
+			strings.HasPrefix(q.Provider.Reason, "primary: ")
+	})
 	second := e.checkout(t, "second@example.com")
 	e.deliver(t, w, second)
 	if got := strings.Join(providersOf(t, e, second), " "); got != "handed_over@fallback sent@fallback" {
