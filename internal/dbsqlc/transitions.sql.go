@@ -151,7 +151,7 @@ WITH nosync AS (
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
                                 OR (b.kind = 'recipient' AND b.value = n.recipient))) THEN 'blocked'
                WHEN n.provider_pinned AND n.provider IS NOT NULL
-                    AND NOT (n.provider = ANY($9::text[])) THEN 'pinned_elsewhere'
+                    AND NOT (n.provider = ANY(coalesce($9::text[], '{}'))) THEN 'pinned_elsewhere'
                ELSE 'claim'
            END AS verdict
     FROM nosync, input i JOIN notification_deliveries n ON n.id = i.id

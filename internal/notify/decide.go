@@ -36,6 +36,7 @@ const (
 	resultRaced                result = "raced"      // changed by someone else between the claim and a write
 	resultUnknownTemplate      result = "unknown_template"
 	resultProviderUnavailable  result = "provider_unavailable"
+	resultPinnedMissing        result = "pinned_to_missing_provider" // its provider is not in this worker's PROVIDERS
 	resultHandedBack           result = "handed_back" // the worker is shutting down
 	resultShutdown             result = "shutdown"    // stopped while waiting for a concurrency slot
 	resultBadPayload           result = "bad_payload"
@@ -67,6 +68,9 @@ const (
 	verdictBlocked         verdict = "blocked"
 	verdictPinnedElsewhere verdict = "pinned_elsewhere"
 	verdictMissing         verdict = "missing"
+	// verdictPinnedMissing: pinned_elsewhere, to a provider this worker
+	// does not have at all (the worker tells it from pinned_elsewhere).
+	verdictPinnedMissing verdict = "pinned_to_missing_provider"
 )
 
 // write is the one transition or history entry a step makes.
@@ -187,6 +191,14 @@ func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, m
 		reason := fmt.Sprintf("pinned to provider %q, which may hold an earlier attempt and does not take mail from this worker now", derefString(d.Provider))
 		return step{result: resultProviderUnavailable, handedBack: "provider_unavailable", answer: answerProviderWait,
 			err: fmt.Errorf("%w: %s", errProviderUnavailable, reason), attrs: []slog.Attr{slog.String("pinned_to", derefString(d.Provider))}}
+	case verdictPinnedMissing:
+		// Taken out of PROVIDERS, or an older list: no worker of this
+		// configuration can send it, and another provider must not. An
+		// operator decides (runbook 1.8); meanwhile it waits, loudly.
+		return step{result: resultPinnedMissing, handedBack: string(resultPinnedMissing), answer: answerWait,
+			err:      fmt.Errorf("%w: %q", errPinnedToMissingProvider, derefString(d.Provider)),
+			waitBase: unknownTemplateWait, waitSpread: 2 * unknownTemplateWait,
+			attrs:    []slog.Attr{slog.String("pinned_to", derefString(d.Provider))}}
 	default: // a verdict this build does not know: leave the row alone
 		return step{result: resultRaced, answer: answerWait, err: fmt.Errorf("claim verdict %q unknown to this worker", v),
 			waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}

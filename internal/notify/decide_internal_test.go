@@ -125,6 +125,7 @@ func TestDecideUnclaimed(t *testing.T) {
 		{verdictUnsubscribed, pending, want{write: writeUnsubscribed, to: StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}},
 		{verdictNotYet, pending, want{result: resultNotYet, answer: answerWait}},
 		{verdictPinnedElsewhere, pending, want{result: resultProviderUnavailable, handedBack: "provider_unavailable", answer: answerProviderWait}},
+		{verdictPinnedMissing, pending, want{result: resultPinnedMissing, handedBack: "pinned_to_missing_provider", answer: answerWait}},
 		{"from_a_newer_build", pending, want{result: resultRaced, answer: answerWait}},
 	} {
 		s := decideUnclaimed(tt.v, tt.d, "abc", 48*time.Hour, time.Now())

@@ -51,6 +51,16 @@ func (w *Worker) anyAvailable() bool {
 	return false
 }
 
+// hasRoute reports whether this worker sends through provider name.
+func (w *Worker) hasRoute(name string) bool {
+	for _, r := range w.routes {
+		if r.name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // usable names the providers that are up, for the claim: a delivery
 // pinned to another waits without being claimed.
 func (w *Worker) usable() []string {

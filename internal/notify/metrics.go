@@ -66,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		handedBack: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sekali_tasks_handed_back_total",
-			Help: "Tasks this worker gave back to the queue without an attempt: provider_unavailable (the provider refuses us), unknown_template (an older worker during a rolling deploy), shutdown.",
+			Help: "Tasks this worker gave back to the queue without an attempt: provider_unavailable (the provider refuses us, or the one a delivery is pinned to does), unknown_template (an older worker during a rolling deploy), pinned_to_missing_provider (a delivery pinned to a provider not in PROVIDERS: an operator must decide), shutdown.",
 		}, []string{"reason"}),
 		providerUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sekali_provider_up",
@@ -75,7 +75,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	// Known label values exist from the start, so that a rate() alert
 	// fires on the first event.
-	for _, r := range []string{"provider_unavailable", "unknown_template", "shutdown"} {
+	for _, r := range []string{"provider_unavailable", "unknown_template", string(resultPinnedMissing), "shutdown"} {
 		m.handedBack.WithLabelValues(r)
 	}
 	for _, l := range []string{"cache", "database", "lock", "fencing"} {

@@ -48,6 +48,8 @@ func (w *Worker) Middleware(next asynq.Handler) asynq.Handler {
 		switch {
 		case errors.Is(err, errProviderUnavailable) && l.result == resultProviderUnavailable:
 			level = slog.LevelDebug // one WARN per outage says it (providerUnavailable)
+		case l.result == resultPinnedMissing:
+			level = slog.LevelWarn // no outage will end it: an operator must look
 		case err != nil && IsFailure(err):
 			level = slog.LevelWarn
 			if errors.Is(err, asynq.SkipRetry) {

@@ -116,13 +116,41 @@ func (o *Operator) Get(ctx context.Context, id uuid.UUID) (Delivery, []Event, er
 // A delivery pinned to a provider (its outcome there unknown) stays
 // pinned, unless unpin: the operator found that provider does not hold
 // the message, so failover may send it through another.
+//
+// A retry that keeps a pin to a provider that none of the live workers
+// sends through is refused (ErrWrongState): it would wait, unsendable,
+// until DELIVERY_MAX_AGE.
 func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string, unpin bool) (d Delivery, queued bool, enqueueErr error, err error) {
+	if !unpin {
+		if err := o.checkPinReachable(ctx, id); err != nil {
+			return Delivery{}, false, nil, err
+		}
+	}
 	d, err = operatorRetry(ctx, o.db, id, actor, note, unpin)
 	if err != nil {
 		return Delivery{}, false, nil, err
 	}
 	queued, enqueueErr = o.enqueuer.EnsureQueued(ctx, o.inspector, d, false)
 	return d, queued, enqueueErr, nil
+}
+
+// checkPinReachable refuses a delivery pinned to a provider that live
+// workers report on, none of them sending through it. With no live
+// worker to ask (all restarting, say), it lets the retry through.
+func (o *Operator) checkPinReachable(ctx context.Context, id uuid.UUID) error {
+	row, err := dbsqlc.New(o.db).GetDelivery(ctx, id)
+	if err != nil || !row.ProviderPinned || row.Provider == nil {
+		return nil // a missing row is the retry's own error to report
+	}
+	states, err := ProviderStates(ctx, o.rdb, o.enqueuer.Queue())
+	if err != nil || len(states) == 0 {
+		return nil
+	}
+	if slices.ContainsFunc(states, func(s ProviderState) bool { return s.Provider == *row.Provider }) {
+		return nil
+	}
+	return fmt.Errorf("%w: it is pinned to provider %q, which no live worker sends through (not in PROVIDERS): check that provider's log, then mark it sent or retry with unpin",
+		ErrWrongState, *row.Provider)
 }
 
 // Cancel calls off a pending delivery by an operator's decision, with a

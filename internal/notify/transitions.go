@@ -105,7 +105,7 @@ type lease struct {
 func claimAll(ctx context.Context, q *dbsqlc.Queries, cs []claimArgs) ([]*dbsqlc.ClaimDeliveriesRow, error) {
 	p := dbsqlc.ClaimDeliveriesParams{
 		LeaseSeconds: cs[0].lease.ttl.Seconds(), Templates: cs[0].templates, MaxAgeSeconds: cs[0].maxAge.Seconds(), Actor: cs[0].lease.actor,
-		SubscriptionTemplates: cs[0].subscriptions, UsableProviders: append([]string{}, cs[0].usable...), // never NULL: ANY(NULL) is no answer
+		SubscriptionTemplates: cs[0].subscriptions, UsableProviders: cs[0].usable,
 	}
 	// A delivery asked for twice (its task delivered twice at once) is
 	// judged once, for the first claim: the statement takes distinct ids.

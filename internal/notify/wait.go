@@ -23,6 +23,9 @@ var (
 	// template (an older build during a rolling deploy); one that does
 	// takes the task.
 	errUnknownTemplate = errors.New("template unknown to this worker; task handed back")
+	// errPinnedToMissingProvider: the delivery is pinned to a provider
+	// this worker does not send through.
+	errPinnedToMissingProvider = errors.New("pinned to a provider this worker does not send through; task handed back")
 	// errNotYet: the delivery is to be sent later; the task comes back
 	// at its time.
 	errNotYet = errors.New("to be sent later; task comes back at its time")

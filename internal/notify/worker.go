@@ -313,7 +313,11 @@ func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p deliverPay
 		return true, w.apply(ctx, l, missing, nil, decideUnclaimed(verdictMissing, missing, p.KeyHash, w.cfg.MaxAge, time.Now()))
 	}
 	row := judgedDelivery(*judged)
-	if v := verdict(judged.Verdict); v != verdictClaimed {
+	v := verdict(judged.Verdict)
+	if v == verdictPinnedElsewhere && !w.hasRoute(derefString(row.Provider)) {
+		v = verdictPinnedMissing
+	}
+	if v != verdictClaimed {
 		if v != verdictNotTask {
 			l.set(slog.String("order_id", row.OrderID.String()), slog.String("template", row.Template))
 		}

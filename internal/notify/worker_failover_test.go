@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -163,6 +164,19 @@ func TestAPinnedDeliveryWaitsForItsProvider(t *testing.T) {
 	if got := strings.Join(providersOf(t, e, d), " "); got != "handed_over@primary reconciled@primary retry_scheduled@primary" {
 		t.Errorf("history %q: want the dead worker's hand-over, the reconciler's decision, and one refusal at primary", got)
 	}
+	events, err := notify.History(ctx, e.db.Pool, d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := 0
+	for _, ev := range events {
+		if ev.Event == "claimed" {
+			claims++
+		}
+	}
+	if claims != 2 {
+		t.Errorf("%d claims, want 2: the dead worker's and the one primary refused; the waiting tasks claim nothing", claims)
+	}
 	if !strings.Contains(e.logs.String(), `"pinned_to":"primary"`) {
 		t.Error("no task line says what the delivery waits for")
 	}
@@ -175,5 +189,49 @@ func TestAPinnedDeliveryWaitsForItsProvider(t *testing.T) {
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent || got.Provider != "primary" || primary.Count() != 1 || e.sink.Count() != 0 {
 		t.Errorf("after primary came back: %s through %q, %d at primary, %d at fallback; want sent through primary alone",
 			got.Status, got.Provider, primary.Count(), e.sink.Count())
+	}
+}
+
+// A delivery pinned to a provider no worker sends through (taken out of
+// PROVIDERS) can neither go out nor move: the operator's retry that
+// keeps such a pin is refused, and a worker that meets one says so at
+// WARN, counted, rather than waiting quietly until DELIVERY_MAX_AGE.
+func TestADeliveryPinnedToAMissingProviderIsLoud(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	var down atomic.Bool
+	primary, w := e.failoverWorker(t, &down)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.WatchProvider(ctx, 100*time.Millisecond)
+	testenv.WaitFor(t, "the worker's providers in Redis", 5*time.Second, func() bool {
+		states, err := notify.ProviderStates(ctx, e.rdb, e.redis.Queue)
+		return err == nil && len(states) == 2
+	})
+
+	checked := e.f.HeldAt(e.checkout(t, "checked@example.com"), "postmark")
+	if _, _, _, err := e.ops.Retry(ctx, checked.ID, "ops", "again", false); !errors.Is(err, notify.ErrWrongState) || !strings.Contains(err.Error(), `"postmark"`) {
+		t.Fatalf("a retry keeping a pin to a provider no worker has: %v, want refused, naming it", err)
+	}
+	if _, _, _, err := e.ops.Retry(ctx, checked.ID, "ops", "not in postmark's log", true); err != nil {
+		t.Fatalf("the retry that lifts the pin: %v", err)
+	}
+	e.deliver(t, w, checked)
+	if got := e.delivery(t, checked.IdempotencyKey); got.Status != notify.StatusSent || got.Provider != "primary" || primary.Count() != 1 {
+		t.Errorf("unpinned: %s through %q, want sent through primary", got.Status, got.Provider)
+	}
+
+	stuck := e.f.Retried(e.f.HeldAt(e.checkout(t, "stuck@example.com"), "postmark"), false)
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(stuck)); err == nil || notify.IsFailure(err) {
+		t.Fatalf("pinned to a provider this worker lacks: %v, want a wait", err)
+	}
+	if got := e.delivery(t, stuck.IdempotencyKey); got.Status != notify.StatusPending || e.sink.Count()+primary.Count() != 1 {
+		t.Errorf("row %s, %d e-mails: want it pending and unsent", got.Status, e.sink.Count()+primary.Count())
+	}
+	if n := e.counter(t, "sekali_tasks_handed_back_total", "reason", "pinned_to_missing_provider"); n != 1 {
+		t.Errorf("handed back as pinned to a missing provider: %v, want 1", n)
+	}
+	if !strings.Contains(e.logs.String(), `"level":"WARN","msg":"delivery attempt"`) || !strings.Contains(e.logs.String(), `"result":"pinned_to_missing_provider"`) {
+		t.Error("no WARN task line for the delivery pinned to a missing provider")
 	}
 }

@@ -292,21 +292,31 @@ func TestProviderDedupWindowResendsAmbiguousSends(t *testing.T) {
 func TestEachSendIsSettledAtItsOwnProvider(t *testing.T) {
 	t.Parallel()
 	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
-	r := e.reconciler(t, recOpts{providers: []reconcile.Provider{
+	// The template policy is resend: only the unknown provider's hold
+	// tells "held because nobody can ask it" from the policy.
+	r := e.reconciler(t, recOpts{policy: reconcile.PolicyResend, providers: []reconcile.Provider{
 		{Name: "resend", DedupWindow: time.Hour},
 		{Name: "smtp", Lookup: e.lookup(t, smtp.APIMailpit)},
 	}})
 	atResend, atRelay, unrecorded := e.pending(t, "resend@example.com"), e.pending(t, "relay@example.com"), e.pending(t, "old@example.com")
 	dropped := e.pending(t, "dropped@example.com") // handed to a provider since taken out of the list
-	for d, provider := range map[*notify.Delivery]string{&atResend: "resend", &atRelay: "smtp", &unrecorded: "", &dropped: "postmark"} {
+	// Pinned to the relay by an earlier unknown outcome, retried by an
+	// operator who kept the pin, handed over there again and lost.
+	pinnedAtRelay := e.f.Retried(e.f.HeldAt(e.pending(t, "pinned@example.com"), "smtp"), false)
+	for d, provider := range map[*notify.Delivery]string{&atResend: "resend", &atRelay: "smtp", &unrecorded: "", &dropped: "postmark", &pinnedAtRelay: "smtp"} {
 		e.f.Aged(e.f.HandedOverTo(*d, 39*time.Second, provider).Delivery, 40*time.Second)
 	}
 	rep, err := r.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Decisions[reconcile.DecisionDedupResend] != 2 || rep.Decisions[reconcile.DecisionNotFound] != 1 || rep.Decisions[reconcile.DecisionPolicyHold] != 1 {
-		t.Errorf("decisions %v, want two sent again under Resend's key, one not found at the relay, one held", rep.Decisions)
+	if rep.Decisions[reconcile.DecisionDedupResend] != 2 || rep.Decisions[reconcile.DecisionNotFound] != 2 || rep.Decisions[reconcile.DecisionPolicyHold] != 1 {
+		t.Errorf("decisions %v, want two sent again under Resend's key, two not found at the relay, one held", rep.Decisions)
+	}
+	// A miss does not lift a pin: the earlier attempt may lie outside
+	// what the search covers.
+	if got := e.get(t, pinnedAtRelay.ID); got.Status != notify.StatusPending || got.Provider != "smtp" || !got.ProviderPinned {
+		t.Errorf("pinned, then not found: %s at %q pinned %v, want pending, still pinned to smtp", got.Status, got.Provider, got.ProviderPinned)
 	}
 	if got := e.get(t, dropped.ID); got.Status != notify.StatusHeld || got.Provider != "postmark" || !got.ProviderPinned {
 		t.Errorf("handed to a provider the reconciler does not know: %s at %q pinned %v, want held, pinned to postmark", got.Status, got.Provider, got.ProviderPinned)

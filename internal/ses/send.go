@@ -204,12 +204,12 @@ func (p *Provider) Probe(ctx context.Context) error {
 //	TooManyRequestsException, LimitExceededException,
 //	  Throttling*, 429                                  unavailable (connect)
 //	credentials, signature, access (403, 401)           unavailable (auth)
-//	BadRequestException about an address ("Illegal address",
-//	  "Invalid email address", "Domain contains illegal character")
+//	BadRequestException naming the recipient and not MAIL_FROM
 //	                                                    permanent (recipient)
-//	BadRequestException, anything else (a message too large, …)
-//	                                                    temporary (data): this message; an
-//	                                                    operator retries after a fix
+//	BadRequestException naming MAIL_FROM                unavailable (sender)
+//	BadRequestException, anything else ("Illegal address" naming none,
+//	  a message too large, …)                           temporary (data): this message,
+//	                                                    retried until DELIVERY_MAX_AGE
 //	InternalFailure, 5xx                                ambiguous if written (it may have sent), else unavailable
 //	any other 4xx                                       temporary (data)
 //
@@ -261,12 +261,17 @@ func classifySend(err error, ex *httpprovider.Exchange, from, to string) *mail.S
 		return set(mail.OutcomeUnavailable, mail.StageConnect)
 	case status == http.StatusUnauthorized, status == http.StatusForbidden, authCode(code):
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
-	case code == "BadRequestException" && (strings.Contains(msg, "address") || strings.Contains(msg, "domain contains")):
+	case code == "BadRequestException" && to != "" && strings.Contains(msg, strings.ToLower(to)) &&
+		(from == "" || !strings.Contains(msg, strings.ToLower(from))):
 		return set(mail.OutcomePermanent, mail.StageRecipient)
+	case code == "BadRequestException" && from != "" && strings.Contains(msg, strings.ToLower(from)):
+		return set(mail.OutcomeUnavailable, mail.StageSender)
 	case code == "BadRequestException":
-		// SES answers it for one message (its size, its content), not
-		// for our account: making every delivery wait for it would let
-		// one bad message stop all mail.
+		// SES answers it for one message (its size, its content, an
+		// address it does not name), not for our account: making every
+		// delivery wait for it would let one bad message stop all mail,
+		// and failing it for good could fail every delivery over a
+		// sender problem.
 		return set(mail.OutcomeTemporary, mail.StageData)
 	case status >= 500:
 		if ex != nil && ex.Wrote() {

@@ -50,8 +50,12 @@ type Attempt struct {
 func (f *Factory) Claimed(d notify.Delivery, lease time.Duration) Attempt {
 	f.t.Helper()
 	token := uuid.New()
+	var usable []string // as a worker that sends through the provider the row may be pinned to
+	if p := f.Get(d.ID).Provider; p != "" {
+		usable = []string{p}
+	}
 	rows, err := dbsqlc.New(f.db).ClaimDeliveries(context.Background(), dbsqlc.ClaimDeliveriesParams{
-		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{token}, LeaseSeconds: lease.Seconds(),
+		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{token}, LeaseSeconds: lease.Seconds(), UsableProviders: usable,
 		MessageIds: []string{mail.MessageID(d.IdempotencyKey, f.Domain)}, KeyHashes: []string{mail.KeyHash(d.IdempotencyKey)},
 		Templates: []string{d.Template}, MaxAgeSeconds: (1000 * time.Hour).Seconds(), Actor: Actor, TaskIds: []string{notify.TaskID(d.ID)},
 	})
@@ -154,6 +158,16 @@ func (f *Factory) Held(d notify.Delivery, reason string) notify.Delivery {
 	f.applied("hold delivery", d)(dbsqlc.New(f.db).HoldUnrenderable(context.Background(), dbsqlc.HoldUnrenderableParams{
 		ID: d.ID, LeaseToken: a.Lease, LastError: reason, Actor: Actor,
 	}))
+	return f.Get(d.ID)
+}
+
+// Retried is an operator's retry of a failed or held d (OperatorRetry),
+// lifting its pin with unpin.
+func (f *Factory) Retried(d notify.Delivery, unpin bool) notify.Delivery {
+	f.t.Helper()
+	if _, err := dbsqlc.New(f.db).OperatorRetry(context.Background(), dbsqlc.OperatorRetryParams{ID: d.ID, Actor: Actor, Note: "retried", Unpin: unpin}); err != nil {
+		f.t.Fatalf("notifytest: retry delivery %s: %v", d.ID, err)
+	}
 	return f.Get(d.ID)
 }
 
