@@ -37,8 +37,8 @@ const (
 	resultUnknownTemplate      result = "unknown_template"
 	resultProviderUnavailable  result = "provider_unavailable"
 	resultPinnedMissing        result = "pinned_to_missing_provider" // its provider is not in this worker's PROVIDERS
-	resultHandedBack           result = "handed_back" // the worker is shutting down
-	resultShutdown             result = "shutdown"    // stopped while waiting for a concurrency slot
+	resultHandedBack           result = "handed_back"                // the worker is shutting down
+	resultShutdown             result = "shutdown"                   // stopped while waiting for a concurrency slot
 	resultBadPayload           result = "bad_payload"
 	resultUnknownDelivery      result = "unknown_delivery"
 	resultDBError              result = "db_error"
@@ -198,7 +198,7 @@ func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, m
 		return step{result: resultPinnedMissing, handedBack: string(resultPinnedMissing), answer: answerWait,
 			err:      fmt.Errorf("%w: %q", errPinnedToMissingProvider, derefString(d.Provider)),
 			waitBase: unknownTemplateWait, waitSpread: 2 * unknownTemplateWait,
-			attrs:    []slog.Attr{slog.String("pinned_to", derefString(d.Provider))}}
+			attrs: []slog.Attr{slog.String("pinned_to", derefString(d.Provider))}}
 	default: // a verdict this build does not know: leave the row alone
 		return step{result: resultRaced, answer: answerWait, err: fmt.Errorf("claim verdict %q unknown to this worker", v),
 			waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}

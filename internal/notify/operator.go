@@ -139,11 +139,20 @@ func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string, 
 // worker to ask (all restarting, say), it lets the retry through.
 func (o *Operator) checkPinReachable(ctx context.Context, id uuid.UUID) error {
 	row, err := dbsqlc.New(o.db).GetDelivery(ctx, id)
-	if err != nil || !row.ProviderPinned || row.Provider == nil {
-		return nil // a missing row is the retry's own error to report
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // the retry says there is no such delivery
+	}
+	if err != nil {
+		return fmt.Errorf("retry delivery %s: %w", id, err)
+	}
+	if !row.ProviderPinned || row.Provider == nil {
+		return nil
 	}
 	states, err := ProviderStates(ctx, o.rdb, o.enqueuer.Queue())
-	if err != nil || len(states) == 0 {
+	if err != nil {
+		return fmt.Errorf("retry delivery %s: %w", id, err)
+	}
+	if len(states) == 0 {
 		return nil
 	}
 	if slices.ContainsFunc(states, func(s ProviderState) bool { return s.Provider == *row.Provider }) {
