@@ -97,14 +97,15 @@ func loadConfig(getenv func(string) string) (config, error) {
 		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be at least %v (SEND_TIMEOUT %v, then recording the outcome and releasing the lock), so that SIGTERM lets a send finish and be recorded",
 			cfg.ShutdownTimeout, least, cfg.SendTimeout))
 	}
+	reported := map[string]bool{} // PROVIDER_TIMEOUT is the HTTP providers' shared setting: said once
 	for _, s := range cfg.Senders {
-		if t, name := s.SendTimeout(); t >= cfg.LockTTL {
+		if t, name := s.SendTimeout(); t >= cfg.LockTTL && !reported[name] {
 			// A worker frozen after its last lease check must not be able
 			// to write message data once its lease has expired and the
 			// reconciler may act: the provider's deadline has to run out
 			// first.
 			env.Check(name, fmt.Errorf("%v must be shorter than LOCK_TTL %v", t, cfg.LockTTL))
-			break // SMTP_TIMEOUT, or PROVIDER_TIMEOUT that the HTTP providers share: once
+			reported[name] = true
 		}
 	}
 	if v := env.String("MAX_ATTEMPTS", ""); v != "" {

@@ -401,6 +401,14 @@ func TestConfigOfProviders(t *testing.T) {
 			t.Errorf("PROVIDERS=%s: %v, want %q", list, err, want)
 		}
 	}
+	// Each provider's timeout must be under LOCK_TTL; PROVIDER_TIMEOUT,
+	// which the HTTP providers share, is named once.
+	slow := map[string]string{"PROVIDERS": "smtp,resend,postmark", "RESEND_API_KEY": "re_x", "POSTMARK_SERVER_TOKEN": "t",
+		"LOCK_TTL": "10s", "SMTP_TIMEOUT": "10s", "PROVIDER_TIMEOUT": "12s"}
+	if _, err := loadConfig(func(k string) string { return slow[k] }); err == nil ||
+		strings.Count(err.Error(), "SMTP_TIMEOUT") != 1 || strings.Count(err.Error(), "PROVIDER_TIMEOUT") != 1 {
+		t.Errorf("timeouts past LOCK_TTL: %v, want SMTP_TIMEOUT and PROVIDER_TIMEOUT named once each", err)
+	}
 	both := map[string]string{"PROVIDERS": "smtp", "PROVIDER": "smtp"}
 	if _, err := loadConfig(func(k string) string { return both[k] }); err == nil || !strings.Contains(err.Error(), "not both") {
 		t.Errorf("PROVIDER and PROVIDERS: %v", err)

@@ -213,6 +213,32 @@ func TestAdminRetryKeepsThePinUnlessAskedToLiftIt(t *testing.T) {
 	}
 }
 
+// A retry that would keep a delivery pinned to a provider none of the
+// live workers sends through is refused, saying which and what to do.
+func TestAdminRetryRefusesAPinNoWorkerCanServe(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	id := o.Notifications[0].ID
+	s.f.HeldAt(s.f.Get(id), "postmark")
+	s.startWorker(t, nil) // it sends through "smtp", and says so in Redis
+	testenv.WaitFor(t, "the worker's provider in the queue's view", 10*time.Second, func() bool {
+		res := s.admin(t, http.MethodGet, "/admin/v1/queue", "")
+		return strings.Contains(string(res.body), `"providers":[{"name":"smtp","up":true}]`)
+	})
+	path := "/admin/v1/deliveries/" + id.String() + "/retry"
+	res := s.admin(t, http.MethodPost, path, `{"note": "again"}`)
+	if res.status != http.StatusConflict || !strings.Contains(string(res.body), "Pinned to a provider no worker sends through") ||
+		!strings.Contains(string(res.body), `\"postmark\"`) {
+		t.Errorf("retry keeping a pin to postmark = %d %s, want 409 naming it", res.status, res.body)
+	}
+	if res := s.admin(t, http.MethodPost, path, `{"note": "not in postmark's log", "unpin": true}`); res.status != http.StatusOK {
+		t.Errorf("retry lifting the pin = %d %s", res.status, res.body)
+	}
+	testenv.WaitFor(t, "the unpinned delivery sent", 10*time.Second, func() bool { return s.f.Get(id).Status == notify.StatusSent })
+}
+
 func TestAdminQueueControls(t *testing.T) {
 	t.Parallel()
 	s := setup(t)

@@ -224,6 +224,9 @@ func consoleAction(name string, act func(r *http.Request, id uuid.UUID, actor, n
 		case errors.Is(err, errNoProviderID):
 			consoleError(w, r, http.StatusUnprocessableEntity, "Say which message at the provider this is.")
 			return
+		case errors.Is(err, notify.ErrPinnedUnreachable):
+			consoleError(w, r, http.StatusConflict, strings.TrimPrefix(err.Error(), "notify: ")+".")
+			return
 		case errors.Is(err, notify.ErrWrongState):
 			consoleError(w, r, http.StatusConflict, "Not possible in the delivery's current state: someone or something acted first. Reload it.")
 			return

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -95,6 +96,9 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "This address is not on the suppression list."})
 	case errors.Is(err, notify.ErrBlockNotFound):
 		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
+	case errors.Is(err, notify.ErrPinnedUnreachable):
+		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Pinned to a provider no worker sends through",
+			Detail: strings.TrimPrefix(err.Error(), "notify: ") + "."})
 	case errors.Is(err, notify.ErrWrongState):
 		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Not possible in the delivery's current state",
 			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; cancel to pending ones; a sent delivery is never sent again."})

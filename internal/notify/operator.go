@@ -22,6 +22,11 @@ import (
 // delivery in its current status (retrying a sent one, say).
 var ErrWrongState = errors.New("notify: the delivery is not in a state this action applies to")
 
+// ErrPinnedUnreachable: a retry would keep a delivery pinned to a
+// provider that no live worker sends through, where it could neither go
+// out nor move (Operator.Retry).
+var ErrPinnedUnreachable = errors.New("notify: the delivery is pinned to a provider no live worker sends through")
+
 // ErrBlockNotFound is returned when no block has the given id.
 var ErrBlockNotFound = errors.New("notify: block not found")
 
@@ -118,8 +123,8 @@ func (o *Operator) Get(ctx context.Context, id uuid.UUID) (Delivery, []Event, er
 // the message, so failover may send it through another.
 //
 // A retry that keeps a pin to a provider that none of the live workers
-// sends through is refused (ErrWrongState): it would wait, unsendable,
-// until DELIVERY_MAX_AGE.
+// sends through is refused (ErrPinnedUnreachable): it would wait,
+// unsendable, until DELIVERY_MAX_AGE.
 func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string, unpin bool) (d Delivery, queued bool, enqueueErr error, err error) {
 	if !unpin {
 		if err := o.checkPinReachable(ctx, id); err != nil {
@@ -158,8 +163,8 @@ func (o *Operator) checkPinReachable(ctx context.Context, id uuid.UUID) error {
 	if slices.ContainsFunc(states, func(s ProviderState) bool { return s.Provider == *row.Provider }) {
 		return nil
 	}
-	return fmt.Errorf("%w: it is pinned to provider %q, which no live worker sends through (not in PROVIDERS): check that provider's log, then mark it sent or retry with unpin",
-		ErrWrongState, *row.Provider)
+	return fmt.Errorf("%w (%q is not in their PROVIDERS): check that provider's log, then mark it sent or retry with unpin",
+		ErrPinnedUnreachable, *row.Provider)
 }
 
 // Cancel calls off a pending delivery by an operator's decision, with a

@@ -210,7 +210,7 @@ func TestADeliveryPinnedToAMissingProviderIsLoud(t *testing.T) {
 	})
 
 	checked := e.f.HeldAt(e.checkout(t, "checked@example.com"), "postmark")
-	if _, _, _, err := e.ops.Retry(ctx, checked.ID, "ops", "again", false); !errors.Is(err, notify.ErrWrongState) || !strings.Contains(err.Error(), `"postmark"`) {
+	if _, _, _, err := e.ops.Retry(ctx, checked.ID, "ops", "again", false); !errors.Is(err, notify.ErrPinnedUnreachable) || !strings.Contains(err.Error(), `"postmark"`) {
 		t.Fatalf("a retry keeping a pin to a provider no worker has: %v, want refused, naming it", err)
 	}
 	if _, _, _, err := e.ops.Retry(ctx, checked.ID, "ops", "not in postmark's log", true); err != nil {

@@ -88,7 +88,7 @@ func byName(name string) mail.Descriptor {
 			return d
 		}
 	}
-	return All[0] // OneOf returned the default
+	return All[0] // PROVIDER's default: OneOf returned it for a bad value
 }
 
 // Webhooks are the webhooks the environment configures, by provider

@@ -265,7 +265,7 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			return err
 		}
 		more = true
-		p := r.providerOf(d)
+		p, known := r.providerOf(d)
 		// pinned: the delivery's next attempts go to p alone, since the
 		// outcome there is still unknown.
 		toPending := func(decision string, pinned bool, reason string) error {
@@ -280,7 +280,7 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 		if d.HandedOverAt == nil {
 			return toPending(DecisionNotHandedOver, d.ProviderPinned, "the worker's lease expired before it handed the message over; safe to send")
 		}
-		if !r.knows(p.Name) {
+		if !known {
 			// Handed to a provider this reconciler was not given (taken
 			// out of PROVIDERS, or the lists differ): nobody can ask it,
 			// and no policy may send again what it may hold.
@@ -358,29 +358,18 @@ func redactAddresses(s, keep string) string {
 
 // providerOf is the provider whose answer settles d: the one its latest
 // hand-over went to, or the first of the list for a hand-over recorded
-// before providers were; a provider no longer in the list can be asked
-// nothing (no look-up, no deduplication).
-func (r *Reconciler) providerOf(d notify.Delivery) Provider {
+// before providers were. known is false for a provider not in the list
+// (taken out of PROVIDERS): it can be asked nothing.
+func (r *Reconciler) providerOf(d notify.Delivery) (p Provider, known bool) {
 	if d.Provider == "" && len(r.cfg.Providers) > 0 {
-		return r.cfg.Providers[0]
+		return r.cfg.Providers[0], true
 	}
 	for _, p := range r.cfg.Providers {
 		if p.Name == d.Provider {
-			return p
+			return p, true
 		}
 	}
-	return Provider{Name: d.Provider}
-}
-
-// knows reports whether name is one of the workers' providers this
-// reconciler was given.
-func (r *Reconciler) knows(name string) bool {
-	for _, p := range r.cfg.Providers {
-		if p.Name == name {
-			return true
-		}
-	}
-	return false
+	return Provider{Name: d.Provider}, false
 }
 
 func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, p Provider, toPending func(decision string, pinned bool, reason string) error) error {
