@@ -191,7 +191,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := postgres.Migrate(ctx, pool, log); err != nil {
 		return err
 	}
-	lookups := map[string]bool{}
 	for i, open := range cfg.Lookups {
 		if open == nil {
 			continue
@@ -199,7 +198,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		if cfg.Reconcile.Providers[i].Lookup, err = open(ctx); err != nil {
 			return fmt.Errorf("configuration:\n%w", err)
 		}
-		lookups[cfg.Reconcile.Providers[i].Name] = true
 	}
 	client := asynq.NewClient(cfg.Redis)
 	defer client.Close()
@@ -224,7 +222,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log.Info("reconciler started", "actor", actor, "interval", cfg.Interval.String(),
-		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "providers", providerLine(cfg.Reconcile.Providers, lookups),
+		"pending_reenqueue_after", cfg.Reconcile.PendingAfter.String(), "providers", providerLine(cfg.Reconcile.Providers),
 		"metrics_addr", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -244,12 +242,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 // providerLine says, for the start-up log line, how each provider's
 // ambiguous sends are settled: "resend (dedup 23h0m0s), smtp (look-up)".
-func providerLine(ps []reconcile.Provider, lookups map[string]bool) string {
+func providerLine(ps []reconcile.Provider) string {
 	parts := make([]string, len(ps))
 	for i, p := range ps {
 		how := "policy"
 		switch {
-		case lookups[p.Name]:
+		case p.Lookup != nil:
 			how = "look-up"
 		case p.DedupWindow > 0:
 			how = "dedup " + p.DedupWindow.String()

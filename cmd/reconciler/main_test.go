@@ -182,8 +182,14 @@ func TestProviderSettings(t *testing.T) {
 	if cfg, err = loadConfig(func(k string) string { return env[k] }, templates); err != nil {
 		t.Fatal(err)
 	}
-	got := providerLine(cfg.Reconcile.Providers, map[string]bool{"postmark": cfg.Lookups[1] != nil, "smtp": cfg.Lookups[2] != nil})
-	if want := "resend (dedup 23h0m0s), postmark (look-up), smtp (look-up)"; got != want || cfg.Lookups[0] != nil {
+	if cfg.Lookups[0] != nil || cfg.Lookups[1] == nil || cfg.Lookups[2] == nil {
+		t.Fatalf("look-ups %v: want none for resend, one for postmark and the relay", cfg.Lookups)
+	}
+	// Postmark's opens without a request; the relay's would ask Mailpit.
+	if cfg.Reconcile.Providers[1].Lookup, err = cfg.Lookups[1](context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := providerLine(cfg.Reconcile.Providers), "resend (dedup 23h0m0s), postmark (look-up), smtp (policy)"; got != want {
 		t.Errorf("providers %q, want %q", got, want)
 	}
 	env = map[string]string{"PROVIDER": "postmark", "POSTMARK_RETENTION": "9000h"}
