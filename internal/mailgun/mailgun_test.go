@@ -3,7 +3,6 @@ package mailgun_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -55,23 +54,11 @@ func lookup(t *testing.T, srv *mailguntest.Server) *mailgun.Lookup {
 	return l
 }
 
-func message(n int) mail.Message {
-	key := fmt.Sprintf("order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c%02d:budi@example.com", n)
-	return mail.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
-		MessageID: mail.MessageID(key, "shop.example"), IdempotencyKey: key}
-}
-
-func query(m mail.Message, handedOver time.Time) mail.Query {
-	return mail.Query{MessageID: m.MessageID, KeyHash: mail.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
-}
-
-func pass() error { return nil }
-
 func TestSendAndFind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	m := message(1)
-	id, err := b.p.Send(context.Background(), m, pass)
+	m := httpprovidertest.Message(1)
+	id, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +73,7 @@ func TestSendAndFind(t *testing.T) {
 	}
 	// Within the settle margin a hit counts, and later too.
 	for _, at := range []time.Time{time.Now(), time.Now().Add(-2 * time.Minute)} {
-		found, ok, err := b.l.Find(context.Background(), query(m, at))
+		found, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(m, at))
 		if err != nil || !ok || found != m.MessageID {
 			t.Errorf("Find = %q %v %v, want %q", found, ok, err, m.MessageID)
 		}
@@ -100,14 +87,14 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 	t.Parallel()
 	for _, sent := range []bool{true, false} {
 		b := setup(t)
-		m := message(2)
+		m := httpprovidertest.Message(2)
 		b.srv.FailNext("messages", mailguntest.Fault{Cut: true, Sent: sent})
-		_, err := b.p.Send(context.Background(), m, pass)
+		_, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 		if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver {
 			t.Fatalf("cut after the request: %v, want ambiguous, handed over", err)
 		}
 		b.srv.AddEvent(mailguntest.Event{Event: "accepted", MessageID: "someone-else@shop.example", Timestamp: time.Now()})
-		_, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Minute)))
+		_, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now().Add(-2*time.Minute)))
 		if err != nil || ok != sent {
 			t.Errorf("sent=%v: Find found %v, %v", sent, ok, err)
 		}
@@ -117,14 +104,14 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 func TestHandOverRefusedSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	httpprovidertest.RefusedHandOverSendsNothing(t, b.p, message(3), func() int { return b.srv.Requests("messages") })
+	httpprovidertest.RefusedHandOverSendsNothing(t, b.p, httpprovidertest.Message(3), func() int { return b.srv.Requests("messages") })
 }
 
 func TestStallAfterHandOverSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := provider(t, b.srv, b.srv.APIKey, 100*time.Millisecond)
-	httpprovidertest.StallAfterHandOverSendsNothing(t, p, message(4), 200*time.Millisecond, func() int { return b.srv.Requests("messages") })
+	httpprovidertest.StallAfterHandOverSendsNothing(t, p, httpprovidertest.Message(4), 200*time.Millisecond, func() int { return b.srv.Requests("messages") })
 }
 
 func TestErrorsAreClassified(t *testing.T) {
@@ -151,7 +138,7 @@ func TestErrorsAreClassified(t *testing.T) {
 	b := setup(t)
 	for _, c := range cases {
 		b.srv.FailNext("messages", c.fault)
-		_, err := b.p.Send(context.Background(), message(5), pass)
+		_, err := b.p.Send(context.Background(), httpprovidertest.Message(5), httpprovidertest.Pass)
 		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != c.outcome || se.Stage != c.stage || se.Reply.Code != c.fault.Status || !se.HandedOver {
 			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Reply.Code, c.outcome, c.stage)
@@ -165,7 +152,7 @@ func TestErrorsAreClassified(t *testing.T) {
 func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := provider(t, b.srv, "key-wrong", 5*time.Second).Send(context.Background(), message(6), pass)
+	_, err := provider(t, b.srv, "key-wrong", 5*time.Second).Send(context.Background(), httpprovidertest.Message(6), httpprovidertest.Pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageAuth || se.Reply.Code != 401 {
 		t.Errorf("wrong key: %v", err)
 	}
@@ -173,7 +160,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Send(context.Background(), message(6), pass)
+	_, err = p.Send(context.Background(), httpprovidertest.Message(6), httpprovidertest.Pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Reply.Code != 404 {
 		t.Errorf("unknown domain (another region?): %v", err)
 	}
@@ -190,14 +177,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b := setup(t)
 	// A closed server's port may be taken again at once (testenv.RefusedAddr).
 	b.srv.URL = "http://" + testenv.RefusedAddr(t)
-	b.p, b.l = provider(t, b.srv, b.srv.APIKey, 5*time.Second), lookup(t, b.srv)
-	_, err := b.p.Send(context.Background(), message(7), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect {
-		t.Errorf("connection refused: %v", err)
-	}
-	if _, _, err := b.l.Find(context.Background(), query(message(7), time.Now().Add(-time.Hour))); err == nil {
-		t.Error("Find on a closed server said not found")
-	}
+	httpprovidertest.UnreachableIsUnavailable(t, provider(t, b.srv, b.srv.APIKey, 5*time.Second), lookup(t, b.srv), httpprovidertest.Message(7))
 }
 
 func TestProbe(t *testing.T) {
@@ -217,7 +197,7 @@ func TestProbe(t *testing.T) {
 func TestFindNeverGuesses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	m := message(8)
+	m := httpprovidertest.Message(8)
 	old := time.Now().Add(-time.Hour)
 	for _, f := range []mailguntest.Fault{
 		{Status: 429, Message: "Too many requests"},
@@ -227,38 +207,38 @@ func TestFindNeverGuesses(t *testing.T) {
 		{Status: 200, Message: "<html>a captive portal</html>", Raw: true},
 	} {
 		b.srv.FailNext("events", f)
-		if _, found, err := b.l.Find(context.Background(), query(m, old)); err == nil || found {
+		if _, found, err := b.l.Find(context.Background(), httpprovidertest.Query(m, old)); err == nil || found {
 			t.Errorf("%+v: found=%v err=%v, want an error", f, found, err)
 		}
 	}
 	fresh := lookup(t, b.srv) // a fresh connection: net/http retries a GET cut on a kept one
 	b.srv.FailNext("events", mailguntest.Fault{Cut: true})
-	if _, found, err := fresh.Find(context.Background(), query(m, old)); err == nil || found {
+	if _, found, err := fresh.Find(context.Background(), httpprovidertest.Query(m, old)); err == nil || found {
 		t.Errorf("cut: found=%v err=%v, want an error", found, err)
 	}
 	before := b.srv.Requests("events")
-	if _, _, err := b.l.Find(context.Background(), query(m, time.Now().Add(-4*24*time.Hour))); !errors.Is(err, mailgun.ErrOutsideRetention) || b.srv.Requests("events") != before {
+	if _, _, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now().Add(-4*24*time.Hour))); !errors.Is(err, mailgun.ErrOutsideRetention) || b.srv.Requests("events") != before {
 		t.Errorf("4 days ago: %v, want ErrOutsideRetention without a request", err)
 	}
 	// Events reach storage late: a miss within the settle margin is not
 	// believed, and neither is one without a hand-over time.
 	b.srv.SetEventDelay(time.Hour)
-	if _, err := b.p.Send(context.Background(), m, pass); err != nil {
+	if _, err := b.p.Send(context.Background(), m, httpprovidertest.Pass); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.l.Find(context.Background(), query(m, time.Now())); !errors.Is(err, mailgun.ErrTooRecent) {
+	if _, _, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now())); !errors.Is(err, mailgun.ErrTooRecent) {
 		t.Errorf("sent, events not yet stored: %v, want ErrTooRecent", err)
 	}
-	if _, _, err := b.l.Find(context.Background(), query(m, time.Time{})); err == nil {
+	if _, _, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Time{})); err == nil {
 		t.Error("no hand-over time: a miss was believed")
 	}
 	b.srv.SetEventDelay(0)
-	if _, ok, err := b.l.Find(context.Background(), query(message(9), old)); err != nil || ok {
+	if _, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(httpprovidertest.Message(9), old)); err != nil || ok {
 		t.Errorf("never sent: found=%v err=%v, want not found", ok, err)
 	}
 	// A rejected event is no acceptance.
-	b.srv.AddEvent(mailguntest.Event{Event: "rejected", MessageID: message(10).MessageID, Timestamp: old})
-	if _, ok, err := b.l.Find(context.Background(), query(message(10), old)); err != nil || ok {
+	b.srv.AddEvent(mailguntest.Event{Event: "rejected", MessageID: httpprovidertest.Message(10).MessageID, Timestamp: old})
+	if _, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(httpprovidertest.Message(10), old)); err != nil || ok {
 		t.Errorf("rejected only: found=%v err=%v, want not found", ok, err)
 	}
 }
@@ -267,19 +247,19 @@ func TestFindNeverGuesses(t *testing.T) {
 func TestFindPages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	m := message(11)
+	m := httpprovidertest.Message(11)
 	start := time.Now().Add(-2 * time.Hour)
 	for i := range 650 { // refusals first: they do not count
 		b.srv.AddEvent(mailguntest.Event{Event: "rejected", MessageID: m.MessageID, Timestamp: start.Add(time.Duration(i) * time.Millisecond)})
 	}
-	if _, ok, err := b.l.Find(context.Background(), query(m, start)); err != nil || ok {
+	if _, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(m, start)); err != nil || ok {
 		t.Fatalf("only refusals: %v %v", ok, err)
 	}
 	if n := b.srv.Requests("events"); n != 4 {
 		t.Errorf("%d pages read, want 4 (300, 300, 50, empty)", n)
 	}
 	b.srv.AddEvent(mailguntest.Event{Event: "delivered", MessageID: m.MessageID, Timestamp: start.Add(time.Second)})
-	got, ok, err := b.l.Find(context.Background(), query(m, start))
+	got, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(m, start))
 	if err != nil || !ok || got != m.MessageID {
 		t.Errorf("Find = %q %v %v", got, ok, err)
 	}
@@ -312,9 +292,9 @@ func TestSenderIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	m := message(1)
+	m := httpprovidertest.Message(1)
 	m.FromName, m.ReplyTo = "Toko Büdi", "cs@shop.example"
-	if _, err := p.Send(context.Background(), m, pass); err != nil {
+	if _, err := p.Send(context.Background(), m, httpprovidertest.Pass); err != nil {
 		t.Fatal(err)
 	}
 	got := b.srv.Messages()[0]

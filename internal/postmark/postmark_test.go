@@ -49,23 +49,11 @@ func provider(t *testing.T, srv *postmarktest.Server, token string, timeout time
 	return p
 }
 
-func message(n int) mail.Message {
-	key := fmt.Sprintf("order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c%02d:budi@example.com", n)
-	return mail.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
-		MessageID: mail.MessageID(key, "shop.example"), IdempotencyKey: key}
-}
-
-func query(m mail.Message, handedOver time.Time) mail.Query {
-	return mail.Query{MessageID: m.MessageID, KeyHash: mail.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
-}
-
-func pass() error { return nil }
-
 func TestSendAndFind(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	m := message(1)
-	id, err := b.p.Send(context.Background(), m, pass)
+	m := httpprovidertest.Message(1)
+	id, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +67,7 @@ func TestSendAndFind(t *testing.T) {
 		got.MessageStream != "outbound" {
 		t.Errorf("sent %+v (id %s) for %+v", got, id, m)
 	}
-	found, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Minute)))
+	found, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now().Add(-2*time.Minute)))
 	if err != nil || !ok || found != id {
 		t.Errorf("Find = %q, %v, %v; want %q, true", found, ok, err, id)
 	}
@@ -94,14 +82,14 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 	t.Parallel()
 	for _, sent := range []bool{true, false} {
 		b := setup(t)
-		m := message(2)
+		m := httpprovidertest.Message(2)
 		b.srv.FailNext("/email", postmarktest.Fault{Cut: true, Sent: sent})
-		_, err := b.p.Send(context.Background(), m, pass)
+		_, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver {
 			t.Fatalf("cut after the request: %v, want ambiguous, handed over", err)
 		}
-		_, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Minute)))
+		_, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now().Add(-2*time.Minute)))
 		if err != nil || ok != sent {
 			t.Errorf("sent=%v: Find found %v, %v", sent, ok, err)
 		}
@@ -111,14 +99,14 @@ func TestAmbiguousSendIsFound(t *testing.T) {
 func TestHandOverRefusedSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	httpprovidertest.RefusedHandOverSendsNothing(t, b.p, message(3), func() int { return b.srv.Requests("/email") })
+	httpprovidertest.RefusedHandOverSendsNothing(t, b.p, httpprovidertest.Message(3), func() int { return b.srv.Requests("/email") })
 }
 
 func TestStallAfterHandOverSendsNothing(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	p := provider(t, b.srv, b.srv.Token, 100*time.Millisecond)
-	httpprovidertest.StallAfterHandOverSendsNothing(t, p, message(4), 200*time.Millisecond, func() int { return b.srv.Requests("/email") })
+	httpprovidertest.StallAfterHandOverSendsNothing(t, p, httpprovidertest.Message(4), 200*time.Millisecond, func() int { return b.srv.Requests("/email") })
 }
 
 func TestErrorsAreClassified(t *testing.T) {
@@ -158,7 +146,7 @@ func TestErrorsAreClassified(t *testing.T) {
 	b := setup(t)
 	for _, c := range cases {
 		b.srv.FailNext("/email", c.fault)
-		_, err := b.p.Send(context.Background(), message(5), pass)
+		_, err := b.p.Send(context.Background(), httpprovidertest.Message(5), httpprovidertest.Pass)
 		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != c.outcome || se.Stage != c.stage || se.Reply.Code != c.fault.Status || !se.HandedOver {
 			t.Errorf("%+v: %s at %s (code %d), want %s at %s", c.fault, se.Outcome, se.Stage, se.Reply.Code, c.outcome, c.stage)
@@ -173,19 +161,19 @@ func TestErrorsAreClassified(t *testing.T) {
 func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := provider(t, b.srv, "wrong", 5*time.Second).Send(context.Background(), message(6), pass)
+	_, err := provider(t, b.srv, "wrong", 5*time.Second).Send(context.Background(), httpprovidertest.Message(6), httpprovidertest.Pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageAuth || se.Reply.Code != 401 {
 		t.Errorf("wrong token: %v", err)
 	}
 	b.srv.Deactivate("budi@example.com")
-	_, err = b.p.Send(context.Background(), message(6), pass)
+	_, err = b.p.Send(context.Background(), httpprovidertest.Message(6), httpprovidertest.Pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomePermanent || se.Stage != mail.StageRecipient {
 		t.Errorf("inactive recipient: %v, want permanent", err)
 	}
 	b.srv.SetSenderSignatures("other.example")
-	m := message(6)
+	m := httpprovidertest.Message(6)
 	m.To = "ani@example.com"
-	_, err = b.p.Send(context.Background(), m, pass)
+	_, err = b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender {
 		t.Errorf("no sender signature: %v, want unavailable at sender", err)
 	}
@@ -194,7 +182,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.srv.SetSenderSignatures()
-	_, err = p.Send(context.Background(), m, pass)
+	_, err = p.Send(context.Background(), m, httpprovidertest.Pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable {
 		t.Errorf("unknown stream: %v, want unavailable", err)
 	}
@@ -208,18 +196,11 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b := setup(t)
 	// A closed server's port may be taken again at once (testenv.RefusedAddr).
 	b.srv.URL = "http://" + testenv.RefusedAddr(t)
-	b.p = provider(t, b.srv, b.srv.Token, 5*time.Second)
-	var err error
-	if b.l, err = postmark.NewLookup(postmark.LookupConfig{ServerToken: b.srv.Token, BaseURL: b.srv.URL, Timeout: 5 * time.Second, Window: httpprovider.Window{Settle: time.Minute}}); err != nil {
+	l, err := postmark.NewLookup(postmark.LookupConfig{ServerToken: b.srv.Token, BaseURL: b.srv.URL, Timeout: 5 * time.Second, Window: httpprovider.Window{Settle: time.Minute}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.p.Send(context.Background(), message(7), pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect {
-		t.Errorf("connection refused: %v, want unavailable at connect", err)
-	}
-	if _, _, err := b.l.Find(context.Background(), query(message(7), time.Now().Add(-time.Hour))); err == nil {
-		t.Error("Find on a closed server said not found")
-	}
+	httpprovidertest.UnreachableIsUnavailable(t, provider(t, b.srv, b.srv.Token, 5*time.Second), l, httpprovidertest.Message(7))
 }
 
 func TestProbe(t *testing.T) {
@@ -241,7 +222,7 @@ func TestProbe(t *testing.T) {
 func TestFindNeverGuesses(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	m := message(8)
+	m := httpprovidertest.Message(8)
 	old := time.Now().Add(-time.Hour)
 	for _, f := range [][]postmarktest.Fault{
 		{{Status: 429, ErrorCode: 429, Message: "Rate Limit Exceeded"}},
@@ -251,7 +232,7 @@ func TestFindNeverGuesses(t *testing.T) {
 		{{Status: 200, Body: "<html>a captive portal</html>"}},
 	} {
 		b.srv.FailNext("/messages/outbound", f...)
-		if _, found, err := b.l.Find(context.Background(), query(m, old)); err == nil || found {
+		if _, found, err := b.l.Find(context.Background(), httpprovidertest.Query(m, old)); err == nil || found {
 			t.Errorf("%+v: found=%v err=%v, want an error", f, found, err)
 		}
 	}
@@ -262,33 +243,33 @@ func TestFindNeverGuesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.srv.FailNext("/messages/outbound", postmarktest.Fault{Cut: true})
-	if _, found, err := fresh.Find(context.Background(), query(m, old)); err == nil || found {
+	if _, found, err := fresh.Find(context.Background(), httpprovidertest.Query(m, old)); err == nil || found {
 		t.Errorf("cut: found=%v err=%v, want an error", found, err)
 	}
 	// Outside the retention: an error, without asking.
 	before := b.srv.Requests("/messages/outbound")
-	_, _, err = b.l.Find(context.Background(), query(m, time.Now().Add(-46*24*time.Hour)))
+	_, _, err = b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now().Add(-46*24*time.Hour)))
 	if !errors.Is(err, postmark.ErrOutsideRetention) || b.srv.Requests("/messages/outbound") != before {
 		t.Errorf("46 days ago: %v, want ErrOutsideRetention without a request", err)
 	}
 	// Too recent: a miss is not believed; a hit is.
 	b.srv.SetSearchDelay(time.Hour)
-	id, err := b.p.Send(context.Background(), m, pass)
+	id, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.l.Find(context.Background(), query(m, time.Now())); !errors.Is(err, postmark.ErrTooRecent) {
+	if _, _, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now())); !errors.Is(err, postmark.ErrTooRecent) {
 		t.Errorf("just sent, not yet searchable: %v, want ErrTooRecent", err)
 	}
-	if _, _, err := b.l.Find(context.Background(), query(m, time.Time{})); err == nil {
+	if _, _, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Time{})); err == nil {
 		t.Error("no hand-over time: a miss was believed")
 	}
 	b.srv.SetSearchDelay(0)
-	if got, ok, err := b.l.Find(context.Background(), query(m, time.Now())); err != nil || !ok || got != id {
+	if got, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now())); err != nil || !ok || got != id {
 		t.Errorf("just sent, searchable: %q %v %v", got, ok, err)
 	}
 	// Settled and inside the retention: not there is not there.
-	if _, ok, err := b.l.Find(context.Background(), query(message(9), old)); err != nil || ok {
+	if _, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(httpprovidertest.Message(9), old)); err != nil || ok {
 		t.Errorf("never sent: found=%v err=%v, want not found", ok, err)
 	}
 }
@@ -298,13 +279,13 @@ func TestFindNeverGuesses(t *testing.T) {
 func TestFindPagesAndChecks(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	m := message(10)
+	m := httpprovidertest.Message(10)
 	hash := mail.KeyHash(m.IdempotencyKey)
 	id := b.srv.Add(postmarktest.Message{To: m.To, Metadata: map[string]string{postmark.MetadataKey: hash}, ReceivedAt: time.Now().Add(-2 * time.Hour)})
 	for i := range 250 { // newer look-alikes, listed first
 		b.srv.Add(postmarktest.Message{To: m.To, Metadata: map[string]string{postmark.MetadataKey: hash + fmt.Sprintf("-%d", i)}, ReceivedAt: time.Now().Add(-time.Hour)})
 	}
-	got, ok, err := b.l.Find(context.Background(), query(m, time.Now().Add(-2*time.Hour)))
+	got, ok, err := b.l.Find(context.Background(), httpprovidertest.Query(m, time.Now().Add(-2*time.Hour)))
 	if err != nil || !ok || got != id {
 		t.Errorf("Find = %q %v %v, want %q", got, ok, err, id)
 	}
@@ -339,9 +320,9 @@ func TestSenderIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	m := message(1)
+	m := httpprovidertest.Message(1)
 	m.FromName, m.ReplyTo = "Toko Büdi", "cs@shop.example"
-	if _, err := p.Send(context.Background(), m, pass); err != nil {
+	if _, err := p.Send(context.Background(), m, httpprovidertest.Pass); err != nil {
 		t.Fatal(err)
 	}
 	got := b.srv.Messages()[0]

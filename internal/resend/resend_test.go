@@ -47,8 +47,6 @@ func message(n int) mail.Message {
 	}
 }
 
-func pass() error { return nil }
-
 func TestSendIsOneEmailPerDelivery(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -56,7 +54,7 @@ func TestSendIsOneEmailPerDelivery(t *testing.T) {
 	if len(m.IdempotencyKey) <= 256 {
 		t.Fatalf("the test key has %d bytes; it should be over Resend's limit", len(m.IdempotencyKey))
 	}
-	id, err := b.p.Send(context.Background(), m, pass)
+	id, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +71,7 @@ func TestSendIsOneEmailPerDelivery(t *testing.T) {
 
 	// The worker sends the same delivery again (a redelivered task, the
 	// reconciler's resend): Resend answers with the first id.
-	again, err := b.p.Send(context.Background(), m, pass)
+	again, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	if err != nil || again != id {
 		t.Errorf("second send: %q, %v; want the first id %q", again, err, id)
 	}
@@ -102,12 +100,12 @@ func TestAmbiguousSendResentIsOneEmail(t *testing.T) {
 		b := setup(t)
 		m := message(2)
 		b.srv.FailNext(resendtest.Fault{Cut: true, Sent: sent})
-		_, err := b.p.Send(context.Background(), m, pass)
+		_, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver || se.Stage != mail.StageData {
 			t.Fatalf("sent=%v: cut after the request: %v (handed over %v), want ambiguous and handed over", sent, err, se.HandedOver)
 		}
-		id, err := b.p.Send(context.Background(), m, pass)
+		id, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 		if err != nil {
 			t.Fatalf("sent=%v: resend: %v", sent, err)
 		}
@@ -139,7 +137,7 @@ func TestNoAnswerInTimeIsAmbiguous(t *testing.T) {
 	p := provider(t, b.srv, b.srv.SendingOnlyKey, 300*time.Millisecond)
 	arrived, release := b.srv.HoldNext()
 	defer release()
-	_, err := p.Send(context.Background(), message(5), pass)
+	_, err := p.Send(context.Background(), message(5), httpprovidertest.Pass)
 	<-arrived
 	se := httpprovidertest.SendError(t, err)
 	if se.Outcome != mail.OutcomeAmbiguous || !se.HandedOver {
@@ -151,11 +149,11 @@ func TestSameKeyOtherBodyIsRefusedForGood(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	m := message(6)
-	if _, err := b.p.Send(context.Background(), m, pass); err != nil {
+	if _, err := b.p.Send(context.Background(), m, httpprovidertest.Pass); err != nil {
 		t.Fatal(err)
 	}
 	m.Subject += " (template changed)"
-	_, err := b.p.Send(context.Background(), m, pass)
+	_, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	se := httpprovidertest.SendError(t, err)
 	if se.Outcome != mail.OutcomePermanent || se.Reply.Code != 409 || !strings.Contains(err.Error(), "invalid_idempotent_request") {
 		t.Errorf("same key, other body: %v, want permanent 409 invalid_idempotent_request", err)
@@ -175,9 +173,9 @@ func TestConcurrentSameKeyIsTemporaryThenTheFirstAnswer(t *testing.T) {
 		firstID  string
 		firstErr error
 	)
-	wg.Go(func() { firstID, firstErr = b.p.Send(context.Background(), m, pass) })
+	wg.Go(func() { firstID, firstErr = b.p.Send(context.Background(), m, httpprovidertest.Pass) })
 	<-arrived
-	_, err := b.p.Send(context.Background(), m, pass)
+	_, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	se := httpprovidertest.SendError(t, err)
 	if se.Outcome != mail.OutcomeTemporary || se.Reply.Code != 409 || !strings.Contains(err.Error(), "concurrent_idempotent_requests") {
 		t.Errorf("while the first is in flight: %v, want temporary 409 concurrent_idempotent_requests", err)
@@ -187,7 +185,7 @@ func TestConcurrentSameKeyIsTemporaryThenTheFirstAnswer(t *testing.T) {
 	if firstErr != nil {
 		t.Fatal(firstErr)
 	}
-	id, err := b.p.Send(context.Background(), m, pass)
+	id, err := b.p.Send(context.Background(), m, httpprovidertest.Pass)
 	if err != nil || id != firstID {
 		t.Errorf("after the first finished: %q, %v; want %q", id, err, firstID)
 	}
@@ -235,7 +233,7 @@ func TestErrorsAreClassified(t *testing.T) {
 	b := setup(t)
 	for _, c := range cases {
 		b.srv.FailNext(resendtest.Fault{Status: c.status, Name: c.name, Message: c.message})
-		_, err := b.p.Send(context.Background(), message(8), pass)
+		_, err := b.p.Send(context.Background(), message(8), httpprovidertest.Pass)
 		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != c.outcome || se.Stage != c.stage || se.Reply.Code != c.status || !se.HandedOver {
 			t.Errorf("%d %s %q: %s at %s (code %d, handed over %v), want %s at %s", c.status, c.name, c.message, se.Outcome, se.Stage, se.Reply.Code, se.HandedOver, c.outcome, c.stage)
@@ -250,12 +248,12 @@ func TestErrorsAreClassified(t *testing.T) {
 func TestRefusalsOfTheServer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := provider(t, b.srv, "re_wrong", 5*time.Second).Send(context.Background(), message(1), pass)
+	_, err := provider(t, b.srv, "re_wrong", 5*time.Second).Send(context.Background(), message(1), httpprovidertest.Pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageAuth {
 		t.Errorf("wrong key: %v, want unavailable at auth", err)
 	}
 	b.srv.SetVerifiedDomains("other.example")
-	_, err = b.p.Send(context.Background(), message(1), pass)
+	_, err = b.p.Send(context.Background(), message(1), httpprovidertest.Pass)
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender || se.Reply.Code != 403 {
 		t.Errorf("unverified domain: %v, want unavailable at sender, 403", err)
 	}
@@ -269,15 +267,7 @@ func TestUnreachableIsUnavailable(t *testing.T) {
 	b := setup(t)
 	// A closed server's port may be taken again at once (testenv.RefusedAddr).
 	b.srv.URL = "http://" + testenv.RefusedAddr(t)
-	b.p = provider(t, b.srv, b.srv.SendingOnlyKey, 5*time.Second)
-	_, err := b.p.Send(context.Background(), message(1), pass)
-	se := httpprovidertest.SendError(t, err)
-	if se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect || !se.HandedOver {
-		t.Errorf("connection refused: %v, want unavailable at connect (handed over, nothing sent)", err)
-	}
-	if err := b.p.Probe(context.Background()); err == nil {
-		t.Error("probe of a closed server passed")
-	}
+	httpprovidertest.UnreachableIsUnavailable(t, provider(t, b.srv, b.srv.SendingOnlyKey, 5*time.Second), nil, message(1))
 }
 
 func TestProbe(t *testing.T) {
@@ -331,13 +321,13 @@ func TestSenderIdentity(t *testing.T) {
 	t.Cleanup(p.Close)
 	m := message(1)
 	m.FromName, m.ReplyTo = "Toko Büdi, Jakarta", "cs@shop.example"
-	if _, err := p.Send(context.Background(), m, pass); err != nil {
+	if _, err := p.Send(context.Background(), m, httpprovidertest.Pass); err != nil {
 		t.Fatal(err)
 	}
 	other := message(2)
 	other.IdempotencyKey += "-other"
 	other.MessageID = mail.MessageID(other.IdempotencyKey, "shop.example")
-	if _, err := p.Send(context.Background(), other, pass); err != nil {
+	if _, err := p.Send(context.Background(), other, httpprovidertest.Pass); err != nil {
 		t.Fatal(err)
 	}
 	msgs := b.srv.Messages()

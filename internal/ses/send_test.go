@@ -207,10 +207,7 @@ func TestClassifiesSESAnswers(t *testing.T) {
 func TestNoAnswerBeforeTheRequestIsUnavailable(t *testing.T) {
 	srv, p := sender(t, 5*time.Second)
 	srv.Close()
-	_, err := send(p, mailMessage(5))
-	if se := httpprovidertest.SendError(t, err); se.Outcome != sekalimail.OutcomeUnavailable || se.Stage != sekalimail.StageConnect {
-		t.Errorf("SES unreachable: %v, want unavailable at connect (nothing can have been sent)", err)
-	}
+	httpprovidertest.UnreachableIsUnavailable(t, p, nil, mailMessage(5))
 }
 
 func TestHandOver(t *testing.T) {

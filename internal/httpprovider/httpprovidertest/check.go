@@ -3,6 +3,7 @@ package httpprovidertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/mail"
@@ -57,4 +58,44 @@ func StallAfterHandOverSendsNothing(t T, p mail.Provider, m mail.Message, stall 
 	if n := sent(); n != 0 {
 		t.Errorf("%d requests reached the provider, want 0", n)
 	}
+}
+
+// UnreachableIsUnavailable checks p and l (nil for a provider without a
+// look-up), both pointed at an address nothing listens on: the send is
+// unavailable at connect, with the hand-over run (the request was about
+// to go out) but nothing sent, so the worker waits for a probe and may
+// move the delivery; the probe fails; and the look-up answers "don't
+// know", never "not found" (which would let the reconciler send again).
+func UnreachableIsUnavailable(t T, p mail.Provider, l mail.Lookup, m mail.Message) {
+	t.Helper()
+	_, err := p.Send(context.Background(), m, Pass)
+	if se := SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageConnect || !se.HandedOver || se.MayHaveAccepted() {
+		t.Errorf("connection refused: %v, want unavailable at connect (handed over, nothing sent)", err)
+	}
+	if err := p.Probe(context.Background()); err == nil {
+		t.Errorf("probe of a closed server passed")
+	}
+	if l == nil {
+		return
+	}
+	if _, found, err := l.Find(context.Background(), Query(m, time.Now().Add(-time.Hour))); err == nil {
+		t.Errorf("look-up on a closed server answered (found %v), want an error", found)
+	}
+}
+
+// Pass is a hand-over that lets the data go out.
+func Pass() error { return nil }
+
+// Message is the n-th delivery of a test, to budi@example.com, with its
+// key, Message-ID and both bodies.
+func Message(n int) mail.Message {
+	key := fmt.Sprintf("order-confirmation:0190f3c2-7d4e-7a1b-9c3d-5e6f7a8b9c%02d:budi@example.com", n)
+	return mail.Message{To: "budi@example.com", Subject: "Pesanan", Text: "Terima kasih", HTML: "<p>Terima kasih</p>",
+		MessageID: mail.MessageID(key, "shop.example"), IdempotencyKey: key}
+}
+
+// Query is what the reconciler asks a look-up about m, handed over at
+// handedOver.
+func Query(m mail.Message, handedOver time.Time) mail.Query {
+	return mail.Query{MessageID: m.MessageID, KeyHash: mail.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
 }
