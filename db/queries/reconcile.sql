@@ -54,23 +54,29 @@ ON CONFLICT (key_hash) DO UPDATE
 SET delivery_id = EXCLUDED.delivery_id, status = EXCLUDED.status, sent_at = EXCLUDED.sent_at, retired_at = now()
 RETURNING delivery_id;
 
--- name: DeleteRetiredDeliveries :one
+-- name: DeleteRetiredDeliveries :many
 -- Retention, step two: delete the deliveries step one retired, with their
 -- history (ON DELETE CASCADE). The conditions are repeated here, outside
 -- any subquery, so that a row an operator retried in between (failed ->
--- pending) is re-checked under its row lock and kept; the tombstone of a
--- row kept goes, so that retired_deliveries holds only rows that are gone
--- (the row itself keeps its key refused). Returns the rows deleted.
-WITH gone AS (
-    DELETE FROM notification_deliveries d
-    WHERE d.id = ANY(@ids::uuid[])
-      AND d.status IN ('sent', 'failed', 'cancelled')
-      AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
-      AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
-    RETURNING d.id
-), unretired AS (
-    DELETE FROM retired_deliveries r
-    WHERE r.delivery_id = ANY(@ids::uuid[])
-      AND r.delivery_id NOT IN (SELECT id FROM gone)
-)
-SELECT count(*) FROM gone;
+-- pending) is re-checked under its row lock and kept. Returns the ids
+-- deleted; UnretireKept then takes back the tombstones of the rows kept.
+DELETE FROM notification_deliveries d
+WHERE d.id = ANY(@ids::uuid[])
+  AND d.status IN ('sent', 'failed', 'cancelled')
+  AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
+  AND d.trying_since < now() - make_interval(secs => @max_age_seconds::float8)
+RETURNING d.id;
+
+-- name: UnretireKept :exec
+-- Retention, step two's end, in DeleteRetiredDeliveries' transaction:
+-- the tombstone of a row step two kept goes, so that retired_deliveries
+-- holds only rows that are gone (the row itself keeps its key refused).
+-- Kept means still there, not merely not deleted by this reconciler:
+-- another replica's retention may have deleted the row first (step one
+-- hands the same rows to both). That is read by a statement of its own,
+-- after the delete: its snapshot is taken once the delete has waited for
+-- any other replica's delete of the same rows to commit, and sees it.
+DELETE FROM retired_deliveries r
+WHERE r.delivery_id = ANY(@ids::uuid[])
+  AND NOT (r.delivery_id = ANY(@deleted::uuid[]))
+  AND EXISTS (SELECT 1 FROM notification_deliveries d WHERE d.id = r.delivery_id);

@@ -34,20 +34,13 @@ func (q *Queries) CountStaleSending(ctx context.Context) (int64, error) {
 	return count, err
 }
 
-const deleteRetiredDeliveries = `-- name: DeleteRetiredDeliveries :one
-WITH gone AS (
-    DELETE FROM notification_deliveries d
-    WHERE d.id = ANY($1::uuid[])
-      AND d.status IN ('sent', 'failed', 'cancelled')
-      AND d.updated_at < now() - make_interval(secs => $2::float8)
-      AND d.trying_since < now() - make_interval(secs => $3::float8)
-    RETURNING d.id
-), unretired AS (
-    DELETE FROM retired_deliveries r
-    WHERE r.delivery_id = ANY($1::uuid[])
-      AND r.delivery_id NOT IN (SELECT id FROM gone)
-)
-SELECT count(*) FROM gone
+const deleteRetiredDeliveries = `-- name: DeleteRetiredDeliveries :many
+DELETE FROM notification_deliveries d
+WHERE d.id = ANY($1::uuid[])
+  AND d.status IN ('sent', 'failed', 'cancelled')
+  AND d.updated_at < now() - make_interval(secs => $2::float8)
+  AND d.trying_since < now() - make_interval(secs => $3::float8)
+RETURNING d.id
 `
 
 type DeleteRetiredDeliveriesParams struct {
@@ -59,14 +52,26 @@ type DeleteRetiredDeliveriesParams struct {
 // Retention, step two: delete the deliveries step one retired, with their
 // history (ON DELETE CASCADE). The conditions are repeated here, outside
 // any subquery, so that a row an operator retried in between (failed ->
-// pending) is re-checked under its row lock and kept; the tombstone of a
-// row kept goes, so that retired_deliveries holds only rows that are gone
-// (the row itself keeps its key refused). Returns the rows deleted.
-func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetiredDeliveriesParams) (int64, error) {
-	row := q.db.QueryRow(ctx, deleteRetiredDeliveries, arg.Ids, arg.OlderThanSeconds, arg.MaxAgeSeconds)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
+// pending) is re-checked under its row lock and kept. Returns the ids
+// deleted; UnretireKept then takes back the tombstones of the rows kept.
+func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetiredDeliveriesParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, deleteRetiredDeliveries, arg.Ids, arg.OlderThanSeconds, arg.MaxAgeSeconds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const pickOrphanedPending = `-- name: PickOrphanedPending :many
@@ -228,5 +233,30 @@ WHERE id = ANY($1::uuid[]) AND status = 'pending'
 
 func (q *Queries) TouchPending(ctx context.Context, ids []uuid.UUID) error {
 	_, err := q.db.Exec(ctx, touchPending, ids)
+	return err
+}
+
+const unretireKept = `-- name: UnretireKept :exec
+DELETE FROM retired_deliveries r
+WHERE r.delivery_id = ANY($1::uuid[])
+  AND NOT (r.delivery_id = ANY($2::uuid[]))
+  AND EXISTS (SELECT 1 FROM notification_deliveries d WHERE d.id = r.delivery_id)
+`
+
+type UnretireKeptParams struct {
+	Ids     []uuid.UUID
+	Deleted []uuid.UUID
+}
+
+// Retention, step two's end, in DeleteRetiredDeliveries' transaction:
+// the tombstone of a row step two kept goes, so that retired_deliveries
+// holds only rows that are gone (the row itself keeps its key refused).
+// Kept means still there, not merely not deleted by this reconciler:
+// another replica's retention may have deleted the row first (step one
+// hands the same rows to both). That is read by a statement of its own,
+// after the delete: its snapshot is taken once the delete has waited for
+// any other replica's delete of the same rows to commit, and sees it.
+func (q *Queries) UnretireKept(ctx context.Context, arg UnretireKeptParams) error {
+	_, err := q.db.Exec(ctx, unretireKept, arg.Ids, arg.Deleted)
 	return err
 }

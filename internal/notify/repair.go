@@ -87,11 +87,20 @@ func Retire(ctx context.Context, db *pgxpool.Pool, retention, maxAge time.Durati
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	n, err := q.DeleteRetiredDeliveries(ctx, dbsqlc.DeleteRetiredDeliveriesParams{
-		Ids: ids, OlderThanSeconds: retention.Seconds(), MaxAgeSeconds: maxAge.Seconds(),
+	var deleted []uuid.UUID
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		q := q.WithTx(tx)
+		var err error
+		deleted, err = q.DeleteRetiredDeliveries(ctx, dbsqlc.DeleteRetiredDeliveriesParams{
+			Ids: ids, OlderThanSeconds: retention.Seconds(), MaxAgeSeconds: maxAge.Seconds(),
+		})
+		if err != nil {
+			return err
+		}
+		return q.UnretireKept(ctx, dbsqlc.UnretireKeptParams{Ids: ids, Deleted: deleted})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("delete retired deliveries: %w", err)
 	}
-	return int(n), nil
+	return len(deleted), nil
 }

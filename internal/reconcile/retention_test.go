@@ -206,3 +206,81 @@ func TestRetentionKeepsADeliveryRetriedWhileItsDeleteWaits(t *testing.T) {
 		t.Error("the kept delivery still has the tombstone step one wrote: retired_deliveries should hold only rows that are gone")
 	}
 }
+
+// Two replicas' retention passes on the same rows (step one hands both
+// the same oldest batch): the one whose DELETE finds the row already
+// deleted by the other must keep the tombstone, or the key could be
+// recorded, and sent, again. Both DELETEs are made to wait on a lock a
+// test transaction holds on the row (the second queues behind the
+// first), then run one after the other.
+func TestTwoRetentionPassesKeepTheTombstone(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d := e.pending(t, "twice-retired@example.com")
+	e.finished(t, d, notify.StatusSent, 100*day)
+
+	holder, err := pgx.Connect(ctx, e.db.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; this only runs on failure
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM notification_deliveries WHERE id = $1 FOR UPDATE", d.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 2)
+	for range 2 {
+		go func() {
+			n, err := notify.Retire(ctx, e.db.Pool, 30*day, 0, 50)
+			done <- result{n, err}
+		}()
+	}
+	waiting := func() int {
+		var n int
+		err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'
+			  AND query LIKE '%DELETE FROM notification_deliveries%'
+			  AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for waiting() < 2 {
+		select {
+		case r := <-done:
+			t.Fatalf("a retention pass ended before both waited on the row: %d, %v", r.n, r.err)
+		case <-ctx.Done():
+			t.Fatal("timed out waiting for both retention DELETEs to wait on the row lock")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deleted := 0
+	for range 2 {
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		deleted += r.n
+	}
+	if deleted != 1 || e.exists(t, d) {
+		t.Errorf("%d deleted in all, row exists %v; want it deleted once", deleted, e.exists(t, d))
+	}
+	if !e.tombstone(t, d) {
+		t.Error("the row is gone and so is its tombstone: its idempotency key could be recorded again")
+	}
+}
