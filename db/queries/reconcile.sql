@@ -78,5 +78,5 @@ RETURNING d.id;
 -- any other replica's delete of the same rows to commit, and sees it.
 DELETE FROM retired_deliveries r
 WHERE r.delivery_id = ANY(@ids::uuid[])
-  AND NOT (r.delivery_id = ANY(@deleted::uuid[]))
+  AND NOT (r.delivery_id = ANY(coalesce(@deleted::uuid[], '{}')))
   AND EXISTS (SELECT 1 FROM notification_deliveries d WHERE d.id = r.delivery_id);

@@ -239,7 +239,7 @@ func (q *Queries) TouchPending(ctx context.Context, ids []uuid.UUID) error {
 const unretireKept = `-- name: UnretireKept :exec
 DELETE FROM retired_deliveries r
 WHERE r.delivery_id = ANY($1::uuid[])
-  AND NOT (r.delivery_id = ANY($2::uuid[]))
+  AND NOT (r.delivery_id = ANY(coalesce($2::uuid[], '{}')))
   AND EXISTS (SELECT 1 FROM notification_deliveries d WHERE d.id = r.delivery_id)
 `
 
