@@ -23,6 +23,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // WorkerConfig tunes the delivery worker.
@@ -434,10 +435,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 	return providerID, err
 }
 
-func truncate(b []byte, n int) string {
-	s := strings.ToValidUTF8(string(b), "?")
-	if len(s) > n {
-		return s[:n] + "..."
-	}
-	return s
-}
+// truncate is b as text a column can store, within n bytes
+// (textrule.Clip): a cut inside a character, or a NUL byte, would make
+// the statement that records the outcome fail.
+func truncate(b []byte, n int) string { return textrule.Clip(string(b), n) }

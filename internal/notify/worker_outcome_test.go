@@ -78,6 +78,30 @@ func TestPermanentFailureIsFailedAndNeverRetried(t *testing.T) {
 	e.emails(t, 0, "")
 }
 
+// A refusal whose text is longer than the stored error, in a script of
+// several bytes a character: the stored text is cut at a character
+// boundary, or PostgreSQL refuses it and the delivery never fails (it
+// would be claimed, refused and left sending, again and again). Three
+// recipients, their replies offset by one byte each, so that byte 1000
+// falls inside a character for at least two of them.
+func TestLongMultibyteRefusalIsStored(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{OnRcpt: func(to string) error {
+		pad := strings.Repeat("x", int(to[0]-'a'))
+		return &gosmtp.SMTPError{Code: 550, EnhancedCode: gosmtp.EnhancedCode{5, 1, 1}, Message: pad + strings.Repeat("日", 400)}
+	}})
+	w := e.worker(t, workerOpts{})
+	for _, to := range []string{"a@example.com", "b@example.com", "c@example.com"} {
+		d := e.checkout(t, to)
+		if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+			t.Errorf("%s: err = %v, want SkipRetry", to, err)
+		}
+		if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusFailed || !strings.Contains(got.LastError, "550") || !strings.HasSuffix(got.LastError, "日...") {
+			t.Errorf("%s: %s, last error ends %q", to, got.Status, got.LastError[max(len(got.LastError)-12, 0):])
+		}
+	}
+}
+
 // A delivery gives up by age, never by count: a message the provider
 // keeps deferring (4xx after the data) is tried again and again, and
 // fails only once its tries are older than DELIVERY_MAX_AGE.

@@ -157,3 +157,22 @@ func knownScheme(s string) bool {
 	}
 	return false
 }
+
+// Clip makes s fit a text column of at most maxBytes bytes: invalid
+// UTF-8 becomes "?", NUL bytes (which PostgreSQL's text refuses) go, and
+// a longer s is cut at a character boundary and ends in "...". What it
+// is for: a provider's reply, a receiver's answer or an error, stored
+// for the next operator; a cut in the middle of a character would make
+// the statement that stores it fail.
+func Clip(s string, maxBytes int) string {
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "?"), "\x00", "")
+	if len(s) <= maxBytes {
+		return s
+	}
+	const more = "..."
+	cut := max(maxBytes-len(more), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
+}

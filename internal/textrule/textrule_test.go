@@ -3,6 +3,7 @@ package textrule_test
 import (
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
@@ -82,6 +83,33 @@ func TestLink(t *testing.T) {
 	} {
 		if got := textrule.Link(tt.in); got != tt.want {
 			t.Errorf("Link(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// Clip's result is always valid UTF-8 without NUL, within its bound, and
+// cut only at a character boundary: PostgreSQL refuses anything else in
+// a text column, and the statement that records an outcome would fail.
+func TestClip(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		max  int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"exactly10!", 10, "exactly10!"},
+		{"550 5.1.1 user unknown", 12, "550 5.1.1..."},
+		{"abcdefgü", 10, "abcdefgü"}, // 9 bytes: fits
+		{"abcdefgüzz", 10, "abcdefg..."},
+		{"abcdefüzzz", 10, "abcdef..."}, // ü (2 bytes) would end at byte 8, then "..." is 11
+		{"bad \xff byte", 20, "bad ? byte"},
+		{"nul\x00byte", 20, "nulbyte"},
+		{"日本語のテキスト", 10, "日本..."},
+	} {
+		got := textrule.Clip(tc.in, tc.max)
+		if got != tc.want || len(got) > tc.max || !utf8.ValidString(got) || strings.ContainsRune(got, 0) {
+			t.Errorf("Clip(%q, %d) = %q (%d bytes), want %q", tc.in, tc.max, got, len(got), tc.want)
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // Config is the Dispatcher's.
@@ -190,7 +191,7 @@ func (d *Dispatcher) deliver(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.Cl
 			reason = err.Error()
 		}
 		next := time.Now().Add(backoff(d.cfg.RetryBase, int(m.Attempts)))
-		record(q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, LastError: truncate(reason, 500),
+		record(q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, LastError: textrule.Clip(reason, 500),
 			NextAttemptAt: next, MaxAgeSeconds: d.cfg.MaxAge.Seconds()}))
 		result := "failed"
 		if time.Since(m.CreatedAt) > d.cfg.MaxAge {
@@ -287,11 +288,4 @@ func Sign(secret, msgID string, ts time.Time, body []byte) (string, error) {
 	fmt.Fprintf(mac, "%s.%d.", msgID, ts.Unix())
 	mac.Write(body)
 	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)), nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
