@@ -2,8 +2,11 @@ package notify
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // batch shares one statement among the attempts that need it at once,
@@ -16,7 +19,9 @@ import (
 // of its own: the statement runs on a caller's.
 type batch[T, R any] struct {
 	// run runs the statement for ins and returns one result per input, in
-	// their order; an error fails every caller of the batch.
+	// their order; an error fails every caller of the batch, but for
+	// PostgreSQL's refusal of the statement, after which each caller's
+	// input runs alone.
 	run func(ctx context.Context, ins []T) ([]R, error)
 	// max bounds a batch; the calls past it wait for the next.
 	max int
@@ -79,11 +84,29 @@ func (b *batch[T, R]) runNext(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
 	outs, err := b.run(sctx, ins)
 	cancel()
-	for i, c := range calls {
-		if err != nil {
-			c.err = err
-		} else {
-			c.out = outs[i]
+	var refused *pgconn.PgError
+	if err != nil && n > 1 && errors.As(err, &refused) {
+		// PostgreSQL refused the statement (a value of one row it cannot
+		// take, say): it committed nothing, and one row must not fail
+		// every attempt of its batch. Each runs alone, so the error
+		// reaches only the attempt it belongs to. Not after any other
+		// error: a lost connection may have come after the commit, and
+		// each alone would wait out the timeout again.
+		for _, c := range calls {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
+			out, err := b.run(sctx, []T{c.in})
+			cancel()
+			if c.err = err; err == nil {
+				c.out = out[0]
+			}
+		}
+	} else {
+		for i, c := range calls {
+			if err != nil {
+				c.err = err
+			} else {
+				c.out = outs[i]
+			}
 		}
 	}
 	// calls[0] is the leader: it reads its result when runNext returns.

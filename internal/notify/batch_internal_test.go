@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -97,5 +98,67 @@ func TestBatchIsBoundedAndEveryCallIsServed(t *testing.T) {
 	}
 	if b.running || len(b.queue) != 0 {
 		t.Errorf("after every call returned: running %v, %d queued", b.running, len(b.queue))
+	}
+}
+
+// PostgreSQL's refusal of a shared statement (one row's value it cannot
+// take) fails only the attempt that brought that row: the statement
+// committed nothing, so each input runs again alone. Any other error (a
+// lost connection, which may come after the commit) fails the whole
+// batch, with no second run.
+func TestBatchRefusedByPostgreSQLRunsEachAlone(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		err        error
+		statements int32 // the shared one, then one per call if they ran alone
+		goodPassed bool
+	}{
+		{"refused", &pgconn.PgError{Code: "22021", Message: "invalid byte sequence"}, 1 + 3, true},
+		{"connection lost", errors.New("unexpected EOF"), 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var statements atomic.Int32
+			release := make(chan struct{})
+			b := &batch[int, int]{max: 64, timeout: time.Minute,
+				run: func(ctx context.Context, ins []int) ([]int, error) {
+					if statements.Add(1) == 1 {
+						<-release
+						return []int{0}, nil // the lone first call, while the three queue
+					}
+					out := make([]int, len(ins))
+					for i, in := range ins {
+						if in < 0 {
+							return nil, tc.err
+						}
+						out[i] = in * 10
+					}
+					return out, nil
+				}}
+			ctx := context.Background()
+			go func() { _, _ = b.do(ctx, 0) }()
+			testenv.WaitFor(t, "the first statement to be running", 10*time.Second, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.running })
+			ins := []int{1, -1, 2}
+			outs, errs := make([]int, 3), make([]error, 3)
+			var wg sync.WaitGroup
+			for i, in := range ins {
+				wg.Go(func() { outs[i], errs[i] = b.do(ctx, in) })
+			}
+			testenv.WaitFor(t, "three calls to queue", 10*time.Second, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 3 })
+			close(release)
+			wg.Wait()
+			if !errors.Is(errs[1], tc.err) {
+				t.Errorf("the bad row's call: %v, want %v", errs[1], tc.err)
+			}
+			for _, i := range []int{0, 2} {
+				if passed := errs[i] == nil && outs[i] == ins[i]*10; passed != tc.goodPassed {
+					t.Errorf("call %d: %d, %v; want passed=%v", i, outs[i], errs[i], tc.goodPassed)
+				}
+			}
+			if n := statements.Load() - 1; n != tc.statements {
+				t.Errorf("%d statements after the first, want %d", n, tc.statements)
+			}
+		})
 	}
 }

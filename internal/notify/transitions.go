@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // The delivery state machine. Every write that changes a delivery's
@@ -199,7 +200,7 @@ func markSentAll(ctx context.Context, q *dbsqlc.Queries, ss []sentArgs) ([]bool,
 	ls := make([]leased, len(ss))
 	for i, s := range ss {
 		p.Ids, p.LeaseTokens = append(p.Ids, s.id), append(p.LeaseTokens, s.lease.token)
-		p.ProviderMessageIds, p.Languages = append(p.ProviderMessageIds, s.providerID), append(p.Languages, s.language)
+		p.ProviderMessageIds, p.Languages = append(p.ProviderMessageIds, providerIDText(s.providerID)), append(p.Languages, s.language)
 		ls[i] = s.leased
 	}
 	rows, err := q.MarkSentDeliveries(ctx, p)
@@ -208,6 +209,12 @@ func markSentAll(ctx context.Context, q *dbsqlc.Queries, ss []sentArgs) ([]bool,
 	}
 	return heldBy(ls, rows), nil
 }
+
+// providerIDText is a provider's id for a message as stored: the
+// provider's own bytes (an SMTP server's "queued as" token, a JSON
+// string) may hold what PostgreSQL's text refuses, and an acceptance
+// must be recorded whatever its id looks like.
+func providerIDText(id string) string { return textrule.Clip(id, 1000) }
 
 // leasedRow is what the hand-over and sent statements return for each
 // row they wrote: the delivery and the lease it was written under.
@@ -384,7 +391,7 @@ func ReconcileToPending(ctx context.Context, db DB, d Delivery, at string, pinne
 func ReconcileToSent(ctx context.Context, db DB, d Delivery, at, providerID, decision, actor string) (ok bool, err error) {
 	return reconciled(d, "mark sent", func(lease uuid.UUID) (int64, error) {
 		return dbsqlc.New(db).ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
-			ID: d.ID, LeaseToken: lease, ProviderMessageID: providerID, Provider: at, Decision: decision, Actor: actor,
+			ID: d.ID, LeaseToken: lease, ProviderMessageID: providerIDText(providerID), Provider: at, Decision: decision, Actor: actor,
 		})
 	})
 }

@@ -258,3 +258,31 @@ func TestUnrenderableDeliveryIsHeld(t *testing.T) {
 		t.Errorf("deliveries_total{held} = %v", c)
 	}
 }
+
+// A provider's id for an accepted message is its own bytes: one that
+// PostgreSQL's text refuses (invalid UTF-8, a NUL) is stored cleaned,
+// and the acceptance is recorded. Before, the sent statement failed,
+// the row stayed sending and handed over, and the reconciler had to
+// guess what the worker knew.
+func TestAcceptedWithAnUnstorableProviderIDIsSent(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{provider: oddID{e.smtp(t)}})
+	d := e.checkout(t, "odd-id@example.com")
+	e.deliver(t, w, d)
+	if got := e.f.Get(d.ID); got.Status != notify.StatusSent || got.ProviderMessageID != "queued-?" {
+		t.Errorf("%s, provider id %q; want sent, queued-?", got.Status, got.ProviderMessageID)
+	}
+	e.emails(t, 1, "")
+}
+
+// oddID sends through its provider and reports an id of bytes no text
+// column takes.
+type oddID struct{ mail.Provider }
+
+func (p oddID) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
+	if _, err := p.Provider.Send(ctx, m, handOver); err != nil {
+		return "", err
+	}
+	return "queued-\xff\x00", nil
+}
