@@ -41,7 +41,9 @@ type deliverPayload struct {
 	KeyHash    string    `json:"key_hash"`
 }
 
-// decode reads a task's payload; both fields are required.
+// decode reads a task's payload; both fields are required, and the key
+// hash must look like mail.KeyHash's: a value the claim's statement
+// could not take (a NUL) would fail every claim batched with it.
 func (p *deliverPayload) decode(b []byte) error {
 	if err := json.Unmarshal(b, p); err != nil {
 		return err
@@ -49,7 +51,23 @@ func (p *deliverPayload) decode(b []byte) error {
 	if p.DeliveryID == uuid.Nil || p.KeyHash == "" {
 		return errors.New("delivery_id and key_hash are required")
 	}
+	if !isKeyHash(p.KeyHash) {
+		return errors.New("key_hash is not 32 lowercase hexadecimal digits")
+	}
 	return nil
+}
+
+// isKeyHash reports whether s has mail.KeyHash's form.
+func isKeyHash(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // maxTaskRetries bounds asynq's own retries of one task. A delivery gives

@@ -198,6 +198,10 @@ func TestBadTasksAreSkippedWithALogLine(t *testing.T) {
 		"empty payload":     asynq.NewTask(notify.TaskTypeDeliver, nil),
 		"unknown delivery":  notify.NewDeliverTask(notify.Delivery{ID: uuid.New(), IdempotencyKey: "x"}),
 		"wrong key hash":    notify.NewDeliverTask(notify.Delivery{ID: d.ID, IdempotencyKey: "order-confirmation:other"}),
+		// A key hash the claim's statement could not take would fail
+		// every claim batched with it: refused before the claim.
+		"NUL key hash":      asynq.NewTask(notify.TaskTypeDeliver, []byte(`{"delivery_id":"`+d.ID.String()+`","key_hash":"\u0000"}`)),
+		"key hash, not hex": asynq.NewTask(notify.TaskTypeDeliver, []byte(`{"delivery_id":"`+d.ID.String()+`","key_hash":"`+strings.Repeat("Z", 32)+`"}`)),
 	}
 	for name, task := range tasks {
 		err := w.ProcessTask(context.Background(), task)
