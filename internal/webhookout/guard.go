@@ -81,13 +81,50 @@ func (g *Guard) allowed(a netip.Addr) bool {
 	if slices.ContainsFunc(g.Allowed, func(p netip.Prefix) bool { return p.Contains(a) }) {
 		return true
 	}
-	return a.IsGlobalUnicast() && !a.IsPrivate() && !isShared(a)
+	if v4, ok := embeddedIPv4(a); ok {
+		// The IPv6 form of an IPv4 address, through NAT64 or 6to4: it
+		// reaches that address, which must be allowed itself.
+		return g.allowed(v4)
+	}
+	return a.IsGlobalUnicast() && !a.IsPrivate() && !slices.ContainsFunc(notPublic, func(p netip.Prefix) bool { return p.Contains(a) })
 }
 
-// isShared is the carrier-grade NAT range (RFC 6598), private in all but
-// name.
-func isShared(a netip.Addr) bool {
-	return netip.MustParsePrefix("100.64.0.0/10").Contains(a)
+// notPublic are the ranges IsGlobalUnicast and IsPrivate leave out that
+// are nobody's public endpoint (IANA's special-purpose registries): a
+// shop's webhook resolving into one is a mistake or an attack.
+var notPublic = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"),   // carrier-grade NAT (RFC 6598), private in all but name
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
+	netip.MustParsePrefix("192.0.2.0/24"),    // documentation
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("198.51.100.0/24"), // documentation
+	netip.MustParsePrefix("203.0.113.0/24"),  // documentation
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved
+	netip.MustParsePrefix("::/96"),           // IPv4-compatible (deprecated)
+	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use NAT64 (RFC 8215)
+	netip.MustParsePrefix("100::/64"),        // discard-only
+	netip.MustParsePrefix("2001::/23"),       // IETF protocol assignments, Teredo (2001::/32) among them
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+}
+
+var (
+	nat64  = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the IPv4 address in the last 32 bits
+	sixTo4 = netip.MustParsePrefix("2002::/16")    // RFC 3056: the IPv4 address in bits 16 to 48
+)
+
+// embeddedIPv4 is the IPv4 address a NAT64 or 6to4 address reaches.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	b := a.As16()
+	switch {
+	case !a.Is6():
+		return netip.Addr{}, false
+	case nat64.Contains(a):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixTo4.Contains(a):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
 }
 
 func (g *Guard) resolver() *net.Resolver {

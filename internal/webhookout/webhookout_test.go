@@ -324,6 +324,21 @@ func TestGuard(t *testing.T) {
 	if err := loopback.CheckURL(context.Background(), "http://127.0.0.1:9/hook"); err != nil {
 		t.Errorf("an allowed range: %v", err)
 	}
+	// Addresses that are nobody's public endpoint, and the IPv6 forms
+	// (NAT64, 6to4) of private IPv4 addresses, which reach them.
+	for _, host := range []string{"0.1.2.3", "198.18.0.1", "240.0.0.1", "192.0.2.10", "100.64.1.1",
+		"[64:ff9b::a00:1]", "[64:ff9b::a9fe:a9fe]", "[2002:7f00:1::1]", "[64:ff9b:1::1]", "[::a00:1]",
+		"[2001:0:4136:e378:8000:63bf:3fff:fdd2]", "[2001:db8::1]"} {
+		if err := strict.CheckURL(context.Background(), "https://"+host+"/hook"); !errors.Is(err, webhookout.ErrForbiddenAddress) {
+			t.Errorf("%s: %v, want ErrForbiddenAddress", host, err)
+		}
+	}
+	// Public addresses, in IPv4 and through NAT64 and 6to4, are fine.
+	for _, host := range []string{"1.1.1.1", "[64:ff9b::101:101]", "[2002:101:101::1]", "[2606:4700::1111]"} {
+		if err := strict.CheckURL(context.Background(), "https://"+host+"/hook"); err != nil {
+			t.Errorf("%s: %v, want accepted", host, err)
+		}
+	}
 
 	// Registered while allowed, refused at connect time by a stricter
 	// dispatcher: nothing reaches the receiver.
