@@ -2,6 +2,7 @@ package mail
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -37,8 +38,18 @@ type Lookup interface {
 	// and the provider's id for it. A provider that cannot answer for
 	// certain (rate limited, a 5xx, q older than it keeps messages)
 	// returns an error: found=false means "not there", never "don't know".
+	// An error that will stay whenever it is asked again wraps
+	// ErrCannotTell.
 	Find(ctx context.Context, q Query) (providerID string, found bool, err error)
 }
+
+// ErrCannotTell is wrapped by a look-up's errors that asking again will
+// not clear: the send is older than the provider keeps what it
+// searches, or more messages match than its search can page through.
+// The reconciler then settles the send as it does for a provider without
+// a look-up (the template's policy), instead of leaving it sending,
+// asked again at every pass, where no operator's action reaches it.
+var ErrCannotTell = errors.New("the provider's search cannot tell")
 
 // Query describes the message of one ambiguous send.
 type Query struct {

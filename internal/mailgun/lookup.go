@@ -18,7 +18,7 @@ import (
 
 // Errors of Lookup.Find when it cannot say "not there" for certain.
 var (
-	ErrOutsideRetention = errors.New("mailgun: the send is older than Mailgun keeps events")
+	ErrOutsideRetention = fmt.Errorf("mailgun: the send is older than Mailgun keeps events: %w", mail.ErrCannotTell)
 	ErrTooRecent        = errors.New("mailgun: the send is too recent for the events to be complete")
 )
 
@@ -128,7 +128,7 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	target := "/v3/" + l.cfg.Domain + "/events?" + v.Encode()
 	for pages := 0; ; pages++ {
 		if pages == maxPages {
-			return "", false, fmt.Errorf("mailgun look-up: more than %d pages of events for %s", maxPages, q.MessageID)
+			return "", false, fmt.Errorf("mailgun look-up: more than %d pages of events for %s: %w", maxPages, q.MessageID, mail.ErrCannotTell)
 		}
 		page, err := l.page(ctx, target)
 		if err != nil {

@@ -17,7 +17,7 @@ import (
 
 // Errors of Lookup.Find when it cannot say "not there" for certain.
 var (
-	ErrOutsideRetention = errors.New("postmark: the send is older than Postmark keeps messages")
+	ErrOutsideRetention = fmt.Errorf("postmark: the send is older than Postmark keeps messages: %w", mail.ErrCannotTell)
 	ErrTooRecent        = errors.New("postmark: the send is too recent for a search to be sure")
 )
 
@@ -130,7 +130,7 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 		}
 	}
 	if total > maxResults {
-		return "", false, fmt.Errorf("postmark: %d messages match, more than the %d a search can page through", total, maxResults)
+		return "", false, fmt.Errorf("postmark: %d messages match, more than the %d a search can page through: %w", total, maxResults, mail.ErrCannotTell)
 	}
 	if err := httpprovider.CheckMiss("postmark", q.HandedOverAt, now, l.cfg.Settle, ErrTooRecent); err != nil {
 		return "", false, err

@@ -6,6 +6,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -295,12 +296,18 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			if p.DedupWindow > 0 && time.Since(*d.HandedOverAt) < p.DedupWindow {
 				return toPending(DecisionDedupResend, true, "outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")
 			}
-			return r.applyPolicy(ctx, tx, rep, d, p, toPending)
+			return r.applyPolicy(ctx, tx, rep, d, p, "no look-up at provider "+p.Name, toPending)
 		}
 		messageID := r.messageID(d)
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		providerID, found, err := p.Lookup.Find(lctx, mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt})
 		cancel()
+		if errors.Is(err, mail.ErrCannotTell) {
+			// Asking again will not help (older than the provider keeps,
+			// more matches than it pages through): settled as without a
+			// look-up, not left sending where no operator reaches it.
+			return r.applyPolicy(ctx, tx, rep, d, p, "provider "+p.Name+"'s look-up cannot tell: "+redactAddresses(err.Error(), messageID), toPending)
+		}
 		if err != nil {
 			// Decide nothing on a failed look-up; the row stays stale (and
 			// counted) until the provider answers. The rest of the pass
@@ -372,15 +379,15 @@ func (r *Reconciler) providerOf(d notify.Delivery) (p Provider, known bool) {
 	return Provider{Name: d.Provider}, false
 }
 
-func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, p Provider, toPending func(decision string, pinned bool, reason string) error) error {
+func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, p Provider, unknown string, toPending func(decision string, pinned bool, reason string) error) error {
 	policy, ok := r.cfg.Policies[d.Template]
 	if !ok {
 		policy = r.cfg.DefaultPolicy
 	}
 	if policy == PolicyResend {
-		return toPending(DecisionPolicyResend, true, "outcome unknown and no look-up at provider "+p.Name+"; template policy is resend (through it alone)")
+		return toPending(DecisionPolicyResend, true, "outcome unknown and "+unknown+"; template policy is resend (through it alone)")
 	}
-	reason := "outcome unknown and no look-up at provider " + p.Name + "; template policy is hold: check with the provider, then retry or mark sent"
+	reason := "outcome unknown and " + unknown + "; template policy is hold: check with the provider, then retry or mark sent"
 	if _, err := notify.ReconcileToHeld(ctx, tx, d, p.Name, DecisionPolicyHold, reason, r.cfg.Actor); err != nil {
 		return err
 	}

@@ -12,8 +12,11 @@ import (
 
 	"github.com/hibiken/asynq"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/postmark"
+	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -418,4 +421,38 @@ func brokenLookup(t *testing.T) mail.Lookup {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// A look-up that can never answer for a send (it is older than the
+// provider keeps what it searches) settles it as a provider without a
+// look-up does, by the template's policy, instead of leaving it sending,
+// asked again at every pass, where no operator's action reaches it. The
+// look-up is Postmark's, against its test server, keeping an hour.
+func TestLookupThatCannotTellFollowsThePolicy(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	ctx := context.Background()
+	srv := postmarktest.NewServer()
+	t.Cleanup(srv.Close)
+	l, err := postmark.NewLookup(postmark.LookupConfig{ServerToken: srv.Token, BaseURL: srv.URL, Timeout: 5 * time.Second,
+		Window: httpprovider.Window{Retention: time.Hour, Settle: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, recent := e.pending(t, "old-unknown@example.com"), e.pending(t, "recent-unknown@example.com")
+	e.strand(t, old, true)
+	e.f.Aged(old, 2*time.Hour)
+	e.strand(t, recent, true)
+	srv.FailNext("/messages/outbound", postmarktest.Fault{Status: 503, Message: "Service Unavailable"}) // the recent one's search fails for now
+
+	rep, err := e.reconciler(t, recOpts{lookup: l, policy: reconcile.PolicyHold}).RunOnce(ctx)
+	if err != nil || rep.Decisions[reconcile.DecisionPolicyHold] != 1 || rep.Decisions[reconcile.DecisionLookupFailed] != 1 {
+		t.Fatalf("report %v %v, want one held by policy, one look-up failed", rep, err)
+	}
+	if got := e.get(t, old.ID); got.Status != notify.StatusHeld || !strings.Contains(got.LastError, "cannot tell") {
+		t.Errorf("the send older than the provider keeps: %s, %q; want held, saying the look-up cannot tell", got.Status, got.LastError)
+	}
+	if got := e.get(t, recent.ID); got.Status != notify.StatusSending {
+		t.Errorf("the send whose search failed for now: %s, want still sending, asked again next pass", got.Status)
+	}
 }
