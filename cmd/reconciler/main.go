@@ -81,16 +81,9 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 	}
 	cfg.Reconcile.DeliveryRetention = env.DurationOrZero("DELIVERY_RETENTION", 0)
 	cfg.Providers = provider.Read(env)
+	windows := provider.DedupWindows(env, cfg.Providers)
 	for i, d := range cfg.Providers {
-		// Within this long of a hand-over, an ambiguous send is safe to
-		// send again: the provider refuses a second message under the
-		// same key. An hour of margin on what it promises. The setting
-		// is the first provider's: a relay that deduplicates by a header
-		// we send (Resend's SMTP endpoint) says so with it.
-		p := reconcile.Provider{Name: d.Name, DedupWindow: max(d.Dedup-time.Hour, 0)}
-		if i == 0 {
-			p.DedupWindow = env.DurationOrZero("PROVIDER_DEDUP_WINDOW", p.DedupWindow)
-		}
+		p := reconcile.Provider{Name: d.Name, DedupWindow: windows[i]}
 		cfg.Reconcile.Providers = append(cfg.Reconcile.Providers, p)
 		var open mail.LookupOpener
 		if d.Lookup != nil {

@@ -64,6 +64,7 @@ type config struct {
 	Unsubscribe       notify.Unsubscribe  // UNSUBSCRIBE_URL, UNSUBSCRIBE_SECRET, UNSUBSCRIBE_MAILTO
 	Providers         []mail.Descriptor   // PROVIDERS (or PROVIDER), in order of preference
 	Senders           []mail.SenderConfig // each provider's settings, in the same order
+	DedupWindows      []time.Duration     // each provider's window for sending an unknown attempt again (provider.DedupWindows)
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -91,6 +92,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	for _, d := range cfg.Providers {
 		cfg.Senders = append(cfg.Senders, d.Sender(env, settings))
 	}
+	cfg.DedupWindows = provider.DedupWindows(env, cfg.Providers)
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := notify.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
@@ -189,7 +191,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 		defer closeProvider()
-		providers = append(providers, notify.NamedProvider{Name: cfg.Providers[i].Name, Provider: p})
+		providers = append(providers, notify.NamedProvider{Name: cfg.Providers[i].Name, Provider: p, Resend: cfg.DedupWindows[i]})
 	}
 
 	tp, stopTracing, err := tracing.Setup(ctx, "sekali-worker", getenv)

@@ -29,7 +29,7 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -119,13 +119,13 @@ WITH nosync AS (
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
        c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale, c.not_before,
-       c.provider, c.provider_pinned, c.from_status, 'claimed'::text AS verdict
+       c.provider, c.provider_pinned, c.unsettled_since, c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
        j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale, j.not_before,
-       j.provider, j.provider_pinned, j.status, j.verdict
+       j.provider, j.provider_pinned, j.unsettled_since, j.status, j.verdict
 FROM judged j
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id);
 
@@ -216,6 +216,7 @@ WITH upd AS (
     SET status           = 'pending',
         attempts         = d.attempts - CASE WHEN @refund_attempt::boolean THEN 1 ELSE 0 END,
         provider_pinned  = d.provider_pinned OR @pin::boolean,
+        unsettled_since  = CASE WHEN @pin::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) ELSE d.unsettled_since END,
         last_error       = @last_error::text,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -248,10 +249,13 @@ SELECT id, 'failed', 'sending', 'failed', attempts, @actor::text,
        jsonb_strip_nulls(jsonb_build_object('error', @last_error::text, 'provider', nullif(@provider::text, '')))
 FROM upd;
 
--- name: HoldUnrenderable :execrows
--- The template exists but cannot render the data stored with the
--- delivery: nothing was sent, and trying again cannot help until someone
--- fixes the template or the data. Held, visibly, for an operator.
+-- name: HoldAttempt :execrows
+-- The attempt cannot go ahead, and trying again cannot help until an
+-- operator acts: the template cannot render the data stored with the
+-- delivery (fix the template or the data), or an earlier attempt may
+-- have been accepted by a provider whose refusal of a second message
+-- under our key has lapsed (check its log). Nothing was sent by this
+-- attempt. Held, visibly, for an operator.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'held',
@@ -382,7 +386,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 FROM upd;
 
 -- name: CancelPendingOfTemplate :execrows
@@ -406,13 +410,15 @@ FROM upd;
 -- idempotency key. A delivery pinned to a provider stays pinned (its
 -- outcome there is unknown), unless the operator says, with unpin, that
 -- the provider does not hold the message: then failover may take it
--- elsewhere.
+-- elsewhere. Either way the operator has judged the unknown attempts:
+-- no provider's deduplication window holds the retry back.
 WITH prev AS (
     SELECT n.id, n.status, n.provider_pinned FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
 ), upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
         provider_pinned  = d.provider_pinned AND NOT @unpin::boolean,
+        unsettled_since  = NULL, -- the operator has judged the unknown attempts
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -431,7 +437,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -453,7 +459,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired. ----
@@ -470,6 +476,7 @@ WITH upd AS (
         handed_over_at   = NULL,
         provider         = nullif(@provider::text, ''),
         provider_pinned  = @pinned::boolean,
+        unsettled_since  = CASE WHEN @pinned::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
         last_error       = @reason::text,
         updated_at       = now()
     WHERE d.id = @id
@@ -514,6 +521,7 @@ WITH upd AS (
         lease_expires_at = NULL,
         provider         = nullif(@provider::text, ''),
         provider_pinned  = true,
+        unsettled_since  = coalesce(d.unsettled_since, d.handed_over_at),
         last_error       = @reason::text,
         updated_at       = now()
     WHERE d.id = @id

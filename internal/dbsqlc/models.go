@@ -82,6 +82,7 @@ type NotificationDelivery struct {
 	NotBefore         *time.Time
 	Provider          *string
 	ProviderPinned    bool
+	UnsettledSince    *time.Time
 }
 
 type Order struct {

@@ -18,7 +18,7 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.id = $1 AND d.status = 'pending'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $2::text,
@@ -27,7 +27,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 FROM upd
 `
 
@@ -60,6 +60,7 @@ type CancelDeliveryRow struct {
 	NotBefore         *time.Time
 	Provider          *string
 	ProviderPinned    bool
+	UnsettledSince    *time.Time
 }
 
 // ---- The shop or an operator: called off before it was sent. ----
@@ -92,6 +93,7 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		&i.NotBefore,
 		&i.Provider,
 		&i.ProviderPinned,
+		&i.UnsettledSince,
 	)
 	return i, err
 }
@@ -133,7 +135,7 @@ WITH nosync AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), judged AS (
-    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
            CASE
                WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
@@ -170,7 +172,7 @@ WITH nosync AS (
     FROM judged j
     WHERE d.id = j.id
       AND j.verdict = 'claim'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, j.status AS from_status, j.task_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $11::text,
@@ -180,13 +182,13 @@ WITH nosync AS (
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
        c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale, c.not_before,
-       c.provider, c.provider_pinned, c.from_status, 'claimed'::text AS verdict
+       c.provider, c.provider_pinned, c.unsettled_since, c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
        j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale, j.not_before,
-       j.provider, j.provider_pinned, j.status, j.verdict
+       j.provider, j.provider_pinned, j.unsettled_since, j.status, j.verdict
 FROM judged j
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id)
 `
@@ -228,6 +230,7 @@ type ClaimDeliveriesRow struct {
 	NotBefore         *time.Time
 	Provider          *string
 	ProviderPinned    bool
+	UnsettledSince    *time.Time
 	FromStatus        string
 	Verdict           string
 }
@@ -308,6 +311,7 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 			&i.NotBefore,
 			&i.Provider,
 			&i.ProviderPinned,
+			&i.UnsettledSince,
 			&i.FromStatus,
 			&i.Verdict,
 		); err != nil {
@@ -454,7 +458,7 @@ func (q *Queries) HandOverDeliveries(ctx context.Context, arg HandOverDeliveries
 	return items, nil
 }
 
-const holdUnrenderable = `-- name: HoldUnrenderable :execrows
+const holdAttempt = `-- name: HoldAttempt :execrows
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'held',
@@ -473,18 +477,21 @@ SELECT id, 'held', 'sending', 'held', attempts, $1::text,
 FROM upd
 `
 
-type HoldUnrenderableParams struct {
+type HoldAttemptParams struct {
 	Actor      string
 	LastError  string
 	ID         uuid.UUID
 	LeaseToken uuid.UUID
 }
 
-// The template exists but cannot render the data stored with the
-// delivery: nothing was sent, and trying again cannot help until someone
-// fixes the template or the data. Held, visibly, for an operator.
-func (q *Queries) HoldUnrenderable(ctx context.Context, arg HoldUnrenderableParams) (int64, error) {
-	result, err := q.db.Exec(ctx, holdUnrenderable,
+// The attempt cannot go ahead, and trying again cannot help until an
+// operator acts: the template cannot render the data stored with the
+// delivery (fix the template or the data), or an earlier attempt may
+// have been accepted by a provider whose refusal of a second message
+// under our key has lapsed (check its log). Nothing was sent by this
+// attempt. Held, visibly, for an operator.
+func (q *Queries) HoldAttempt(ctx context.Context, arg HoldAttemptParams) (int64, error) {
+	result, err := q.db.Exec(ctx, holdAttempt,
 		arg.Actor,
 		arg.LastError,
 		arg.ID,
@@ -507,14 +514,14 @@ WITH ins AS (
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT ins.id, 'received', NULL, 'pending', 0, $10::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 FROM ins
 `
 
@@ -554,6 +561,7 @@ type InsertDeliveryRow struct {
 	NotBefore         *time.Time
 	Provider          *string
 	ProviderPinned    bool
+	UnsettledSince    *time.Time
 }
 
 // Every write that changes a delivery's status, grouped as the state
@@ -606,6 +614,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.NotBefore,
 		&i.Provider,
 		&i.ProviderPinned,
+		&i.UnsettledSince,
 	)
 	return i, err
 }
@@ -813,7 +822,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -822,7 +831,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 FROM upd
 `
 
@@ -856,6 +865,7 @@ type OperatorMarkSentRow struct {
 	NotBefore         *time.Time
 	Provider          *string
 	ProviderPinned    bool
+	UnsettledSince    *time.Time
 }
 
 // A held delivery the operator found at the provider.
@@ -890,6 +900,7 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.NotBefore,
 		&i.Provider,
 		&i.ProviderPinned,
+		&i.UnsettledSince,
 	)
 	return i, err
 }
@@ -902,6 +913,7 @@ WITH prev AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
         provider_pinned  = d.provider_pinned AND NOT $2::boolean,
+        unsettled_since  = NULL, -- the operator has judged the unknown attempts
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -910,7 +922,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, prev.status AS from_status, prev.provider_pinned AS was_pinned
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, prev.status AS from_status, prev.provider_pinned AS was_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $3::text,
@@ -920,7 +932,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
 FROM upd
 `
 
@@ -954,6 +966,7 @@ type OperatorRetryRow struct {
 	NotBefore         *time.Time
 	Provider          *string
 	ProviderPinned    bool
+	UnsettledSince    *time.Time
 }
 
 // ---- An operator (admin API). ----
@@ -961,7 +974,8 @@ type OperatorRetryRow struct {
 // idempotency key. A delivery pinned to a provider stays pinned (its
 // outcome there is unknown), unless the operator says, with unpin, that
 // the provider does not hold the message: then failover may take it
-// elsewhere.
+// elsewhere. Either way the operator has judged the unknown attempts:
+// no provider's deduplication window holds the retry back.
 func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (OperatorRetryRow, error) {
 	row := q.db.QueryRow(ctx, operatorRetry,
 		arg.ID,
@@ -993,6 +1007,7 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.NotBefore,
 		&i.Provider,
 		&i.ProviderPinned,
+		&i.UnsettledSince,
 	)
 	return i, err
 }
@@ -1005,6 +1020,7 @@ WITH upd AS (
         lease_expires_at = NULL,
         provider         = nullif($4::text, ''),
         provider_pinned  = true,
+        unsettled_since  = coalesce(d.unsettled_since, d.handed_over_at),
         last_error       = $3::text,
         updated_at       = now()
     WHERE d.id = $5
@@ -1055,6 +1071,7 @@ WITH upd AS (
         handed_over_at   = NULL,
         provider         = nullif($4::text, ''),
         provider_pinned  = $5::boolean,
+        unsettled_since  = CASE WHEN $5::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
         last_error       = $3::text,
         updated_at       = now()
     WHERE d.id = $6
@@ -1151,6 +1168,7 @@ WITH upd AS (
     SET status           = 'pending',
         attempts         = d.attempts - CASE WHEN $4::boolean THEN 1 ELSE 0 END,
         provider_pinned  = d.provider_pinned OR $5::boolean,
+        unsettled_since  = CASE WHEN $5::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) ELSE d.unsettled_since END,
         last_error       = $2::text,
         lease_token      = NULL,
         lease_expires_at = NULL,

@@ -107,7 +107,7 @@ func (w *Worker) write(ctx context.Context, l *taskLog, d dbsqlc.NotificationDel
 		failpoint.Inject("after-sent")
 		return nil
 	case writeHeld:
-		return holdUnrenderable(ctx, q, d.ID, a.lease, s.reason)
+		return holdAttempt(ctx, q, d.ID, a.lease, s.reason)
 	case writeRetry:
 		return release(ctx, q, d.ID, a.lease, a.provider(), s.reason, s.refund, s.pin)
 	case writeFailed:

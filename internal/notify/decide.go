@@ -270,6 +270,22 @@ func fencedOut(attrs []slog.Attr) step {
 	return step{write: writeDuplicate, duplicate: "fencing", result: resultFencedOut, attrs: attrs}
 }
 
+// decidePastResendWindow holds a claimed attempt at row d that would go
+// to provider (route) although an earlier attempt there, handed over at
+// d.UnsettledSince, may have been accepted, once resend (the window in
+// which that provider refuses a second message under our key) has
+// passed since: sending again could then deliver a second e-mail. past
+// is false when the attempt may go ahead.
+func decidePastResendWindow(d dbsqlc.NotificationDelivery, route string, resend time.Duration, now time.Time) (s step, past bool) {
+	if resend <= 0 || !d.ProviderPinned || derefString(d.Provider) != route || d.UnsettledSince == nil || now.Sub(*d.UnsettledSince) < resend {
+		return step{}, false
+	}
+	reason := fmt.Sprintf("held: an attempt handed over to provider %q at %s may have been accepted, and the %s in which it refuses a second message under this delivery's key have passed: sending again could deliver a second e-mail; check the provider's log, then mark sent or retry",
+		route, d.UnsettledSince.UTC().Format(time.RFC3339), resend)
+	return step{write: writeHeld, to: StatusHeld, reason: reason, result: resultHeld, outcome: "held",
+		answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}, true
+}
+
 // decideNoRoute is what a claimed attempt does when no provider may take
 // it now: every provider went down since the task began, or the row is
 // pinned to provider (an earlier hand-over's outcome there is unknown,

@@ -80,6 +80,9 @@ type Delivery struct {
 	// attempt goes to it alone.
 	Provider       string
 	ProviderPinned bool
+	// UnsettledSince is when the earliest attempt whose outcome is still
+	// unknown was handed over; nil if none is.
+	UnsettledSince *time.Time
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.
@@ -232,6 +235,7 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		TryingSince:    r.TryingSince,
 		NotBefore:      r.NotBefore,
 		ProviderPinned: r.ProviderPinned,
+		UnsettledSince: r.UnsettledSince,
 		leaseToken:     r.LeaseToken,
 	}
 	if r.Provider != nil {

@@ -38,6 +38,7 @@ import (
 type route struct {
 	name     string
 	provider mail.Provider
+	resend   time.Duration // NamedProvider.Resend
 	health   *health
 }
 

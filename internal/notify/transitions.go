@@ -37,7 +37,8 @@ import (
 //	sending  sent     worker      the provider accepted the message                     markSentAll
 //	sending  pending  worker      refused before the data, or deferred: retry later     release
 //	sending  failed   worker      refused for good for this recipient, or past max age  markFailed
-//	sending  held     worker      the template cannot render the stored data            holdUnrenderable
+//	sending  held     worker      the template cannot render the stored data, or an     holdAttempt
+//	                              unknown attempt's resend window (Resend) has passed
 //	sending  sending  worker      no answer after the data: ambiguous, for the reconciler markAmbiguous
 //	sending  sending  worker      found a dead attempt that had handed over             noteAmbiguous
 //	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            expirePending
@@ -257,8 +258,8 @@ func markFailed(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, p
 	return fenced(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: id, LeaseToken: l.token, LastError: reason, Provider: provider, Actor: l.actor}))
 }
 
-func holdUnrenderable(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
-	return fenced(q.HoldUnrenderable(ctx, dbsqlc.HoldUnrenderableParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor}))
+func holdAttempt(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
+	return fenced(q.HoldAttempt(ctx, dbsqlc.HoldAttemptParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor}))
 }
 
 // markAmbiguous leaves the row sending, with the reason, for the

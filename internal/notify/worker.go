@@ -132,6 +132,12 @@ func (w *Worker) Drain() { w.draining.Store(true) }
 type NamedProvider struct {
 	Name     string
 	Provider mail.Provider
+	// Resend, for a provider whose refusal of a second message under our
+	// key makes sending again safe (Resend), is how long after the
+	// earliest attempt whose outcome is unknown that lasts
+	// (mail.Descriptor's ResendWindow): a delivery pinned here and older
+	// than that is held, not sent again. 0: no such window.
+	Resend time.Duration
 }
 
 // Only is the list of one provider, for a worker without failover.
@@ -155,7 +161,7 @@ func NewWorker(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedPro
 	}
 	routes := make([]*route, len(providers))
 	for i, p := range providers {
-		routes[i] = &route{name: p.Name, provider: p.Provider, health: newHealth(metrics.providerUp.WithLabelValues(p.Name))}
+		routes[i] = &route{name: p.Name, provider: p.Provider, resend: p.Resend, health: newHealth(metrics.providerUp.WithLabelValues(p.Name))}
 	}
 	return &Worker{
 		db:            db,
@@ -275,6 +281,9 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		return w.apply(ctx, l, a.row, a, decideNoRoute(derefString(a.row.Provider), w.anyAvailable()))
 	}
 	l.set(slog.String("provider", a.route.name))
+	if s, past := decidePastResendWindow(a.row, a.route.name, a.route.resend, time.Now()); past {
+		return w.apply(ctx, l, a.row, a, s)
+	}
 
 	// From the claim on, the attempt runs to its outcome even if asynq
 	// cancels ctx (shutdown, task deadline): stopping half-way is what
@@ -353,7 +362,7 @@ func judgedDelivery(r dbsqlc.ClaimDeliveriesRow) dbsqlc.NotificationDelivery {
 		LeaseExpiresAt: r.LeaseExpiresAt, HandedOverAt: r.HandedOverAt, ProviderMessageID: r.ProviderMessageID,
 		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
 		MessageID: r.MessageID, TryingSince: r.TryingSince, Locale: r.Locale, NotBefore: r.NotBefore,
-		Provider: r.Provider, ProviderPinned: r.ProviderPinned,
+		Provider: r.Provider, ProviderPinned: r.ProviderPinned, UnsettledSince: r.UnsettledSince,
 	}
 }
 

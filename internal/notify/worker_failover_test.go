@@ -235,3 +235,50 @@ func TestADeliveryPinnedToAMissingProviderIsLoud(t *testing.T) {
 		t.Error("no WARN task line for the delivery pinned to a missing provider")
 	}
 }
+
+// A delivery pinned to a provider that keeps a second message under our
+// key to one e-mail for a while (Resend: 24 h) is sent there again only
+// within that while, counted from the earliest attempt whose outcome is
+// unknown; past it, a second e-mail could be delivered, and it is held
+// for an operator instead. The relay here stands for such a provider,
+// with a window of an hour.
+func TestPinnedDeliveryPastItsResendWindowIsHeld(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{maxAge: 24 * time.Hour, providers: []notify.NamedProvider{{Name: "relay", Provider: e.smtp(t), Resend: time.Hour}}})
+
+	within := e.f.MaybeAccepted(e.checkout(t, "within@example.com"), "relay")
+	within = e.f.Aged(within, 50*time.Minute)
+	past := e.f.MaybeAccepted(e.checkout(t, "past@example.com"), "relay")
+	past = e.f.Aged(past, 61*time.Minute)
+	// A later unknown attempt does not restart the count: the earliest
+	// may be the one the provider took.
+	later := e.f.MaybeAccepted(e.checkout(t, "later@example.com"), "relay")
+	later = e.f.MaybeAccepted(e.f.Aged(later, 61*time.Minute), "relay")
+	for _, d := range []notify.Delivery{past, later} {
+		if d.UnsettledSince == nil || time.Since(*d.UnsettledSince) < time.Hour {
+			t.Fatalf("%s: unsettled since %v, want more than an hour ago", d.Recipient, d.UnsettledSince)
+		}
+	}
+
+	e.deliver(t, w, within)
+	if got := e.f.Get(within.ID); got.Status != notify.StatusSent {
+		t.Errorf("within the window: %s, want sent", got.Status)
+	}
+	for _, d := range []notify.Delivery{past, later} {
+		if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+			t.Errorf("%s: %v, want SkipRetry", d.Recipient, err)
+		}
+		if got := e.f.Get(d.ID); got.Status != notify.StatusHeld || !strings.Contains(got.LastError, "second e-mail") {
+			t.Errorf("%s past the window: %s, %q; want held, saying why", d.Recipient, got.Status, got.LastError)
+		}
+	}
+	e.emails(t, 1, "only the delivery within its window is sent again")
+
+	// The operator, having checked the provider's log, retries: it goes.
+	e.f.Retried(e.f.Get(past.ID), false)
+	e.deliver(t, w, past)
+	if got := e.f.Get(past.ID); got.Status != notify.StatusSent || got.UnsettledSince != nil {
+		t.Errorf("after the operator's retry: %s, unsettled since %v; want sent", got.Status, got.UnsettledSince)
+	}
+}

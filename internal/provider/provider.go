@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/mail"
@@ -118,4 +119,29 @@ func (w Webhooks) Open(deps mail.WebhookDeps) map[string]mail.Webhook {
 		hooks[name] = open(deps)
 	}
 	return hooks
+}
+
+// DedupWindows reads, for each of ds, how long after an attempt whose
+// outcome is unknown a delivery may be sent again through that provider
+// because it refuses a second message under our key: its Dedup less an
+// hour of margin (Resend: 23 h), and, for the first of the list,
+// PROVIDER_DEDUP_WINDOW instead when set (a relay that deduplicates by a
+// header we send, such as Resend's SMTP endpoint, says so with it). The
+// worker holds a pinned delivery past its window, and the reconciler
+// sends an ambiguous one again only within it, so both read it here. A
+// window longer than the provider's own Dedup is reported to env: past
+// Dedup a second message is delivered.
+func DedupWindows(env *envconfig.Reader, ds []mail.Descriptor) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = max(d.Dedup-time.Hour, 0)
+		if i > 0 {
+			continue
+		}
+		out[i] = env.DurationOrZero("PROVIDER_DEDUP_WINDOW", out[i])
+		if d.Dedup > 0 && out[i] > d.Dedup {
+			env.Check("PROVIDER_DEDUP_WINDOW", fmt.Errorf("%s is longer than the %s in which %s refuses a second message under our key", out[i], d.Dedup, d.Name))
+		}
+	}
+	return out
 }

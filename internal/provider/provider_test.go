@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/provider"
@@ -60,5 +61,27 @@ func TestReadWebhooks(t *testing.T) {
 		if err == nil || strings.Count(err.Error(), name) != 1 {
 			t.Errorf("error %v: want %s named once", err, name)
 		}
+	}
+}
+
+// The window in which a delivery whose outcome is unknown may be sent
+// again: the provider's Dedup less an hour, or PROVIDER_DEDUP_WINDOW for
+// the first of the list, never longer than what the provider promises.
+func TestDedupWindows(t *testing.T) {
+	t.Parallel()
+	read := func(vars map[string]string) ([]time.Duration, error) {
+		env := envconfig.New(func(k string) string { return vars[k] })
+		ds := provider.Read(env)
+		return provider.DedupWindows(env, ds), env.Err()
+	}
+	if got, err := read(map[string]string{"PROVIDERS": "resend,smtp"}); err != nil || !slices.Equal(got, []time.Duration{23 * time.Hour, 0}) {
+		t.Errorf("resend, smtp: %v, %v; want 23h, 0", got, err)
+	}
+	// Resend's SMTP endpoint deduplicates by a header we send.
+	if got, err := read(map[string]string{"PROVIDER": "smtp", "PROVIDER_DEDUP_WINDOW": "20h"}); err != nil || !slices.Equal(got, []time.Duration{20 * time.Hour}) {
+		t.Errorf("smtp with a window: %v, %v; want 20h", got, err)
+	}
+	if _, err := read(map[string]string{"PROVIDER": "resend", "PROVIDER_DEDUP_WINDOW": "48h"}); err == nil || !strings.Contains(err.Error(), "PROVIDER_DEDUP_WINDOW") {
+		t.Errorf("resend with 48h: %v, want refused: Resend forgets a key after 24 h", err)
 	}
 }

@@ -81,9 +81,11 @@ type Provider struct {
 	Lookup mail.Lookup // its search for a message; nil if it has none
 	// DedupWindow, when positive, is how long after a hand-over the
 	// provider itself refuses a second message under the delivery's key
-	// (Resend: 24 h). Without a look-up, an ambiguous send handed over
-	// within it is sent again: the provider keeps it to one e-mail, the
-	// stalled worker's late copy included. Past it, the template's policy.
+	// (Resend: 24 h, less a margin: provider.DedupWindows). Without a
+	// look-up, an ambiguous send whose earliest unknown attempt was
+	// handed over within it is sent again: the provider keeps it to one
+	// e-mail, the stalled worker's late copy included. Past it, the
+	// template's policy. The worker holds what is not sent again in time.
 	DedupWindow time.Duration
 }
 
@@ -293,7 +295,14 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			return nil
 		}
 		if p.Lookup == nil {
-			if p.DedupWindow > 0 && time.Since(*d.HandedOverAt) < p.DedupWindow {
+			// Counted from the earliest attempt whose outcome is
+			// unknown: it, not the latest, may be the one the provider
+			// took.
+			earliest := *d.HandedOverAt
+			if d.UnsettledSince != nil && d.UnsettledSince.Before(earliest) {
+				earliest = *d.UnsettledSince
+			}
+			if p.DedupWindow > 0 && time.Since(earliest) < p.DedupWindow {
 				return toPending(DecisionDedupResend, true, "outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")
 			}
 			return r.applyPolicy(ctx, tx, rep, d, p, "no look-up at provider "+p.Name, toPending)

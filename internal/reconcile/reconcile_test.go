@@ -284,6 +284,32 @@ func TestProviderDedupWindowResendsAmbiguousSends(t *testing.T) {
 	}
 }
 
+// The window counts from the earliest attempt whose outcome is unknown,
+// not the latest: an ambiguous send sent again under the key, whose
+// second attempt is ambiguous too, is not sent a third time once the
+// first is past the window, since the first may be the one the provider
+// took and it forgets the key from then on.
+func TestProviderDedupWindowCountsFromTheEarliestUnknownAttempt(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	r := e.reconciler(t, recOpts{dedup: time.Hour, policy: reconcile.PolicyHold})
+	d := e.pending(t, "twice-unknown@example.com")
+	e.strand(t, d, true)
+	e.f.Aged(d, 50*time.Minute)
+	if rep, err := r.RunOnce(context.Background()); err != nil || rep.Decisions[reconcile.DecisionDedupResend] != 1 {
+		t.Fatalf("first unknown attempt, 50 minutes old: %v, %v; want sent again under the key", rep.Decisions, err)
+	}
+	e.strand(t, e.get(t, d.ID), true) // the second attempt: unknown too
+	e.f.Aged(d, 30*time.Minute)       // the first was handed over 80 minutes ago
+	rep, err := r.RunOnce(context.Background())
+	if err != nil || rep.Decisions[reconcile.DecisionPolicyHold] != 1 {
+		t.Errorf("second unknown attempt, the first 80 minutes old: %v, %v; want held by policy, not sent a third time", rep.Decisions, err)
+	}
+	if got := e.get(t, d.ID); got.Status != notify.StatusHeld {
+		t.Errorf("%s, want held", got.Status)
+	}
+}
+
 // With failover, each ambiguous send is settled at the provider its
 // hand-over went to, the way that provider allows; one handed over
 // before providers were recorded, at the first of the list. A send

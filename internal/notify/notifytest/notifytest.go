@@ -139,6 +139,19 @@ func (f *Factory) Deferred(d notify.Delivery, reason string, counted bool) notif
 	return f.Get(d.ID)
 }
 
+// MaybeAccepted takes d through an attempt handed over to provider whose
+// answer says nothing certain (an HTTP 5xx after the request went out),
+// back to pending and pinned there (ReleaseForRetry with pin): the
+// attempt's hand-over time becomes the delivery's unsettled_since.
+func (f *Factory) MaybeAccepted(d notify.Delivery, provider string) notify.Delivery {
+	f.t.Helper()
+	a := f.HandedOverTo(d, time.Minute, provider)
+	f.applied("release delivery pinned", d)(dbsqlc.New(f.db).ReleaseForRetry(context.Background(), dbsqlc.ReleaseForRetryParams{
+		ID: d.ID, LeaseToken: a.Lease, LastError: "503 after the request", Actor: Actor, Pin: true, Provider: provider,
+	}))
+	return f.Get(d.ID)
+}
+
 // Failed takes d through an attempt the provider refused for good, with
 // reason as its last error (MarkFailed).
 func (f *Factory) Failed(d notify.Delivery, reason string) notify.Delivery {
@@ -151,11 +164,11 @@ func (f *Factory) Failed(d notify.Delivery, reason string) notify.Delivery {
 }
 
 // Held takes d through an attempt that left it for an operator, with
-// reason as its last error (HoldUnrenderable).
+// reason as its last error (HoldAttempt).
 func (f *Factory) Held(d notify.Delivery, reason string) notify.Delivery {
 	f.t.Helper()
 	a := f.Claimed(d, time.Minute)
-	f.applied("hold delivery", d)(dbsqlc.New(f.db).HoldUnrenderable(context.Background(), dbsqlc.HoldUnrenderableParams{
+	f.applied("hold delivery", d)(dbsqlc.New(f.db).HoldAttempt(context.Background(), dbsqlc.HoldAttemptParams{
 		ID: d.ID, LeaseToken: a.Lease, LastError: reason, Actor: Actor,
 	}))
 	return f.Get(d.ID)
@@ -186,7 +199,8 @@ func (f *Factory) HeldAt(d notify.Delivery, provider string) notify.Delivery {
 
 // Aged moves every time of d by back, as if that much time had passed
 // since each: when it was recorded, tried, changed, leased, handed over
-// and sent, and when it may be sent. It writes the row directly: time is
+// (its latest attempt, and its earliest unknown one) and sent, and when
+// it may be sent. It writes the row directly: time is
 // the one thing the service's statements take from the clock, not from
 // their caller.
 func (f *Factory) Aged(d notify.Delivery, by time.Duration) notify.Delivery {
@@ -205,7 +219,7 @@ func (f *Factory) AgedWhile(d notify.Delivery, status notify.Status, by time.Dur
 		SET created_at = created_at - $2::interval, updated_at = updated_at - $2::interval,
 		    trying_since = trying_since - $2::interval, lease_expires_at = lease_expires_at - $2::interval,
 		    handed_over_at = handed_over_at - $2::interval, sent_at = sent_at - $2::interval,
-		    not_before = not_before - $2::interval
+		    not_before = not_before - $2::interval, unsettled_since = unsettled_since - $2::interval
 		WHERE id = $1 AND status = $3`, d.ID, by, string(status))
 	if err != nil {
 		f.t.Fatalf("notifytest: age delivery %s: %v", d.ID, err)
