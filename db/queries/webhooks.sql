@@ -54,12 +54,14 @@ UPDATE webhook_messages SET delivered_at = now(), last_error = NULL WHERE id = @
 
 -- name: MarkWebhookFailed :exec
 -- Another attempt at next_attempt_at, or none: given up once the message
--- is older than max_age_seconds.
+-- is older than max_age_seconds. Fenced on the attempt it records: a
+-- late answer to an attempt another dispatcher has since made again, or
+-- that a later attempt delivered, changes nothing.
 UPDATE webhook_messages
 SET last_error = @last_error::text,
     next_attempt_at = @next_attempt_at,
     gave_up_at = CASE WHEN created_at < now() - make_interval(secs => @max_age_seconds::float8) THEN now() END
-WHERE id = @id;
+WHERE id = @id AND attempts = @attempts AND delivered_at IS NULL;
 
 -- name: DisableGoneWebhookEndpoint :exec
 -- The receiver answered 410 Gone: it wants no more.

@@ -287,7 +287,7 @@ UPDATE webhook_messages
 SET last_error = $1::text,
     next_attempt_at = $2,
     gave_up_at = CASE WHEN created_at < now() - make_interval(secs => $3::float8) THEN now() END
-WHERE id = $4
+WHERE id = $4 AND attempts = $5 AND delivered_at IS NULL
 `
 
 type MarkWebhookFailedParams struct {
@@ -295,16 +295,20 @@ type MarkWebhookFailedParams struct {
 	NextAttemptAt time.Time
 	MaxAgeSeconds float64
 	ID            int64
+	Attempts      int32
 }
 
 // Another attempt at next_attempt_at, or none: given up once the message
-// is older than max_age_seconds.
+// is older than max_age_seconds. Fenced on the attempt it records: a
+// late answer to an attempt another dispatcher has since made again, or
+// that a later attempt delivered, changes nothing.
 func (q *Queries) MarkWebhookFailed(ctx context.Context, arg MarkWebhookFailedParams) error {
 	_, err := q.db.Exec(ctx, markWebhookFailed,
 		arg.LastError,
 		arg.NextAttemptAt,
 		arg.MaxAgeSeconds,
 		arg.ID,
+		arg.Attempts,
 	)
 	return err
 }

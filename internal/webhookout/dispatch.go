@@ -144,7 +144,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 	q := dbsqlc.New(d.db)
 	msgs, err := q.ClaimWebhookMessages(ctx, dbsqlc.ClaimWebhookMessagesParams{
-		Batch: int32(d.cfg.Batch), LeaseSeconds: (d.cfg.Timeout + 30*time.Second).Seconds(),
+		Batch: int32(d.cfg.Batch), LeaseSeconds: lease(d.cfg).Seconds(),
 	})
 	if err != nil {
 		return 0, fmt.Errorf("claim webhook messages: %w", err)
@@ -161,6 +161,15 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (int, error) {
 	}
 	wg.Wait()
 	return len(msgs), nil
+}
+
+// lease is how long the messages a pass takes are its own: the pass
+// posts Concurrency at a time, each for up to Timeout, so the last of a
+// full batch may start Timeout × (waves - 1) after the claim; past its
+// lease another dispatcher would take it and post it beside this one.
+func lease(cfg Config) time.Duration {
+	waves := (max(cfg.Batch, 1) + max(cfg.Concurrency, 1) - 1) / max(cfg.Concurrency, 1)
+	return cfg.Timeout*time.Duration(waves) + 30*time.Second
 }
 
 // deliver posts one message and records the outcome.
@@ -181,7 +190,7 @@ func (d *Dispatcher) deliver(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.Cl
 	case err == nil && status == http.StatusGone:
 		record(q.DisableGoneWebhookEndpoint(ctx, dbsqlc.DisableGoneWebhookEndpointParams{ID: m.EndpointID,
 			Reason: "the receiver answered 410 Gone"}))
-		record(q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, LastError: "410 Gone: endpoint disabled",
+		record(q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: "410 Gone: endpoint disabled",
 			NextAttemptAt: time.Now(), MaxAgeSeconds: d.cfg.MaxAge.Seconds()}))
 		d.results.WithLabelValues(endpoint, "gone").Inc()
 		log.Warn("webhook endpoint answered 410 Gone: disabled")
@@ -191,7 +200,7 @@ func (d *Dispatcher) deliver(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.Cl
 			reason = err.Error()
 		}
 		next := time.Now().Add(backoff(d.cfg.RetryBase, int(m.Attempts)))
-		record(q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, LastError: textrule.Clip(reason, 500),
+		record(q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: textrule.Clip(reason, 500),
 			NextAttemptAt: next, MaxAgeSeconds: d.cfg.MaxAge.Seconds()}))
 		result := "failed"
 		if time.Since(m.CreatedAt) > d.cfg.MaxAge {

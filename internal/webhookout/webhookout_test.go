@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
@@ -352,5 +353,47 @@ func TestGuard(t *testing.T) {
 	_, msgs, _ := e.svc.Get(context.Background(), ep.ID, 10)
 	if len(rcv.got()) != 0 || len(msgs) != 1 || !strings.Contains(msgs[0].LastError, "does not post to") {
 		t.Errorf("a loopback receiver behind a strict guard: %d requests, messages %+v", len(rcv.got()), msgs)
+	}
+}
+
+// A failure is recorded only against the attempt that failed: the late
+// answer of an attempt another dispatcher has since made again, or that
+// a later attempt delivered, changes nothing (no shortened lease, no
+// "given up" on a delivered message).
+func TestLateFailureChangesNothing(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhookout.Config{})
+	ctx := context.Background()
+	rcv := newReceiver(t)
+	ep, _ := e.endpoint(t, rcv.URL, "notification.sent")
+	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
+	q := dbsqlc.New(e.db.Pool)
+	claim := func() dbsqlc.ClaimWebhookMessagesRow {
+		t.Helper()
+		msgs, err := q.ClaimWebhookMessages(ctx, dbsqlc.ClaimWebhookMessagesParams{Batch: 10, LeaseSeconds: -1}) // due again at once
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("claim: %d messages, %v", len(msgs), err)
+		}
+		return msgs[0]
+	}
+	first, second := claim(), claim()
+	failed := func(m dbsqlc.ClaimWebhookMessagesRow) {
+		t.Helper()
+		if err := q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: "late",
+			NextAttemptAt: time.Now().Add(time.Hour), MaxAgeSeconds: 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed(first) // the first attempt's answer comes after the second began
+	if err := q.MarkWebhookDelivered(ctx, second.ID); err != nil {
+		t.Fatal(err)
+	}
+	failed(second) // and a failure recorded after the delivery
+	_, msgs, err := e.svc.Get(ctx, ep.ID, 10)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("%d messages, %v", len(msgs), err)
+	}
+	if m := msgs[0]; m.DeliveredAt == nil || m.GaveUpAt != nil || m.LastError != "" {
+		t.Errorf("after late failures: delivered %v, given up %v, last error %q; want delivered, nothing else", m.DeliveredAt, m.GaveUpAt, m.LastError)
 	}
 }
