@@ -331,39 +331,50 @@ SELECT id, 'expired', 'pending', 'failed', attempts, @actor::text,
 FROM upd;
 
 -- name: SuppressPending :execrows
--- A pending delivery to a recipient on the suppression list: not sent,
--- and kept visible with the reason.
-WITH upd AS (
+-- A delivery to a recipient on the suppression list, pending or left
+-- sending by an attempt that died before its hand-over (nothing was
+-- sent): not sent, and kept visible with the reason.
+WITH prev AS (
+    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
+), upd AS (
     UPDATE notification_deliveries d
-    SET status     = 'suppressed',
-        last_error = 'suppressed: ' || s.reason,
-        updated_at = now()
-    FROM suppressions s
-    WHERE d.id = @id
-      AND d.status = 'pending'
+    SET status           = 'suppressed',
+        last_error       = 'suppressed: ' || s.reason,
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        updated_at       = now()
+    FROM prev, suppressions s
+    WHERE d.id = prev.id
+      AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
       AND s.recipient = d.recipient
-    RETURNING d.id, d.attempts, s.source, s.reason
+    RETURNING d.id, d.attempts, prev.status AS from_status, s.source, s.reason
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'suppressed', 'pending', 'suppressed', attempts, @actor::text,
+SELECT id, 'suppressed', from_status, 'suppressed', attempts, @actor::text,
        jsonb_build_object('source', source, 'reason', reason)
 FROM upd;
 
 -- name: SuppressUnsubscribed :execrows
--- A pending delivery of a subscription template to a recipient who
--- unsubscribed from that mail: not sent, kept visible with the reason.
-WITH upd AS (
+-- A delivery of a subscription template to a recipient who unsubscribed
+-- from that mail, pending or left sending by an attempt that died before
+-- its hand-over: not sent, kept visible with the reason.
+WITH prev AS (
+    SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
+), upd AS (
     UPDATE notification_deliveries d
-    SET status     = 'suppressed',
-        last_error = 'unsubscribed: the recipient left subscription mail',
-        updated_at = now()
-    WHERE d.id = @id
-      AND d.status = 'pending'
+    SET status           = 'suppressed',
+        last_error       = 'unsubscribed: the recipient left subscription mail',
+        lease_token      = NULL,
+        lease_expires_at = NULL,
+        updated_at       = now()
+    FROM prev
+    WHERE d.id = prev.id
+      AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
       AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription')
-    RETURNING d.id, d.attempts
+    RETURNING d.id, d.attempts, prev.status AS from_status
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'suppressed', 'pending', 'suppressed', attempts, @actor::text,
+SELECT id, 'suppressed', from_status, 'suppressed', attempts, @actor::text,
        jsonb_build_object('source', 'unsubscribe', 'reason', 'the recipient unsubscribed from subscription mail')
 FROM upd;
 

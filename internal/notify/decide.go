@@ -88,7 +88,7 @@ const (
 	// On a row the claim did not take.
 	writeNoteAmbiguous // a note in the history: the reconciler decides
 	writeExpired       // pending -> failed, if still pending and too old
-	writeSuppressed    // pending -> suppressed, if still pending
+	writeSuppressed    // pending (or a dead attempt's sending) -> suppressed, if still so
 	writeUnsubscribed  // pending -> suppressed, if still pending and still unsubscribed
 	writeBlocked       // a "blocked" history entry
 	writeDuplicate     // a "duplicate_suppressed" history entry

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,4 +135,27 @@ func TestFeedbackThatDoesNotSuppress(t *testing.T) {
 	if s, _, err := e.ops.Suppression(ctx, "budi@example.com"); err != nil || s.Source != "complaint" {
 		t.Errorf("after a complaint: %+v, %v", s, err)
 	}
+}
+
+// A delivery whose attempt died before its hand-over (sending, lease run
+// out) to a recipient suppressed since: the next attempt suppresses it
+// at once, as it would a pending one, instead of waiting for the
+// reconciler to put it back to pending first.
+func TestDeadAttemptToASuppressedRecipientIsSuppressed(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	ctx := context.Background()
+	d := e.checkout(t, "left@example.com")
+	e.f.Claimed(d, -time.Second) // the worker died after its claim
+	if _, _, err := e.ops.Suppress(ctx, "left@example.com", "asked us to stop, ticket 9", "ops@shop"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil && !isSkipRetry(err) {
+		t.Fatalf("%v, want done", err)
+	}
+	if got := e.f.Get(d.ID); got.Status != notify.StatusSuppressed || !strings.Contains(got.LastError, "ticket 9") {
+		t.Errorf("%s, %q; want suppressed", got.Status, got.LastError)
+	}
+	e.emails(t, 0, "")
 }

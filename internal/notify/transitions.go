@@ -44,6 +44,7 @@ import (
 //	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            expirePending
 //	pending  suppressed worker    the recipient is on the suppression list              suppressPending
 //	pending  suppressed worker    a subscription template, and the recipient left it    SuppressUnsubscribed (apply)
+//	sending  suppressed worker    either, on an attempt that died before its hand-over  (the same two)
 //	pending  cancelled API/operator called off before it was claimed (one, or a template's) Cancel, CancelTemplate
 //	failed   pending  operator    retry, same key, a new DELIVERY_MAX_AGE               operatorRetry
 //	held     pending  operator    retry                                                 operatorRetry
