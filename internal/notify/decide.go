@@ -286,6 +286,15 @@ func decidePastResendWindow(d dbsqlc.NotificationDelivery, route string, resend 
 		answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}, true
 }
 
+// decideDraining: the worker began shutting down while this attempt's
+// claim ran. Nothing was sent; rather than start a send the shutdown may
+// cut before its outcome is written, the row goes back to pending, the
+// attempt not counted, and the task to another worker.
+func decideDraining() step {
+	return step{write: writeRetry, to: StatusPending, reason: errDraining.Error(), refund: true, result: resultHandedBack,
+		handedBack: "shutdown", answer: answerWait, err: errDraining, waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}
+}
+
 // decideNoRoute is what a claimed attempt does when no provider may take
 // it now: every provider went down since the task began, or the row is
 // pinned to provider (an earlier hand-over's outcome there is unknown,

@@ -276,6 +276,9 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		return err
 	}
 	failpoint.Inject("after-claim")
+	if w.draining.Load() {
+		return w.apply(ctx, l, a.row, a, decideDraining())
+	}
 	// The first provider that is up, or the one the row is pinned to.
 	if a.route = w.routeFor(a.row); a.route == nil {
 		return w.apply(ctx, l, a.row, a, decideNoRoute(derefString(a.row.Provider), w.anyAvailable()))

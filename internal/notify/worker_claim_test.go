@@ -370,6 +370,45 @@ func TestDrainingWorkerHandsTasksBack(t *testing.T) {
 	}
 }
 
+// Shutdown that begins while the claim runs (here: it waits for a row
+// lock a test transaction holds) hands the claimed row back, uncounted,
+// before anything is sent: a send started then could be cut by the
+// shutdown before its outcome is written.
+func TestDrainDuringTheClaimHandsTheRowBack(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{})
+	d := e.checkout(t, "drain-claim@example.com")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tx, err := e.db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; this only runs on failure
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM notification_deliveries WHERE id = $1 FOR UPDATE", d.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.ProcessTask(ctx, notify.NewDeliverTask(d)) }()
+	testenv.WaitFor(t, "the claim to wait on the row lock", 30*time.Second, func() bool {
+		var n int
+		err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&n)
+		return err == nil && n == 1
+	})
+	w.Drain()
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil || notify.IsFailure(err) {
+		t.Fatalf("err = %v, want a hand-back that is not a failure", err)
+	}
+	if got := e.f.Get(d.ID); got.Status != notify.StatusPending || got.Attempts != 0 || e.sink.Count() != 0 {
+		t.Errorf("claimed as shutdown began: %s, %d attempts, %d e-mails; want pending, 0, 0", got.Status, got.Attempts, e.sink.Count())
+	}
+}
+
 // During a rolling deploy an older worker meets a delivery of a template
 // it does not know: it hands the task back, untouched, for one that does.
 func TestUnknownTemplateIsHandedBackNotFailed(t *testing.T) {
