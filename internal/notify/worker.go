@@ -197,10 +197,11 @@ type attempt struct {
 	lockToken string
 	taskID    string
 
-	route    *route // the provider this attempt sends through
-	lockLost bool   // the heartbeat found the lock gone
-	sent     bool   // "sent" was recorded: cache it when the lock is released
-	language string // the template variant rendered, for the history
+	route    *route     // the provider this attempt sends through
+	hb       *heartbeat // renews lock and lease from the send until the outcome is written
+	lockLost bool       // the heartbeat found the lock gone
+	sent     bool       // "sent" was recorded: cache it when the lock is released
+	language string     // the template variant rendered, for the history
 }
 
 // provider names the provider the attempt went to, for the history; ""
@@ -294,6 +295,12 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout)
 	defer cancel()
 	providerID, sendErr := w.deliver(sctx, a)
+	if a.hb != nil {
+		// The heartbeat goes on until the outcome is written: a write
+		// that waits for its batch must not outlive the lease, or the
+		// reconciler would judge a send this worker knows the outcome of.
+		defer a.hb.stop()
+	}
 	// The outcome is written whatever time the send took: a message the
 	// provider accepted must be recorded as sent even if SEND_TIMEOUT ran
 	// out while waiting for its reply.
@@ -401,7 +408,10 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 	a.language = r.Language
 
 	q := dbsqlc.New(w.db)
-	hb := w.startHeartbeat(ctx, q, a)
+	// Not bounded by ctx (SEND_TIMEOUT): the caller stops it once the
+	// outcome is written.
+	hb := w.startHeartbeat(context.WithoutCancel(ctx), q, a)
+	a.hb = hb
 	msg := mail.Message{
 		To:             d.Recipient,
 		Subject:        r.Subject,
@@ -439,7 +449,6 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-	hb.stop()
 	if hb.lockLost() {
 		a.lockLost = true
 		w.metrics.lockExpired.Inc()

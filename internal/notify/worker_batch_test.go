@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // A batch is many rows, each on its own conditions, as it would be alone:
@@ -238,4 +240,83 @@ func batchTotals(t *testing.T, e *env, statement string) (statements, attempts f
 	}
 	t.Fatalf("no sekali_statement_batch_size{statement=%q}", statement)
 	return 0, 0
+}
+
+// An accepted message whose sent write waits (its batch queued behind a
+// statement that hangs) keeps its lease until the write is done: the
+// heartbeat runs until the outcome is written, not only until the
+// provider answered. Otherwise the lease could run out under a write
+// that is on its way, and the reconciler judge a send this worker knows
+// the outcome of.
+func TestLeaseIsKeptWhileTheOutcomeIsWritten(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, second := e.checkout(t, "first@example.com"), e.checkout(t, "second@example.com")
+	// The first's row is locked once the provider took its message, so
+	// its sent statement hangs; the second's queues behind it.
+	locked := make(chan pgx.Tx, 1)
+	hook := afterSend{Provider: e.smtp(t), after: func(m mail.Message) {
+		if m.To != first.Recipient {
+			return
+		}
+		tx, err := e.db.Pool.Begin(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM notification_deliveries WHERE id = $1 FOR UPDATE", first.ID); err != nil {
+			t.Error(err)
+		}
+		locked <- tx
+	}}
+	const ttl = 3 * time.Second
+	w := e.worker(t, workerOpts{provider: hook, lockTTL: ttl})
+	done := make(chan error, 2)
+	go func() { done <- process(ctx, w, first) }()
+	tx := <-locked
+	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; this only runs on failure
+	testenv.WaitFor(t, "the first's sent statement to wait on its row", 10*time.Second, func() bool {
+		var n int
+		err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&n)
+		return err == nil && n == 1
+	})
+	go func() { done <- process(ctx, w, second) }()
+	testenv.WaitFor(t, "the second to be accepted", 10*time.Second, func() bool { return e.sink.Count() == 2 })
+	// Two lease lengths: without the heartbeat the second's lease would
+	// have run out.
+	for end := time.Now().Add(2 * ttl); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if got := e.f.Get(second.ID); got.Status == notify.StatusSending && (got.LeaseExpiresAt == nil || got.LeaseExpiresAt.Before(time.Now())) {
+			t.Fatalf("the second's lease ran out at %v while its sent write waited", got.LeaseExpiresAt)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	for _, d := range []notify.Delivery{first, second} {
+		if got := e.f.Get(d.ID); got.Status != notify.StatusSent {
+			t.Errorf("%s: %s, want sent", d.Recipient, got.Status)
+		}
+	}
+}
+
+// afterSend sends through its provider, then calls after.
+type afterSend struct {
+	mail.Provider
+	after func(mail.Message)
+}
+
+func (p afterSend) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
+	id, err := p.Provider.Send(ctx, m, handOver)
+	if err == nil {
+		p.after(m)
+	}
+	return id, err
 }
