@@ -913,7 +913,7 @@ WITH prev AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
         provider_pinned  = d.provider_pinned AND NOT $2::boolean,
-        unsettled_since  = NULL, -- the operator has judged the unknown attempts
+        unsettled_since  = CASE WHEN $2::boolean THEN NULL ELSE d.unsettled_since END,
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -974,8 +974,10 @@ type OperatorRetryRow struct {
 // idempotency key. A delivery pinned to a provider stays pinned (its
 // outcome there is unknown), unless the operator says, with unpin, that
 // the provider does not hold the message: then failover may take it
-// elsewhere. Either way the operator has judged the unknown attempts:
-// no provider's deduplication window holds the retry back.
+// elsewhere; that also settles the unknown attempts (unsettled_since).
+// A retry that keeps the pin keeps them unknown: past the provider's
+// deduplication window the worker holds the delivery again, so a bulk
+// retry, which checks no provider's log, cannot send a second copy.
 func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (OperatorRetryRow, error) {
 	row := q.db.QueryRow(ctx, operatorRetry,
 		arg.ID,

@@ -280,7 +280,7 @@ func decidePastResendWindow(d dbsqlc.NotificationDelivery, route string, resend 
 	if resend <= 0 || !d.ProviderPinned || derefString(d.Provider) != route || d.UnsettledSince == nil || now.Sub(*d.UnsettledSince) < resend {
 		return step{}, false
 	}
-	reason := fmt.Sprintf("held: an attempt handed over to provider %q at %s may have been accepted, and the %s in which it refuses a second message under this delivery's key have passed: sending again could deliver a second e-mail; check the provider's log, then mark sent or retry",
+	reason := fmt.Sprintf("held: an attempt handed over to provider %q at %s may have been accepted, and the %s in which it refuses a second message under this delivery's key have passed: sending again could deliver a second e-mail; check the provider's log, then mark sent, or retry with unpin if it does not have the message",
 		route, d.UnsettledSince.UTC().Format(time.RFC3339), resend)
 	return step{write: writeHeld, to: StatusHeld, reason: reason, result: resultHeld, outcome: "held",
 		answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}, true

@@ -275,10 +275,21 @@ func TestPinnedDeliveryPastItsResendWindowIsHeld(t *testing.T) {
 	}
 	e.emails(t, 1, "only the delivery within its window is sent again")
 
-	// The operator, having checked the provider's log, retries: it goes.
+	// A retry that keeps the pin (a bulk retry of held deliveries, which
+	// checks no provider's log) is held again: the attempt is still unknown.
 	e.f.Retried(e.f.Get(past.ID), false)
+	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(past)); !isSkipRetry(err) {
+		t.Errorf("retried keeping the pin: %v, want SkipRetry", err)
+	}
+	if got := e.f.Get(past.ID); got.Status != notify.StatusHeld {
+		t.Errorf("retried keeping the pin: %s, want held again", got.Status)
+	}
+	// The operator, having found nothing in the provider's log, retries
+	// lifting the pin: it goes.
+	e.f.Retried(e.f.Get(past.ID), true)
 	e.deliver(t, w, past)
 	if got := e.f.Get(past.ID); got.Status != notify.StatusSent || got.UnsettledSince != nil {
-		t.Errorf("after the operator's retry: %s, unsettled since %v; want sent", got.Status, got.UnsettledSince)
+		t.Errorf("after the operator's retry with unpin: %s, unsettled since %v; want sent", got.Status, got.UnsettledSince)
 	}
+	e.emails(t, 2, "the one within its window, and the one the operator released")
 }
