@@ -294,13 +294,17 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	// makes outcomes ambiguous.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout)
 	defer cancel()
+	// deliver starts the heartbeat; it goes on until the outcome is
+	// written (a write that waits for its batch must not outlive the
+	// lease, or the reconciler would judge a send this worker knows the
+	// outcome of), and stops whatever happens, a panic in a provider
+	// included, before the lock is released.
+	defer func() {
+		if a.hb != nil {
+			a.hb.stop()
+		}
+	}()
 	providerID, sendErr := w.deliver(sctx, a)
-	if a.hb != nil {
-		// The heartbeat goes on until the outcome is written: a write
-		// that waits for its batch must not outlive the lease, or the
-		// reconciler would judge a send this worker knows the outcome of.
-		defer a.hb.stop()
-	}
 	// The outcome is written whatever time the send took: a message the
 	// provider accepted must be recorded as sent even if SEND_TIMEOUT ran
 	// out while waiting for its reply.
@@ -409,8 +413,11 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 
 	q := dbsqlc.New(w.db)
 	// Not bounded by ctx (SEND_TIMEOUT): the caller stops it once the
-	// outcome is written.
-	hb := w.startHeartbeat(context.WithoutCancel(ctx), q, a)
+	// outcome is written, and at the latest once the send and the
+	// longest wait of that write are over.
+	hctx, cancelHeartbeat := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout+3*recordTimeout)
+	hb := w.startHeartbeat(hctx, q, a)
+	hb.onStop = cancelHeartbeat
 	a.hb = hb
 	msg := mail.Message{
 		To:             d.Recipient,

@@ -281,7 +281,7 @@ func TestLeaseIsKeptWhileTheOutcomeIsWritten(t *testing.T) {
 		var n int
 		err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
 			AND wait_event_type = 'Lock' AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&n)
-		return err == nil && n == 1
+		return err == nil && n >= 1 // the first's heartbeat may queue on the row too
 	})
 	go func() { done <- process(ctx, w, second) }()
 	testenv.WaitFor(t, "the second to be accepted", 10*time.Second, func() bool { return e.sink.Count() == 2 })

@@ -216,3 +216,40 @@ func TestAsyncCommitDoesNotLeakOntoTheConnection(t *testing.T) {
 		t.Errorf("after an attempt, the worker's connection has synchronous_commit=%s", setting)
 	}
 }
+
+// A provider that panics mid-send (asynq recovers the panic and the
+// worker goes on) must not leave the attempt's heartbeat renewing its
+// lease for ever: the row would never look stale to the reconciler, and
+// every later task would find the lock busy.
+func TestPanicInTheProviderStopsTheHeartbeat(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	const ttl = 3 * time.Second
+	w := e.worker(t, workerOpts{provider: panicking{}, lockTTL: ttl})
+	d := e.checkout(t, "panic@example.com")
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the provider's panic did not reach the caller")
+			}
+		}()
+		_ = w.ProcessTask(context.Background(), notify.NewDeliverTask(d))
+	}()
+	// Two lease lengths later the lease has run out: nothing renews it.
+	time.Sleep(2 * ttl)
+	if got := e.f.Get(d.ID); got.Status != notify.StatusSending || got.LeaseExpiresAt == nil || got.LeaseExpiresAt.After(time.Now()) {
+		t.Errorf("%s, lease until %v; want sending with its lease run out, for the reconciler", got.Status, got.LeaseExpiresAt)
+	}
+}
+
+// panicking hands over, then panics.
+type panicking struct{}
+
+func (panicking) Send(_ context.Context, _ mail.Message, handOver func() error) (string, error) {
+	if err := handOver(); err != nil {
+		return "", err
+	}
+	panic("provider bug")
+}
+
+func (panicking) Probe(context.Context) error { return nil }
