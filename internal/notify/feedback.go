@@ -12,6 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // ErrUnknownMessage is returned for a provider event that names no
@@ -37,6 +38,13 @@ type FeedbackOutcome struct {
 // no delivery of this service is ErrUnknownMessage and changes nothing.
 func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (FeedbackOutcome, error) {
 	var out FeedbackOutcome
+	// The provider's strings as a text column takes them: a NUL or bad
+	// UTF-8 in a bounce's diagnostic (passed on from a remote server)
+	// would fail the transaction, and the provider would retry the event
+	// for ever without the recipient ever being suppressed.
+	for _, s := range []*string{&f.ProviderMessageID, &f.MessageID, &f.KeyHash, &f.EventID, &f.Detail} {
+		*s = textrule.Clip(*s, 1000)
+	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		var pid, mid *string

@@ -159,3 +159,26 @@ func TestDeadAttemptToASuppressedRecipientIsSuppressed(t *testing.T) {
 	}
 	e.emails(t, 0, "")
 }
+
+// A bounce whose diagnostic, passed on from the remote server, holds a
+// NUL and bytes that are not UTF-8 is recorded and suppresses the
+// recipient: refused by PostgreSQL, the event would fail at every retry
+// of the provider's webhook and the recipient would never be suppressed.
+func TestBounceWithAnUnstorableDiagnosticSuppresses(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	ctx := context.Background()
+	d := e.checkout(t, "nul@example.com")
+	if err := process(ctx, e.worker(t, workerOpts{}), d); err != nil {
+		t.Fatal(err)
+	}
+	d = e.f.Get(d.ID)
+	out, err := e.ops.RecordFeedback(ctx, mail.Feedback{Provider: "postmark", EventID: "bounce-\x00-1", Kind: mail.FeedbackBounced,
+		MessageID: d.MessageID, At: time.Now(), Detail: "550 5.1.1 \x00 no such user \xff"})
+	if err != nil || !out.Suppressed {
+		t.Fatalf("%+v, %v; want suppressed", out, err)
+	}
+	if s, _, err := e.ops.Suppression(ctx, "nul@example.com"); err != nil || !strings.Contains(s.Reason, "no such user ?") {
+		t.Errorf("suppression %+v, %v", s, err)
+	}
+}
