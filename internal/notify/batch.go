@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 type batch[T, R any] struct {
 	// run runs the statement for ins and returns one result per input, in
 	// their order; an error fails every caller of the batch, but for
-	// PostgreSQL's refusal of the statement, after which each caller's
+	// PostgreSQL's refusal of one row's value, after which each caller's
 	// input runs alone.
 	run func(ctx context.Context, ins []T) ([]R, error)
 	// max bounds a batch; the calls past it wait for the next.
@@ -85,13 +86,14 @@ func (b *batch[T, R]) runNext(ctx context.Context) {
 	outs, err := b.run(sctx, ins)
 	cancel()
 	var refused *pgconn.PgError
-	if err != nil && n > 1 && errors.As(err, &refused) {
-		// PostgreSQL refused the statement (a value of one row it cannot
-		// take, say): it committed nothing, and one row must not fail
-		// every attempt of its batch. Each runs alone, so the error
-		// reaches only the attempt it belongs to. Not after any other
-		// error: a lost connection may have come after the commit, and
-		// each alone would wait out the timeout again.
+	if err != nil && n > 1 && errors.As(err, &refused) && (strings.HasPrefix(refused.Code, "22") || strings.HasPrefix(refused.Code, "23")) {
+		// PostgreSQL refused a value of one row (data exception, class
+		// 22; integrity constraint, 23): the statement committed nothing,
+		// and one row must not fail every attempt of its batch. Each runs
+		// alone, so the error reaches only the attempt it belongs to. Not
+		// after any other error: a lost connection may have come after
+		// the commit, and a timeout or a lock would only be waited out
+		// again, once per row.
 		for _, c := range calls {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
 			out, err := b.run(sctx, []T{c.in})

@@ -101,11 +101,12 @@ func TestBatchIsBoundedAndEveryCallIsServed(t *testing.T) {
 	}
 }
 
-// PostgreSQL's refusal of a shared statement (one row's value it cannot
-// take) fails only the attempt that brought that row: the statement
-// committed nothing, so each input runs again alone. Any other error (a
-// lost connection, which may come after the commit) fails the whole
-// batch, with no second run.
+// PostgreSQL's refusal of a shared statement for one row's value fails
+// only the attempt that brought that row: the statement committed
+// nothing, so each input runs again alone. Any other error (a lost
+// connection, which may come after the commit; a timeout, which would
+// only be waited out again per row) fails the whole batch, with no
+// second run.
 func TestBatchRefusedByPostgreSQLRunsEachAlone(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -116,6 +117,7 @@ func TestBatchRefusedByPostgreSQLRunsEachAlone(t *testing.T) {
 	}{
 		{"refused", &pgconn.PgError{Code: "22021", Message: "invalid byte sequence"}, 1 + 3, true},
 		{"connection lost", errors.New("unexpected EOF"), 1, false},
+		{"statement timeout", &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}, 1, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
