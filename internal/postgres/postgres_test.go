@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/sekali-dev/sekali/db"
@@ -302,5 +304,66 @@ func TestGenericPlans(t *testing.T) {
 	}
 	if _, err := generic.Exec(ctx, "SELECT no_such_column"); err == nil {
 		t.Error("Exec of a broken statement returned no error")
+	}
+}
+
+// Migration 15 gives the deliveries pinned before it (their earliest
+// unknown attempt's time was not kept) the time their tries began, so
+// that the 24-hour window of a provider's deduplication errs on the side
+// of holding them; the rest get none. The rows are written with the
+// schema of migration 14, as a release before it left them: raw SQL on
+// purpose.
+func TestMigration15BackfillsPinnedDeliveries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := emptyDB(t)
+	fsys, err := fs.Sub(db.Migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDBFromPool(d.Pool)
+	defer sqlDB.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 14); err != nil {
+		t.Fatal(err)
+	}
+	order := uuid.New()
+	if _, err := d.Pool.Exec(ctx, `INSERT INTO orders (id, customer_email, customer_name, currency, total_minor) VALUES ($1, 'a@example.com', 'A', 'IDR', 1)`, order); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]struct {
+		status string
+		pinned bool
+		want   bool
+	}{
+		"pinned, pending": {"pending", true, true},
+		"pinned, held":    {"held", true, true},
+		"pinned, sent":    {"sent", true, false},
+		"not pinned":      {"pending", false, false},
+	}
+	ids := map[string]uuid.UUID{}
+	for name, r := range rows {
+		ids[name] = uuid.New()
+		if _, err := d.Pool.Exec(ctx, `INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, status, provider, provider_pinned, trying_since, template_data, sent_at)
+			VALUES ($1, $2, 'order-confirmation', 'a@example.com', $3, $4, 'resend', $5, now() - interval '30 hours', '{}', CASE WHEN $4 = 'sent' THEN now() END)`,
+			ids[name], order, "order-confirmation:"+ids[name].String(), r.status, r.pinned); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.UpTo(ctx, 15); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range rows {
+		var backfilled bool
+		if err := d.Pool.QueryRow(ctx, `SELECT unsettled_since IS NOT DISTINCT FROM trying_since AND unsettled_since IS NOT NULL
+			FROM notification_deliveries WHERE id = $1`, ids[name]).Scan(&backfilled); err != nil {
+			t.Fatal(err)
+		}
+		if backfilled != r.want {
+			t.Errorf("%s: backfilled %v, want %v", name, backfilled, r.want)
+		}
 	}
 }
