@@ -165,7 +165,6 @@ type heartbeat struct {
 	lost   atomic.Bool
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	onStop func() // releases what the caller gave it (its context's deadline)
 }
 
 func (w *Worker) startHeartbeat(ctx context.Context, q *dbsqlc.Queries, a *attempt) *heartbeat {
@@ -202,7 +201,4 @@ func (h *heartbeat) lockLost() bool { return h.lost.Load() }
 func (h *heartbeat) stop() {
 	h.cancel()
 	h.wg.Wait()
-	if h.onStop != nil {
-		h.onStop()
-	}
 }

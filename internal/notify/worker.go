@@ -413,11 +413,9 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 
 	q := dbsqlc.New(w.db)
 	// Not bounded by ctx (SEND_TIMEOUT): the caller stops it once the
-	// outcome is written, and at the latest once the send and the
-	// longest wait of that write are over.
-	hctx, cancelHeartbeat := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.SendTimeout+3*recordTimeout)
-	hb := w.startHeartbeat(hctx, q, a)
-	hb.onStop = cancelHeartbeat
+	// outcome is written, however long that waits for its batch, and
+	// whatever ends the attempt.
+	hb := w.startHeartbeat(context.WithoutCancel(ctx), q, a)
 	a.hb = hb
 	msg := mail.Message{
 		To:             d.Recipient,
