@@ -65,6 +65,14 @@ func (b *batch[T, R]) do(ctx context.Context, in T) (R, error) {
 	return c.out, c.err
 }
 
+// perRow reports whether a statement PostgreSQL failed with code may
+// succeed for each of its rows alone: a value it refused (data
+// exception, class 22; integrity constraint, 23), a deadlock (40P01) or
+// a serialization failure (40001).
+func perRow(code string) bool {
+	return strings.HasPrefix(code, "22") || strings.HasPrefix(code, "23") || code == "40P01" || code == "40001"
+}
+
 // runNext runs the statement for the calls at the head of the queue,
 // gives each its result, and hands the lead to the first call still
 // waiting, if any.
@@ -86,14 +94,14 @@ func (b *batch[T, R]) runNext(ctx context.Context) {
 	outs, err := b.run(sctx, ins)
 	cancel()
 	var refused *pgconn.PgError
-	if err != nil && n > 1 && errors.As(err, &refused) && (strings.HasPrefix(refused.Code, "22") || strings.HasPrefix(refused.Code, "23")) {
-		// PostgreSQL refused a value of one row (data exception, class
-		// 22; integrity constraint, 23): the statement committed nothing,
-		// and one row must not fail every attempt of its batch. Each runs
+	if err != nil && n > 1 && errors.As(err, &refused) && perRow(refused.Code) {
+		// PostgreSQL refused a value of one row, or the statement lost a
+		// deadlock or a serialization conflict: it committed nothing, and
+		// one row must not fail every attempt of its batch. Each runs
 		// alone, so the error reaches only the attempt it belongs to. Not
 		// after any other error: a lost connection may have come after
-		// the commit, and a timeout or a lock would only be waited out
-		// again, once per row.
+		// the commit, and a timeout or a lock wait would only be waited
+		// out again, once per row.
 		for _, c := range calls {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.timeout)
 			out, err := b.run(sctx, []T{c.in})

@@ -118,6 +118,7 @@ func TestBatchRefusedByPostgreSQLRunsEachAlone(t *testing.T) {
 		{"refused", &pgconn.PgError{Code: "22021", Message: "invalid byte sequence"}, 1 + 3, true},
 		{"connection lost", errors.New("unexpected EOF"), 1, false},
 		{"statement timeout", &pgconn.PgError{Code: "57014", Message: "canceling statement due to statement timeout"}, 1, false},
+		{"deadlock", &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}, 1 + 3, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
