@@ -11,11 +11,15 @@
 -- lifting the pin.
 -- Not indexed: written only on the paths of an unknown outcome.
 ALTER TABLE notification_deliveries ADD COLUMN unsettled_since TIMESTAMPTZ;
--- Deliveries pinned before this column existed: when their earliest
--- unknown attempt was handed over is not known, but not before their
--- tries began, which errs on the side of holding them.
-UPDATE notification_deliveries SET unsettled_since = trying_since
-WHERE provider_pinned AND status IN ('pending', 'sending', 'held');
+-- Deliveries pinned before this column existed, and not finished for
+-- good (an operator may retry failed, held and suppressed ones): their
+-- earliest unknown attempt is not known, but it is no earlier than their
+-- first recorded hand-over, or than the row itself, which errs on the
+-- side of holding them.
+UPDATE notification_deliveries d
+SET unsettled_since = coalesce((SELECT min(e.at) FROM delivery_events e
+                                WHERE e.delivery_id = d.id AND e.event = 'handed_over'), d.created_at)
+WHERE d.provider_pinned AND d.status NOT IN ('sent', 'cancelled');
 
 -- +goose Down
 ALTER TABLE notification_deliveries DROP COLUMN unsettled_since;

@@ -272,16 +272,24 @@ func fencedOut(attrs []slog.Attr) step {
 
 // decidePastResendWindow holds a claimed attempt at row d that would go
 // to provider (route) although an earlier attempt there, handed over at
-// d.UnsettledSince, may have been accepted, once resend (the window in
-// which that provider refuses a second message under our key) has
-// passed since: sending again could then deliver a second e-mail. past
-// is false when the attempt may go ahead.
+// d.UnsettledSince (its creation, if a release before that column
+// pinned it), may have been accepted, once resend (the window in which
+// that provider refuses a second message under our key) has passed
+// since: sending again could then deliver a second e-mail. past is false
+// when the attempt may go ahead.
 func decidePastResendWindow(d dbsqlc.NotificationDelivery, route string, resend time.Duration, now time.Time) (s step, past bool) {
-	if resend <= 0 || !d.ProviderPinned || derefString(d.Provider) != route || d.UnsettledSince == nil || now.Sub(*d.UnsettledSince) < resend {
+	if resend <= 0 || !d.ProviderPinned || derefString(d.Provider) != route {
+		return step{}, false
+	}
+	since := d.CreatedAt // pinned by a release that did not record it (during a roll): as early as it can be
+	if d.UnsettledSince != nil {
+		since = *d.UnsettledSince
+	}
+	if now.Sub(since) < resend {
 		return step{}, false
 	}
 	reason := fmt.Sprintf("held: an attempt handed over to provider %q at %s may have been accepted, and the %s in which it refuses a second message under this delivery's key have passed: sending again could deliver a second e-mail; check the provider's log, then mark sent, or retry with unpin if it does not have the message",
-		route, d.UnsettledSince.UTC().Format(time.RFC3339), resend)
+		route, since.UTC().Format(time.RFC3339), resend)
 	return step{write: writeHeld, to: StatusHeld, reason: reason, result: resultHeld, outcome: "held",
 		answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}, true
 }

@@ -158,3 +158,36 @@ func TestDecideUnclaimed(t *testing.T) {
 		t.Errorf("expiry reason = %q", s.reason)
 	}
 }
+
+// Whether an attempt may go to the provider it is pinned to, by the
+// window in which that provider refuses a second message under our key:
+// counted from the earliest unknown attempt, or, for a delivery a release
+// before unsettled_since pinned, from the delivery's creation.
+func TestDecidePastResendWindow(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	at := func(ago time.Duration) *time.Time { t := now.Add(-ago); return &t }
+	resend := "resend"
+	row := func(pinned bool, provider string, unsettled *time.Time, created time.Duration) dbsqlc.NotificationDelivery {
+		return dbsqlc.NotificationDelivery{ProviderPinned: pinned, Provider: &provider, UnsettledSince: unsettled, CreatedAt: now.Add(-created)}
+	}
+	for _, tc := range []struct {
+		name   string
+		d      dbsqlc.NotificationDelivery
+		window time.Duration
+		held   bool
+	}{
+		{"within the window", row(true, resend, at(22*time.Hour), 30*time.Hour), 23 * time.Hour, false},
+		{"past the window", row(true, resend, at(24*time.Hour), 30*time.Hour), 23 * time.Hour, true},
+		{"not pinned", row(false, resend, nil, 30*time.Hour), 23 * time.Hour, false},
+		{"pinned to another provider", row(true, "postmark", at(48*time.Hour), 50*time.Hour), 23 * time.Hour, false},
+		{"a provider without a window", row(true, resend, at(48*time.Hour), 50*time.Hour), 0, false},
+		{"pinned before the column, created long ago", row(true, resend, nil, 30*time.Hour), 23 * time.Hour, true},
+		{"pinned before the column, created lately", row(true, resend, nil, time.Hour), 23 * time.Hour, false},
+	} {
+		s, held := decidePastResendWindow(tc.d, resend, tc.window, now)
+		if held != tc.held || held && (s.write != writeHeld || s.to != StatusHeld || !strings.Contains(s.reason, "second e-mail") || s.answer != answerSkip) {
+			t.Errorf("%s: held %v, step %+v; want held %v", tc.name, held, s, tc.held)
+		}
+	}
+}

@@ -307,10 +307,12 @@ func TestGenericPlans(t *testing.T) {
 	}
 }
 
-// Migration 15 gives the deliveries pinned before it (their earliest
-// unknown attempt's time was not kept) the time their tries began, so
-// that the 24-hour window of a provider's deduplication errs on the side
-// of holding them; the rest get none. The rows are written with the
+// Migration 15 gives the deliveries pinned before it and not finished
+// for good (their earliest unknown attempt's time was not kept) the
+// earliest time it can have been, so that the 24-hour window of a
+// provider's deduplication errs on the side of holding them; the rest
+// get none. Without a hand-over in their history, that is the row's own
+// creation. The rows are written with the
 // schema of migration 14, as a release before it left them: raw SQL on
 // purpose.
 func TestMigration15BackfillsPinnedDeliveries(t *testing.T) {
@@ -339,10 +341,12 @@ func TestMigration15BackfillsPinnedDeliveries(t *testing.T) {
 		pinned bool
 		want   bool
 	}{
-		"pinned, pending": {"pending", true, true},
-		"pinned, held":    {"held", true, true},
-		"pinned, sent":    {"sent", true, false},
-		"not pinned":      {"pending", false, false},
+		"pinned, pending":    {"pending", true, true},
+		"pinned, held":       {"held", true, true},
+		"pinned, failed":     {"failed", true, true}, // an operator's bulk retry may take it
+		"pinned, suppressed": {"suppressed", true, true},
+		"pinned, sent":       {"sent", true, false},
+		"not pinned":         {"pending", false, false},
 	}
 	ids := map[string]uuid.UUID{}
 	for name, r := range rows {
@@ -353,12 +357,28 @@ func TestMigration15BackfillsPinnedDeliveries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// One with a hand-over in its history: that is its earliest time.
+	handedOver := uuid.New()
+	if _, err := d.Pool.Exec(ctx, `INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, status, provider, provider_pinned, template_data)
+		VALUES ($1, $2, 'order-confirmation', 'b@example.com', 'order-confirmation:b', 'pending', 'resend', true, '{}')`, handedOver, order); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Pool.Exec(ctx, `INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, at)
+		VALUES ($1, 'handed_over', 'sending', 'sending', 1, 'old-worker', now() - interval '20 hours'),
+		       ($1, 'handed_over', 'sending', 'sending', 2, 'old-worker', now() - interval '2 hours')`, handedOver); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := p.UpTo(ctx, 15); err != nil {
 		t.Fatal(err)
 	}
+	var fromHistory bool
+	if err := d.Pool.QueryRow(ctx, `SELECT unsettled_since BETWEEN now() - interval '21 hours' AND now() - interval '19 hours'
+		FROM notification_deliveries WHERE id = $1`, handedOver).Scan(&fromHistory); err != nil || !fromHistory {
+		t.Errorf("a pinned delivery with hand-overs in its history: backfilled from the first %v, %v; want true", fromHistory, err)
+	}
 	for name, r := range rows {
 		var backfilled bool
-		if err := d.Pool.QueryRow(ctx, `SELECT unsettled_since IS NOT DISTINCT FROM trying_since AND unsettled_since IS NOT NULL
+		if err := d.Pool.QueryRow(ctx, `SELECT unsettled_since IS NOT DISTINCT FROM created_at AND unsettled_since IS NOT NULL
 			FROM notification_deliveries WHERE id = $1`, ids[name]).Scan(&backfilled); err != nil {
 			t.Fatal(err)
 		}

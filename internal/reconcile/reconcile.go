@@ -299,8 +299,13 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			// unknown: it, not the latest, may be the one the provider
 			// took.
 			earliest := *d.HandedOverAt
-			if d.UnsettledSince != nil && d.UnsettledSince.Before(earliest) {
+			switch {
+			case d.UnsettledSince != nil && d.UnsettledSince.Before(earliest):
 				earliest = *d.UnsettledSince
+			case d.UnsettledSince == nil && d.ProviderPinned:
+				// Pinned by a release that did not record when (during
+				// a roll): as early as it can have been.
+				earliest = d.CreatedAt
 			}
 			if p.DedupWindow > 0 && time.Since(earliest) < p.DedupWindow {
 				return toPending(DecisionDedupResend, true, "outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")
