@@ -135,8 +135,8 @@ type NamedProvider struct {
 	// Resend, for a provider whose refusal of a second message under our
 	// key makes sending again safe (Resend), is how long after the
 	// earliest attempt whose outcome is unknown that lasts
-	// (mail.Descriptor's ResendWindow): a delivery pinned here and older
-	// than that is held, not sent again. 0: no such window.
+	// (provider.DedupWindows): a delivery pinned here and older than that
+	// is held, not sent again. 0: no such window.
 	Resend time.Duration
 }
 
