@@ -278,10 +278,7 @@ func TestLeaseIsKeptWhileTheOutcomeIsWritten(t *testing.T) {
 	tx := <-locked
 	defer tx.Rollback(context.Background()) //nolint:errcheck // committed below; this only runs on failure
 	testenv.WaitFor(t, "the first's sent statement to wait on its row", 10*time.Second, func() bool {
-		var n int
-		err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event_type = 'Lock' AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&n)
-		return err == nil && n >= 1 // the first's heartbeat may queue on the row too
+		return testenv.LockWaiters(t, e.db.Pool, "") >= 1 // the first's heartbeat may queue on the row too
 	})
 	go func() { done <- process(ctx, w, second) }()
 	testenv.WaitFor(t, "the second to be accepted", 10*time.Second, func() bool { return e.sink.Count() == 2 })

@@ -392,10 +392,7 @@ func TestDrainDuringTheClaimHandsTheRowBack(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.ProcessTask(ctx, notify.NewDeliverTask(d)) }()
 	testenv.WaitFor(t, "the claim to wait on the row lock", 30*time.Second, func() bool {
-		var n int
-		err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-			AND wait_event_type = 'Lock' AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&n)
-		return err == nil && n == 1
+		return testenv.LockWaiters(t, e.db.Pool, "") == 1
 	})
 	w.Drain()
 	if err := tx.Commit(ctx); err != nil {

@@ -246,18 +246,7 @@ func TestTwoRetentionPassesKeepTheTombstone(t *testing.T) {
 			done <- result{n, err}
 		}()
 	}
-	waiting := func() int {
-		var n int
-		err := e.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'
-			  AND query LIKE '%DELETE FROM notification_deliveries%'
-			  AND cardinality(pg_blocking_pids(pid)) > 0`).Scan(&n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	for waiting() < 2 {
+	for testenv.LockWaiters(t, e.db.Pool, "DELETE FROM notification_deliveries") < 2 {
 		select {
 		case r := <-done:
 			t.Fatalf("a retention pass ended before both waited on the row: %d, %v", r.n, r.err)
