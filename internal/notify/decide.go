@@ -4,12 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // What an attempt's state calls for, decided without I/O: the worker
@@ -171,7 +173,7 @@ func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, m
 	case verdictTooOld:
 		reason := fmt.Sprintf("expired: not sent within DELIVERY_MAX_AGE (%s)", maxAge)
 		if d.LastError != nil {
-			reason += "; last error: " + truncate([]byte(*d.LastError), 900)
+			reason += "; last error: " + textrule.Clip(*d.LastError, 900)
 		}
 		return step{write: writeExpired, to: StatusFailed, reason: reason, result: resultExpired, outcome: "failed",
 			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
@@ -223,7 +225,7 @@ func decideOutcome(d dbsqlc.NotificationDelivery, providerID string, sendErr err
 
 	se := sendErrorOf(sendErr)
 	attrs := append([]slog.Attr{slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
-	reason := truncate([]byte(sendErr.Error()), 1000)
+	reason := textrule.Clip(sendErr.Error(), 1000)
 	retried := func(refund bool, label string) step {
 		return step{write: writeRetry, to: StatusPending, reason: reason, refund: refund, pin: se.MayHaveAccepted(), result: resultRetried,
 			outcome: "retried", retry: label, answer: answerRetry, err: sendErr, attrs: attrs}
@@ -270,6 +272,35 @@ func fencedOut(attrs []slog.Attr) step {
 	return step{write: writeDuplicate, duplicate: "fencing", result: resultFencedOut, attrs: attrs}
 }
 
+// unknownSince is the earliest a delivery's attempt whose outcome is
+// still unknown can have been handed over: unsettled_since, or for a
+// pinned delivery without it (pinned by a release before that column,
+// during a roll) its creation, as early as it can be; or the latest
+// hand-over, when that is earlier or all there is. ok is false when
+// the delivery has no unknown attempt.
+func unknownSince(pinned bool, unsettled, handedOver *time.Time, created time.Time) (since time.Time, ok bool) {
+	var known []time.Time
+	switch {
+	case unsettled != nil:
+		known = append(known, *unsettled)
+	case pinned:
+		known = append(known, created)
+	}
+	if handedOver != nil {
+		known = append(known, *handedOver)
+	}
+	if len(known) == 0 {
+		return time.Time{}, false
+	}
+	return slices.MinFunc(known, time.Time.Compare), true
+}
+
+// UnknownSince is unknownSince for d: how long ago its earliest unknown
+// attempt may have reached the provider.
+func (d Delivery) UnknownSince() (time.Time, bool) {
+	return unknownSince(d.ProviderPinned, d.UnsettledSince, d.HandedOverAt, d.CreatedAt)
+}
+
 // decidePastResendWindow holds a claimed attempt at row d that would go
 // to provider (route) although an earlier attempt there, handed over at
 // d.UnsettledSince (its creation, if a release before that column
@@ -281,11 +312,8 @@ func decidePastResendWindow(d dbsqlc.NotificationDelivery, route string, resend 
 	if resend <= 0 || !d.ProviderPinned || derefString(d.Provider) != route {
 		return step{}, false
 	}
-	since := d.CreatedAt // pinned by a release that did not record it (during a roll): as early as it can be
-	if d.UnsettledSince != nil {
-		since = *d.UnsettledSince
-	}
-	if now.Sub(since) < resend {
+	since, unknown := unknownSince(d.ProviderPinned, d.UnsettledSince, d.HandedOverAt, d.CreatedAt)
+	if !unknown || now.Sub(since) < resend {
 		return step{}, false
 	}
 	reason := fmt.Sprintf("held: an attempt handed over to provider %q at %s may have been accepted, and the %s in which it refuses a second message under this delivery's key have passed: sending again could deliver a second e-mail; check the provider's log, then mark sent, or retry with unpin if it does not have the message",

@@ -90,7 +90,7 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (Fee
 		}
 		reason := fmt.Sprintf("%s reported a %s for delivery %s", f.Provider, source, d.ID)
 		if f.Detail != "" {
-			reason += ": " + truncate([]byte(f.Detail), 500)
+			reason += ": " + textrule.Clip(f.Detail, 500)
 		}
 		if _, err := q.AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: d.Recipient, Source: source, Reason: reason, Actor: f.Provider}); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("suppress the recipient of delivery %s: %w", d.ID, err)

@@ -234,7 +234,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	var p deliverPayload
 	if err := p.decode(task.Payload()); err != nil {
 		l.result = resultBadPayload
-		return fmt.Errorf("malformed task payload %q: %w: %w", truncate(task.Payload(), 200), err, asynq.SkipRetry)
+		return fmt.Errorf("malformed task payload %q: %w: %w", textrule.Clip(string(task.Payload()), 200), err, asynq.SkipRetry)
 	}
 	l.set(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
@@ -460,8 +460,3 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 	}
 	return providerID, err
 }
-
-// truncate is b as text a column can store, within n bytes
-// (textrule.Clip): a cut inside a character, or a NUL byte, would make
-// the statement that records the outcome fail.
-func truncate(b []byte, n int) string { return textrule.Clip(string(b), n) }

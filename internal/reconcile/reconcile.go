@@ -298,15 +298,7 @@ func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided
 			// Counted from the earliest attempt whose outcome is
 			// unknown: it, not the latest, may be the one the provider
 			// took.
-			earliest := *d.HandedOverAt
-			switch {
-			case d.UnsettledSince != nil && d.UnsettledSince.Before(earliest):
-				earliest = *d.UnsettledSince
-			case d.UnsettledSince == nil && d.ProviderPinned:
-				// Pinned by a release that did not record when (during
-				// a roll): as early as it can have been.
-				earliest = d.CreatedAt
-			}
+			earliest, _ := d.UnknownSince()
 			if p.DedupWindow > 0 && time.Since(earliest) < p.DedupWindow {
 				return toPending(DecisionDedupResend, true, "outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")
 			}
