@@ -49,6 +49,8 @@ type adminDelivery struct {
 	ProviderMessageID string          `json:"provider_message_id,omitempty"`
 	Provider          string          `json:"provider,omitempty"`
 	ProviderPinned    bool            `json:"provider_pinned,omitempty"`
+	MayHaveBeenSent   bool            `json:"may_have_been_sent,omitempty"`
+	Owner             *uuid.UUID      `json:"owner,omitempty"`
 	LeaseExpiresAt    *time.Time      `json:"lease_expires_at,omitempty"`
 	HandedOverAt      *time.Time      `json:"handed_over_at,omitempty"`
 	SendAt            *time.Time      `json:"send_at,omitempty"`
@@ -63,7 +65,7 @@ func toAdmin(d notify.Delivery) adminDelivery {
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
 		IdempotencyKey: d.IdempotencyKey, KeyHash: mail.KeyHash(d.IdempotencyKey), Status: d.Status,
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
-		Provider: d.Provider, ProviderPinned: d.ProviderPinned,
+		Provider: d.Provider, ProviderPinned: d.ProviderPinned, MayHaveBeenSent: d.MayHaveBeenSent(), Owner: d.Owner,
 		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, SendAt: d.NotBefore, TemplateData: d.Data,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt,
 	}
@@ -548,12 +550,14 @@ func handleAdminListKeys(a Admin) http.Handler {
 }
 
 // handleAdminCreateKey makes a key for the shop's backend and answers
-// with its secret, the only time it is shown.
+// with its secret, the only time it is shown. With "replaces", the key
+// of a rotation: it takes over the old key's notifications (its owner).
 func handleAdminCreateKey(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Name   string   `json:"name"`
-			Scopes []string `json:"scopes"`
+			Name     string    `json:"name"`
+			Scopes   []string  `json:"scopes"`
+			Replaces uuid.UUID `json:"replaces"`
 		}
 		if !decodeJSON(w, r, &req) {
 			return
@@ -574,7 +578,11 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			validationFailed(w, r, fields...)
 			return
 		}
-		k, secret, err := a.Keys.Create(r.Context(), name, scopes)
+		k, secret, err := a.Keys.CreateReplacing(r.Context(), name, scopes, req.Replaces)
+		if errors.Is(err, apikey.ErrNotFound) {
+			validationFailed(w, r, fieldError{Pointer: "/replaces", Detail: "is no API key's id (GET /admin/v1/api-keys lists them)"})
+			return
+		}
 		if err != nil {
 			writeError(w, r, err)
 			return

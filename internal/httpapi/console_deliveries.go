@@ -171,7 +171,7 @@ func handleConsoleDelivery(ops *notify.Operator) http.Handler {
 			Delivery: d, Events: events,
 			CanRetry:    !d.Retired && (d.Status == notify.StatusFailed || d.Status == notify.StatusHeld),
 			CanMarkSent: !d.Retired && d.Status == notify.StatusHeld,
-			CanCancel:   !d.Retired && d.Status == notify.StatusPending})
+			CanCancel:   !d.Retired && d.Status == notify.StatusPending && !d.MayHaveBeenSent()})
 	})
 }
 

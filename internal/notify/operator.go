@@ -22,6 +22,11 @@ import (
 // delivery in its current status (retrying a sent one, say).
 var ErrWrongState = errors.New("notify: the delivery is not in a state this action applies to")
 
+// ErrMayHaveBeenSent is the ErrWrongState of a cancel whose delivery a
+// provider may hold: an attempt was handed over and its outcome is not
+// known, so "cancelled", which says nothing was sent, would not be true.
+var ErrMayHaveBeenSent = fmt.Errorf("%w: a provider may already have the e-mail", ErrWrongState)
+
 // ErrPinnedUnreachable: a retry would keep a delivery pinned to a
 // provider that no live worker sends through, where it could neither go
 // out nor move (Operator.Retry).
@@ -170,7 +175,7 @@ func (o *Operator) checkPinReachable(ctx context.Context, id uuid.UUID) error {
 // Cancel calls off a pending delivery by an operator's decision, with a
 // note for the record (Cancel).
 func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string) (Delivery, error) {
-	return Cancel(ctx, o.db, id, actor, note)
+	return Cancel(ctx, o.db, id, Canceller{Actor: actor, Operator: true}, note)
 }
 
 // Unsubscribe records that recipient left category (a one-click
