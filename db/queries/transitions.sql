@@ -387,22 +387,29 @@ FROM upd;
 -- of the two, never both; and only one no provider may hold: cancelled
 -- says nothing was sent, so a row with an attempt whose outcome is
 -- unknown (pinned after a provider's 5xx, or put back to pending by the
--- reconciler while pinned) is not cancelled on our word. by_operator: an
--- operator may cancel any; an API key only what its owner line made
--- (owner_id), or what was recorded before owners were (NULL). No row:
--- not pending, not cancellable, not the caller's, or not there
--- (notify.Cancel tells which).
+-- reconciler while pinned) is not cancelled on our word — only on an
+-- operator's, who checked the provider's log (not_at_provider, as a
+-- retry's unpin; the history names the provider checked). by_operator:
+-- an operator may cancel any; an API key only what its owner line made
+-- (owner_id), or what was recorded before owners were (NULL); nobody but
+-- an operator the public checkout's (the all-zero owner). No row: not
+-- pending, not cancellable, not the caller's, or not there (notify.Cancel
+-- tells which).
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.id = @id AND d.status = 'pending'
-      AND NOT d.provider_pinned AND d.unsettled_since IS NULL
-      AND (@by_operator::boolean OR d.owner_id IS NULL OR d.owner_id = @owner::uuid)
+      AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR (@by_operator::boolean AND @not_at_provider::boolean))
+      AND (@by_operator::boolean OR d.owner_id IS NULL
+           OR (d.owner_id = @owner::uuid AND @owner::uuid <> '00000000-0000-0000-0000-000000000000'))
     RETURNING d.*
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, @actor::text,
-           CASE WHEN @note::text = '' THEN NULL ELSE jsonb_build_object('note', @note::text) END
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'note', nullif(@note::text, ''),
+               'not_at_provider', CASE WHEN upd.provider_pinned OR upd.unsettled_since IS NOT NULL THEN coalesce(upd.provider, '') END)),
+               '{}'::jsonb)
     FROM upd
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
@@ -419,7 +426,8 @@ WITH upd AS (
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = @order_id AND d.template = @template AND d.status = 'pending'
       AND NOT d.provider_pinned AND d.unsettled_since IS NULL
-      AND (@by_operator::boolean OR d.owner_id IS NULL OR d.owner_id = @owner::uuid)
+      AND (@by_operator::boolean OR d.owner_id IS NULL
+           OR (d.owner_id = @owner::uuid AND @owner::uuid <> '00000000-0000-0000-0000-000000000000'))
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)

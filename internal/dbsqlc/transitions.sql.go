@@ -18,13 +18,17 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.id = $1 AND d.status = 'pending'
-      AND NOT d.provider_pinned AND d.unsettled_since IS NULL
-      AND ($2::boolean OR d.owner_id IS NULL OR d.owner_id = $3::uuid)
+      AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR ($2::boolean AND $3::boolean))
+      AND ($2::boolean OR d.owner_id IS NULL
+           OR (d.owner_id = $4::uuid AND $4::uuid <> '00000000-0000-0000-0000-000000000000'))
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $4::text,
-           CASE WHEN $5::text = '' THEN NULL ELSE jsonb_build_object('note', $5::text) END
+    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $5::text,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'note', nullif($6::text, ''),
+               'not_at_provider', CASE WHEN upd.provider_pinned OR upd.unsettled_since IS NOT NULL THEN coalesce(upd.provider, '') END)),
+               '{}'::jsonb)
     FROM upd
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
@@ -34,11 +38,12 @@ FROM upd
 `
 
 type CancelDeliveryParams struct {
-	ID         uuid.UUID
-	ByOperator bool
-	Owner      uuid.UUID
-	Actor      string
-	Note       string
+	ID            uuid.UUID
+	ByOperator    bool
+	NotAtProvider bool
+	Owner         uuid.UUID
+	Actor         string
+	Note          string
 }
 
 type CancelDeliveryRow struct {
@@ -74,15 +79,19 @@ type CancelDeliveryRow struct {
 // of the two, never both; and only one no provider may hold: cancelled
 // says nothing was sent, so a row with an attempt whose outcome is
 // unknown (pinned after a provider's 5xx, or put back to pending by the
-// reconciler while pinned) is not cancelled on our word. by_operator: an
-// operator may cancel any; an API key only what its owner line made
-// (owner_id), or what was recorded before owners were (NULL). No row:
-// not pending, not cancellable, not the caller's, or not there
-// (notify.Cancel tells which).
+// reconciler while pinned) is not cancelled on our word — only on an
+// operator's, who checked the provider's log (not_at_provider, as a
+// retry's unpin; the history names the provider checked). by_operator:
+// an operator may cancel any; an API key only what its owner line made
+// (owner_id), or what was recorded before owners were (NULL); nobody but
+// an operator the public checkout's (the all-zero owner). No row: not
+// pending, not cancellable, not the caller's, or not there (notify.Cancel
+// tells which).
 func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) (CancelDeliveryRow, error) {
 	row := q.db.QueryRow(ctx, cancelDelivery,
 		arg.ID,
 		arg.ByOperator,
+		arg.NotAtProvider,
 		arg.Owner,
 		arg.Actor,
 		arg.Note,
@@ -123,7 +132,8 @@ WITH upd AS (
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = $2 AND d.template = $3 AND d.status = 'pending'
       AND NOT d.provider_pinned AND d.unsettled_since IS NULL
-      AND ($4::boolean OR d.owner_id IS NULL OR d.owner_id = $5::uuid)
+      AND ($4::boolean OR d.owner_id IS NULL
+           OR (d.owner_id = $5::uuid AND $5::uuid <> '00000000-0000-0000-0000-000000000000'))
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)

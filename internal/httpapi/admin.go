@@ -253,6 +253,7 @@ type adminActionRequest struct {
 	Note              string
 	ProviderMessageID string
 	Unpin             bool
+	NotAtProvider     bool // cancel: the operator checked the pinned provider's log
 }
 
 // The fields an action takes besides its note: each action's body is
@@ -264,6 +265,10 @@ type (
 	retryRequest struct {
 		Note  string `json:"note"`
 		Unpin bool   `json:"unpin"`
+	}
+	adminCancelRequest struct {
+		Note          string `json:"note"`
+		NotAtProvider bool   `json:"not_at_provider"`
 	}
 )
 
@@ -298,6 +303,12 @@ func decodeAdminAction(w http.ResponseWriter, r *http.Request, action adminActio
 			return req, false
 		}
 		req.Note, req.Unpin = rr.Note, rr.Unpin
+	case actionCancel:
+		var cr adminCancelRequest
+		if !decodeJSON(w, r, &cr) {
+			return req, false
+		}
+		req.Note, req.NotAtProvider = cr.Note, cr.NotAtProvider
 	default:
 		var nr noteRequest
 		if !decodeJSON(w, r, &nr) {
@@ -365,7 +376,7 @@ func handleAdminCancel(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		d, err := a.Ops.Cancel(r.Context(), id, actorOf(r), req.Note)
+		d, err := a.Ops.Cancel(r.Context(), id, actorOf(r), req.Note, req.NotAtProvider)
 		if err != nil {
 			writeError(w, r, err)
 			return

@@ -121,6 +121,13 @@ func TestCancelRefusesWhatAProviderMayHave(t *testing.T) {
 		t.Errorf("the operator's cancel: %d %s; want 409 may-have-been-sent", res.status, res.body)
 	}
 	var got order.Order
+	defer func() {
+		res := s.do(t, http.MethodPost, "/admin/v1/deliveries/"+d.ID.String()+"/cancel", "application/json",
+			strings.NewReader(`{"note":"resend has no such message","not_at_provider":true}`), map[string]string{"Authorization": "Bearer " + adminToken})
+		if res.status != http.StatusOK || !strings.Contains(string(res.body), `"status":"cancelled"`) {
+			t.Errorf("the operator's cancel after checking Resend's log: %d %s; want 200 cancelled", res.status, res.body)
+		}
+	}()
 	s.do(t, http.MethodGet, "/v1/orders/"+o.ID.String(), "", nil, nil).decode(t, &got)
 	if n := got.Notifications[0]; n.Status != "pending" || !n.MayHaveBeenSent {
 		t.Errorf("the order shows %+v; want pending and may_have_been_sent", n)

@@ -173,9 +173,11 @@ func (o *Operator) checkPinReachable(ctx context.Context, id uuid.UUID) error {
 }
 
 // Cancel calls off a pending delivery by an operator's decision, with a
-// note for the record (Cancel).
-func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string) (Delivery, error) {
-	return Cancel(ctx, o.db, id, Canceller{Actor: actor, Operator: true}, note)
+// note for the record (Cancel); notAtProvider, the operator checked the
+// log of the provider it is pinned to and it does not hold the message,
+// cancels one that may have been sent (ErrMayHaveBeenSent otherwise).
+func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string, notAtProvider bool) (Delivery, error) {
+	return Cancel(ctx, o.db, id, Canceller{Actor: actor, Operator: true, NotAtProvider: notAtProvider}, note)
 }
 
 // Unsubscribe records that recipient left category (a one-click

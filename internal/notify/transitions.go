@@ -45,7 +45,9 @@ import (
 //	pending  suppressed worker    the recipient is on the suppression list              suppressPending
 //	pending  suppressed worker    a subscription template, and the recipient left it    SuppressUnsubscribed (apply)
 //	sending  suppressed worker    either, on an attempt that died before its hand-over  (the same two)
-//	pending  cancelled API/operator called off before it was claimed (one, or a template's) Cancel, CancelTemplate
+//	pending  cancelled API/operator called off before it was claimed, no attempt of it  Cancel, CancelTemplate
+//	                              possibly taken (one, or a template's); the API: its
+//	                              owner's key only
 //	failed   pending  operator    retry, same key, a new DELIVERY_MAX_AGE               operatorRetry
 //	held     pending  operator    retry                                                 operatorRetry
 //	suppressed pending operator   retry, once the recipient is off the list             operatorRetry
@@ -338,13 +340,18 @@ type Canceller struct {
 	Actor    string    // the history's name for it
 	Operator bool      // an operator: any delivery
 	Owner    uuid.UUID // an API key's owner (apikey.Key.Owner)
+	// NotAtProvider: the operator checked the log of the provider a
+	// delivery is pinned to, and it does not hold the message, so one
+	// that may have been sent is cancelled all the same (a retry's unpin,
+	// for a cancel). The history records which provider was checked.
+	NotAtProvider bool
 }
 
-// Owns reports whether c may call d off, whatever d's status. The
-// statements CancelDelivery and CancelPendingOfTemplate hold the same
-// rule.
+// Owns reports whether c may call d off, whatever d's status: nobody but
+// an operator owns the public checkout's. The statements CancelDelivery
+// and CancelPendingOfTemplate hold the same rule.
 func (c Canceller) Owns(d Delivery) bool {
-	return c.Operator || d.Owner == nil || *d.Owner == c.Owner
+	return c.Operator || d.Owner == nil || (*d.Owner == c.Owner && c.Owner != PublicOwner)
 }
 
 // Cancel calls a pending delivery off, for c with note (may be empty),
@@ -357,7 +364,7 @@ func (c Canceller) Owns(d Delivery) bool {
 // one, or one that is not c's to cancel, ErrNotFound.
 func Cancel(ctx context.Context, db DB, id uuid.UUID, c Canceller, note string) (Delivery, error) {
 	row, err := dbsqlc.New(db).CancelDelivery(ctx, dbsqlc.CancelDeliveryParams{
-		ID: id, Actor: c.Actor, Note: note, ByOperator: c.Operator, Owner: c.Owner,
+		ID: id, Actor: c.Actor, Note: note, ByOperator: c.Operator, Owner: c.Owner, NotAtProvider: c.NotAtProvider,
 	})
 	if err == nil {
 		return fromRow(dbsqlc.NotificationDelivery(row)), nil

@@ -90,7 +90,7 @@ func TestCancel(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
 	w := e.worker(t, workerOpts{})
 	d := e.schedule(t, e.checkout(t, "budi@example.com"), "parcel-1", time.Now().Add(time.Hour))
-	got, err := e.ops.Cancel(context.Background(), d.ID, "operator:Ana", "paid by transfer")
+	got, err := e.ops.Cancel(context.Background(), d.ID, "operator:Ana", "paid by transfer", false)
 	if err != nil || got.Status != notify.StatusCancelled {
 		t.Fatalf("Cancel = %s, %v", got.Status, err)
 	}
@@ -210,7 +210,8 @@ func (e *env) scheduleAs(t *testing.T, d notify.Delivery, event string, owner uu
 // cancel is refused as ErrMayHaveBeenSent and the row goes on as it was.
 // Once nothing is unknown (a retry that lifts the pin: the operator
 // checked the provider's log), or where nothing was ever taken (refused
-// before the data), it is.
+// before the data), it is; and an operator who checked the provider's
+// log may cancel it saying so (NotAtProvider), which no API key may.
 func TestCancelNeverHidesAnAttemptThatMayHaveBeenTaken(t *testing.T) {
 	t.Parallel()
 	e := setup(t, smtpsink.Config{})
@@ -241,6 +242,25 @@ func TestCancelNeverHidesAnAttemptThatMayHaveBeenTaken(t *testing.T) {
 				t.Errorf("%s: a cancelled row in the history: %+v", name, ev)
 			}
 		}
+	}
+
+	// Any key's (recorded before owners were: raw SQL on purpose), so that
+	// only the operator's say-so is missing.
+	e.corrupt(t, "UPDATE notification_deliveries SET owner_id = NULL WHERE id = $1", maybe.ID)
+	checked := notify.Canceller{Actor: "api:key:shop", Owner: uuid.New(), NotAtProvider: true}
+	if _, err := notify.Cancel(ctx, e.db.Pool, maybe.ID, checked, ""); !errors.Is(err, notify.ErrMayHaveBeenSent) {
+		t.Errorf("a key's cancel saying not at the provider: %v, want ErrMayHaveBeenSent (only an operator may say so)", err)
+	}
+	got, err := e.ops.Cancel(ctx, maybe.ID, "operator:Ana", "resend's log has no such message", true)
+	if err != nil || got.Status != notify.StatusCancelled {
+		t.Errorf("an operator's cancel after checking the provider = %s, %v; want cancelled", got.Status, err)
+	}
+	history, err := notify.History(ctx, e.db.Pool, maybe.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := history[len(history)-1]; last.Event != "cancelled" || string(last.Detail) != `{"note": "resend's log has no such message", "not_at_provider": "resend"}` {
+		t.Errorf("the history's cancel: %+v (%s); want the note and the provider checked", last, last.Detail)
 	}
 
 	unpinned := e.f.Retried(e.f.HeldAt(e.checkout(t, "citra@example.com"), "postmark"), true)
@@ -291,10 +311,12 @@ func TestCancelBelongsToTheOwner(t *testing.T) {
 	if confirmation.Owner == nil || *confirmation.Owner != notify.PublicOwner {
 		t.Fatalf("a public checkout's confirmation is owned by %v, want notify.PublicOwner", confirmation.Owner)
 	}
-	if _, err := notify.Cancel(ctx, e.db.Pool, confirmation.ID, byShop, ""); !errors.Is(err, notify.ErrNotFound) {
-		t.Errorf("a key's cancel of a public checkout's confirmation: %v, want ErrNotFound", err)
+	for _, c := range []notify.Canceller{byShop, {Actor: "api", Owner: notify.PublicOwner}} {
+		if _, err := notify.Cancel(ctx, e.db.Pool, confirmation.ID, c, ""); !errors.Is(err, notify.ErrNotFound) {
+			t.Errorf("a cancel of a public checkout's confirmation by %+v: %v, want ErrNotFound", c, err)
+		}
 	}
-	if got, err := e.ops.Cancel(ctx, confirmation.ID, "operator:Ana", "fraud"); err != nil || got.Status != notify.StatusCancelled {
+	if got, err := e.ops.Cancel(ctx, confirmation.ID, "operator:Ana", "fraud", false); err != nil || got.Status != notify.StatusCancelled {
 		t.Errorf("an operator's cancel = %s, %v; want cancelled", got.Status, err)
 	}
 
