@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"golang.org/x/sync/errgroup"
 
@@ -133,7 +134,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case len(args) == 3 && args[0] == "templates" && args[1] == "check":
 		return checkTemplates(args[2], getenv, stdout)
 	default:
-		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck|keys create --name NAME --scopes checkout,orders:read,...|templates check DIR]")
+		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck|keys create --name NAME --scopes checkout,orders:read,... [--replaces KEY_ID]|templates check DIR]")
 		return fmt.Errorf("unexpected arguments %q", args)
 	}
 
@@ -263,8 +264,17 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 	fs.SetOutput(stderr)
 	rawName := fs.String("name", "", "whose key this is, e.g. shop-backend-2026-12")
 	scopes := fs.String("scopes", "", "comma-separated: "+fmt.Sprint(apikey.Scopes))
+	rawReplaces := fs.String("replaces", "", "the id of the key this one rotates: it takes over that key's notifications")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	var replaces uuid.UUID
+	if *rawReplaces != "" {
+		id, err := uuid.Parse(*rawReplaces)
+		if err != nil {
+			return fmt.Errorf("--replaces %q is not an API key's id (a UUID): %w", *rawReplaces, err)
+		}
+		replaces = id
 	}
 	parsed, err := apikey.ParseScopes(strings.Split(*scopes, ","))
 	name, problem := apikey.CheckName(*rawName)
@@ -283,7 +293,7 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
 		return err
 	}
-	k, secret, err := apikey.NewService(pool).Create(ctx, name, parsed)
+	k, secret, err := apikey.NewService(pool).CreateReplacing(ctx, name, parsed, replaces)
 	if err != nil {
 		return err
 	}

@@ -16,9 +16,10 @@
 -- statement sees one or the other.
 WITH ins AS (
     INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at,
-                                         trying_since, locale, not_before)
+                                         trying_since, locale, not_before, owner_id)
     SELECT @id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at,
-           greatest(@created_at, sqlc.narg(not_before)::timestamptz), sqlc.narg(locale)::text, sqlc.narg(not_before)::timestamptz
+           greatest(@created_at, sqlc.narg(not_before)::timestamptz), sqlc.narg(locale)::text, sqlc.narg(not_before)::timestamptz,
+           sqlc.narg(owner_id)::uuid
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to(@idempotency_key::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
@@ -29,7 +30,7 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -383,31 +384,50 @@ FROM upd;
 -- name: CancelDelivery :one
 -- pending -> cancelled: only a pending row, so that a cancel and a
 -- worker's claim (which locks the row and re-reads its status) end in one
--- of the two, never both. No row: it is not pending (or not there).
+-- of the two, never both; and only one no provider may hold: cancelled
+-- says nothing was sent, so a row with an attempt whose outcome is
+-- unknown (pinned after a provider's 5xx, or put back to pending by the
+-- reconciler while pinned) is not cancelled on our word — only on an
+-- operator's, who checked the provider's log (not_at_provider, as a
+-- retry's unpin; the history names the provider checked). by_operator:
+-- an operator may cancel any; an API key only what its owner line made
+-- (owner_id), or what was recorded before owners were (NULL); nobody but
+-- an operator the public checkout's (the all-zero owner). No row: not
+-- pending, not cancellable, not the caller's, or not there (notify.Cancel
+-- tells which).
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.id = @id AND d.status = 'pending'
+      AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR (@by_operator::boolean AND @not_at_provider::boolean))
+      AND (@by_operator::boolean OR d.owner_id IS NULL
+           OR (d.owner_id = @owner::uuid AND @owner::uuid <> '00000000-0000-0000-0000-000000000000'))
     RETURNING d.*
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, @actor::text,
-           CASE WHEN @note::text = '' THEN NULL ELSE jsonb_build_object('note', @note::text) END
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'note', nullif(@note::text, ''),
+               'not_at_provider', CASE WHEN upd.provider_pinned OR upd.unsettled_since IS NOT NULL THEN coalesce(upd.provider, '') END)),
+               '{}'::jsonb)
     FROM upd
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 FROM upd;
 
 -- name: CancelPendingOfTemplate :execrows
--- Every pending delivery of one template for one order -> cancelled (the
--- order was paid: no reminder), as CancelDelivery does each. Returns how
--- many.
+-- Every pending delivery of one template for one order that the caller
+-- may cancel -> cancelled (the order was paid: no reminder), as
+-- CancelDelivery does each, under the same conditions. Returns how many.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = @order_id AND d.template = @template AND d.status = 'pending'
+      AND NOT d.provider_pinned AND d.unsettled_since IS NULL
+      AND (@by_operator::boolean OR d.owner_id IS NULL
+           OR (d.owner_id = @owner::uuid AND @owner::uuid <> '00000000-0000-0000-0000-000000000000'))
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
@@ -450,7 +470,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -472,7 +492,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired. ----

@@ -68,10 +68,15 @@ var (
 
 // Key is one credential, without its secret.
 type Key struct {
-	ID        uuid.UUID  `json:"id"`
-	Name      string     `json:"name"`
-	Prefix    string     `json:"prefix"` // the public part of the key, for telling keys apart
-	Scopes    []Scope    `json:"scopes"`
+	ID     uuid.UUID `json:"id"`
+	Name   string    `json:"name"`
+	Prefix string    `json:"prefix"` // the public part of the key, for telling keys apart
+	Scopes []Scope   `json:"scopes"`
+	// Owner names the key's line: its own id, or, for a key made to
+	// replace another (rotation), that key's owner. What a key makes (an
+	// order, a notification) belongs to its owner: only keys of that line
+	// may call it off.
+	Owner     uuid.UUID  `json:"owner"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
@@ -144,8 +149,30 @@ func CheckName(raw string) (name, problem string) {
 	return name, textrule.OneLine(name, 100)
 }
 
-// Create makes a key; secret is the whole key, shown this once.
+// Create makes a key of a new line (its own owner); secret is the whole
+// key, shown this once.
 func (s *Service) Create(ctx context.Context, name string, scopes []Scope) (k Key, secret string, err error) {
+	return s.CreateReplacing(ctx, name, scopes, uuid.Nil)
+}
+
+// CreateReplacing makes a key that replaces the key replaces (uuid.Nil:
+// none, a new line), so that it has that key's owner: the notifications
+// the old key made stay the new one's to cancel once the old one is
+// revoked. Replacing revokes nothing; a key that does not exist is
+// ErrNotFound. Revoked keys may be replaced (a key revoked in a hurry).
+func (s *Service) CreateReplacing(ctx context.Context, name string, scopes []Scope, replaces uuid.UUID) (k Key, secret string, err error) {
+	id := uuid.Must(uuid.NewV7())
+	owner := id
+	if replaces != uuid.Nil {
+		old, err := dbsqlc.New(s.db).GetAPIKey(ctx, replaces)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return Key{}, "", fmt.Errorf("replace api key %s: %w", replaces, ErrNotFound)
+		}
+		if err != nil {
+			return Key{}, "", fmt.Errorf("replace api key %s: %w", replaces, err)
+		}
+		owner = old.OwnerID
+	}
 	var idPart [10]byte
 	_, _ = rand.Read(idPart[:]) // crypto/rand.Read never fails on supported platforms
 	prefix := Prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(idPart[:]))
@@ -156,7 +183,7 @@ func (s *Service) Create(ctx context.Context, name string, scopes []Scope) (k Ke
 		names[i] = string(sc)
 	}
 	row, err := dbsqlc.New(s.db).InsertAPIKey(ctx, dbsqlc.InsertAPIKeyParams{
-		ID: uuid.Must(uuid.NewV7()), Name: name, Prefix: prefix, SecretHash: hash[:], Scopes: names,
+		ID: id, Name: name, Prefix: prefix, SecretHash: hash[:], Scopes: names, OwnerID: owner,
 	})
 	if err != nil {
 		return Key{}, "", fmt.Errorf("create api key: %w", err)
@@ -245,7 +272,7 @@ func (s *Service) authenticate(ctx context.Context, token string, have [sha256.S
 }
 
 func fromRow(r dbsqlc.ApiKey) Key {
-	k := Key{ID: r.ID, Name: r.Name, Prefix: r.Prefix, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt}
+	k := Key{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Owner: r.OwnerID, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt}
 	for _, s := range r.Scopes {
 		k.Scopes = append(k.Scopes, Scope(s))
 	}

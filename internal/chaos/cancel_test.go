@@ -15,13 +15,17 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/resend"
+	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
 
 // The shop cancels its reminders at the very moment they fall due, while
 // two workers claim them: every reminder ends cancelled with no e-mail
 // (its cancel answered 200) or sent once (its cancel answered 409), never
-// both and never neither.
+// both and never neither. The cancels run from before the time to well
+// past asynq's moving of due tasks (1 s), so both sides of the race run;
+// a run in which either never did fails rather than passing untested.
 func TestCancelRacesTheWorkers(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration { return 20 * time.Millisecond }})
@@ -52,17 +56,17 @@ func TestCancelRacesTheWorkers(t *testing.T) {
 		reminders[i] = got.ID
 	}
 
-	// The cancels arrive spread over the 2 s around the time: asynq moves
+	// The cancels arrive spread over the 3 s from a second before the time: asynq moves
 	// a due task to the workers within its check interval (1 s), so some
 	// reminders are claimed before their cancel and some after.
-	time.Sleep(time.Until(due.Add(-100 * time.Millisecond)))
+	time.Sleep(time.Until(due.Add(-time.Second)))
 	answers := make([]int, n)
 	var wg sync.WaitGroup
 	for i, id := range reminders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			time.Sleep(time.Duration(i) * 65 * time.Millisecond)
+			time.Sleep(time.Duration(i) * 100 * time.Millisecond)
 			answers[i], _ = c.post(key, "/v1/notifications/"+id.String()+"/cancel", "")
 		}()
 	}
@@ -84,7 +88,75 @@ func TestCancelRacesTheWorkers(t *testing.T) {
 		}
 	}
 	t.Logf("%d reminders cancelled, %d sent", cancelled, n-cancelled)
+	if cancelled == 0 || cancelled == n {
+		t.Errorf("%d of %d reminders cancelled: one side of the race never ran", cancelled, n)
+	}
 	c.verdict("cancel races two workers at the reminders' time", expect{mayCancel: true})
+}
+
+// Resend takes each confirmation and answers 500 (its answer lost on the
+// way back), and the shop cancels each 0.3 s after its first hand-over,
+// while the delivery waits, pinned to Resend, for its retry under the
+// same key. No cancel is believed: each is refused (409: may have been
+// sent, or already sent), every delivery ends sent, Resend holds one
+// e-mail per order, and nothing is ever recorded cancelled.
+func TestCancelAfterALostAnswer(t *testing.T) {
+	t.Parallel()
+	c := newResendCluster(t)
+	const n = 6
+	faults := make([]resendtest.Fault, n)
+	for i := range faults {
+		faults[i] = resendtest.Fault{Status: 500, Name: "application_error", Message: "An unexpected error occurred.", Sent: true}
+	}
+	c.resend.FailNext(faults...)
+	c.startAPI()
+	c.startWorker()
+	c.startWorker()
+	c.startReconciler()
+	c.placeOrders("cancel-lost", n)
+
+	answers := make([]int, n)
+	bodies := make([]string, n)
+	var wg sync.WaitGroup
+	for i, o := range c.orders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(30 * time.Second)
+			for c.resend.CountByIdempotencyKey(resend.IdempotencyKey(o.Key)) == 0 {
+				if time.Now().After(deadline) {
+					t.Errorf("order %d never reached Resend", i)
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond)
+			var raw []byte
+			answers[i], raw = c.post(c.backendKey, "/v1/notifications/"+o.DeliveryID.String()+"/cancel", "")
+			bodies[i] = string(raw)
+		}()
+	}
+	wg.Wait()
+	c.settled(90 * time.Second)
+	mayHave := 0
+	for i := range answers {
+		switch {
+		case answers[i] == http.StatusConflict && strings.Contains(bodies[i], "urn:sekali:problem:may-have-been-sent"):
+			mayHave++
+		case answers[i] == http.StatusConflict:
+		default:
+			t.Errorf("order %d: the cancel after a lost answer answered %d %s, want 409", i, answers[i], bodies[i])
+		}
+	}
+	var cancelledEvents int
+	if err := c.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM delivery_events WHERE event = 'cancelled'").Scan(&cancelledEvents); err != nil {
+		t.Fatal(err)
+	}
+	if cancelledEvents != 0 {
+		t.Errorf("%d deliveries recorded cancelled after Resend took them", cancelledEvents)
+	}
+	t.Logf("%d of %d cancels refused as may-have-been-sent, the others as too late", mayHave, n)
+	c.verdict("cancel after Resend took the message and its answer was lost", expect{})
 }
 
 // post sends body (JSON, or nothing) to the API with key and returns the

@@ -91,7 +91,7 @@ type cluster struct {
 	resend     *resendtest.Server
 	smtpEnv    []string // the workers' SMTP_* (or PROVIDER and its) settings
 	recEnv     []string // the reconciler's provider settings
-	backendKey string   // the shop's backend's API key (orders:write: checkouts and shipments)
+	backendKey string   // the shop's backend's API key (orders:write and notifications:write: checkouts, shipments, cancels)
 	lookupURL  string
 	apiURL     string
 	api        *testenv.Process
@@ -116,7 +116,7 @@ func newCluster(t testing.TB, sinkCfg smtpsink.Config) *cluster {
 // with, as an operator would.
 func backendKey(t testing.TB, db testenv.DB) string {
 	t.Helper()
-	_, key, err := apikey.NewService(db.Pool).Create(context.Background(), "chaos backend", []apikey.Scope{apikey.ScopeOrdersWrite})
+	_, key, err := apikey.NewService(db.Pool).Create(context.Background(), "chaos backend", []apikey.Scope{apikey.ScopeOrdersWrite, apikey.ScopeNotificationsWrite})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,28 @@ import (
 	"github.com/google/uuid"
 )
 
+const getAPIKey = `-- name: GetAPIKey :one
+SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id FROM api_keys WHERE id = $1
+`
+
+func (q *Queries) GetAPIKey(ctx context.Context, id uuid.UUID) (ApiKey, error) {
+	row := q.db.QueryRow(ctx, getAPIKey, id)
+	var i ApiKey
+	err := row.Scan(
+		&i.ID,
+		&i.Name,
+		&i.Prefix,
+		&i.SecretHash,
+		&i.Scopes,
+		&i.CreatedAt,
+		&i.RevokedAt,
+		&i.OwnerID,
+	)
+	return i, err
+}
+
 const getAPIKeyByPrefix = `-- name: GetAPIKeyByPrefix :one
-SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at FROM api_keys WHERE prefix = $1
+SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id FROM api_keys WHERE prefix = $1
 `
 
 func (q *Queries) GetAPIKeyByPrefix(ctx context.Context, prefix string) (ApiKey, error) {
@@ -26,14 +46,15 @@ func (q *Queries) GetAPIKeyByPrefix(ctx context.Context, prefix string) (ApiKey,
 		&i.Scopes,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.OwnerID,
 	)
 	return i, err
 }
 
 const insertAPIKey = `-- name: InsertAPIKey :one
-INSERT INTO api_keys (id, name, prefix, secret_hash, scopes)
-VALUES ($1, $2, $3, $4, $5::text[])
-RETURNING id, name, prefix, secret_hash, scopes, created_at, revoked_at
+INSERT INTO api_keys (id, name, prefix, secret_hash, scopes, owner_id)
+VALUES ($1, $2, $3, $4, $5::text[], $6::uuid)
+RETURNING id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id
 `
 
 type InsertAPIKeyParams struct {
@@ -42,8 +63,11 @@ type InsertAPIKeyParams struct {
 	Prefix     string
 	SecretHash []byte
 	Scopes     []string
+	OwnerID    uuid.UUID
 }
 
+// owner_id: the key's own id for a new line of keys, or the owner of
+// the key it replaces (rotation).
 func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) (ApiKey, error) {
 	row := q.db.QueryRow(ctx, insertAPIKey,
 		arg.ID,
@@ -51,6 +75,7 @@ func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) (Api
 		arg.Prefix,
 		arg.SecretHash,
 		arg.Scopes,
+		arg.OwnerID,
 	)
 	var i ApiKey
 	err := row.Scan(
@@ -61,12 +86,13 @@ func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) (Api
 		&i.Scopes,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.OwnerID,
 	)
 	return i, err
 }
 
 const listAPIKeys = `-- name: ListAPIKeys :many
-SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at FROM api_keys ORDER BY created_at, id
+SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id FROM api_keys ORDER BY created_at, id
 `
 
 func (q *Queries) ListAPIKeys(ctx context.Context) ([]ApiKey, error) {
@@ -86,6 +112,7 @@ func (q *Queries) ListAPIKeys(ctx context.Context) ([]ApiKey, error) {
 			&i.Scopes,
 			&i.CreatedAt,
 			&i.RevokedAt,
+			&i.OwnerID,
 		); err != nil {
 			return nil, err
 		}
@@ -100,7 +127,7 @@ func (q *Queries) ListAPIKeys(ctx context.Context) ([]ApiKey, error) {
 const revokeAPIKey = `-- name: RevokeAPIKey :one
 UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
 WHERE id = $1
-RETURNING id, name, prefix, secret_hash, scopes, created_at, revoked_at
+RETURNING id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id
 `
 
 func (q *Queries) RevokeAPIKey(ctx context.Context, id uuid.UUID) (ApiKey, error) {
@@ -114,6 +141,7 @@ func (q *Queries) RevokeAPIKey(ctx context.Context, id uuid.UUID) (ApiKey, error
 		&i.Scopes,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.OwnerID,
 	)
 	return i, err
 }

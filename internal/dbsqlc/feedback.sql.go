@@ -78,7 +78,7 @@ func (q *Queries) AddUnsubscribe(ctx context.Context, arg AddUnsubscribeParams) 
 }
 
 const findDeliveryForFeedback = `-- name: FindDeliveryForFeedback :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries
 WHERE ($1::text IS NOT NULL AND provider_message_id = $1::text)
    OR ($2::text IS NOT NULL AND message_id IS NOT NULL
        AND split_part(message_id, '@', 1) = split_part($2::text, '@', 1)
@@ -122,12 +122,13 @@ func (q *Queries) FindDeliveryForFeedback(ctx context.Context, arg FindDeliveryF
 		&i.Provider,
 		&i.ProviderPinned,
 		&i.UnsettledSince,
+		&i.OwnerID,
 	)
 	return i, err
 }
 
 const findDeliveryForFeedbackByKeyHash = `-- name: FindDeliveryForFeedbackByKeyHash :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries
 WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = $1::text
 ORDER BY created_at DESC
 LIMIT 1
@@ -163,6 +164,7 @@ func (q *Queries) FindDeliveryForFeedbackByKeyHash(ctx context.Context, keyHash 
 		&i.Provider,
 		&i.ProviderPinned,
 		&i.UnsettledSince,
+		&i.OwnerID,
 	)
 	return i, err
 }

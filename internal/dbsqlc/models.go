@@ -19,6 +19,7 @@ type ApiKey struct {
 	Scopes     []string
 	CreatedAt  time.Time
 	RevokedAt  *time.Time
+	OwnerID    uuid.UUID
 }
 
 type ConsoleSession struct {
@@ -83,6 +84,7 @@ type NotificationDelivery struct {
 	Provider          *string
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
+	OwnerID           *uuid.UUID
 }
 
 type Order struct {
@@ -94,6 +96,7 @@ type Order struct {
 	CreatedAt       time.Time
 	AccessTokenHash []byte
 	Locale          *string
+	OwnerID         *uuid.UUID
 }
 
 type OrderItem struct {

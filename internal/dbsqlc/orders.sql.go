@@ -13,7 +13,7 @@ import (
 )
 
 const getOrder = `-- name: GetOrder :one
-SELECT id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale FROM orders WHERE id = $1
+SELECT id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id FROM orders WHERE id = $1
 `
 
 func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
@@ -28,25 +28,26 @@ func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
 		&i.CreatedAt,
 		&i.AccessTokenHash,
 		&i.Locale,
+		&i.OwnerID,
 	)
 	return i, err
 }
 
 const insertCheckout = `-- name: InsertCheckout :exec
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)
-    VALUES ($7, $8, $9, $10, $11, $12, $13, $14::text)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
+    VALUES ($7, $8, $9, $10, $11, $12, $13, $14::text, $15::uuid)
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
     SELECT $7::uuid,
-           unnest($15::integer[]),
-           unnest($16::text[]),
+           unnest($16::integer[]),
            unnest($17::text[]),
-           unnest($18::integer[]),
-           unnest($19::bigint[])
+           unnest($18::text[]),
+           unnest($19::integer[]),
+           unnest($20::bigint[])
 ), d AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
-    VALUES ($20, $7, $21, $22, $23, $24, $12, $12, $12, $14::text)
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id)
+    VALUES ($21, $7, $22, $23, $24, $25, $12, $12, $12, $14::text, $15::uuid)
     RETURNING id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
@@ -72,6 +73,7 @@ type InsertCheckoutParams struct {
 	CreatedAt       time.Time
 	AccessTokenHash []byte
 	Locale          *string
+	OwnerID         uuid.UUID
 	LineNos         []int32
 	Skus            []string
 	Names           []string
@@ -108,6 +110,7 @@ func (q *Queries) InsertCheckout(ctx context.Context, arg InsertCheckoutParams) 
 		arg.CreatedAt,
 		arg.AccessTokenHash,
 		arg.Locale,
+		arg.OwnerID,
 		arg.LineNos,
 		arg.Skus,
 		arg.Names,
@@ -132,21 +135,21 @@ WITH lk AS (
 ), go AS (
     SELECT 1 AS one FROM lk WHERE lk.locked AND NOT EXISTS (SELECT 1 FROM prior)
 ), o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)
-    SELECT $3, $4, $5, $6, $7, $8, $9, $10::text
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
+    SELECT $3, $4, $5, $6, $7, $8, $9, $10::text, $11::uuid
     FROM go
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
     SELECT $3::uuid,
-           unnest($11::integer[]),
-           unnest($12::text[]),
+           unnest($12::integer[]),
            unnest($13::text[]),
-           unnest($14::integer[]),
-           unnest($15::bigint[])
+           unnest($14::text[]),
+           unnest($15::integer[]),
+           unnest($16::bigint[])
     FROM go
 ), d AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale)
-    SELECT $16, $3, $17, $18, $19, $20, $8, $8, $8, $10::text
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id)
+    SELECT $17, $3, $18, $19, $20, $21, $8, $8, $8, $10::text, $11::uuid
     FROM go
     RETURNING id
 ), ev AS (
@@ -154,7 +157,7 @@ WITH lk AS (
     SELECT d.id, 'received', NULL, 'pending', 0, 'api' FROM d
 ), k AS (
     INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at)
-    SELECT $1::text, $2::text, $21::bytea, $22::bytea, $23::timestamptz
+    SELECT $1::text, $2::text, $22::bytea, $23::bytea, $24::timestamptz
     FROM go
     RETURNING 1 AS one
 )
@@ -175,6 +178,7 @@ type InsertKeyedCheckoutParams struct {
 	CreatedAt       time.Time
 	AccessTokenHash []byte
 	Locale          *string
+	OwnerID         uuid.UUID
 	LineNos         []int32
 	Skus            []string
 	Names           []string
@@ -219,6 +223,7 @@ func (q *Queries) InsertKeyedCheckout(ctx context.Context, arg InsertKeyedChecko
 		arg.CreatedAt,
 		arg.AccessTokenHash,
 		arg.Locale,
+		arg.OwnerID,
 		arg.LineNos,
 		arg.Skus,
 		arg.Names,
@@ -246,8 +251,8 @@ func (q *Queries) InsertKeyedCheckout(ctx context.Context, arg InsertKeyedChecko
 
 const insertOrder = `-- name: InsertOrder :exec
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale)
-    VALUES ($1, $7, $8, $9, $10, $11, $12, $13::text)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
+    VALUES ($1, $7, $8, $9, $10, $11, $12, $13::text, $14::uuid)
 )
 INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
 SELECT $1::uuid,
@@ -272,6 +277,7 @@ type InsertOrderParams struct {
 	CreatedAt       time.Time
 	AccessTokenHash []byte
 	Locale          *string
+	OwnerID         uuid.UUID
 }
 
 // The order and all its lines in one statement: one round trip. The
@@ -292,6 +298,7 @@ func (q *Queries) InsertOrder(ctx context.Context, arg InsertOrderParams) error 
 		arg.CreatedAt,
 		arg.AccessTokenHash,
 		arg.Locale,
+		arg.OwnerID,
 	)
 	return err
 }

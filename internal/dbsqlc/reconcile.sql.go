@@ -75,7 +75,7 @@ func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetired
 }
 
 const pickOrphanedPending = `-- name: PickOrphanedPending :many
-SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since FROM notification_deliveries d
+SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id FROM notification_deliveries d
 WHERE d.status = 'pending'
   AND d.updated_at < now() - make_interval(secs => $1::float8)
   AND (d.not_before IS NULL OR d.not_before < now() - make_interval(secs => $1::float8))
@@ -130,6 +130,7 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 			&i.Provider,
 			&i.ProviderPinned,
 			&i.UnsettledSince,
+			&i.OwnerID,
 		); err != nil {
 			return nil, err
 		}
@@ -142,7 +143,7 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 }
 
 const pickStaleSending = `-- name: PickStaleSending :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries
 WHERE status = 'sending' AND lease_expires_at < now()
   AND NOT (id = ANY($1::uuid[]))
 ORDER BY lease_expires_at
@@ -180,6 +181,7 @@ func (q *Queries) PickStaleSending(ctx context.Context, skip []uuid.UUID) (Notif
 		&i.Provider,
 		&i.ProviderPinned,
 		&i.UnsettledSince,
+		&i.OwnerID,
 	)
 	return i, err
 }

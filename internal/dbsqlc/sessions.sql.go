@@ -34,7 +34,7 @@ func (q *Queries) DeleteExpiredConsoleSessions(ctx context.Context) (int64, erro
 }
 
 const getConsoleSession = `-- name: GetConsoleSession :one
-SELECT s.csrf_token, s.expires_at, k.id, k.name, k.prefix, k.secret_hash, k.scopes, k.created_at, k.revoked_at
+SELECT s.csrf_token, s.expires_at, k.id, k.name, k.prefix, k.secret_hash, k.scopes, k.created_at, k.revoked_at, k.owner_id
 FROM console_sessions s JOIN api_keys k ON k.id = s.key_id
 WHERE s.token_hash = $1 AND s.expires_at > now() AND k.revoked_at IS NULL
 `
@@ -49,6 +49,7 @@ type GetConsoleSessionRow struct {
 	Scopes     []string
 	CreatedAt  time.Time
 	RevokedAt  *time.Time
+	OwnerID    uuid.UUID
 }
 
 // A live session of a live key, with the key.
@@ -65,6 +66,7 @@ func (q *Queries) GetConsoleSession(ctx context.Context, tokenHash []byte) (GetC
 		&i.Scopes,
 		&i.CreatedAt,
 		&i.RevokedAt,
+		&i.OwnerID,
 	)
 	return i, err
 }

@@ -18,23 +18,32 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.id = $1 AND d.status = 'pending'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since
+      AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR ($2::boolean AND $3::boolean))
+      AND ($2::boolean OR d.owner_id IS NULL
+           OR (d.owner_id = $4::uuid AND $4::uuid <> '00000000-0000-0000-0000-000000000000'))
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $2::text,
-           CASE WHEN $3::text = '' THEN NULL ELSE jsonb_build_object('note', $3::text) END
+    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $5::text,
+           nullif(jsonb_strip_nulls(jsonb_build_object(
+               'note', nullif($6::text, ''),
+               'not_at_provider', CASE WHEN upd.provider_pinned OR upd.unsettled_since IS NOT NULL THEN coalesce(upd.provider, '') END)),
+               '{}'::jsonb)
     FROM upd
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 FROM upd
 `
 
 type CancelDeliveryParams struct {
-	ID    uuid.UUID
-	Actor string
-	Note  string
+	ID            uuid.UUID
+	ByOperator    bool
+	NotAtProvider bool
+	Owner         uuid.UUID
+	Actor         string
+	Note          string
 }
 
 type CancelDeliveryRow struct {
@@ -61,14 +70,32 @@ type CancelDeliveryRow struct {
 	Provider          *string
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
+	OwnerID           *uuid.UUID
 }
 
 // ---- The shop or an operator: called off before it was sent. ----
 // pending -> cancelled: only a pending row, so that a cancel and a
 // worker's claim (which locks the row and re-reads its status) end in one
-// of the two, never both. No row: it is not pending (or not there).
+// of the two, never both; and only one no provider may hold: cancelled
+// says nothing was sent, so a row with an attempt whose outcome is
+// unknown (pinned after a provider's 5xx, or put back to pending by the
+// reconciler while pinned) is not cancelled on our word — only on an
+// operator's, who checked the provider's log (not_at_provider, as a
+// retry's unpin; the history names the provider checked). by_operator:
+// an operator may cancel any; an API key only what its owner line made
+// (owner_id), or what was recorded before owners were (NULL); nobody but
+// an operator the public checkout's (the all-zero owner). No row: not
+// pending, not cancellable, not the caller's, or not there (notify.Cancel
+// tells which).
 func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) (CancelDeliveryRow, error) {
-	row := q.db.QueryRow(ctx, cancelDelivery, arg.ID, arg.Actor, arg.Note)
+	row := q.db.QueryRow(ctx, cancelDelivery,
+		arg.ID,
+		arg.ByOperator,
+		arg.NotAtProvider,
+		arg.Owner,
+		arg.Actor,
+		arg.Note,
+	)
 	var i CancelDeliveryRow
 	err := row.Scan(
 		&i.ID,
@@ -94,6 +121,7 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		&i.Provider,
 		&i.ProviderPinned,
 		&i.UnsettledSince,
+		&i.OwnerID,
 	)
 	return i, err
 }
@@ -103,6 +131,9 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = $2 AND d.template = $3 AND d.status = 'pending'
+      AND NOT d.provider_pinned AND d.unsettled_since IS NULL
+      AND ($4::boolean OR d.owner_id IS NULL
+           OR (d.owner_id = $5::uuid AND $5::uuid <> '00000000-0000-0000-0000-000000000000'))
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
@@ -111,16 +142,24 @@ FROM upd
 `
 
 type CancelPendingOfTemplateParams struct {
-	Actor    string
-	OrderID  uuid.UUID
-	Template string
+	Actor      string
+	OrderID    uuid.UUID
+	Template   string
+	ByOperator bool
+	Owner      uuid.UUID
 }
 
-// Every pending delivery of one template for one order -> cancelled (the
-// order was paid: no reminder), as CancelDelivery does each. Returns how
-// many.
+// Every pending delivery of one template for one order that the caller
+// may cancel -> cancelled (the order was paid: no reminder), as
+// CancelDelivery does each, under the same conditions. Returns how many.
 func (q *Queries) CancelPendingOfTemplate(ctx context.Context, arg CancelPendingOfTemplateParams) (int64, error) {
-	result, err := q.db.Exec(ctx, cancelPendingOfTemplate, arg.Actor, arg.OrderID, arg.Template)
+	result, err := q.db.Exec(ctx, cancelPendingOfTemplate,
+		arg.Actor,
+		arg.OrderID,
+		arg.Template,
+		arg.ByOperator,
+		arg.Owner,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -135,7 +174,7 @@ WITH nosync AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), judged AS (
-    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
            CASE
                WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
@@ -172,7 +211,7 @@ WITH nosync AS (
     FROM judged j
     WHERE d.id = j.id
       AND j.verdict = 'claim'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, j.status AS from_status, j.task_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $11::text,
@@ -508,20 +547,21 @@ const insertDelivery = `-- name: InsertDelivery :one
 
 WITH ins AS (
     INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at,
-                                         trying_since, locale, not_before)
+                                         trying_since, locale, not_before, owner_id)
     SELECT $1, $2, $3, $4, $5, $6, $7, $7,
-           greatest($7, $8::timestamptz), $9::text, $8::timestamptz
+           greatest($7, $8::timestamptz), $9::text, $8::timestamptz,
+           $10::uuid
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
-    SELECT ins.id, 'received', NULL, 'pending', 0, $10::text FROM ins
+    SELECT ins.id, 'received', NULL, 'pending', 0, $11::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 FROM ins
 `
 
@@ -535,6 +575,7 @@ type InsertDeliveryParams struct {
 	CreatedAt      time.Time
 	NotBefore      *time.Time
 	Locale         *string
+	OwnerID        *uuid.UUID
 	Actor          string
 }
 
@@ -562,6 +603,7 @@ type InsertDeliveryRow struct {
 	Provider          *string
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
+	OwnerID           *uuid.UUID
 }
 
 // Every write that changes a delivery's status, grouped as the state
@@ -588,6 +630,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		arg.CreatedAt,
 		arg.NotBefore,
 		arg.Locale,
+		arg.OwnerID,
 		arg.Actor,
 	)
 	var i InsertDeliveryRow
@@ -615,6 +658,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.Provider,
 		&i.ProviderPinned,
 		&i.UnsettledSince,
+		&i.OwnerID,
 	)
 	return i, err
 }
@@ -822,7 +866,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -831,7 +875,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 FROM upd
 `
 
@@ -866,6 +910,7 @@ type OperatorMarkSentRow struct {
 	Provider          *string
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
+	OwnerID           *uuid.UUID
 }
 
 // A held delivery the operator found at the provider.
@@ -901,6 +946,7 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.Provider,
 		&i.ProviderPinned,
 		&i.UnsettledSince,
+		&i.OwnerID,
 	)
 	return i, err
 }
@@ -922,7 +968,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, prev.status AS from_status, prev.provider_pinned AS was_pinned
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, prev.status AS from_status, prev.provider_pinned AS was_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $3::text,
@@ -932,7 +978,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
 FROM upd
 `
 
@@ -967,6 +1013,7 @@ type OperatorRetryRow struct {
 	Provider          *string
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
+	OwnerID           *uuid.UUID
 }
 
 // ---- An operator (admin API). ----
@@ -1010,6 +1057,7 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.Provider,
 		&i.ProviderPinned,
 		&i.UnsettledSince,
+		&i.OwnerID,
 	)
 	return i, err
 }

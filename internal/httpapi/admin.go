@@ -49,6 +49,8 @@ type adminDelivery struct {
 	ProviderMessageID string          `json:"provider_message_id,omitempty"`
 	Provider          string          `json:"provider,omitempty"`
 	ProviderPinned    bool            `json:"provider_pinned,omitempty"`
+	MayHaveBeenSent   bool            `json:"may_have_been_sent,omitempty"`
+	Owner             *uuid.UUID      `json:"owner,omitempty"`
 	LeaseExpiresAt    *time.Time      `json:"lease_expires_at,omitempty"`
 	HandedOverAt      *time.Time      `json:"handed_over_at,omitempty"`
 	SendAt            *time.Time      `json:"send_at,omitempty"`
@@ -63,7 +65,7 @@ func toAdmin(d notify.Delivery) adminDelivery {
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
 		IdempotencyKey: d.IdempotencyKey, KeyHash: mail.KeyHash(d.IdempotencyKey), Status: d.Status,
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
-		Provider: d.Provider, ProviderPinned: d.ProviderPinned,
+		Provider: d.Provider, ProviderPinned: d.ProviderPinned, MayHaveBeenSent: d.MayHaveBeenSent(), Owner: d.Owner,
 		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, SendAt: d.NotBefore, TemplateData: d.Data,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt,
 	}
@@ -251,6 +253,7 @@ type adminActionRequest struct {
 	Note              string
 	ProviderMessageID string
 	Unpin             bool
+	NotAtProvider     bool // cancel: the operator checked the pinned provider's log
 }
 
 // The fields an action takes besides its note: each action's body is
@@ -262,6 +265,10 @@ type (
 	retryRequest struct {
 		Note  string `json:"note"`
 		Unpin bool   `json:"unpin"`
+	}
+	adminCancelRequest struct {
+		Note          string `json:"note"`
+		NotAtProvider bool   `json:"not_at_provider"`
 	}
 )
 
@@ -296,6 +303,12 @@ func decodeAdminAction(w http.ResponseWriter, r *http.Request, action adminActio
 			return req, false
 		}
 		req.Note, req.Unpin = rr.Note, rr.Unpin
+	case actionCancel:
+		var cr adminCancelRequest
+		if !decodeJSON(w, r, &cr) {
+			return req, false
+		}
+		req.Note, req.NotAtProvider = cr.Note, cr.NotAtProvider
 	default:
 		var nr noteRequest
 		if !decodeJSON(w, r, &nr) {
@@ -363,7 +376,7 @@ func handleAdminCancel(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		d, err := a.Ops.Cancel(r.Context(), id, actorOf(r), req.Note)
+		d, err := a.Ops.Cancel(r.Context(), id, actorOf(r), req.Note, req.NotAtProvider)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -548,12 +561,14 @@ func handleAdminListKeys(a Admin) http.Handler {
 }
 
 // handleAdminCreateKey makes a key for the shop's backend and answers
-// with its secret, the only time it is shown.
+// with its secret, the only time it is shown. With "replaces", the key
+// of a rotation: it takes over the old key's notifications (its owner).
 func handleAdminCreateKey(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Name   string   `json:"name"`
-			Scopes []string `json:"scopes"`
+			Name     string    `json:"name"`
+			Scopes   []string  `json:"scopes"`
+			Replaces uuid.UUID `json:"replaces"`
 		}
 		if !decodeJSON(w, r, &req) {
 			return
@@ -574,7 +589,11 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			validationFailed(w, r, fields...)
 			return
 		}
-		k, secret, err := a.Keys.Create(r.Context(), name, scopes)
+		k, secret, err := a.Keys.CreateReplacing(r.Context(), name, scopes, req.Replaces)
+		if errors.Is(err, apikey.ErrNotFound) {
+			validationFailed(w, r, fieldError{Pointer: "/replaces", Detail: "is no API key's id (GET /admin/v1/api-keys lists them)"})
+			return
+		}
 		if err != nil {
 			writeError(w, r, err)
 			return

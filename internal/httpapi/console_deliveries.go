@@ -227,6 +227,10 @@ func consoleAction(name string, act func(r *http.Request, id uuid.UUID, actor, n
 		case errors.Is(err, notify.ErrPinnedUnreachable):
 			consoleError(w, r, http.StatusConflict, strings.TrimPrefix(err.Error(), "notify: ")+".")
 			return
+		case errors.Is(err, notify.ErrMayHaveBeenSent):
+			consoleError(w, r, http.StatusConflict, "Not cancelled: "+strings.TrimPrefix(err.Error(), notify.ErrWrongState.Error()+": ")+
+				". Check that provider's log; if it does not have the message, cancel again saying so.")
+			return
 		case errors.Is(err, notify.ErrWrongState):
 			consoleError(w, r, http.StatusConflict, "Not possible in the delivery's current state: someone or something acted first. Reload it.")
 			return
@@ -254,7 +258,9 @@ func handleConsoleRetry(ops *notify.Operator) http.Handler {
 
 func handleConsoleCancel(ops *notify.Operator) http.Handler {
 	return consoleAction("cancel", func(r *http.Request, id uuid.UUID, actor, note string) error {
-		_, err := ops.Cancel(r.Context(), id, actor, note)
+		// "not_at_provider": the operator checked the log of the provider
+		// the delivery is pinned to, and it does not hold the message.
+		_, err := ops.Cancel(r.Context(), id, actor, note, r.PostFormValue("not_at_provider") == "yes")
 		return err
 	})
 }

@@ -320,6 +320,12 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, nil).decode(t, &claimedOrder)
 	s.f.Claimed(s.f.Get(claimedOrder.Notifications[0].ID), time.Minute)
 	c.do(409, "POST", "/v1/notifications/"+claimedOrder.Notifications[0].ID.String()+"/cancel", "", "", nil)
+	var lostAnswer order.Order
+	c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, map[string]string{"Idempotency-Key": "lost-answer"}).decode(t, &lostAnswer)
+	s.f.MaybeAccepted(s.f.Get(lostAnswer.Notifications[0].ID), "resend")
+	c.do(409, "POST", "/v1/notifications/"+lostAnswer.Notifications[0].ID.String()+"/cancel", "", "", nil)
+	c.do(200, "GET", "/v1/orders/"+lostAnswer.ID.String(), "", "", nil)
+	c.admin(409, "POST", "/admin/v1/deliveries/"+lostAnswer.Notifications[0].ID.String()+"/cancel", `{"note": "paid"}`)
 	c.do(200, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, nil)
 	c.do(422, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": ""}`, nil)
 	c.do(400, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": 1}`, nil)
@@ -420,6 +426,8 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 		Secret string     `json:"secret"`
 	}
 	c.admin(201, "POST", "/admin/v1/api-keys", `{"name": "shop-backend-2026-12", "scopes": ["orders:write", "orders:read"]}`).decode(t, &created)
+	c.admin(201, "POST", "/admin/v1/api-keys", `{"name": "shop-backend-2027-01", "scopes": ["orders:write"], "replaces": "`+created.APIKey.ID.String()+`"}`)
+	c.admin(422, "POST", "/admin/v1/api-keys", `{"name": "x", "scopes": ["orders:write"], "replaces": "00000000-0000-4000-8000-000000000000"}`)
 	c.admin(422, "POST", "/admin/v1/api-keys", `{"name": "", "scopes": ["orders:delete"]}`)
 	c.admin(400, "POST", "/admin/v1/api-keys", `{"name": "x", "scopes": ["orders:read"], "name": "y"}`)
 	c.admin(200, "GET", "/admin/v1/api-keys", "")

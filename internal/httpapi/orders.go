@@ -106,7 +106,7 @@ func handleCreateShipment(orders *order.Service) http.Handler {
 		if !decodeJSON(w, r, &req) {
 			return
 		}
-		n, created, err := orders.Ship(r.Context(), id, order.Shipment{Carrier: req.Carrier, TrackingNumber: req.TrackingNumber})
+		n, created, err := orders.Ship(r.Context(), id, order.Shipment{Carrier: req.Carrier, TrackingNumber: req.TrackingNumber}, callerOf(r))
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -170,7 +170,8 @@ func handleCreateNotification(orders *order.Service) http.Handler {
 
 // handleCancelNotification calls a pending notification off: 200 with it
 // cancelled, the same again for a second call; 409 with where it stands
-// once a worker has claimed it.
+// once a worker has claimed it, or when a provider may already have it;
+// 404 for one another key's owner made, as for one that does not exist.
 func handleCancelNotification(orders *order.Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := uuidParam(w, r, "No notification has this id: notification ids are UUIDs.")
@@ -180,6 +181,8 @@ func handleCancelNotification(orders *order.Service) http.Handler {
 		n, err := orders.CancelNotification(r.Context(), id, callerOf(r))
 		addLogAttrs(r.Context(), slog.String("delivery_id", id.String()))
 		switch {
+		case errors.Is(err, notify.ErrMayHaveBeenSent):
+			writeProblem(w, r, mayHaveBeenSent(err, &n))
 		case errors.Is(err, notify.ErrWrongState):
 			writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Too late to cancel",
 				Detail: "The notification is " + n.Status + ": only a pending one can be cancelled.", Notification: &n})
@@ -271,7 +274,7 @@ func idempotencyKeyOf(r *http.Request) (string, *problem) {
 // or nobody.
 func callerOf(r *http.Request) order.Caller {
 	k, _ := keyFrom(r.Context())
-	return order.Caller{Key: k.ID}
+	return order.Caller{Key: k.ID, Owner: k.Owner}
 }
 
 // anonymousKeyProblem refuses an anonymous caller's Idempotency-Key that

@@ -61,7 +61,18 @@ const (
 	typeOverloaded      = "urn:sekali:problem:overloaded"
 	typeUnknownMessage  = "urn:sekali:problem:unknown-message"
 	typeConflict        = "urn:sekali:problem:wrong-state"
+	typeMayHaveBeenSent = "urn:sekali:problem:may-have-been-sent"
 )
+
+// mayHaveBeenSent is the answer to a cancel of a notification a provider
+// may already have: not cancelled, since cancelled would say nothing was
+// sent.
+func mayHaveBeenSent(err error, n *order.Notification) problem {
+	why := strings.TrimPrefix(err.Error(), notify.ErrWrongState.Error()+": ")
+	return problem{Type: typeMayHaveBeenSent, Status: http.StatusConflict, Title: "The e-mail may already have been sent",
+		Detail: strings.ToUpper(why[:1]) + why[1:] + ". It was not cancelled: the provider may have it, and it may yet be recorded sent. " +
+			"Only a notification no attempt of which may have reached a provider can be cancelled.", Notification: n}
+}
 
 // writeProblem sends p as application/problem+json.
 func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
@@ -99,6 +110,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, notify.ErrPinnedUnreachable):
 		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Pinned to a provider no worker sends through",
 			Detail: strings.TrimPrefix(err.Error(), "notify: ") + "."})
+	case errors.Is(err, notify.ErrMayHaveBeenSent):
+		writeProblem(w, r, mayHaveBeenSent(err, nil))
 	case errors.Is(err, notify.ErrWrongState):
 		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Not possible in the delivery's current state",
 			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; cancel to pending ones; a sent delivery is never sent again."})

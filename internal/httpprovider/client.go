@@ -61,6 +61,23 @@ func newTransport(timeout time.Duration) *http.Transport {
 	}
 }
 
+// Refused is se, a provider's classified error answer to a message's
+// request (HandOver), marked as what it is: handed over, and, for a
+// server error (5xx), an answer after the request was written whole,
+// which says nothing certain about what the provider did with the
+// message: it may have taken it (mail.SendError.MayHaveAccepted). Such
+// an answer is at the data stage and says so, whatever the provider's
+// classification makes of it (Resend's: unavailable, since a retry
+// under its key cannot send twice; the others': ambiguous).
+func Refused(se *mail.SendError) *mail.SendError {
+	se.HandedOver = true
+	if se.Reply.Protocol == mail.ProtocolHTTP && se.Reply.Code >= 500 {
+		se.Stage = mail.StageData
+		se.Err = fmt.Errorf("%w (answered after the request was written whole: the provider may have taken the message)", se.Err)
+	}
+	return se
+}
+
 // Close closes idle connections.
 func (c *Client) Close() { c.http.CloseIdleConnections() }
 

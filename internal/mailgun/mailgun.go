@@ -176,9 +176,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	if decodeErr != nil {
 		message = httpprovider.Truncate(ans.Body)
 	}
-	se = classify(ans.Status, message)
-	se.HandedOver = true
-	return "", se
+	return "", httpprovider.Refused(classify(ans.Status, message))
 }
 
 // Probe implements mail.Provider: GET /v4/domains/<domain>, which
@@ -206,14 +204,14 @@ func (p *Provider) Probe(ctx context.Context) error {
 // classify decides what an error answer means for the delivery
 // (https://documentation.mailgun.com/docs/mailgun/quickstart-guide/responses).
 // Only an answer about the recipient is permanent. Mailgun does not
-// deduplicate, so a 5xx other than 503 after our request was written is
-// ambiguous: the look-up tells whether Mailgun took the message.
+// deduplicate, so a 5xx after our request was written, 503 included, is
+// ambiguous: Mailgun may have taken the message, and the look-up tells
+// (the worker also stops sending until a probe passes).
 //
 //	401, 402, 403      our key, plan or access              unavailable (auth)
 //	404                the domain, here or in the region    unavailable
 //	429                rate limit                           unavailable
-//	503                                                     unavailable
-//	other 5xx                                               ambiguous (look it up)
+//	5xx                                                     ambiguous (look it up)
 //	400 about 'to'                                          permanent (recipient)
 //	400 about 'from'                                        unavailable (sender)
 //	400 anything else, 413, other 4xx                       temporary
@@ -225,7 +223,7 @@ func classify(status int, message string) *mail.SendError {
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageAuth
 	case status == 404:
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageSender
-	case status == 429 || status == 503:
+	case status == 429:
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
 	case status >= 500:
 		se.Outcome, se.Stage = mail.OutcomeAmbiguous, mail.StageData

@@ -126,7 +126,7 @@ func TestErrorsAreClassified(t *testing.T) {
 		{mailguntest.Fault{Status: 402, Message: "Payment required"}, mail.OutcomeUnavailable, mail.StageAuth},
 		{mailguntest.Fault{Status: 404, Message: "Domain not found: mg.shop.example"}, mail.OutcomeUnavailable, mail.StageSender},
 		{mailguntest.Fault{Status: 429, Message: "Too many requests"}, mail.OutcomeUnavailable, mail.StageConnect},
-		{mailguntest.Fault{Status: 503, Message: "Service unavailable", Raw: true}, mail.OutcomeUnavailable, mail.StageConnect},
+		{mailguntest.Fault{Status: 503, Message: "Service unavailable", Raw: true}, mail.OutcomeAmbiguous, mail.StageData},
 		{mailguntest.Fault{Status: 500, Message: "Internal error"}, mail.OutcomeAmbiguous, mail.StageData},
 		{mailguntest.Fault{Status: 502, Message: "<html>Bad Gateway</html>", Raw: true}, mail.OutcomeAmbiguous, mail.StageData},
 		{mailguntest.Fault{Status: 400, Message: "'to' parameter is not a valid address. please check documentation"}, mail.OutcomePermanent, mail.StageRecipient},

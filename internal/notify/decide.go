@@ -208,8 +208,13 @@ func decideUnclaimed(v verdict, d dbsqlc.NotificationDelivery, keyHash string, m
 }
 
 // decideOutcome is what a finished send calls for: its error (nil: the
-// provider accepted the message), on the claimed row d, at now.
-func decideOutcome(d dbsqlc.NotificationDelivery, providerID string, sendErr error, now time.Time, maxAge time.Duration) step {
+// provider accepted the message), on the claimed row d, at now. dedupes
+// says the provider refuses a second message under the delivery's key
+// (Resend, within its window): only then may an answer that leaves the
+// message possibly taken (a 5xx after the request was written) be sent
+// again at once; with any other provider it is left for the reconciler,
+// which asks the provider first.
+func decideOutcome(d dbsqlc.NotificationDelivery, providerID string, sendErr error, now time.Time, maxAge time.Duration, dedupes bool) step {
 	if sendErr == nil {
 		return step{write: writeSent, to: StatusSent, providerID: providerID, result: resultSent, outcome: "sent",
 			attrs: []slog.Attr{slog.String("provider_message_id", providerID)}}
@@ -233,6 +238,21 @@ func decideOutcome(d dbsqlc.NotificationDelivery, providerID string, sendErr err
 	failed := func(reason string) step {
 		return step{write: writeFailed, to: StatusFailed, reason: reason, result: resultFailed, outcome: "failed",
 			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry), attrs: attrs}
+	}
+	ambiguous := func() step {
+		s := step{write: writeAmbiguous, reason: "ambiguous: " + reason, result: resultLeftForReconciler, outcome: "ambiguous", attrs: attrs}
+		if se.Reply.Protocol == mail.ProtocolHTTP && se.Reply.Code >= 500 {
+			// A server error answered: the provider is unwell. The
+			// worker stops sending until a probe gets through, and the
+			// reconciler settles this one.
+			s.providerDown = se
+		}
+		return s
+	}
+	if se.MayHaveAccepted() && se.Outcome != mail.OutcomeAmbiguous && !dedupes {
+		// Sending it again could deliver a second e-mail: a provider that
+		// does not refuse a second message under our key must be asked.
+		return ambiguous()
 	}
 	switch se.Outcome {
 	case mail.OutcomeAborted:
@@ -261,7 +281,7 @@ func decideOutcome(d dbsqlc.NotificationDelivery, providerID string, sendErr err
 	case mail.OutcomePermanent:
 		return failed(reason)
 	default: // mail.OutcomeAmbiguous
-		return step{write: writeAmbiguous, reason: "ambiguous: " + reason, result: resultLeftForReconciler, outcome: "ambiguous", attrs: attrs}
+		return ambiguous()
 	}
 }
 
@@ -299,6 +319,23 @@ func unknownSince(pinned bool, unsettled, handedOver *time.Time, created time.Ti
 // attempt may have reached the provider.
 func (d Delivery) UnknownSince() (time.Time, bool) {
 	return unknownSince(d.ProviderPinned, d.UnsettledSince, d.HandedOverAt, d.CreatedAt)
+}
+
+// MayHaveBeenSent reports whether a provider may hold d's e-mail though
+// its status does not say sent: an attempt was handed over and its
+// outcome is not known — pinned to its provider (UnsettledSince), or
+// sending past its hand-over. (A final row keeps its last hand-over's
+// time, which says nothing unknown by itself: a refusal after the data
+// is an answer.) Such a delivery is never cancelled on our word, and
+// the shop is told (order.Notification's may_have_been_sent).
+func (d Delivery) MayHaveBeenSent() bool {
+	switch {
+	case d.Status == StatusSent:
+		return false
+	case d.Status == StatusSending && d.HandedOverAt != nil:
+		return true
+	}
+	return d.ProviderPinned || d.UnsettledSince != nil
 }
 
 // decidePastResendWindow holds a claimed attempt at row d that would go

@@ -65,7 +65,7 @@ func TestDecideOutcome(t *testing.T) {
 			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "lock_expired", answer: answerRetry}},
 		{"provider refuses us", young, smtpErr(mail.OutcomeUnavailable, mail.StageAuth, 535, "5.7.8"),
 			want{write: writeRetry, to: StatusPending, refund: true, result: resultRetried, outcome: "retried", retry: "provider_unavailable", answer: answerProviderWait}},
-		{"Resend's 503 after the request went out", young, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageConnect,
+		{"Resend's 503 after the request went out", young, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageData,
 			Reply: mail.HTTPStatus(503), HandedOver: true, Err: errors.New("503")},
 			want{write: writeRetry, to: StatusPending, refund: true, pin: true, result: resultRetried, outcome: "retried", retry: "provider_unavailable", answer: answerProviderWait}},
 		{"HTTP provider unreachable after the hand-over", young, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageConnect,
@@ -89,13 +89,47 @@ func TestDecideOutcome(t *testing.T) {
 		{"an error nobody classified", young, errors.New("something odd"),
 			want{write: writeAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous"}},
 	} {
-		s := decideOutcome(tt.d, "queued-1", tt.err, now, 48*time.Hour)
+		s := decideOutcome(tt.d, "queued-1", tt.err, now, 48*time.Hour, true) // a provider that deduplicates: Resend
 		tt.want.check(t, tt.name, s)
 		if tt.want.answer == answerProviderWait && s.providerDown == nil {
 			t.Errorf("%s: the worker is not told that the provider refuses us", tt.name)
 		}
 		if tt.want.write == writeSent && s.providerID != "queued-1" {
 			t.Errorf("%s: provider id %q, want queued-1", tt.name, s.providerID)
+		}
+	}
+}
+
+// A server error answered after the request was written leaves the
+// message possibly taken, whatever the provider's classification calls
+// it. Only a provider that refuses a second message under our key may
+// get it again at once (pinned to it); any other is asked first: the row
+// is left for the reconciler's look-up. Either way the worker stops
+// sending to the unwell provider until a probe passes.
+func TestDecideOutcomeOfAServerErrorAfterTheHandOver(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	young := dbsqlc.NotificationDelivery{Template: "order-confirmation", TryingSince: now.Add(-time.Minute)}
+	unavailable := &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageData, Reply: mail.HTTPStatus(503), HandedOver: true, Err: errors.New("503")}
+	ambiguous := &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(500), HandedOver: true, Err: errors.New("500")}
+	for _, tt := range []struct {
+		name    string
+		err     *mail.SendError
+		dedupes bool
+		want    want
+	}{
+		{"a deduplicating provider's 503", unavailable, true,
+			want{write: writeRetry, to: StatusPending, refund: true, pin: true, result: resultRetried, outcome: "retried", retry: "provider_unavailable", answer: answerProviderWait}},
+		{"another provider's 503 classified unavailable", unavailable, false,
+			want{write: writeAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous"}},
+		{"another provider's 500, ambiguous", ambiguous, false,
+			want{write: writeAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous"}},
+		{"a deduplicating provider's ambiguous 500", ambiguous, true,
+			want{write: writeAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous"}},
+	} {
+		s := decideOutcome(young, "", tt.err, now, 48*time.Hour, tt.dedupes)
+		tt.want.check(t, tt.name, s)
+		if s.providerDown == nil {
+			t.Errorf("%s: the worker goes on sending to a provider that answers server errors", tt.name)
 		}
 	}
 }

@@ -83,6 +83,10 @@ type Delivery struct {
 	// UnsettledSince is when the earliest attempt whose outcome is still
 	// unknown was handed over; nil if none is.
 	UnsettledSince *time.Time
+	// Owner is the owner of the API key that made it (apikey.Key.Owner;
+	// a checkout's confirmation: the order's), PublicOwner for the public
+	// checkout's, nil when it was recorded before owners were.
+	Owner *uuid.UUID
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.
@@ -118,7 +122,15 @@ type Intent struct {
 	// NotBefore sends it later: no worker claims it before, and
 	// DELIVERY_MAX_AGE counts from it. Zero, or a time past: at once.
 	NotBefore time.Time
+	// Owner is the owner of the API key that asks (apikey.Key.Owner), or
+	// PublicOwner for an anonymous caller: who may cancel it (CanCancel).
+	Owner uuid.UUID
 }
+
+// PublicOwner owns what anonymous callers make (the public checkout's
+// confirmations): no API key's owner is the all-zero UUID, so only an
+// operator may cancel them.
+var PublicOwner = uuid.Nil
 
 // key is the intent's idempotency key.
 func (in Intent) key() string {
@@ -194,7 +206,7 @@ func (in Intent) prepare(now time.Time) (PreparedIntent, error) {
 	d := Delivery{
 		ID: uuid.Must(uuid.NewV7()), OrderID: in.OrderID, Template: in.Template, Recipient: in.Recipient,
 		IdempotencyKey: in.key(), Status: StatusPending, Data: data,
-		CreatedAt: now, UpdatedAt: now, TryingSince: now, Locale: in.Locale,
+		CreatedAt: now, UpdatedAt: now, TryingSince: now, Locale: in.Locale, Owner: &in.Owner,
 	}
 	if in.NotBefore.After(now) {
 		at := in.NotBefore.UTC().Truncate(time.Microsecond)
@@ -236,6 +248,7 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		NotBefore:      r.NotBefore,
 		ProviderPinned: r.ProviderPinned,
 		UnsettledSince: r.UnsettledSince,
+		Owner:          r.OwnerID,
 		leaseToken:     r.LeaseToken,
 	}
 	if r.Provider != nil {

@@ -22,6 +22,11 @@ import (
 // delivery in its current status (retrying a sent one, say).
 var ErrWrongState = errors.New("notify: the delivery is not in a state this action applies to")
 
+// ErrMayHaveBeenSent is the ErrWrongState of a cancel whose delivery a
+// provider may hold: an attempt was handed over and its outcome is not
+// known, so "cancelled", which says nothing was sent, would not be true.
+var ErrMayHaveBeenSent = fmt.Errorf("%w: a provider may already have the e-mail", ErrWrongState)
+
 // ErrPinnedUnreachable: a retry would keep a delivery pinned to a
 // provider that no live worker sends through, where it could neither go
 // out nor move (Operator.Retry).
@@ -168,9 +173,11 @@ func (o *Operator) checkPinReachable(ctx context.Context, id uuid.UUID) error {
 }
 
 // Cancel calls off a pending delivery by an operator's decision, with a
-// note for the record (Cancel).
-func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string) (Delivery, error) {
-	return Cancel(ctx, o.db, id, actor, note)
+// note for the record (Cancel); notAtProvider, the operator checked the
+// log of the provider it is pinned to and it does not hold the message,
+// cancels one that may have been sent (ErrMayHaveBeenSent otherwise).
+func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string, notAtProvider bool) (Delivery, error) {
+	return Cancel(ctx, o.db, id, Canceller{Actor: actor, Operator: true, NotAtProvider: notAtProvider}, note)
 }
 
 // Unsubscribe records that recipient left category (a one-click

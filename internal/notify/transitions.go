@@ -45,7 +45,9 @@ import (
 //	pending  suppressed worker    the recipient is on the suppression list              suppressPending
 //	pending  suppressed worker    a subscription template, and the recipient left it    SuppressUnsubscribed (apply)
 //	sending  suppressed worker    either, on an attempt that died before its hand-over  (the same two)
-//	pending  cancelled API/operator called off before it was claimed (one, or a template's) Cancel, CancelTemplate
+//	pending  cancelled API/operator called off before it was claimed, no attempt of it  Cancel, CancelTemplate
+//	                              possibly taken (one, or a template's); the API: its
+//	                              owner's key only
 //	failed   pending  operator    retry, same key, a new DELIVERY_MAX_AGE               operatorRetry
 //	held     pending  operator    retry                                                 operatorRetry
 //	suppressed pending operator   retry, once the recipient is off the list             operatorRetry
@@ -84,7 +86,7 @@ func recordIntent(ctx context.Context, q *dbsqlc.Queries, d Delivery) (dbsqlc.No
 	row, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
 		IdempotencyKey: d.IdempotencyKey, TemplateData: d.Data, CreatedAt: d.CreatedAt, Actor: "api", Locale: locale,
-		NotBefore: d.NotBefore,
+		NotBefore: d.NotBefore, OwnerID: d.Owner,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.NotificationDelivery{}, false, nil
@@ -331,13 +333,39 @@ func operatorMarkSent(ctx context.Context, db DB, id uuid.UUID, providerMessageI
 	return fromRow(dbsqlc.NotificationDelivery(row)), nil
 }
 
-// Cancel calls a pending delivery off, under actor with note (may be
-// empty), in one statement with its history row. One already cancelled
-// is returned as it is (cancelling twice is cancelling once); one in any
-// other status is ErrWrongState, with the delivery, so that the caller can
-// say where it stands; a missing one, ErrNotFound.
-func Cancel(ctx context.Context, db DB, id uuid.UUID, actor, note string) (Delivery, error) {
-	row, err := dbsqlc.New(db).CancelDelivery(ctx, dbsqlc.CancelDeliveryParams{ID: id, Actor: actor, Note: note})
+// Canceller is who calls deliveries off: an operator, who may call off
+// any, or an API key, which may call off only what its owner made
+// (Delivery.Owner), and what was recorded before owners were.
+type Canceller struct {
+	Actor    string    // the history's name for it
+	Operator bool      // an operator: any delivery
+	Owner    uuid.UUID // an API key's owner (apikey.Key.Owner)
+	// NotAtProvider: the operator checked the log of the provider a
+	// delivery is pinned to, and it does not hold the message, so one
+	// that may have been sent is cancelled all the same (a retry's unpin,
+	// for a cancel). The history records which provider was checked.
+	NotAtProvider bool
+}
+
+// Owns reports whether c may call d off, whatever d's status: nobody but
+// an operator owns the public checkout's. The statements CancelDelivery
+// and CancelPendingOfTemplate hold the same rule.
+func (c Canceller) Owns(d Delivery) bool {
+	return c.Operator || d.Owner == nil || (*d.Owner == c.Owner && c.Owner != PublicOwner)
+}
+
+// Cancel calls a pending delivery off, for c with note (may be empty),
+// in one statement with its history row. Cancelled says that no provider
+// has the message, so only a delivery no attempt of which may have been
+// accepted is cancelled. One already cancelled is returned as it is
+// (cancelling twice is cancelling once); one a provider may hold is
+// ErrMayHaveBeenSent, one in any other status ErrWrongState, both with
+// the delivery, so that the caller can say where it stands; a missing
+// one, or one that is not c's to cancel, ErrNotFound.
+func Cancel(ctx context.Context, db DB, id uuid.UUID, c Canceller, note string) (Delivery, error) {
+	row, err := dbsqlc.New(db).CancelDelivery(ctx, dbsqlc.CancelDeliveryParams{
+		ID: id, Actor: c.Actor, Note: note, ByOperator: c.Operator, Owner: c.Owner, NotAtProvider: c.NotAtProvider,
+	})
 	if err == nil {
 		return fromRow(dbsqlc.NotificationDelivery(row)), nil
 	}
@@ -345,19 +373,28 @@ func Cancel(ctx context.Context, db DB, id uuid.UUID, actor, note string) (Deliv
 		return Delivery{}, fmt.Errorf("cancel delivery %s: %w", id, err)
 	}
 	d, err := Get(ctx, db, id)
-	if err != nil {
+	switch {
+	case err != nil:
 		return Delivery{}, err
-	}
-	if d.Status == StatusCancelled {
+	case !c.Owns(d):
+		return Delivery{}, ErrNotFound
+	case d.Status == StatusCancelled:
 		return d, nil
+	case d.Status == StatusPending && d.MayHaveBeenSent():
+		since, _ := d.UnknownSince()
+		return d, fmt.Errorf("%w: an attempt handed over to %s at %s has no known outcome", ErrMayHaveBeenSent,
+			d.Provider, since.UTC().Format(time.RFC3339))
 	}
 	return d, fmt.Errorf("%w: it is %s", ErrWrongState, d.Status)
 }
 
 // CancelTemplate calls off every pending delivery of template for one
-// order, in one statement, and says how many it cancelled.
-func CancelTemplate(ctx context.Context, db DB, orderID uuid.UUID, template, actor string) (int, error) {
-	n, err := dbsqlc.New(db).CancelPendingOfTemplate(ctx, dbsqlc.CancelPendingOfTemplateParams{OrderID: orderID, Template: template, Actor: actor})
+// order that c may cancel and no provider may hold, in one statement,
+// and says how many it cancelled.
+func CancelTemplate(ctx context.Context, db DB, orderID uuid.UUID, template string, c Canceller) (int, error) {
+	n, err := dbsqlc.New(db).CancelPendingOfTemplate(ctx, dbsqlc.CancelPendingOfTemplateParams{
+		OrderID: orderID, Template: template, Actor: c.Actor, ByOperator: c.Operator, Owner: c.Owner,
+	})
 	if err != nil {
 		return 0, fmt.Errorf("cancel %s of order %s: %w", template, orderID, err)
 	}

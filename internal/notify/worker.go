@@ -312,7 +312,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	defer cancelRecord()
 	rctx, span := w.tracer.Start(rctx, "record outcome")
 	defer span.End()
-	return w.apply(rctx, l, a.row, a, decideOutcome(a.row, providerID, sendErr, time.Now(), w.cfg.MaxAge))
+	return w.apply(rctx, l, a.row, a, decideOutcome(a.row, providerID, sendErr, time.Now(), w.cfg.MaxAge, a.route.resend > 0))
 }
 
 // claim takes the row for this attempt: one conditional UPDATE that

@@ -227,7 +227,7 @@ func TestShippedEmailIsSentOnce(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "ship@example.com")
 	ctx := context.Background()
-	n, created, err := e.orders.Ship(ctx, d.OrderID, order.Shipment{Carrier: "SiCepat", TrackingNumber: "SC-1"})
+	n, created, err := e.orders.Ship(ctx, d.OrderID, order.Shipment{Carrier: "SiCepat", TrackingNumber: "SC-1"}, order.Caller{})
 	if err != nil || !created {
 		t.Fatalf("Ship = %v, created %v", err, created)
 	}
@@ -415,7 +415,7 @@ func TestUnknownTemplateIsHandedBackNotFailed(t *testing.T) {
 	current := e.worker(t, workerOpts{})
 	ctx := context.Background()
 	d := e.checkout(t, "rolling@example.com")
-	n, _, err := e.orders.Ship(ctx, d.OrderID, order.Shipment{Carrier: "JNE", TrackingNumber: "JNE-9"})
+	n, _, err := e.orders.Ship(ctx, d.OrderID, order.Shipment{Carrier: "JNE", TrackingNumber: "JNE-9"}, order.Caller{})
 	if err != nil {
 		t.Fatal(err)
 	}

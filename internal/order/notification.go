@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -91,7 +92,7 @@ func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, call
 		if t.Recipient != "" {
 			recipient = t.Recipient
 		}
-		d, created, err = recordAbout(ctx, tx, o, t.Template, t.EventID, recipient, t.Data, sendAt, now)
+		d, created, err = recordAbout(ctx, tx, o, caller, t.Template, t.EventID, recipient, t.Data, sendAt, now)
 		if err != nil {
 			return err
 		}
@@ -201,9 +202,11 @@ func getOrder(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) (dbsqlc.Orde
 // recordAbout records, in tx, the intent to send template about order o
 // to recipient, in the order's language: the one path every trigger of
 // an order's e-mail takes after its own checks (shipments, the generic
-// trigger). The caller enqueues it after the commit when created.
-func recordAbout(ctx context.Context, tx pgx.Tx, o dbsqlc.Order, template, eventID, recipient string, data any, sendAt, now time.Time) (notify.Delivery, bool, error) {
+// trigger), owned by caller's owner. The caller enqueues it after the
+// commit when created.
+func recordAbout(ctx context.Context, tx pgx.Tx, o dbsqlc.Order, caller Caller, template, eventID, recipient string, data any, sendAt, now time.Time) (notify.Delivery, bool, error) {
 	return notify.Record(ctx, tx, notify.Intent{
+		Owner:     caller.Owner,
 		OrderID:   o.ID,
 		Template:  template,
 		Recipient: recipient,
@@ -222,12 +225,18 @@ func (c Caller) actor() string {
 	return "api:key:" + c.Key.String()
 }
 
+// canceller is caller as notify.Cancel knows it: the owner of its key.
+func (c Caller) canceller() notify.Canceller {
+	return notify.Canceller{Actor: c.actor(), Owner: c.Owner}
+}
+
 // CancelNotification calls off a pending notification for caller. One
 // already cancelled is answered as it is; one a worker has claimed (or
-// that is settled) is notify.ErrWrongState, with the notification as it
-// stands; a missing one, ErrNotificationNotFound.
+// that is settled) is notify.ErrWrongState, and one a provider may hold
+// notify.ErrMayHaveBeenSent, each with the notification as it stands; a
+// missing one, or one another key's owner made, ErrNotificationNotFound.
 func (s *Service) CancelNotification(ctx context.Context, id uuid.UUID, caller Caller) (Notification, error) {
-	d, err := notify.Cancel(ctx, s.pool, id, caller.actor(), "")
+	d, err := notify.Cancel(ctx, s.pool, id, caller.canceller(), "")
 	if errors.Is(err, notify.ErrNotFound) {
 		return Notification{}, ErrNotificationNotFound
 	}
@@ -238,9 +247,10 @@ func (s *Service) CancelNotification(ctx context.Context, id uuid.UUID, caller C
 }
 
 // CancelTemplate calls off every pending notification of template for
-// an order, in one statement, and says where each of that template's
-// notifications stands: cancelled (now or before), or not (claimed,
-// sent, ...).
+// an order that caller's owner made, in one statement, and says where
+// each of those stands: cancelled (now or before), or not (claimed, sent,
+// may have been sent, ...). Other owners' notifications are in neither
+// list: for this caller they are not there.
 func (s *Service) CancelTemplate(ctx context.Context, orderID uuid.UUID, template string, caller Caller) (cancelled, notCancelled []Notification, err error) {
 	if template == "" {
 		var verr ValidationError
@@ -250,7 +260,8 @@ func (s *Service) CancelTemplate(ctx context.Context, orderID uuid.UUID, templat
 	if _, err := getOrder(ctx, dbsqlc.New(s.pool), orderID); err != nil {
 		return nil, nil, err
 	}
-	if _, err := notify.CancelTemplate(ctx, s.pool, orderID, template, caller.actor()); err != nil {
+	c := caller.canceller()
+	if _, err := notify.CancelTemplate(ctx, s.pool, orderID, template, c); err != nil {
 		return nil, nil, err
 	}
 	ds, err := notify.ListByOrder(ctx, s.pool, orderID)
@@ -258,9 +269,9 @@ func (s *Service) CancelTemplate(ctx context.Context, orderID uuid.UUID, templat
 		return nil, nil, err
 	}
 	cancelled, notCancelled = []Notification{}, []Notification{}
+	ds = slices.DeleteFunc(ds, func(d notify.Delivery) bool { return d.Template != template || !c.Owns(d) })
 	for _, n := range notificationsOf(ds) {
 		switch {
-		case n.Template != template:
 		case n.Status == string(notify.StatusCancelled):
 			cancelled = append(cancelled, n)
 		default:

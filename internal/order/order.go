@@ -37,6 +37,10 @@ type Caller struct {
 	// anonymous caller, a storefront's browser in public mode, which the
 	// public checkout's rules hold (PublicRules).
 	Key uuid.UUID
+	// Owner is the key's owner (apikey.Key.Owner): what the caller makes
+	// is its owner's, which alone (an operator aside) may cancel it.
+	// uuid.Nil for an anonymous caller: notify.PublicOwner.
+	Owner uuid.UUID
 }
 
 // Anonymous reports whether c came without an API key.
@@ -90,6 +94,10 @@ type Notification struct {
 	IdempotencyKey string     `json:"idempotency_key"`
 	Status         string     `json:"status"`
 	SendAt         *time.Time `json:"send_at,omitempty"` // not sent before; absent: at once
+	// MayHaveBeenSent: a provider may hold this e-mail although the status
+	// does not say sent (an attempt was handed over and its outcome is
+	// not known yet): it cannot be cancelled, and may yet turn out sent.
+	MayHaveBeenSent bool `json:"may_have_been_sent,omitempty"`
 }
 
 // confirmationData is the snapshot the order-confirmation template renders,

@@ -167,6 +167,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 			PlacedAt:     o.CreatedAt,
 		},
 		Locale: o.Locale,
+		Owner:  caller.Owner,
 	}.Prepare(now)
 	if err != nil {
 		return Placed{}, err
@@ -269,6 +270,7 @@ func checkoutParams(o Order, intent notify.PreparedIntent) dbsqlc.InsertCheckout
 		Recipient:      intent.Delivery.Recipient,
 		IdempotencyKey: intent.Delivery.IdempotencyKey,
 		TemplateData:   intent.Data,
+		OwnerID:        *intent.Delivery.Owner,
 	}
 	sum := sha256.Sum256([]byte(o.AccessToken))
 	p.AccessTokenHash = sum[:]
@@ -293,6 +295,7 @@ func keyedParams(p dbsqlc.InsertCheckoutParams) dbsqlc.InsertKeyedCheckoutParams
 		CreatedAt: p.CreatedAt, AccessTokenHash: p.AccessTokenHash, Locale: p.Locale,
 		LineNos: p.LineNos, Skus: p.Skus, Names: p.Names, Quantities: p.Quantities, UnitPricesMinor: p.UnitPricesMinor,
 		DeliveryID: p.DeliveryID, Template: p.Template, Recipient: p.Recipient, IdempotencyKey: p.IdempotencyKey, TemplateData: p.TemplateData,
+		OwnerID: p.OwnerID,
 	}
 }
 
@@ -386,7 +389,8 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 func notificationsOf(ds []notify.Delivery) []Notification {
 	out := make([]Notification, len(ds))
 	for i, d := range ds {
-		out[i] = Notification{ID: d.ID, Template: d.Template, IdempotencyKey: d.IdempotencyKey, Status: string(d.Status), SendAt: d.NotBefore}
+		out[i] = Notification{ID: d.ID, Template: d.Template, IdempotencyKey: d.IdempotencyKey, Status: string(d.Status), SendAt: d.NotBefore,
+			MayHaveBeenSent: d.MayHaveBeenSent()}
 	}
 	return out
 }

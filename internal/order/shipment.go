@@ -50,10 +50,11 @@ func (s Shipment) validate() (Shipment, error) {
 }
 
 // Ship records that an order shipped and the intent to tell its customer,
-// through the same path as the generic trigger (recordAbout). An order ships
+// owned by caller's owner, through the same path as the generic trigger
+// (recordAbout). An order ships
 // once: a repeated call returns the notification recorded the first time
 // (created=false) and queues nothing new.
-func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment) (n Notification, created bool, err error) {
+func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment, caller Caller) (n Notification, created bool, err error) {
 	sh, err = sh.validate()
 	if err != nil {
 		return Notification{}, false, err
@@ -74,7 +75,7 @@ func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment) (n N
 		for i, r := range rows {
 			items[i] = shippedItem{SKU: r.Sku, Name: r.Name, Quantity: r.Quantity}
 		}
-		d, created, err = recordAbout(ctx, tx, o, TemplateShipped, "", o.CustomerEmail, shippedData{
+		d, created, err = recordAbout(ctx, tx, o, caller, TemplateShipped, "", o.CustomerEmail, shippedData{
 			OrderID:        o.ID,
 			CustomerName:   o.CustomerName,
 			Carrier:        sh.Carrier,

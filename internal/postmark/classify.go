@@ -13,9 +13,10 @@ import (
 // answer about the recipient is permanent; our token, account, sender
 // signature, stream or request shape is Postmark refusing us
 // (mail.OutcomeUnavailable). Postmark does not deduplicate, so a 5xx
-// other than 503 after our request was written is ambiguous: Postmark's
+// after our request was written, 503 included, is ambiguous: Postmark's
 // documentation says of a 500 that "in most cases" the message is lost,
-// not in all, and the look-up can tell. jsonBody says the answer was
+// not in all, and the look-up can tell (the worker also stops sending
+// until a probe passes). jsonBody says the answer was
 // Postmark's JSON rather than, say, a firewall's HTML page.
 //
 //	HTTP   ErrorCode                                     outcome
@@ -40,8 +41,7 @@ import (
 //	429                                                  unavailable
 //	403 (not Postmark's JSON: a firewall), 404           unavailable
 //	413    payload too large                             temporary
-//	503                                                  unavailable
-//	other 5xx                                            ambiguous (look it up)
+//	5xx                                                  ambiguous (look it up)
 //	other 4xx                                            temporary
 func classify(status, code int, message string, jsonBody bool) *mail.SendError {
 	se := &mail.SendError{Reply: mail.HTTPStatus(status), Err: fmt.Errorf("postmark answered %d, ErrorCode %d: %s", status, code, message)}
@@ -56,8 +56,6 @@ func classify(status, code int, message string, jsonBody bool) *mail.SendError {
 	case status == 401:
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
 	case status == 429:
-		return set(mail.OutcomeUnavailable, mail.StageConnect)
-	case status == 503:
 		return set(mail.OutcomeUnavailable, mail.StageConnect)
 	case status >= 500:
 		return set(mail.OutcomeAmbiguous, mail.StageData)

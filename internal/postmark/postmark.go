@@ -191,8 +191,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 			Err: fmt.Errorf("answer %d without a MessageID: %q", ans.Status, httpprovider.Truncate(ans.Body))}
 	}
 	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
-	se.HandedOver = true
-	return "", se
+	return "", httpprovider.Refused(se)
 }
 
 // Probe implements mail.Provider: GET /server, which needs the server

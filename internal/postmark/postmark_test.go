@@ -139,7 +139,7 @@ func TestErrorsAreClassified(t *testing.T) {
 		{postmarktest.Fault{Status: 429, ErrorCode: 429, Message: "Rate Limit Exceeded"}, mail.OutcomeUnavailable, mail.StageConnect},
 		{postmarktest.Fault{Status: 403, Body: "<html>403 Forbidden</html>"}, mail.OutcomeUnavailable, mail.StageConnect},
 		{postmarktest.Fault{Status: 413, Body: "Payload Too Large"}, mail.OutcomeTemporary, mail.StageData},
-		{postmarktest.Fault{Status: 503, Body: "Service Unavailable"}, mail.OutcomeUnavailable, mail.StageConnect},
+		{postmarktest.Fault{Status: 503, Body: "Service Unavailable"}, mail.OutcomeAmbiguous, mail.StageData},
 		{postmarktest.Fault{Status: 500, ErrorCode: 0, Message: "Internal Server Error"}, mail.OutcomeAmbiguous, mail.StageData},
 		{postmarktest.Fault{Status: 504, Body: "Gateway Timeout"}, mail.OutcomeAmbiguous, mail.StageData},
 	}

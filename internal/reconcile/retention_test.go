@@ -41,7 +41,7 @@ func (e *env) finished(t *testing.T, d notify.Delivery, status notify.Status, ag
 		d = e.f.Failed(d, "550 no such user")
 	case notify.StatusCancelled:
 		var err error
-		if d, err = notify.Cancel(context.Background(), e.db.Pool, d.ID, "api", ""); err != nil {
+		if d, err = notify.Cancel(context.Background(), e.db.Pool, d.ID, notify.Canceller{Actor: "api", Operator: true}, ""); err != nil {
 			t.Fatal(err)
 		}
 	default:

@@ -28,8 +28,11 @@ func decodeError(body []byte) apiError {
 // answer about the recipient is permanent; an answer about our key, our
 // account, our sender domain, our request's shape or Resend's health is
 // Resend refusing us (mail.OutcomeUnavailable), so that one mistake in
-// the set-up never fails deliveries. Every 5xx is unavailable too: a
-// resend under the same key cannot send a second e-mail.
+// the set-up never fails deliveries. Every 5xx is unavailable too: Resend
+// is unwell. After the request was written (every send's: Refused says
+// so) it may have taken the message, so the delivery stays with Resend,
+// whose refusal of a second message under the same key makes the retry
+// safe (mail.SendError.MayHaveAccepted).
 //
 //	status  name                             outcome
 //	401/403 missing_api_key, invalid_api_key, restricted_api_key, suspended_api_key,

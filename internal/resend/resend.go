@@ -171,8 +171,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 		return ok.ID, nil
 	}
 	se = classify(ans.Status, decodeError(ans.Body))
-	se.HandedOver = true
-	return "", se
+	return "", httpprovider.Refused(se)
 }
 
 // Probe implements mail.Provider: GET /domains, which sends nothing.

@@ -214,9 +214,9 @@ func TestErrorsAreClassified(t *testing.T) {
 		{429, "rate_limit_exceeded", "Too many requests.", mail.OutcomeUnavailable, mail.StageConnect},
 		{429, "daily_quota_exceeded", "You have exceeded your daily email sending quota.", mail.OutcomeUnavailable, mail.StageConnect},
 		{429, "monthly_quota_exceeded", "You have exceeded your monthly email sending quota.", mail.OutcomeUnavailable, mail.StageConnect},
-		{500, "application_error", "An unexpected error occurred.", mail.OutcomeUnavailable, mail.StageConnect},
-		{503, "service_unavailable", "API is temporarily unavailable", mail.OutcomeUnavailable, mail.StageConnect},
-		{502, "", "<html>Bad Gateway</html>", mail.OutcomeUnavailable, mail.StageConnect},
+		{500, "application_error", "An unexpected error occurred.", mail.OutcomeUnavailable, mail.StageData},
+		{503, "service_unavailable", "API is temporarily unavailable", mail.OutcomeUnavailable, mail.StageData},
+		{502, "", "<html>Bad Gateway</html>", mail.OutcomeUnavailable, mail.StageData},
 		{404, "not_found", "The requested endpoint does not exist.", mail.OutcomeUnavailable, mail.StageConnect},
 		{405, "method_not_allowed", "Method is not allowed for the requested path.", mail.OutcomeUnavailable, mail.StageConnect},
 		{400, "invalid_idempotency_key", "Idempotency keys, if present, must have between 1 and 256 characters.", mail.OutcomeUnavailable, mail.StageConnect},
@@ -237,6 +237,11 @@ func TestErrorsAreClassified(t *testing.T) {
 		se := httpprovidertest.SendError(t, err)
 		if se.Outcome != c.outcome || se.Stage != c.stage || se.Reply.Code != c.status || !se.HandedOver {
 			t.Errorf("%d %s %q: %s at %s (code %d, handed over %v), want %s at %s", c.status, c.name, c.message, se.Outcome, se.Stage, se.Reply.Code, se.HandedOver, c.outcome, c.stage)
+		}
+		// A server error after the request was written says nothing
+		// certain: the log and the history must not say "at connect".
+		if mayHave := c.status >= 500; se.MayHaveAccepted() != mayHave || strings.Contains(se.Error(), "may have taken") != mayHave {
+			t.Errorf("%d: %q, may have accepted %v; want %v, and said", c.status, se.Error(), se.MayHaveAccepted(), mayHave)
 		}
 	}
 	if n := len(b.srv.Messages()); n != 0 {

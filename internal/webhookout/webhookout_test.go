@@ -208,7 +208,7 @@ func TestTypesAndDisabledEndpoints(t *testing.T) {
 	}
 	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
 	d := e.delivery(t, "budi@example.com")
-	if _, err := notify.Cancel(context.Background(), e.db.Pool, d.ID, "api", "paid"); err != nil {
+	if _, err := notify.Cancel(context.Background(), e.db.Pool, d.ID, notify.Canceller{Actor: "api", Operator: true}, "paid"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := notify.RecordFeedback(context.Background(), e.db.Pool, mail.Feedback{Provider: "resend", EventID: "ev-1",

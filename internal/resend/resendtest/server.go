@@ -58,7 +58,11 @@ type Message struct {
 // Fault is what the server does with one POST /emails instead of, or
 // after, handling it.
 type Fault struct {
-	// Status, Name, Message: answer this error, send nothing.
+	// Status, Name, Message: answer this error; with Sent, after sending
+	// the e-mail and storing its key with the answer it would have had
+	// (Resend took it and its answer was lost to a server error on the
+	// way back: a retry under the key gets the first answer), otherwise
+	// sending nothing.
 	Status  int
 	Name    string
 	Message string
@@ -387,6 +391,10 @@ func (s *Server) handleEmails(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	if fault != nil && !fault.Cut {
+		if fault.Sent {
+			s.send(msg, entry)
+			sent = true
+		}
 		writeError(w, fault.Status, fault.Name, fault.Message)
 		return
 	}
