@@ -197,7 +197,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	orders.SendAtHorizon = cfg.SendAtHorizon
 	if cfg.PublicCheckout {
 		rules := cfg.PublicRules
-		rules.Quota = quota.NewHourly(rdb, cfg.PublicQuota, cfg.Queue, log, reg)
+		rules.Quota = quota.NewHourly(rdb, cfg.PublicQuota, cfg.Queue, reg)
 		orders.Public = &rules
 		log.Warn("CHECKOUT_MODE=public: POST /v1/orders takes checkouts without an API key (docs/security.md)",
 			"quota", cfg.PublicQuota.String(), "free_orders", rules.FreeOrders)

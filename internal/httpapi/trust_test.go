@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -365,7 +363,7 @@ func TestPublicCheckoutRules(t *testing.T) {
 	rd := testenv.NewRedis(t)
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
-	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 2}, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 2}, rd.Queue, prometheus.NewRegistry())
 	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
 	anonymous := func(header map[string]string) map[string]string {
 		h := map[string]string{"Authorization": ""}
@@ -420,7 +418,7 @@ func TestPublicCheckoutFloodIsCapped(t *testing.T) {
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 5, PerDomain: 300, All: 50}, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 5, PerDomain: 300, All: 50}, rd.Queue, reg)
 	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
 	accepted := 0
 	for i := range 120 {
@@ -442,5 +440,43 @@ func TestPublicCheckoutFloodIsCapped(t *testing.T) {
 	}
 	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "all"); got != 70 {
 		t.Errorf("refusals by the cap in all = %v, want 70 (what SekaliCheckoutFlood watches)", got)
+	}
+}
+
+// When the API cannot reach Redis to count an anonymous checkout, it
+// refuses it: 503 with Retry-After, nothing written, counted unavailable,
+// the cause in the request's log line. Admitted uncounted, it would be
+// mailed past every cap once the worker reaches Redis. A keyed checkout
+// is counted by nobody and goes on.
+func TestPublicCheckoutIsRefusedWhenItsQuotaCannotBeCounted(t *testing.T) {
+	t.Parallel()
+	down, err := redisconn.Parse("redis://" + testenv.RefusedAddr(t) + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redisconn.NewClient(down)
+	t.Cleanup(func() { rdb.Close() })
+	reg := prometheus.NewRegistry()
+	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 5, PerDomain: 300, All: 3000}, "down", reg)
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
+	c := newContract(t, s)
+	for range 3 {
+		res := c.do(503, "POST", "/v1/orders", "application/json", validCheckout, map[string]string{"Authorization": "", "Idempotency-Key": uuid.NewString()})
+		if res.header.Get("Retry-After") != "5" || !strings.Contains(string(res.body), "urn:sekali:problem:quota-unavailable") {
+			t.Errorf("refused: Retry-After %q, %s", res.header.Get("Retry-After"), res.body)
+		}
+	}
+	if n := s.count(t, "orders"); n != 0 {
+		t.Errorf("%d orders written without a quota, want none", n)
+	}
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "unavailable"); got != 3 {
+		t.Errorf("unavailable = %v, want 3", got)
+	}
+	if cause, _ := s.logs.Field("http request", "error"); !strings.Contains(cause, "quota cannot be counted") || !strings.Contains(cause, "connection refused") {
+		t.Errorf("the request's log line says %q, want the cause", cause)
+	}
+	c.do(201, "POST", "/v1/orders", "application/json", validCheckout, nil) // the shop's server, with its key
+	if n := s.count(t, "orders"); n != 1 {
+		t.Errorf("%d orders, want the keyed one", n)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"log/slog"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -29,23 +29,22 @@ type Hourly struct {
 	rdb    redis.UniversalClient
 	limits Limits
 	prefix string
-	log    *slog.Logger
 	now    func() time.Time
 	taken  *prometheus.CounterVec
 }
 
 // Results of Take, the label values of sekali_public_checkouts_total.
-var results = []string{"admitted", "recipient", "domain", "all", "uncounted"}
+var results = []string{"admitted", "recipient", "domain", "all", "unavailable"}
 
 // NewHourly counts in rdb under keys that start with prefix (one
 // deployment's: e.g. its queue's name), and registers
 // sekali_public_checkouts_total with reg.
-func NewHourly(rdb redis.UniversalClient, limits Limits, prefix string, log *slog.Logger, reg prometheus.Registerer) *Hourly {
+func NewHourly(rdb redis.UniversalClient, limits Limits, prefix string, reg prometheus.Registerer) *Hourly {
 	h := &Hourly{
-		rdb: rdb, limits: limits, prefix: "sekali:quota:" + prefix + ":", log: log, now: time.Now,
+		rdb: rdb, limits: limits, prefix: "sekali:quota:" + prefix + ":", now: time.Now,
 		taken: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sekali_public_checkouts_total",
-			Help: "Anonymous checkouts (CHECKOUT_MODE=public) by what their quota said: admitted, refused by the cap per recipient, per domain or in all, or uncounted (Redis did not answer; admitted).",
+			Help: "Anonymous checkouts (CHECKOUT_MODE=public) by what their quota said: admitted, refused by the cap per recipient, per domain or in all, or unavailable (Redis did not answer; refused).",
 		}, []string{"result"}),
 	}
 	for _, r := range results {
@@ -77,10 +76,10 @@ return 0
 
 // Take counts one confirmation to recipient, a normalized address, or
 // says which limit it is over and how long until the next hour. When
-// Redis does not answer it admits the confirmation, logs a warning and
-// counts it uncounted: a shop's storefront keeps taking orders while
-// Redis restarts, and the worker cannot send them until it is back.
-func (h *Hourly) Take(ctx context.Context, recipient string) (refused string, retryAfter time.Duration) {
+// Redis does not answer it counts the checkout unavailable and returns
+// the error: whoever cannot count must not admit, for what is admitted
+// uncounted is mailed uncapped once the worker reaches Redis.
+func (h *Hourly) Take(ctx context.Context, recipient string) (refused string, retryAfter time.Duration, err error) {
 	now := h.now().UTC()
 	hour := now.Truncate(time.Hour)
 	tag := h.prefix + "{" + hour.Format("2006010215") + "}:"
@@ -89,17 +88,18 @@ func (h *Hourly) Take(ctx context.Context, recipient string) (refused string, re
 	ttl := int(hour.Add(time.Hour).Sub(now).Seconds()) + 60
 	n, err := takeScript.Run(ctx, h.rdb, keys, h.limits.PerRecipient, h.limits.PerDomain, h.limits.All, ttl).Int()
 	if err != nil {
-		h.log.WarnContext(ctx, "public checkout admitted uncounted: its quota could not be counted", "error", err.Error())
-		h.taken.WithLabelValues("uncounted").Inc()
-		return "", 0
+		if ctx.Err() == nil { // not a caller that left: Redis did not answer
+			h.taken.WithLabelValues("unavailable").Inc()
+		}
+		return "", 0, fmt.Errorf("count the public checkout's quota: %w", err)
 	}
 	if n == 0 {
 		h.taken.WithLabelValues("admitted").Inc()
-		return "", 0
+		return "", 0, nil
 	}
 	refused = results[n]
 	h.taken.WithLabelValues(refused).Inc()
-	return refused, hour.Add(time.Hour).Sub(now)
+	return refused, hour.Add(time.Hour).Sub(now), nil
 }
 
 // digest names an address or domain in a key without spelling it out:
