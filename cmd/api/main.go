@@ -102,6 +102,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.PublicCheckout = env.OneOf("CHECKOUT_MODE", "keyed", "keyed", "public") == "public"
 	cfg.PublicRules.FreeOrders = env.OneOf("PUBLIC_CHECKOUT_FREE_ORDERS", "false", "true", "false") == "true"
 	cfg.PublicQuota = quota.Limits{
+		PerClient:    env.Int("PUBLIC_CHECKOUT_PER_CLIENT", 5, 0, 1_000_000),
 		PerRecipient: env.Int("PUBLIC_CHECKOUT_PER_RECIPIENT", 5, 0, 1_000_000),
 		PerDomain:    env.Int("PUBLIC_CHECKOUT_PER_DOMAIN", 300, 0, 100_000_000),
 		All:          env.Int("PUBLIC_CHECKOUT_PER_HOUR", 3000, 0, 100_000_000),

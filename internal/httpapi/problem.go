@@ -135,6 +135,7 @@ const quotaDownRetry = 5 * time.Second
 // quotaReason says which of the public checkout's hourly caps a
 // QuotaError's Limit is.
 var quotaReason = map[string]string{
+	"client":    "This client address has had order confirmations sent to as many different addresses this hour as a checkout without an API key may",
 	"recipient": "This address has had as many order confirmations this hour as a checkout without an API key may send it",
 	"domain":    "The addresses of this domain have had as many order confirmations this hour as checkouts without an API key may send them",
 	"all":       "Checkouts without an API key have sent as many order confirmations this hour as this shop allows",

@@ -408,22 +408,24 @@ func TestPublicCheckoutRules(t *testing.T) {
 	}
 }
 
-// An attacker with one address (or many) who floods the public checkout
-// with fresh recipients at fresh domains gets PUBLIC_CHECKOUT_PER_HOUR
-// confirmations mailed in the hour, and then none: the cap in all is what
-// bounds the e-mails a stranger can make the shop send.
+// An attacker with many addresses who floods the public checkout with
+// fresh recipients at fresh domains, each address within its cap per
+// client, gets PUBLIC_CHECKOUT_PER_HOUR confirmations mailed in the hour,
+// and then none: the cap in all is what bounds the e-mails strangers can
+// make the shop send however many addresses they have.
 func TestPublicCheckoutFloodIsCapped(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 5, PerDomain: 300, All: 50}, rd.Queue, reg)
-	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
+	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 50}, rd.Queue, reg)
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}, rateLimits: behindProxy})
 	accepted := 0
 	for i := range 120 {
 		body := strings.Replace(validCheckout, "Ana.Maria@Example.COM", fmt.Sprintf("victim%d@domain%d.example", i, i), 1)
-		res := s.postOrder(t, body, map[string]string{"Authorization": ""})
+		from := fmt.Sprintf("203.0.113.%d", i/4) // 30 addresses, 4 strangers each
+		res := s.postOrder(t, body, map[string]string{"Authorization": "", "X-Forwarded-For": from})
 		switch {
 		case res.status == http.StatusCreated:
 			accepted++
@@ -443,6 +445,75 @@ func TestPublicCheckoutFloodIsCapped(t *testing.T) {
 	}
 }
 
+// behindProxy is the API behind a load balancer at 127.0.0.1, which
+// names the client in X-Forwarded-For, and without rate limits.
+var behindProxy = httpapi.RateLimits{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+
+// One client address cannot spend the cap in all, with the caps at their
+// defaults: flooding 3,000 checkouts to fresh addresses over 40 domains,
+// with a name that passes the link rules, it has 5 strangers mailed, and
+// a shopper at another address then checks out. Rotating addresses
+// within one IPv6 /64 is one client. (On main before the cap per client,
+// the flood took the whole hour's 3,000 and the shopper got 429.)
+func TestOneClientCannotSpendTheCapInAll(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	rdb := redisconn.NewClient(rd.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	reg := prometheus.NewRegistry()
+	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 3000}, rd.Queue, reg)
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}, rateLimits: behindProxy})
+	sink := s.startWorker(t, nil)
+	spam := strings.Replace(validCheckout, `"Ana Maria"`, `"You won a prize call 0800 123 now"`, 1)
+	flood := func(wave string, n int, from func(i int) string) (admitted int) {
+		t.Helper()
+		for i := range n {
+			body := strings.Replace(spam, "Ana.Maria@Example.COM", fmt.Sprintf("stranger-%s-%d@domain%d.example", wave, i, i%40), 1)
+			res := s.postOrder(t, body, map[string]string{"Authorization": "", "X-Forwarded-For": from(i)})
+			switch {
+			case res.status == http.StatusCreated:
+				admitted++
+			case res.status == http.StatusTooManyRequests && strings.Contains(string(res.body), "client address"):
+			default:
+				t.Fatalf("flooding checkout %d from %s: %d %s", i, from(i), res.status, res.body)
+			}
+		}
+		return admitted
+	}
+	start := time.Now()
+	if n := flood("v4", 3000, func(int) string { return "203.0.113.7" }); n != 5 {
+		t.Errorf("one address had %d of 3,000 checkouts to strangers admitted, want 5", n)
+	}
+	t.Logf("3,000 checkouts from one address: %s", time.Since(start).Round(time.Millisecond))
+	if n := flood("v6", 200, func(i int) string { return fmt.Sprintf("2001:db8:7:7::%x", i+1) }); n != 5 {
+		t.Errorf("200 addresses of one IPv6 /64 had %d checkouts to strangers admitted, want 5", n)
+	}
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "client"); got != 3190 {
+		t.Errorf("refusals by the cap per client = %v, want 3,190", got)
+	}
+	res := s.postOrder(t, validCheckout, map[string]string{"Authorization": "", "X-Forwarded-For": "198.51.100.20", "Idempotency-Key": uuid.NewString()})
+	if res.status != http.StatusCreated {
+		t.Fatalf("a shopper at another address after the flood: %d %s, want 201", res.status, res.body)
+	}
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "all"); got != 0 {
+		t.Errorf("refusals by the cap in all = %v, want none: the flood never reached it", got)
+	}
+	testenv.WaitFor(t, "the 11 admitted confirmations to be mailed", 30*time.Second, func() bool { return sink.Count() >= 11 })
+	var unsent int
+	if err := s.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM notification_deliveries WHERE status <> 'sent'").Scan(&unsent); err != nil {
+		t.Fatal(err)
+	}
+	strangers := 0
+	for _, m := range sink.Messages() {
+		if strings.Contains(strings.Join(m.To, ","), "stranger") {
+			strangers++
+		}
+	}
+	if n := sink.Count(); n != 11 || strangers != 10 || unsent != 0 {
+		t.Errorf("%d e-mails mailed (%d to strangers), %d deliveries not sent; want 11: 5 from each flooder, 1 to the shopper", n, strangers, unsent)
+	}
+}
+
 // When the API cannot reach Redis to count an anonymous checkout, it
 // refuses it: 503 with Retry-After, nothing written, counted unavailable,
 // the cause in the request's log line. Admitted uncounted, it would be
@@ -457,7 +528,7 @@ func TestPublicCheckoutIsRefusedWhenItsQuotaCannotBeCounted(t *testing.T) {
 	rdb := redisconn.NewClient(down)
 	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 5, PerDomain: 300, All: 3000}, "down", reg)
+	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 3000}, "down", reg)
 	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
 	c := newContract(t, s)
 	for range 3 {

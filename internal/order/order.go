@@ -37,6 +37,11 @@ type Caller struct {
 	// anonymous caller, a storefront's browser in public mode, which the
 	// public checkout's rules hold (PublicRules).
 	Key uuid.UUID
+	// Client is the address the request came from as the API's rate
+	// limiter names it (an IPv6 client by its /64, behind a trusted proxy
+	// the address it forwarded for): the public checkout's cap per client
+	// counts the recipients each one has mailed.
+	Client string
 }
 
 // Anonymous reports whether c came without an API key.

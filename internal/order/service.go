@@ -125,7 +125,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 			return Placed{}, err
 		}
 		if s.Public.Quota != nil {
-			limit, wait, err := s.Public.Quota.Take(ctx, v.Email)
+			limit, wait, err := s.Public.Quota.Take(ctx, caller.Client, v.Email)
 			if err != nil {
 				return Placed{}, fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
 			}

@@ -42,7 +42,7 @@ func TestHourlyCapsAreSharedAndReset(t *testing.T) {
 		{b, "dewi@other.example", ""},
 		{a, "eka@third.example", "all"},
 	} {
-		refused, wait, err := step.h.Take(ctx, step.recipient)
+		refused, wait, err := step.h.Take(ctx, "192.0.2.1", step.recipient)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,8 +57,65 @@ func TestHourlyCapsAreSharedAndReset(t *testing.T) {
 		t.Errorf("recipient refusals counted on a: %v, want 1", got)
 	}
 	clock = clock.Add(20 * time.Minute) // 14:00: a new hour
-	if refused, _, err := a.Take(ctx, "ana@toko.example"); refused != "" || err != nil {
+	if refused, _, err := a.Take(ctx, "192.0.2.1", "ana@toko.example"); refused != "" || err != nil {
 		t.Errorf("the next hour refused ana: %q %v", refused, err)
+	}
+}
+
+// A client address has confirmations mailed to at most PerClient
+// distinct recipients an hour, on every replica: a shopper who orders
+// again to her own address spends nothing more, a client refused costs
+// no other client and no other cap anything, and the next hour starts
+// afresh.
+func TestHourlyCapsDistinctRecipientsPerClient(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	rdb := redisconn.NewClient(rd.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	clock := time.Date(2026, 12, 1, 13, 40, 0, 0, time.UTC)
+	reg := prometheus.NewRegistry()
+	replica := func(reg *prometheus.Registry) *Hourly {
+		h := NewHourly(rdb, Limits{PerClient: 2, PerRecipient: 2, All: 6}, rd.Queue, reg)
+		h.now = func() time.Time { return clock }
+		return h
+	}
+	a, b := replica(reg), replica(prometheus.NewRegistry())
+	ctx := context.Background()
+	const flooder, shopper = "203.0.113.7", "2001:db8:1:2::/64"
+	for i, step := range []struct {
+		h                 *Hourly
+		client, recipient string
+		refused           string
+	}{
+		{a, flooder, "ana@toko.example", ""},
+		{b, flooder, "ana@toko.example", ""}, // her second order: still one recipient
+		{a, flooder, "budi@toko.example", ""},
+		{b, flooder, "citra@toko.example", "client"},
+		{a, flooder, "dewi@other.example", "client"},
+		{b, flooder, "budi@toko.example", ""},         // one it has mailed already
+		{a, flooder, "ana@toko.example", "recipient"}, // the cap per recipient still holds
+		{b, shopper, "citra@toko.example", ""},        // the flooder's refusals cost her nothing
+		{a, shopper, "eka@third.example", ""},
+		{b, shopper, "fajar@third.example", "client"},
+	} {
+		refused, _, err := step.h.Take(ctx, step.client, step.recipient)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if refused != step.refused {
+			t.Fatalf("step %d, %s to %s: refused %q, want %q", i, step.client, step.recipient, refused, step.refused)
+		}
+	}
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "client"); got != 1 {
+		t.Errorf("client refusals counted on a: %v, want 1", got)
+	}
+	// 6 admitted: the cap in all is reached by the next one, whoever sends it.
+	if refused, _, _ := a.Take(ctx, "198.51.100.1", "gita@fourth.example"); refused != "all" {
+		t.Errorf("a new client past the cap in all: refused %q, want all", refused)
+	}
+	clock = clock.Add(20 * time.Minute)
+	if refused, _, err := b.Take(ctx, flooder, "citra@toko.example"); refused != "" || err != nil {
+		t.Errorf("the next hour refused the client: %q %v", refused, err)
 	}
 }
 
@@ -73,9 +130,9 @@ func TestHourlyRefusesWhenRedisIsDown(t *testing.T) {
 	rdb := redisconn.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	h := NewHourly(rdb, Limits{PerRecipient: 1}, "down", reg)
+	h := NewHourly(rdb, Limits{PerClient: 5, PerRecipient: 1}, "down", reg)
 	for range 2 {
-		if refused, _, err := h.Take(context.Background(), "ana@toko.example"); err == nil || refused != "" {
+		if refused, _, err := h.Take(context.Background(), "192.0.2.1", "ana@toko.example"); err == nil || refused != "" {
 			t.Fatalf("without Redis: refused %q, error %v; want an error", refused, err)
 		}
 	}
