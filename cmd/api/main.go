@@ -202,6 +202,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		orders.Public = &rules
 		log.Warn("CHECKOUT_MODE=public: POST /v1/orders takes checkouts without an API key (docs/security.md)",
 			"quota", cfg.PublicQuota.String(), "free_orders", rules.FreeOrders)
+		if len(cfg.RateLimits.TrustedProxies) == 0 && cfg.PublicQuota.PerClient > 0 {
+			log.Warn("TRUSTED_PROXIES is not set: the public checkout's cap per client counts each connection's peer; " +
+				"behind a load balancer every shopper would be one client, and the storefront would be refused after PUBLIC_CHECKOUT_PER_CLIENT customers an hour")
+		}
 	}
 	keys := apikey.NewService(pool)
 	checks := []httpapi.Check{
