@@ -136,6 +136,6 @@ func (l Limits) String() string {
 		}
 		return strconv.Itoa(n) + "/h"
 	}
-	return "per client " + per(l.PerClient) + " distinct recipients, per recipient " + per(l.PerRecipient) +
+	return "distinct recipients per client " + per(l.PerClient) + ", per recipient " + per(l.PerRecipient) +
 		", per domain " + per(l.PerDomain) + ", in all " + per(l.All)
 }
