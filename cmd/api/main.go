@@ -103,6 +103,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.PublicCheckout = env.OneOf("CHECKOUT_MODE", "keyed", "keyed", "public") == "public"
 	cfg.PublicRules.FreeOrders = env.OneOf("PUBLIC_CHECKOUT_FREE_ORDERS", "false", "true", "false") == "true"
 	cfg.PublicQuota = quota.Limits{
+		PerClient:    env.Int("PUBLIC_CHECKOUT_PER_CLIENT", 5, 0, 1_000_000),
 		PerRecipient: env.Int("PUBLIC_CHECKOUT_PER_RECIPIENT", 5, 0, 1_000_000),
 		PerDomain:    env.Int("PUBLIC_CHECKOUT_PER_DOMAIN", 300, 0, 100_000_000),
 		All:          env.Int("PUBLIC_CHECKOUT_PER_HOUR", 3000, 0, 100_000_000),
@@ -198,10 +199,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	orders.SendAtHorizon = cfg.SendAtHorizon
 	if cfg.PublicCheckout {
 		rules := cfg.PublicRules
-		rules.Quota = quota.NewHourly(rdb, cfg.PublicQuota, cfg.Queue, log, reg)
+		rules.Quota = quota.NewHourly(rdb, cfg.PublicQuota, cfg.Queue, reg)
 		orders.Public = &rules
 		log.Warn("CHECKOUT_MODE=public: POST /v1/orders takes checkouts without an API key (docs/security.md)",
 			"quota", cfg.PublicQuota.String(), "free_orders", rules.FreeOrders)
+		if len(cfg.RateLimits.TrustedProxies) == 0 && cfg.PublicQuota.PerClient > 0 {
+			log.Warn("TRUSTED_PROXIES is not set: the public checkout's cap per client counts each connection's peer; " +
+				"behind a load balancer every shopper would be one client, and the storefront would be refused after PUBLIC_CHECKOUT_PER_CLIENT customers an hour")
+		}
 	}
 	keys := apikey.NewService(pool)
 	checks := []httpapi.Check{

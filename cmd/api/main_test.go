@@ -38,7 +38,8 @@ func checkout(t *testing.T, base, key, body string) int {
 }
 
 // CHECKOUT_MODE=public takes checkouts without a key, held to the public
-// rules and to the hourly caps, counted in Redis.
+// rules and to the hourly caps, counted in Redis: per recipient, and per
+// client address the distinct recipients it has mailed.
 func TestRunTakesPublicCheckouts(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -46,9 +47,12 @@ func TestRunTakesPublicCheckouts(t *testing.T) {
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	api := testenv.StartRun(t, run, map[string]string{
 		"DATABASE_URL": db.URL, "REDIS_URL": rd.URL, "HTTP_ADDR": "127.0.0.1:0", "METRICS_ADDR": metricsAddr, "DELIVERY_QUEUE": rd.Queue,
-		"CHECKOUT_MODE": "public", "PUBLIC_CHECKOUT_PER_RECIPIENT": "1",
+		"CHECKOUT_MODE": "public", "PUBLIC_CHECKOUT_PER_RECIPIENT": "1", "PUBLIC_CHECKOUT_PER_CLIENT": "2",
 	})
 	base := "http://" + api.WaitLog(t, "api listening", "addr", 30*time.Second)
+	if !strings.Contains(api.Logs.String(), "TRUSTED_PROXIES is not set: the public checkout's cap per client counts each connection's peer") {
+		t.Error("no warning that without TRUSTED_PROXIES the cap per client counts the load balancer")
+	}
 	for _, tt := range []struct {
 		body   string
 		status int
@@ -58,6 +62,7 @@ func TestRunTakesPublicCheckouts(t *testing.T) {
 		{sock("budi@example.com", "Budi, see https://evil.test"), http.StatusUnprocessableEntity},
 		{strings.Replace(sock("budi@example.com", "Budi"), `"unit_price":500`, `"unit_price":0`, 1), http.StatusUnprocessableEntity},
 		{sock("budi@example.com", "Budi"), http.StatusCreated},
+		{sock("citra@example.com", "Citra"), http.StatusTooManyRequests}, // this address's third stranger
 	} {
 		if got := checkout(t, base, "", tt.body); got != tt.status {
 			t.Errorf("%s: %d, want %d", tt.body, got, tt.status)
@@ -69,7 +74,8 @@ func TestRunTakesPublicCheckouts(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(res.Body)
 	res.Body.Close()
-	for _, m := range []string{`sekali_public_checkouts_total{result="admitted"} 2`, `sekali_public_checkouts_total{result="recipient"} 1`} {
+	for _, m := range []string{`sekali_public_checkouts_total{result="admitted"} 2`, `sekali_public_checkouts_total{result="recipient"} 1`,
+		`sekali_public_checkouts_total{result="client"} 1`} {
 		if !strings.Contains(string(metrics), m) {
 			t.Errorf("/metrics lacks %q", m)
 		}
@@ -194,13 +200,14 @@ func TestMigrateConcurrently(t *testing.T) {
 func TestConfigErrorsAreReportedTogether(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
-		"REDIS_URL":           "http://localhost:6379",
-		"LOG_LEVEL":           "chatty",
-		"IDEMPOTENCY_KEY_TTL": "forever",
-		"HTTP_ADDR":           ":8080",
-		"METRICS_ADDR":        ":8080",
-		"TRUSTED_PROXIES":     "10.0.0.0/8,not-a-cidr",
-		"RATE_LIMIT_PUBLIC":   "-1",
+		"REDIS_URL":                  "http://localhost:6379",
+		"LOG_LEVEL":                  "chatty",
+		"IDEMPOTENCY_KEY_TTL":        "forever",
+		"HTTP_ADDR":                  ":8080",
+		"METRICS_ADDR":               ":8080",
+		"TRUSTED_PROXIES":            "10.0.0.0/8,not-a-cidr",
+		"RATE_LIMIT_PUBLIC":          "-1",
+		"PUBLIC_CHECKOUT_PER_CLIENT": "a few",
 		// A webhook half configured is an error, not a webhook that
 		// accepts anything.
 		"RESEND_WEBHOOK_SECRET": "whsec_not*base64",
@@ -212,7 +219,7 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		t.Fatal("run with bad configuration returned nil")
 	}
 	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL", "METRICS_ADDR", "TRUSTED_PROXIES", "RATE_LIMIT_PUBLIC",
-		"RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS"} {
+		"PUBLIC_CHECKOUT_PER_CLIENT", "RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}

@@ -38,10 +38,12 @@ type checkoutItemRequest struct {
 
 // handleCreateOrder records a checkout: from the shop's server with an
 // API key, or, in public mode, from anyone (routes.go decides who gets
-// here; order.PublicRules what an anonymous checkout may ask).
-func handleCreateOrder(orders *order.Service) http.Handler {
+// here; order.PublicRules what an anonymous checkout may ask, its cap per
+// client counting the client as addr names it).
+func handleCreateOrder(orders *order.Service, addr func(*http.Request) string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		caller := callerOf(r)
+		caller.Client = addr(r)
 		key, p := idempotencyKeyOf(r)
 		if p == nil && key != "" && caller.Anonymous() {
 			p = anonymousKeyProblem(key)

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -59,6 +61,7 @@ const (
 	typeForbidden       = "urn:sekali:problem:forbidden"
 	typeRateLimited     = "urn:sekali:problem:rate-limited"
 	typeOverloaded      = "urn:sekali:problem:overloaded"
+	typeQuotaDown       = "urn:sekali:problem:quota-unavailable"
 	typeUnknownMessage  = "urn:sekali:problem:unknown-message"
 	typeConflict        = "urn:sekali:problem:wrong-state"
 	typeMayHaveBeenSent = "urn:sekali:problem:may-have-been-sent"
@@ -117,6 +120,11 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; cancel to pending ones; a sent delivery is never sent again."})
 	case errors.As(err, &quota):
 		tooMany(w, r, quota.RetryAfter, quotaReason[quota.Limit])
+	case errors.Is(err, order.ErrQuotaUnavailable):
+		setLogError(r.Context(), err)
+		seconds := retryAfter(w, quotaDownRetry)
+		writeProblem(w, r, problem{Type: typeQuotaDown, Status: http.StatusServiceUnavailable, Title: "The public checkout cannot count its caps",
+			Detail: "A checkout without an API key is taken only once it is counted against the public checkout's hourly caps, and they cannot be counted now. Nothing was recorded; retry after " + strconv.Itoa(seconds) + " s."})
 	case errors.Is(err, order.ErrRequestInFlight):
 		writeProblem(w, r, problem{Type: typeKeyInFlight, Status: http.StatusConflict,
 			Title:  "A request with this Idempotency-Key is in progress",
@@ -132,9 +140,15 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// quotaDownRetry is the Retry-After of a checkout refused because its
+// quota could not be counted: about what a Redis takes to restart or
+// fail over.
+const quotaDownRetry = 5 * time.Second
+
 // quotaReason says which of the public checkout's hourly caps a
 // QuotaError's Limit is.
 var quotaReason = map[string]string{
+	"client":    "This client address has had order confirmations sent to as many different addresses this hour as a checkout without an API key may",
 	"recipient": "This address has had as many order confirmations this hour as a checkout without an API key may send it",
 	"domain":    "The addresses of this domain have had as many order confirmations this hour as checkouts without an API key may send them",
 	"all":       "Checkouts without an API key have sent as many order confirmations this hour as this shop allows",

@@ -47,9 +47,9 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	}
 	if d.Orders != nil && d.Orders.Public != nil {
 		r.With(anonymousOr([]func(http.Handler) http.Handler{limit(public, addr)}, keyedCheckout)).
-			Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
+			Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders, addr))
 	} else {
-		r.With(keyedCheckout...).Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
+		r.With(keyedCheckout...).Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders, addr))
 	}
 
 	// Providers' events: authenticated by the provider's signature or

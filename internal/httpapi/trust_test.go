@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -365,7 +363,7 @@ func TestPublicCheckoutRules(t *testing.T) {
 	rd := testenv.NewRedis(t)
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
-	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 2}, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 2}, rd.Queue, prometheus.NewRegistry())
 	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
 	anonymous := func(header map[string]string) map[string]string {
 		h := map[string]string{"Authorization": ""}
@@ -410,22 +408,24 @@ func TestPublicCheckoutRules(t *testing.T) {
 	}
 }
 
-// An attacker with one address (or many) who floods the public checkout
-// with fresh recipients at fresh domains gets PUBLIC_CHECKOUT_PER_HOUR
-// confirmations mailed in the hour, and then none: the cap in all is what
-// bounds the e-mails a stranger can make the shop send.
+// An attacker with many addresses who floods the public checkout with
+// fresh recipients at fresh domains, each address within its cap per
+// client, gets PUBLIC_CHECKOUT_PER_HOUR confirmations mailed in the hour,
+// and then none: the cap in all is what bounds the e-mails strangers can
+// make the shop send however many addresses they have.
 func TestPublicCheckoutFloodIsCapped(t *testing.T) {
 	t.Parallel()
 	rd := testenv.NewRedis(t)
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	caps := quota.NewHourly(rdb, quota.Limits{PerRecipient: 5, PerDomain: 300, All: 50}, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
-	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
+	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 50}, rd.Queue, reg)
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}, rateLimits: behindProxy})
 	accepted := 0
 	for i := range 120 {
 		body := strings.Replace(validCheckout, "Ana.Maria@Example.COM", fmt.Sprintf("victim%d@domain%d.example", i, i), 1)
-		res := s.postOrder(t, body, map[string]string{"Authorization": ""})
+		from := fmt.Sprintf("203.0.113.%d", i/4) // 30 addresses, 4 strangers each
+		res := s.postOrder(t, body, map[string]string{"Authorization": "", "X-Forwarded-For": from})
 		switch {
 		case res.status == http.StatusCreated:
 			accepted++
@@ -442,5 +442,116 @@ func TestPublicCheckoutFloodIsCapped(t *testing.T) {
 	}
 	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "all"); got != 70 {
 		t.Errorf("refusals by the cap in all = %v, want 70 (what SekaliCheckoutFlood watches)", got)
+	}
+}
+
+// behindProxy is the API behind a load balancer at 127.0.0.1, which
+// names the client in X-Forwarded-For, and without rate limits.
+var behindProxy = httpapi.RateLimits{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+
+// One client address cannot spend the cap in all, with the caps at their
+// defaults: flooding 3,000 checkouts to fresh addresses over 40 domains,
+// with a name that passes the link rules, it has 5 strangers mailed, and
+// a shopper at another address then checks out. Rotating addresses
+// within one IPv6 /64 is one client. (Without the cap per client the
+// flood took the hour's 3,000 in under a minute, and the shopper got 429
+// until the hour turned.)
+func TestOneClientCannotSpendTheCapInAll(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	rdb := redisconn.NewClient(rd.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	reg := prometheus.NewRegistry()
+	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 3000}, rd.Queue, reg)
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}, rateLimits: behindProxy})
+	sink := s.startWorker(t, nil)
+	spam := strings.Replace(validCheckout, `"Ana Maria"`, `"You won a prize call 0800 123 now"`, 1)
+	flood := func(wave string, n int, from func(i int) string) (admitted int) {
+		t.Helper()
+		for i := range n {
+			body := strings.Replace(spam, "Ana.Maria@Example.COM", fmt.Sprintf("stranger-%s-%d@domain%d.example", wave, i, i%40), 1)
+			res := s.postOrder(t, body, map[string]string{"Authorization": "", "X-Forwarded-For": from(i)})
+			switch {
+			case res.status == http.StatusCreated:
+				admitted++
+			case res.status == http.StatusTooManyRequests && strings.Contains(string(res.body), "client address"):
+			default:
+				t.Fatalf("flooding checkout %d from %s: %d %s", i, from(i), res.status, res.body)
+			}
+		}
+		return admitted
+	}
+	start := time.Now()
+	if n := flood("v4", 3000, func(int) string { return "203.0.113.7" }); n != 5 {
+		t.Errorf("one address had %d of 3,000 checkouts to strangers admitted, want 5", n)
+	}
+	t.Logf("3,000 checkouts from one address: %s", time.Since(start).Round(time.Millisecond))
+	res := s.postOrder(t, validCheckout, map[string]string{"Authorization": "", "X-Forwarded-For": "198.51.100.20", "Idempotency-Key": uuid.NewString()})
+	if res.status != http.StatusCreated {
+		t.Errorf("a shopper at another address after the flood: %d %s, want 201", res.status, res.body)
+	}
+	if n := flood("v6", 200, func(i int) string { return fmt.Sprintf("2001:db8:7:7::%x", i+1) }); n != 5 {
+		t.Errorf("200 addresses of one IPv6 /64 had %d checkouts to strangers admitted, want 5", n)
+	}
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "client"); got != 3190 {
+		t.Errorf("refusals by the cap per client = %v, want 3,190", got)
+	}
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "all"); got != 0 {
+		t.Errorf("refusals by the cap in all = %v, want none: the flood never reached it", got)
+	}
+	unsent := func() int {
+		var n int
+		if err := s.db.Pool.QueryRow(t.Context(), "SELECT count(*) FROM notification_deliveries WHERE status <> 'sent'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	testenv.WaitFor(t, "the admitted confirmations to be mailed", 30*time.Second, func() bool { return unsent() == 0 })
+	strangers := 0
+	for _, m := range sink.Messages() {
+		if strings.Contains(strings.Join(m.To, ","), "stranger") {
+			strangers++
+		}
+	}
+	if n, recorded := sink.Count(), s.count(t, "notification_deliveries"); n != 11 || strangers != 10 || recorded != 11 {
+		t.Errorf("%d e-mails mailed (%d to strangers) of %d recorded; want 11: 5 from each flooder, 1 to the shopper", n, strangers, recorded)
+	}
+}
+
+// When the API cannot reach Redis to count an anonymous checkout, it
+// refuses it: 503 with Retry-After, nothing written, counted unavailable,
+// the cause in the request's log line. Admitted uncounted, it would be
+// mailed past every cap once the worker reaches Redis. A keyed checkout
+// is counted by nobody and goes on.
+func TestPublicCheckoutIsRefusedWhenItsQuotaCannotBeCounted(t *testing.T) {
+	t.Parallel()
+	down, err := redisconn.Parse("redis://" + testenv.RefusedAddr(t) + "/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redisconn.NewClient(down)
+	t.Cleanup(func() { rdb.Close() })
+	reg := prometheus.NewRegistry()
+	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 3000}, "down", reg)
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}})
+	c := newContract(t, s)
+	for range 3 {
+		res := c.do(503, "POST", "/v1/orders", "application/json", validCheckout, map[string]string{"Authorization": "", "Idempotency-Key": uuid.NewString()})
+		if res.header.Get("Retry-After") != "5" || !strings.Contains(string(res.body), "urn:sekali:problem:quota-unavailable") {
+			t.Errorf("refused: Retry-After %q, %s", res.header.Get("Retry-After"), res.body)
+		}
+	}
+	if n := s.count(t, "orders"); n != 0 {
+		t.Errorf("%d orders written without a quota, want none", n)
+	}
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "unavailable"); got != 3 {
+		t.Errorf("unavailable = %v, want 3", got)
+	}
+	if cause, _ := s.logs.Field("http request", "error"); !strings.Contains(cause, "quota cannot be counted") || !strings.Contains(cause, "connection refused") {
+		t.Errorf("the request's log line says %q, want the cause", cause)
+	}
+	c.do(201, "POST", "/v1/orders", "application/json", validCheckout, nil) // the shop's server, with its key
+	if n := s.count(t, "orders"); n != 1 {
+		t.Errorf("%d orders, want the keyed one", n)
 	}
 }

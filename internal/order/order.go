@@ -41,6 +41,11 @@ type Caller struct {
 	// is its owner's, which alone (an operator aside) may cancel it.
 	// uuid.Nil for an anonymous caller: notify.PublicOwner.
 	Owner uuid.UUID
+	// Client is the address the request came from as the API's rate
+	// limiter names it (an IPv6 client by its /64, behind a trusted proxy
+	// the address it forwarded for): the public checkout's cap per client
+	// counts the recipients each one has mailed.
+	Client string
 }
 
 // Anonymous reports whether c came without an API key.

@@ -2,6 +2,7 @@ package order
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,22 +22,30 @@ type PublicRules struct {
 	// FreeOrders lets an anonymous checkout total 0.
 	FreeOrders bool
 	// Quota counts the confirmations anonymous checkouts ask for, per
-	// recipient, per recipient domain and in all; nil counts none.
+	// client address, per recipient, per recipient domain and in all;
+	// nil counts none.
 	Quota Quota
 }
 
 // Quota counts anonymous checkouts' confirmations (*quota.Hourly).
 type Quota interface {
-	// Take counts one confirmation to recipient, or refuses it: refused
-	// names the limit it is over ("recipient", "domain" or "all"), and
-	// retryAfter says when it has room again. A quota that cannot count
-	// decides itself whether to admit.
-	Take(ctx context.Context, recipient string) (refused string, retryAfter time.Duration)
+	// Take counts one confirmation to recipient asked for by client (the
+	// caller's address), or refuses it: refused names the limit it is
+	// over ("client", "recipient", "domain" or "all"), and retryAfter
+	// says when it has room again. An error says it could not count.
+	Take(ctx context.Context, client, recipient string) (refused string, retryAfter time.Duration, err error)
 }
+
+// ErrQuotaUnavailable refuses an anonymous checkout whose confirmation
+// could not be counted (Redis did not answer). It is not admitted
+// uncounted: the confirmation would wait in the database and be mailed,
+// past every cap, once the worker and the reconciler reach Redis again.
+// Nothing is written; the checkout can be retried.
+var ErrQuotaUnavailable = errors.New("order: the public checkout's quota cannot be counted")
 
 // QuotaError refuses an anonymous checkout over a quota.
 type QuotaError struct {
-	Limit      string // "recipient", "domain" or "all"
+	Limit      string // "client", "recipient", "domain" or "all"
 	RetryAfter time.Duration
 }
 

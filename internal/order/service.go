@@ -113,7 +113,8 @@ type Placed struct {
 // request is ErrKeyReused; a repeat while the first is still running is
 // ErrRequestInFlight. An invalid checkout is a *ValidationError and
 // writes nothing. With Public rules set, an anonymous caller's checkout
-// is also held to them, and one over its quota is a *QuotaError.
+// is also held to them: one over its quota is a *QuotaError, one whose
+// quota could not be counted ErrQuotaUnavailable.
 func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempotencyKey string) (Placed, error) {
 	v, err := c.validate()
 	if err != nil {
@@ -124,7 +125,11 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 			return Placed{}, err
 		}
 		if s.Public.Quota != nil {
-			if limit, wait := s.Public.Quota.Take(ctx, v.Email); limit != "" {
+			limit, wait, err := s.Public.Quota.Take(ctx, caller.Client, v.Email)
+			if err != nil {
+				return Placed{}, fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
+			}
+			if limit != "" {
 				return Placed{}, &QuotaError{Limit: limit, RetryAfter: wait}
 			}
 		}

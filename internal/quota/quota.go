@@ -1,14 +1,14 @@
 // Package quota counts what anonymous callers ask the service to do,
 // per hour, in Redis, so that every API replica shares one count: the
-// public checkout's confirmations per recipient, per recipient domain
-// and in all (order.PublicRules).
+// public checkout's confirmations per client address, per recipient, per
+// recipient domain and in all (order.PublicRules).
 package quota
 
 import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"log/slog"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +19,7 @@ import (
 
 // Limits are the hourly caps; 0 turns one off.
 type Limits struct {
+	PerClient    int // distinct recipients one client address (an IPv6 client: its /64) may have mailed
 	PerRecipient int // confirmations to one address
 	PerDomain    int // confirmations to the addresses of one domain
 	All          int // confirmations in all: past it, SekaliCheckoutFlood fires
@@ -29,23 +30,23 @@ type Hourly struct {
 	rdb    redis.UniversalClient
 	limits Limits
 	prefix string
-	log    *slog.Logger
 	now    func() time.Time
 	taken  *prometheus.CounterVec
 }
 
-// Results of Take, the label values of sekali_public_checkouts_total.
-var results = []string{"admitted", "recipient", "domain", "all", "uncounted"}
+// Results of Take, the label values of sekali_public_checkouts_total:
+// takeScript's answer is the index of its refusal.
+var results = []string{"admitted", "recipient", "domain", "all", "client", "unavailable"}
 
 // NewHourly counts in rdb under keys that start with prefix (one
 // deployment's: e.g. its queue's name), and registers
 // sekali_public_checkouts_total with reg.
-func NewHourly(rdb redis.UniversalClient, limits Limits, prefix string, log *slog.Logger, reg prometheus.Registerer) *Hourly {
+func NewHourly(rdb redis.UniversalClient, limits Limits, prefix string, reg prometheus.Registerer) *Hourly {
 	h := &Hourly{
-		rdb: rdb, limits: limits, prefix: "sekali:quota:" + prefix + ":", log: log, now: time.Now,
+		rdb: rdb, limits: limits, prefix: "sekali:quota:" + prefix + ":", now: time.Now,
 		taken: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sekali_public_checkouts_total",
-			Help: "Anonymous checkouts (CHECKOUT_MODE=public) by what their quota said: admitted, refused by the cap per recipient, per domain or in all, or uncounted (Redis did not answer; admitted).",
+			Help: "Anonymous checkouts (CHECKOUT_MODE=public) by what their quota said: admitted, refused by the cap per client address, per recipient, per domain or in all, or unavailable (Redis did not answer; refused).",
 		}, []string{"result"}),
 	}
 	for _, r := range results {
@@ -55,12 +56,22 @@ func NewHourly(rdb redis.UniversalClient, limits Limits, prefix string, log *slo
 	return h
 }
 
-// takeScript checks the three counts of this hour against their limits
-// (ARGV 1 to 3, 0 for none) and, if none is reached, adds one to each,
-// which live ARGV[4] seconds. It answers 0, or the position of the first
-// limit reached. The keys share a hash tag (the hour), so that a Redis
-// Cluster keeps them on one node.
+// takeScript checks this hour's counts against their limits and, if
+// none is reached, counts the confirmation. KEYS are the counts per
+// recipient, per domain and in all, and the set of the recipients the
+// client has had mailed; ARGV their four limits (0 for none), the keys'
+// life in seconds, and the recipient as a member of that set. A
+// recipient already in the set costs the client nothing more, and the
+// set never holds more than the client's limit. It answers 0, or the
+// index in results of the first limit reached. The keys share a hash tag
+// (the hour), so that a Redis Cluster keeps them in one slot, as a
+// script's keys must be.
 var takeScript = redis.NewScript(`
+local perClient = tonumber(ARGV[4])
+local known = perClient == 0 or redis.call('SISMEMBER', KEYS[4], ARGV[6]) == 1
+if not known and redis.call('SCARD', KEYS[4]) >= perClient then
+  return 4
+end
 for i = 1, 3 do
   local limit = tonumber(ARGV[i])
   if limit > 0 and tonumber(redis.call('GET', KEYS[i]) or '0') >= limit then
@@ -69,41 +80,49 @@ for i = 1, 3 do
 end
 for i = 1, 3 do
   if redis.call('INCR', KEYS[i]) == 1 then
-    redis.call('EXPIRE', KEYS[i], ARGV[4])
+    redis.call('EXPIRE', KEYS[i], ARGV[5])
   end
+end
+if not known then
+  redis.call('SADD', KEYS[4], ARGV[6])
+  redis.call('EXPIRE', KEYS[4], ARGV[5])
 end
 return 0
 `)
 
-// Take counts one confirmation to recipient, a normalized address, or
-// says which limit it is over and how long until the next hour. When
-// Redis does not answer it admits the confirmation, logs a warning and
-// counts it uncounted: a shop's storefront keeps taking orders while
-// Redis restarts, and the worker cannot send them until it is back.
-func (h *Hourly) Take(ctx context.Context, recipient string) (refused string, retryAfter time.Duration) {
+// Take counts one confirmation to recipient, a normalized address, asked
+// for by client (the caller's address, as the API's rate limiter names
+// it), or says which limit it is over and how long until the next hour.
+// When Redis does not answer it counts the checkout unavailable and
+// returns the error: whoever cannot count must not admit, for what is
+// admitted uncounted is mailed uncapped once the worker reaches Redis.
+func (h *Hourly) Take(ctx context.Context, client, recipient string) (refused string, retryAfter time.Duration, err error) {
 	now := h.now().UTC()
 	hour := now.Truncate(time.Hour)
 	tag := h.prefix + "{" + hour.Format("2006010215") + "}:"
 	_, domain, _ := strings.Cut(recipient, "@")
-	keys := []string{tag + "r:" + digest(recipient), tag + "d:" + digest(domain), tag + "all"}
+	to := digest(recipient)
+	keys := []string{tag + "r:" + to, tag + "d:" + digest(domain), tag + "all", tag + "c:" + digest(client)}
 	ttl := int(hour.Add(time.Hour).Sub(now).Seconds()) + 60
-	n, err := takeScript.Run(ctx, h.rdb, keys, h.limits.PerRecipient, h.limits.PerDomain, h.limits.All, ttl).Int()
+	l := h.limits
+	n, err := takeScript.Run(ctx, h.rdb, keys, l.PerRecipient, l.PerDomain, l.All, l.PerClient, ttl, to).Int()
 	if err != nil {
-		h.log.WarnContext(ctx, "public checkout admitted uncounted: its quota could not be counted", "error", err.Error())
-		h.taken.WithLabelValues("uncounted").Inc()
-		return "", 0
+		if ctx.Err() == nil { // not a caller that left: Redis did not answer
+			h.taken.WithLabelValues("unavailable").Inc()
+		}
+		return "", 0, fmt.Errorf("count the public checkout's quota: %w", err)
 	}
 	if n == 0 {
 		h.taken.WithLabelValues("admitted").Inc()
-		return "", 0
+		return "", 0, nil
 	}
 	refused = results[n]
 	h.taken.WithLabelValues(refused).Inc()
-	return refused, hour.Add(time.Hour).Sub(now)
+	return refused, hour.Add(time.Hour).Sub(now), nil
 }
 
-// digest names an address or domain in a key without spelling it out:
-// Redis keeps no customer's address.
+// digest names an address, a domain or a client in a key without
+// spelling it out: Redis keeps no customer's address.
 func digest(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:16])
@@ -117,5 +136,6 @@ func (l Limits) String() string {
 		}
 		return strconv.Itoa(n) + "/h"
 	}
-	return "per recipient " + per(l.PerRecipient) + ", per domain " + per(l.PerDomain) + ", in all " + per(l.All)
+	return "distinct recipients per client " + per(l.PerClient) + ", per recipient " + per(l.PerRecipient) +
+		", per domain " + per(l.PerDomain) + ", in all " + per(l.All)
 }
