@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -168,6 +170,64 @@ func TestConsoleSignInIsRateLimited(t *testing.T) {
 	if last != http.StatusTooManyRequests {
 		t.Errorf("the 11th failed sign-in = %d, want 429", last)
 	}
+}
+
+// Operators' credentials have one refusal budget per client address,
+// spent alike by failed bearer tokens on the admin API and by failed
+// sign-ins to the console: ten failures in one place make the other
+// refuse that address too, with 429 and Retry-After before any look-up,
+// a good credential included; another address is not affected.
+func TestOperatorsShareOneRefusalBudget(t *testing.T) {
+	t.Parallel()
+	s := setup(t, setupOpts{rateLimits: httpapi.RateLimits{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+	}})
+	_, opKey, err := s.keys.Create(t.Context(), "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newContract(t, s) // the admin API's 429 is in api/openapi.yaml
+	api := func(want int, addr, token string) response {
+		t.Helper()
+		return c.do(want, http.MethodGet, "/admin/v1/queue", "", "", map[string]string{"X-Forwarded-For": addr, "Authorization": "Bearer " + token})
+	}
+	signIn := func(addr, key string) (int, http.Header) {
+		status, h, _ := newBrowser(t, s.url).do(http.MethodPost, "/admin/sign-in", url.Values{"key": {key}}, "X-Forwarded-For", addr)
+		return status, h
+	}
+
+	// Ten wrong tokens on the admin API, of both kinds ...
+	for i := range 10 {
+		token := "sekali_key_aaaaaaaaaaaaaaaa_guess"
+		if i%2 == 1 {
+			token = "a-guess-at-the-admin-token"
+		}
+		api(http.StatusUnauthorized, "203.0.113.1", token)
+	}
+	// ... and that address may not sign in to the console, even with a
+	// good key (which a look-up would have let in),
+	if status, h := signIn("203.0.113.1", opKey); status != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Errorf("a good sign-in after ten wrong admin API tokens: %d, Retry-After %q; want 429 with Retry-After", status, h.Get("Retry-After"))
+	}
+	api(http.StatusTooManyRequests, "203.0.113.1", adminToken)
+	// while another address signs in and calls the admin API.
+	if status, _ := signIn("203.0.113.2", opKey); status != http.StatusSeeOther {
+		t.Errorf("a good sign-in from another address: %d, want 303", status)
+	}
+	api(http.StatusOK, "203.0.113.2", opKey)
+
+	// The other way: ten failed sign-ins close the admin API to the address.
+	for i := range 10 {
+		if status, _ := signIn("203.0.113.3", "sekali_key_aaaaaaaaaaaaaaaa_guess"); status != http.StatusUnauthorized {
+			t.Fatalf("failed sign-in %d: %d", i, status)
+		}
+	}
+	for _, token := range []string{opKey, adminToken} {
+		if res := api(http.StatusTooManyRequests, "203.0.113.3", token); res.header.Get("Retry-After") == "" {
+			t.Error("a 429 without Retry-After")
+		}
+	}
+	api(http.StatusOK, "203.0.113.4", adminToken)
 }
 
 // A form must carry the session's CSRF token and, if the browser says

@@ -74,9 +74,14 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
 		Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
 
-	// Operators.
+	// Operators. A guess at an operator key or at ADMIN_TOKEN costs the
+	// same wherever it is tried: failed bearer tokens on the admin API
+	// and failed sign-ins to the console spend one budget per client
+	// address (operatorRefusalLimit), and past it both answer 429 before
+	// any look-up.
+	operators := newLimiter(operatorRefusalLimit)
 	r.Route("/admin/v1", func(r chi.Router) {
-		r.Use(guarded(requireAdmin(d.Admin.Token, d.Keys)))
+		r.Use(limitRefusals(operators, addr, requireAdmin(d.Admin.Token, d.Keys)))
 		r.Method(http.MethodGet, "/deliveries", handleAdminListDeliveries(d.Admin))
 		r.Method(http.MethodGet, "/deliveries/{id}", handleAdminGetDelivery(d.Admin))
 		r.Method(http.MethodPost, "/deliveries/{id}/retry", handleAdminRetry(d.Admin))
@@ -106,21 +111,22 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodPost, "/webhook-endpoints/{id}/replay", handleAdminReplayWebhooks(d.Admin))
 	})
 	// The operator console (console.go): pages for people, who sign in
-	// with an operator key; failed sign-ins are limited per address.
+	// with an operator key; failed sign-ins spend the operators' budget.
 	if d.Admin.Keys != nil && d.Admin.Ops != nil {
-		addConsole(r, d, addr)
+		addConsole(r, d, addr, operators)
 	}
 	// /metrics and pprof are never here: they have listeners of their own
 	// (METRICS_ADDR, PPROF_ADDR) that only operators reach.
 }
 
-// addConsole adds the operator console's pages under /admin/.
-func addConsole(r chi.Router, d Deps, addr func(*http.Request) string) {
-	signIns := newLimiter(signInLimit)
+// addConsole adds the operator console's pages under /admin/; failed
+// sign-ins spend refusals, the budget the admin API's failed tokens
+// spend too.
+func addConsole(r chi.Router, d Deps, addr func(*http.Request) string, refusals *limiter) {
 	r.Method(http.MethodGet, "/admin", http.RedirectHandler("/admin/", http.StatusMovedPermanently))
 	r.Method(http.MethodGet, "/admin/console.css", handleConsoleCSS())
 	r.Method(http.MethodGet, "/admin/sign-in", handleSignInForm())
-	r.Method(http.MethodPost, "/admin/sign-in", handleSignIn(d.Admin.Keys, signIns, addr))
+	r.Method(http.MethodPost, "/admin/sign-in", handleSignIn(d.Admin.Keys, refusals, addr))
 	r.Group(func(r chi.Router) {
 		r.Use(requireSession(d.Admin.Keys))
 		r.Method(http.MethodPost, "/admin/sign-out", handleSignOut(d.Admin.Keys))
