@@ -27,7 +27,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 
 	// Anyone: the load balancer, the storefront, a browser.
 	r.Method(http.MethodGet, "/healthz", handleHealthz())
-	r.Method(http.MethodGet, "/readyz", handleReadyz(d.Checks))
+	r.Method(http.MethodGet, "/readyz", handleReadyz(d.Log, d.Checks))
 	r.Group(func(r chi.Router) {
 		r.Use(limit(public, addr))
 		r.Method(http.MethodGet, "/openapi.yaml", handleOpenAPI())
