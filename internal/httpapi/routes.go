@@ -39,40 +39,46 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodGet, "/v1/unsubscribe/{token}", handleUnsubscribe(d.UnsubscribeSecret, d.Admin.Ops))
 		r.Method(http.MethodPost, "/v1/unsubscribe/{token}", handleUnsubscribe(d.UnsubscribeSecret, d.Admin.Ops))
 	})
-	// The checkout: the shop's server, with a key that may place orders;
-	// in public mode also a storefront's browsers, without one, under the
-	// public budget and order.PublicRules.
-	keyedCheckout := []func(http.Handler) http.Handler{
-		guarded(requireKey(d.Keys, apikey.ScopeCheckout, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr)),
-	}
-	if d.Orders != nil && d.Orders.Public != nil {
-		r.With(anonymousOr([]func(http.Handler) http.Handler{limit(public, addr)}, keyedCheckout)).
-			Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
-	} else {
-		r.With(keyedCheckout...).Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
-	}
-
 	// Providers' events: authenticated by the provider's signature or
 	// credentials, not by ours. A provider posts from few addresses in
 	// bursts, so they get the backend's limit, not a browser's.
 	r.With(limit(backend, addr)).
 		Method(http.MethodPost, "/v1/webhooks/{provider}", handleWebhook(d.Webhooks, d.Admin.Ops, hooks))
 
-	// The shop's backend (an API key with the scope), or, to read one
-	// order, the access token its checkout answered with.
-	// Failed credentials spend the address's refusal budget (above); the
-	// requests that pass, their key's (or, with an order token, their
-	// address's) backend budget.
-	r.With(guarded(requireOrderReader(d.Keys, d.Orders)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
-	r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
-	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
-	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
-	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
+	// The checkout and the shop's backend answer with secrets (the
+	// order's access token) and personal data (the order, its
+	// notifications): no cache keeps any answer of theirs.
+	r.Group(func(r chi.Router) {
+		r.Use(noStore)
+		// The checkout: the shop's server, with a key that may place orders;
+		// in public mode also a storefront's browsers, without one, under the
+		// public budget and order.PublicRules.
+		keyedCheckout := []func(http.Handler) http.Handler{
+			guarded(requireKey(d.Keys, apikey.ScopeCheckout, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr)),
+		}
+		if d.Orders != nil && d.Orders.Public != nil {
+			r.With(anonymousOr([]func(http.Handler) http.Handler{limit(public, addr)}, keyedCheckout)).
+				Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
+		} else {
+			r.With(keyedCheckout...).Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders))
+		}
+
+		// The shop's backend (an API key with the scope), or, to read one
+		// order, the access token its checkout answered with.
+		// Failed credentials spend the address's refusal budget (above); the
+		// requests that pass, their key's (or, with an order token, their
+		// address's) backend budget.
+		r.With(guarded(requireOrderReader(d.Keys, d.Orders)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
+	})
 
 	// Operators. A guess at an operator key or at ADMIN_TOKEN costs the
 	// same wherever it is tried: failed bearer tokens on the admin API
@@ -81,6 +87,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	// any look-up.
 	operators := newLimiter(operatorRefusalLimit)
 	r.Route("/admin/v1", func(r chi.Router) {
+		r.Use(noStore) // every answer: deliveries, recipients, new keys and webhook secrets
 		r.Use(limitRefusals(operators, addr, requireAdmin(d.Admin.Token, d.Keys)))
 		r.Method(http.MethodGet, "/deliveries", handleAdminListDeliveries(d.Admin))
 		r.Method(http.MethodGet, "/deliveries/{id}", handleAdminGetDelivery(d.Admin))
