@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"cmp"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // addRoutes is the whole HTTP API in one place, grouped by who may call
@@ -36,8 +38,9 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodPost, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
 		r.Method(http.MethodGet, "/templates", handleGallery(d.Templates))
 		// One-click unsubscribe: the token's signature is the credential.
-		r.Method(http.MethodGet, "/v1/unsubscribe/{token}", handleUnsubscribe(d.UnsubscribeSecret, d.Admin.Ops))
-		r.Method(http.MethodPost, "/v1/unsubscribe/{token}", handleUnsubscribe(d.UnsubscribeSecret, d.Admin.Ops))
+		unsubscribe := handleUnsubscribe(d.UnsubscribeSecret, cmp.Or(d.UnsubscribeTTL, mail.DefaultUnsubscribeTTL), d.Admin.Ops)
+		r.Method(http.MethodGet, "/v1/unsubscribe/{token}", unsubscribe)
+		r.Method(http.MethodPost, "/v1/unsubscribe/{token}", unsubscribe)
 	})
 	// Providers' events: authenticated by the provider's signature or
 	// credentials, not by ours. A provider posts from few addresses in

@@ -64,6 +64,9 @@ type Deps struct {
 	// subscription templates (UNSUBSCRIBE_SECRET, the workers' too); ""
 	// answers every link 404.
 	UnsubscribeSecret string
+	// UnsubscribeTTL is how long after its issue day a link works
+	// (UNSUBSCRIBE_TOKEN_TTL); 0 is mail.DefaultUnsubscribeTTL.
+	UnsubscribeTTL time.Duration
 }
 
 // NewServer returns the API's handler.
