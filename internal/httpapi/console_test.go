@@ -506,3 +506,55 @@ func TestConsoleCancel(t *testing.T) {
 		t.Errorf("the cancelled delivery's page:\n%s", page)
 	}
 }
+
+// The console's e-mail frame loads no remote image unless the operator
+// asks: by default its policy takes images inside the e-mail (data:)
+// only, so a tracking pixel learns nothing of who opened it; the link
+// next to the frame reloads it with ?images=remote, whose policy takes
+// https images too. Both stay sandboxed, framed by the console alone,
+// and send no Referer.
+func TestConsoleEmailHoldsRemoteImagesBack(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	id := o.Notifications[0].ID.String()
+	b, _ := s.operator(t, "Ana")
+
+	_, _, page := b.do(http.MethodGet, "/admin/deliveries/"+id, nil)
+	if !strings.Contains(page, `name="email" sandbox src="/admin/deliveries/`+id+`/email"`) ||
+		!strings.Contains(page, `href="/admin/deliveries/`+id+`/email?images=remote" target="email"`) {
+		t.Errorf("the delivery's page lacks the frame named email or the link that loads remote images into it:\n%s", page)
+	}
+	policy := func(path string) map[string]string {
+		t.Helper()
+		status, h, body := b.do(http.MethodGet, path, nil)
+		if status != http.StatusOK || !strings.Contains(body, "Teh melati") || h.Get("Referrer-Policy") != "no-referrer" || h.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s = %d, Referrer-Policy %q, Cache-Control %q", path, status, h.Get("Referrer-Policy"), h.Get("Cache-Control"))
+		}
+		directives := map[string]string{}
+		for _, d := range strings.Split(h.Get("Content-Security-Policy"), ";") {
+			name, value, _ := strings.Cut(strings.TrimSpace(d), " ")
+			directives[name] = value
+		}
+		return directives
+	}
+	held := policy("/admin/deliveries/" + id + "/email")
+	asked := policy("/admin/deliveries/" + id + "/email?images=remote")
+	for name, want := range map[string][2]string{
+		"img-src":         {"data:", "data: https:"},
+		"default-src":     {"'none'", "'none'"},
+		"frame-ancestors": {"'self'", "'self'"},
+		"sandbox":         {"", ""},
+	} {
+		got := [2]string{held[name], asked[name]}
+		_, heldHas := held[name]
+		_, askedHas := asked[name]
+		if got != want || !heldHas || !askedHas {
+			t.Errorf("%s: %q by default and %q with ?images=remote, want %q", name, got[0], got[1], want)
+		}
+	}
+	if p := policy("/admin/deliveries/" + id + "/email?images=yes"); p["img-src"] != "data:" {
+		t.Errorf("?images=yes: img-src %q, want data: (only remote asks)", p["img-src"])
+	}
+}
