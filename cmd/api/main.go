@@ -64,6 +64,7 @@ type config struct {
 	SendAtHorizon   time.Duration     // SEND_AT_HORIZON: how far ahead a notification may be scheduled
 	WebhookGuard    *webhookout.Guard // WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_NETWORKS: which endpoint URLs are taken
 	UnsubscribeKey  string            // UNSUBSCRIBE_SECRET: verifies one-click unsubscribe links
+	UnsubscribeTTL  time.Duration     // UNSUBSCRIBE_TOKEN_TTL: how long after its issue day a link works
 	ShutdownTimeout time.Duration
 	AdminToken      string
 	MetricsAddr     string
@@ -90,6 +91,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		SendAtHorizon:   env.Duration("SEND_AT_HORIZON", order.DefaultSendAtHorizon),
 		WebhookGuard:    webhookout.ReadGuard(env),
 		UnsubscribeKey:  env.Secret("UNSUBSCRIBE_SECRET", ""),
+		UnsubscribeTTL:  env.Duration("UNSUBSCRIBE_TOKEN_TTL", mail.DefaultUnsubscribeTTL),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 		MetricsAddr:     env.String("METRICS_ADDR", ":9100"),
@@ -111,6 +113,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.RateLimits.TrustedProxies = env.Prefixes("TRUSTED_PROXIES", "10.0.0.0/8,192.168.1.5/32")
 	if _, port, _ := net.SplitHostPort(cfg.MetricsAddr); cfg.MetricsAddr == cfg.HTTPAddr && port != "0" {
 		env.Check("METRICS_ADDR", fmt.Errorf("%s is HTTP_ADDR: /metrics must be on a listener of its own, kept private", cfg.MetricsAddr))
+	}
+	if cfg.UnsubscribeTTL < 24*time.Hour {
+		env.Check("UNSUBSCRIBE_TOKEN_TTL", fmt.Errorf("is %s; use at least 24h (tokens carry their issue day), and better months: readers unsubscribe from old mail", cfg.UnsubscribeTTL))
 	}
 	if t := cfg.AdminToken; t != "" && len(t) < 16 {
 		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
@@ -226,6 +231,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			Keys: keys, RateLimits: cfg.RateLimits, Webhooks: cfg.Webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: cfg.MaxInFlight,
 			BodyTimeout:       cfg.BodyTimeout,
 			UnsubscribeSecret: cfg.UnsubscribeKey,
+			UnsubscribeTTL:    cfg.UnsubscribeTTL,
 			Tracer:            tp.Tracer("github.com/sekali-dev/sekali/internal/httpapi"),
 			Admin:             httpapi.Admin{Token: cfg.AdminToken, Ops: operator, Keys: keys, Webhooks: webhookout.NewService(pool, cfg.WebhookGuard)},
 		}),

@@ -208,6 +208,8 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		"TRUSTED_PROXIES":            "10.0.0.0/8,not-a-cidr",
 		"RATE_LIMIT_PUBLIC":          "-1",
 		"PUBLIC_CHECKOUT_PER_CLIENT": "a few",
+		// Tokens carry their issue day: a lifetime under a day is none.
+		"UNSUBSCRIBE_TOKEN_TTL": "12h",
 		// A webhook half configured is an error, not a webhook that
 		// accepts anything.
 		"RESEND_WEBHOOK_SECRET": "whsec_not*base64",
@@ -219,7 +221,7 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		t.Fatal("run with bad configuration returned nil")
 	}
 	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL", "METRICS_ADDR", "TRUSTED_PROXIES", "RATE_LIMIT_PUBLIC",
-		"PUBLIC_CHECKOUT_PER_CLIENT", "RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS"} {
+		"PUBLIC_CHECKOUT_PER_CLIENT", "UNSUBSCRIBE_TOKEN_TTL", "RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}

@@ -8,8 +8,23 @@ RETURNING *;
 -- name: GetAPIKey :one
 SELECT * FROM api_keys WHERE id = @id;
 
--- name: GetAPIKeyByPrefix :one
-SELECT * FROM api_keys WHERE prefix = @prefix;
+-- name: CheckAPIKey :one
+-- One row whatever the prefix: the key that has it (found), or, when no
+-- key has, a stand-in of the same shape (a name, a scope) whose hash is
+-- @stand_in_hash, which no token hashes to. A check of an unknown prefix
+-- so runs, reads and compares what a check of a wrong secret does
+-- (apikey.authenticate).
+SELECT (k.id IS NOT NULL)::boolean AS found,
+       coalesce(k.id, '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS id,
+       coalesce(k.name, '-')::text AS name,
+       coalesce(k.prefix, @prefix::text)::text AS prefix,
+       coalesce(k.secret_hash, @stand_in_hash::bytea)::bytea AS secret_hash,
+       coalesce(k.scopes, '{none}'::text[])::text[] AS scopes,
+       coalesce(k.created_at, now())::timestamptz AS created_at,
+       k.revoked_at,
+       coalesce(k.owner_id, '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS owner_id
+FROM (VALUES (1)) AS one (n)
+LEFT JOIN api_keys k ON k.prefix = @prefix::text;
 
 -- name: ListAPIKeys :many
 SELECT * FROM api_keys ORDER BY created_at, id;

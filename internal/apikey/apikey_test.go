@@ -23,8 +23,8 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 		t.Fatalf("secret %q, prefix %q", secret, k.Prefix)
 	}
 	got, err := keys.Authenticate(ctx, secret)
-	if err != nil || got.ID != k.ID || !got.Has(apikey.ScopeOrdersWrite) || got.Has(apikey.ScopeOrdersRead) {
-		t.Fatalf("Authenticate = %+v, %v", got, err)
+	if err != nil || got.ID != k.ID || !got.Has(apikey.ScopeOrdersWrite) || got.Has(apikey.ScopeOrdersRead) || got.Owner != k.ID {
+		t.Fatalf("Authenticate = %+v, %v; want the key, its own owner", got, err)
 	}
 	// The secret is stored only as a hash.
 	var stored []byte
@@ -35,7 +35,8 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 		t.Errorf("stored %d bytes that hold the secret", len(stored))
 	}
 	// A second key is valid at the same time: rotation without downtime.
-	_, next, err := keys.Create(ctx, "shop backend, next", []apikey.Scope{apikey.ScopeOrdersWrite})
+	// It replaces the first, whose owner it takes.
+	_, next, err := keys.CreateReplacing(ctx, "shop backend, next", []apikey.Scope{apikey.ScopeOrdersWrite}, k.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +53,8 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 	if _, err := keys.Authenticate(ctx, secret); !errors.Is(err, apikey.ErrInvalid) {
 		t.Errorf("a revoked key still authenticates: %v", err)
 	}
-	if _, err := keys.Authenticate(ctx, next); err != nil {
-		t.Errorf("the other key stopped working: %v", err)
+	if got, err := keys.Authenticate(ctx, next); err != nil || got.Owner != k.ID {
+		t.Errorf("the other key: %+v, %v; want it working, with the first key's owner", got, err)
 	}
 	list, err := keys.List(ctx)
 	if err != nil || len(list) != 2 || list[0].RevokedAt == nil || list[1].RevokedAt != nil {

@@ -74,6 +74,12 @@ func toAdmin(d notify.Delivery) adminDelivery {
 // maxBlockTTL is the longest a block may last.
 const maxBlockTTL = 30 * 24 * time.Hour
 
+// adminRefusal is the one answer of the admin API to a bearer token that
+// does not open it: an unknown key, a wrong secret, a revoked key, a
+// live key without the admin scope and a wrong ADMIN_TOKEN alike, so
+// that a refusal tells nothing about which keys exist.
+const adminRefusal = "The token is not valid: not ADMIN_TOKEN, nor a live operator key (an API key of the admin scope)."
+
 // requireAdmin lets a request through with the admin token, compared in
 // constant time (of equal-length digests, so not even the token's length
 // leaks), or with an operator's key (an API key of the admin scope),
@@ -91,17 +97,15 @@ func requireAdmin(token string, keys keyChecker) func(http.Handler) http.Handler
 			if keys != nil && strings.HasPrefix(got, apikey.Prefix) {
 				k, err := keys.Authenticate(r.Context(), got)
 				switch {
-				case errors.Is(err, apikey.ErrInvalid):
-					deny(w, r, "sekali-admin", "The key is not valid.")
+				case errors.Is(err, apikey.ErrInvalid) || err == nil && !k.Has(apikey.ScopeAdmin):
+					// A live key without the scope is refused as a
+					// wrong one is: the admin API tells a caller
+					// without its credentials nothing, not even that a
+					// key is live.
+					deny(w, r, "sekali-admin", adminRefusal)
 					return
 				case err != nil:
 					writeError(w, r, err)
-					return
-				case !k.Has(apikey.ScopeAdmin):
-					// As for no credentials at all: the admin API tells a
-					// caller without them nothing, not even that a key is
-					// live.
-					deny(w, r, "sekali-admin", "The token is not valid: not ADMIN_TOKEN, nor an operator key (an API key of the admin scope).")
 					return
 				}
 				actor := apikey.Session{Operator: k}.Actor()
@@ -111,7 +115,7 @@ func requireAdmin(token string, keys keyChecker) func(http.Handler) http.Handler
 			}
 			have := sha256.Sum256([]byte(got))
 			if token == "" || subtle.ConstantTimeCompare(have[:], want[:]) != 1 {
-				deny(w, r, "sekali-admin", "The token is not valid.")
+				deny(w, r, "sekali-admin", adminRefusal)
 				return
 			}
 			addLogAttrs(r.Context(), slog.Bool("admin", true))

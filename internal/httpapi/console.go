@@ -42,9 +42,10 @@ const consolePageSize = 50
 // errNoProviderID: mark-sent without the provider's message id.
 var errNoProviderID = errors.New("say which message at the provider this is")
 
-// signInLimit is how many failed sign-ins a client address may make: 10
-// at once, then one every 90 s.
-var signInLimit = RateLimit{PerSecond: 1.0 / 90, Burst: 10}
+// operatorRefusalLimit is how many failed sign-ins to the console and
+// failed bearer tokens on the admin API, together, a client address may
+// make: 10 at once, then one every 90 s.
+var operatorRefusalLimit = RateLimit{PerSecond: 1.0 / 90, Burst: 10}
 
 // page is what a console page shows; each page fills its part.
 type page struct {
@@ -187,15 +188,16 @@ func handleSignInForm() http.Handler {
 }
 
 // handleSignIn starts a session for an operator key. Failed sign-ins
-// spend the client address's budget in failures (signInLimit); past it
-// the answer is 429 before any look-up.
+// spend the client address's budget in failures (operatorRefusalLimit),
+// which the admin API's failed tokens spend too; past it the answer is
+// 429 before any look-up.
 func handleSignIn(keys *apikey.Service, failures *limiter, addr func(*http.Request) string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		client := addr(r)
 		if empty, wait := failures.empty(client, time.Now()); empty {
 			retryAfter(w, wait)
 			render(w, r, http.StatusTooManyRequests, "sign-in", page{Title: "Sign in",
-				Error: "Too many failed sign-ins from this address; try again in " + wait.Round(time.Second).String() + "."})
+				Error: "Too many failed sign-ins or admin API tokens from this address; try again in " + wait.Round(time.Second).String() + "."})
 			return
 		}
 		if !sameOrigin(r) {

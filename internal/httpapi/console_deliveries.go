@@ -175,9 +175,29 @@ func handleConsoleDelivery(ops *notify.Operator) http.Handler {
 	})
 }
 
+// remoteImages is the query parameter (?images=remote) with which the
+// console's e-mail frame loads the e-mail's remote images: the
+// operator asked for them with the link next to the frame.
+const remoteImages = "remote"
+
+// consoleEmailPolicy is the policy of the console's e-mail frame: that of
+// every rendered e-mail here, framed by the console alone and sandboxed,
+// and, unless the operator asked for them (remote), with no image but
+// those inside the e-mail (data:). A remote image, a tracking pixel in a
+// template or in what a customer typed, would tell its sender that an
+// operator opened the e-mail, when, and from which address; mail clients
+// hold such images back until asked too.
+func consoleEmailPolicy(remote bool) string {
+	policy := strings.Replace(emailPolicy, "frame-ancestors 'none'", "frame-ancestors 'self'", 1) + "; sandbox"
+	if !remote {
+		policy = strings.Replace(policy, "img-src data: https:", "img-src data:", 1)
+	}
+	return policy
+}
+
 // handleConsoleEmail renders the delivery's e-mail from its stored data,
-// for the sandboxed frame of its page: the template's HTML, under the
-// policy of every rendered e-mail here, and a sandbox of its own.
+// for the sandboxed frame of its page: the template's HTML, under
+// consoleEmailPolicy, without remote images unless ?images=remote.
 func handleConsoleEmail(ops *notify.Operator, templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, _, ok := consoleDelivery(w, r, ops)
@@ -195,9 +215,9 @@ func handleConsoleEmail(ops *notify.Operator, templates *mailtemplate.Templates)
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
-		// The frame is the console's own; emailPolicy's frame-ancestors
-		// 'none' would refuse it.
-		w.Header().Set("Content-Security-Policy", strings.Replace(emailPolicy, "frame-ancestors 'none'", "frame-ancestors 'self'", 1)+"; sandbox")
+		w.Header().Set("Content-Security-Policy", consoleEmailPolicy(r.URL.Query().Get("images") == remoteImages))
+		// Remote images, once asked for, learn nothing of the console's URLs.
+		w.Header().Set("Referrer-Policy", "no-referrer")
 		_, _ = w.Write([]byte(out.HTML))
 	})
 }

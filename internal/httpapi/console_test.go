@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"net/netip"
 	"net/url"
 	"regexp"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/httpapi"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -168,6 +170,64 @@ func TestConsoleSignInIsRateLimited(t *testing.T) {
 	if last != http.StatusTooManyRequests {
 		t.Errorf("the 11th failed sign-in = %d, want 429", last)
 	}
+}
+
+// Operators' credentials have one refusal budget per client address,
+// spent alike by failed bearer tokens on the admin API and by failed
+// sign-ins to the console: ten failures in one place make the other
+// refuse that address too, with 429 and Retry-After before any look-up,
+// a good credential included; another address is not affected.
+func TestOperatorsShareOneRefusalBudget(t *testing.T) {
+	t.Parallel()
+	s := setup(t, setupOpts{rateLimits: httpapi.RateLimits{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
+	}})
+	_, opKey, err := s.keys.Create(t.Context(), "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newContract(t, s) // the admin API's 429 is in api/openapi.yaml
+	api := func(want int, addr, token string) response {
+		t.Helper()
+		return c.do(want, http.MethodGet, "/admin/v1/queue", "", "", map[string]string{"X-Forwarded-For": addr, "Authorization": "Bearer " + token})
+	}
+	signIn := func(addr, key string) (int, http.Header) {
+		status, h, _ := newBrowser(t, s.url).do(http.MethodPost, "/admin/sign-in", url.Values{"key": {key}}, "X-Forwarded-For", addr)
+		return status, h
+	}
+
+	// Ten wrong tokens on the admin API, of both kinds ...
+	for i := range 10 {
+		token := "sekali_key_aaaaaaaaaaaaaaaa_guess"
+		if i%2 == 1 {
+			token = "a-guess-at-the-admin-token"
+		}
+		api(http.StatusUnauthorized, "203.0.113.1", token)
+	}
+	// ... and that address may not sign in to the console, even with a
+	// good key (which a look-up would have let in),
+	if status, h := signIn("203.0.113.1", opKey); status != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Errorf("a good sign-in after ten wrong admin API tokens: %d, Retry-After %q; want 429 with Retry-After", status, h.Get("Retry-After"))
+	}
+	api(http.StatusTooManyRequests, "203.0.113.1", adminToken)
+	// while another address signs in and calls the admin API.
+	if status, _ := signIn("203.0.113.2", opKey); status != http.StatusSeeOther {
+		t.Errorf("a good sign-in from another address: %d, want 303", status)
+	}
+	api(http.StatusOK, "203.0.113.2", opKey)
+
+	// The other way: ten failed sign-ins close the admin API to the address.
+	for i := range 10 {
+		if status, _ := signIn("203.0.113.3", "sekali_key_aaaaaaaaaaaaaaaa_guess"); status != http.StatusUnauthorized {
+			t.Fatalf("failed sign-in %d: %d", i, status)
+		}
+	}
+	for _, token := range []string{opKey, adminToken} {
+		if res := api(http.StatusTooManyRequests, "203.0.113.3", token); res.header.Get("Retry-After") == "" {
+			t.Error("a 429 without Retry-After")
+		}
+	}
+	api(http.StatusOK, "203.0.113.4", adminToken)
 }
 
 // A form must carry the session's CSRF token and, if the browser says
@@ -444,5 +504,57 @@ func TestConsoleCancel(t *testing.T) {
 	_, _, page = b.do(http.MethodGet, "/admin/deliveries/"+id, nil)
 	if strings.Contains(page, `id="cancel"`) || !strings.Contains(page, "operator:Ana ("+k.Prefix+")") || !strings.Contains(page, "order refunded") {
 		t.Errorf("the cancelled delivery's page:\n%s", page)
+	}
+}
+
+// The console's e-mail frame loads no remote image unless the operator
+// asks: by default its policy takes images inside the e-mail (data:)
+// only, so a tracking pixel learns nothing of who opened it; the link
+// next to the frame reloads it with ?images=remote, whose policy takes
+// https images too. Both stay sandboxed, framed by the console alone,
+// and send no Referer.
+func TestConsoleEmailHoldsRemoteImagesBack(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	id := o.Notifications[0].ID.String()
+	b, _ := s.operator(t, "Ana")
+
+	_, _, page := b.do(http.MethodGet, "/admin/deliveries/"+id, nil)
+	if !strings.Contains(page, `name="email" sandbox src="/admin/deliveries/`+id+`/email"`) ||
+		!strings.Contains(page, `href="/admin/deliveries/`+id+`/email?images=remote" target="email"`) {
+		t.Errorf("the delivery's page lacks the frame named email or the link that loads remote images into it:\n%s", page)
+	}
+	policy := func(path string) map[string]string {
+		t.Helper()
+		status, h, body := b.do(http.MethodGet, path, nil)
+		if status != http.StatusOK || !strings.Contains(body, "Teh melati") || h.Get("Referrer-Policy") != "no-referrer" || h.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s = %d, Referrer-Policy %q, Cache-Control %q", path, status, h.Get("Referrer-Policy"), h.Get("Cache-Control"))
+		}
+		directives := map[string]string{}
+		for _, d := range strings.Split(h.Get("Content-Security-Policy"), ";") {
+			name, value, _ := strings.Cut(strings.TrimSpace(d), " ")
+			directives[name] = value
+		}
+		return directives
+	}
+	held := policy("/admin/deliveries/" + id + "/email")
+	asked := policy("/admin/deliveries/" + id + "/email?images=remote")
+	for name, want := range map[string][2]string{
+		"img-src":         {"data:", "data: https:"},
+		"default-src":     {"'none'", "'none'"},
+		"frame-ancestors": {"'self'", "'self'"},
+		"sandbox":         {"", ""},
+	} {
+		got := [2]string{held[name], asked[name]}
+		_, heldHas := held[name]
+		_, askedHas := asked[name]
+		if got != want || !heldHas || !askedHas {
+			t.Errorf("%s: %q by default and %q with ?images=remote, want %q", name, got[0], got[1], want)
+		}
+	}
+	if p := policy("/admin/deliveries/" + id + "/email?images=yes"); p["img-src"] != "data:" {
+		t.Errorf("?images=yes: img-src %q, want data: (only remote asks)", p["img-src"])
 	}
 }

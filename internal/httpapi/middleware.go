@@ -79,6 +79,20 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
+// noStore marks every answer of the routes it wraps, refusals and
+// errors included, as one that no cache (a browser's, a proxy's) may
+// keep: the routes that answer with secrets (an order's access token, a
+// new API key or webhook secret) or personal data (an order, a
+// notification, a delivery, a suppression). routes.go applies it by
+// group, so that a route added there is covered without a line of its
+// own.
+func noStore(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-store")
+		next.ServeHTTP(w, r)
+	})
+}
+
 // observe gives every request an id (the caller's X-Request-Id when it is
 // sane), turns a panic into a 500, and writes exactly one log line and one
 // latency observation per request.

@@ -2,8 +2,12 @@ package httpapi_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"html"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -300,7 +304,7 @@ func TestRemindUnlessPaid(t *testing.T) {
 func TestOneClickUnsubscribe(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	path := "/v1/unsubscribe/" + mail.UnsubscribeToken(unsubscribeSecret, "ana@example.com", "subscription")
+	path := "/v1/unsubscribe/" + mail.UnsubscribeToken(unsubscribeSecret, "ana@example.com", "subscription", time.Now())
 	anon := map[string]string{"Authorization": ""}
 	res := s.do(t, http.MethodGet, path, "", nil, anon)
 	if res.status != http.StatusOK || !strings.Contains(string(res.body), `id="unsubscribe"`) || s.count(t, "unsubscribes") != 0 {
@@ -318,11 +322,73 @@ func TestOneClickUnsubscribe(t *testing.T) {
 	if n := s.count(t, "unsubscribes WHERE recipient = 'ana@example.com' AND category = 'subscription'"); n != 1 {
 		t.Errorf("%d unsubscribe rows, want 1", n)
 	}
-	forged := "/v1/unsubscribe/" + mail.UnsubscribeToken("a-secret-that-is-not-ours-0123456789", "budi@example.com", "subscription")
+	forged := "/v1/unsubscribe/" + mail.UnsubscribeToken("a-secret-that-is-not-ours-0123456789", "budi@example.com", "subscription", time.Now())
 	if res := s.do(t, http.MethodPost, forged, "", nil, anon); res.status != http.StatusNotFound {
 		t.Errorf("a forged link = %d, want 404", res.status)
 	}
 	if n := s.count(t, "unsubscribes"); n != 1 {
 		t.Errorf("%d unsubscribe rows after a forged link, want 1", n)
+	}
+}
+
+// An unsubscribe link is this service's only as it signed it: one whose
+// signature is spelled another way (a set trailing bit in its last
+// character, a line break) is 404. It works for UNSUBSCRIBE_TOKEN_TTL
+// after the day its mail was recorded; past that, the page says the
+// link has expired (410) and nothing changes. A link of the first
+// format, without a day, in mail sent before tokens carried one, keeps
+// working.
+func TestUnsubscribeLinksAreCanonicalAndExpire(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	anon := map[string]string{"Authorization": ""}
+	post := func(token string) response {
+		t.Helper()
+		return s.do(t, http.MethodPost, "/v1/unsubscribe/"+url.PathEscape(token), "application/x-www-form-urlencoded", strings.NewReader("List-Unsubscribe=One-Click"), anon)
+	}
+	good := mail.UnsubscribeToken(unsubscribeSecret, "ana@example.com", "subscription", time.Now())
+	payload, sig, _ := strings.Cut(good, ".")
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, sig[len(sig)-1])
+	for name, token := range map[string]string{
+		"a set trailing bit": payload + "." + sig[:len(sig)-1] + string(alphabet[last^1]),
+		"a line break":       payload + "." + sig[:20] + "\n" + sig[20:],
+		"padding":            good + "=",
+	} {
+		if res := post(token); res.status != http.StatusNotFound {
+			t.Errorf("%s: %d %s, want 404", name, res.status, res.body)
+		}
+	}
+
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		old := mail.UnsubscribeToken(unsubscribeSecret, "budi@example.com", "subscription", time.Now().Add(-mail.DefaultUnsubscribeTTL-48*time.Hour))
+		res := s.do(t, method, "/v1/unsubscribe/"+old, "", nil, anon)
+		if res.status != http.StatusGone || !strings.Contains(string(res.body), `id="expired"`) || !strings.Contains(string(res.body), "365 days") ||
+			strings.Contains(string(res.body), `id="unsubscribe"`) || res.header.Get("Cache-Control") != "no-store" {
+			t.Errorf("%s of an expired link: %d %s", method, res.status, res.body)
+		}
+	}
+	if n := s.count(t, "unsubscribes"); n != 0 {
+		t.Errorf("%d unsubscribe rows after expired and malformed links, want 0", n)
+	}
+	// Within its lifetime, a year less two days on.
+	if res := post(mail.UnsubscribeToken(unsubscribeSecret, "citra@example.com", "subscription", time.Now().Add(-mail.DefaultUnsubscribeTTL+48*time.Hour))); res.status != http.StatusOK {
+		t.Errorf("a link 363 days old: %d %s", res.status, res.body)
+	}
+
+	// The first format, made here as the worker made it: base64url of
+	// category "\n" recipient, and its HMAC-SHA256 under the secret.
+	legacyPayload := base64.RawURLEncoding.EncodeToString([]byte("subscription\ndewi@example.com"))
+	m := hmac.New(sha256.New, []byte("sekali unsubscribe\x00"+unsubscribeSecret))
+	m.Write([]byte(legacyPayload))
+	legacy := legacyPayload + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	if res := post(legacy); res.status != http.StatusOK || !strings.Contains(string(res.body), `id="done"`) {
+		t.Errorf("a link of the first format: %d %s", res.status, res.body)
+	}
+	if n := s.count(t, "unsubscribes WHERE recipient IN ('citra@example.com', 'dewi@example.com')"); n != 2 {
+		t.Errorf("%d unsubscribe rows, want the two good links'", n)
+	}
+	if !strings.Contains(s.logs.String(), `"legacy_token":true`) {
+		t.Error("the log does not say a link of the first format was used")
 	}
 }

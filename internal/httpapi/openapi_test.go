@@ -335,11 +335,14 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(403, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, map[string]string{"Authorization": "Bearer " + writeOnly})
 
 	// One-click unsubscribe: the page changes nothing, the POST does.
-	unsub := "/v1/unsubscribe/" + mail.UnsubscribeToken(unsubscribeSecret, "ana.maria@example.com", "subscription")
+	unsub := "/v1/unsubscribe/" + mail.UnsubscribeToken(unsubscribeSecret, "ana.maria@example.com", "subscription", time.Now())
 	c.do(200, "GET", unsub, "", "", map[string]string{"Authorization": ""})
 	c.do(200, "POST", unsub, "application/x-www-form-urlencoded", "List-Unsubscribe=One-Click", map[string]string{"Authorization": ""})
 	c.do(404, "GET", "/v1/unsubscribe/forged.token", "", "", map[string]string{"Authorization": ""})
-	c.do(404, "POST", "/v1/unsubscribe/"+mail.UnsubscribeToken("another-secret-another-secret-xxxx", "ana.maria@example.com", "subscription"), "", "", map[string]string{"Authorization": ""})
+	c.do(404, "POST", "/v1/unsubscribe/"+mail.UnsubscribeToken("another-secret-another-secret-xxxx", "ana.maria@example.com", "subscription", time.Now()), "", "", map[string]string{"Authorization": ""})
+	expired := "/v1/unsubscribe/" + mail.UnsubscribeToken(unsubscribeSecret, "ana.maria@example.com", "subscription", time.Now().AddDate(-2, 0, 0))
+	c.do(410, "GET", expired, "", "", map[string]string{"Authorization": ""})
+	c.do(410, "POST", expired, "application/x-www-form-urlencoded", "List-Unsubscribe=One-Click", map[string]string{"Authorization": ""})
 
 	// Previews with custom data, in a language, and the gallery.
 	c.do(200, "POST", "/v1/templates/order-shipped/preview?lang=en-GB", jsonCT, data, nil)

@@ -151,8 +151,8 @@ func limit(l *limiter, client func(*http.Request) string) func(http.Handler) htt
 	}
 }
 
-// limitRefusals wraps a credential check (requireKey, requireOrderReader)
-// so that the requests it refuses (401, 403, or 404 for an order token
+// limitRefusals wraps a credential check (requireKey, requireOrderReader,
+// requireAdmin) so that the requests it refuses (401, 403, or 404 for an order token
 // that is not the order's) spend a token of their client's bucket in l,
 // and a client with none left is answered 429 before the check runs, so
 // that guessing keys or order tokens costs no look-up past the budget.

@@ -1,11 +1,13 @@
 package httpapi
 
 import (
+	"cmp"
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // addRoutes is the whole HTTP API in one place, grouped by who may call
@@ -27,7 +29,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 
 	// Anyone: the load balancer, the storefront, a browser.
 	r.Method(http.MethodGet, "/healthz", handleHealthz())
-	r.Method(http.MethodGet, "/readyz", handleReadyz(d.Checks))
+	r.Method(http.MethodGet, "/readyz", handleReadyz(d.Log, d.Checks))
 	r.Group(func(r chi.Router) {
 		r.Use(limit(public, addr))
 		r.Method(http.MethodGet, "/openapi.yaml", handleOpenAPI())
@@ -36,47 +38,60 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodPost, "/v1/templates/{name}/preview", handlePreviewTemplate(d.Templates))
 		r.Method(http.MethodGet, "/templates", handleGallery(d.Templates))
 		// One-click unsubscribe: the token's signature is the credential.
-		r.Method(http.MethodGet, "/v1/unsubscribe/{token}", handleUnsubscribe(d.UnsubscribeSecret, d.Admin.Ops))
-		r.Method(http.MethodPost, "/v1/unsubscribe/{token}", handleUnsubscribe(d.UnsubscribeSecret, d.Admin.Ops))
+		unsubscribe := handleUnsubscribe(d.UnsubscribeSecret, cmp.Or(d.UnsubscribeTTL, mail.DefaultUnsubscribeTTL), d.Admin.Ops)
+		r.Method(http.MethodGet, "/v1/unsubscribe/{token}", unsubscribe)
+		r.Method(http.MethodPost, "/v1/unsubscribe/{token}", unsubscribe)
 	})
-	// The checkout: the shop's server, with a key that may place orders;
-	// in public mode also a storefront's browsers, without one, under the
-	// public budget and order.PublicRules.
-	keyedCheckout := []func(http.Handler) http.Handler{
-		guarded(requireKey(d.Keys, apikey.ScopeCheckout, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr)),
-	}
-	if d.Orders != nil && d.Orders.Public != nil {
-		r.With(anonymousOr([]func(http.Handler) http.Handler{limit(public, addr)}, keyedCheckout)).
-			Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders, addr))
-	} else {
-		r.With(keyedCheckout...).Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders, addr))
-	}
-
 	// Providers' events: authenticated by the provider's signature or
 	// credentials, not by ours. A provider posts from few addresses in
 	// bursts, so they get the backend's limit, not a browser's.
 	r.With(limit(backend, addr)).
 		Method(http.MethodPost, "/v1/webhooks/{provider}", handleWebhook(d.Webhooks, d.Admin.Ops, hooks))
 
-	// The shop's backend (an API key with the scope), or, to read one
-	// order, the access token its checkout answered with.
-	// Failed credentials spend the address's refusal budget (above); the
-	// requests that pass, their key's (or, with an order token, their
-	// address's) backend budget.
-	r.With(guarded(requireOrderReader(d.Keys, d.Orders)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
-	r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
-	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
-	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
-	r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-		Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
+	// The checkout and the shop's backend answer with secrets (the
+	// order's access token) and personal data (the order, its
+	// notifications): no cache keeps any answer of theirs.
+	r.Group(func(r chi.Router) {
+		r.Use(noStore)
+		// The checkout: the shop's server, with a key that may place orders;
+		// in public mode also a storefront's browsers, without one, under the
+		// public budget and order.PublicRules.
+		keyedCheckout := []func(http.Handler) http.Handler{
+			guarded(requireKey(d.Keys, apikey.ScopeCheckout, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr)),
+		}
+		if d.Orders != nil && d.Orders.Public != nil {
+			r.With(anonymousOr([]func(http.Handler) http.Handler{limit(public, addr)}, keyedCheckout)).
+				Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders, addr))
+		} else {
+			r.With(keyedCheckout...).Method(http.MethodPost, "/v1/orders", handleCreateOrder(d.Orders, addr))
+		}
 
-	// Operators.
+		// The shop's backend (an API key with the scope), or, to read one
+		// order, the access token its checkout answered with.
+		// Failed credentials spend the address's refusal budget (above); the
+		// requests that pass, their key's (or, with an order token, their
+		// address's) backend budget.
+		r.With(guarded(requireOrderReader(d.Keys, d.Orders)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
+	})
+
+	// Operators. A guess at an operator key or at ADMIN_TOKEN costs the
+	// same wherever it is tried: failed bearer tokens on the admin API
+	// and failed sign-ins to the console spend one budget per client
+	// address (operatorRefusalLimit), and past it both answer 429 before
+	// any look-up.
+	operators := newLimiter(operatorRefusalLimit)
 	r.Route("/admin/v1", func(r chi.Router) {
-		r.Use(guarded(requireAdmin(d.Admin.Token, d.Keys)))
+		r.Use(noStore) // every answer: deliveries, recipients, new keys and webhook secrets
+		r.Use(limitRefusals(operators, addr, requireAdmin(d.Admin.Token, d.Keys)))
 		r.Method(http.MethodGet, "/deliveries", handleAdminListDeliveries(d.Admin))
 		r.Method(http.MethodGet, "/deliveries/{id}", handleAdminGetDelivery(d.Admin))
 		r.Method(http.MethodPost, "/deliveries/{id}/retry", handleAdminRetry(d.Admin))
@@ -106,21 +121,22 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodPost, "/webhook-endpoints/{id}/replay", handleAdminReplayWebhooks(d.Admin))
 	})
 	// The operator console (console.go): pages for people, who sign in
-	// with an operator key; failed sign-ins are limited per address.
+	// with an operator key; failed sign-ins spend the operators' budget.
 	if d.Admin.Keys != nil && d.Admin.Ops != nil {
-		addConsole(r, d, addr)
+		addConsole(r, d, addr, operators)
 	}
 	// /metrics and pprof are never here: they have listeners of their own
 	// (METRICS_ADDR, PPROF_ADDR) that only operators reach.
 }
 
-// addConsole adds the operator console's pages under /admin/.
-func addConsole(r chi.Router, d Deps, addr func(*http.Request) string) {
-	signIns := newLimiter(signInLimit)
+// addConsole adds the operator console's pages under /admin/; failed
+// sign-ins spend refusals, the budget the admin API's failed tokens
+// spend too.
+func addConsole(r chi.Router, d Deps, addr func(*http.Request) string, refusals *limiter) {
 	r.Method(http.MethodGet, "/admin", http.RedirectHandler("/admin/", http.StatusMovedPermanently))
 	r.Method(http.MethodGet, "/admin/console.css", handleConsoleCSS())
 	r.Method(http.MethodGet, "/admin/sign-in", handleSignInForm())
-	r.Method(http.MethodPost, "/admin/sign-in", handleSignIn(d.Admin.Keys, signIns, addr))
+	r.Method(http.MethodPost, "/admin/sign-in", handleSignIn(d.Admin.Keys, refusals, addr))
 	r.Group(func(r chi.Router) {
 		r.Use(requireSession(d.Admin.Keys))
 		r.Method(http.MethodPost, "/admin/sign-out", handleSignOut(d.Admin.Keys))

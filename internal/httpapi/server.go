@@ -5,12 +5,14 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,6 +64,9 @@ type Deps struct {
 	// subscription templates (UNSUBSCRIBE_SECRET, the workers' too); ""
 	// answers every link 404.
 	UnsubscribeSecret string
+	// UnsubscribeTTL is how long after its issue day a link works
+	// (UNSUBSCRIBE_TOKEN_TTL); 0 is mail.DefaultUnsubscribeTTL.
+	UnsubscribeTTL time.Duration
 }
 
 // NewServer returns the API's handler.
@@ -128,10 +133,10 @@ func (a *admission) ping(context.Context) error {
 		return nil
 	}
 	if len(a.slots) == cap(a.slots) {
-		return fmt.Errorf("overloaded: %d requests in flight", cap(a.slots))
+		return fmt.Errorf("%w: %d requests in flight", errOverloaded, cap(a.slots))
 	}
 	if at := a.shedAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < overloadMemory {
-		return fmt.Errorf("overloaded: a request was refused %s ago", time.Since(time.Unix(0, at)).Round(time.Second))
+		return fmt.Errorf("%w: a request was refused %s ago", errOverloaded, time.Since(time.Unix(0, at)).Round(time.Second))
 	}
 	return nil
 }
@@ -227,21 +232,57 @@ func handleHealthz() http.Handler {
 	})
 }
 
-// handleReadyz answers 200 only when every dependency answers in time, so
-// that a load balancer stops sending checkouts that could not be recorded.
-func handleReadyz(checks []Check) http.Handler {
+// errOverloaded is the API's own check failing: every place taken, or a
+// request refused lately.
+var errOverloaded = errors.New("overloaded")
+
+// readiness is /readyz: 200 only when every dependency answers in time,
+// so that a load balancer stops sending checkouts that could not be
+// recorded. Anyone may ask, so the answer names only which dependency is
+// not ready ("unavailable", or "overloaded" for the API itself); the
+// error goes to the log, once when a check starts failing and once when
+// it passes again, not with every probe.
+type readiness struct {
+	log    *slog.Logger
+	checks []Check
+
+	mu      sync.Mutex
+	failing map[string]bool // by check name: failed when last asked
+}
+
+func handleReadyz(log *slog.Logger, checks []Check) http.Handler {
+	rd := &readiness{log: log, checks: checks, failing: map[string]bool{}}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		status, result := http.StatusOK, map[string]string{}
-		for _, c := range checks {
-			if err := c.Ping(ctx); err != nil {
-				status = http.StatusServiceUnavailable
-				result[c.Name] = err.Error()
-				continue
+		for _, c := range rd.checks {
+			err := c.Ping(ctx)
+			rd.note(c.Name, err)
+			switch {
+			case err == nil:
+				result[c.Name] = "ok"
+			case errors.Is(err, errOverloaded):
+				status, result[c.Name] = http.StatusServiceUnavailable, "overloaded"
+			default:
+				status, result[c.Name] = http.StatusServiceUnavailable, "unavailable"
 			}
-			result[c.Name] = "ok"
 		}
 		writeJSON(w, status, result)
 	})
+}
+
+// note logs a check's error when it starts failing, and that it passes
+// again when it does.
+func (rd *readiness) note(name string, err error) {
+	rd.mu.Lock()
+	was := rd.failing[name]
+	rd.failing[name] = err != nil
+	rd.mu.Unlock()
+	switch {
+	case err != nil && !was:
+		rd.log.Warn("not ready", "check", name, "error", err.Error())
+	case err == nil && was:
+		rd.log.Info("ready again", "check", name)
+	}
 }

@@ -264,6 +264,68 @@ func TestUnauthorizedChallengeNamesAnInvalidToken(t *testing.T) {
 	}
 }
 
+// A bearer token that does not open a route is answered alike whatever
+// it is, so the answers tell nothing about which keys exist: an unknown
+// prefix, a wrong secret of a live key's prefix and a revoked key, and on
+// the admin API also a live key without the admin scope and a wrong
+// ADMIN_TOKEN, get the same status, challenge and body.
+func TestRefusedTokensAreAnsweredAlike(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := t.Context()
+	op, opKey, err := s.keys.Create(ctx, "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, oldKey, err := s.keys.Create(ctx, "old backend", apikey.BackendScopes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.keys.Authenticate(ctx, oldKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.keys.Revoke(ctx, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	// A key is its prefix, "_" and its secret; the prefix's own part is
+	// 16 characters.
+	wrongSecret := func(key string) string {
+		n := len(apikey.Prefix) + 16 + 1
+		return key[:n] + strings.Repeat("A", len(key)-n)
+	}
+	unknown := apikey.Prefix + "aaaaaaaaaaaaaaaa" + opKey[len(op.Prefix):]
+	answer := func(path, token string) string {
+		res := s.do(t, http.MethodGet, path, "", nil, map[string]string{"Authorization": "Bearer " + token})
+		var p map[string]any
+		res.decode(t, &p)
+		delete(p, "request_id")
+		return fmt.Sprintf("%d %q %v", res.status, res.header.Get("WWW-Authenticate"), p)
+	}
+	for path, tokens := range map[string]map[string]string{
+		"/admin/v1/queue": {
+			"a wrong secret":                wrongSecret(opKey),
+			"a revoked key":                 oldKey,
+			"a key without the admin scope": s.backendKey,
+			"a wrong ADMIN_TOKEN":           adminToken + "x",
+		},
+		"/v1/orders/0190c5a0-0000-7000-8000-000000000000": {
+			"a wrong secret": wrongSecret(s.backendKey),
+			"a revoked key":  oldKey,
+		},
+	} {
+		want := answer(path, unknown)
+		if !strings.HasPrefix(want, "401 ") {
+			t.Fatalf("%s, an unknown prefix: %s", path, want)
+		}
+		for name, token := range tokens {
+			if got := answer(path, token); got != want {
+				t.Errorf("%s, %s:\n%s\nwant what an unknown prefix gets:\n%s", path, name, got, want)
+			}
+		}
+	}
+}
+
 // Clients that send their bodies a byte a second hold connections, not
 // the places of HTTP_MAX_IN_FLIGHT: while 150 of them trickle from one
 // address, everyone else is served, and each slow one is answered 408

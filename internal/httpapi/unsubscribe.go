@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
 	htmltemplate "html/template"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -23,7 +25,8 @@ var unsubscribePage = htmltemplate.Must(htmltemplate.New("unsubscribe").Parse(`<
 <html lang="en">
 <head><meta charset="utf-8"><title>Unsubscribe</title></head>
 <body>
-{{if .Done}}<p id="done">{{.Recipient}} will get no more of these e-mails. Order confirmations and receipts still arrive.</p>
+{{if .Expired}}<p id="expired">This unsubscribe link has expired: links work for {{.Lifetime}} after the e-mail that carried them was sent. Use the link in a more recent e-mail, or write to the shop.</p>
+{{else if .Done}}<p id="done">{{.Recipient}} will get no more of these e-mails. Order confirmations and receipts still arrive.</p>
 {{else}}<form method="post"><p>Stop these e-mails to {{.Recipient}}? Order confirmations and receipts still arrive.</p>
 <button id="unsubscribe">Unsubscribe</button></form>{{end}}
 </body>
@@ -34,30 +37,47 @@ var unsubscribePage = htmltemplate.Must(htmltemplate.New("unsubscribe").Parse(`<
 // back here.
 const unsubscribePolicy = "default-src 'none'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
 
-func handleUnsubscribe(secret string, ops *notify.Operator) http.Handler {
+// handleUnsubscribe answers a link whose token verifies with secret and
+// is at most ttl old (after its issue day); an expired one gets a page
+// that says so, 410, and changes nothing.
+func handleUnsubscribe(secret string, ttl time.Duration, ops *notify.Operator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		recipient, category, err := mail.ParseUnsubscribeToken(secret, chi.URLParam(r, "token"))
+		claim, err := mail.ParseUnsubscribeToken(secret, chi.URLParam(r, "token"), time.Now(), ttl)
 		if secret == "" || ops == nil || errors.Is(err, mail.ErrBadUnsubscribeToken) {
 			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "This unsubscribe link is not valid."})
 			return
 		}
-		done := false
-		if r.Method == http.MethodPost {
-			added, err := ops.Unsubscribe(r.Context(), recipient, category)
+		page := map[string]any{"Recipient": claim.Recipient}
+		status := http.StatusOK
+		switch {
+		case errors.Is(err, mail.ErrExpiredUnsubscribeToken):
+			addLogAttrs(r.Context(), slog.String("unsubscribe", "expired"), slog.String("issued", claim.Issued.Format(time.DateOnly)))
+			status, page["Expired"], page["Lifetime"] = http.StatusGone, true, lifetime(ttl)
+		case r.Method == http.MethodPost:
+			added, err := ops.Unsubscribe(r.Context(), claim.Recipient, claim.Category)
 			if err != nil {
 				writeError(w, r, err)
 				return
 			}
-			addLogAttrs(r.Context(), slog.String("action", "unsubscribe"), slog.String("category", category),
-				slog.String("key_hash", mail.KeyHash(recipient)), slog.Bool("added", added))
-			done = true
+			addLogAttrs(r.Context(), slog.String("action", "unsubscribe"), slog.String("category", claim.Category),
+				slog.String("key_hash", mail.KeyHash(claim.Recipient)), slog.Bool("added", added), slog.Bool("legacy_token", claim.Legacy()))
+			page["Done"] = true
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Content-Security-Policy", unsubscribePolicy)
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set("Referrer-Policy", "no-referrer")
-		if err := unsubscribePage.Execute(w, map[string]any{"Recipient": recipient, "Done": done}); err != nil {
+		w.WriteHeader(status)
+		if err := unsubscribePage.Execute(w, page); err != nil {
 			setLogError(r.Context(), err)
 		}
 	})
+}
+
+// lifetime says ttl in days (or hours, under two days), for people.
+func lifetime(ttl time.Duration) string {
+	if ttl < 48*time.Hour {
+		return fmt.Sprintf("%d hours", int(ttl/time.Hour))
+	}
+	return fmt.Sprintf("%d days", int(ttl/(24*time.Hour)))
 }

@@ -1,9 +1,11 @@
 package mail
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A reply says which protocol it came in, so that a log line or a metric
@@ -55,21 +57,77 @@ func TestKeyDerivedNames(t *testing.T) {
 	}
 }
 
-// An unsubscribe token names its recipient and category, and nobody
-// without the secret can make or change one.
+// An unsubscribe token names its recipient, its category and its issue
+// day, and nobody without the secret can make or change one.
 func TestUnsubscribeToken(t *testing.T) {
 	t.Parallel()
-	tok := UnsubscribeToken("s3cret-s3cret-s3cret-s3cret-s3cret", "ana@example.com", "subscription")
-	r, c, err := ParseUnsubscribeToken("s3cret-s3cret-s3cret-s3cret-s3cret", tok)
-	if err != nil || r != "ana@example.com" || c != "subscription" {
-		t.Fatalf("ParseUnsubscribeToken = %q, %q, %v", r, c, err)
+	const secret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	now := time.Date(2026, 12, 2, 15, 4, 5, 0, time.UTC)
+	tok := UnsubscribeToken(secret, "ana@example.com", "subscription", now)
+	c, err := ParseUnsubscribeToken(secret, tok, now, DefaultUnsubscribeTTL)
+	if err != nil || c.Recipient != "ana@example.com" || c.Category != "subscription" || !c.Issued.Equal(time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)) || c.Legacy() {
+		t.Fatalf("ParseUnsubscribeToken = %+v, %v", c, err)
 	}
-	forged := UnsubscribeToken("another-secret-another-secret-xx", "budi@example.com", "subscription")
-	payload, _, _ := strings.Cut(forged, ".")
-	_, sig, _ := strings.Cut(tok, ".")
-	for _, bad := range []string{forged, payload + "." + sig, tok + "x", "nodot", ""} {
-		if _, _, err := ParseUnsubscribeToken("s3cret-s3cret-s3cret-s3cret-s3cret", bad); !errors.Is(err, ErrBadUnsubscribeToken) {
+	if again := UnsubscribeToken(secret, "ana@example.com", "subscription", now.Add(8*time.Hour)); again != tok {
+		t.Errorf("a token issued later the same day differs: %s, %s (a retry's message would differ)", again, tok)
+	}
+	forged := UnsubscribeToken("another-secret-another-secret-xx", "budi@example.com", "subscription", now)
+	payload, sig, _ := strings.Cut(tok, ".")
+	forgedPayload, _, _ := strings.Cut(forged, ".")
+	for _, bad := range []string{forged, forgedPayload + "." + sig, tok + "x", tok + "=", payload + ".\n" + sig,
+		payload + "." + sig[:20] + "\n" + sig[20:], nonCanonical(sig, payload), "nodot", ""} {
+		if _, err := ParseUnsubscribeToken(secret, bad, now, DefaultUnsubscribeTTL); !errors.Is(err, ErrBadUnsubscribeToken) {
 			t.Errorf("ParseUnsubscribeToken(%q) = %v", bad, err)
 		}
+	}
+}
+
+// nonCanonical is the token payload.sig with the last character of sig
+// changed in a bit that carries no data: a lenient decoder reads the
+// same signature from it.
+func nonCanonical(sig, payload string) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	last := strings.IndexByte(alphabet, sig[len(sig)-1])
+	return payload + "." + sig[:len(sig)-1] + string(alphabet[last^1])
+}
+
+// A token works for its lifetime after the end of its issue day, and is
+// refused as expired after; a token of the first format, without a
+// day, keeps working, since mail that carries it was sent without a
+// promise of when it would stop.
+func TestUnsubscribeTokenLifetime(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cret-s3cret-s3cret-s3cret-s3cret"
+	sent := time.Date(2026, 1, 10, 9, 0, 0, 0, time.UTC)
+	tok := UnsubscribeToken(secret, "ana@example.com", "subscription", sent)
+	for _, tt := range []struct {
+		at   time.Time
+		want error
+	}{
+		{sent, nil},
+		{sent.AddDate(0, 6, 0), nil},
+		{time.Date(2027, 1, 10, 23, 59, 0, 0, time.UTC), nil}, // 365 days after the end of 10 January
+		{time.Date(2027, 1, 11, 0, 0, 1, 0, time.UTC), ErrExpiredUnsubscribeToken},
+		{sent.AddDate(5, 0, 0), ErrExpiredUnsubscribeToken},
+		{sent.AddDate(0, 0, -2), ErrBadUnsubscribeToken}, // issued on a day still to come
+	} {
+		c, err := ParseUnsubscribeToken(secret, tok, tt.at, DefaultUnsubscribeTTL)
+		if !errors.Is(err, tt.want) || err == nil && c.Recipient != "ana@example.com" {
+			t.Errorf("at %s: %+v, %v, want %v", tt.at, c, err, tt.want)
+		}
+	}
+	if _, err := ParseUnsubscribeToken(secret, tok, sent.AddDate(0, 0, 3), 48*time.Hour); !errors.Is(err, ErrExpiredUnsubscribeToken) {
+		t.Errorf("with a lifetime of 48h, three days later: %v", err)
+	}
+
+	// The first format: base64url(category "\n" recipient), signed the same way.
+	payload := base64.RawURLEncoding.EncodeToString([]byte("subscription\nbudi@example.com"))
+	legacy := payload + "." + base64.RawURLEncoding.EncodeToString(unsubscribeMAC(secret, payload))
+	c, err := ParseUnsubscribeToken(secret, legacy, sent.AddDate(10, 0, 0), DefaultUnsubscribeTTL)
+	if err != nil || c.Recipient != "budi@example.com" || c.Category != "subscription" || !c.Legacy() {
+		t.Errorf("a token of the first format, ten years on: %+v, %v", c, err)
+	}
+	if _, err := ParseUnsubscribeToken(secret, nonCanonical(legacy[len(payload)+1:], payload), sent, DefaultUnsubscribeTTL); !errors.Is(err, ErrBadUnsubscribeToken) {
+		t.Errorf("a token of the first format with a non-canonical signature: %v", err)
 	}
 }

@@ -70,9 +70,11 @@ type Unsubscribe struct {
 	BaseURL, Secret, Mailto string
 }
 
-// header is the List-Unsubscribe of a message of category to recipient.
-func (u Unsubscribe) header(recipient, category string) string {
-	h := "<" + strings.TrimSuffix(u.BaseURL, "/") + "/v1/unsubscribe/" + mail.UnsubscribeToken(u.Secret, recipient, category) + ">"
+// header is the List-Unsubscribe of a message of category to recipient,
+// its token issued on the day the delivery was recorded (created), so
+// that every attempt at the message carries the same header.
+func (u Unsubscribe) header(recipient, category string, created time.Time) string {
+	h := "<" + strings.TrimSuffix(u.BaseURL, "/") + "/v1/unsubscribe/" + mail.UnsubscribeToken(u.Secret, recipient, category, created) + ">"
 	if u.Mailto != "" {
 		h += ", <mailto:" + u.Mailto + "?subject=unsubscribe>"
 	}
@@ -428,7 +430,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 		ReplyTo:        r.ReplyTo,
 	}
 	if r.Category == mailtemplate.CategorySubscription && w.cfg.Unsubscribe.BaseURL != "" {
-		msg.ListUnsubscribe = w.cfg.Unsubscribe.header(d.Recipient, r.Category)
+		msg.ListUnsubscribe = w.cfg.Unsubscribe.header(d.Recipient, r.Category, d.CreatedAt)
 	}
 	lastLeaseCheck := func() error {
 		if hb.lockLost() {

@@ -105,9 +105,9 @@ func TestSubscriptionMailAndUnsubscribe(t *testing.T) {
 	}
 	lu := got.Header.Get("List-Unsubscribe")
 	token := strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(lu, ",", 2)[0], "<https://shop.example/sekali/v1/unsubscribe/"), ">")
-	if r, c, err := mail.ParseUnsubscribeToken(secret, token); err != nil || r != "budi@example.com" || c != "subscription" ||
+	if c, err := mail.ParseUnsubscribeToken(secret, token, time.Now(), mail.DefaultUnsubscribeTTL); err != nil || c.Recipient != "budi@example.com" || c.Category != "subscription" || c.Legacy() ||
 		!strings.Contains(lu, "<mailto:leave@shop.example?subject=unsubscribe>") || got.Header.Get("List-Unsubscribe-Post") != "List-Unsubscribe=One-Click" {
-		t.Errorf("List-Unsubscribe %q (token for %q %q, %v), List-Unsubscribe-Post %q", lu, r, c, err, got.Header.Get("List-Unsubscribe-Post"))
+		t.Errorf("List-Unsubscribe %q (token %+v, %v), List-Unsubscribe-Post %q", lu, c, err, got.Header.Get("List-Unsubscribe-Post"))
 	}
 
 	if added, err := e.ops.Unsubscribe(context.Background(), "Budi@Example.com", "subscription"); err != nil || !added {
