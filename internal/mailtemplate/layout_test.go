@@ -101,6 +101,28 @@ func TestLayoutWrapsTheTemplate(t *testing.T) {
 	}
 }
 
+// A layout in TEMPLATES_DIR named like the built-in one replaces it, for
+// the built-in templates too; so does a partial.
+func TestDirectoryLayoutReplacesTheBuiltIn(t *testing.T) {
+	t.Parallel()
+	files := shopLayout()
+	files["_layouts/default/html.tmpl"] = files["_layouts/shop/html.tmpl"]
+	files["_layouts/default/text.tmpl"] = "Toko Ana\n\n{{template \"content\" .}}"
+	dir := writeDir(t, files)
+	tmpl, err := Load(Config{Dir: dir, DefaultLanguage: "id", Brand: Brand{Name: "Toko Ana"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample, _ := tmpl.Sample("order-confirmation")
+	r, err := tmpl.RenderLocale("order-confirmation", sample, "en")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.HTML, `class="frame"`) || !strings.Contains(r.HTML, "Toko Ana · Thank you") || !strings.HasPrefix(r.Text, "Toko Ana\n\nHi Ana Maria") {
+		t.Errorf("order-confirmation is not on the directory's layout:\n%s\n%s", r.HTML, r.Text)
+	}
+}
+
 func TestCheckRefusesBrokenLayoutsAndPartials(t *testing.T) {
 	t.Parallel()
 	layout := shopLayout()["_layouts/shop/html.tmpl"]
