@@ -206,13 +206,17 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		"RESEND_WEBHOOK_SECRET": "whsec_not*base64",
 		"POSTMARK_WEBHOOK_USER": "hooks",
 		"SES_SNS_TOPIC_ARNS":    "arn:aws:sqs:eu-west-1:123456789012:not-a-topic",
+		// The previews render the brand: a logo a mail client would
+		// refuse is refused here too.
+		"BRAND_LOGO_URL":      "http://shop.example/logo.png",
+		"BRAND_SUPPORT_EMAIL": "help at shop.example",
 	}
 	err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil {
 		t.Fatal("run with bad configuration returned nil")
 	}
 	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL", "METRICS_ADDR", "TRUSTED_PROXIES", "RATE_LIMIT_PUBLIC",
-		"RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS"} {
+		"RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS", "BRAND_LOGO_URL", "BRAND_SUPPORT_EMAIL"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}
