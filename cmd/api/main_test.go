@@ -253,3 +253,38 @@ func TestTemplatesCheck(t *testing.T) {
 		}
 	}
 }
+
+// `api templates check DIR` checks the layouts and partials too, each
+// problem at its file and line, and the directory's layout with the
+// deploy's brand.
+func TestTemplatesCheckLayoutsAndPartials(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"BRAND_NAME": "Toko Ana"}
+	getenv := func(k string) string { return env[k] }
+	dir := testenv.LayoutsDir(t, false)
+	var out strings.Builder
+	if err := run(context.Background(), []string{"templates", "check", dir}, getenv, &out, io.Discard); err != nil {
+		t.Fatalf("a good directory: %v\n%s", err, out.String())
+	}
+	dir = testenv.LayoutsDir(t, true)
+	out.Reset()
+	err := run(context.Background(), []string{"templates", "check", dir}, getenv, &out, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "4 problems") {
+		t.Errorf("a broken directory: %v, want 4 problems:\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		filepath.Join(dir, "payment-reminder/html.tmpl") + `:2: no partial "signature": add _partials/signature.html.tmpl`,
+		filepath.Join(dir, "_layouts/bare/html.tmpl") + ": has no content slot",
+		filepath.Join(dir, "payment-overdue/meta.json") + `:1: layout "shpo": no such layout (there are bare, default, shop)`,
+		filepath.Join(dir, "order-delayed/en/text.tmpl") + `:2: does not render sample.json: at <.delay_reason>: map has no entry for key "delay_reason"`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+	// A brand the binaries would refuse is refused here too.
+	env["BRAND_LOGO_URL"] = "http://shop.example/logo.png"
+	if err := run(context.Background(), []string{"templates", "check", testenv.LayoutsDir(t, false)}, getenv, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "BRAND_LOGO_URL") {
+		t.Errorf("an http logo: %v", err)
+	}
+}
