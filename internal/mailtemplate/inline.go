@@ -65,7 +65,7 @@ func (m *sourceMap) line(line, col int) int {
 		}
 		off += next + 1
 	}
-	if col > 0 {
+	if col >= 0 {
 		off += col
 	}
 	i := sort.Search(len(m.spans), func(i int) bool { return m.spans[i].outStart > off }) - 1
@@ -315,6 +315,9 @@ func slicesDeleteAttr(attrs []html.Attribute, key string) []html.Attribute {
 // ones would be lost.
 var errStyleInFragment = errors.New("has a <style>: with a layout, CSS belongs in the layout's <style>, which is inlined into this file too")
 
+// errWholeDocument: a template with a layout wrote a whole document.
+var errWholeDocument = errors.New("is a whole document, but with a layout html.tmpl is the content only: what goes inside the layout's <body>, without <html>, <head> or <body>")
+
 // inlineFragment inlines css into src, a partial or the html.tmpl of a
 // template with a layout: HTML that goes inside the layout's <body>.
 func inlineFragment(src, css string) (inlined, error) {
@@ -340,6 +343,11 @@ func inlineFragment(src, css string) (inlined, error) {
 			n.AppendChild(&html.Node{Type: html.TextNode, Data: css})
 		case atom.Body:
 			body = n
+		}
+	}
+	for _, t := range tags(src) {
+		if !t.end && (t.name == "html" || t.name == "head" || t.name == "body") {
+			return inlined{}, &inlineError{line: lineAt([]byte(src), int64(t.pos)), msg: errWholeDocument.Error()}
 		}
 	}
 	for _, n := range nodes {
@@ -424,7 +432,7 @@ func sameTags(orig string, actions []action, out string) error {
 				what += fmt.Sprintf(" where the file has %s", want[i])
 			}
 		}
-		return &inlineError{line: line, msg: what + ": write every element's start and end tags (a table's <tbody> too), closed in the order they open, so that the markup is what a mail client's parser makes of it"}
+		return &inlineError{line: line, msg: "cannot inline the layout's CSS: " + what + ": write every element's start and end tags (a table's <tbody> too), closed in the order they open, so that the markup is what a mail client's parser makes of it"}
 	}
 	return nil
 }

@@ -224,7 +224,7 @@ func (l *templateLoader) inlineProblem(file string, err error) {
 	if errors.As(err, &ierr) {
 		line = ierr.line
 	}
-	l.problem(file, line, "cannot inline the layout's CSS: %v", err)
+	l.problem(file, line, "%v", err)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

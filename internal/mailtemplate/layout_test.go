@@ -171,6 +171,8 @@ func TestCheckRefusesBrokenLayoutsAndPartials(t *testing.T) {
 			"_layouts/shop/html.tmpl", 18, []string{"cannot inline the layout's CSS", "reads <tbody>"}},
 		{"a <style> beside a layout", map[string]string{"order-cancelled/en/html.tmpl": "<style>p { color: red; }</style>\n<p>Hi</p>\n"},
 			"order-cancelled/en/html.tmpl", 0, []string{"has a <style>"}},
+		{"a whole document beside a layout", map[string]string{"order-cancelled/en/html.tmpl": "<!DOCTYPE html>\n<html lang=\"en\">\n<body><p>Hi</p></body>\n</html>\n"},
+			"order-cancelled/en/html.tmpl", 2, []string{"is a whole document", "the content only"}},
 		{"_layouts is not a directory of layouts", map[string]string{"_layouts/notes.txt": "x"},
 			"_layouts/notes.txt", 0, []string{"one directory per layout"}},
 	}
