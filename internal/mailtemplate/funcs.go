@@ -18,7 +18,7 @@ func templateFuncs(f locale.Format, lang language.Tag, b Brand) map[string]any {
 	return map[string]any{
 		// lang is the BCP 47 tag of the variant rendered: <html lang="{{lang}}">,
 		// and {{if eq lang "id"}} in a layout shared by every language.
-		"lang": func() string { return lang.String() },
+		"lang": lang.String,
 		// brand is the shop (Config.Brand): {{brand.Name}}, {{brand.LogoURL}},
 		// {{brand.Address}}, {{brand.SupportEmail}}.
 		"brand": func() Brand { return b },
