@@ -74,7 +74,7 @@ type shared struct {
 
 type fragment struct {
 	inlined inlined
-	err     error
+	ok      bool // false: it cannot be inlined, and the problem is reported
 }
 
 // loadShared reads the layouts and partials of s, replacing those of the
@@ -368,14 +368,10 @@ func (l *templateLoader) htmlSet(v *templateVariant, s templateSource, rel, src 
 		}
 		fr, cached := l.shared.fragments[key]
 		if !cached {
-			var good bool
-			fr.inlined, good = inline(p.file(), p.src)
-			if !good {
-				fr.err = errors.New("not inlined")
-			}
+			fr.inlined, fr.ok = inline(p.file(), p.src)
 			l.shared.fragments[key] = fr
 		}
-		if fr.err != nil {
+		if !fr.ok {
 			ok = false
 			continue
 		}
