@@ -4,9 +4,11 @@ SQLC_VERSION := v1.31.1
 SQLC := bin/sqlc-$(SQLC_VERSION)
 MAILPIT_VERSION := v1.33.1
 GOLANGCI_LINT_VERSION := v2.15.0
+# The Nu Html Checker the e-mail HTML tests run (internal/testenv.VnuVersion).
+VNU_VERSION := 26.9.27
 GO ?= go
 
-.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer vnu bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -65,7 +67,7 @@ browser: preflight chromium ## the pages people use (the operator console, the t
 gallery: preflight chromium ## open the template gallery in headless Chromium (installed from Debian's packages if missing) and save docs/templates-gallery.png
 	SCREENSHOT=$(CURDIR)/docs/templates-gallery.png $(GO) test -count=1 -tags browser -run TestGalleryInABrowser -v ./internal/httpapi
 
-preflight: mailpit pgbouncer ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit and PgBouncer
+preflight: mailpit pgbouncer vnu ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit, PgBouncer and the Nu Html Checker
 	@$(GO) run ./internal/testenv/preflight
 
 # The tests start PgBouncers of their own (internal/testenv/pgbouncer.go);
@@ -74,6 +76,19 @@ pgbouncer: ## install PgBouncer from Debian's packages unless it is there
 	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer || \
 		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer; }; }
+
+# The e-mail templates' HTML is checked by the W3C's Nu Html Checker:
+# vnu.jar from the npm package vnu-jar (its install script, which fetches
+# a Java runtime, is not run), on Debian's Java.
+vnu: ## install the Nu Html Checker (npm vnu-jar) into bin/vnu unless that version is there, and Debian's Java unless there is one
+	@command -v java >/dev/null || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless || \
+		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless; }; }
+	@command -v npm >/dev/null || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm || \
+		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }; }
+	@grep -qs '"version": "$(VNU_VERSION)"' bin/vnu/node_modules/vnu-jar/package.json || \
+		npm install --prefix bin/vnu --no-save --no-audit --no-fund --ignore-scripts --loglevel=error vnu-jar@$(VNU_VERSION)
 
 # bin/mailpit is the real SMTP server the tests deliver to; go install
 # stamps the module version into it (`mailpit version` itself says "dev").

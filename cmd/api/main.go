@@ -77,6 +77,10 @@ type config struct {
 	PublicCheckout bool
 	PublicRules    order.PublicRules
 	PublicQuota    quota.Limits
+	// Brand is what the layouts of the previews and the gallery show
+	// (BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL):
+	// the worker's, so that a preview is the e-mail.
+	Brand mailtemplate.Brand
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -121,6 +125,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
 	}
 	cfg.Webhooks = provider.ReadWebhooks(env)
+	cfg.Brand = mailtemplate.ReadBrand(getenv, env.Check)
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
 	env.Check("REDIS_URL", err)
@@ -153,7 +158,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// database is down. `api migrate` needs none.
 	var templates *mailtemplate.Templates
 	if !migrateOnly {
-		if templates, err = mailtemplate.Load(mailtemplate.FromEnv(getenv)); err != nil {
+		tcfg := mailtemplate.FromEnv(getenv)
+		tcfg.Brand = cfg.Brand
+		if templates, err = mailtemplate.Load(tcfg); err != nil {
 			return err
 		}
 	}
@@ -314,11 +321,18 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // checkTemplates is `api templates check DIR`: it checks a template
-// directory exactly as every binary does at start, and prints each problem
-// on a line of its own, for an adopter's CI.
+// directory exactly as every binary does at start (its templates, layouts
+// and partials, and the built-in templates on the directory's layouts),
+// and prints each problem on a line of its own, for an adopter's CI.
 func checkTemplates(dir string, getenv func(string) string, stdout io.Writer) error {
 	cfg := mailtemplate.FromEnv(getenv)
 	cfg.Dir = dir
+	// With the brand of the deploy, which the layouts render.
+	env := envconfig.New(getenv)
+	cfg.Brand = mailtemplate.ReadBrand(getenv, env.Check)
+	if err := env.Err(); err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
 	names, err := mailtemplate.Load(cfg)
 	if terr := (*mailtemplate.LoadError)(nil); errors.As(err, &terr) {
 		for _, p := range terr.Problems {

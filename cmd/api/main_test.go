@@ -215,13 +215,17 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		"RESEND_WEBHOOK_SECRET": "whsec_not*base64",
 		"POSTMARK_WEBHOOK_USER": "hooks",
 		"SES_SNS_TOPIC_ARNS":    "arn:aws:sqs:eu-west-1:123456789012:not-a-topic",
+		// The previews render the brand: a logo a mail client would
+		// refuse is refused here too.
+		"BRAND_LOGO_URL":      "http://shop.example/logo.png",
+		"BRAND_SUPPORT_EMAIL": "help at shop.example",
 	}
 	err := run(context.Background(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil {
 		t.Fatal("run with bad configuration returned nil")
 	}
 	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL", "METRICS_ADDR", "TRUSTED_PROXIES", "RATE_LIMIT_PUBLIC",
-		"PUBLIC_CHECKOUT_PER_CLIENT", "UNSUBSCRIBE_TOKEN_TTL", "RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS"} {
+		"PUBLIC_CHECKOUT_PER_CLIENT", "UNSUBSCRIBE_TOKEN_TTL", "RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS", "BRAND_LOGO_URL", "BRAND_SUPPORT_EMAIL"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}
@@ -256,5 +260,40 @@ func TestTemplatesCheck(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the report lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// `api templates check DIR` checks the layouts and partials too, each
+// problem at its file and line, and the directory's layout with the
+// deploy's brand.
+func TestTemplatesCheckLayoutsAndPartials(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"BRAND_NAME": "Toko Ana"}
+	getenv := func(k string) string { return env[k] }
+	dir := testenv.LayoutsDir(t, false)
+	var out strings.Builder
+	if err := run(context.Background(), []string{"templates", "check", dir}, getenv, &out, io.Discard); err != nil {
+		t.Fatalf("a good directory: %v\n%s", err, out.String())
+	}
+	dir = testenv.LayoutsDir(t, true)
+	out.Reset()
+	err := run(context.Background(), []string{"templates", "check", dir}, getenv, &out, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "4 problems") {
+		t.Errorf("a broken directory: %v, want 4 problems:\n%s", err, out.String())
+	}
+	for _, want := range []string{
+		filepath.Join(dir, "payment-reminder/html.tmpl") + `:2: no partial "signature": add _partials/signature.html.tmpl`,
+		filepath.Join(dir, "_layouts/bare/html.tmpl") + ": has no content slot",
+		filepath.Join(dir, "payment-overdue/meta.json") + `:1: layout "shpo": no such layout (there are bare, default, shop)`,
+		filepath.Join(dir, "order-delayed/en/text.tmpl") + `:2: does not render sample.json: at <.delay_reason>: map has no entry for key "delay_reason"`,
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the report lacks %q:\n%s", want, out.String())
+		}
+	}
+	// A brand the binaries would refuse is refused here too.
+	env["BRAND_LOGO_URL"] = "http://shop.example/logo.png"
+	if err := run(context.Background(), []string{"templates", "check", testenv.LayoutsDir(t, false)}, getenv, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "BRAND_LOGO_URL") {
+		t.Errorf("an http logo: %v", err)
 	}
 }

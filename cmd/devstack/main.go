@@ -141,6 +141,11 @@ func (o options) env(own ...string) []string {
 		"REDIS_URL=" + o.redisURL,
 		"TEMPLATES_DIR=" + o.templates,
 		"TEMPLATES_DEFAULT_LANGUAGE=id",
+		// The shop the e-mails' layout shows: the worker's mail and the
+		// API's previews.
+		"BRAND_NAME=Toko Ana",
+		"BRAND_ADDRESS=Jl. Melati 7, Bandung 40115",
+		"BRAND_SUPPORT_EMAIL=help@shop.example",
 		"DELIVERY_QUEUE=" + queue,
 		"LOG_LEVEL=info",
 		"MAIL_FROM=orders@shop.example",

@@ -65,6 +65,7 @@ type config struct {
 	Providers         []mail.Descriptor   // PROVIDERS (or PROVIDER), in order of preference
 	Senders           []mail.SenderConfig // each provider's settings, in the same order
 	DedupWindows      []time.Duration     // each provider's window for sending an unknown attempt again (provider.DedupWindows)
+	Brand             mailtemplate.Brand  // BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL: what the layouts show
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -84,6 +85,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", notify.DefaultTaskCheckInterval),
 		From:              env.String("MAIL_FROM", "orders@shop.example"),
 		Providers:         provider.Read(env),
+		Brand:             mailtemplate.ReadBrand(getenv, env.Check),
 	}
 	var err error
 	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
@@ -162,7 +164,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer profiles.Close()
 	}
 
-	templates, err := mailtemplate.Load(mailtemplate.FromEnv(getenv))
+	tcfg := mailtemplate.FromEnv(getenv)
+	tcfg.Brand = cfg.Brand
+	templates, err := mailtemplate.Load(tcfg)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/provider"
@@ -342,6 +343,28 @@ func TestConfigOfDKIM(t *testing.T) {
 	delete(env, "DKIM_PRIVATE_KEY_FILE")
 	if _, err := loadConfig(func(k string) string { return env[k] }); err != nil {
 		t.Errorf("MAIL_FROM with a display name: %v", err)
+	}
+}
+
+// The brand the layouts show is read and checked with the rest: every
+// problem at once, the support address normalized.
+func TestConfigOfTheBrand(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"BRAND_NAME": "Toko Ana", "BRAND_LOGO_URL": "https://shop.example/logo.png",
+		"BRAND_ADDRESS": "Jl. Melati 7, Bandung", "BRAND_SUPPORT_EMAIL": "Help@Shop.Example"}
+	cfg, err := loadConfig(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (mailtemplate.Brand{Name: "Toko Ana", LogoURL: "https://shop.example/logo.png", Address: "Jl. Melati 7, Bandung", SupportEmail: "help@shop.example"}); cfg.Brand != want {
+		t.Errorf("Brand = %+v, want %+v", cfg.Brand, want)
+	}
+	env = map[string]string{"BRAND_NAME": "Toko\nAna", "BRAND_LOGO_URL": "http://shop.example/logo.png", "BRAND_SUPPORT_EMAIL": "help"}
+	_, err = loadConfig(func(k string) string { return env[k] })
+	for _, name := range []string{"BRAND_NAME", "BRAND_LOGO_URL", "BRAND_SUPPORT_EMAIL"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error %v does not name %s", err, name)
+		}
 	}
 }
 

@@ -103,9 +103,13 @@ func schemaProblem(err error, prefix string) *problem {
 		Detail: "The data does not match the template's schema; see errors.", Errors: fields}
 }
 
+// galleryWidths are the widths the gallery shows every e-mail at: a
+// phone's (375 px, an iPhone's) and a desktop client's reading pane.
+var galleryWidths = []int{375, 800}
+
 // galleryPage lists every template in every language, rendered with its
-// sample data: subject, HTML (in a sandboxed frame, so that its styles stay
-// its own) and text, side by side. No script.
+// sample data: subject, HTML at each of galleryWidths (in sandboxed
+// frames, so that its styles stay its own) and text. No script.
 var galleryPage = htmltemplate.Must(htmltemplate.New("gallery").Parse(`<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -114,20 +118,23 @@ var galleryPage = htmltemplate.Must(htmltemplate.New("gallery").Parse(`<!DOCTYPE
 <style>
   body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; background: #f6f6f4; }
   h1 { font-size: 1.4rem; } h2 { font-size: 1.1rem; margin-top: 2.5rem; border-bottom: 1px solid #ccc; }
-  .variants { display: grid; grid-template-columns: repeat(auto-fit, minmax(28rem, 1fr)); gap: 1.5rem; }
+  .variants { display: grid; gap: 1.5rem; }
   .variant { background: #fff; border: 1px solid #ddd; border-radius: 6px; padding: 1rem; }
   .lang { font-size: .8rem; text-transform: uppercase; color: #666; letter-spacing: .05em; }
   .subject { font-weight: 600; margin: .3rem 0 .8rem; }
-  iframe { width: 100%; height: 22rem; border: 1px solid #eee; background: #fff; }
+  .frames { display: flex; flex-wrap: wrap; gap: 1rem; align-items: flex-start; }
+  figure { margin: 0; }
+  figcaption { font-size: .75rem; color: #666; margin-bottom: .2rem; }
+  iframe { height: 46rem; border: 1px solid #ddd; background: #fff; box-sizing: content-box; }
   pre { white-space: pre-wrap; font-size: .8rem; background: #fafafa; border: 1px solid #eee; padding: .6rem; max-height: 16rem; overflow: auto; }
   .error { color: #a00; }
 </style>
 </head>
 <body>
 <h1>E-mail templates</h1>
-<p>Every template in every language, rendered with its <code>sample.json</code>. Nothing here is sent.
-The same renders are at <code>GET /v1/templates/{name}/preview?lang=</code>.</p>
-{{range .}}
+<p>Every template in every language, rendered with its <code>sample.json</code>, as a phone (375 px) and a desktop
+client (800 px) show it. Nothing here is sent. The same renders are at <code>GET /v1/templates/{name}/preview?lang=</code>.</p>
+{{range .}}{{$name := .Name}}
 <h2 id="{{.Name}}">{{.Name}}</h2>
 <div class="variants">
 {{range .Variants}}
@@ -135,7 +142,9 @@ The same renders are at <code>GET /v1/templates/{name}/preview?lang=</code>.</p>
   <div class="lang">{{.Language}}</div>
   {{if .Error}}<p class="error">{{.Error}}</p>{{else}}
   <div class="subject">{{.Subject}}</div>
-  <iframe title="{{.Language}} HTML" sandbox srcdoc="{{.HTML}}"></iframe>
+  <div class="frames">{{$v := .}}{{range .Widths}}
+    <figure><figcaption>{{.}} px</figcaption><iframe style="width: {{.}}px" data-template="{{$name}}" data-lang="{{$v.Language}}" data-width="{{.}}" title="{{$name}} in {{$v.Language}} at {{.}} px" sandbox srcdoc="{{$v.HTML}}"></iframe></figure>{{end}}
+  </div>
   <pre>{{.Text}}</pre>{{end}}
 </section>
 {{end}}
@@ -152,6 +161,7 @@ type galleryTemplate struct {
 
 type galleryVariant struct {
 	Language, Subject, HTML, Text, Error string
+	Widths                               []int
 }
 
 // handleGallery serves the preview gallery, for a person in a browser.
@@ -163,7 +173,7 @@ func handleGallery(templates *mailtemplate.Templates) http.Handler {
 			sample, _ := templates.Sample(name) // the name is registered
 			for _, lang := range templates.Languages(name) {
 				out, err := templates.RenderLocale(name, sample, lang)
-				v := galleryVariant{Language: lang, Subject: out.Subject, HTML: out.HTML, Text: out.Text}
+				v := galleryVariant{Language: lang, Subject: out.Subject, HTML: out.HTML, Text: out.Text, Widths: galleryWidths}
 				if err != nil {
 					v.Error = err.Error()
 				}

@@ -7,13 +7,21 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/text/language"
+
 	"github.com/sekali-dev/sekali/internal/locale"
 )
 
 // templateFuncs are the functions of every template, writing money and
-// dates in the language of f.
-func templateFuncs(f locale.Format) map[string]any {
+// dates in the language lang (f its formats), with the shop's brand.
+func templateFuncs(f locale.Format, lang language.Tag, b Brand) map[string]any {
 	return map[string]any{
+		// lang is the BCP 47 tag of the variant rendered: <html lang="{{lang}}">,
+		// and {{if eq lang "id"}} in a layout shared by every language.
+		"lang": lang.String,
+		// brand is the shop (Config.Brand): {{brand.Name}}, {{brand.LogoURL}},
+		// {{brand.Address}}, {{brand.SupportEmail}}.
+		"brand": func() Brand { return b },
 		// money formats minor units of a currency: {{money .total .currency}}.
 		"money": func(amount any, currency string) (string, error) {
 			n, err := toInt64(amount)

@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	htmltemplate "html/template"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	texttemplate "text/template"
 
 	"golang.org/x/text/language"
 
@@ -22,9 +19,10 @@ import (
 )
 
 // builtinFS holds the built-in templates, laid out as the package
-// comment says.
+// comment says, and their layouts and partials (all: keeps _layouts and
+// _partials, which embed otherwise leaves out).
 //
-//go:embed builtin
+//go:embed all:builtin
 var builtinFS embed.FS
 
 // builtinRoot is how problems name the files of the built-in templates:
@@ -42,6 +40,8 @@ type Config struct {
 	// template must have it. Empty means English, the language of the
 	// e-mails before there were languages.
 	DefaultLanguage string
+	// Brand is the shop the layouts show (ReadBrand: BRAND_NAME, ...).
+	Brand Brand
 }
 
 // FromEnv is the Config the binaries read from TEMPLATES_DIR (default
@@ -138,17 +138,37 @@ func (s templateSource) file(rel string) string {
 // templateLoader collects templates and every problem on the way.
 type templateLoader struct {
 	defaultLang language.Tag
+	brand       Brand
+	shared      shared
 	byName      map[string]*emailTemplate
 	builtin     map[string]bool
-	problems    []Problem
+	problems    problemList
 }
 
 func (l *templateLoader) problem(file string, line int, format string, args ...any) {
-	l.problems = append(l.problems, Problem{File: file, Line: line, Message: fmt.Sprintf(format, args...)})
+	l.problems.add(Problem{File: file, Line: line, Message: fmt.Sprintf(format, args...)})
+}
+
+// problemList is the problems found, each once: a layout or a partial
+// that every template uses is wrong once, not once a template.
+type problemList struct {
+	list []Problem
+	seen map[Problem]bool
+}
+
+func (p *problemList) add(pr Problem) {
+	if p.seen[pr] {
+		return
+	}
+	if p.seen == nil {
+		p.seen = map[Problem]bool{}
+	}
+	p.seen[pr] = true
+	p.list = append(p.list, pr)
 }
 
 func loadTemplates(cfg Config) (*Templates, []Problem) {
-	l := &templateLoader{defaultLang: language.English, byName: map[string]*emailTemplate{}, builtin: map[string]bool{}}
+	l := &templateLoader{defaultLang: language.English, brand: cfg.Brand, byName: map[string]*emailTemplate{}, builtin: map[string]bool{}}
 	if cfg.DefaultLanguage != "" {
 		tag, err := language.Parse(cfg.DefaultLanguage)
 		if err != nil {
@@ -160,17 +180,26 @@ func loadTemplates(cfg Config) (*Templates, []Problem) {
 	if err != nil {
 		return nil, []Problem{{File: builtinRoot, Message: err.Error()}}
 	}
-	l.loadSource(templateSource{fsys: builtin, root: builtinRoot, builtin: true})
+	sources := []templateSource{{fsys: builtin, root: builtinRoot, builtin: true}}
 	if cfg.Dir != "" {
 		if info, err := os.Stat(cfg.Dir); err != nil {
 			l.problem(cfg.Dir, 0, "cannot read the templates directory: %v", err)
 		} else if !info.IsDir() {
 			l.problem(cfg.Dir, 0, "is not a directory")
 		} else {
-			l.loadSource(templateSource{fsys: os.DirFS(cfg.Dir), root: cfg.Dir})
+			sources = append(sources, templateSource{fsys: os.DirFS(cfg.Dir), root: cfg.Dir})
 		}
 	}
-	return &Templates{byName: l.byName}, l.problems
+	// The layouts and partials first, the directory's replacing the
+	// built-in ones: the built-in templates use a shop's layout too.
+	for _, s := range sources {
+		l.loadShared(s)
+	}
+	l.checkShared()
+	for _, s := range sources {
+		l.loadSource(s)
+	}
+	return &Templates{byName: l.byName}, l.problems.list
 }
 
 // loadSource loads every template of s: each directory at its top is one.
@@ -184,7 +213,7 @@ func (l *templateLoader) loadSource(s templateSource) {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") {
+		if strings.HasPrefix(name, ".") || name == layoutsDir || name == partialsDir {
 			continue
 		}
 		info, err := fs.Stat(s.fsys, name) // follows symbolic links
@@ -232,7 +261,8 @@ func validTemplateName(name string) bool {
 // loadTemplate checks one template directory and returns it, or nil if
 // anything in it is wrong (the problems say what).
 func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTemplate {
-	before := len(l.problems)
+	before := len(l.problems.list)
+	lay, layoutOK := l.templateLayout(s, name)
 	entries, err := fs.ReadDir(s.fsys, name)
 	if err != nil {
 		l.problem(s.file(name), 0, "%v", err)
@@ -284,13 +314,16 @@ func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTempl
 		l.problem(s.file(name), 0, "has both %s at the top and language directories (%s/): move them into a language directory",
 			strings.Join(rootParts, ", "), strings.Join(langDirs, "/, "))
 	case len(rootParts) > 0:
-		if v := l.parseVariant(s, name, l.defaultLang); v != nil {
+		if !layoutOK {
+			break
+		}
+		if v := l.parseVariant(s, name, l.defaultLang, lay); v != nil {
 			et.variants = []*templateVariant{v}
 		}
 	case len(langDirs) == 0:
 		l.problem(s.file(name), 0, "has no text: add subject.tmpl, text.tmpl and html.tmpl in one directory per language (id/, en/, ...)")
-	default:
-		et.variants = l.parseLanguages(s, name, langDirs)
+	case layoutOK:
+		et.variants = l.parseLanguages(s, name, langDirs, lay)
 	}
 
 	et.meta = l.loadMeta(s, name, et.variants)
@@ -299,11 +332,14 @@ func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTempl
 		for _, v := range et.variants {
 			if _, part, err := v.render(sample.(map[string]any)); err != nil {
 				rel := variantFile(name, v, len(langDirs) == 0, part+".tmpl")
-				l.problems = append(l.problems, templateProblem(s, rel, "does not render sample.json: ", err))
+				l.problems.add(problemFrom(v.files, s.file(rel), "does not render sample.json: ", err))
 			}
 		}
 	}
-	if len(l.problems) > before {
+	// A problem seen before (a layout's, found rendering another
+	// template) is not added again, but refuses this template too: so
+	// does a layout that does not load.
+	if len(l.problems.list) > before || !layoutOK || len(et.variants) == 0 {
 		return nil
 	}
 	tags := make([]language.Tag, len(et.variants))
@@ -326,7 +362,7 @@ func variantFile(name string, v *templateVariant, atTop bool, file string) strin
 // that parse, the default language first. Any problem is recorded, and
 // the template refused by the caller; the variants that parse are still
 // rendered, so that their problems are found in the same pass.
-func (l *templateLoader) parseLanguages(s templateSource, name string, dirs []string) []*templateVariant {
+func (l *templateLoader) parseLanguages(s templateSource, name string, dirs []string, lay *layout) []*templateVariant {
 	var variants []*templateVariant
 	var tags []language.Tag
 	for _, dir := range dirs {
@@ -341,7 +377,7 @@ func (l *templateLoader) parseLanguages(s templateSource, name string, dirs []st
 			continue
 		}
 		tags = append(tags, tag)
-		if v := l.parseVariant(s, rel, tag); v != nil {
+		if v := l.parseVariant(s, rel, tag, lay); v != nil {
 			variants = append(variants, v)
 		}
 	}
@@ -374,14 +410,16 @@ func (l *templateLoader) parseLanguages(s templateSource, name string, dirs []st
 }
 
 // parseVariant parses subject.tmpl, text.tmpl and html.tmpl in dir, the
-// variant in language lang.
-func (l *templateLoader) parseVariant(s templateSource, dir string, lang language.Tag) *templateVariant {
-	funcs := templateFuncs(locale.For(lang))
-	v := &templateVariant{lang: lang}
+// variant in language lang, with the partials and, with lay, inside that
+// layout.
+func (l *templateLoader) parseVariant(s templateSource, dir string, lang language.Tag, lay *layout) *templateVariant {
+	funcs := templateFuncs(locale.For(lang), lang, l.brand)
+	v := &templateVariant{lang: lang, files: map[string]sourceFile{}}
+	src := map[string]string{}
 	ok := true
 	for _, file := range partFiles {
 		rel := path.Join(dir, file)
-		src, err := fs.ReadFile(s.fsys, rel)
+		b, err := fs.ReadFile(s.fsys, rel)
 		if errors.Is(err, fs.ErrNotExist) {
 			l.problem(s.file(rel), 0, "missing: each language has subject.tmpl, text.tmpl and html.tmpl")
 			ok = false
@@ -392,50 +430,20 @@ func (l *templateLoader) parseVariant(s templateSource, dir string, lang languag
 			ok = false
 			continue
 		}
-		// Each is named by its path, so that errors, at load and in a
-		// held delivery's last_error, say file:line.
-		switch file {
-		case "subject.tmpl":
-			v.subject, err = texttemplate.New(rel).Funcs(funcs).Option("missingkey=error").Parse(string(src))
-		case "text.tmpl":
-			v.text, err = texttemplate.New(rel).Funcs(funcs).Option("missingkey=error").Parse(string(src))
-		case "html.tmpl":
-			v.html, err = htmltemplate.New(rel).Funcs(funcs).Option("missingkey=error").Parse(string(src))
-		}
-		if err != nil {
-			l.problems = append(l.problems, templateProblem(s, rel, "", err))
-			ok = false
-		}
+		src[file] = string(b)
 	}
 	if !ok {
 		return nil
 	}
+	// Each file is named by its path, so that errors, at load and in a
+	// held delivery's last_error, say file:line. A subject has no layout.
+	v.subject = l.textSet(v, s, path.Join(dir, "subject.tmpl"), src["subject.tmpl"], nil, funcs)
+	v.text = l.textSet(v, s, path.Join(dir, "text.tmpl"), src["text.tmpl"], lay, funcs)
+	v.html = l.htmlSet(v, s, path.Join(dir, "html.tmpl"), src["html.tmpl"], lay, funcs)
+	if v.subject == nil || v.text == nil || v.html == nil {
+		return nil
+	}
 	return v
-}
-
-// templateProblem turns a text/template or html/template error, which
-// starts "template: rel:line:" or "html/template:rel:line:col:", into a
-// problem at that file and line.
-func templateProblem(s templateSource, rel, prefix string, err error) Problem {
-	msg := err.Error()
-	i := strings.Index(msg, rel+":")
-	if i < 0 {
-		return Problem{File: s.file(rel), Message: prefix + msg}
-	}
-	rest := msg[i+len(rel)+1:]
-	lineText, after, _ := strings.Cut(rest, ":")
-	line, convErr := strconv.Atoi(lineText)
-	if convErr != nil {
-		return Problem{File: s.file(rel), Message: prefix + strings.TrimSpace(rest)}
-	}
-	rest = after
-	if col, after, ok := strings.Cut(rest, ":"); ok {
-		if _, err := strconv.Atoi(col); err == nil {
-			rest = after
-		}
-	}
-	rest = strings.Replace(strings.TrimSpace(rest), fmt.Sprintf("executing %q at ", rel), "at ", 1)
-	return Problem{File: s.file(rel), Line: line, Message: prefix + rest}
 }
 
 // readJSON reads a JSON file and decodes it with exact numbers; a syntax

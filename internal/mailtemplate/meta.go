@@ -44,6 +44,7 @@ type metaJSON struct {
 	FromName json.RawMessage `json:"from_name"`
 	ReplyTo  string          `json:"reply_to"`
 	Category string          `json:"category"`
+	Layout   string          `json:"layout"` // read by templateLayout
 }
 
 // loadMeta reads name/meta.json, if there is one, and checks it: every
@@ -63,7 +64,7 @@ func (l *templateLoader) loadMeta(s templateSource, name string, variants []*tem
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&doc); err != nil {
-		l.problem(s.file(rel), 0, "want {\"from_name\": \"Toko Ana\" or {\"id\": …, \"en\": …}, \"reply_to\": an address, \"category\": \"transactional\" or \"subscription\"}: %v", err)
+		l.problem(s.file(rel), 0, "want {\"from_name\": \"Toko Ana\" or {\"id\": …, \"en\": …}, \"reply_to\": an address, \"category\": \"transactional\" or \"subscription\", \"layout\": a layout's name}: %v", err)
 		return m
 	}
 	if doc.Category != "" {

@@ -35,7 +35,7 @@ func TestMetaSetsTheSenderPerLanguage(t *testing.T) {
 	builtin, _ := LoadBuiltin()
 	s, _ := builtin.Sample("order-confirmation")
 	if r, _ := builtin.Render("order-confirmation", s); r.FromName != "" || r.Category != CategoryTransactional {
-		t.Errorf("without meta.json: from %q, category %q", r.FromName, r.Category)
+		t.Errorf("a meta.json with a layout only: from %q, category %q", r.FromName, r.Category)
 	}
 }
 

@@ -16,7 +16,14 @@
 // html.tmpl directly beside schema.json: they are then in the default
 // language. Every template has a variant in the default language.
 //
-// The built-in templates are in builtin/; Config.Dir may add more.
+// A template may name a layout in its meta.json: its html.tmpl and
+// text.tmpl are then what the layout's {{template "content" .}} shows,
+// and the layout's CSS is inlined into them when they load. Layouts
+// (_layouts/<name>/) and partials (_partials/<name>.html.tmpl,
+// <name>.text.tmpl) are shared by every template (layout.go, inline.go).
+//
+// The built-in templates, and their layout, are in builtin/; Config.Dir
+// may add more, and replace the built-in layout.
 package mailtemplate
 
 import (
@@ -57,6 +64,7 @@ type templateVariant struct {
 	subject *texttemplate.Template
 	text    *texttemplate.Template
 	html    *htmltemplate.Template
+	files   map[string]sourceFile // by template name: what errors name
 }
 
 // FieldError names one place in a template's data that its schema

@@ -54,7 +54,7 @@ func (t *Templates) RenderLocale(name string, data json.RawMessage, userLocale s
 	}
 	r, part, err := v.render(d)
 	if err != nil {
-		return Rendered{}, fmt.Errorf("render %s %s (%s): %w", name, part, v.lang, err)
+		return Rendered{}, fmt.Errorf("render %s %s (%s): %w", name, part, v.lang, v.locate(err))
 	}
 	r.FromName, r.ReplyTo, r.Category = et.meta.fromName(v.lang), et.meta.replyTo, et.meta.category
 	return r, nil
