@@ -12,6 +12,26 @@ import (
 	"github.com/google/uuid"
 )
 
+const countDeliveriesUpTo = `-- name: CountDeliveriesUpTo :one
+SELECT count(*)::int AS n
+FROM (SELECT 1 FROM notification_deliveries WHERE status = $1 LIMIT $2) s
+`
+
+type CountDeliveriesUpToParams struct {
+	Status string
+	UpTo   int32
+}
+
+// The deliveries in status, counted no further than up_to: an index-only
+// scan of status_idx that stops there, however many there are (the
+// operators' overview says "up_to or more").
+func (q *Queries) CountDeliveriesUpTo(ctx context.Context, arg CountDeliveriesUpToParams) (int32, error) {
+	row := q.db.QueryRow(ctx, countDeliveriesUpTo, arg.Status, arg.UpTo)
+	var n int32
+	err := row.Scan(&n)
+	return n, err
+}
+
 const deleteBlock = `-- name: DeleteBlock :execrows
 DELETE FROM delivery_blocks WHERE id = $1
 `

@@ -54,7 +54,7 @@ type page struct {
 	Session *apikey.Session
 
 	Data         notify.QueueState // overview
-	Held, Failed int
+	Held, Failed count
 
 	Query     deliveryQuery // deliveries
 	Statuses  []notify.Status
@@ -240,10 +240,10 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 		p := page{Title: "Overview", Session: sessionOf(r)}
 		var err error
 		if p.Data, err = ops.Queue(r.Context()); err == nil {
-			p.Held, err = countUpTo(r.Context(), ops, notify.StatusHeld)
+			p.Held, err = countOf(r.Context(), ops, notify.StatusHeld)
 		}
 		if err == nil {
-			p.Failed, err = countUpTo(r.Context(), ops, notify.StatusFailed)
+			p.Failed, err = countOf(r.Context(), ops, notify.StatusFailed)
 		}
 		if err != nil {
 			setLogError(r.Context(), err)
@@ -253,10 +253,20 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 	})
 }
 
-// countUpTo counts the deliveries in status, up to 100.
-func countUpTo(ctx context.Context, ops *notify.Operator, status notify.Status) (int, error) {
-	ds, err := ops.List(ctx, notify.Filter{Status: status, Limit: 100})
-	return len(ds), err
+// overviewCountLimit is where the overview stops counting held and
+// failed deliveries: past it, the search says what there is.
+const overviewCountLimit = 100
+
+// count is a count that stopped at its limit: N, or N or more.
+type count struct {
+	N      int
+	Capped bool // N is the limit: there may be more
+}
+
+// countOf counts the deliveries in status, up to overviewCountLimit.
+func countOf(ctx context.Context, ops *notify.Operator, status notify.Status) (count, error) {
+	n, err := ops.CountUpTo(ctx, status, overviewCountLimit)
+	return count{N: n, Capped: n >= overviewCountLimit}, err
 }
 
 // handleConsoleQueue pauses or resumes all sending.

@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -556,5 +557,36 @@ func TestConsoleEmailHoldsRemoteImagesBack(t *testing.T) {
 	}
 	if p := policy("/admin/deliveries/" + id + "/email?images=yes"); p["img-src"] != "data:" {
 		t.Errorf("?images=yes: img-src %q, want data: (only remote asks)", p["img-src"])
+	}
+}
+
+// The overview counts held and failed deliveries alike: exactly below
+// the count's limit, and at it a number that says there may be more.
+func TestConsoleOverviewCounts(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	data := map[string]any{"order_id": o.ID.String(), "customer_name": "Ana", "carrier": "JNE", "tracking_number": "JNE-1",
+		"items": []map[string]any{{"sku": "TEA-01", "name": "Teh", "quantity": 1}}, "shipped_at": "2026-12-01T10:00:00Z"}
+	for i := range 100 {
+		d := s.f.Scheduled(o.ID, "order-shipped", fmt.Sprintf("failed-%d@example.com", i), data, time.Now())
+		s.f.Failed(d, "550 5.1.1 no such user")
+	}
+	for i := range 3 {
+		s.f.Held(s.f.Scheduled(o.ID, "order-shipped", fmt.Sprintf("held-%d@example.com", i), data, time.Now()), "cannot render")
+	}
+	b, _ := s.operator(t, "Ana")
+	_, _, page := b.do(http.MethodGet, "/admin/", nil)
+	held := regexp.MustCompile(`id="held">([^<]*)<`).FindStringSubmatch(page)
+	failed := regexp.MustCompile(`id="failed">([^<]*)<`).FindStringSubmatch(page)
+	if held == nil || failed == nil {
+		t.Fatalf("the overview has no held or failed count:\n%s", page)
+	}
+	if got := strings.Join(strings.Fields(held[1]), " "); got != "3 held" {
+		t.Errorf("held: %q, want 3 held", got)
+	}
+	if got := strings.Join(strings.Fields(failed[1]), " "); got != "100 or more failed" {
+		t.Errorf("failed: %q, want 100 or more failed", got)
 	}
 }

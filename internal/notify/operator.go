@@ -105,6 +105,17 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 	return out, nil
 }
 
+// CountUpTo counts the deliveries in status, but no further than upTo:
+// upTo means upTo or more. It costs at most upTo entries of the status
+// index, however many deliveries there are.
+func (o *Operator) CountUpTo(ctx context.Context, status Status, upTo int) (int, error) {
+	n, err := dbsqlc.New(o.db).CountDeliveriesUpTo(ctx, dbsqlc.CountDeliveriesUpToParams{Status: string(status), UpTo: int32(upTo)})
+	if err != nil {
+		return 0, fmt.Errorf("count %s deliveries: %w", status, err)
+	}
+	return int(n), nil
+}
+
 // Get returns one delivery and its whole history.
 func (o *Operator) Get(ctx context.Context, id uuid.UUID) (Delivery, []Event, error) {
 	d, err := Get(ctx, o.db, id)
