@@ -174,6 +174,7 @@ type WebhookMessage struct {
 	LastError     *string
 	DeliveredAt   *time.Time
 	GaveUpAt      *time.Time
+	ReplayedAt    *time.Time
 }
 
 type WebhookToken struct {
