@@ -26,8 +26,9 @@ RETURNING *;
 -- name: ListActiveBlocks :many
 SELECT * FROM delivery_blocks WHERE expires_at > now() ORDER BY id;
 
--- name: DeleteBlock :execrows
-DELETE FROM delivery_blocks WHERE id = @id;
+-- name: DeleteBlock :one
+DELETE FROM delivery_blocks WHERE id = @id
+RETURNING *;
 
 -- name: CountDeliveriesUpTo :one
 -- The deliveries in status, counted no further than up_to: an index-only

@@ -25,8 +25,9 @@ SET disabled_at = sqlc.narg(disabled_at)::timestamptz, disabled_reason = sqlc.na
 WHERE id = @id
 RETURNING *;
 
--- name: DeleteWebhookEndpoint :execrows
-DELETE FROM webhook_endpoints WHERE id = @id;
+-- name: DeleteWebhookEndpoint :one
+DELETE FROM webhook_endpoints WHERE id = @id
+RETURNING url;
 
 -- name: ClaimWebhookMessages :many
 -- The messages due for an attempt, at most batch, for the endpoints that

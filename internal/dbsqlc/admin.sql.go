@@ -32,16 +32,23 @@ func (q *Queries) CountDeliveriesUpTo(ctx context.Context, arg CountDeliveriesUp
 	return n, err
 }
 
-const deleteBlock = `-- name: DeleteBlock :execrows
+const deleteBlock = `-- name: DeleteBlock :one
 DELETE FROM delivery_blocks WHERE id = $1
+RETURNING id, kind, value, reason, created_at, expires_at
 `
 
-func (q *Queries) DeleteBlock(ctx context.Context, id int64) (int64, error) {
-	result, err := q.db.Exec(ctx, deleteBlock, id)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+func (q *Queries) DeleteBlock(ctx context.Context, id int64) (DeliveryBlock, error) {
+	row := q.db.QueryRow(ctx, deleteBlock, id)
+	var i DeliveryBlock
+	err := row.Scan(
+		&i.ID,
+		&i.Kind,
+		&i.Value,
+		&i.Reason,
+		&i.CreatedAt,
+		&i.ExpiresAt,
+	)
+	return i, err
 }
 
 const insertBlock = `-- name: InsertBlock :one

@@ -87,6 +87,15 @@ type NotificationDelivery struct {
 	OwnerID           *uuid.UUID
 }
 
+type OperatorAction struct {
+	ID     int64
+	At     time.Time
+	Actor  string
+	Action string
+	Target string
+	Detail []byte
+}
+
 type Order struct {
 	ID              uuid.UUID
 	CustomerEmail   string

@@ -107,16 +107,16 @@ func (q *Queries) DeleteOldWebhookMessages(ctx context.Context, arg DeleteOldWeb
 	return result.RowsAffected(), nil
 }
 
-const deleteWebhookEndpoint = `-- name: DeleteWebhookEndpoint :execrows
+const deleteWebhookEndpoint = `-- name: DeleteWebhookEndpoint :one
 DELETE FROM webhook_endpoints WHERE id = $1
+RETURNING url
 `
 
-func (q *Queries) DeleteWebhookEndpoint(ctx context.Context, id uuid.UUID) (int64, error) {
-	result, err := q.db.Exec(ctx, deleteWebhookEndpoint, id)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+func (q *Queries) DeleteWebhookEndpoint(ctx context.Context, id uuid.UUID) (string, error) {
+	row := q.db.QueryRow(ctx, deleteWebhookEndpoint, id)
+	var url string
+	err := row.Scan(&url)
+	return url, err
 }
 
 const disableGoneWebhookEndpoint = `-- name: DisableGoneWebhookEndpoint :exec

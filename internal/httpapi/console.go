@@ -81,6 +81,8 @@ type page struct {
 	Keys      []apikey.Key
 	Scopes    []apikey.Scope
 	NewSecret string // a key just created, shown this once
+
+	Activity []activityRow // what operators did, newest first (Prev, Next: its pages)
 }
 
 // bulkResult is a bulk retry: counted first, done on confirmation.
@@ -282,7 +284,12 @@ func handleConsoleQueue(ops *notify.Operator, pause bool) http.Handler {
 			act, name = ops.Pause, "pause"
 		}
 		addLogAttrs(r.Context(), slog.String("action", name), slog.String("note", note))
-		if err := act(r.Context()); err != nil {
+		if err := act(r.Context(), sessionOf(r).Actor(), note); err != nil {
+			if errors.Is(err, notify.ErrNotRecorded) {
+				setLogError(r.Context(), err)
+				consoleError(w, r, http.StatusInternalServerError, "Done ("+name+"), but the record of it in the activity could not be written: "+err.Error())
+				return
+			}
 			setLogError(r.Context(), err)
 			consoleError(w, r, http.StatusInternalServerError, name+" failed: "+err.Error())
 			return

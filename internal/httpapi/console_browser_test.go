@@ -27,7 +27,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	s.postOrder(t, validCheckout, nil).decode(t, &o)
 	id := o.Notifications[0].ID
 	s.f.Failed(s.f.Get(id), "550 5.1.1 mailbox unavailable")
-	k, token, err := s.keys.Create(context.Background(), "Ana Operator", []apikey.Scope{apikey.ScopeAdmin})
+	k, token, err := s.keys.Create(context.Background(), "test", "Ana Operator", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

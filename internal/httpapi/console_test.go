@@ -75,7 +75,7 @@ func (b *browser) csrf(page string) string {
 // operator makes an operator key named name and signs in with it.
 func (s stack) operator(t *testing.T, name string) (*browser, apikey.Key) {
 	t.Helper()
-	k, token, err := s.keys.Create(context.Background(), name, []apikey.Scope{apikey.ScopeAdmin})
+	k, token, err := s.keys.Create(context.Background(), "test", name, []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestConsoleSignIn(t *testing.T) {
 	if status, h, _ := anon.do(http.MethodGet, "/admin/deliveries", nil); status != http.StatusSeeOther || h.Get("Location") != "/admin/sign-in" {
 		t.Errorf("a page without a session = %d to %q, want 303 to the sign-in", status, h.Get("Location"))
 	}
-	_, backend, err := s.keys.Create(context.Background(), "shop", []apikey.Scope{apikey.ScopeOrdersWrite})
+	_, backend, err := s.keys.Create(context.Background(), "test", "shop", []apikey.Scope{apikey.ScopeOrdersWrite})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestConsoleSignIn(t *testing.T) {
 		}
 	}
 
-	k, token, err := s.keys.Create(context.Background(), "Ana <on call>", []apikey.Scope{apikey.ScopeAdmin})
+	k, token, err := s.keys.Create(context.Background(), "test", "Ana <on call>", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestConsoleSignIn(t *testing.T) {
 	}
 	other := newBrowser(t, s.url)
 	other.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {token}})
-	if _, err := s.keys.Revoke(context.Background(), k.ID); err != nil {
+	if _, err := s.keys.Revoke(context.Background(), "test", k.ID); err != nil {
 		t.Fatal(err)
 	}
 	if status, _, _ := other.do(http.MethodGet, "/admin/", nil); status != http.StatusSeeOther {
@@ -183,7 +183,7 @@ func TestOperatorsShareOneRefusalBudget(t *testing.T) {
 	s := setup(t, setupOpts{rateLimits: httpapi.RateLimits{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
 	}})
-	_, opKey, err := s.keys.Create(t.Context(), "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	_, opKey, err := s.keys.Create(t.Context(), "test", "Ana", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	keys := apikey.NewService(db.Pool)
-	backend, backendKey, err := keys.Create(context.Background(), "test backend", apikey.BackendScopes)
+	backend, backendKey, err := keys.Create(context.Background(), "test", "test backend", apikey.BackendScopes)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func (e *env) delivery(t *testing.T, email string) notify.Delivery {
 
 func (e *env) endpoint(t *testing.T, url string, types ...string) (webhookout.Endpoint, string) {
 	t.Helper()
-	ep, secret, err := e.svc.Create(context.Background(), url, types, "")
+	ep, secret, err := e.svc.Create(context.Background(), "test", url, types, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestTypesAndDisabledEndpoints(t *testing.T) {
 	failedOnly, _ := e.endpoint(t, newReceiver(t).URL, "notification.failed")
 	every, _ := e.endpoint(t, newReceiver(t).URL)
 	off, _ := e.endpoint(t, newReceiver(t).URL)
-	if _, err := e.svc.SetEnabled(context.Background(), off.ID, false, "maintenance"); err != nil {
+	if _, err := e.svc.SetEnabled(context.Background(), "test", off.ID, false, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
@@ -289,7 +289,7 @@ func TestRedirectsAndRotation(t *testing.T) {
 	e := setup(t, webhookout.Config{})
 	rcv := newReceiver(t, http.StatusFound)
 	ep, old := e.endpoint(t, rcv.URL, "notification.sent")
-	_, fresh, err := e.svc.Rotate(context.Background(), ep.ID)
+	_, fresh, err := e.svc.Rotate(context.Background(), "test", ep.ID)
 	if err != nil || fresh == old {
 		t.Fatalf("Rotate: %v", err)
 	}
@@ -422,7 +422,7 @@ func TestReplayOfAnOldEventIsRetriedFromTheReplay(t *testing.T) {
 	if err != nil || len(msgs) != 1 || msgs[0].DeliveredAt == nil {
 		t.Fatalf("before the replay: %+v, %v; want one message, delivered", msgs, err)
 	}
-	if n, err := e.svc.Replay(ctx, ep.ID, msgs[0].MsgID, time.Time{}, time.Time{}); err != nil || n != 1 {
+	if n, err := e.svc.Replay(ctx, "test", ep.ID, msgs[0].MsgID, time.Time{}, time.Time{}); err != nil || n != 1 {
 		t.Fatalf("replay: %d, %v", n, err)
 	}
 	e.drain(t)
