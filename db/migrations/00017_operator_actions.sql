@@ -21,6 +21,22 @@ CREATE TABLE operator_actions (
     detail JSONB       NOT NULL DEFAULT '{}'
 );
 
+-- The versions of the templates the workers loaded, by digest (a
+-- SHA-256 of the template's name and files: mailtemplate.Version), each
+-- written once, when a worker that has it starts. Each hand-over records
+-- the digest of the version that rendered its message, with its subject
+-- and language (in its delivery_events row), so that the console shows
+-- a delivery's e-mail as it went out, after the template has changed.
+-- A few kilobytes a version; kept.
+CREATE TABLE template_versions (
+    digest     TEXT        PRIMARY KEY,
+    template   TEXT        NOT NULL,
+    paths      TEXT[]      NOT NULL,  -- relative to the template's directory
+    contents   BYTEA[]     NOT NULL,  -- the files' bytes, in the order of paths
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    CHECK (cardinality(paths) = cardinality(contents))
+);
+
 -- A replay gives an outbound webhook message a new series of tries:
 -- WEBHOOK_MAX_AGE counts from replayed_at when it is set, from the
 -- message's creation otherwise.
@@ -28,4 +44,5 @@ ALTER TABLE webhook_messages ADD COLUMN replayed_at TIMESTAMPTZ;
 
 -- +goose Down
 DROP TABLE operator_actions;
+DROP TABLE template_versions;
 ALTER TABLE webhook_messages DROP COLUMN replayed_at;

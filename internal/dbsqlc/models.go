@@ -152,6 +152,14 @@ type SuppressionEvent struct {
 	Note      string
 }
 
+type TemplateVersion struct {
+	Digest    string
+	Template  string
+	Paths     []string
+	Contents  [][]byte
+	CreatedAt time.Time
+}
+
 type Unsubscribe struct {
 	Recipient string
 	Category  string

@@ -65,6 +65,7 @@ type page struct {
 
 	Delivery    notify.Delivery // one delivery
 	Events      []notify.Event
+	Email       emailView
 	CanRetry    bool
 	CanMarkSent bool
 	CanCancel   bool

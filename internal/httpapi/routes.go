@@ -143,7 +143,7 @@ func addConsole(r chi.Router, d Deps, addr func(*http.Request) string, refusals 
 		r.Method(http.MethodPost, "/admin/sign-out", handleSignOut(d.Admin.Keys))
 		r.Method(http.MethodGet, "/admin/", handleConsoleOverview(d.Admin.Ops))
 		r.Method(http.MethodGet, "/admin/deliveries", handleConsoleDeliveries(d.Admin.Ops, d.Templates))
-		r.Method(http.MethodGet, "/admin/deliveries/{id}", handleConsoleDelivery(d.Admin.Ops))
+		r.Method(http.MethodGet, "/admin/deliveries/{id}", handleConsoleDelivery(d.Admin.Ops, d.Templates))
 		r.Method(http.MethodGet, "/admin/deliveries/{id}/email", handleConsoleEmail(d.Admin.Ops, d.Templates))
 		r.Method(http.MethodPost, "/admin/deliveries/{id}/retry", handleConsoleRetry(d.Admin.Ops))
 		r.Method(http.MethodPost, "/admin/deliveries/{id}/mark-sent", handleConsoleMarkSent(d.Admin.Ops))

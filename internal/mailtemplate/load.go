@@ -141,6 +141,17 @@ type templateLoader struct {
 	byName      map[string]*emailTemplate
 	builtin     map[string]bool
 	problems    []Problem
+	files       map[string][]byte // what the template being loaded read, by path in its source
+}
+
+// readFile reads rel from s and keeps it among the files of the template
+// being loaded: its version is their digest.
+func (l *templateLoader) readFile(s templateSource, rel string) ([]byte, error) {
+	b, err := fs.ReadFile(s.fsys, rel)
+	if err == nil {
+		l.files[rel] = b
+	}
+	return b, err
 }
 
 func (l *templateLoader) problem(file string, line int, format string, args ...any) {
@@ -233,6 +244,7 @@ func validTemplateName(name string) bool {
 // anything in it is wrong (the problems say what).
 func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTemplate {
 	before := len(l.problems)
+	l.files = map[string][]byte{}
 	entries, err := fs.ReadDir(s.fsys, name)
 	if err != nil {
 		l.problem(s.file(name), 0, "%v", err)
@@ -311,6 +323,7 @@ func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTempl
 		tags[i] = v.lang
 	}
 	et.matcher = language.NewMatcher(tags)
+	et.version = newVersion(name, l.files)
 	return et
 }
 
@@ -381,7 +394,7 @@ func (l *templateLoader) parseVariant(s templateSource, dir string, lang languag
 	ok := true
 	for _, file := range partFiles {
 		rel := path.Join(dir, file)
-		src, err := fs.ReadFile(s.fsys, rel)
+		src, err := l.readFile(s, rel)
 		if errors.Is(err, fs.ErrNotExist) {
 			l.problem(s.file(rel), 0, "missing: each language has subject.tmpl, text.tmpl and html.tmpl")
 			ok = false
@@ -441,7 +454,7 @@ func templateProblem(s templateSource, rel, prefix string, err error) Problem {
 // readJSON reads a JSON file and decodes it with exact numbers; a syntax
 // error is a problem at its line.
 func (l *templateLoader) readJSON(s templateSource, rel string) (raw []byte, v any, ok bool) {
-	raw, err := fs.ReadFile(s.fsys, rel)
+	raw, err := l.readFile(s, rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		switch path.Base(rel) {
 		case schemaFile:

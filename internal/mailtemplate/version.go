@@ -1,0 +1,105 @@
+package mailtemplate
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"testing/fstest"
+
+	"golang.org/x/text/language"
+)
+
+// Version is one version of a template: the files it was loaded from and
+// their digest, which names the version. The worker records the digest
+// with each hand-over and keeps the versions it loaded, so that what a
+// delivery's e-mail looked like can be rendered again after the
+// template has changed (LoadVersion).
+type Version struct {
+	Template string
+	// Digest is 32 hex digits of a SHA-256 over the template's name and
+	// every file it was loaded from, by path: the same files give the
+	// same digest in every process and build, any change another.
+	Digest string
+	Files  []File // by path
+}
+
+// File is one file of a template version, its path relative to the
+// template's directory ("schema.json", "id/html.tmpl").
+type File struct {
+	Path    string
+	Content []byte
+}
+
+// newVersion is the version of template name loaded from files, keyed by
+// their path in its source ("name/id/html.tmpl").
+func newVersion(name string, files map[string][]byte) Version {
+	v := Version{Template: name}
+	h := sha256.New()
+	fmt.Fprintf(h, "sekali template %q\n", name)
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		rel := strings.TrimPrefix(p, name+"/")
+		// Each file's path and length first: no two sets of files hash
+		// the same bytes.
+		fmt.Fprintf(h, "%q %d\n", rel, len(files[p]))
+		h.Write(files[p])
+		v.Files = append(v.Files, File{Path: rel, Content: files[p]})
+	}
+	v.Digest = hex.EncodeToString(h.Sum(nil))[:32]
+	return v
+}
+
+// Version returns the digest of the version of template name in t, ""
+// for an unknown template.
+func (t *Templates) Version(name string) string {
+	et, ok := t.byName[name]
+	if !ok {
+		return ""
+	}
+	return et.version.Digest
+}
+
+// Versions returns the version of every template in t, in name order.
+func (t *Templates) Versions() []Version {
+	out := make([]Version, 0, len(t.byName))
+	for _, name := range t.Names() {
+		out = append(out, t.byName[name].version)
+	}
+	return out
+}
+
+// LoadVersion loads a template version again, from its files, with the
+// checks of Load, as a registry of that template alone whose default
+// language is lang (a BCP 47 tag): the language the version rendered a
+// delivery in, which it must have. The template functions are today's: a version
+// renders as it did as long as they do. A version whose files do not
+// give its digest is refused.
+func LoadVersion(v Version, lang string) (*Templates, error) {
+	// An in-memory tree of the version's files, for the loader; fstest's
+	// MapFS is the standard library's (it imports no testing).
+	fsys := fstest.MapFS{}
+	for _, f := range v.Files {
+		if !fs.ValidPath(f.Path) {
+			return nil, fmt.Errorf("mailtemplate: version %s of %s: %q is not a file of a template", v.Digest, v.Template, f.Path)
+		}
+		fsys[path.Join(v.Template, f.Path)] = &fstest.MapFile{Data: f.Content, Mode: 0o444}
+	}
+	tag, err := language.Parse(lang)
+	if err != nil {
+		return nil, fmt.Errorf("mailtemplate: version %s of %s: language %q: %w", v.Digest, v.Template, lang, err)
+	}
+	l := &templateLoader{defaultLang: tag, byName: map[string]*emailTemplate{}, builtin: map[string]bool{}}
+	l.loadSource(templateSource{fsys: fsys, root: "template " + v.Template + " version " + v.Digest})
+	if len(l.problems) > 0 {
+		return nil, &LoadError{Problems: l.problems}
+	}
+	et, ok := l.byName[v.Template]
+	if !ok || et.version.Digest != v.Digest {
+		return nil, fmt.Errorf("mailtemplate: version %s of %s: its files do not make that version", v.Digest, v.Template)
+	}
+	return &Templates{byName: l.byName}, nil
+}
