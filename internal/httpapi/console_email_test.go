@@ -10,6 +10,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -95,8 +96,10 @@ func TestConsoleShowsTheEmailAsItWasSent(t *testing.T) {
 		t.Errorf("the frame of a receipt whose version is not kept = %d %q, want 404 and not today's template", status, frame)
 	}
 
-	// A hand-over older than the record of versions.
-	old := s.f.Sent(s.f.Scheduled(o.ID, "receipt", "budi@example.com", map[string]any{"customer_name": "Budi"}, time.Now()), "p-1")
+	// A hand-over older than the record of versions: a factory without
+	// the worker's templates records none.
+	before := notifytest.New(t, s.db.Pool)
+	old := before.Sent(before.Scheduled(o.ID, "receipt", "budi@example.com", map[string]any{"customer_name": "Budi"}, time.Now()), "p-1")
 	_, _, page = b.do(http.MethodGet, "/admin/deliveries/"+old.ID.String(), nil)
 	if !strings.Contains(page, `id="email-unknown"`) || !strings.Contains(page, "older than the record of versions") ||
 		!strings.Contains(page, "Subject as sent: not recorded") || strings.Contains(page, "<iframe") {
