@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -36,5 +38,16 @@ func TestKeysCreate(t *testing.T) {
 	keys, err := apikey.NewService(db.Pool).List(context.Background())
 	if err != nil || len(keys) != 1 {
 		t.Errorf("%d keys stored (%v), want only the good one", len(keys), err)
+	}
+
+	// Recorded as the host's command line did it.
+	host, _ := os.Hostname()
+	actions, err := notify.NewOperator(db.Pool, nil, nil, nil).Actions(context.Background(), 0, 10)
+	if err != nil || len(actions) != 1 {
+		t.Fatalf("operator actions: %+v, %v; want the one key's creation", actions, err)
+	}
+	if a := actions[0]; a.Action != "api_key.create" || a.Target != "api_key:"+k.Prefix ||
+		!strings.HasPrefix(a.Actor, "cli:") || !strings.HasSuffix(a.Actor, "@"+host) {
+		t.Errorf("the key's creation is recorded as %s on %s by %q, want api_key.create on api_key:%s by cli:<user>@%s", a.Action, a.Target, a.Actor, k.Prefix, host)
 	}
 }

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +18,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"os/user"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -311,13 +314,24 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
 		return err
 	}
-	k, secret, err := apikey.NewService(pool).CreateReplacing(ctx, name, parsed, replaces)
+	k, secret, err := apikey.NewService(pool).CreateReplacing(ctx, cliActor(), name, parsed, replaces)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s\n", secret)
 	fmt.Fprintf(stderr, "created API key %s (%s) with scopes %v; it is shown only now\n", k.Prefix, k.Name, k.Scopes)
 	return nil
+}
+
+// cliActor is who the operators' actions say ran a command on this host:
+// cli:<user>@<host>.
+func cliActor() string {
+	who := "uid " + strconv.Itoa(os.Getuid())
+	if u, err := user.Current(); err == nil {
+		who = u.Username
+	}
+	host, _ := os.Hostname()
+	return "cli:" + who + "@" + cmp.Or(host, "unknown-host")
 }
 
 // checkTemplates is `api templates check DIR`: it checks a template

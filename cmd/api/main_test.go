@@ -117,7 +117,7 @@ func TestRunServesCheckoutsAndShutsDownOnCancel(t *testing.T) {
 	if status := checkout(t, base, "", sock("budi@example.com", "Budi")); status != http.StatusUnauthorized {
 		t.Errorf("a checkout without an API key = %d, want 401", status)
 	}
-	_, key, err := apikey.NewService(db.Pool).Create(context.Background(), "checkout server", []apikey.Scope{apikey.ScopeCheckout})
+	_, key, err := apikey.NewService(db.Pool).Create(context.Background(), "test", "checkout server", []apikey.Scope{apikey.ScopeCheckout})
 	if err != nil {
 		t.Fatal(err)
 	}

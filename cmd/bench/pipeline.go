@@ -181,7 +181,7 @@ func (b *bench) startSekali(ctx context.Context, d *deployment, dbURL string) er
 	d.apiURL = "http://" + addr
 	// Checkouts come from the shop's server, with its key (the API has
 	// migrated the schema by now).
-	if _, d.apiKey, err = apikey.NewService(d.pool).Create(ctx, "bench", []apikey.Scope{apikey.ScopeCheckout}); err != nil {
+	if _, d.apiKey, err = apikey.NewService(d.pool).Create(ctx, "cli:bench", "bench", []apikey.Scope{apikey.ScopeCheckout}); err != nil {
 		return err
 	}
 	for i := 0; i < b.o.workers; i++ {

@@ -26,5 +26,13 @@ RETURNING *;
 -- name: ListActiveBlocks :many
 SELECT * FROM delivery_blocks WHERE expires_at > now() ORDER BY id;
 
--- name: DeleteBlock :execrows
-DELETE FROM delivery_blocks WHERE id = @id;
+-- name: DeleteBlock :one
+DELETE FROM delivery_blocks WHERE id = @id
+RETURNING *;
+
+-- name: CountDeliveriesUpTo :one
+-- The deliveries in status, counted no further than up_to: an index-only
+-- scan of status_idx that stops there, however many there are (the
+-- operators' overview says "up_to or more").
+SELECT count(*)::int AS n
+FROM (SELECT 1 FROM notification_deliveries WHERE status = @status LIMIT @up_to) s;

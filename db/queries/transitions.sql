@@ -134,14 +134,19 @@ WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id);
 -- The last check before the data goes out, for every attempt of a worker
 -- that reached it while its previous hand-over ran: each lease still
 -- ours and unexpired. It also records that, from now on, the provider
--- named for each row may have its message. It changes no indexed column
+-- named for each row may have its message, and in the history what that
+-- message is: its subject, language and the digest of the template
+-- version that rendered it (template_versions), so that the console
+-- shows what went out, not today's template. It changes no indexed column
 -- (not even updated_at, which says when the status changed): a HOT
 -- update. Committed waiting for the WAL flush, one flush for the batch:
 -- a hand-over PostgreSQL forgot would let the reconciler send again what
 -- the provider may have. Returns the rows handed over; an attempt whose
 -- row is missing lost its lease and must send nothing.
 WITH input AS (
-    SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token, unnest(@providers::text[]) AS provider
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token, unnest(@providers::text[]) AS provider,
+           unnest(@subjects::text[]) AS subject, unnest(@languages::text[]) AS language,
+           unnest(@template_versions::text[]) AS template_version
 ), upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
@@ -153,10 +158,13 @@ WITH input AS (
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
       AND d.lease_expires_at > now()
-    RETURNING d.id, d.attempts, d.lease_token, i.provider
+    RETURNING d.id, d.attempts, d.lease_token, i.provider, i.subject, i.language, i.template_version
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'handed_over', 'sending', 'sending', attempts, @actor::text, jsonb_build_object('provider', provider) FROM upd
+    SELECT id, 'handed_over', 'sending', 'sending', attempts, @actor::text,
+           jsonb_strip_nulls(jsonb_build_object('provider', provider, 'subject', subject, 'language', language,
+                                                'template_version', template_version))
+    FROM upd
 )
 SELECT id, lease_token FROM upd;
 

@@ -25,8 +25,9 @@ SET disabled_at = sqlc.narg(disabled_at)::timestamptz, disabled_reason = sqlc.na
 WHERE id = @id
 RETURNING *;
 
--- name: DeleteWebhookEndpoint :execrows
-DELETE FROM webhook_endpoints WHERE id = @id;
+-- name: DeleteWebhookEndpoint :one
+DELETE FROM webhook_endpoints WHERE id = @id
+RETURNING url;
 
 -- name: ClaimWebhookMessages :many
 -- The messages due for an attempt, at most batch, for the endpoints that
@@ -52,16 +53,19 @@ RETURNING m.id, m.msg_id, m.endpoint_id, m.event_type, m.payload, m.created_at, 
 -- name: MarkWebhookDelivered :exec
 UPDATE webhook_messages SET delivered_at = now(), last_error = NULL WHERE id = @id;
 
--- name: MarkWebhookFailed :exec
--- Another attempt at next_attempt_at, or none: given up once the message
--- is older than max_age_seconds. Fenced on the attempt it records: a
--- late answer to an attempt another dispatcher has since made again, or
--- that a later attempt delivered, changes nothing.
+-- name: MarkWebhookFailed :one
+-- Another attempt at next_attempt_at, or none: given up once its tries
+-- began more than max_age_seconds ago, at its creation or at its latest
+-- replay. Fenced on the attempt it records: a late answer to an attempt
+-- another dispatcher has since made again, or that a later attempt
+-- delivered, changes nothing (and returns no row). Returns whether it
+-- gave the message up.
 UPDATE webhook_messages
 SET last_error = @last_error::text,
     next_attempt_at = @next_attempt_at,
-    gave_up_at = CASE WHEN created_at < now() - make_interval(secs => @max_age_seconds::float8) THEN now() END
-WHERE id = @id AND attempts = @attempts AND delivered_at IS NULL;
+    gave_up_at = CASE WHEN coalesce(replayed_at, created_at) < now() - make_interval(secs => @max_age_seconds::float8) THEN now() END
+WHERE id = @id AND attempts = @attempts AND delivered_at IS NULL
+RETURNING (gave_up_at IS NOT NULL)::boolean AS gave_up;
 
 -- name: DisableGoneWebhookEndpoint :exec
 -- The receiver answered 410 Gone: it wants no more.
@@ -71,19 +75,20 @@ WHERE id = @id;
 
 -- name: ReplayWebhookMessages :execrows
 -- Sends again (same webhook-id) one message by its id, or every message
--- of an endpoint created in [since, until): delivered, given up or not.
+-- of an endpoint created in [since, until): delivered, given up or not,
+-- with a new series of tries, which WEBHOOK_MAX_AGE counts from now.
 UPDATE webhook_messages
-SET next_attempt_at = now(), delivered_at = NULL, gave_up_at = NULL, attempts = 0
+SET next_attempt_at = now(), delivered_at = NULL, gave_up_at = NULL, attempts = 0, replayed_at = now()
 WHERE endpoint_id = @endpoint_id
   AND (sqlc.narg(msg_id)::text IS NULL OR msg_id = sqlc.narg(msg_id)::text)
   AND (sqlc.narg(since)::timestamptz IS NULL OR created_at >= sqlc.narg(since)::timestamptz)
   AND (sqlc.narg(until)::timestamptz IS NULL OR created_at < sqlc.narg(until)::timestamptz);
 
 -- name: WebhookBacklog :many
--- Per enabled endpoint: its undelivered messages and the age of the
--- oldest, for the metrics.
+-- Per enabled endpoint: its undelivered messages and how long the oldest
+-- has waited (since its creation, or its latest replay), for the metrics.
 SELECT e.id, count(m.id)::bigint AS undelivered,
-       coalesce(extract(epoch FROM now() - min(m.created_at)), 0)::float8 AS oldest_seconds
+       coalesce(extract(epoch FROM now() - min(coalesce(m.replayed_at, m.created_at))), 0)::float8 AS oldest_seconds
 FROM webhook_endpoints e
 LEFT JOIN webhook_messages m ON m.endpoint_id = e.id AND m.delivered_at IS NULL AND m.gave_up_at IS NULL
 WHERE e.disabled_at IS NULL

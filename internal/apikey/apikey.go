@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base32"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -89,6 +90,7 @@ type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // CacheTTL is how long a key that authenticated is taken on its word:
@@ -149,10 +151,11 @@ func CheckName(raw string) (name, problem string) {
 	return name, textrule.OneLine(name, 100)
 }
 
-// Create makes a key of a new line (its own owner); secret is the whole
-// key, shown this once.
-func (s *Service) Create(ctx context.Context, name string, scopes []Scope) (k Key, secret string, err error) {
-	return s.CreateReplacing(ctx, name, scopes, uuid.Nil)
+// Create makes a key of a new line (its own owner), by actor (as the
+// operators' actions name people: an operator, admin:<request id>,
+// cli:<user>@<host>); secret is the whole key, shown this once.
+func (s *Service) Create(ctx context.Context, actor, name string, scopes []Scope) (k Key, secret string, err error) {
+	return s.CreateReplacing(ctx, actor, name, scopes, uuid.Nil)
 }
 
 // CreateReplacing makes a key that replaces the key replaces (uuid.Nil:
@@ -160,7 +163,9 @@ func (s *Service) Create(ctx context.Context, name string, scopes []Scope) (k Ke
 // the old key made stay the new one's to cancel once the old one is
 // revoked. Replacing revokes nothing; a key that does not exist is
 // ErrNotFound. Revoked keys may be replaced (a key revoked in a hurry).
-func (s *Service) CreateReplacing(ctx context.Context, name string, scopes []Scope, replaces uuid.UUID) (k Key, secret string, err error) {
+// The key and the record of who made it (operator_actions) commit
+// together.
+func (s *Service) CreateReplacing(ctx context.Context, actor, name string, scopes []Scope, replaces uuid.UUID) (k Key, secret string, err error) {
 	id := uuid.Must(uuid.NewV7())
 	owner := id
 	if replaces != uuid.Nil {
@@ -182,13 +187,25 @@ func (s *Service) CreateReplacing(ctx context.Context, name string, scopes []Sco
 	for i, sc := range scopes {
 		names[i] = string(sc)
 	}
-	row, err := dbsqlc.New(s.db).InsertAPIKey(ctx, dbsqlc.InsertAPIKeyParams{
-		ID: id, Name: name, Prefix: prefix, SecretHash: hash[:], Scopes: names, OwnerID: owner,
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		row, err := q.InsertAPIKey(ctx, dbsqlc.InsertAPIKeyParams{
+			ID: id, Name: name, Prefix: prefix, SecretHash: hash[:], Scopes: names, OwnerID: owner,
+		})
+		if err != nil {
+			return err
+		}
+		k = fromRow(row)
+		detail := map[string]any{"name": k.Name, "scopes": k.Scopes}
+		if replaces != uuid.Nil {
+			detail["replaces"] = replaces.String()
+		}
+		return recordAction(ctx, q, actor, "api_key.create", k, detail)
 	})
 	if err != nil {
 		return Key{}, "", fmt.Errorf("create api key: %w", err)
 	}
-	return fromRow(row), secret, nil
+	return k, secret, nil
 }
 
 // List returns every key, revoked ones included, oldest first.
@@ -204,10 +221,18 @@ func (s *Service) List(ctx context.Context) ([]Key, error) {
 	return out, nil
 }
 
-// Revoke ends a key: at once in this process, within CacheTTL in the
-// others; revoking a revoked key changes nothing.
-func (s *Service) Revoke(ctx context.Context, id uuid.UUID) (Key, error) {
-	row, err := dbsqlc.New(s.db).RevokeAPIKey(ctx, id)
+// Revoke ends a key, by actor: at once in this process, within CacheTTL
+// in the others; revoking a revoked key changes nothing.
+func (s *Service) Revoke(ctx context.Context, actor string, id uuid.UUID) (k Key, err error) {
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		q := dbsqlc.New(tx)
+		row, err := q.RevokeAPIKey(ctx, id)
+		if err != nil {
+			return err
+		}
+		k = fromRow(row)
+		return recordAction(ctx, q, actor, "api_key.revoke", k, map[string]any{"name": k.Name})
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Key{}, ErrNotFound
 	}
@@ -221,7 +246,19 @@ func (s *Service) Revoke(ctx context.Context, id uuid.UUID) (Key, error) {
 		}
 	}
 	s.mu.Unlock()
-	return fromRow(row), nil
+	return k, nil
+}
+
+// recordAction writes what actor did to key k into operator_actions, on
+// q (the transaction of the change).
+func recordAction(ctx context.Context, q *dbsqlc.Queries, actor, action string, k Key, detail map[string]any) error {
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return err
+	}
+	return q.RecordOperatorAction(ctx, dbsqlc.RecordOperatorActionParams{
+		Actor: textrule.Clip(actor, 500), Action: action, Target: "api_key:" + k.Prefix, Detail: b,
+	})
 }
 
 // dummyHash is the stand-in's hash that a token is compared with when

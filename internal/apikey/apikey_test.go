@@ -15,7 +15,7 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 	db := testenv.NewDB(t)
 	keys := apikey.NewService(db.Pool)
 	ctx := context.Background()
-	k, secret, err := keys.Create(ctx, "shop backend", []apikey.Scope{apikey.ScopeOrdersWrite})
+	k, secret, err := keys.Create(ctx, "test", "shop backend", []apikey.Scope{apikey.ScopeOrdersWrite})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 	}
 	// A second key is valid at the same time: rotation without downtime.
 	// It replaces the first, whose owner it takes.
-	_, next, err := keys.CreateReplacing(ctx, "shop backend, next", []apikey.Scope{apikey.ScopeOrdersWrite}, k.ID)
+	_, next, err := keys.CreateReplacing(ctx, "test", "shop backend, next", []apikey.Scope{apikey.ScopeOrdersWrite}, k.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 			t.Errorf("Authenticate(%q) = %v, want ErrInvalid", bad, err)
 		}
 	}
-	if _, err := keys.Revoke(ctx, k.ID); err != nil {
+	if _, err := keys.Revoke(ctx, "test", k.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := keys.Authenticate(ctx, secret); !errors.Is(err, apikey.ErrInvalid) {
@@ -92,7 +92,7 @@ func TestConsoleSessions(t *testing.T) {
 	ctx := context.Background()
 	db := testenv.NewDB(t)
 	keys := apikey.NewService(db.Pool)
-	_, backend, err := keys.Create(ctx, "shop-backend", []apikey.Scope{apikey.ScopeOrdersWrite})
+	_, backend, err := keys.Create(ctx, "test", "shop-backend", []apikey.Scope{apikey.ScopeOrdersWrite})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestConsoleSessions(t *testing.T) {
 	if _, _, err := keys.SignIn(ctx, lastCharChanged(backend)); !errors.Is(err, apikey.ErrInvalid) {
 		t.Errorf("a wrong key signed in: %v", err)
 	}
-	ana, token, err := keys.Create(ctx, "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	ana, token, err := keys.Create(ctx, "test", "Ana", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestConsoleSessions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := keys.Revoke(ctx, ana.ID); err != nil {
+	if _, err := keys.Revoke(ctx, "test", ana.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := keys.Session(ctx, secret); !errors.Is(err, apikey.ErrInvalid) {

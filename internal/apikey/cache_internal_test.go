@@ -34,7 +34,7 @@ func TestAuthenticatedKeysAreRememberedForCacheTTL(t *testing.T) {
 	api, admin := NewService(counted), NewService(db.Pool) // two processes over one database
 	clock := time.Now()
 	api.now = func() time.Time { return clock }
-	k, secret, err := admin.Create(ctx, "shop backend", []Scope{ScopeCheckout})
+	k, secret, err := admin.Create(ctx, "test", "shop backend", []Scope{ScopeCheckout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestAuthenticatedKeysAreRememberedForCacheTTL(t *testing.T) {
 	if n := counted.rows.Load(); n != 1 {
 		t.Errorf("50 requests with one key looked it up %d times, want 1", n)
 	}
-	if _, err := admin.Revoke(ctx, k.ID); err != nil {
+	if _, err := admin.Revoke(ctx, "test", k.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := api.Authenticate(ctx, secret); err != nil {
@@ -58,14 +58,14 @@ func TestAuthenticatedKeysAreRememberedForCacheTTL(t *testing.T) {
 	}
 
 	// Revoked by the process that remembers it: at once.
-	k2, secret2, err := api.Create(ctx, "shop backend, next", []Scope{ScopeCheckout})
+	k2, secret2, err := api.Create(ctx, "test", "shop backend, next", []Scope{ScopeCheckout})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := api.Authenticate(ctx, secret2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := api.Revoke(ctx, k2.ID); err != nil {
+	if _, err := api.Revoke(ctx, "test", k2.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := api.Authenticate(ctx, secret2); !errors.Is(err, ErrInvalid) {

@@ -61,11 +61,11 @@ func TestEveryRefusedKeyTakesTheSamePath(t *testing.T) {
 	ctx := context.Background()
 	traced := &tracingDB{DB: db.Pool}
 	keys := NewService(traced)
-	k, secret, err := keys.Create(ctx, "shop backend", []Scope{ScopeCheckout})
+	k, secret, err := keys.Create(ctx, "test", "shop backend", []Scope{ScopeCheckout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, revoked, err := keys.Create(ctx, "old backend", []Scope{ScopeCheckout})
+	_, revoked, err := keys.Create(ctx, "test", "old backend", []Scope{ScopeCheckout})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestEveryRefusedKeyTakesTheSamePath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := keys.Revoke(ctx, revokedKey.ID); err != nil {
+	if _, err := keys.Revoke(ctx, "test", revokedKey.ID); err != nil {
 		t.Fatal(err)
 	}
 	rest := secret[len(k.Prefix)+1:]

@@ -29,7 +29,7 @@ import (
 func TestCancelRacesTheWorkers(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration { return 20 * time.Millisecond }})
-	_, key, err := apikey.NewService(c.db.Pool).Create(context.Background(), "chaos shop", []apikey.Scope{apikey.ScopeNotificationsWrite})
+	_, key, err := apikey.NewService(c.db.Pool).Create(context.Background(), "test", "chaos shop", []apikey.Scope{apikey.ScopeNotificationsWrite})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,7 +116,7 @@ func newCluster(t testing.TB, sinkCfg smtpsink.Config) *cluster {
 // with, as an operator would.
 func backendKey(t testing.TB, db testenv.DB) string {
 	t.Helper()
-	_, key, err := apikey.NewService(db.Pool).Create(context.Background(), "chaos backend", []apikey.Scope{apikey.ScopeOrdersWrite, apikey.ScopeNotificationsWrite})
+	_, key, err := apikey.NewService(db.Pool).Create(context.Background(), "test", "chaos backend", []apikey.Scope{apikey.ScopeOrdersWrite, apikey.ScopeNotificationsWrite})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,16 +12,43 @@ import (
 	"github.com/google/uuid"
 )
 
-const deleteBlock = `-- name: DeleteBlock :execrows
-DELETE FROM delivery_blocks WHERE id = $1
+const countDeliveriesUpTo = `-- name: CountDeliveriesUpTo :one
+SELECT count(*)::int AS n
+FROM (SELECT 1 FROM notification_deliveries WHERE status = $1 LIMIT $2) s
 `
 
-func (q *Queries) DeleteBlock(ctx context.Context, id int64) (int64, error) {
-	result, err := q.db.Exec(ctx, deleteBlock, id)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+type CountDeliveriesUpToParams struct {
+	Status string
+	UpTo   int32
+}
+
+// The deliveries in status, counted no further than up_to: an index-only
+// scan of status_idx that stops there, however many there are (the
+// operators' overview says "up_to or more").
+func (q *Queries) CountDeliveriesUpTo(ctx context.Context, arg CountDeliveriesUpToParams) (int32, error) {
+	row := q.db.QueryRow(ctx, countDeliveriesUpTo, arg.Status, arg.UpTo)
+	var n int32
+	err := row.Scan(&n)
+	return n, err
+}
+
+const deleteBlock = `-- name: DeleteBlock :one
+DELETE FROM delivery_blocks WHERE id = $1
+RETURNING id, kind, value, reason, created_at, expires_at
+`
+
+func (q *Queries) DeleteBlock(ctx context.Context, id int64) (DeliveryBlock, error) {
+	row := q.db.QueryRow(ctx, deleteBlock, id)
+	var i DeliveryBlock
+	err := row.Scan(
+		&i.ID,
+		&i.Kind,
+		&i.Value,
+		&i.Reason,
+		&i.CreatedAt,
+		&i.ExpiresAt,
+	)
+	return i, err
 }
 
 const insertBlock = `-- name: InsertBlock :one

@@ -87,6 +87,15 @@ type NotificationDelivery struct {
 	OwnerID           *uuid.UUID
 }
 
+type OperatorAction struct {
+	ID     int64
+	At     time.Time
+	Actor  string
+	Action string
+	Target string
+	Detail []byte
+}
+
 type Order struct {
 	ID              uuid.UUID
 	CustomerEmail   string
@@ -143,6 +152,14 @@ type SuppressionEvent struct {
 	Note      string
 }
 
+type TemplateVersion struct {
+	Digest    string
+	Template  string
+	Paths     []string
+	Contents  [][]byte
+	CreatedAt time.Time
+}
+
 type Unsubscribe struct {
 	Recipient string
 	Category  string
@@ -174,6 +191,7 @@ type WebhookMessage struct {
 	LastError     *string
 	DeliveredAt   *time.Time
 	GaveUpAt      *time.Time
+	ReplayedAt    *time.Time
 }
 
 type WebhookToken struct {

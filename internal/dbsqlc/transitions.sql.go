@@ -429,32 +429,40 @@ func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) (int64
 
 const handOverDeliveries = `-- name: HandOverDeliveries :many
 WITH input AS (
-    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS lease_token, unnest($3::text[]) AS provider
+    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS lease_token, unnest($3::text[]) AS provider,
+           unnest($4::text[]) AS subject, unnest($5::text[]) AS language,
+           unnest($6::text[]) AS template_version
 ), upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
         provider         = i.provider,
-        lease_expires_at = now() + make_interval(secs => $4::float8)
+        lease_expires_at = now() + make_interval(secs => $7::float8)
     FROM input i
     WHERE d.id = ANY($1::uuid[])
       AND d.id = i.id
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
       AND d.lease_expires_at > now()
-    RETURNING d.id, d.attempts, d.lease_token, i.provider
+    RETURNING d.id, d.attempts, d.lease_token, i.provider, i.subject, i.language, i.template_version
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'handed_over', 'sending', 'sending', attempts, $5::text, jsonb_build_object('provider', provider) FROM upd
+    SELECT id, 'handed_over', 'sending', 'sending', attempts, $8::text,
+           jsonb_strip_nulls(jsonb_build_object('provider', provider, 'subject', subject, 'language', language,
+                                                'template_version', template_version))
+    FROM upd
 )
 SELECT id, lease_token FROM upd
 `
 
 type HandOverDeliveriesParams struct {
-	Ids          []uuid.UUID
-	LeaseTokens  []uuid.UUID
-	Providers    []string
-	LeaseSeconds float64
-	Actor        string
+	Ids              []uuid.UUID
+	LeaseTokens      []uuid.UUID
+	Providers        []string
+	Subjects         []string
+	Languages        []string
+	TemplateVersions []string
+	LeaseSeconds     float64
+	Actor            string
 }
 
 type HandOverDeliveriesRow struct {
@@ -465,7 +473,10 @@ type HandOverDeliveriesRow struct {
 // The last check before the data goes out, for every attempt of a worker
 // that reached it while its previous hand-over ran: each lease still
 // ours and unexpired. It also records that, from now on, the provider
-// named for each row may have its message. It changes no indexed column
+// named for each row may have its message, and in the history what that
+// message is: its subject, language and the digest of the template
+// version that rendered it (template_versions), so that the console
+// shows what went out, not today's template. It changes no indexed column
 // (not even updated_at, which says when the status changed): a HOT
 // update. Committed waiting for the WAL flush, one flush for the batch:
 // a hand-over PostgreSQL forgot would let the reconciler send again what
@@ -476,6 +487,9 @@ func (q *Queries) HandOverDeliveries(ctx context.Context, arg HandOverDeliveries
 		arg.Ids,
 		arg.LeaseTokens,
 		arg.Providers,
+		arg.Subjects,
+		arg.Languages,
+		arg.TemplateVersions,
 		arg.LeaseSeconds,
 		arg.Actor,
 	)

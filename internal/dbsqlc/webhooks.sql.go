@@ -107,16 +107,16 @@ func (q *Queries) DeleteOldWebhookMessages(ctx context.Context, arg DeleteOldWeb
 	return result.RowsAffected(), nil
 }
 
-const deleteWebhookEndpoint = `-- name: DeleteWebhookEndpoint :execrows
+const deleteWebhookEndpoint = `-- name: DeleteWebhookEndpoint :one
 DELETE FROM webhook_endpoints WHERE id = $1
+RETURNING url
 `
 
-func (q *Queries) DeleteWebhookEndpoint(ctx context.Context, id uuid.UUID) (int64, error) {
-	result, err := q.db.Exec(ctx, deleteWebhookEndpoint, id)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+func (q *Queries) DeleteWebhookEndpoint(ctx context.Context, id uuid.UUID) (string, error) {
+	row := q.db.QueryRow(ctx, deleteWebhookEndpoint, id)
+	var url string
+	err := row.Scan(&url)
+	return url, err
 }
 
 const disableGoneWebhookEndpoint = `-- name: DisableGoneWebhookEndpoint :exec
@@ -232,7 +232,7 @@ func (q *Queries) ListWebhookEndpoints(ctx context.Context) ([]WebhookEndpoint, 
 }
 
 const listWebhookMessages = `-- name: ListWebhookMessages :many
-SELECT id, msg_id, endpoint_id, event_type, payload, created_at, attempts, next_attempt_at, last_error, delivered_at, gave_up_at FROM webhook_messages WHERE endpoint_id = $1 ORDER BY id DESC LIMIT $2
+SELECT id, msg_id, endpoint_id, event_type, payload, created_at, attempts, next_attempt_at, last_error, delivered_at, gave_up_at, replayed_at FROM webhook_messages WHERE endpoint_id = $1 ORDER BY id DESC LIMIT $2
 `
 
 type ListWebhookMessagesParams struct {
@@ -262,6 +262,7 @@ func (q *Queries) ListWebhookMessages(ctx context.Context, arg ListWebhookMessag
 			&i.LastError,
 			&i.DeliveredAt,
 			&i.GaveUpAt,
+			&i.ReplayedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -282,12 +283,13 @@ func (q *Queries) MarkWebhookDelivered(ctx context.Context, id int64) error {
 	return err
 }
 
-const markWebhookFailed = `-- name: MarkWebhookFailed :exec
+const markWebhookFailed = `-- name: MarkWebhookFailed :one
 UPDATE webhook_messages
 SET last_error = $1::text,
     next_attempt_at = $2,
-    gave_up_at = CASE WHEN created_at < now() - make_interval(secs => $3::float8) THEN now() END
+    gave_up_at = CASE WHEN coalesce(replayed_at, created_at) < now() - make_interval(secs => $3::float8) THEN now() END
 WHERE id = $4 AND attempts = $5 AND delivered_at IS NULL
+RETURNING (gave_up_at IS NOT NULL)::boolean AS gave_up
 `
 
 type MarkWebhookFailedParams struct {
@@ -298,24 +300,28 @@ type MarkWebhookFailedParams struct {
 	Attempts      int32
 }
 
-// Another attempt at next_attempt_at, or none: given up once the message
-// is older than max_age_seconds. Fenced on the attempt it records: a
-// late answer to an attempt another dispatcher has since made again, or
-// that a later attempt delivered, changes nothing.
-func (q *Queries) MarkWebhookFailed(ctx context.Context, arg MarkWebhookFailedParams) error {
-	_, err := q.db.Exec(ctx, markWebhookFailed,
+// Another attempt at next_attempt_at, or none: given up once its tries
+// began more than max_age_seconds ago, at its creation or at its latest
+// replay. Fenced on the attempt it records: a late answer to an attempt
+// another dispatcher has since made again, or that a later attempt
+// delivered, changes nothing (and returns no row). Returns whether it
+// gave the message up.
+func (q *Queries) MarkWebhookFailed(ctx context.Context, arg MarkWebhookFailedParams) (bool, error) {
+	row := q.db.QueryRow(ctx, markWebhookFailed,
 		arg.LastError,
 		arg.NextAttemptAt,
 		arg.MaxAgeSeconds,
 		arg.ID,
 		arg.Attempts,
 	)
-	return err
+	var gave_up bool
+	err := row.Scan(&gave_up)
+	return gave_up, err
 }
 
 const replayWebhookMessages = `-- name: ReplayWebhookMessages :execrows
 UPDATE webhook_messages
-SET next_attempt_at = now(), delivered_at = NULL, gave_up_at = NULL, attempts = 0
+SET next_attempt_at = now(), delivered_at = NULL, gave_up_at = NULL, attempts = 0, replayed_at = now()
 WHERE endpoint_id = $1
   AND ($2::text IS NULL OR msg_id = $2::text)
   AND ($3::timestamptz IS NULL OR created_at >= $3::timestamptz)
@@ -330,7 +336,8 @@ type ReplayWebhookMessagesParams struct {
 }
 
 // Sends again (same webhook-id) one message by its id, or every message
-// of an endpoint created in [since, until): delivered, given up or not.
+// of an endpoint created in [since, until): delivered, given up or not,
+// with a new series of tries, which WEBHOOK_MAX_AGE counts from now.
 func (q *Queries) ReplayWebhookMessages(ctx context.Context, arg ReplayWebhookMessagesParams) (int64, error) {
 	result, err := q.db.Exec(ctx, replayWebhookMessages,
 		arg.EndpointID,
@@ -412,7 +419,7 @@ func (q *Queries) SetWebhookEndpointDisabled(ctx context.Context, arg SetWebhook
 
 const webhookBacklog = `-- name: WebhookBacklog :many
 SELECT e.id, count(m.id)::bigint AS undelivered,
-       coalesce(extract(epoch FROM now() - min(m.created_at)), 0)::float8 AS oldest_seconds
+       coalesce(extract(epoch FROM now() - min(coalesce(m.replayed_at, m.created_at))), 0)::float8 AS oldest_seconds
 FROM webhook_endpoints e
 LEFT JOIN webhook_messages m ON m.endpoint_id = e.id AND m.delivered_at IS NULL AND m.gave_up_at IS NULL
 WHERE e.disabled_at IS NULL
@@ -425,8 +432,8 @@ type WebhookBacklogRow struct {
 	OldestSeconds float64
 }
 
-// Per enabled endpoint: its undelivered messages and the age of the
-// oldest, for the metrics.
+// Per enabled endpoint: its undelivered messages and how long the oldest
+// has waited (since its creation, or its latest replay), for the metrics.
 func (q *Queries) WebhookBacklog(ctx context.Context) ([]WebhookBacklogRow, error) {
 	rows, err := q.db.Query(ctx, webhookBacklog)
 	if err != nil {

@@ -325,7 +325,7 @@ func gathered(t *testing.T, reg *prometheus.Registry, name string) bool {
 // newBackendKey makes the API key a shop's backend checks out with.
 func newBackendKey(t *testing.T, keys *apikey.Service) string {
 	t.Helper()
-	_, key, err := keys.Create(context.Background(), "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
+	_, key, err := keys.Create(context.Background(), "test", "e2e backend", []apikey.Scope{apikey.ScopeCheckout})
 	if err != nil {
 		t.Fatal(err)
 	}

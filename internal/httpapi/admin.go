@@ -444,11 +444,16 @@ func handleAdminResume(a Admin) http.Handler {
 	return handleQueueSwitch(a, "resume", a.Ops.Resume, false)
 }
 
-// handleQueueSwitch runs the operator's pause or resume and answers with
-// the state the queue is in after it.
-func handleQueueSwitch(a Admin, action string, op func(context.Context) error, paused bool) http.Handler {
+// handleQueueSwitch runs the operator's pause or resume, with the note of
+// its optional body ({"note"}), and answers with the state the queue is
+// in after it.
+func handleQueueSwitch(a Admin, action string, op func(ctx context.Context, actor, note string) error, paused bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := op(r.Context()); err != nil {
+		req, ok := decodeAdminAction(w, r, actionCancel)
+		if !ok {
+			return
+		}
+		if err := op(r.Context(), actorOf(r), strings.TrimSpace(req.Note)); err != nil {
 			writeError(w, r, err)
 			return
 		}
@@ -471,7 +476,7 @@ func handleAdminConcurrency(a Admin) http.Handler {
 				Errors: []fieldError{{Pointer: "/per_worker", Detail: "must be a whole number from 0 to 1000"}}})
 			return
 		}
-		if err := a.Ops.SetConcurrency(r.Context(), *req.PerWorker); err != nil {
+		if err := a.Ops.SetConcurrency(r.Context(), actorOf(r), *req.PerWorker); err != nil {
 			writeError(w, r, err)
 			return
 		}
@@ -520,7 +525,7 @@ func handleAdminAddBlock(a Admin) http.Handler {
 			validationFailed(w, r, fields...)
 			return
 		}
-		b, err := a.Ops.AddBlock(r.Context(), req.Kind, strings.TrimSpace(req.Value), strings.TrimSpace(req.Reason), ttl)
+		b, err := a.Ops.AddBlock(r.Context(), actorOf(r), req.Kind, strings.TrimSpace(req.Value), strings.TrimSpace(req.Reason), ttl)
 		if errors.Is(err, mail.ErrInvalidAddress) {
 			validationFailed(w, r, fieldError{Pointer: "/value", Detail: err.Error()})
 			return
@@ -541,7 +546,7 @@ func handleAdminDeleteBlock(a Admin) http.Handler {
 			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
 			return
 		}
-		if err := a.Ops.RemoveBlock(r.Context(), id); err != nil {
+		if err := a.Ops.RemoveBlock(r.Context(), actorOf(r), id); err != nil {
 			writeError(w, r, err)
 			return
 		}
@@ -593,7 +598,7 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			validationFailed(w, r, fields...)
 			return
 		}
-		k, secret, err := a.Keys.CreateReplacing(r.Context(), name, scopes, req.Replaces)
+		k, secret, err := a.Keys.CreateReplacing(r.Context(), actorOf(r), name, scopes, req.Replaces)
 		if errors.Is(err, apikey.ErrNotFound) {
 			validationFailed(w, r, fieldError{Pointer: "/replaces", Detail: "is no API key's id (GET /admin/v1/api-keys lists them)"})
 			return
@@ -613,7 +618,7 @@ func handleAdminRevokeKey(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		k, err := a.Keys.Revoke(r.Context(), id)
+		k, err := a.Keys.Revoke(r.Context(), actorOf(r), id)
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -621,6 +626,43 @@ func handleAdminRevokeKey(a Admin) http.Handler {
 		addLogAttrs(r.Context(), slog.String("action", "revoke_api_key"), slog.String("api_key", k.Prefix))
 		writeJSON(w, http.StatusOK, map[string]any{"api_key": k})
 	})
+}
+
+// handleAdminListActions lists what operators did, newest first:
+// ?limit= of them (100 by default), older than the action ?before= (the
+// last id of the previous page) when it is set.
+func handleAdminListActions(a Admin) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		limit, ok := limitParam(w, r, 100)
+		if !ok {
+			return
+		}
+		before, ok := beforeParam(w, r)
+		if !ok {
+			return
+		}
+		actions, err := a.Ops.Actions(r.Context(), before, limit)
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"actions": actions})
+	})
+}
+
+// beforeParam reads ?before=, the id of an action (0 when absent); a bad
+// one is answered with 400.
+func beforeParam(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	s := r.URL.Query().Get("before")
+	if s == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		badRequest(w, r, "before", "before must be the id of an action, a positive whole number")
+		return 0, false
+	}
+	return n, true
 }
 
 func handleAdminListSuppressions(a Admin) http.Handler {

@@ -468,7 +468,7 @@ func TestAdminWithAnOperatorKeyNamesTheOperator(t *testing.T) {
 	s.postOrder(t, validCheckout, nil).decode(t, &o)
 	id := o.Notifications[0].ID
 	s.f.Failed(s.f.Get(id), "550 no such user")
-	k, token, err := s.keys.Create(context.Background(), "Budi", []apikey.Scope{apikey.ScopeAdmin})
+	k, token, err := s.keys.Create(context.Background(), "test", "Budi", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

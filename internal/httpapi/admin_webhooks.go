@@ -57,7 +57,7 @@ func handleAdminCreateWebhookEndpoint(a Admin) http.Handler {
 			validationFailed(w, r, fieldError{Pointer: "/description", Detail: d})
 			return
 		}
-		ep, secret, err := a.Webhooks.Create(r.Context(), strings.TrimSpace(req.URL), req.EventTypes, strings.TrimSpace(req.Description))
+		ep, secret, err := a.Webhooks.Create(r.Context(), actorOf(r), strings.TrimSpace(req.URL), req.EventTypes, strings.TrimSpace(req.Description))
 		if err != nil {
 			pointer := "/url"
 			if strings.Contains(err.Error(), "event type") {
@@ -92,7 +92,7 @@ func handleAdminDeleteWebhookEndpoint(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		if err := a.Webhooks.Delete(r.Context(), id); err != nil {
+		if err := a.Webhooks.Delete(r.Context(), actorOf(r), id); err != nil {
 			webhookError(w, r, "", err)
 			return
 		}
@@ -107,7 +107,7 @@ func handleAdminRotateWebhookSecret(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		ep, secret, err := a.Webhooks.Rotate(r.Context(), id)
+		ep, secret, err := a.Webhooks.Rotate(r.Context(), actorOf(r), id)
 		if err != nil {
 			webhookError(w, r, "", err)
 			return
@@ -139,7 +139,7 @@ func handleAdminSetWebhookEndpoint(a Admin, enabled bool) http.Handler {
 		if reason == "" {
 			reason = "disabled by " + actorOf(r)
 		}
-		ep, err := a.Webhooks.SetEnabled(r.Context(), id, enabled, reason)
+		ep, err := a.Webhooks.SetEnabled(r.Context(), actorOf(r), id, enabled, reason)
 		if err != nil {
 			webhookError(w, r, "", err)
 			return
@@ -176,7 +176,7 @@ func handleAdminReplayWebhooks(a Admin) http.Handler {
 		if req.Until != nil {
 			until = *req.Until
 		}
-		n, err := a.Webhooks.Replay(r.Context(), id, req.WebhookID, since, until)
+		n, err := a.Webhooks.Replay(r.Context(), actorOf(r), id, req.WebhookID, since, until)
 		if err != nil {
 			webhookError(w, r, "", err)
 			return

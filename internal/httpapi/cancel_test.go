@@ -32,7 +32,7 @@ func TestAnotherKeyCannotCancel(t *testing.T) {
 	s.do(t, http.MethodPost, "/v1/orders/"+o.ID.String()+"/notifications", "application/json", strings.NewReader(
 		`{"template":"order-shipped","event_id":"later","send_at":"`+time.Now().Add(24*time.Hour).Format(time.RFC3339)+`","data":`+shippedData(o.ID)+`}`), nil).decode(t, &reminder)
 
-	_, marketing, err := s.keys.Create(ctx, "marketing tool", []apikey.Scope{apikey.ScopeNotificationsWrite})
+	_, marketing, err := s.keys.Create(ctx, "test", "marketing tool", []apikey.Scope{apikey.ScopeNotificationsWrite})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +53,11 @@ func TestAnotherKeyCannotCancel(t *testing.T) {
 	}
 
 	// Rotation: the next key replaces the shop's, which is revoked.
-	next, nextSecret, err := s.keys.CreateReplacing(ctx, "test backend 2", apikey.BackendScopes, s.backendKeyID)
+	next, nextSecret, err := s.keys.CreateReplacing(ctx, "test", "test backend 2", apikey.BackendScopes, s.backendKeyID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.keys.Revoke(ctx, s.backendKeyID); err != nil {
+	if _, err := s.keys.Revoke(ctx, "test", s.backendKeyID); err != nil {
 		t.Fatal(err)
 	}
 	if next.Owner != s.backendKeyID {

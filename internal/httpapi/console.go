@@ -54,7 +54,7 @@ type page struct {
 	Session *apikey.Session
 
 	Data         notify.QueueState // overview
-	Held, Failed int
+	Held, Failed count
 
 	Query     deliveryQuery // deliveries
 	Statuses  []notify.Status
@@ -65,6 +65,7 @@ type page struct {
 
 	Delivery    notify.Delivery // one delivery
 	Events      []notify.Event
+	Email       emailView
 	CanRetry    bool
 	CanMarkSent bool
 	CanCancel   bool
@@ -81,6 +82,8 @@ type page struct {
 	Keys      []apikey.Key
 	Scopes    []apikey.Scope
 	NewSecret string // a key just created, shown this once
+
+	Activity []activityRow // what operators did, newest first (Prev, Next: its pages)
 }
 
 // bulkResult is a bulk retry: counted first, done on confirmation.
@@ -240,10 +243,10 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 		p := page{Title: "Overview", Session: sessionOf(r)}
 		var err error
 		if p.Data, err = ops.Queue(r.Context()); err == nil {
-			p.Held, err = countUpTo(r.Context(), ops, notify.StatusHeld)
+			p.Held, err = countOf(r.Context(), ops, notify.StatusHeld)
 		}
 		if err == nil {
-			p.Failed, err = countUpTo(r.Context(), ops, notify.StatusFailed)
+			p.Failed, err = countOf(r.Context(), ops, notify.StatusFailed)
 		}
 		if err != nil {
 			setLogError(r.Context(), err)
@@ -253,10 +256,20 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 	})
 }
 
-// countUpTo counts the deliveries in status, up to 100.
-func countUpTo(ctx context.Context, ops *notify.Operator, status notify.Status) (int, error) {
-	ds, err := ops.List(ctx, notify.Filter{Status: status, Limit: 100})
-	return len(ds), err
+// overviewCountLimit is where the overview stops counting held and
+// failed deliveries: past it, the search says what there is.
+const overviewCountLimit = 100
+
+// count is a count that stopped at its limit: N, or N or more.
+type count struct {
+	N      int
+	Capped bool // N is the limit: there may be more
+}
+
+// countOf counts the deliveries in status, up to overviewCountLimit.
+func countOf(ctx context.Context, ops *notify.Operator, status notify.Status) (count, error) {
+	n, err := ops.CountUpTo(ctx, status, overviewCountLimit)
+	return count{N: n, Capped: n >= overviewCountLimit}, err
 }
 
 // handleConsoleQueue pauses or resumes all sending.
@@ -272,7 +285,12 @@ func handleConsoleQueue(ops *notify.Operator, pause bool) http.Handler {
 			act, name = ops.Pause, "pause"
 		}
 		addLogAttrs(r.Context(), slog.String("action", name), slog.String("note", note))
-		if err := act(r.Context()); err != nil {
+		if err := act(r.Context(), sessionOf(r).Actor(), note); err != nil {
+			if errors.Is(err, notify.ErrNotRecorded) {
+				setLogError(r.Context(), err)
+				consoleError(w, r, http.StatusInternalServerError, "Done ("+name+"), but the record of it in the activity could not be written: "+err.Error())
+				return
+			}
 			setLogError(r.Context(), err)
 			consoleError(w, r, http.StatusInternalServerError, name+" failed: "+err.Error())
 			return

@@ -18,7 +18,8 @@ import (
 // The console in a real browser (Debian's headless Chromium, driven
 // through the DevTools protocol by chromedp): an operator signs in, finds
 // a failed delivery by its recipient, opens it, retries it with a note,
-// and sees the history row with their name. CONSOLE_SCREENSHOT saves the
+// and sees the history row with their name, then finds the retry in the
+// activity and follows its link back. CONSOLE_SCREENSHOT saves the
 // delivery's page (docs/console.png, for the runbook).
 func TestConsoleInABrowser(t *testing.T) {
 	chromium := chromiumPath(t)
@@ -27,7 +28,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	s.postOrder(t, validCheckout, nil).decode(t, &o)
 	id := o.Notifications[0].ID
 	s.f.Failed(s.f.Get(id), "550 5.1.1 mailbox unavailable")
-	k, token, err := s.keys.Create(context.Background(), "Ana Operator", []apikey.Scope{apikey.ScopeAdmin})
+	k, token, err := s.keys.Create(context.Background(), "test", "Ana Operator", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,5 +134,24 @@ func TestConsoleInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("screenshot in %s", shot)
+	}
+
+	// The retry is in the activity, under the operator's name, with its
+	// note and a link back to the delivery.
+	click("open the activity", `header a[href="/admin/activity"]`)
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("activity"))); err != nil {
+		t.Fatalf("the activity: %v", err)
+	}
+	activity, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("activity")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(activity, "delivery.retry") || !strings.Contains(activity, "operator:Ana Operator ("+k.Prefix+")") ||
+		!strings.Contains(activity, "address fixed by the customer") {
+		t.Errorf("the activity does not show the retry by the operator with its note:\n%s", activity)
+	}
+	click("back to the delivery", link)
+	if location, err := chromedp.Run(ctx, chromedp.Location()); err != nil || location != s.url+"/admin/deliveries/"+id.String() {
+		t.Errorf("the activity's link leads to %s (%v), want the delivery", location, err)
 	}
 }

@@ -161,14 +161,67 @@ func consoleDelivery(w http.ResponseWriter, r *http.Request, ops *notify.Operato
 	return d, events, true
 }
 
-func handleConsoleDelivery(ops *notify.Operator) http.Handler {
+// emailView is what a delivery's page says of its e-mail: the message
+// its latest hand-over gave the provider, rendered with the template
+// version that rendered it then, or, when that version is unknown, that
+// it cannot be shown and the subject as sent; a delivery never handed
+// over shows today's template, rendered now, and says so.
+type emailView struct {
+	HandedOver bool
+	notify.HandOver
+	Shown      bool   // the frame shows it
+	Problem    string // why it cannot be shown as it was sent
+	SubjectNow string // the subject the kept version renders today, when it is not the one sent
+}
+
+// consoleEmail is the delivery's e-mail as its page and its frame show it
+// (emailView), and the HTML of the frame when it is shown.
+func consoleEmail(r *http.Request, ops *notify.Operator, templates *mailtemplate.Templates, d notify.Delivery, events []notify.Event) (emailView, string) {
+	var v emailView
+	if d.Retired {
+		v.Problem = "the delivery was retired: its data is gone"
+		return v, ""
+	}
+	v.HandOver, v.HandedOver = notify.LastHandOver(events)
+	if !v.HandedOver {
+		if templates == nil {
+			v.Problem = "this API has no templates"
+			return v, ""
+		}
+		out, err := templates.RenderLocale(d.Template, d.Data, d.Locale)
+		if err != nil {
+			v.Problem = "it does not render with today's templates: " + err.Error()
+			return v, ""
+		}
+		v.Shown = true
+		return v, out.HTML
+	}
+	out, err := ops.SentEmail(r.Context(), d, v.HandOver)
+	switch {
+	case errors.Is(err, notify.ErrVersionUnknown):
+		v.Problem = strings.TrimPrefix(err.Error(), "notify: ")
+		return v, ""
+	case err != nil:
+		setLogError(r.Context(), err)
+		v.Problem = "the template version it was sent with could not be read; reload the page"
+		return v, ""
+	}
+	v.Shown = true
+	if v.Subject != "" && out.Subject != v.Subject {
+		v.SubjectNow = out.Subject
+	}
+	return v, out.HTML
+}
+
+func handleConsoleDelivery(ops *notify.Operator, templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d, events, ok := consoleDelivery(w, r, ops)
 		if !ok {
 			return
 		}
+		email, _ := consoleEmail(r, ops, templates, d, events)
 		render(w, r, http.StatusOK, "delivery", page{Title: "Delivery " + d.ID.String(), Session: sessionOf(r),
-			Delivery: d, Events: events,
+			Delivery: d, Events: events, Email: email,
 			CanRetry:    !d.Retired && (d.Status == notify.StatusFailed || d.Status == notify.StatusHeld),
 			CanMarkSent: !d.Retired && d.Status == notify.StatusHeld,
 			CanCancel:   !d.Retired && d.Status == notify.StatusPending})
@@ -195,22 +248,20 @@ func consoleEmailPolicy(remote bool) string {
 	return policy
 }
 
-// handleConsoleEmail renders the delivery's e-mail from its stored data,
-// for the sandboxed frame of its page: the template's HTML, under
-// consoleEmailPolicy, without remote images unless ?images=remote.
+// handleConsoleEmail renders the delivery's e-mail for the sandboxed
+// frame of its page, as consoleEmail says: as it was handed over, with
+// the template version that rendered it, or, never handed over, today's
+// template rendered now. The HTML is under consoleEmailPolicy, without
+// remote images unless ?images=remote.
 func handleConsoleEmail(ops *notify.Operator, templates *mailtemplate.Templates) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		d, _, ok := consoleDelivery(w, r, ops)
+		d, events, ok := consoleDelivery(w, r, ops)
 		if !ok {
 			return
 		}
-		if templates == nil || d.Retired {
-			consoleError(w, r, http.StatusNotFound, "There is nothing to render: the delivery was retired, or this API has no templates.")
-			return
-		}
-		out, err := templates.RenderLocale(d.Template, d.Data, d.Locale)
-		if err != nil {
-			consoleError(w, r, http.StatusUnprocessableEntity, "It does not render with today's templates: "+err.Error())
+		email, html := consoleEmail(r, ops, templates, d, events)
+		if !email.Shown {
+			consoleError(w, r, http.StatusNotFound, "This e-mail cannot be shown: "+email.Problem+".")
 			return
 		}
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -218,7 +269,7 @@ func handleConsoleEmail(ops *notify.Operator, templates *mailtemplate.Templates)
 		w.Header().Set("Content-Security-Policy", consoleEmailPolicy(r.URL.Query().Get("images") == remoteImages))
 		// Remote images, once asked for, learn nothing of the console's URLs.
 		w.Header().Set("Referrer-Policy", "no-referrer")
-		_, _ = w.Write([]byte(out.HTML))
+		_, _ = w.Write([]byte(html))
 	})
 }
 

@@ -58,7 +58,7 @@ func TestConsoleEmailRemoteImagesInABrowser(t *testing.T) {
 	if res.status != http.StatusCreated {
 		t.Fatalf("the notification: %d %s", res.status, res.body)
 	}
-	_, token, err := s.keys.Create(context.Background(), "Ana Operator", []apikey.Scope{apikey.ScopeAdmin})
+	_, token, err := s.keys.Create(context.Background(), "test", "Ana Operator", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}

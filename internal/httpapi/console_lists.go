@@ -107,7 +107,7 @@ func handleConsoleAddBlock(ops *notify.Operator) http.Handler {
 			return
 		}
 		addLogAttrs(r.Context(), slog.String("action", "block"), slog.String("kind", kind))
-		if _, err := ops.AddBlock(r.Context(), kind, value, reason, ttl); err != nil {
+		if _, err := ops.AddBlock(r.Context(), sessionOf(r).Actor(), kind, value, reason, ttl); err != nil {
 			if errors.Is(err, mail.ErrInvalidAddress) {
 				consoleError(w, r, http.StatusUnprocessableEntity, "Recipient: "+err.Error())
 				return
@@ -125,7 +125,7 @@ func handleConsoleRemoveBlock(ops *notify.Operator) http.Handler {
 		id, err := strconv.ParseInt(chi.URLParam(r, "id"), 10, 64)
 		if err == nil {
 			addLogAttrs(r.Context(), slog.String("action", "lift-block"), slog.Int64("block_id", id))
-			err = ops.RemoveBlock(r.Context(), id)
+			err = ops.RemoveBlock(r.Context(), sessionOf(r).Actor(), id)
 		}
 		switch {
 		case err == nil:
@@ -171,7 +171,7 @@ func handleConsoleCreateKey(keys *apikey.Service) http.Handler {
 			renderKeys(w, r, keys, http.StatusUnprocessableEntity, "", "Scopes: choose at least one.")
 			return
 		}
-		k, secret, err := keys.Create(r.Context(), name, scopes)
+		k, secret, err := keys.Create(r.Context(), sessionOf(r).Actor(), name, scopes)
 		if err != nil {
 			setLogError(r.Context(), err)
 			consoleError(w, r, http.StatusInternalServerError, "The key could not be created: "+err.Error())
@@ -190,7 +190,7 @@ func handleConsoleRevokeKey(keys *apikey.Service) http.Handler {
 			return
 		}
 		addLogAttrs(r.Context(), slog.String("action", "revoke-key"), slog.String("api_key_id", id.String()))
-		_, err = keys.Revoke(r.Context(), id)
+		_, err = keys.Revoke(r.Context(), sessionOf(r).Actor(), id)
 		switch {
 		case err == nil:
 			http.Redirect(w, r, "/admin/api-keys", http.StatusSeeOther)

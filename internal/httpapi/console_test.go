@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -74,7 +75,7 @@ func (b *browser) csrf(page string) string {
 // operator makes an operator key named name and signs in with it.
 func (s stack) operator(t *testing.T, name string) (*browser, apikey.Key) {
 	t.Helper()
-	k, token, err := s.keys.Create(context.Background(), name, []apikey.Scope{apikey.ScopeAdmin})
+	k, token, err := s.keys.Create(context.Background(), "test", name, []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestConsoleSignIn(t *testing.T) {
 	if status, h, _ := anon.do(http.MethodGet, "/admin/deliveries", nil); status != http.StatusSeeOther || h.Get("Location") != "/admin/sign-in" {
 		t.Errorf("a page without a session = %d to %q, want 303 to the sign-in", status, h.Get("Location"))
 	}
-	_, backend, err := s.keys.Create(context.Background(), "shop", []apikey.Scope{apikey.ScopeOrdersWrite})
+	_, backend, err := s.keys.Create(context.Background(), "test", "shop", []apikey.Scope{apikey.ScopeOrdersWrite})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +108,7 @@ func TestConsoleSignIn(t *testing.T) {
 		}
 	}
 
-	k, token, err := s.keys.Create(context.Background(), "Ana <on call>", []apikey.Scope{apikey.ScopeAdmin})
+	k, token, err := s.keys.Create(context.Background(), "test", "Ana <on call>", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestConsoleSignIn(t *testing.T) {
 	}
 	other := newBrowser(t, s.url)
 	other.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {token}})
-	if _, err := s.keys.Revoke(context.Background(), k.ID); err != nil {
+	if _, err := s.keys.Revoke(context.Background(), "test", k.ID); err != nil {
 		t.Fatal(err)
 	}
 	if status, _, _ := other.do(http.MethodGet, "/admin/", nil); status != http.StatusSeeOther {
@@ -182,7 +183,7 @@ func TestOperatorsShareOneRefusalBudget(t *testing.T) {
 	s := setup(t, setupOpts{rateLimits: httpapi.RateLimits{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
 	}})
-	_, opKey, err := s.keys.Create(t.Context(), "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	_, opKey, err := s.keys.Create(t.Context(), "test", "Ana", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,5 +557,36 @@ func TestConsoleEmailHoldsRemoteImagesBack(t *testing.T) {
 	}
 	if p := policy("/admin/deliveries/" + id + "/email?images=yes"); p["img-src"] != "data:" {
 		t.Errorf("?images=yes: img-src %q, want data: (only remote asks)", p["img-src"])
+	}
+}
+
+// The overview counts held and failed deliveries alike: exactly below
+// the count's limit, and at it a number that says there may be more.
+func TestConsoleOverviewCounts(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	data := map[string]any{"order_id": o.ID.String(), "customer_name": "Ana", "carrier": "JNE", "tracking_number": "JNE-1",
+		"items": []map[string]any{{"sku": "TEA-01", "name": "Teh", "quantity": 1}}, "shipped_at": "2026-12-01T10:00:00Z"}
+	for i := range 100 {
+		d := s.f.Scheduled(o.ID, "order-shipped", fmt.Sprintf("failed-%d@example.com", i), data, time.Now())
+		s.f.Failed(d, "550 5.1.1 no such user")
+	}
+	for i := range 3 {
+		s.f.Held(s.f.Scheduled(o.ID, "order-shipped", fmt.Sprintf("held-%d@example.com", i), data, time.Now()), "cannot render")
+	}
+	b, _ := s.operator(t, "Ana")
+	_, _, page := b.do(http.MethodGet, "/admin/", nil)
+	held := regexp.MustCompile(`id="held">([^<]*)<`).FindStringSubmatch(page)
+	failed := regexp.MustCompile(`id="failed">([^<]*)<`).FindStringSubmatch(page)
+	if held == nil || failed == nil {
+		t.Fatalf("the overview has no held or failed count:\n%s", page)
+	}
+	if got := strings.Join(strings.Fields(held[1]), " "); got != "3 held" {
+		t.Errorf("held: %q, want 3 held", got)
+	}
+	if got := strings.Join(strings.Fields(failed[1]), " "); got != "100 or more failed" {
+		t.Errorf("failed: %q, want 100 or more failed", got)
 	}
 }

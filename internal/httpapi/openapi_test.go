@@ -236,7 +236,7 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(422, "POST", "/v1/orders", jsonCT, `{}`, nil)
 	c.inFlight(ctx)
 	c.do(401, "POST", "/v1/orders", jsonCT, validCheckout, map[string]string{"Authorization": ""})
-	_, reader, err := s.keys.Create(ctx, "contract reader", []apikey.Scope{apikey.ScopeOrdersRead})
+	_, reader, err := s.keys.Create(ctx, "test", "contract reader", []apikey.Scope{apikey.ScopeOrdersRead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +254,7 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(404, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer " + order.AccessTokenPrefix + "another-orders-token"})
 	c.do(401, "GET", orderPath, "", "", map[string]string{"Authorization": ""})
 	c.do(401, "GET", orderPath, "", "", map[string]string{"Authorization": "Bearer sekali_key_nope_nope"})
-	_, writeOnly, err := s.keys.Create(ctx, "write-only", []apikey.Scope{apikey.ScopeOrdersWrite})
+	_, writeOnly, err := s.keys.Create(ctx, "test", "write-only", []apikey.Scope{apikey.ScopeOrdersWrite})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(415, "POST", orderPath+"/shipments", "", shipment, nil)
 	c.do(401, "POST", orderPath+"/shipments", jsonCT, shipment, map[string]string{"Authorization": ""})
 	c.do(401, "POST", orderPath+"/shipments", jsonCT, shipment, map[string]string{"Authorization": "Bearer " + o.AccessToken})
-	_, readOnly, err := s.keys.Create(ctx, "read-only", []apikey.Scope{apikey.ScopeOrdersRead})
+	_, readOnly, err := s.keys.Create(ctx, "test", "read-only", []apikey.Scope{apikey.ScopeOrdersRead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,9 +400,10 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	// Admin: the queue.
 	c.admin(200, "GET", "/admin/v1/queue", "")
 	c.admin(200, "POST", "/admin/v1/queue/pause", "")
-	c.admin(200, "POST", "/admin/v1/queue/pause", "")
+	c.admin(200, "POST", "/admin/v1/queue/pause", `{"note": "provider incident"}`)
+	c.admin(400, "POST", "/admin/v1/queue/pause", `{"why": "x"}`)
 	c.admin(200, "GET", "/admin/v1/queue", "")
-	c.admin(200, "POST", "/admin/v1/queue/resume", "")
+	c.admin(200, "POST", "/admin/v1/queue/resume", `{"note": "provider back"}`)
 	c.admin(200, "PUT", "/admin/v1/queue/concurrency", `{"per_worker": 2}`)
 	c.admin(200, "GET", "/admin/v1/queue", "")
 	c.admin(422, "PUT", "/admin/v1/queue/concurrency", `{"per_worker": -1}`)
@@ -495,6 +496,18 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.admin(400, "DELETE", "/admin/v1/suppressions/gone@example.com", "")
 	c.admin(204, "DELETE", "/admin/v1/suppressions/gone%40example.com?note=fixed", "")
 	c.admin(404, "DELETE", "/admin/v1/suppressions/gone@example.com?note=fixed", "")
+
+	// Admin: what operators did.
+	var actions struct {
+		Actions []notify.Action `json:"actions"`
+	}
+	c.admin(200, "GET", "/admin/v1/actions", "").decode(t, &actions)
+	if len(actions.Actions) < 2 {
+		t.Fatalf("%d operator actions recorded", len(actions.Actions))
+	}
+	c.admin(200, "GET", "/admin/v1/actions?limit=5&before="+jsonInt(actions.Actions[1].ID), "")
+	c.admin(400, "GET", "/admin/v1/actions?before=last", "")
+	c.admin(400, "GET", "/admin/v1/actions?limit=0", "")
 
 	// Providers' webhooks, about another order's confirmation.
 	var sent order.Order

@@ -115,6 +115,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 			Detail: strings.TrimPrefix(err.Error(), "notify: ") + "."})
 	case errors.Is(err, notify.ErrMayHaveBeenSent):
 		writeProblem(w, r, mayHaveBeenSent(err, nil))
+	case errors.Is(err, notify.ErrNotRecorded):
+		setLogError(r.Context(), err)
+		writeProblem(w, r, problem{Type: typeInternal, Status: http.StatusInternalServerError, Title: "Done, but not recorded",
+			Detail: "The action was done, but its record in the operators' actions (GET /admin/v1/actions) could not be written; its log line carries this request_id."})
 	case errors.Is(err, notify.ErrWrongState):
 		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Not possible in the delivery's current state",
 			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; cancel to pending ones; a sent delivery is never sent again."})

@@ -119,6 +119,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodPost, "/webhook-endpoints/{id}/disable", handleAdminSetWebhookEndpoint(d.Admin, false))
 		r.Method(http.MethodPost, "/webhook-endpoints/{id}/enable", handleAdminSetWebhookEndpoint(d.Admin, true))
 		r.Method(http.MethodPost, "/webhook-endpoints/{id}/replay", handleAdminReplayWebhooks(d.Admin))
+		r.Method(http.MethodGet, "/actions", handleAdminListActions(d.Admin))
 	})
 	// The operator console (console.go): pages for people, who sign in
 	// with an operator key; failed sign-ins spend the operators' budget.
@@ -142,7 +143,7 @@ func addConsole(r chi.Router, d Deps, addr func(*http.Request) string, refusals 
 		r.Method(http.MethodPost, "/admin/sign-out", handleSignOut(d.Admin.Keys))
 		r.Method(http.MethodGet, "/admin/", handleConsoleOverview(d.Admin.Ops))
 		r.Method(http.MethodGet, "/admin/deliveries", handleConsoleDeliveries(d.Admin.Ops, d.Templates))
-		r.Method(http.MethodGet, "/admin/deliveries/{id}", handleConsoleDelivery(d.Admin.Ops))
+		r.Method(http.MethodGet, "/admin/deliveries/{id}", handleConsoleDelivery(d.Admin.Ops, d.Templates))
 		r.Method(http.MethodGet, "/admin/deliveries/{id}/email", handleConsoleEmail(d.Admin.Ops, d.Templates))
 		r.Method(http.MethodPost, "/admin/deliveries/{id}/retry", handleConsoleRetry(d.Admin.Ops))
 		r.Method(http.MethodPost, "/admin/deliveries/{id}/mark-sent", handleConsoleMarkSent(d.Admin.Ops))
@@ -159,6 +160,7 @@ func addConsole(r chi.Router, d Deps, addr func(*http.Request) string, refusals 
 		r.Method(http.MethodGet, "/admin/api-keys", handleConsoleKeys(d.Admin.Keys))
 		r.Method(http.MethodPost, "/admin/api-keys", handleConsoleCreateKey(d.Admin.Keys))
 		r.Method(http.MethodPost, "/admin/api-keys/{id}/revoke", handleConsoleRevokeKey(d.Admin.Keys))
+		r.Method(http.MethodGet, "/admin/activity", handleConsoleActivity(d.Admin.Ops))
 	})
 }
 

@@ -110,7 +110,7 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	keys := apikey.NewService(db.Pool)
-	backend, backendKey, err := keys.Create(context.Background(), "test backend", apikey.BackendScopes)
+	backend, backendKey, err := keys.Create(context.Background(), "test", "test backend", apikey.BackendScopes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,9 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 			Webhooks: webhookout.NewService(db.Pool, &webhookout.Guard{AllowHTTP: true, Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})},
 	}))
 	t.Cleanup(srv.Close)
-	return stack{url: srv.URL, f: notifytest.New(t, db.Pool), db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates,
+	f := notifytest.New(t, db.Pool)
+	f.Templates = templates // its hand-overs record what a worker's do
+	return stack{url: srv.URL, f: f, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates,
 		backendKey: backendKey, backendKeyID: backend.ID}
 }
 

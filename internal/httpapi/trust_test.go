@@ -120,7 +120,7 @@ func TestRateLimitsAnswer429WithRetryAfter(t *testing.T) {
 	path := "/v1/orders/" + o.ID
 	c.do(200, "GET", path, "", "", nil) // the key's second token: its checkout took the first
 	c.do(429, "GET", path, "", "", nil)
-	_, other, err := s.keys.Create(t.Context(), "another backend", []apikey.Scope{apikey.ScopeOrdersRead})
+	_, other, err := s.keys.Create(t.Context(), "test", "another backend", []apikey.Scope{apikey.ScopeOrdersRead})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,11 +273,11 @@ func TestRefusedTokensAreAnsweredAlike(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	ctx := t.Context()
-	op, opKey, err := s.keys.Create(ctx, "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	op, opKey, err := s.keys.Create(ctx, "test", "Ana", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, oldKey, err := s.keys.Create(ctx, "old backend", apikey.BackendScopes)
+	_, oldKey, err := s.keys.Create(ctx, "test", "old backend", apikey.BackendScopes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestRefusedTokensAreAnsweredAlike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.keys.Revoke(ctx, old.ID); err != nil {
+	if _, err := s.keys.Revoke(ctx, "test", old.ID); err != nil {
 		t.Fatal(err)
 	}
 	// A key is its prefix, "_" and its secret; the prefix's own part is
@@ -398,7 +398,7 @@ func TestSlowBodiesDoNotLockOthersOut(t *testing.T) {
 func TestIdempotencyKeysBelongToTheirAPIKey(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	_, other, err := s.keys.Create(t.Context(), "another shop server", []apikey.Scope{apikey.ScopeCheckout})
+	_, other, err := s.keys.Create(t.Context(), "test", "another shop server", []apikey.Scope{apikey.ScopeCheckout})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,6 +143,17 @@ type templateLoader struct {
 	byName      map[string]*emailTemplate
 	builtin     map[string]bool
 	problems    problemList
+	files       map[string][]byte // what the template being loaded read, by path in its source
+}
+
+// readFile reads rel from s and keeps it among the files of the template
+// being loaded: its version is their digest.
+func (l *templateLoader) readFile(s templateSource, rel string) ([]byte, error) {
+	b, err := fs.ReadFile(s.fsys, rel)
+	if err == nil {
+		l.files[rel] = b
+	}
+	return b, err
 }
 
 func (l *templateLoader) problem(file string, line int, format string, args ...any) {
@@ -262,6 +273,7 @@ func validTemplateName(name string) bool {
 // anything in it is wrong (the problems say what).
 func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTemplate {
 	before := len(l.problems.list)
+	l.files = map[string][]byte{}
 	lay, layoutOK := l.templateLayout(s, name)
 	entries, err := fs.ReadDir(s.fsys, name)
 	if err != nil {
@@ -347,6 +359,7 @@ func (l *templateLoader) loadTemplate(s templateSource, name string) *emailTempl
 		tags[i] = v.lang
 	}
 	et.matcher = language.NewMatcher(tags)
+	et.version = newVersion(name, l.versionFiles(lay))
 	return et
 }
 
@@ -419,7 +432,7 @@ func (l *templateLoader) parseVariant(s templateSource, dir string, lang languag
 	ok := true
 	for _, file := range partFiles {
 		rel := path.Join(dir, file)
-		b, err := fs.ReadFile(s.fsys, rel)
+		b, err := l.readFile(s, rel)
 		if errors.Is(err, fs.ErrNotExist) {
 			l.problem(s.file(rel), 0, "missing: each language has subject.tmpl, text.tmpl and html.tmpl")
 			ok = false
@@ -449,7 +462,7 @@ func (l *templateLoader) parseVariant(s templateSource, dir string, lang languag
 // readJSON reads a JSON file and decodes it with exact numbers; a syntax
 // error is a problem at its line.
 func (l *templateLoader) readJSON(s templateSource, rel string) (raw []byte, v any, ok bool) {
-	raw, err := fs.ReadFile(s.fsys, rel)
+	raw, err := l.readFile(s, rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		switch path.Base(rel) {
 		case schemaFile:

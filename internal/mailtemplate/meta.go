@@ -52,7 +52,7 @@ type metaJSON struct {
 func (l *templateLoader) loadMeta(s templateSource, name string, variants []*templateVariant) meta {
 	m := meta{category: CategoryTransactional}
 	rel := path.Join(name, metaFile)
-	raw, err := fs.ReadFile(s.fsys, rel)
+	raw, err := l.readFile(s, rel)
 	if errors.Is(err, fs.ErrNotExist) {
 		return m
 	}

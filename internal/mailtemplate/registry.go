@@ -54,6 +54,7 @@ type emailTemplate struct {
 	variants []*templateVariant // the default language first, then by tag
 	matcher  language.Matcher   // over the variants' languages, in that order
 	meta     meta               // meta.json: sender identity and category
+	version  Version            // the files it was loaded from, and their digest
 }
 
 // templateVariant is a template in one language. Its functions (money,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,10 +36,17 @@ var ErrPinnedUnreachable = errors.New("notify: the delivery is pinned to a provi
 // ErrBlockNotFound is returned when no block has the given id.
 var ErrBlockNotFound = errors.New("notify: block not found")
 
+// ErrNotRecorded: an action on Redis (pausing the queue, the workers'
+// concurrency) was done, but its record in operator_actions could not be
+// written after it.
+var ErrNotRecorded = errors.New("notify: done, but not recorded in the operators' actions")
+
 // Operator is what the people on call can do (docs/runbook.md): read
 // deliveries and their history, retry and mark sent, pause and resume
 // sending, lower the workers' concurrency, and hold deliveries back with
 // blocks. The admin API only decodes requests, calls it and encodes.
+// Every action that changes something is recorded in operator_actions
+// under its actor (Actions lists them).
 type Operator struct {
 	db        *pgxpool.Pool
 	enqueuer  *Enqueuer
@@ -65,6 +73,30 @@ type Filter struct {
 	Newest                      bool // most recently updated first; else least
 	Offset                      int  // skip this many, for the next page
 	Limit                       int
+}
+
+// describe is what f selects, its set fields only: the record of a bulk
+// retry keeps it.
+func (f Filter) describe() map[string]any {
+	m := map[string]any{"status": f.Status}
+	for k, v := range map[string]string{"template": f.Template, "key": f.Key, "recipient": f.Recipient} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if f.OrderID != nil {
+		m["order_id"] = f.OrderID.String()
+	}
+	if f.OlderThan > 0 {
+		m["older_than"] = f.OlderThan.String()
+	}
+	if !f.CreatedAfter.IsZero() {
+		m["created_after"] = f.CreatedAfter
+	}
+	if !f.CreatedBefore.IsZero() {
+		m["created_before"] = f.CreatedBefore
+	}
+	return m
 }
 
 // List returns the deliveries that match f, least recently updated first
@@ -105,6 +137,17 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 	return out, nil
 }
 
+// CountUpTo counts the deliveries in status, but no further than upTo:
+// upTo means upTo or more. It costs at most upTo entries of the status
+// index, however many deliveries there are.
+func (o *Operator) CountUpTo(ctx context.Context, status Status, upTo int) (int, error) {
+	n, err := dbsqlc.New(o.db).CountDeliveriesUpTo(ctx, dbsqlc.CountDeliveriesUpToParams{Status: string(status), UpTo: int32(upTo)})
+	if err != nil {
+		return 0, fmt.Errorf("count %s deliveries: %w", status, err)
+	}
+	return int(n), nil
+}
+
 // Get returns one delivery and its whole history.
 func (o *Operator) Get(ctx context.Context, id uuid.UUID) (Delivery, []Event, error) {
 	d, err := Get(ctx, o.db, id)
@@ -131,12 +174,24 @@ func (o *Operator) Get(ctx context.Context, id uuid.UUID) (Delivery, []Event, er
 // sends through is refused (ErrPinnedUnreachable): it would wait,
 // unsendable, until DELIVERY_MAX_AGE.
 func (o *Operator) Retry(ctx context.Context, id uuid.UUID, actor, note string, unpin bool) (d Delivery, queued bool, enqueueErr error, err error) {
+	return o.retry(ctx, id, actor, note, unpin, true)
+}
+
+// retry is Retry; with record, it records the retry in the operators'
+// actions in its own transaction (a bulk retry records itself once).
+func (o *Operator) retry(ctx context.Context, id uuid.UUID, actor, note string, unpin, record bool) (d Delivery, queued bool, enqueueErr error, err error) {
 	if !unpin {
 		if err := o.checkPinReachable(ctx, id); err != nil {
 			return Delivery{}, false, nil, err
 		}
 	}
-	d, err = operatorRetry(ctx, o.db, id, actor, note, unpin)
+	err = o.inTx(ctx, func(tx pgx.Tx, q *dbsqlc.Queries) error {
+		var err error
+		if d, err = operatorRetry(ctx, tx, id, actor, note, unpin); err != nil || !record {
+			return err
+		}
+		return recordAction(ctx, q, actor, "delivery.retry", "delivery:"+id.String(), map[string]any{"note": note, "unpin": unpin})
+	})
 	if err != nil {
 		return Delivery{}, false, nil, err
 	}
@@ -176,8 +231,25 @@ func (o *Operator) checkPinReachable(ctx context.Context, id uuid.UUID) error {
 // note for the record (Cancel); notAtProvider, the operator checked the
 // log of the provider it is pinned to and it does not hold the message,
 // cancels one that may have been sent (ErrMayHaveBeenSent otherwise).
-func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string, notAtProvider bool) (Delivery, error) {
-	return Cancel(ctx, o.db, id, Canceller{Actor: actor, Operator: true, NotAtProvider: notAtProvider}, note)
+// The cancel and its record in the operators' actions commit together.
+func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string, notAtProvider bool) (d Delivery, err error) {
+	err = o.inTx(ctx, func(tx pgx.Tx, q *dbsqlc.Queries) error {
+		if d, err = Cancel(ctx, tx, id, Canceller{Actor: actor, Operator: true, NotAtProvider: notAtProvider}, note); err != nil {
+			return err
+		}
+		detail := map[string]any{"note": note}
+		if notAtProvider {
+			detail["not_at_provider"] = true
+		}
+		return recordAction(ctx, q, actor, "delivery.cancel", "delivery:"+id.String(), detail)
+	})
+	if errors.Is(err, ErrWrongState) {
+		return d, err // with the delivery, as Cancel says where it stands (ErrMayHaveBeenSent too)
+	}
+	if err != nil {
+		return Delivery{}, err
+	}
+	return d, nil
 }
 
 // Unsubscribe records that recipient left category (a one-click
@@ -206,7 +278,9 @@ const MaxBulkRetry = 1000
 // dryRun it only counts them. A delivery that something else moved since
 // it was listed is skipped. It returns how many it retried (or would),
 // and how many of those it could not queue now: they are pending, and the
-// reconciler queues them.
+// reconciler queues them. Each delivery's history has its retry; the
+// operators' actions have the bulk retry once, with the search and how
+// many it retried, also when it stopped part-way.
 func (o *Operator) RetryMatching(ctx context.Context, f Filter, actor, note string, dryRun bool) (n, unqueued int, err error) {
 	if f.Status != StatusFailed && f.Status != StatusHeld {
 		return 0, 0, fmt.Errorf("%w: a bulk retry selects failed or held deliveries", ErrWrongState)
@@ -217,43 +291,76 @@ func (o *Operator) RetryMatching(ctx context.Context, f Filter, actor, note stri
 		return len(ds), 0, err
 	}
 	for _, d := range ds {
-		_, queued, _, err := o.Retry(ctx, d.ID, actor, note, false) // pins kept: nobody checked each one
-		switch {
-		case errors.Is(err, ErrWrongState):
+		var queued bool
+		_, queued, _, err = o.retry(ctx, d.ID, actor, note, false, false) // pins kept: nobody checked each one
+		if errors.Is(err, ErrWrongState) {
+			err = nil
 			continue
-		case err != nil:
-			return n, unqueued, err
+		}
+		if err != nil {
+			break
 		}
 		n++
 		if !queued {
 			unqueued++
 		}
 	}
-	return n, unqueued, nil
+	detail := map[string]any{"note": note, "search": f.describe(), "retried": n, "unqueued": unqueued}
+	if err != nil {
+		detail["stopped"] = err.Error()
+	}
+	if rerr := recordAction(ctx, dbsqlc.New(o.db), actor, "delivery.bulk_retry", "", detail); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	return n, unqueued, err
 }
 
 // MarkSent records that a held delivery was in fact accepted, as the
 // operator found at the provider.
-func (o *Operator) MarkSent(ctx context.Context, id uuid.UUID, providerMessageID, actor, note string) (Delivery, error) {
-	return operatorMarkSent(ctx, o.db, id, providerMessageID, actor, note)
+func (o *Operator) MarkSent(ctx context.Context, id uuid.UUID, providerMessageID, actor, note string) (d Delivery, err error) {
+	err = o.inTx(ctx, func(tx pgx.Tx, q *dbsqlc.Queries) error {
+		if d, err = operatorMarkSent(ctx, tx, id, providerMessageID, actor, note); err != nil {
+			return err
+		}
+		return recordAction(ctx, q, actor, "delivery.mark_sent", "delivery:"+id.String(),
+			map[string]any{"note": note, "provider_message_id": providerMessageID})
+	})
+	if err != nil {
+		return Delivery{}, err
+	}
+	return d, nil
 }
 
-// Pause stops all sending: workers take no tasks; recorded deliveries
-// wait, nothing is lost. Pausing a paused queue is not an error.
-func (o *Operator) Pause(ctx context.Context) error {
+// Pause stops all sending, by actor with note: workers take no tasks;
+// recorded deliveries wait, nothing is lost. Pausing a paused queue is
+// not an error (its record says unchanged).
+func (o *Operator) Pause(ctx context.Context, actor, note string) error {
 	err := o.inspector.PauseQueue(o.enqueuer.Queue())
 	// asynq says "already paused" only in words; it exports no sentinel.
-	if err != nil && !strings.Contains(err.Error(), "already paused") {
+	unchanged := err != nil && strings.Contains(err.Error(), "already paused")
+	if err != nil && !unchanged {
 		return fmt.Errorf("pause queue %s: %w", o.enqueuer.Queue(), err)
 	}
-	return nil
+	return o.recordAfter(ctx, actor, "queue.pause", map[string]any{"note": note, "unchanged": unchanged})
 }
 
-// Resume restarts sending. Resuming a running queue is not an error.
-func (o *Operator) Resume(ctx context.Context) error {
+// Resume restarts sending, by actor with note. Resuming a running queue
+// is not an error.
+func (o *Operator) Resume(ctx context.Context, actor, note string) error {
 	err := o.inspector.UnpauseQueue(o.enqueuer.Queue())
-	if err != nil && !strings.Contains(err.Error(), "not paused") {
+	unchanged := err != nil && strings.Contains(err.Error(), "not paused")
+	if err != nil && !unchanged {
 		return fmt.Errorf("resume queue %s: %w", o.enqueuer.Queue(), err)
+	}
+	return o.recordAfter(ctx, actor, "queue.resume", map[string]any{"note": note, "unchanged": unchanged})
+}
+
+// recordAfter records an action on the queue, which lives in Redis: after
+// it, since no transaction spans both. A record that fails says so
+// (ErrNotRecorded): the action stands.
+func (o *Operator) recordAfter(ctx context.Context, actor, action string, detail map[string]any) error {
+	if err := recordAction(ctx, dbsqlc.New(o.db), actor, action, "queue:"+o.enqueuer.Queue(), detail); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotRecorded, err)
 	}
 	return nil
 }
@@ -340,9 +447,13 @@ func summarize(states []ProviderState) []ProviderSummary {
 }
 
 // SetConcurrency makes every worker handle at most n deliveries at once
-// from its next check (2 s); 0 restores each one's WORKER_CONCURRENCY.
-func (o *Operator) SetConcurrency(ctx context.Context, n int) error {
-	return SetConcurrency(ctx, o.rdb, o.enqueuer.Queue(), n)
+// from its next check (2 s), by actor; 0 restores each one's
+// WORKER_CONCURRENCY.
+func (o *Operator) SetConcurrency(ctx context.Context, actor string, n int) error {
+	if err := SetConcurrency(ctx, o.rdb, o.enqueuer.Queue(), n); err != nil {
+		return err
+	}
+	return o.recordAfter(ctx, actor, "queue.concurrency", map[string]any{"per_worker": n})
 }
 
 // QueueName is the delivery queue the operator acts on.
@@ -359,9 +470,9 @@ type Block struct {
 }
 
 // AddBlock holds back deliveries to an idempotency key or a recipient for
-// ttl: they stay pending and go out after the block expires. A recipient
-// that is not a valid address is ErrInvalidAddress.
-func (o *Operator) AddBlock(ctx context.Context, kind, value, reason string, ttl time.Duration) (Block, error) {
+// ttl, by actor: they stay pending and go out after the block expires. A
+// recipient that is not a valid address is ErrInvalidAddress.
+func (o *Operator) AddBlock(ctx context.Context, actor, kind, value, reason string, ttl time.Duration) (b Block, err error) {
 	if kind == "recipient" {
 		v, err := mail.NormalizeAddress(value)
 		if err != nil {
@@ -369,11 +480,19 @@ func (o *Operator) AddBlock(ctx context.Context, kind, value, reason string, ttl
 		}
 		value = v
 	}
-	r, err := dbsqlc.New(o.db).InsertBlock(ctx, dbsqlc.InsertBlockParams{Kind: kind, Value: value, Reason: reason, TtlSeconds: ttl.Seconds()})
+	err = o.inTx(ctx, func(_ pgx.Tx, q *dbsqlc.Queries) error {
+		r, err := q.InsertBlock(ctx, dbsqlc.InsertBlockParams{Kind: kind, Value: value, Reason: reason, TtlSeconds: ttl.Seconds()})
+		if err != nil {
+			return fmt.Errorf("add block: %w", err)
+		}
+		b = blockFromRow(r)
+		return recordAction(ctx, q, actor, "block.add", "block:"+strconv.FormatInt(b.ID, 10),
+			map[string]any{"kind": b.Kind, "value": b.Value, "reason": b.Reason, "expires_at": b.ExpiresAt})
+	})
 	if err != nil {
-		return Block{}, fmt.Errorf("add block: %w", err)
+		return Block{}, err
 	}
-	return blockFromRow(r), nil
+	return b, nil
 }
 
 // Blocks lists the blocks in force.
@@ -389,16 +508,19 @@ func (o *Operator) Blocks(ctx context.Context) ([]Block, error) {
 	return out, nil
 }
 
-// RemoveBlock lifts a block early.
-func (o *Operator) RemoveBlock(ctx context.Context, id int64) error {
-	n, err := dbsqlc.New(o.db).DeleteBlock(ctx, id)
-	if err != nil {
-		return fmt.Errorf("remove block %d: %w", id, err)
-	}
-	if n == 0 {
-		return ErrBlockNotFound
-	}
-	return nil
+// RemoveBlock lifts a block early, by actor.
+func (o *Operator) RemoveBlock(ctx context.Context, actor string, id int64) error {
+	return o.inTx(ctx, func(_ pgx.Tx, q *dbsqlc.Queries) error {
+		r, err := q.DeleteBlock(ctx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrBlockNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("remove block %d: %w", id, err)
+		}
+		return recordAction(ctx, q, actor, "block.remove", "block:"+strconv.FormatInt(id, 10),
+			map[string]any{"kind": r.Kind, "value": r.Value, "reason": r.Reason})
+	})
 }
 
 func blockFromRow(r dbsqlc.DeliveryBlock) Block {
@@ -474,16 +596,24 @@ func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) 
 	if err != nil {
 		return Suppression{}, false, err
 	}
-	q := dbsqlc.New(o.db)
-	r, err := q.AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: recipient, Source: "operator", Reason: note, Actor: actor})
-	if errors.Is(err, pgx.ErrNoRows) {
-		s, err := getSuppression(ctx, q, recipient)
-		return s, false, err
-	}
+	err = o.inTx(ctx, func(_ pgx.Tx, q *dbsqlc.Queries) error {
+		r, err := q.AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: recipient, Source: "operator", Reason: note, Actor: actor})
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			if s, err = getSuppression(ctx, q, recipient); err != nil {
+				return err
+			}
+		case err != nil:
+			return fmt.Errorf("suppress %s: %w", mail.KeyHash(recipient), err)
+		default:
+			s, added = suppressionFromRow(dbsqlc.Suppression(r)), true
+		}
+		return recordAction(ctx, q, actor, "suppression.add", "recipient:"+recipient, map[string]any{"note": note, "unchanged": !added})
+	})
 	if err != nil {
-		return Suppression{}, false, fmt.Errorf("suppress %s: %w", mail.KeyHash(recipient), err)
+		return Suppression{}, false, err
 	}
-	return suppressionFromRow(dbsqlc.Suppression(r)), true, nil
+	return s, added, nil
 }
 
 // Unsuppress takes a recipient off the list, with a note for the record.
@@ -493,14 +623,16 @@ func (o *Operator) Unsuppress(ctx context.Context, recipient, note, actor string
 	if err != nil {
 		return err
 	}
-	n, err := dbsqlc.New(o.db).RemoveSuppression(ctx, dbsqlc.RemoveSuppressionParams{Recipient: recipient, Note: note, Actor: actor})
-	if err != nil {
-		return fmt.Errorf("unsuppress: %w", err)
-	}
-	if n == 0 {
-		return ErrSuppressionNotFound
-	}
-	return nil
+	return o.inTx(ctx, func(_ pgx.Tx, q *dbsqlc.Queries) error {
+		n, err := q.RemoveSuppression(ctx, dbsqlc.RemoveSuppressionParams{Recipient: recipient, Note: note, Actor: actor})
+		if err != nil {
+			return fmt.Errorf("unsuppress: %w", err)
+		}
+		if n == 0 {
+			return ErrSuppressionNotFound
+		}
+		return recordAction(ctx, q, actor, "suppression.remove", "recipient:"+recipient, map[string]any{"note": note})
+	})
 }
 
 // RecordFeedback is RecordFeedback on the operator's database: a

@@ -2,7 +2,9 @@ package notify_test
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -67,5 +69,38 @@ func TestWorkerSeriesExistFromTheStart(t *testing.T) {
 	}
 	if !testenv.HasSeries(t, e.apiReg, "sekali_idempotency_conflict_total", "reason", "payload_mismatch") {
 		t.Error("sekali_idempotency_conflict_total{reason=payload_mismatch} is missing before any conflict")
+	}
+}
+
+// An operator's action and its record commit together: when the record
+// cannot be written, a change in the database is not made at all, and
+// one in Redis (the queue paused) stands and says it was not recorded.
+func TestOperatorActionsCommitWithTheirRecord(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	ctx := context.Background()
+	d := e.checkout(t, "held@example.com")
+	e.f.Held(d, "outcome unknown")
+	// Corrupted on purpose: operator_actions refuses every record.
+	if _, err := e.db.Pool.Exec(ctx, `ALTER TABLE operator_actions ADD CONSTRAINT refuse_all CHECK (false) NOT VALID`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ops.AddBlock(ctx, "operator:Ana (k)", "recipient", "ana@example.com", "complaint", time.Hour); err == nil {
+		t.Error("a block whose record failed was added")
+	}
+	if bs, err := e.ops.Blocks(ctx); err != nil || len(bs) != 0 {
+		t.Errorf("blocks after a failed record: %+v, %v; want none", bs, err)
+	}
+	if _, err := e.ops.MarkSent(ctx, d.ID, "MH-1", "operator:Ana (k)", "seen"); err == nil {
+		t.Error("a mark-sent whose record failed succeeded")
+	}
+	if got := e.f.Get(d.ID); got.Status != notify.StatusHeld {
+		t.Errorf("after a mark-sent whose record failed the delivery is %s, want held", got.Status)
+	}
+	if err := e.ops.Pause(ctx, "operator:Ana (k)", "incident"); !errors.Is(err, notify.ErrNotRecorded) {
+		t.Errorf("a pause whose record failed: %v, want ErrNotRecorded", err)
+	}
+	if q, err := e.ops.Queue(ctx); err != nil || !q.Paused {
+		t.Errorf("after a pause whose record failed the queue is %+v, %v; want paused: it was done", q, err)
 	}
 }

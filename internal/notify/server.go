@@ -63,6 +63,11 @@ func (w *Worker) Run(ctx context.Context, cfg ServerConfig) error {
 	if cfg.ConcurrencyPoll <= 0 {
 		cfg.ConcurrencyPoll = 2 * time.Second
 	}
+	// The template versions this worker renders, kept before its first
+	// hand-over names one.
+	if err := keepTemplateVersions(ctx, w.db, w.templates); err != nil {
+		return err
+	}
 	concurrency := max(w.cfg.Concurrency, 1)
 	srv := asynq.NewServer(cfg.Redis, asynq.Config{
 		Concurrency:              concurrency,

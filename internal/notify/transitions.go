@@ -164,11 +164,14 @@ type leased struct {
 	lease lease
 }
 
-// handOver is an attempt at its last lease check, and the provider it
-// is about to hand the message to.
+// handOver is an attempt at its last lease check, the provider it is
+// about to hand the message to, and what the message is, for the
+// history: its subject, its language and the digest of the template
+// version that rendered it.
 type handOver struct {
 	leased
-	provider string
+	provider                   string
+	subject, language, version string
 }
 
 // handOverAll is the last lease check before the data, for every attempt
@@ -180,6 +183,8 @@ func handOverAll(ctx context.Context, q *dbsqlc.Queries, hs []handOver) ([]bool,
 	ls := make([]leased, len(hs))
 	for i, h := range hs {
 		p.Ids, p.LeaseTokens, p.Providers = append(p.Ids, h.id), append(p.LeaseTokens, h.lease.token), append(p.Providers, h.provider)
+		p.Subjects, p.Languages = append(p.Subjects, textrule.Clip(h.subject, 1000)), append(p.Languages, h.language)
+		p.TemplateVersions = append(p.TemplateVersions, h.version)
 		ls[i] = h.leased
 	}
 	rows, err := q.HandOverDeliveries(ctx, p)

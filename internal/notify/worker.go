@@ -437,7 +437,8 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 			return errLockLost
 		}
 		failpoint.Inject("before-data")
-		held, err := w.handOvers.do(ctx, handOver{leased: leased{id: d.ID, lease: a.lease}, provider: a.route.name})
+		held, err := w.handOvers.do(ctx, handOver{leased: leased{id: d.ID, lease: a.lease}, provider: a.route.name,
+			subject: r.Subject, language: r.Language, version: w.templates.Version(d.Template)})
 		if err != nil {
 			return err
 		}

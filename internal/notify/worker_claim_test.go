@@ -326,7 +326,7 @@ func TestBlockedRecipientWaits(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "complainer@example.com")
 	ctx := context.Background()
-	b, err := e.ops.AddBlock(ctx, "recipient", "Complainer@example.com", "ticket 4411", time.Hour)
+	b, err := e.ops.AddBlock(ctx, "test", "recipient", "Complainer@example.com", "ticket 4411", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +346,7 @@ func TestBlockedRecipientWaits(t *testing.T) {
 	if !slices.ContainsFunc(events, func(ev notify.Event) bool { return ev.Event == "blocked" }) {
 		t.Errorf("the block left no trace in the history: %+v", events)
 	}
-	if err := e.ops.RemoveBlock(ctx, b.ID); err != nil {
+	if err := e.ops.RemoveBlock(ctx, "test", b.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.deliver(t, w, d)

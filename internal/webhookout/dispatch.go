@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -102,7 +103,7 @@ func NewDispatcher(db *pgxpool.Pool, cfg Config, log *slog.Logger, reg prometheu
 		}, []string{"endpoint", "result"}),
 		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sekali_webhook_oldest_undelivered_seconds",
-			Help: "Age of the oldest event not yet delivered to an enabled webhook endpoint (0: none).",
+			Help: "How long the oldest event not yet delivered to an enabled webhook endpoint has waited, since it was written or last replayed (0: none).",
 		}, []string{"endpoint"}),
 		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sekali_webhook_undelivered",
@@ -190,8 +191,8 @@ func (d *Dispatcher) deliver(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.Cl
 	case err == nil && status == http.StatusGone:
 		record(q.DisableGoneWebhookEndpoint(ctx, dbsqlc.DisableGoneWebhookEndpointParams{ID: m.EndpointID,
 			Reason: "the receiver answered 410 Gone"}))
-		record(q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: "410 Gone: endpoint disabled",
-			NextAttemptAt: time.Now(), MaxAgeSeconds: d.cfg.MaxAge.Seconds()}))
+		_, err := d.markFailed(ctx, q, m, "410 Gone: endpoint disabled", time.Now())
+		record(err)
 		d.results.WithLabelValues(endpoint, "gone").Inc()
 		log.Warn("webhook endpoint answered 410 Gone: disabled")
 	default:
@@ -200,15 +201,28 @@ func (d *Dispatcher) deliver(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.Cl
 			reason = err.Error()
 		}
 		next := time.Now().Add(backoff(d.cfg.RetryBase, int(m.Attempts)))
-		record(q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: textrule.Clip(reason, 500),
-			NextAttemptAt: next, MaxAgeSeconds: d.cfg.MaxAge.Seconds()}))
+		gaveUp, err := d.markFailed(ctx, q, m, textrule.Clip(reason, 500), next)
+		record(err)
 		result := "failed"
-		if time.Since(m.CreatedAt) > d.cfg.MaxAge {
+		if gaveUp {
 			result = "gave_up"
 		}
 		d.results.WithLabelValues(endpoint, result).Inc()
 		log.Warn("webhook not delivered", "reason", reason, "result", result, "next_attempt_at", next.UTC().Format(time.RFC3339))
 	}
+}
+
+// markFailed records a failed attempt at m: another at next, or none
+// when its tries began more than WEBHOOK_MAX_AGE ago (at its creation or
+// its latest replay), which gaveUp reports. A late answer to an attempt
+// that another has since superseded records nothing, and is no error.
+func (d *Dispatcher) markFailed(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.ClaimWebhookMessagesRow, reason string, next time.Time) (gaveUp bool, err error) {
+	gaveUp, err = q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: reason,
+		NextAttemptAt: next, MaxAgeSeconds: d.cfg.MaxAge.Seconds()})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return gaveUp, err
 }
 
 // post sends m, signed, and returns the receiver's status.

@@ -18,6 +18,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -29,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // Types are the events an endpoint can subscribe to.
@@ -72,7 +74,9 @@ type Message struct {
 	GaveUpAt    *time.Time `json:"gave_up_at,omitempty"`
 }
 
-// Service manages the endpoints.
+// Service manages the endpoints. Each change is made by an actor (as the
+// operators' actions name people) and recorded in operator_actions in
+// its transaction.
 type Service struct {
 	db    *pgxpool.Pool
 	guard *Guard
@@ -84,9 +88,9 @@ func NewService(db *pgxpool.Pool, guard *Guard) *Service {
 	return &Service{db: db, guard: guard, now: time.Now}
 }
 
-// Create registers an endpoint for types (none: every type) and returns
-// it with its secret, shown this once.
-func (s *Service) Create(ctx context.Context, rawURL string, types []string, description string) (Endpoint, string, error) {
+// Create registers an endpoint for types (none: every type), by actor,
+// and returns it with its secret, shown this once.
+func (s *Service) Create(ctx context.Context, actor, rawURL string, types []string, description string) (Endpoint, string, error) {
 	if err := s.guard.CheckURL(ctx, rawURL); err != nil {
 		return Endpoint{}, "", fmt.Errorf("%w: url: %w", ErrInvalid, err)
 	}
@@ -99,13 +103,22 @@ func (s *Service) Create(ctx context.Context, rawURL string, types []string, des
 		types = []string{}
 	}
 	secret := newSecret()
-	row, err := dbsqlc.New(s.db).InsertWebhookEndpoint(ctx, dbsqlc.InsertWebhookEndpointParams{
-		ID: uuid.Must(uuid.NewV7()), Url: rawURL, EventTypes: types, Secret: secret, Description: description,
+	var ep Endpoint
+	err := s.inTx(ctx, func(q *dbsqlc.Queries) error {
+		row, err := q.InsertWebhookEndpoint(ctx, dbsqlc.InsertWebhookEndpointParams{
+			ID: uuid.Must(uuid.NewV7()), Url: rawURL, EventTypes: types, Secret: secret, Description: description,
+		})
+		if err != nil {
+			return err
+		}
+		ep = s.fromRow(row)
+		return recordAction(ctx, q, actor, "webhook_endpoint.create", ep.ID,
+			map[string]any{"url": ep.URL, "event_types": ep.EventTypes, "description": ep.Description})
 	})
 	if err != nil {
 		return Endpoint{}, "", fmt.Errorf("create webhook endpoint: %w", err)
 	}
-	return s.fromRow(row), secret, nil
+	return ep, secret, nil
 }
 
 // List returns every endpoint, oldest first.
@@ -143,51 +156,88 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID, limit int) (Endpoint, [
 	return s.fromRow(row), msgs, nil
 }
 
-// Rotate gives the endpoint a new secret, shown this once; the previous
-// one signs too for RotationOverlap.
-func (s *Service) Rotate(ctx context.Context, id uuid.UUID) (Endpoint, string, error) {
-	secret := newSecret()
-	row, err := dbsqlc.New(s.db).RotateWebhookSecret(ctx, dbsqlc.RotateWebhookSecretParams{
-		ID: id, Secret: secret, PreviousExpiresAt: new(s.now().Add(RotationOverlap)),
+// Rotate gives the endpoint a new secret, by actor, shown this once; the
+// previous one signs too for RotationOverlap.
+func (s *Service) Rotate(ctx context.Context, actor string, id uuid.UUID) (ep Endpoint, secret string, err error) {
+	secret = newSecret()
+	err = s.inTx(ctx, func(q *dbsqlc.Queries) error {
+		row, err := q.RotateWebhookSecret(ctx, dbsqlc.RotateWebhookSecretParams{
+			ID: id, Secret: secret, PreviousExpiresAt: new(s.now().Add(RotationOverlap)),
+		})
+		if err != nil {
+			return notFound(err)
+		}
+		ep = s.fromRow(row)
+		return recordAction(ctx, q, actor, "webhook_endpoint.rotate_secret", id, map[string]any{"url": ep.URL})
 	})
 	if err != nil {
-		return Endpoint{}, "", notFound(err)
+		return Endpoint{}, "", err
 	}
-	return s.fromRow(row), secret, nil
+	return ep, secret, nil
 }
 
-// SetEnabled disables (with the reason) or enables an endpoint. A
-// disabled endpoint is sent nothing and gets no new messages; enabled
-// again, its undelivered messages go out.
-func (s *Service) SetEnabled(ctx context.Context, id uuid.UUID, enabled bool, reason string) (Endpoint, error) {
+// SetEnabled disables (with the reason) or enables an endpoint, by
+// actor. A disabled endpoint is sent nothing and gets no new messages;
+// enabled again, its undelivered messages go out.
+func (s *Service) SetEnabled(ctx context.Context, actor string, id uuid.UUID, enabled bool, reason string) (ep Endpoint, err error) {
 	p := dbsqlc.SetWebhookEndpointDisabledParams{ID: id}
+	action, detail := "webhook_endpoint.enable", map[string]any{}
 	if !enabled {
 		p.DisabledAt, p.DisabledReason = new(s.now()), &reason
+		action, detail = "webhook_endpoint.disable", map[string]any{"reason": reason}
 	}
-	row, err := dbsqlc.New(s.db).SetWebhookEndpointDisabled(ctx, p)
+	err = s.inTx(ctx, func(q *dbsqlc.Queries) error {
+		row, err := q.SetWebhookEndpointDisabled(ctx, p)
+		if err != nil {
+			return notFound(err)
+		}
+		ep = s.fromRow(row)
+		detail["url"] = ep.URL
+		return recordAction(ctx, q, actor, action, id, detail)
+	})
 	if err != nil {
-		return Endpoint{}, notFound(err)
+		return Endpoint{}, err
 	}
-	return s.fromRow(row), nil
+	return ep, nil
 }
 
-// Delete removes an endpoint and its messages.
-func (s *Service) Delete(ctx context.Context, id uuid.UUID) error {
-	n, err := dbsqlc.New(s.db).DeleteWebhookEndpoint(ctx, id)
-	if err != nil {
-		return fmt.Errorf("delete webhook endpoint: %w", err)
-	}
-	if n == 0 {
-		return ErrNotFound
-	}
-	return nil
+// Delete removes an endpoint and its messages, by actor.
+func (s *Service) Delete(ctx context.Context, actor string, id uuid.UUID) error {
+	return s.inTx(ctx, func(q *dbsqlc.Queries) error {
+		url, err := q.DeleteWebhookEndpoint(ctx, id)
+		if err != nil {
+			return notFound(err)
+		}
+		return recordAction(ctx, q, actor, "webhook_endpoint.delete", id, map[string]any{"url": url})
+	})
 }
 
 // Replay sends again, under their own webhook-ids, one message (msgID)
-// or those created in [since, until) (zero: no bound), delivered or not;
-// it returns how many.
-func (s *Service) Replay(ctx context.Context, id uuid.UUID, msgID string, since, until time.Time) (int, error) {
-	if _, err := dbsqlc.New(s.db).GetWebhookEndpoint(ctx, id); err != nil {
+// or those created in [since, until) (zero: no bound), delivered or not,
+// by actor; it returns how many. Each gets a new series of tries: its
+// WEBHOOK_MAX_AGE counts from now.
+func (s *Service) Replay(ctx context.Context, actor string, id uuid.UUID, msgID string, since, until time.Time) (n int, err error) {
+	err = s.inTx(ctx, func(q *dbsqlc.Queries) error {
+		if n, err = s.replay(ctx, q, id, msgID, since, until); err != nil {
+			return err
+		}
+		detail := map[string]any{"replayed": n}
+		if msgID != "" {
+			detail["webhook_id"] = msgID
+		}
+		if !since.IsZero() {
+			detail["since"] = since
+		}
+		if !until.IsZero() {
+			detail["until"] = until
+		}
+		return recordAction(ctx, q, actor, "webhook_endpoint.replay", id, detail)
+	})
+	return n, err
+}
+
+func (s *Service) replay(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, msgID string, since, until time.Time) (int, error) {
+	if _, err := q.GetWebhookEndpoint(ctx, id); err != nil {
 		return 0, notFound(err)
 	}
 	p := dbsqlc.ReplayWebhookMessagesParams{EndpointID: id}
@@ -200,11 +250,35 @@ func (s *Service) Replay(ctx context.Context, id uuid.UUID, msgID string, since,
 	if !until.IsZero() {
 		p.Until = &until
 	}
-	n, err := dbsqlc.New(s.db).ReplayWebhookMessages(ctx, p)
+	n, err := q.ReplayWebhookMessages(ctx, p)
 	if err != nil {
 		return 0, fmt.Errorf("replay webhook messages: %w", err)
 	}
 	return int(n), nil
+}
+
+// inTx runs fn in one transaction: a change and the record of who made
+// it commit together, or neither does.
+func (s *Service) inTx(ctx context.Context, fn func(q *dbsqlc.Queries) error) error {
+	return pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error { return fn(dbsqlc.New(tx)) })
+}
+
+// recordAction writes what actor did to endpoint id into
+// operator_actions, on q (the transaction of the change). What a person
+// typed (a reason) is kept as textrule.Clip keeps it.
+func recordAction(ctx context.Context, q *dbsqlc.Queries, actor, action string, id uuid.UUID, detail map[string]any) error {
+	for k, v := range detail {
+		if s, ok := v.(string); ok {
+			detail[k] = textrule.Clip(s, 2000)
+		}
+	}
+	b, err := json.Marshal(detail)
+	if err != nil {
+		return err
+	}
+	return q.RecordOperatorAction(ctx, dbsqlc.RecordOperatorActionParams{
+		Actor: textrule.Clip(actor, 500), Action: action, Target: "webhook_endpoint:" + id.String(), Detail: b,
+	})
 }
 
 func (s *Service) fromRow(r dbsqlc.WebhookEndpoint) Endpoint {

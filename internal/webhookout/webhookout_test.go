@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -113,7 +114,7 @@ func (e *env) delivery(t *testing.T, email string) notify.Delivery {
 
 func (e *env) endpoint(t *testing.T, url string, types ...string) (webhookout.Endpoint, string) {
 	t.Helper()
-	ep, secret, err := e.svc.Create(context.Background(), url, types, "")
+	ep, secret, err := e.svc.Create(context.Background(), "test", url, types, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestTypesAndDisabledEndpoints(t *testing.T) {
 	failedOnly, _ := e.endpoint(t, newReceiver(t).URL, "notification.failed")
 	every, _ := e.endpoint(t, newReceiver(t).URL)
 	off, _ := e.endpoint(t, newReceiver(t).URL)
-	if _, err := e.svc.SetEnabled(context.Background(), off.ID, false, "maintenance"); err != nil {
+	if _, err := e.svc.SetEnabled(context.Background(), "test", off.ID, false, "maintenance"); err != nil {
 		t.Fatal(err)
 	}
 	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
@@ -288,7 +289,7 @@ func TestRedirectsAndRotation(t *testing.T) {
 	e := setup(t, webhookout.Config{})
 	rcv := newReceiver(t, http.StatusFound)
 	ep, old := e.endpoint(t, rcv.URL, "notification.sent")
-	_, fresh, err := e.svc.Rotate(context.Background(), ep.ID)
+	_, fresh, err := e.svc.Rotate(context.Background(), "test", ep.ID)
 	if err != nil || fresh == old {
 		t.Fatalf("Rotate: %v", err)
 	}
@@ -379,8 +380,8 @@ func TestLateFailureChangesNothing(t *testing.T) {
 	first, second := claim(), claim()
 	failed := func(m dbsqlc.ClaimWebhookMessagesRow) {
 		t.Helper()
-		if err := q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: "late",
-			NextAttemptAt: time.Now().Add(time.Hour), MaxAgeSeconds: 0}); err != nil {
+		if _, err := q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: "late",
+			NextAttemptAt: time.Now().Add(time.Hour), MaxAgeSeconds: 0}); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
 		}
 	}
@@ -395,5 +396,54 @@ func TestLateFailureChangesNothing(t *testing.T) {
 	}
 	if m := msgs[0]; m.DeliveredAt == nil || m.GaveUpAt != nil || m.LastError != "" {
 		t.Errorf("after late failures: delivered %v, given up %v, last error %q; want delivered, nothing else", m.DeliveredAt, m.GaveUpAt, m.LastError)
+	}
+}
+
+// A replay of an event older than WEBHOOK_MAX_AGE gets the whole of
+// WEBHOOK_MAX_AGE to arrive, counted from the replay: the shop's endpoint
+// fails a few times after the replay, then takes it, and the message is
+// delivered, not given up after its first failure.
+func TestReplayOfAnOldEventIsRetriedFromTheReplay(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhookout.Config{MaxAge: time.Hour})
+	ctx := context.Background()
+	// The first request takes the event; the replay's first three fail.
+	rcv := newReceiver(t, http.StatusOK, http.StatusServiceUnavailable, http.StatusInternalServerError, http.StatusServiceUnavailable)
+	ep, _ := e.endpoint(t, rcv.URL, "notification.sent")
+	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
+	e.drain(t)
+	// Two hours pass: the event is older than WEBHOOK_MAX_AGE. Time is
+	// the one thing the statements take from the clock, so the test moves
+	// the message's by hand.
+	if _, err := e.db.Pool.Exec(ctx, `UPDATE webhook_messages SET created_at = created_at - interval '2 hours'`); err != nil {
+		t.Fatal(err)
+	}
+	_, msgs, err := e.svc.Get(ctx, ep.ID, 10)
+	if err != nil || len(msgs) != 1 || msgs[0].DeliveredAt == nil {
+		t.Fatalf("before the replay: %+v, %v; want one message, delivered", msgs, err)
+	}
+	if n, err := e.svc.Replay(ctx, "test", ep.ID, msgs[0].MsgID, time.Time{}, time.Time{}); err != nil || n != 1 {
+		t.Fatalf("replay: %d, %v", n, err)
+	}
+	e.drain(t)
+	got := rcv.got()
+	_, msgs, err = e.svc.Get(ctx, ep.ID, 10)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("after the replay: %+v, %v", msgs, err)
+	}
+	if len(got) != 5 || msgs[0].DeliveredAt == nil || msgs[0].GaveUpAt != nil {
+		t.Errorf("after the replay: %d requests, delivered %v, given up %v; want the first, three failures and the delivery, not given up",
+			len(got), msgs[0].DeliveredAt, msgs[0].GaveUpAt)
+	}
+	for i, r := range got {
+		if r.header.Get("webhook-id") != msgs[0].MsgID {
+			t.Errorf("request %d under webhook-id %q, want %q", i, r.header.Get("webhook-id"), msgs[0].MsgID)
+		}
+	}
+	if n := testenv.Metric(t, e.reg, "sekali_webhook_deliveries_total", "result", "gave_up"); n != 0 {
+		t.Errorf("gave_up counter = %v, want 0", n)
+	}
+	if n := testenv.Metric(t, e.reg, "sekali_webhook_deliveries_total", "result", "failed"); n != 3 {
+		t.Errorf("failed counter = %v, want 3", n)
 	}
 }

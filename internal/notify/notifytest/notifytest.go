@@ -17,6 +17,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -31,6 +32,12 @@ type Factory struct {
 	// Domain is the right-hand side of the Message-ID a claim stores:
 	// shop.example unless set.
 	Domain string
+	// Templates, when set, are the worker's: a hand-over records what a
+	// worker's does of its message (the subject, language and template
+	// version of the delivery rendered with them), and the version is
+	// kept, as a worker keeps those it loaded. Unset, a hand-over records
+	// none of it, as a worker's did before there was such a record.
+	Templates *mailtemplate.Templates
 }
 
 // New returns a Factory over db.
@@ -79,14 +86,41 @@ func (f *Factory) HandedOver(d notify.Delivery, lease time.Duration) Attempt {
 func (f *Factory) HandedOverTo(d notify.Delivery, lease time.Duration, provider string) Attempt {
 	f.t.Helper()
 	a := f.Claimed(d, time.Minute)
-	rows, err := dbsqlc.New(f.db).HandOverDeliveries(context.Background(), dbsqlc.HandOverDeliveriesParams{
+	p := dbsqlc.HandOverDeliveriesParams{
 		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, Providers: []string{provider}, LeaseSeconds: lease.Seconds(), Actor: Actor,
-	})
+	}
+	if f.Templates != nil {
+		r, err := f.Templates.RenderLocale(a.Template, a.Data, a.Locale)
+		if err != nil {
+			f.t.Fatalf("notifytest: render delivery %s for its hand-over: %v", d.ID, err)
+		}
+		f.keepVersion(a.Template)
+		p.Subjects, p.Languages, p.TemplateVersions = []string{r.Subject}, []string{r.Language}, []string{f.Templates.Version(a.Template)}
+	}
+	rows, err := dbsqlc.New(f.db).HandOverDeliveries(context.Background(), p)
 	if err != nil || len(rows) != 1 {
 		f.t.Fatalf("notifytest: hand over delivery %s: %d rows, %v", d.ID, len(rows), err)
 	}
 	a.Delivery = f.Get(d.ID)
 	return a
+}
+
+// keepVersion stores the version of template among f.Templates, as a
+// worker that loaded it does when it starts.
+func (f *Factory) keepVersion(template string) {
+	f.t.Helper()
+	for _, v := range f.Templates.Versions() {
+		if v.Template != template {
+			continue
+		}
+		p := dbsqlc.KeepTemplateVersionParams{Digest: v.Digest, Template: v.Template}
+		for _, file := range v.Files {
+			p.Paths, p.Contents = append(p.Paths, file.Path), append(p.Contents, file.Content)
+		}
+		if err := dbsqlc.New(f.db).KeepTemplateVersion(context.Background(), p); err != nil {
+			f.t.Fatalf("notifytest: keep version %s of %s: %v", v.Digest, v.Template, err)
+		}
+	}
 }
 
 // TakenOver lets d's lease run out and gives d to another worker, by
