@@ -34,6 +34,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/tracing"
+	"github.com/sekali-dev/sekali/internal/worker"
 )
 
 func main() {
@@ -61,7 +62,7 @@ type config struct {
 	ShutdownTimeout   time.Duration
 	TaskCheckInterval time.Duration
 	From              string              // MAIL_FROM
-	Unsubscribe       notify.Unsubscribe  // UNSUBSCRIBE_URL, UNSUBSCRIBE_SECRET, UNSUBSCRIBE_MAILTO
+	Unsubscribe       worker.Unsubscribe  // UNSUBSCRIBE_URL, UNSUBSCRIBE_SECRET, UNSUBSCRIBE_MAILTO
 	Providers         []mail.Descriptor   // PROVIDERS (or PROVIDER), in order of preference
 	Senders           []mail.SenderConfig // each provider's settings, in the same order
 	DedupWindows      []time.Duration     // each provider's window for sending an unknown attempt again (provider.DedupWindows)
@@ -82,7 +83,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ProbeInterval:     env.Duration("PROVIDER_PROBE_INTERVAL", 5*time.Second),
 		SendTimeout:       env.Duration("SEND_TIMEOUT", 30*time.Second),
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 45*time.Second),
-		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", notify.DefaultTaskCheckInterval),
+		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", worker.DefaultTaskCheckInterval),
 		From:              env.String("MAIL_FROM", "orders@shop.example"),
 		Providers:         provider.Read(env),
 		Brand:             mailtemplate.ReadBrand(getenv, env.Check),
@@ -97,7 +98,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.DedupWindows = provider.DedupWindows(env, cfg.Providers)
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
-	if least := notify.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
+	if least := worker.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
 		env.Check("SHUTDOWN_TIMEOUT", fmt.Errorf("%v must be at least %v (SEND_TIMEOUT %v, then recording the outcome and releasing the lock), so that SIGTERM lets a send finish and be recorded",
 			cfg.ShutdownTimeout, least, cfg.SendTimeout))
 	}
@@ -121,7 +122,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if cfg.LockTTL < time.Second {
 		env.Check("LOCK_TTL", fmt.Errorf("%v is too short; the heartbeat renews it every third", cfg.LockTTL))
 	}
-	cfg.Unsubscribe = notify.Unsubscribe{BaseURL: env.String("UNSUBSCRIBE_URL", ""), Secret: env.Secret("UNSUBSCRIBE_SECRET", ""),
+	cfg.Unsubscribe = worker.Unsubscribe{BaseURL: env.String("UNSUBSCRIBE_URL", ""), Secret: env.Secret("UNSUBSCRIBE_SECRET", ""),
 		Mailto: env.String("UNSUBSCRIBE_MAILTO", "")}
 	env.Check("UNSUBSCRIBE_URL", checkUnsubscribeURL(cfg.Unsubscribe.BaseURL))
 	if s := cfg.Unsubscribe.Secret; s != "" && len(s) < 32 {
@@ -188,14 +189,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
-	var providers []notify.NamedProvider
+	var providers []worker.NamedProvider
 	for i, s := range cfg.Senders {
 		p, closeProvider, err := s.Open()
 		if err != nil {
 			return err
 		}
 		defer closeProvider()
-		providers = append(providers, notify.NamedProvider{Name: cfg.Providers[i].Name, Provider: p, Resend: cfg.DedupWindows[i]})
+		providers = append(providers, worker.NamedProvider{Name: cfg.Providers[i].Name, Provider: p, Resend: cfg.DedupWindows[i]})
 	}
 
 	tp, stopTracing, err := tracing.Setup(ctx, "sekali-worker", getenv)
@@ -209,7 +210,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}()
 
 	reg := opsserver.NewRegistry()
-	worker := notify.NewWorker(pool, rdb, providers, templates, notify.WorkerConfig{
+	w := worker.New(pool, rdb, providers, templates, worker.Config{
 		LockTTL:         cfg.LockTTL,
 		MaxAge:          cfg.MaxAge,
 		ProbeInterval:   cfg.ProbeInterval,
@@ -218,9 +219,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		WorkerID:        workerID,
 		Queue:           cfg.Queue,
 		Concurrency:     cfg.Concurrency,
-		Tracer:          tp.Tracer("github.com/sekali-dev/sekali/internal/notify"),
+		Tracer:          tp.Tracer("github.com/sekali-dev/sekali/internal/worker"),
 		Unsubscribe:     cfg.Unsubscribe,
-	}, log, notify.NewMetrics(reg))
+	}, log, worker.NewMetrics(reg))
 
 	// Healthy while Redis answers: without it the worker takes no task.
 	ops, err := opsserver.Listen(cfg.MetricsAddr, reg, opsserver.Check{Name: "redis", Ping: func(ctx context.Context) error {
@@ -237,7 +238,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	g.Go(func() error {
 		// Until SIGTERM, then drain and wait for the sends under way; the
 		// health endpoint answers until they are done.
-		err := worker.Run(gctx, notify.ServerConfig{Redis: cfg.Redis, TaskCheckInterval: cfg.TaskCheckInterval, ShutdownTimeout: cfg.ShutdownTimeout})
+		err := w.Run(gctx, worker.ServerConfig{Redis: cfg.Redis, TaskCheckInterval: cfg.TaskCheckInterval, ShutdownTimeout: cfg.ShutdownTimeout})
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		return errors.Join(err, ops.Shutdown(sctx))

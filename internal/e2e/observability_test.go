@@ -30,6 +30,8 @@ import (
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
+	"github.com/sekali-dev/sekali/internal/worker"
+	"github.com/sekali-dev/sekali/internal/worker/workertest"
 )
 
 // component is one binary's registry and log.
@@ -122,11 +124,11 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(provider.Close)
-	worker := notify.NewWorker(db.Pool, rdb, notify.Only("smtp", provider), templates, notify.WorkerConfig{
+	w := worker.New(db.Pool, rdb, worker.Only("smtp", provider), templates, worker.Config{
 		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
 		WorkerID: "e2e-worker", Queue: rd.Queue, Concurrency: 4,
-	}, wk.log, notify.NewMetrics(wk.reg))
-	notifytest.Serve(t, worker, notify.ServerConfig{Redis: rd.Opt, DelayedTaskCheckInterval: 100 * time.Millisecond, RetryBase: 200 * time.Millisecond})
+	}, wk.log, worker.NewMetrics(wk.reg))
+	workertest.Serve(t, w, worker.ServerConfig{Redis: rd.Opt, DelayedTaskCheckInterval: 100 * time.Millisecond, RetryBase: 200 * time.Millisecond})
 
 	// Reconciler
 	rc := newComponent(nil)
@@ -182,12 +184,12 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 	// Lock contention: another holder has the delivery's lock when its
 	// task arrives (the task is queued after the lock is taken).
 	contended := checkoutWithoutTask(t, ctx, db, "contended@example.com")
-	notifytest.HoldLock(t, rdb, contended, time.Minute)
+	workertest.HoldLock(t, rdb, contended, time.Minute)
 	if err := enq.Enqueue(ctx, contended); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the lock to be found busy", 30*time.Second, func() bool { return wk.value(t, "sekali_lock_acquire_failed_total") >= 1 })
-	rdb.Del(ctx, notifytest.LockKey(contended))
+	rdb.Del(ctx, workertest.LockKey(contended))
 	testenv.WaitFor(t, "the contended delivery to be sent", 30*time.Second, func() bool {
 		d, _ := notify.Get(ctx, db.Pool, contended.ID)
 		return d.Status == notify.StatusSent

@@ -31,6 +31,8 @@ import (
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/webhookout"
+	"github.com/sekali-dev/sekali/internal/worker"
+	"github.com/sekali-dev/sekali/internal/worker/workertest"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -169,11 +171,11 @@ func (s stack) startWorker(t *testing.T, tracer trace.Tracer) *smtpsink.Server {
 	t.Cleanup(provider.Close)
 	rdb := redisconn.NewClient(s.redis.Opt)
 	t.Cleanup(func() { rdb.Close() })
-	w := notify.NewWorker(s.db.Pool, rdb, notify.Only("smtp", provider), s.templates, notify.WorkerConfig{
+	w := worker.New(s.db.Pool, rdb, worker.Only("smtp", provider), s.templates, worker.Config{
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
 		WorkerID: "test-worker", Queue: s.redis.Queue, Concurrency: 2, Tracer: tracer,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
-	notifytest.Serve(t, w, notify.ServerConfig{Redis: s.redis.Opt})
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), worker.NewMetrics(prometheus.NewRegistry()))
+	workertest.Serve(t, w, worker.ServerConfig{Redis: s.redis.Opt})
 	return sink
 }
 

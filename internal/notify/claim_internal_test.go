@@ -31,19 +31,19 @@ func TestClaimAllJudgesARowAskedForTwiceOnce(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	claim := func() claimArgs {
-		return claimArgs{id: id, keyHash: mail.KeyHash(key), messageID: mail.MessageID(key, "shop.example"), taskID: "t",
-			templates: []string{"order-confirmation"}, maxAge: time.Hour, lease: lease{token: uuid.New(), ttl: time.Minute, actor: t.Name()}}
+	claim := func() Claim {
+		return Claim{ID: id, KeyHash: mail.KeyHash(key), MessageID: mail.MessageID(key, "shop.example"), TaskID: "t",
+			Templates: []string{"order-confirmation"}, MaxAge: time.Hour, Lease: Lease{Token: uuid.New(), TTL: time.Minute, Actor: t.Name()}}
 	}
-	cs := []claimArgs{claim(), claim()}
-	rows, err := claimAll(ctx, dbsqlc.New(postgres.GenericPlans{DB: db.Pool}), cs)
+	cs := []Claim{claim(), claim()}
+	rows, err := ClaimAll(ctx, postgres.GenericPlans{DB: db.Pool}, cs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rows[0] == nil || verdict(rows[0].Verdict) != verdictClaimed || *rows[0].LeaseToken != cs[0].lease.token {
+	if rows[0] == nil || rows[0].Verdict != VerdictClaimed || *rows[0].Delivery.leaseToken != cs[0].Lease.Token {
 		t.Fatalf("first claim: %+v, want claimed under its lease", rows[0])
 	}
-	if rows[1] == nil || verdict(rows[1].Verdict) != verdictLeased {
+	if rows[1] == nil || rows[1].Verdict != VerdictLeased {
 		t.Fatalf("second claim: %+v, want leased (taken by the first)", rows[1])
 	}
 	var attempts int32

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -291,4 +292,50 @@ func GetByKey(ctx context.Context, db DB, key string) (Delivery, error) {
 		return Delivery{}, fmt.Errorf("get delivery by key: %w", err)
 	}
 	return fromRow(row), nil
+}
+
+// unknownSince is the earliest a delivery's attempt whose outcome is
+// still unknown can have been handed over: unsettled_since, or for a
+// pinned delivery without it (pinned by a release before that column,
+// during a roll) its creation, as early as it can be; or the latest
+// hand-over, when that is earlier or all there is. ok is false when
+// the delivery has no unknown attempt.
+func unknownSince(pinned bool, unsettled, handedOver *time.Time, created time.Time) (since time.Time, ok bool) {
+	var known []time.Time
+	switch {
+	case unsettled != nil:
+		known = append(known, *unsettled)
+	case pinned:
+		known = append(known, created)
+	}
+	if handedOver != nil {
+		known = append(known, *handedOver)
+	}
+	if len(known) == 0 {
+		return time.Time{}, false
+	}
+	return slices.MinFunc(known, time.Time.Compare), true
+}
+
+// UnknownSince is unknownSince for d: how long ago its earliest unknown
+// attempt may have reached the provider.
+func (d Delivery) UnknownSince() (time.Time, bool) {
+	return unknownSince(d.ProviderPinned, d.UnsettledSince, d.HandedOverAt, d.CreatedAt)
+}
+
+// MayHaveBeenSent reports whether a provider may hold d's e-mail though
+// its status does not say sent: an attempt was handed over and its
+// outcome is not known — pinned to its provider (UnsettledSince), or
+// sending past its hand-over. (A final row keeps its last hand-over's
+// time, which says nothing unknown by itself: a refusal after the data
+// is an answer.) Such a delivery is never cancelled on our word, and
+// the shop is told (order.Notification's may_have_been_sent).
+func (d Delivery) MayHaveBeenSent() bool {
+	switch {
+	case d.Status == StatusSent:
+		return false
+	case d.Status == StatusSending && d.HandedOverAt != nil:
+		return true
+	}
+	return d.ProviderPinned || d.UnsettledSince != nil
 }

@@ -46,8 +46,14 @@ func History(ctx context.Context, db DB, deliveryID uuid.UUID) ([]Event, error) 
 	return out, nil
 }
 
-// recordEvent writes an event that changes nothing, such as a suppressed
-// duplicate, into the delivery's history.
+// RecordEvent writes an event that changes nothing, such as a suppressed
+// duplicate or an operator's block holding d back, into d's history, at
+// d's status and attempt.
+func RecordEvent(ctx context.Context, db DB, d Delivery, event, actor string, detail any) error {
+	return recordEvent(ctx, dbsqlc.New(db), dbsqlc.NotificationDelivery{ID: d.ID, Status: string(d.Status), Attempts: int32(d.Attempts)}, event, actor, detail)
+}
+
+// recordEvent is RecordEvent for a generated row.
 func recordEvent(ctx context.Context, q *dbsqlc.Queries, row dbsqlc.NotificationDelivery, event, actor string, detail any) error {
 	b, err := json.Marshal(detail)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 // in its history row the subject, the language and the digest of the
 // template version that rendered the message (HandOverDeliveries), and
 // every worker keeps the versions it loaded in template_versions when it
-// starts (Worker.Run), so the operators see the e-mail as it was sent,
+// starts (internal/worker's Run), so the operators see the e-mail as it was sent,
 // not today's template rendered now.
 
 // ErrVersionUnknown: the template version that rendered a hand-over is
@@ -25,9 +25,10 @@ import (
 // version is not kept (or no longer loads).
 var ErrVersionUnknown = errors.New("notify: the template version that rendered this e-mail is not known")
 
-// keepTemplateVersions stores the version of each of templates that
-// template_versions does not have yet.
-func keepTemplateVersions(ctx context.Context, db DB, templates *mailtemplate.Templates) error {
+// KeepTemplateVersions stores the version of each of templates that
+// template_versions does not have yet: a worker does it before it sends
+// anything, so that every version a hand-over names is kept.
+func KeepTemplateVersions(ctx context.Context, db DB, templates *mailtemplate.Templates) error {
 	q := dbsqlc.New(db)
 	for _, v := range templates.Versions() {
 		p := dbsqlc.KeepTemplateVersionParams{Digest: v.Digest, Template: v.Template}

@@ -32,29 +32,30 @@ const TaskTypeDeliver = "notification:deliver"
 // DefaultQueue is the asynq queue deliveries travel on unless configured.
 const DefaultQueue = "notifications"
 
-// deliverPayload is all a task carries: the delivery id and the hash of
-// its idempotency key (so the worker can ask the status cache before
+// Payload is all a task carries: the delivery id and the hash of its
+// idempotency key (so the worker can ask the status cache before
 // PostgreSQL); no address, no template data. The truth about a delivery
 // lives in PostgreSQL, not in Redis.
-type deliverPayload struct {
+type Payload struct {
 	DeliveryID uuid.UUID `json:"delivery_id"`
 	KeyHash    string    `json:"key_hash"`
 }
 
-// decode reads a task's payload; both fields are required, and the key
-// hash must look like mail.KeyHash's: a value the claim's statement
+// ParsePayload reads a task's payload; both fields are required, and the
+// key hash must look like mail.KeyHash's: a value the claim's statement
 // could not take (a NUL) would fail every claim batched with it.
-func (p *deliverPayload) decode(b []byte) error {
-	if err := json.Unmarshal(b, p); err != nil {
-		return err
+func ParsePayload(b []byte) (Payload, error) {
+	var p Payload
+	if err := json.Unmarshal(b, &p); err != nil {
+		return Payload{}, err
 	}
 	if p.DeliveryID == uuid.Nil || p.KeyHash == "" {
-		return errors.New("delivery_id and key_hash are required")
+		return Payload{}, errors.New("delivery_id and key_hash are required")
 	}
 	if !isKeyHash(p.KeyHash) {
-		return errors.New("key_hash is not 32 lowercase hexadecimal digits")
+		return Payload{}, errors.New("key_hash is not 32 lowercase hexadecimal digits")
 	}
-	return nil
+	return p, nil
 }
 
 // isKeyHash reports whether s has mail.KeyHash's form.
@@ -94,7 +95,7 @@ func NewDeliverTask(d Delivery) *asynq.Task {
 // its headers, so the worker's spans join the trace of the request that
 // caused the delivery.
 func newDeliverTask(ctx context.Context, d Delivery) *asynq.Task {
-	payload, _ := json.Marshal(deliverPayload{DeliveryID: d.ID, KeyHash: mail.KeyHash(d.IdempotencyKey)}) // cannot fail
+	payload, _ := json.Marshal(Payload{DeliveryID: d.ID, KeyHash: mail.KeyHash(d.IdempotencyKey)}) // cannot fail
 	headers := propagation.MapCarrier{}
 	tracing.Propagator.Inject(ctx, headers)
 	if len(headers) == 0 {

@@ -25,25 +25,25 @@ import (
 // writes the delivery_events row, so a transition that no longer applies
 // (the lease was taken over, an operator got there first) changes
 // nothing and the history cannot disagree with the row. The worker's
-// three statements on the way to a send (claimAll, handOverAll,
-// markSentAll) each take many rows, for the attempts that reach them at
-// once (batch.go); each row is still fenced on its own lease.
+// three statements on the way to a send (ClaimAll, HandOverAll,
+// MarkSentAll) each take many rows, for the attempts that reach them at
+// once (internal/worker's batch.go); each row is still fenced on its own lease.
 //
 //	from     to       who         when                                                  func
 //	-        pending  API         the business event commits with its intent            Record (checkout: Prepare)
-//	pending  sending  worker      claim: no block; lease and (first time) Message-ID    claimAll
-//	sending  sending  worker      claim of an expired lease never handed over           claimAll
-//	sending  sending  worker      last lease check before the data (handed_over_at)    handOverAll
-//	sending  sent     worker      the provider accepted the message                     markSentAll
-//	sending  pending  worker      refused before the data, or deferred: retry later     release
-//	sending  failed   worker      refused for good for this recipient, or past max age  markFailed
-//	sending  held     worker      the template cannot render the stored data, or an     holdAttempt
+//	pending  sending  worker      claim: no block; lease and (first time) Message-ID    ClaimAll
+//	sending  sending  worker      claim of an expired lease never handed over           ClaimAll
+//	sending  sending  worker      last lease check before the data (handed_over_at)    HandOverAll
+//	sending  sent     worker      the provider accepted the message                     MarkSentAll
+//	sending  pending  worker      refused before the data, or deferred: retry later     Release
+//	sending  failed   worker      refused for good for this recipient, or past max age  MarkFailed
+//	sending  held     worker      the template cannot render the stored data, or an     HoldAttempt
 //	                              unknown attempt's resend window (Resend) has passed
-//	sending  sending  worker      no answer after the data: ambiguous, for the reconciler markAmbiguous
-//	sending  sending  worker      found a dead attempt that had handed over             noteAmbiguous
-//	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            expirePending
-//	pending  suppressed worker    the recipient is on the suppression list              suppressPending
-//	pending  suppressed worker    a subscription template, and the recipient left it    SuppressUnsubscribed (apply)
+//	sending  sending  worker      no answer after the data: ambiguous, for the reconciler MarkAmbiguous
+//	sending  sending  worker      found a dead attempt that had handed over             NoteAmbiguous
+//	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            ExpirePending
+//	pending  suppressed worker    the recipient is on the suppression list              SuppressPending
+//	pending  suppressed worker    a subscription template, and the recipient left it    SuppressUnsubscribed
 //	sending  suppressed worker    either, on an attempt that died before its hand-over  (the same two)
 //	pending  cancelled API/operator called off before it was claimed, no attempt of it  Cancel, CancelTemplate
 //	                              possibly taken (one, or a template's); the API: its
@@ -60,17 +60,17 @@ import (
 // reconciler; only an operator moves failed, held or suppressed back to
 // pending, and nothing moves sent or cancelled.
 
-// errLeaseLost: the row's lease is no longer ours: another worker (or the
+// ErrLeaseLost: the row's lease is no longer ours: another worker (or the
 // reconciler) took over, and this attempt must write nothing more.
-var errLeaseLost = errors.New("lease taken over by another worker")
+var ErrLeaseLost = errors.New("lease taken over by another worker")
 
-// fenced turns a conditional write's row count into errLeaseLost.
+// fenced turns a conditional write's row count into ErrLeaseLost.
 func fenced(rows int64, err error) error {
 	if err != nil {
 		return err
 	}
 	if rows == 0 {
-		return errLeaseLost
+		return ErrLeaseLost
 	}
 	return nil
 }
@@ -94,125 +94,177 @@ func recordIntent(ctx context.Context, q *dbsqlc.Queries, d Delivery) (dbsqlc.No
 	return dbsqlc.NotificationDelivery(row), err == nil, err
 }
 
-// lease is one attempt's hold on a row: its token fences every write.
-type lease struct {
-	token uuid.UUID
-	ttl   time.Duration
-	actor string // the worker's id, for the history
+// ---- The worker (internal/worker): one attempt. ----
+//
+// Each takes the attempt's lease, which fences its write: a write that no
+// longer applies is ErrLeaseLost (another worker, or the reconciler, took
+// the row), and the attempt writes nothing more. A write on a row the
+// claim did not take is conditional on what the claim saw: ErrRaced when
+// the row changed in between. The three statements on the way to a send
+// (ClaimAll, HandOverAll, MarkSentAll) take many attempts at once: the
+// worker's smart batching shares one statement among the attempts that
+// reach it together; each row keeps its own fence.
+
+// Lease is one attempt's hold on a row: its token fences every write.
+type Lease struct {
+	Token uuid.UUID
+	TTL   time.Duration
+	Actor string // the worker's id, for the history
 }
 
-// claimAll judges the deliveries of cs and takes those it may for one
-// attempt each, in one statement (a worker's claims that came together:
-// batch): rows[i] is cs[i]'s row, with the claim's verdict on it
-// (verdictClaimed when it was taken), nil when there is no such row. The
-// claims share the worker's lease length, templates, max age and actor,
-// which cs[0] gives.
-func claimAll(ctx context.Context, q *dbsqlc.Queries, cs []claimArgs) ([]*dbsqlc.ClaimDeliveriesRow, error) {
+// Verdict is the claim's judgement of a row (ClaimDeliveries in
+// db/queries/transitions.sql says when each is given): what the worker
+// decides from when the claim took nothing (internal/worker's
+// decideUnclaimed), without restating it.
+type Verdict string
+
+const (
+	VerdictClaimed         Verdict = "claimed"
+	VerdictNotTask         Verdict = "not_task"
+	VerdictSettled         Verdict = "settled"
+	VerdictLeased          Verdict = "leased"
+	VerdictHandedOver      Verdict = "handed_over"
+	VerdictNotYet          Verdict = "not_yet"
+	VerdictUnknownTemplate Verdict = "unknown_template"
+	VerdictTooOld          Verdict = "too_old"
+	VerdictSuppressed      Verdict = "suppressed"
+	VerdictUnsubscribed    Verdict = "unsubscribed"
+	VerdictBlocked         Verdict = "blocked"
+	VerdictPinnedElsewhere Verdict = "pinned_elsewhere"
+)
+
+// Claim is what a claim checks and writes: the task's delivery and key
+// hash, the templates the worker has, the deliveries' max age, and the
+// attempt's lease, Message-ID and task.
+type Claim struct {
+	ID                         uuid.UUID
+	KeyHash, MessageID, TaskID string
+	Lease                      Lease
+	Templates                  []string
+	Subscriptions              []string // the subscription templates among them
+	Usable                     []string // the providers that take mail from this worker now
+	MaxAge                     time.Duration
+}
+
+// Judged is a row as a claim judged it: the delivery (as taken, when
+// Verdict is VerdictClaimed), the claim's verdict, and the status it was
+// taken from.
+type Judged struct {
+	Delivery   Delivery
+	Verdict    Verdict
+	FromStatus Status
+}
+
+// ClaimAll judges the deliveries of cs and takes those it may for one
+// attempt each, in one statement (a worker's claims that came together):
+// out[i] is cs[i]'s row with the claim's verdict on it, nil when there is
+// no such row. The claims share the worker's lease length, templates,
+// max age and actor, which cs[0] gives.
+func ClaimAll(ctx context.Context, db DB, cs []Claim) ([]*Judged, error) {
 	p := dbsqlc.ClaimDeliveriesParams{
-		LeaseSeconds: cs[0].lease.ttl.Seconds(), Templates: cs[0].templates, MaxAgeSeconds: cs[0].maxAge.Seconds(), Actor: cs[0].lease.actor,
-		SubscriptionTemplates: cs[0].subscriptions, UsableProviders: cs[0].usable,
+		LeaseSeconds: cs[0].Lease.TTL.Seconds(), Templates: cs[0].Templates, MaxAgeSeconds: cs[0].MaxAge.Seconds(), Actor: cs[0].Lease.Actor,
+		SubscriptionTemplates: cs[0].Subscriptions, UsableProviders: cs[0].Usable,
 	}
 	// A delivery asked for twice (its task delivered twice at once) is
 	// judged once, for the first claim: the statement takes distinct ids.
 	first := make(map[uuid.UUID]int, len(cs))
 	for i, c := range cs {
-		if _, seen := first[c.id]; seen {
+		if _, seen := first[c.ID]; seen {
 			continue
 		}
-		first[c.id] = i
-		p.Ids, p.KeyHashes, p.LeaseTokens = append(p.Ids, c.id), append(p.KeyHashes, c.keyHash), append(p.LeaseTokens, c.lease.token)
-		p.MessageIds, p.TaskIds = append(p.MessageIds, c.messageID), append(p.TaskIds, c.taskID)
+		first[c.ID] = i
+		p.Ids, p.KeyHashes, p.LeaseTokens = append(p.Ids, c.ID), append(p.KeyHashes, c.KeyHash), append(p.LeaseTokens, c.Lease.Token)
+		p.MessageIds, p.TaskIds = append(p.MessageIds, c.MessageID), append(p.TaskIds, c.TaskID)
 	}
-	judged, err := q.ClaimDeliveries(ctx, p)
+	rows, err := dbsqlc.New(db).ClaimDeliveries(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	rows := make([]*dbsqlc.ClaimDeliveriesRow, len(cs))
-	for i := range judged { // one row at most per id: the first claim's
-		rows[first[judged[i].ID]] = &judged[i]
+	out := make([]*Judged, len(cs))
+	for _, r := range rows { // one row at most per id: the first claim's
+		out[first[r.ID]] = &Judged{Delivery: fromJudged(r), Verdict: Verdict(r.Verdict), FromStatus: Status(r.FromStatus)}
 	}
 	for i, c := range cs {
-		if f := first[c.id]; f != i && rows[f] != nil {
+		if f := first[c.ID]; f != i && out[f] != nil {
 			// The later claim meets the row as the first left it: taken
 			// by the first claim's attempt, or judged the same.
-			r := *rows[f]
-			if verdict(r.Verdict) == verdictClaimed {
-				r.Verdict = string(verdictLeased)
+			j := *out[f]
+			if j.Verdict == VerdictClaimed {
+				j.Verdict = VerdictLeased
 			}
-			rows[i] = &r
+			out[i] = &j
 		}
 	}
-	return rows, nil
+	return out, nil
 }
 
-// claimArgs is what a claim checks and writes: the task's delivery and
-// key hash, the templates the worker has, the deliveries' max age, and
-// the attempt's lease, Message-ID and task.
-type claimArgs struct {
-	id                         uuid.UUID
-	keyHash, messageID, taskID string
-	lease                      lease
-	templates                  []string
-	subscriptions              []string // the subscription templates among them
-	usable                     []string // the providers that take mail from this worker now
-	maxAge                     time.Duration
+// fromJudged is the delivery of a row the claim judged.
+func fromJudged(r dbsqlc.ClaimDeliveriesRow) Delivery {
+	return fromRow(dbsqlc.NotificationDelivery{
+		ID: r.ID, OrderID: r.OrderID, Template: r.Template, Recipient: r.Recipient, IdempotencyKey: r.IdempotencyKey,
+		Status: r.Status, Attempts: r.Attempts, LastError: r.LastError, LeaseToken: r.LeaseToken,
+		LeaseExpiresAt: r.LeaseExpiresAt, HandedOverAt: r.HandedOverAt, ProviderMessageID: r.ProviderMessageID,
+		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
+		MessageID: r.MessageID, TryingSince: r.TryingSince, Locale: r.Locale, NotBefore: r.NotBefore,
+		Provider: r.Provider, ProviderPinned: r.ProviderPinned, UnsettledSince: r.UnsettledSince,
+	})
 }
 
-// leased names an attempt's row and lease.
-type leased struct {
-	id    uuid.UUID
-	lease lease
+// Leased names an attempt's row and lease.
+type Leased struct {
+	ID    uuid.UUID
+	Lease Lease
 }
 
-// handOver is an attempt at its last lease check, the provider it is
+// HandOverArgs is an attempt at its last lease check, the provider it is
 // about to hand the message to, and what the message is, for the
 // history: its subject, its language and the digest of the template
 // version that rendered it.
-type handOver struct {
-	leased
-	provider                   string
-	subject, language, version string
+type HandOverArgs struct {
+	Leased
+	Provider                   string
+	Subject, Language, Version string
 }
 
-// handOverAll is the last lease check before the data, for every attempt
+// HandOverAll is the last lease check before the data, for every attempt
 // of hs at once, and records that its provider may have each message
 // from now on: ok[i] reports whether hs[i] still held its lease (and may
 // send). The attempts share the worker's lease length and actor.
-func handOverAll(ctx context.Context, q *dbsqlc.Queries, hs []handOver) ([]bool, error) {
-	p := dbsqlc.HandOverDeliveriesParams{LeaseSeconds: hs[0].lease.ttl.Seconds(), Actor: hs[0].lease.actor}
-	ls := make([]leased, len(hs))
+func HandOverAll(ctx context.Context, db DB, hs []HandOverArgs) ([]bool, error) {
+	p := dbsqlc.HandOverDeliveriesParams{LeaseSeconds: hs[0].Lease.TTL.Seconds(), Actor: hs[0].Lease.Actor}
+	ls := make([]Leased, len(hs))
 	for i, h := range hs {
-		p.Ids, p.LeaseTokens, p.Providers = append(p.Ids, h.id), append(p.LeaseTokens, h.lease.token), append(p.Providers, h.provider)
-		p.Subjects, p.Languages = append(p.Subjects, textrule.Clip(h.subject, 1000)), append(p.Languages, h.language)
-		p.TemplateVersions = append(p.TemplateVersions, h.version)
-		ls[i] = h.leased
+		p.Ids, p.LeaseTokens, p.Providers = append(p.Ids, h.ID), append(p.LeaseTokens, h.Lease.Token), append(p.Providers, h.Provider)
+		p.Subjects, p.Languages = append(p.Subjects, textrule.Clip(h.Subject, 1000)), append(p.Languages, h.Language)
+		p.TemplateVersions = append(p.TemplateVersions, h.Version)
+		ls[i] = h.Leased
 	}
-	rows, err := q.HandOverDeliveries(ctx, p)
+	rows, err := dbsqlc.New(db).HandOverDeliveries(ctx, p)
 	if err != nil {
 		return nil, err
 	}
 	return heldBy(ls, rows), nil
 }
 
-// sentArgs is an acceptance to record: the attempt, the provider's id
+// SentArgs is an acceptance to record: the attempt, the provider's id
 // for the message and the language it was written in.
-type sentArgs struct {
-	leased
-	providerID, language string
+type SentArgs struct {
+	Leased
+	ProviderID, Language string
 }
 
-// markSentAll records the provider's acceptance of every attempt of ss
+// MarkSentAll records the provider's acceptance of every attempt of ss
 // at once, and in the history the language each e-mail was written in:
 // ok[i] reports whether ss[i] still held its lease (false: fenced out).
-func markSentAll(ctx context.Context, q *dbsqlc.Queries, ss []sentArgs) ([]bool, error) {
-	p := dbsqlc.MarkSentDeliveriesParams{Actor: ss[0].lease.actor}
-	ls := make([]leased, len(ss))
+func MarkSentAll(ctx context.Context, db DB, ss []SentArgs) ([]bool, error) {
+	p := dbsqlc.MarkSentDeliveriesParams{Actor: ss[0].Lease.Actor}
+	ls := make([]Leased, len(ss))
 	for i, s := range ss {
-		p.Ids, p.LeaseTokens = append(p.Ids, s.id), append(p.LeaseTokens, s.lease.token)
-		p.ProviderMessageIds, p.Languages = append(p.ProviderMessageIds, providerIDText(s.providerID)), append(p.Languages, s.language)
-		ls[i] = s.leased
+		p.Ids, p.LeaseTokens = append(p.Ids, s.ID), append(p.LeaseTokens, s.Lease.Token)
+		p.ProviderMessageIds, p.Languages = append(p.ProviderMessageIds, providerIDText(s.ProviderID)), append(p.Languages, s.Language)
+		ls[i] = s.Leased
 	}
-	rows, err := q.MarkSentDeliveries(ctx, p)
+	rows, err := dbsqlc.New(db).MarkSentDeliveries(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -234,12 +286,12 @@ type leasedRow = struct {
 
 // heldBy reports, for each attempt of ls, whether a statement's rows
 // came back with its lease token: whether it still held the row.
-func heldBy[R dbsqlc.HandOverDeliveriesRow | dbsqlc.MarkSentDeliveriesRow](ls []leased, rows []R) []bool {
+func heldBy[R dbsqlc.HandOverDeliveriesRow | dbsqlc.MarkSentDeliveriesRow](ls []Leased, rows []R) []bool {
 	ok := make([]bool, len(ls))
 	for _, r := range rows {
 		t := leasedRow(r).LeaseToken
 		for i, l := range ls {
-			if t != nil && *t == l.lease.token {
+			if t != nil && *t == l.Lease.Token {
 				ok[i] = true
 			}
 		}
@@ -247,68 +299,80 @@ func heldBy[R dbsqlc.HandOverDeliveriesRow | dbsqlc.MarkSentDeliveriesRow](ls []
 	return ok
 }
 
-// extendLease renews the lease while a send runs (no status change).
-func extendLease(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease) {
-	_, _ = q.ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: id, LeaseToken: l.token, LeaseSeconds: l.ttl.Seconds()})
+// ExtendLease renews the lease while a send runs (no status change); a
+// renewal that fails is only a shorter lease.
+func ExtendLease(ctx context.Context, db DB, id uuid.UUID, l Lease) {
+	_, _ = dbsqlc.New(db).ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: id, LeaseToken: l.Token, LeaseSeconds: l.TTL.Seconds()})
 }
 
-// release puts the delivery back to pending for a later attempt; with
+// Release puts the delivery back to pending for a later attempt; with
 // refund the attempt does not count (it never reached the recipient).
 // provider is the one the attempt went to, for the history; "" if none.
 // With pin, the next attempts go to that provider alone: it may have the
 // message.
-func release(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, provider, reason string, refund, pin bool) error {
-	return fenced(q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: id, LeaseToken: l.token, LastError: reason, Provider: provider,
-		Actor: l.actor, RefundAttempt: refund, Pin: pin}))
+func Release(ctx context.Context, db DB, id uuid.UUID, l Lease, provider, reason string, refund, pin bool) error {
+	return fenced(dbsqlc.New(db).ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: id, LeaseToken: l.Token, LastError: reason, Provider: provider,
+		Actor: l.Actor, RefundAttempt: refund, Pin: pin}))
 }
 
-func markFailed(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, provider, reason string) error {
-	return fenced(q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: id, LeaseToken: l.token, LastError: reason, Provider: provider, Actor: l.actor}))
+// MarkFailed gives the delivery up: the provider refused this recipient
+// for good, or it was deferred past DELIVERY_MAX_AGE.
+func MarkFailed(ctx context.Context, db DB, id uuid.UUID, l Lease, provider, reason string) error {
+	return fenced(dbsqlc.New(db).MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: id, LeaseToken: l.Token, LastError: reason, Provider: provider, Actor: l.Actor}))
 }
 
-func holdAttempt(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, reason string) error {
-	return fenced(q.HoldAttempt(ctx, dbsqlc.HoldAttemptParams{ID: id, LeaseToken: l.token, LastError: reason, Actor: l.actor}))
+// HoldAttempt holds the delivery for an operator: the template cannot
+// render its data, or an unknown attempt's resend window has passed.
+func HoldAttempt(ctx context.Context, db DB, id uuid.UUID, l Lease, reason string) error {
+	return fenced(dbsqlc.New(db).HoldAttempt(ctx, dbsqlc.HoldAttemptParams{ID: id, LeaseToken: l.Token, LastError: reason, Actor: l.Actor}))
 }
 
-// markAmbiguous leaves the row sending, with the reason, for the
+// MarkAmbiguous leaves the row sending, with the reason, for the
 // reconciler; its lease runs one more TTL so that a provider still busy
 // with the message has time to finish before it is asked.
-func markAmbiguous(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, l lease, provider, reason string) error {
-	return fenced(q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: id, LeaseToken: l.token, LastError: reason, Provider: provider,
-		Actor: l.actor, LeaseSeconds: l.ttl.Seconds()}))
+func MarkAmbiguous(ctx context.Context, db DB, id uuid.UUID, l Lease, provider, reason string) error {
+	return fenced(dbsqlc.New(db).MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: id, LeaseToken: l.Token, LastError: reason, Provider: provider,
+		Actor: l.Actor, LeaseSeconds: l.TTL.Seconds()}))
 }
 
-// noteAmbiguous records why a worker that found a dead, handed-over
+// NoteAmbiguous records why a worker that found a dead, handed-over
 // attempt did not send.
-func noteAmbiguous(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, reason, actor string) error {
-	_, err := q.NoteAmbiguous(ctx, dbsqlc.NoteAmbiguousParams{ID: id, LastError: reason, Actor: actor})
+func NoteAmbiguous(ctx context.Context, db DB, id uuid.UUID, reason, actor string) error {
+	_, err := dbsqlc.New(db).NoteAmbiguous(ctx, dbsqlc.NoteAmbiguousParams{ID: id, LastError: reason, Actor: actor})
 	return err
 }
 
-// errRaced: a conditional write on a row the claim did not take no
+// ErrRaced: a conditional write on a row the claim did not take no
 // longer applied: someone changed the row in between.
-var errRaced = errors.New("delivery changed between the claim and the write")
+var ErrRaced = errors.New("delivery changed between the claim and the write")
 
 // raced turns the row count of a write on a row the claim did not take
-// into errRaced, as fenced does for the attempt's own row.
+// into ErrRaced, as fenced does for the attempt's own row.
 func raced(rows int64, err error) error {
 	if err == nil && rows == 0 {
-		return errRaced
+		return ErrRaced
 	}
 	return err
 }
 
-// expirePending fails a pending delivery whose tries began more than
-// maxAge ago; errRaced when it changed meanwhile.
-func expirePending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, maxAge time.Duration, reason, actor string) error {
-	return raced(q.ExpirePending(ctx, dbsqlc.ExpirePendingParams{ID: id, LastError: reason, MaxAgeSeconds: maxAge.Seconds(), Actor: actor}))
+// ExpirePending fails a pending delivery whose tries began more than
+// maxAge ago; ErrRaced when it changed meanwhile.
+func ExpirePending(ctx context.Context, db DB, id uuid.UUID, maxAge time.Duration, reason, actor string) error {
+	return raced(dbsqlc.New(db).ExpirePending(ctx, dbsqlc.ExpirePendingParams{ID: id, LastError: reason, MaxAgeSeconds: maxAge.Seconds(), Actor: actor}))
 }
 
-// suppressPending marks a pending delivery to a suppressed recipient;
-// errRaced when the recipient is not on the list (or the delivery is no
+// SuppressPending marks a pending delivery to a suppressed recipient;
+// ErrRaced when the recipient is not on the list (or the delivery is no
 // longer pending).
-func suppressPending(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, actor string) error {
-	return raced(q.SuppressPending(ctx, dbsqlc.SuppressPendingParams{ID: id, Actor: actor}))
+func SuppressPending(ctx context.Context, db DB, id uuid.UUID, actor string) error {
+	return raced(dbsqlc.New(db).SuppressPending(ctx, dbsqlc.SuppressPendingParams{ID: id, Actor: actor}))
+}
+
+// SuppressUnsubscribed marks a pending delivery of a subscription
+// template to a recipient who left subscription mail; ErrRaced when that
+// no longer holds.
+func SuppressUnsubscribed(ctx context.Context, db DB, id uuid.UUID, actor string) error {
+	return raced(dbsqlc.New(db).SuppressUnsubscribed(ctx, dbsqlc.SuppressUnsubscribedParams{ID: id, Actor: actor}))
 }
 
 // operatorRetry gives a failed or held delivery a fresh series of tries

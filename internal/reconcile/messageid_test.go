@@ -17,6 +17,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
+	"github.com/sekali-dev/sekali/internal/worker"
 )
 
 // The reconciler looks an ambiguous send up by the Message-ID the attempt
@@ -44,10 +45,10 @@ func TestLookupUsesTheStoredMessageID(t *testing.T) {
 	t.Cleanup(func() { p.Close() })
 	rdb := redisconn.NewClient(e.redis.Opt)
 	t.Cleanup(func() { rdb.Close() })
-	w := notify.NewWorker(e.db.Pool, rdb, notify.Only("smtp", p), templates, notify.WorkerConfig{
+	w := worker.New(e.db.Pool, rdb, worker.Only("smtp", p), templates, worker.Config{
 		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second,
 		MessageIDDomain: workerDomain, WorkerID: "old-worker", Concurrency: 1,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), worker.NewMetrics(prometheus.NewRegistry()))
 
 	d := e.pending(t, "ana@example.com")
 	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {

@@ -25,6 +25,8 @@ import (
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
+	"github.com/sekali-dev/sekali/internal/worker"
+	"github.com/sekali-dev/sekali/internal/worker/workertest"
 )
 
 const mailDomain = "shop.example"
@@ -117,14 +119,14 @@ func (e *env) startWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	rdb := redisconn.NewClient(e.redis.Opt)
-	w := notify.NewWorker(e.db.Pool, rdb, notify.Only("smtp", p), templates, notify.WorkerConfig{
+	w := worker.New(e.db.Pool, rdb, worker.Only("smtp", p), templates, worker.Config{
 		LockTTL: 5 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: mailDomain, WorkerID: "test-worker", Queue: e.redis.Queue, Concurrency: 4,
-	}, slog.New(slog.NewTextHandler(io.Discard, nil)), notify.NewMetrics(prometheus.NewRegistry()))
+	}, slog.New(slog.NewTextHandler(io.Discard, nil)), worker.NewMetrics(prometheus.NewRegistry()))
 	t.Cleanup(func() {
 		p.Close()
 		rdb.Close()
 	})
-	notifytest.Serve(t, w, notify.ServerConfig{Redis: e.redis.Opt, DelayedTaskCheckInterval: 200 * time.Millisecond, RetryBase: 100 * time.Millisecond})
+	workertest.Serve(t, w, worker.ServerConfig{Redis: e.redis.Opt, DelayedTaskCheckInterval: 200 * time.Millisecond, RetryBase: 100 * time.Millisecond})
 }
 
 // pending places an order whose task never reached the queue.

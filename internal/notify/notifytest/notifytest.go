@@ -1,19 +1,16 @@
 // Package notifytest makes deliveries in the states tests need, through
 // the statements the service itself runs (db/queries/transitions.sql, as
-// River's testfactory builds jobs through River's own inserts), and knows
-// a delivery's names in Redis. A test that writes a delivery's row by hand
+// River's testfactory builds jobs through River's own inserts). A test that writes a delivery's row by hand
 // means to corrupt it, and says so; one that only needs a state asks here.
 package notifytest
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
@@ -293,38 +290,4 @@ func (f *Factory) applied(what string, d notify.Delivery) func(int64, error) {
 			f.t.Fatalf("notifytest: %s %s: %d rows, %v", what, d.ID, n, err)
 		}
 	}
-}
-
-// LockKey and SentKey are a delivery's names in Redis: the lock a
-// worker holds while it tries, and the cache entry that says "sent".
-func LockKey(d notify.Delivery) string { return notify.LockKey(mail.KeyHash(d.IdempotencyKey)) }
-func SentKey(d notify.Delivery) string { return notify.SentKey(mail.KeyHash(d.IdempotencyKey)) }
-
-// HoldLock takes d's lock as another worker would, for ttl.
-func HoldLock(t testing.TB, rdb redis.UniversalClient, d notify.Delivery, ttl time.Duration) {
-	t.Helper()
-	if err := rdb.Set(context.Background(), LockKey(d), "another-worker", ttl).Err(); err != nil {
-		t.Fatalf("notifytest: hold the lock of %s: %v", d.ID, err)
-	}
-}
-
-// Serve runs w from its queue as cmd/worker does (notify.Worker.Run)
-// until the test ends or stop is called; stop drains w and waits for the
-// sends under way, as SIGTERM does.
-func Serve(t testing.TB, w *notify.Worker, cfg notify.ServerConfig) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx, cfg) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("notifytest: worker server: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
 }

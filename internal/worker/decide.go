@@ -1,0 +1,321 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/textrule"
+)
+
+// What an attempt's state calls for, decided without I/O: the worker
+// reads (the claim's verdict, the provider's answer), decideUnclaimed and
+// decideOutcome turn what it read into a step, and apply (apply.go) does
+// the step. Every path of a task ends in one result.
+
+// result is how a task ended, the "result" of its log line
+// (docs/observability.md lists them).
+type result string
+
+const (
+	resultSent                 result = "sent"
+	resultRetried              result = "retried"
+	resultFailed               result = "failed"
+	resultHeld                 result = "held"
+	resultExpired              result = "expired"    // past DELIVERY_MAX_AGE without a try
+	resultSuppressed           result = "suppressed" // the recipient is on the suppression list
+	resultBlocked              result = "blocked"    // an operator's block holds it back
+	resultNotYet               result = "not_yet"    // to be sent later: the task comes back then
+	resultLeftForReconciler    result = "left_for_reconciler"
+	resultOwnedByAnotherWorker result = "owned_by_another_worker"
+	resultFencedOut            result = "fenced_out" // the lease was taken over before the outcome was written
+	resultRaced                result = "raced"      // changed by someone else between the claim and a write
+	resultUnknownTemplate      result = "unknown_template"
+	resultProviderUnavailable  result = "provider_unavailable"
+	resultPinnedMissing        result = "pinned_to_missing_provider" // its provider is not in this worker's PROVIDERS
+	resultHandedBack           result = "handed_back"                // the worker is shutting down
+	resultShutdown             result = "shutdown"                   // stopped while waiting for a concurrency slot
+	resultBadPayload           result = "bad_payload"
+	resultUnknownDelivery      result = "unknown_delivery"
+	resultDBError              result = "db_error"
+	resultRedisError           result = "redis_error"
+)
+
+// duplicateResult is the result of a duplicate caught by layer (cache,
+// lock, database, fencing).
+func duplicateResult(layer string) result { return result("duplicate_" + layer) }
+
+// The verdicts of notify.ClaimAll, and two of the worker's own: no such
+// row, and pinned to a provider this worker does not have at all (it
+// tells that from notify.VerdictPinnedElsewhere).
+const (
+	verdictMissing       notify.Verdict = "missing"
+	verdictPinnedMissing notify.Verdict = "pinned_to_missing_provider"
+)
+
+// write is the one transition or history entry a step makes.
+type write int
+
+const (
+	writeNothing write = iota
+	// On the attempt's own row, fenced on its lease (transitions.go): a
+	// write that no longer applies means another worker owns the row.
+	writeSent
+	writeHeld
+	writeRetry
+	writeFailed
+	writeAmbiguous
+	// On a row the claim did not take.
+	writeNoteAmbiguous // a note in the history: the reconciler decides
+	writeExpired       // pending -> failed, if still pending and too old
+	writeSuppressed    // pending (or a dead attempt's sending) -> suppressed, if still so
+	writeUnsubscribed  // pending -> suppressed, if still pending and still unsubscribed
+	writeBlocked       // a "blocked" history entry
+	writeDuplicate     // a "duplicate_suppressed" history entry
+)
+
+// answer is what asynq is told about the task.
+type answer int
+
+const (
+	answerDone         answer = iota // nil: finished
+	answerRetry                      // the error: retried with asynq's back-off
+	answerSkip                       // SkipRetry: never again
+	answerWait                       // again after a delay that is not a failure
+	answerProviderWait               // again after the provider's next probe
+)
+
+// step is what an attempt's state calls for.
+type step struct {
+	write      write
+	to         notify.Status // the status write leaves the row in, for the log
+	providerID string        // writeSent: the provider's id for the message
+	reason     string        // the row's last_error and the history's detail
+	refund     bool          // writeRetry: the attempt does not count
+	pin        bool          // writeRetry: the provider may have the message; the delivery stays with it
+
+	result     result
+	outcome    string // sekali_deliveries_total{outcome}
+	retry      string // sekali_job_retry_total{reason}
+	duplicate  string // sekali_duplicate_detected_total{layer}
+	handedBack string // sekali_tasks_handed_back_total{reason}
+	blocked    bool   // sekali_deliveries_blocked_total
+	cacheSent  bool   // the row is sent: remember it in the cache
+	// providerDown: the provider refuses our session; the worker stops
+	// sending until a probe gets through.
+	providerDown *mail.SendError
+
+	answer     answer
+	err        error         // what asynq gets, unless answerDone
+	waitBase   time.Duration // answerWait: the delay, plus up to waitSpread
+	waitSpread time.Duration
+
+	attrs []slog.Attr // for the task's log line
+}
+
+// decideUnclaimed is what a task whose claim took nothing does, by the
+// claim's verdict on the row d (only its ID when there is no such row);
+// keyHash is the task's, now the time of the claim.
+func decideUnclaimed(v notify.Verdict, d notify.Delivery, keyHash string, maxAge time.Duration, now time.Time) step {
+	switch v {
+	case verdictMissing:
+		return step{result: resultUnknownDelivery, answer: answerSkip,
+			err: fmt.Errorf("delivery %s does not exist: %w", d.ID, asynq.SkipRetry)}
+	case notify.VerdictNotTask:
+		return step{result: resultBadPayload, answer: answerSkip,
+			err: fmt.Errorf("task key hash %s does not match delivery %s: %w", keyHash, d.ID, asynq.SkipRetry)}
+	case notify.VerdictSettled:
+		return step{write: writeDuplicate, duplicate: "database", result: duplicateResult("database"),
+			cacheSent: d.Status == notify.StatusSent}
+	case notify.VerdictLeased:
+		return step{write: writeDuplicate, duplicate: "database", result: resultOwnedByAnotherWorker}
+	case notify.VerdictHandedOver:
+		// The previous attempt died after the data went out. Sending now
+		// could be the second e-mail; the reconciler asks the provider.
+		return step{write: writeNoteAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous",
+			reason: "ambiguous: a previous attempt stopped after handing the message to the provider; left for the reconciler"}
+	case notify.VerdictNotYet:
+		// Early: a task enqueued before its time (the queue's own is
+		// scheduled for it). It comes back then, plus a moment, which is
+		// not a failure; nothing is written.
+		wait := time.Second
+		if d.NotBefore != nil {
+			wait = max(d.NotBefore.Sub(now), 0) + 100*time.Millisecond
+		}
+		return step{result: resultNotYet, answer: answerWait, err: errNotYet, waitBase: wait, waitSpread: 400 * time.Millisecond}
+	case notify.VerdictUnknownTemplate:
+		// An older worker during a rolling deploy: the delivery is not
+		// this worker's to fail. It waits for one that knows the template.
+		return step{result: resultUnknownTemplate, handedBack: "unknown_template",
+			answer: answerWait, err: errUnknownTemplate, waitBase: unknownTemplateWait, waitSpread: 2 * unknownTemplateWait}
+	case notify.VerdictTooOld:
+		reason := fmt.Sprintf("expired: not sent within DELIVERY_MAX_AGE (%s)", maxAge)
+		if d.LastError != "" {
+			reason += "; last error: " + textrule.Clip(d.LastError, 900)
+		}
+		return step{write: writeExpired, to: notify.StatusFailed, reason: reason, result: resultExpired, outcome: "failed",
+			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
+	case notify.VerdictSuppressed:
+		return step{write: writeSuppressed, to: notify.StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
+	case notify.VerdictUnsubscribed:
+		return step{write: writeUnsubscribed, to: notify.StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
+	case notify.VerdictBlocked:
+		// The row stays pending; the reconciler queues it again once the
+		// block has expired.
+		return step{write: writeBlocked, result: resultBlocked, blocked: true,
+			reason: "an operator's block on the key or recipient holds it back"}
+	case notify.VerdictPinnedElsewhere:
+		// Its outcome at the provider it is pinned to is unknown, and that
+		// one does not take mail from this worker now: it waits for it,
+		// unwritten, as every delivery waits while all providers are down.
+		reason := fmt.Sprintf("pinned to provider %q, which may hold an earlier attempt and does not take mail from this worker now", d.Provider)
+		return step{result: resultProviderUnavailable, handedBack: "provider_unavailable", answer: answerProviderWait,
+			err: fmt.Errorf("%w: %s", errProviderUnavailable, reason), attrs: []slog.Attr{slog.String("pinned_to", d.Provider)}}
+	case verdictPinnedMissing:
+		// Taken out of PROVIDERS, or an older list: no worker of this
+		// configuration can send it, and another provider must not. An
+		// operator decides (runbook 1.8); meanwhile it waits, loudly.
+		return step{result: resultPinnedMissing, handedBack: string(resultPinnedMissing), answer: answerWait,
+			err:      fmt.Errorf("%w: %q", errPinnedToMissingProvider, d.Provider),
+			waitBase: unknownTemplateWait, waitSpread: 2 * unknownTemplateWait,
+			attrs: []slog.Attr{slog.String("pinned_to", d.Provider)}}
+	default: // a verdict this build does not know: leave the row alone
+		return step{result: resultRaced, answer: answerWait, err: fmt.Errorf("claim verdict %q unknown to this worker", v),
+			waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}
+	}
+}
+
+// decideOutcome is what a finished send calls for: its error (nil: the
+// provider accepted the message), on the claimed row d, at now. dedupes
+// says the provider refuses a second message under the delivery's key
+// (Resend, within its window): only then may an answer that leaves the
+// message possibly taken (a 5xx after the request was written) be sent
+// again at once; with any other provider it is left for the reconciler,
+// which asks the provider first.
+func decideOutcome(d notify.Delivery, providerID string, sendErr error, now time.Time, maxAge time.Duration, dedupes bool) step {
+	if sendErr == nil {
+		return step{write: writeSent, to: notify.StatusSent, providerID: providerID, result: resultSent, outcome: "sent",
+			attrs: []slog.Attr{slog.String("provider_message_id", providerID)}}
+	}
+	var re *renderError
+	if errors.As(sendErr, &re) {
+		// An operator's problem (fix the template or the data, then
+		// retry), held in plain sight rather than failed.
+		reason := "held: " + re.Error()
+		return step{write: writeHeld, to: notify.StatusHeld, reason: reason, result: resultHeld, outcome: "held",
+			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
+	}
+
+	se := sendErrorOf(sendErr)
+	attrs := append([]slog.Attr{slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
+	reason := textrule.Clip(sendErr.Error(), 1000)
+	retried := func(refund bool, label string) step {
+		return step{write: writeRetry, to: notify.StatusPending, reason: reason, refund: refund, pin: se.MayHaveAccepted(), result: resultRetried,
+			outcome: "retried", retry: label, answer: answerRetry, err: sendErr, attrs: attrs}
+	}
+	failed := func(reason string) step {
+		return step{write: writeFailed, to: notify.StatusFailed, reason: reason, result: resultFailed, outcome: "failed",
+			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry), attrs: attrs}
+	}
+	ambiguous := func() step {
+		s := step{write: writeAmbiguous, reason: "ambiguous: " + reason, result: resultLeftForReconciler, outcome: "ambiguous", attrs: attrs}
+		if se.Reply.Protocol == mail.ProtocolHTTP && se.Reply.Code >= 500 {
+			// A server error answered: the provider is unwell. The
+			// worker stops sending until a probe gets through, and the
+			// reconciler settles this one.
+			s.providerDown = se
+		}
+		return s
+	}
+	if se.MayHaveAccepted() && se.Outcome != mail.OutcomeAmbiguous && !dedupes {
+		// Sending it again could deliver a second e-mail: a provider that
+		// does not refuse a second message under our key must be asked.
+		return ambiguous()
+	}
+	switch se.Outcome {
+	case mail.OutcomeAborted:
+		if errors.Is(sendErr, notify.ErrLeaseLost) {
+			// Another worker has the row: this one writes nothing more.
+			return fencedOut(attrs)
+		}
+		// The lock was lost before the data went out: nothing was sent,
+		// so the attempt is given back, and the delivery tried again later.
+		return retried(true, "lock_expired")
+	case mail.OutcomeUnavailable:
+		// The provider refuses us, not this message: the delivery waits,
+		// using up nothing, and this worker stops sending until a probe
+		// gets through.
+		s := retried(true, "provider_unavailable")
+		s.answer, s.providerDown = answerProviderWait, se
+		s.err = fmt.Errorf("%w: %s", errProviderUnavailable, mail.RedactAddresses(reason))
+		return s
+	case mail.OutcomeTemporary:
+		if age := now.Sub(d.TryingSince); age >= maxAge {
+			return failed(fmt.Sprintf("gave up after %s of tries (DELIVERY_MAX_AGE %s): %s", age.Round(time.Second), maxAge, reason))
+		}
+		// An attempt the provider refused before it accepted the
+		// recipient does not count.
+		return retried(!se.ReachedRecipient(), deferredReason(se.Reply))
+	case mail.OutcomePermanent:
+		return failed(reason)
+	default: // mail.OutcomeAmbiguous
+		return ambiguous()
+	}
+}
+
+// fencedOut is the step of an attempt whose lease another worker took
+// over before its outcome was written: it writes nothing more but the
+// duplicate it was in the history.
+func fencedOut(attrs []slog.Attr) step {
+	return step{write: writeDuplicate, duplicate: "fencing", result: resultFencedOut, attrs: attrs}
+}
+
+// decidePastResendWindow holds a claimed attempt at row d that would go
+// to provider (route) although an earlier attempt there, handed over at
+// d.UnsettledSince (its creation, if a release before that column
+// pinned it), may have been accepted, once resend (the window in which
+// that provider refuses a second message under our key) has passed
+// since: sending again could then deliver a second e-mail. past is false
+// when the attempt may go ahead.
+func decidePastResendWindow(d notify.Delivery, route string, resend time.Duration, now time.Time) (s step, past bool) {
+	if resend <= 0 || !d.ProviderPinned || d.Provider != route {
+		return step{}, false
+	}
+	since, unknown := d.UnknownSince()
+	if !unknown || now.Sub(since) < resend {
+		return step{}, false
+	}
+	reason := fmt.Sprintf("held: an attempt handed over to provider %q at %s may have been accepted, and the %s in which it refuses a second message under this delivery's key have passed: sending again could deliver a second e-mail; check the provider's log, then mark sent, or retry with unpin if it does not have the message",
+		route, since.UTC().Format(time.RFC3339), resend)
+	return step{write: writeHeld, to: notify.StatusHeld, reason: reason, result: resultHeld, outcome: "held",
+		answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}, true
+}
+
+// decideDraining: the worker began shutting down while this attempt's
+// claim ran. Nothing was sent; rather than start a send the shutdown may
+// cut before its outcome is written, the row goes back to pending, the
+// attempt not counted, and the task to another worker.
+func decideDraining() step {
+	return step{write: writeRetry, to: notify.StatusPending, reason: errDraining.Error(), refund: true, result: resultHandedBack,
+		handedBack: "shutdown", answer: answerWait, err: errDraining, waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}
+}
+
+// decideNoRoute is what a claimed attempt does when no provider may take
+// it now: every provider went down since the task began, or the row is
+// pinned to provider (an earlier hand-over's outcome there is unknown,
+// so no other may send it) and that one is down or not in this worker's
+// list. Nothing was sent: the row goes back to pending, the attempt not
+// counted, and the task comes back after the next probe.
+func decideNoRoute(pinned string, anyUp bool) step {
+	reason := "every provider refuses us; waiting for a probe to succeed"
+	if anyUp {
+		reason = fmt.Sprintf("pinned to provider %q, which may hold an earlier attempt and does not take mail from this worker now; waiting for it", pinned)
+	}
+	return step{write: writeRetry, to: notify.StatusPending, reason: reason, refund: true, result: resultProviderUnavailable, outcome: "retried",
+		retry: "provider_unavailable", answer: answerProviderWait, err: fmt.Errorf("%w: %s", errProviderUnavailable, reason)}
+}

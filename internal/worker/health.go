@@ -1,0 +1,252 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// The worker's circuit breaker on each provider. A send that meets
+// OutcomeUnavailable (the provider refuses us, not the message) opens
+// that provider's; a probe that succeeds closes it:
+//
+//	up ──(a send is refused as OutcomeUnavailable)──▶ down
+//	down ──(Provider.Probe succeeds, every PROVIDER_PROBE_INTERVAL)──▶ up
+//
+// Each attempt goes to the first provider of the list (PROVIDERS) that is
+// up, so while the first is down the next one takes the mail: failover.
+// A refusal as OutcomeUnavailable means nothing was accepted, so the
+// delivery may move. A delivery whose outcome at a provider is unknown
+// is pinned to it (provider_pinned) and waits for it alone. While every
+// provider is down no task claims a delivery: each goes back to the
+// queue and comes again shortly after the next probe, using up nothing,
+// so the whole backlog goes out within a minute of a provider's return
+// rather than after each delivery's own exponential back-off.
+
+// route is one provider of the list, with its breaker.
+type route struct {
+	name     string
+	provider mail.Provider
+	resend   time.Duration // NamedProvider.Resend
+	health   *health
+}
+
+// anyAvailable reports whether some provider is up.
+func (w *Worker) anyAvailable() bool {
+	for _, r := range w.routes {
+		if r.health.available() {
+			return true
+		}
+	}
+	return false
+}
+
+// hasRoute reports whether this worker sends through provider name.
+func (w *Worker) hasRoute(name string) bool {
+	for _, r := range w.routes {
+		if r.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// usable names the providers that are up, for the claim: a delivery
+// pinned to another waits without being claimed.
+func (w *Worker) usable() []string {
+	var names []string
+	for _, r := range w.routes {
+		if r.health.available() {
+			names = append(names, r.name)
+		}
+	}
+	return names
+}
+
+// routeFor is the provider an attempt at row d sends through: the one
+// it is pinned to, if that is up, or else the first that is up; nil if
+// none may take it now.
+func (w *Worker) routeFor(d notify.Delivery) *route {
+	for _, r := range w.routes {
+		if d.ProviderPinned && d.Provider != "" && d.Provider != r.name {
+			continue
+		}
+		if r.health.available() {
+			return r
+		}
+	}
+	return nil
+}
+
+// health is one worker's view of one provider.
+type health struct {
+	mu     sync.Mutex
+	down   bool
+	reason string
+	since  time.Time
+	up     prometheus.Gauge
+	// A probe can pass while sending fails (an API whose sending
+	// endpoint alone is down; a key that may only send, which the probe
+	// cannot tell from a working one). Each such pass lets one attempt
+	// per worker meet the refusal again, and with failover an HTTP 5xx
+	// keeps that delivery waiting for this provider. So a breaker that
+	// reopens before any send succeeded (trial) counts a flap, and each
+	// flap doubles the wait before the next probe, up to maxFlapBackoff
+	// probe intervals; a send that succeeds forgets them.
+	trial     bool
+	flaps     int
+	lastProbe time.Time
+}
+
+// maxFlapBackoff bounds the probe's back-off after flaps: 64 probe
+// intervals (5 s: about 5 minutes).
+const maxFlapBackoff = 6
+
+func newHealth(up prometheus.Gauge) *health {
+	up.Set(1)
+	return &health{since: time.Now(), up: up}
+}
+
+// available reports whether sends may go to the provider.
+func (h *health) available() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.down
+}
+
+// markDown opens the breaker (or updates its reason); opened reports a
+// transition.
+func (h *health) markDown(reason string) (opened bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reason = reason
+	if h.down {
+		return false
+	}
+	if h.trial {
+		h.flaps++
+		h.trial = false
+	}
+	h.down, h.since = true, time.Now()
+	h.up.Set(0)
+	return true
+}
+
+// markUp closes the breaker; closed reports a transition.
+func (h *health) markUp() (closed bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down {
+		return false
+	}
+	h.down, h.reason, h.since, h.trial = false, "", time.Now(), true
+	h.up.Set(1)
+	return true
+}
+
+// sent records a send the provider accepted: the breaker's flaps are
+// forgotten.
+func (h *health) sent() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.trial, h.flaps = false, 0
+}
+
+// probeDue reports whether an open breaker is due for a probe at now,
+// every interval, doubled per flap; it notes the probe.
+func (h *health) probeDue(now time.Time, interval time.Duration) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.down || now.Sub(h.lastProbe) < interval<<min(h.flaps, maxFlapBackoff)-interval/10 {
+		return false
+	}
+	h.lastProbe = now
+	return true
+}
+
+func (h *health) state() (down bool, reason string, since time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.down, h.reason, h.since
+}
+
+// WatchProvider probes every provider whose breaker is open, every
+// interval, closes a breaker when its probe succeeds, and publishes this
+// worker's view in Redis for the admin API. It returns when ctx ends.
+func (w *Worker) WatchProvider(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		w.publishHealth(ctx, interval)
+		select {
+		case <-ctx.Done():
+			fields := make([]string, len(w.routes))
+			for i, r := range w.routes {
+				fields[i] = w.healthField(r)
+			}
+			_ = w.lock.rdb.HDel(context.WithoutCancel(ctx), notify.ProviderStateKey(w.cfg.Queue), fields...).Err()
+			return
+		case <-t.C:
+		}
+		for _, r := range w.routes {
+			w.probe(ctx, r, interval)
+		}
+	}
+}
+
+// probe probes r if its breaker is open and a probe is due, and closes
+// the breaker if r answers.
+func (w *Worker) probe(ctx context.Context, r *route, interval time.Duration) {
+	if !r.health.probeDue(time.Now(), interval) {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
+	err := r.provider.Probe(pctx)
+	cancel()
+	if err != nil {
+		r.health.markDown(mail.RedactAddresses(err.Error()))
+		return
+	}
+	if r.health.markUp() {
+		w.log.LogAttrs(ctx, slog.LevelInfo, "provider takes mail again; sending resumes", slog.String("worker_id", w.cfg.WorkerID),
+			slog.String("provider", r.name))
+	}
+}
+
+// providerUnavailable opens r's breaker after a send met
+// OutcomeUnavailable, and says so once per outage.
+func (w *Worker) providerUnavailable(ctx context.Context, r *route, se *mail.SendError) {
+	reason := mail.RedactAddresses(se.Error())
+	if r.health.markDown(reason) {
+		next := "deliveries wait until a probe succeeds"
+		if w.anyAvailable() {
+			next = "deliveries go to the next provider that is up until a probe succeeds"
+		}
+		attrs := append([]slog.Attr{slog.String("worker_id", w.cfg.WorkerID), slog.String("provider", r.name),
+			slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
+		w.log.LogAttrs(ctx, slog.LevelWarn, "provider refuses us; "+next, append(attrs, slog.String("reason", reason))...)
+	}
+}
+
+// healthField is r's field in the providerKey hash.
+func (w *Worker) healthField(r *route) string { return w.cfg.WorkerID + " " + r.name }
+
+func (w *Worker) publishHealth(ctx context.Context, interval time.Duration) {
+	now := time.Now()
+	values := make([]any, 0, 2*len(w.routes))
+	for _, r := range w.routes {
+		down, reason, since := r.health.state()
+		b, _ := json.Marshal(notify.ProviderState{WorkerID: w.cfg.WorkerID, Provider: r.name, Up: !down, Reason: reason, Since: since,
+			CheckedAt: now, ValidUntil: now.Add(3*interval + 5*time.Second)})
+		values = append(values, w.healthField(r), b)
+	}
+	// Best effort: Redis being away is not the provider's health.
+	_ = w.lock.rdb.HSet(ctx, notify.ProviderStateKey(w.cfg.Queue), values...).Err()
+}

@@ -1,0 +1,204 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/notify"
+)
+
+// LockKey and SentKey name a delivery's lock and cache entry in Redis,
+// for operators and tests (notifytest). They share the hash tag
+// {<keyhash>}: on a Redis Cluster they live in one hash slot, so one
+// script may read and write both. (Before the tag they were
+// sekali:lock:<keyhash> and sekali:sent:<keyhash>; a worker of either
+// layout stays correct beside one of the other, see acquire.)
+func LockKey(keyHash string) string { return "sekali:{" + keyHash + "}:lock" }
+
+// SentKey: see LockKey.
+func SentKey(keyHash string) string { return "sekali:{" + keyHash + "}:sent" }
+
+// sentCacheTTL is how long the status cache remembers a sent delivery:
+// long enough for what brings a sent delivery's task back (asynq
+// recovering a task whose worker died after the send, within a minute
+// and a half; a retry queued before the send went through, within the
+// 5-minute back-off cap), short enough that Redis holds a quarter of an
+// hour of orders, not days of them. Past it the row answers, as it
+// always may: the cache only speeds up a positive answer.
+const sentCacheTTL = 15 * time.Minute
+
+// The lock's scripts compare before they act: a worker only ever extends
+// or deletes the lock it holds, never one another worker took after its
+// own expired. Each touches one delivery's keys only, which share a slot.
+var (
+	// acquireScript answers from the status cache or takes the lock, in
+	// one round trip: 2 when the cache says "sent" (no lock taken), 1 when
+	// the lock is now ours, 0 when another worker holds it. A cache entry
+	// that cannot be read (pcall: a wrong type) is a miss, as before.
+	//
+	// KEYS: sent, lock. ARGV: "sent", token, ttl in ms.
+	acquireScript = redis.NewScript(`
+if redis.pcall("GET", KEYS[1]) == ARGV[1] then
+  return 2
+end
+if redis.call("SET", KEYS[2], ARGV[2], "NX", "PX", ARGV[3]) then
+  return 1
+end
+return 0`)
+
+	extendScript = redis.NewScript(`
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+return 0`)
+
+	// releaseScript writes "sent" into the status cache when ARGV[2] is
+	// not empty, whoever holds the lock, then deletes the lock if it is
+	// still ours: 1 when it deleted it. The cache is written with pcall
+	// so that a refused write (out of memory) still releases the lock; its
+	// error is answered after.
+	//
+	// KEYS: lock, sent. ARGV: token, "sent" or "", cache ttl in ms.
+	releaseScript = redis.NewScript(`
+local cached = true
+if ARGV[2] ~= "" then
+  cached = redis.pcall("SET", KEYS[2], ARGV[2], "PX", ARGV[3])
+end
+local released = 0
+if redis.call("GET", KEYS[1]) == ARGV[1] then
+  released = redis.call("DEL", KEYS[1])
+end
+if type(cached) == "table" and cached.err then
+  return cached
+end
+return released`)
+)
+
+// redisLock is the Redis side of a delivery: a lock that keeps two workers
+// from doing the same work at once, and a cache that may say "sent"
+// sooner than PostgreSQL. Neither is ever trusted for correctness.
+type redisLock struct {
+	rdb redis.UniversalClient
+	ttl time.Duration
+}
+
+// lockOutcome is what acquire found.
+type lockOutcome int
+
+const (
+	lockBusy       lockOutcome = iota // another worker holds the lock
+	lockTaken                         // the lock is ours, under the token returned
+	lockCachedSent                    // the cache says "sent": nothing to do, no lock taken
+)
+
+// acquire asks the status cache and, unless it says "sent", takes the
+// lock with SET NX PX and a random token: one script, one round trip.
+// Only a "sent" answer is believed; anything else in the cache, or
+// nothing, is "don't know".
+//
+// Neither answer is needed for correctness, which is why a mixed deploy
+// (workers that name the keys sekali:lock:<keyhash> and sekali:sent:<keyhash>
+// beside workers that use the tagged names) is safe: two workers may then
+// both hold "the" lock, and PostgreSQL's conditional claim lets one of
+// them in; a cache written under the other layout is a miss, and the
+// claim finds the row sent.
+func (l redisLock) acquire(ctx context.Context, keyHash string) (token string, got lockOutcome, err error) {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	token = hex.EncodeToString(b[:])
+	n, err := acquireScript.Run(ctx, l.rdb, []string{SentKey(keyHash), LockKey(keyHash)},
+		string(notify.StatusSent), token, l.ttl.Milliseconds()).Int()
+	if err != nil {
+		return "", lockBusy, fmt.Errorf("acquire lock: %w", err)
+	}
+	switch n {
+	case 2:
+		return "", lockCachedSent, nil
+	case 1:
+		return token, lockTaken, nil
+	default:
+		return "", lockBusy, nil
+	}
+}
+
+// extend pushes the lock's expiry out by ttl if it is still ours.
+func (l redisLock) extend(ctx context.Context, keyHash, token string) (bool, error) {
+	n, err := extendScript.Run(ctx, l.rdb, []string{LockKey(keyHash)}, token, l.ttl.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("extend lock: %w", err)
+	}
+	return n == 1, nil
+}
+
+// release deletes the lock if it is still ours. With sent, it first
+// writes the status cache, in the same script.
+func (l redisLock) release(ctx context.Context, keyHash, token string, sent bool) (bool, error) {
+	status := ""
+	if sent {
+		status = string(notify.StatusSent)
+	}
+	n, err := releaseScript.Run(ctx, l.rdb, []string{LockKey(keyHash), SentKey(keyHash)},
+		token, status, sentCacheTTL.Milliseconds()).Int()
+	if err != nil {
+		return false, fmt.Errorf("cache status and release lock: %w", err)
+	}
+	return n == 1, nil
+}
+
+func (l redisLock) cacheSent(ctx context.Context, keyHash string) error {
+	if err := l.rdb.Set(ctx, SentKey(keyHash), string(notify.StatusSent), sentCacheTTL).Err(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("cache sent status: %w", err)
+	}
+	return nil
+}
+
+// heartbeat renews the Redis lock and the row's lease while a send runs.
+type heartbeat struct {
+	lost   atomic.Bool
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (w *Worker) startHeartbeat(ctx context.Context, a *attempt) *heartbeat {
+	ctx, cancel := context.WithCancel(ctx)
+	hb := &heartbeat{cancel: cancel}
+	hb.wg.Add(1)
+	go func() {
+		defer hb.wg.Done()
+		t := time.NewTicker(w.cfg.LockTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ok, err := w.lock.extend(ctx, a.keyHash, a.lockToken)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil || !ok {
+				hb.lost.Store(true)
+			}
+			// The lease is renewed even when the lock is gone: while the
+			// row's lease is ours, no other worker can claim it.
+			notify.ExtendLease(ctx, w.db, a.row.ID, a.lease)
+		}
+	}()
+	return hb
+}
+
+func (h *heartbeat) lockLost() bool { return h.lost.Load() }
+
+func (h *heartbeat) stop() {
+	h.cancel()
+	h.wg.Wait()
+}

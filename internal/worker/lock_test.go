@@ -1,0 +1,137 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// The lock and the status cache behave the same on one redis-server and
+// on a Redis Cluster, where a script touching both keys is refused unless
+// they share a hash slot.
+func TestLockAndCache(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opt  func(testing.TB) asynq.RedisConnOpt
+	}{
+		{"standalone", func(t testing.TB) asynq.RedisConnOpt { return testenv.NewRedis(t).Opt }},
+		{"cluster", func(t testing.TB) asynq.RedisConnOpt { return testenv.NewRedisCluster(t).Opt }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb := redisconn.NewClient(tc.opt(t))
+			t.Cleanup(func() { rdb.Close() })
+			testLockAndCache(t, rdb)
+		})
+	}
+}
+
+func testLockAndCache(t *testing.T, rdb redis.UniversalClient) {
+	ctx := context.Background()
+	l := redisLock{rdb: rdb, ttl: 10 * time.Second}
+	h := randomKeyHash(t)
+
+	token, got, err := l.acquire(ctx, h)
+	if err != nil || got != lockTaken || token == "" {
+		t.Fatalf("first acquire = %q, %v, %v; want the lock", token, got, err)
+	}
+	if ttl := rdb.PTTL(ctx, LockKey(h)).Val(); ttl <= 9*time.Second || ttl > 10*time.Second {
+		t.Errorf("lock expires in %v, want LOCK_TTL (10s)", ttl)
+	}
+	if other, got, err := l.acquire(ctx, h); err != nil || got != lockBusy || other != "" {
+		t.Errorf("second acquire = %q, %v, %v; want busy", other, got, err)
+	}
+	if ok, err := l.extend(ctx, h, "not-mine"); err != nil || ok {
+		t.Errorf("extend with another token = %v, %v; want refused", ok, err)
+	}
+	if ok, err := l.extend(ctx, h, token); err != nil || !ok {
+		t.Errorf("extend with the holder's token = %v, %v", ok, err)
+	}
+
+	// Releasing with another token leaves the lock alone but still caches
+	// "sent": the worker that recorded it may have lost its lock.
+	if released, err := l.release(ctx, h, "not-mine", true); err != nil || released {
+		t.Errorf("release with another token = %v, %v; want refused", released, err)
+	}
+	if v := rdb.Get(ctx, LockKey(h)).Val(); v != token {
+		t.Errorf("the holder's lock is now %q", v)
+	}
+	if v, ttl := rdb.Get(ctx, SentKey(h)).Val(), rdb.PTTL(ctx, SentKey(h)).Val(); v != "sent" || ttl < sentCacheTTL-time.Minute {
+		t.Errorf("status cache = %q for %v, want sent for %v", v, ttl, sentCacheTTL)
+	}
+	// A cached "sent" answers before the lock is even looked at.
+	if other, got, err := l.acquire(ctx, h); err != nil || got != lockCachedSent || other != "" {
+		t.Errorf("acquire of a sent delivery = %q, %v, %v; want the cache's answer", other, got, err)
+	}
+	if released, err := l.release(ctx, h, token, false); err != nil || !released {
+		t.Errorf("release by the holder = %v, %v", released, err)
+	}
+	if n := rdb.Exists(ctx, LockKey(h)).Val(); n != 0 {
+		t.Error("the lock is still there after its release")
+	}
+
+	// Only "sent" is believed: any other value, or one that cannot be
+	// read, is "don't know" and the lock is taken.
+	for _, poison := range []func(key string) error{
+		func(key string) error { return rdb.Set(ctx, key, "pending", time.Minute).Err() },
+		func(key string) error { return rdb.HSet(ctx, key, "status", "sent").Err() },
+	} {
+		h := randomKeyHash(t)
+		if err := poison(SentKey(h)); err != nil {
+			t.Fatal(err)
+		}
+		if token, got, err := l.acquire(ctx, h); err != nil || got != lockTaken || token == "" {
+			t.Errorf("acquire under a cache entry that is not \"sent\" = %q, %v, %v; want the lock", token, got, err)
+		}
+	}
+}
+
+// The lock and the cache of a delivery survive a planned failover of
+// their primary, and the worker's scripts run on the new one (which has
+// never seen them: EVALSHA falls back to EVAL).
+func TestLockAcrossClusterFailover(t *testing.T) {
+	t.Parallel()
+	rc := testenv.NewRedisCluster(t)
+	rdb := redisconn.NewClient(rc.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	l := redisLock{rdb: rdb, ttl: 10 * time.Second}
+
+	h := randomKeyHash(t)
+	if slot, other := rdb.ClusterKeySlot(ctx, LockKey(h)).Val(), rdb.ClusterKeySlot(ctx, SentKey(h)).Val(); slot != other {
+		t.Fatalf("lock in slot %d, cache in slot %d: a script cannot touch both", slot, other)
+	}
+	token, got, err := l.acquire(ctx, h)
+	if err != nil || got != lockTaken {
+		t.Fatalf("acquire = %v, %v", got, err)
+	}
+	rc.Failover(t, LockKey(h))
+	if ok, err := l.extend(ctx, h, token); err != nil || !ok {
+		t.Errorf("extend after the failover = %v, %v", ok, err)
+	}
+	if released, err := l.release(ctx, h, token, true); err != nil || !released {
+		t.Errorf("release after the failover = %v, %v", released, err)
+	}
+	rc.Failover(t, SentKey(h))
+	if _, got, err := l.acquire(ctx, h); err != nil || got != lockCachedSent {
+		t.Errorf("acquire after a second failover = %v, %v; want the cached \"sent\"", got, err)
+	}
+}
+
+func randomKeyHash(t testing.TB) string {
+	t.Helper()
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b[:])
+}
