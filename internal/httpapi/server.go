@@ -24,6 +24,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
+	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/order"
 )
 
@@ -71,12 +72,8 @@ type Deps struct {
 
 // NewServer returns the API's handler.
 func NewServer(d Deps) http.Handler {
-	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "sekali_http_request_duration_seconds",
-		Help:    "Time to answer an HTTP request, by method, route and status code.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
-	}, []string{"method", "route", "code"})
-	d.Registry.MustRegister(latency)
+	latency := metric.HistogramVec(d.Registry, "sekali_http_request_duration_seconds", "Time to answer an HTTP request, by method, route and status code.",
+		[]float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}, []string{"method", "route", "code"})
 	hooks := newWebhookMetrics(d.Registry, d.Webhooks)
 
 	r := chi.NewRouter()

@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -116,24 +119,14 @@ type webhookMetrics struct {
 // newWebhookMetrics makes the webhook metrics with every configured
 // provider and every known label value at zero.
 func newWebhookMetrics(reg prometheus.Registerer, hooks map[string]mail.Webhook) webhookMetrics {
-	m := webhookMetrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sekali_provider_events_total",
-			Help: "Providers' webhook events, by provider and result: recorded, duplicate (the same event again), unknown_message, rejected (signature, credentials, age, body).",
-		}, []string{"provider", "result"}),
-		kinds: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sekali_delivery_feedback_total",
-			Help: "What providers reported about accepted messages, by provider and kind: delivered, deferred, bounced (permanent), complained.",
-		}, []string{"provider", "kind"}),
+	providers := slices.Sorted(maps.Keys(hooks))
+	kinds := []string{string(mail.FeedbackDelivered), string(mail.FeedbackDeferred), string(mail.FeedbackBounced), string(mail.FeedbackComplained)}
+	return webhookMetrics{
+		requests: metric.CounterVec(reg, "sekali_provider_events_total",
+			"Providers' webhook events, by provider and result: recorded, duplicate (the same event again), unknown_message, rejected (signature, credentials, age, body).",
+			[]string{"provider", "result"}, providers, webhookResults),
+		kinds: metric.CounterVec(reg, "sekali_delivery_feedback_total",
+			"What providers reported about accepted messages, by provider and kind: delivered, deferred, bounced (permanent), complained.",
+			[]string{"provider", "kind"}, providers, kinds),
 	}
-	for name := range hooks {
-		for _, r := range webhookResults {
-			m.requests.WithLabelValues(name, r)
-		}
-		for _, k := range []mail.FeedbackKind{mail.FeedbackDelivered, mail.FeedbackDeferred, mail.FeedbackBounced, mail.FeedbackComplained} {
-			m.kinds.WithLabelValues(name, string(k))
-		}
-	}
-	reg.MustRegister(m.requests, m.kinds)
-	return m
 }

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
@@ -114,11 +115,8 @@ type Enqueuer struct {
 
 // NewEnqueuer returns an Enqueuer on queue that counts its failures in reg.
 func NewEnqueuer(client *asynq.Client, queue string, log *slog.Logger, reg prometheus.Registerer) *Enqueuer {
-	failures := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "sekali_enqueue_failures_total",
-		Help: "Deliveries recorded in PostgreSQL whose task could not be enqueued; they stay pending until the reconciler re-enqueues them.",
-	})
-	reg.MustRegister(failures)
+	failures := metric.Counter(reg, "sekali_enqueue_failures_total",
+		"Deliveries recorded in PostgreSQL whose task could not be enqueued; they stay pending until the reconciler re-enqueues them.")
 	return &Enqueuer{client: client, queue: queue, log: log, failures: failures}
 }
 

@@ -22,6 +22,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
+	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -69,24 +70,16 @@ func NewService(pool *pgxpool.Pool, enq enqueuer, tmpl *mailtemplate.Templates, 
 		enqueuer: enq,
 		keyTTL:   keyTTL,
 		now:      time.Now,
-		created: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sekali_orders_created_total",
-			Help: "Orders recorded by the checkout API.",
-		}),
-		replays: prometheus.NewCounter(prometheus.CounterOpts{
-			Name:        "sekali_duplicate_detected_total",
-			Help:        "Duplicates caught before they caused a second e-mail, by the layer that caught them.",
-			ConstLabels: prometheus.Labels{"layer": "api_idempotency"},
-		}),
-		keyClashes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sekali_idempotency_conflict_total",
-			Help: "Checkout requests refused because of their Idempotency-Key: in_flight (409) or payload_mismatch (422).",
-		}, []string{"reason"}),
+		created:  metric.Counter(reg, "sekali_orders_created_total", "Orders recorded by the checkout API."),
+		// The worker's duplicates, counted in the API by the layer that
+		// catches them here: the checkout's Idempotency-Key.
+		replays: metric.CounterVec(reg, "sekali_duplicate_detected_total",
+			"Duplicates caught before they caused a second e-mail, by the layer that caught them.",
+			[]string{"layer"}, []string{"api_idempotency"}).WithLabelValues("api_idempotency"),
+		keyClashes: metric.CounterVec(reg, "sekali_idempotency_conflict_total",
+			"Checkout requests refused because of their Idempotency-Key: in_flight (409) or payload_mismatch (422).",
+			[]string{"reason"}, []string{"in_flight", "payload_mismatch"}),
 	}
-	for _, r := range []string{"in_flight", "payload_mismatch"} {
-		s.keyClashes.WithLabelValues(r) // at zero from the start: a rate() alert fires on the first one
-	}
-	reg.MustRegister(s.created, s.replays, s.keyClashes)
 	if tmpl != nil {
 		s.templates = tmpl
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/metric"
 )
 
 // Limits are the hourly caps; 0 turns one off.
@@ -44,15 +46,10 @@ var results = []string{"admitted", "recipient", "domain", "all", "client", "unav
 func NewHourly(rdb redis.UniversalClient, limits Limits, prefix string, reg prometheus.Registerer) *Hourly {
 	h := &Hourly{
 		rdb: rdb, limits: limits, prefix: "sekali:quota:" + prefix + ":", now: time.Now,
-		taken: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sekali_public_checkouts_total",
-			Help: "Anonymous checkouts (CHECKOUT_MODE=public) by what their quota said: admitted, refused by the cap per client address, per recipient, per domain or in all, or unavailable (Redis did not answer; refused).",
-		}, []string{"result"}),
+		taken: metric.CounterVec(reg, "sekali_public_checkouts_total",
+			"Anonymous checkouts (CHECKOUT_MODE=public) by what their quota said: admitted, refused by the cap per client address, per recipient, per domain or in all, or unavailable (Redis did not answer; refused).",
+			[]string{"result"}, results),
 	}
-	for _, r := range results {
-		h.taken.WithLabelValues(r) // at zero from the start: an increase() alert fires on the first one
-	}
-	reg.MustRegister(h.taken)
 	return h
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
@@ -97,20 +98,14 @@ func NewDispatcher(db *pgxpool.Pool, cfg Config, log *slog.Logger, reg prometheu
 			// A redirect is not followed: it could lead anywhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		results: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sekali_webhook_deliveries_total",
-			Help: "Attempts to post an event to a webhook endpoint, by endpoint and result: delivered (2xx), failed (retried), gave_up (past WEBHOOK_MAX_AGE), gone (410: the endpoint is disabled).",
-		}, []string{"endpoint", "result"}),
-		oldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sekali_webhook_oldest_undelivered_seconds",
-			Help: "How long the oldest event not yet delivered to an enabled webhook endpoint has waited, since it was written or last replayed (0: none).",
-		}, []string{"endpoint"}),
-		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sekali_webhook_undelivered",
-			Help: "Events not yet delivered to an enabled webhook endpoint.",
-		}, []string{"endpoint"}),
+		results: metric.CounterVec(reg, "sekali_webhook_deliveries_total",
+			"Attempts to post an event to a webhook endpoint, by endpoint and result: delivered (2xx), failed (retried), gave_up (past WEBHOOK_MAX_AGE), gone (410: the endpoint is disabled).",
+			[]string{"endpoint", "result"}),
+		oldest: metric.GaugeVec(reg, "sekali_webhook_oldest_undelivered_seconds",
+			"How long the oldest event not yet delivered to an enabled webhook endpoint has waited, since it was written or last replayed (0: none).",
+			[]string{"endpoint"}),
+		backlog: metric.GaugeVec(reg, "sekali_webhook_undelivered", "Events not yet delivered to an enabled webhook endpoint.", []string{"endpoint"}),
 	}
-	reg.MustRegister(d.results, d.oldest, d.backlog)
 	return d
 }
 
