@@ -29,36 +29,44 @@ import (
 // MarkSentAll) each take many rows, for the attempts that reach them at
 // once (internal/worker's batch.go); each row is still fenced on its own lease.
 //
-//	from     to       who         when                                                  func
-//	-        pending  API         the business event commits with its intent            Record (checkout: Prepare)
-//	pending  sending  worker      claim: no block; lease and (first time) Message-ID    ClaimAll
-//	sending  sending  worker      claim of an expired lease never handed over           ClaimAll
-//	sending  sending  worker      last lease check before the data (handed_over_at)    HandOverAll
-//	sending  sent     worker      the provider accepted the message                     MarkSentAll
-//	sending  pending  worker      refused before the data, or deferred: retry later     Release
-//	sending  failed   worker      refused for good for this recipient, or past max age  MarkFailed
-//	sending  held     worker      the template cannot render the stored data, or an     HoldAttempt
-//	                              unknown attempt's resend window (Resend) has passed
-//	sending  sending  worker      no answer after the data: ambiguous, for the reconciler MarkAmbiguous
-//	sending  sending  worker      found a dead attempt that had handed over             NoteAmbiguous
-//	pending  failed   worker      tries began more than DELIVERY_MAX_AGE ago            ExpirePending
-//	pending  suppressed worker    the recipient is on the suppression list              SuppressPending
-//	pending  suppressed worker    a subscription template, and the recipient left it    SuppressUnsubscribed
-//	sending  suppressed worker    either, on an attempt that died before its hand-over  (the same two)
-//	pending  cancelled API/operator called off before it was claimed, no attempt of it  Cancel, CancelTemplate
-//	                              possibly taken (one, or a template's); the API: its
-//	                              owner's key only
-//	failed   pending  operator    retry, same key, a new DELIVERY_MAX_AGE               operatorRetry
-//	held     pending  operator    retry                                                 operatorRetry
-//	suppressed pending operator   retry, once the recipient is off the list             operatorRetry
-//	held     sent     operator    found at the provider                                 operatorMarkSent
-//	sending  pending  reconciler  expired lease: not handed over, or not at the provider ReconcileToPending
-//	sending  sent     reconciler  expired lease, and the provider has the message        ReconcileToSent
-//	sending  held     reconciler  expired lease, no look-up, template policy hold        ReconcileToHeld
-//
-// sent, failed and suppressed are final for the worker and the
-// reconciler; only an operator moves failed, held or suppressed back to
-// pending, and nothing moves sent or cancelled.
+// The table is Transitions, below: every status and every move between
+// them, who makes it and the function that writes it. docs/architecture.md
+// shows the same table, and TestTheDocsShowTheStateTable holds the two
+// (and the functions it names) together.
+
+// Transition is one move of the state machine.
+type Transition struct {
+	From []Status // none: the delivery comes into being
+	To   Status
+	Who  string // the API, the worker, an operator, the reconciler
+	When string
+	// Funcs are the functions of this package that write it.
+	Funcs []string
+}
+
+// Transitions is the delivery state machine: every status a delivery
+// has, every move between them, who makes it and where it is written.
+// sent and cancelled are final; failed, held and suppressed move only by
+// an operator's hand.
+var Transitions = []Transition{
+	{nil, StatusPending, "API", "the business event commits with its intent (the checkout writes it in its own one statement, InsertCheckout, from Intent.Prepare)", []string{"Record", "Intent.Prepare"}},
+	{[]Status{StatusPending}, StatusSending, "worker", "claim: its time has come (not_before, from send_at), no block; a fresh lease and, the first time, the stored Message-ID", []string{"ClaimAll"}},
+	{[]Status{StatusSending}, StatusSending, "worker", "claim of an expired lease that was never handed over (the worker died before the data)", []string{"ClaimAll"}},
+	{[]Status{StatusSending}, StatusSending, "worker", "the last lease check before the data (handed_over_at), with what the message is: its subject, language and template version", []string{"HandOverAll"}},
+	{[]Status{StatusSending}, StatusSent, "worker", "the provider accepted the message", []string{"MarkSentAll"}},
+	{[]Status{StatusSending}, StatusPending, "worker", "refused before the data, the provider refusing us, or deferred: try later; pinned to the provider when it may have taken it (a 5xx after the request, at a provider that refuses a second message under our key)", []string{"Release"}},
+	{[]Status{StatusSending}, StatusFailed, "worker", "refused for good for this recipient, or deferred past DELIVERY_MAX_AGE", []string{"MarkFailed"}},
+	{[]Status{StatusSending}, StatusHeld, "worker", "the template cannot render the stored data, or the provider's window for a second message under our key has passed since an attempt whose outcome is unknown", []string{"HoldAttempt"}},
+	{[]Status{StatusSending}, StatusSending, "worker", "no answer after the data (ambiguous), or a dead attempt found that had handed over: left for the reconciler", []string{"MarkAmbiguous", "NoteAmbiguous"}},
+	{[]Status{StatusPending}, StatusFailed, "worker", "tries began more than DELIVERY_MAX_AGE ago (expired)", []string{"ExpirePending"}},
+	{[]Status{StatusPending, StatusSending}, StatusSuppressed, "worker", "the recipient is on the suppression list (a hard bounce, a complaint, an operator), or left a subscription template's mail; a sending row only if its attempt died before its hand-over", []string{"SuppressPending", "SuppressUnsubscribed"}},
+	{[]Status{StatusPending}, StatusCancelled, "API (the notification's owner), operator", "called off before a worker claimed it, and no attempt of it may have reached a provider (an operator may say it did not, having checked)", []string{"Cancel", "CancelTemplate"}},
+	{[]Status{StatusFailed, StatusHeld, StatusSuppressed}, StatusPending, "operator", "retry: same key, a new DELIVERY_MAX_AGE; suppressed once the recipient is off the list", []string{"operatorRetry"}},
+	{[]Status{StatusHeld}, StatusSent, "operator", "found at the provider (mark-sent)", []string{"operatorMarkSent"}},
+	{[]Status{StatusSending}, StatusPending, "reconciler", "expired lease: not handed over, not at the provider, or policy resend (pinned where the outcome stays unknown)", []string{"ReconcileToPending"}},
+	{[]Status{StatusSending}, StatusSent, "reconciler", "expired lease, and the provider has the message", []string{"ReconcileToSent"}},
+	{[]Status{StatusSending}, StatusHeld, "reconciler", "expired lease, no look-up (or one that can never tell), policy hold", []string{"ReconcileToHeld"}},
+}
 
 // ErrLeaseLost: the row's lease is no longer ours: another worker (or the
 // reconciler) took over, and this attempt must write nothing more.
