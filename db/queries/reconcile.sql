@@ -5,37 +5,45 @@ WHERE status = 'sending' AND lease_expires_at < now();
 -- name: CountHeld :one
 SELECT count(*) FROM notification_deliveries WHERE status = 'held';
 
--- name: PickStaleSending :one
--- One sending row whose lease has expired, locked for this reconciler;
--- rows another reconciler holds are skipped, not waited for, and so are
--- the ones this pass could not decide about (skip).
-SELECT * FROM notification_deliveries
+-- name: ListStaleSending :many
+-- The sending rows whose lease has expired, oldest expiry first, at most
+-- batch: the ones a pass looks at. A plain read that locks nothing: each
+-- row is read again when its turn comes (GetStaleSending), and what the
+-- reconciler writes is fenced on that read, not on this one.
+SELECT id FROM notification_deliveries
 WHERE status = 'sending' AND lease_expires_at < now()
-  AND NOT (id = ANY(@skip::uuid[]))
 ORDER BY lease_expires_at
-LIMIT 1
-FOR UPDATE SKIP LOCKED;
+LIMIT @batch;
+
+-- name: GetStaleSending :one
+-- One delivery as it stands now, if it is still sending with an expired
+-- lease: what the reconciler decides about, and fences its write on.
+SELECT * FROM notification_deliveries
+WHERE id = @id AND status = 'sending' AND lease_expires_at < now();
 
 -- name: PickOrphanedPending :many
 -- Pending rows nobody has looked at for a while and no block holds back;
 -- one to be sent later counts from its time (not_before), before which
--- its task waits in the queue and nothing is missing. The caller touches
--- them, so one pass does not see them again.
-SELECT d.* FROM notification_deliveries d
-WHERE d.status = 'pending'
-  AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
-  AND (d.not_before IS NULL OR d.not_before < now() - make_interval(secs => @older_than_seconds::float8))
-  AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
-                  WHERE b.expires_at > now()
-                    AND ((b.kind = 'key' AND b.value = d.idempotency_key)
-                      OR (b.kind = 'recipient' AND b.value = d.recipient)))
-ORDER BY d.updated_at
-LIMIT @batch
-FOR UPDATE OF d SKIP LOCKED;
-
--- name: TouchPending :exec
-UPDATE notification_deliveries SET updated_at = now()
-WHERE id = ANY(@ids::uuid[]) AND status = 'pending';
+-- its task waits in the queue and nothing is missing. They are touched in
+-- the same statement, so that the next pass, or another reconciler, looks
+-- at others first; the caller then gives each a task, holding no lock.
+WITH picked AS (
+    SELECT d.id FROM notification_deliveries d
+    WHERE d.status = 'pending'
+      AND d.updated_at < now() - make_interval(secs => @older_than_seconds::float8)
+      AND (d.not_before IS NULL OR d.not_before < now() - make_interval(secs => @older_than_seconds::float8))
+      AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
+                      WHERE b.expires_at > now()
+                        AND ((b.kind = 'key' AND b.value = d.idempotency_key)
+                          OR (b.kind = 'recipient' AND b.value = d.recipient)))
+    ORDER BY d.updated_at
+    LIMIT @batch
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE notification_deliveries d SET updated_at = now()
+FROM picked
+WHERE d.id = picked.id AND d.status = 'pending'
+RETURNING d.*;
 
 -- name: RetireOldDeliveries :many
 -- Retention, step one, in a transaction of its own: a tombstone for each

@@ -506,9 +506,16 @@ FROM upd;
 -- ---- The reconciler: a sending row whose lease expired. ----
 
 -- name: ReconcileToPending :execrows
--- Fenced on the lease the reconciler saw expire. provider is the one the
--- reconciler judged the row at; pinned, whether its next attempts must
--- go there alone (the outcome there is still unknown).
+-- The reconciler's three writes are each fenced on the row as it read
+-- it (GetStaleSending), before it asked the provider, holding no lock in
+-- between: still sending, under the lease it saw expire and still
+-- expired, with updated_at and every column its decision read (the
+-- hand-over, the provider and its pin, the earliest unknown attempt) as
+-- they were. A row that changed meanwhile (a late worker recorded its
+-- outcome, another reconciler decided first) is left as it is: no row,
+-- no history. provider is the one the reconciler judged the row at;
+-- pinned, whether its next attempts must go there alone (the outcome
+-- there is still unknown).
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
@@ -524,6 +531,11 @@ WITH upd AS (
       AND d.status = 'sending'
       AND d.lease_token = @lease_token::uuid
       AND d.lease_expires_at < now()
+      AND d.updated_at = @seen_updated_at::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM sqlc.narg(seen_handed_over_at)::timestamptz
+      AND coalesce(d.provider, '') = @seen_provider::text
+      AND d.provider_pinned = @seen_pinned::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM sqlc.narg(seen_unsettled_since)::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -545,6 +557,11 @@ WITH upd AS (
       AND d.status = 'sending'
       AND d.lease_token = @lease_token::uuid
       AND d.lease_expires_at < now()
+      AND d.updated_at = @seen_updated_at::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM sqlc.narg(seen_handed_over_at)::timestamptz
+      AND coalesce(d.provider, '') = @seen_provider::text
+      AND d.provider_pinned = @seen_pinned::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM sqlc.narg(seen_unsettled_since)::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -569,6 +586,11 @@ WITH upd AS (
       AND d.status = 'sending'
       AND d.lease_token = @lease_token::uuid
       AND d.lease_expires_at < now()
+      AND d.updated_at = @seen_updated_at::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM sqlc.narg(seen_handed_over_at)::timestamptz
+      AND coalesce(d.provider, '') = @seen_provider::text
+      AND d.provider_pinned = @seen_pinned::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM sqlc.narg(seen_unsettled_since)::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)

@@ -74,18 +74,94 @@ func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetired
 	return items, nil
 }
 
+const getStaleSending = `-- name: GetStaleSending :one
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries
+WHERE id = $1 AND status = 'sending' AND lease_expires_at < now()
+`
+
+// One delivery as it stands now, if it is still sending with an expired
+// lease: what the reconciler decides about, and fences its write on.
+func (q *Queries) GetStaleSending(ctx context.Context, id uuid.UUID) (NotificationDelivery, error) {
+	row := q.db.QueryRow(ctx, getStaleSending, id)
+	var i NotificationDelivery
+	err := row.Scan(
+		&i.ID,
+		&i.OrderID,
+		&i.Template,
+		&i.Recipient,
+		&i.IdempotencyKey,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.LeaseToken,
+		&i.LeaseExpiresAt,
+		&i.HandedOverAt,
+		&i.ProviderMessageID,
+		&i.TemplateData,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
+		&i.Locale,
+		&i.NotBefore,
+		&i.Provider,
+		&i.ProviderPinned,
+		&i.UnsettledSince,
+		&i.OwnerID,
+	)
+	return i, err
+}
+
+const listStaleSending = `-- name: ListStaleSending :many
+SELECT id FROM notification_deliveries
+WHERE status = 'sending' AND lease_expires_at < now()
+ORDER BY lease_expires_at
+LIMIT $1
+`
+
+// The sending rows whose lease has expired, oldest expiry first, at most
+// batch: the ones a pass looks at. A plain read that locks nothing: each
+// row is read again when its turn comes (GetStaleSending), and what the
+// reconciler writes is fenced on that read, not on this one.
+func (q *Queries) ListStaleSending(ctx context.Context, batch int32) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, listStaleSending, batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const pickOrphanedPending = `-- name: PickOrphanedPending :many
-SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id FROM notification_deliveries d
-WHERE d.status = 'pending'
-  AND d.updated_at < now() - make_interval(secs => $1::float8)
-  AND (d.not_before IS NULL OR d.not_before < now() - make_interval(secs => $1::float8))
-  AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
-                  WHERE b.expires_at > now()
-                    AND ((b.kind = 'key' AND b.value = d.idempotency_key)
-                      OR (b.kind = 'recipient' AND b.value = d.recipient)))
-ORDER BY d.updated_at
-LIMIT $2
-FOR UPDATE OF d SKIP LOCKED
+WITH picked AS (
+    SELECT d.id FROM notification_deliveries d
+    WHERE d.status = 'pending'
+      AND d.updated_at < now() - make_interval(secs => $1::float8)
+      AND (d.not_before IS NULL OR d.not_before < now() - make_interval(secs => $1::float8))
+      AND NOT EXISTS (SELECT 1 FROM delivery_blocks b
+                      WHERE b.expires_at > now()
+                        AND ((b.kind = 'key' AND b.value = d.idempotency_key)
+                          OR (b.kind = 'recipient' AND b.value = d.recipient)))
+    ORDER BY d.updated_at
+    LIMIT $2
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE notification_deliveries d SET updated_at = now()
+FROM picked
+WHERE d.id = picked.id AND d.status = 'pending'
+RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id
 `
 
 type PickOrphanedPendingParams struct {
@@ -95,8 +171,9 @@ type PickOrphanedPendingParams struct {
 
 // Pending rows nobody has looked at for a while and no block holds back;
 // one to be sent later counts from its time (not_before), before which
-// its task waits in the queue and nothing is missing. The caller touches
-// them, so one pass does not see them again.
+// its task waits in the queue and nothing is missing. They are touched in
+// the same statement, so that the next pass, or another reconciler, looks
+// at others first; the caller then gives each a task, holding no lock.
 func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendingParams) ([]NotificationDelivery, error) {
 	rows, err := q.db.Query(ctx, pickOrphanedPending, arg.OlderThanSeconds, arg.Batch)
 	if err != nil {
@@ -142,50 +219,6 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 	return items, nil
 }
 
-const pickStaleSending = `-- name: PickStaleSending :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries
-WHERE status = 'sending' AND lease_expires_at < now()
-  AND NOT (id = ANY($1::uuid[]))
-ORDER BY lease_expires_at
-LIMIT 1
-FOR UPDATE SKIP LOCKED
-`
-
-// One sending row whose lease has expired, locked for this reconciler;
-// rows another reconciler holds are skipped, not waited for, and so are
-// the ones this pass could not decide about (skip).
-func (q *Queries) PickStaleSending(ctx context.Context, skip []uuid.UUID) (NotificationDelivery, error) {
-	row := q.db.QueryRow(ctx, pickStaleSending, skip)
-	var i NotificationDelivery
-	err := row.Scan(
-		&i.ID,
-		&i.OrderID,
-		&i.Template,
-		&i.Recipient,
-		&i.IdempotencyKey,
-		&i.Status,
-		&i.Attempts,
-		&i.LastError,
-		&i.LeaseToken,
-		&i.LeaseExpiresAt,
-		&i.HandedOverAt,
-		&i.ProviderMessageID,
-		&i.TemplateData,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.SentAt,
-		&i.MessageID,
-		&i.TryingSince,
-		&i.Locale,
-		&i.NotBefore,
-		&i.Provider,
-		&i.ProviderPinned,
-		&i.UnsettledSince,
-		&i.OwnerID,
-	)
-	return i, err
-}
-
 const retireOldDeliveries = `-- name: RetireOldDeliveries :many
 INSERT INTO retired_deliveries (key_hash, delivery_id, order_id, template, status, sent_at)
 SELECT sha256(convert_to(d.idempotency_key, 'UTF8')), d.id, d.order_id, d.template, d.status, d.sent_at
@@ -228,16 +261,6 @@ func (q *Queries) RetireOldDeliveries(ctx context.Context, arg RetireOldDeliveri
 		return nil, err
 	}
 	return items, nil
-}
-
-const touchPending = `-- name: TouchPending :exec
-UPDATE notification_deliveries SET updated_at = now()
-WHERE id = ANY($1::uuid[]) AND status = 'pending'
-`
-
-func (q *Queries) TouchPending(ctx context.Context, ids []uuid.UUID) error {
-	_, err := q.db.Exec(ctx, touchPending, ids)
-	return err
 }
 
 const unretireKept = `-- name: UnretireKept :exec

@@ -1091,6 +1091,11 @@ WITH upd AS (
       AND d.status = 'sending'
       AND d.lease_token = $6::uuid
       AND d.lease_expires_at < now()
+      AND d.updated_at = $7::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM $8::timestamptz
+      AND coalesce(d.provider, '') = $9::text
+      AND d.provider_pinned = $10::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM $11::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -1100,12 +1105,17 @@ FROM upd
 `
 
 type ReconcileToHeldParams struct {
-	Actor      string
-	Decision   string
-	Reason     string
-	Provider   string
-	ID         uuid.UUID
-	LeaseToken uuid.UUID
+	Actor              string
+	Decision           string
+	Reason             string
+	Provider           string
+	ID                 uuid.UUID
+	LeaseToken         uuid.UUID
+	SeenUpdatedAt      time.Time
+	SeenHandedOverAt   *time.Time
+	SeenProvider       string
+	SeenPinned         bool
+	SeenUnsettledSince *time.Time
 }
 
 // The outcome at provider stays unknown: an operator's retry goes there
@@ -1118,6 +1128,11 @@ func (q *Queries) ReconcileToHeld(ctx context.Context, arg ReconcileToHeldParams
 		arg.Provider,
 		arg.ID,
 		arg.LeaseToken,
+		arg.SeenUpdatedAt,
+		arg.SeenHandedOverAt,
+		arg.SeenProvider,
+		arg.SeenPinned,
+		arg.SeenUnsettledSince,
 	)
 	if err != nil {
 		return 0, err
@@ -1142,6 +1157,11 @@ WITH upd AS (
       AND d.status = 'sending'
       AND d.lease_token = $7::uuid
       AND d.lease_expires_at < now()
+      AND d.updated_at = $8::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM $9::timestamptz
+      AND coalesce(d.provider, '') = $10::text
+      AND d.provider_pinned = $11::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM $12::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -1151,19 +1171,31 @@ FROM upd
 `
 
 type ReconcileToPendingParams struct {
-	Actor      string
-	Decision   string
-	Reason     string
-	Provider   string
-	Pinned     bool
-	ID         uuid.UUID
-	LeaseToken uuid.UUID
+	Actor              string
+	Decision           string
+	Reason             string
+	Provider           string
+	Pinned             bool
+	ID                 uuid.UUID
+	LeaseToken         uuid.UUID
+	SeenUpdatedAt      time.Time
+	SeenHandedOverAt   *time.Time
+	SeenProvider       string
+	SeenPinned         bool
+	SeenUnsettledSince *time.Time
 }
 
 // ---- The reconciler: a sending row whose lease expired. ----
-// Fenced on the lease the reconciler saw expire. provider is the one the
-// reconciler judged the row at; pinned, whether its next attempts must
-// go there alone (the outcome there is still unknown).
+// The reconciler's three writes are each fenced on the row as it read
+// it (GetStaleSending), before it asked the provider, holding no lock in
+// between: still sending, under the lease it saw expire and still
+// expired, with updated_at and every column its decision read (the
+// hand-over, the provider and its pin, the earliest unknown attempt) as
+// they were. A row that changed meanwhile (a late worker recorded its
+// outcome, another reconciler decided first) is left as it is: no row,
+// no history. provider is the one the reconciler judged the row at;
+// pinned, whether its next attempts must go there alone (the outcome
+// there is still unknown).
 func (q *Queries) ReconcileToPending(ctx context.Context, arg ReconcileToPendingParams) (int64, error) {
 	result, err := q.db.Exec(ctx, reconcileToPending,
 		arg.Actor,
@@ -1173,6 +1205,11 @@ func (q *Queries) ReconcileToPending(ctx context.Context, arg ReconcileToPending
 		arg.Pinned,
 		arg.ID,
 		arg.LeaseToken,
+		arg.SeenUpdatedAt,
+		arg.SeenHandedOverAt,
+		arg.SeenProvider,
+		arg.SeenPinned,
+		arg.SeenUnsettledSince,
 	)
 	if err != nil {
 		return 0, err
@@ -1194,6 +1231,11 @@ WITH upd AS (
       AND d.status = 'sending'
       AND d.lease_token = $6::uuid
       AND d.lease_expires_at < now()
+      AND d.updated_at = $7::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM $8::timestamptz
+      AND coalesce(d.provider, '') = $9::text
+      AND d.provider_pinned = $10::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM $11::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -1203,12 +1245,17 @@ FROM upd
 `
 
 type ReconcileToSentParams struct {
-	Actor             string
-	Decision          string
-	ProviderMessageID string
-	Provider          string
-	ID                uuid.UUID
-	LeaseToken        uuid.UUID
+	Actor              string
+	Decision           string
+	ProviderMessageID  string
+	Provider           string
+	ID                 uuid.UUID
+	LeaseToken         uuid.UUID
+	SeenUpdatedAt      time.Time
+	SeenHandedOverAt   *time.Time
+	SeenProvider       string
+	SeenPinned         bool
+	SeenUnsettledSince *time.Time
 }
 
 func (q *Queries) ReconcileToSent(ctx context.Context, arg ReconcileToSentParams) (int64, error) {
@@ -1219,6 +1266,11 @@ func (q *Queries) ReconcileToSent(ctx context.Context, arg ReconcileToSentParams
 		arg.Provider,
 		arg.ID,
 		arg.LeaseToken,
+		arg.SeenUpdatedAt,
+		arg.SeenHandedOverAt,
+		arg.SeenProvider,
+		arg.SeenPinned,
+		arg.SeenUnsettledSince,
 	)
 	if err != nil {
 		return 0, err

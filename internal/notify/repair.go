@@ -34,38 +34,46 @@ func CountHeld(ctx context.Context, db DB) (int, error) {
 	return int(n), nil
 }
 
-// PickStaleSending locks, in the caller's transaction, one sending
-// delivery whose lease has expired and that no other reconciler holds,
-// leaving out skip; found is false when there is none.
-func PickStaleSending(ctx context.Context, tx pgx.Tx, skip []uuid.UUID) (d Delivery, found bool, err error) {
-	// Never nil: pgx sends a nil slice as NULL, and "id = ANY(NULL)" would skip every row.
-	row, err := dbsqlc.New(tx).PickStaleSending(ctx, append([]uuid.UUID{}, skip...))
+// StaleSending lists, oldest expiry first, up to batch sending
+// deliveries whose lease has expired: the ones a reconciliation pass
+// looks at. It locks nothing; each is read again (GetStaleSending) when
+// its turn comes.
+func StaleSending(ctx context.Context, db DB, batch int) ([]uuid.UUID, error) {
+	ids, err := dbsqlc.New(db).ListStaleSending(ctx, int32(batch))
+	if err != nil {
+		return nil, fmt.Errorf("list stale sending deliveries: %w", err)
+	}
+	return ids, nil
+}
+
+// GetStaleSending reads delivery id as it stands, if it is still sending
+// with an expired lease; found is false when it is not (settled since,
+// or taken by a worker again). The reconciler decides on this read, and
+// its write (ReconcileToPending, ReconcileToSent, ReconcileToHeld) is
+// fenced on it.
+func GetStaleSending(ctx context.Context, db DB, id uuid.UUID) (d Delivery, found bool, err error) {
+	row, err := dbsqlc.New(db).GetStaleSending(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, false, nil
 	}
 	if err != nil {
-		return Delivery{}, false, fmt.Errorf("pick stale sending delivery: %w", err)
+		return Delivery{}, false, fmt.Errorf("read stale sending delivery %s: %w", id, err)
 	}
 	return fromRow(row), true, nil
 }
 
-// PickOrphanedPending locks, in the caller's transaction, up to batch
-// pending deliveries untouched for olderThan that no block holds back,
-// and touches them, so that the next pass (or another reconciler) looks
-// at others first.
-func PickOrphanedPending(ctx context.Context, tx pgx.Tx, olderThan time.Duration, batch int) ([]Delivery, error) {
-	q := dbsqlc.New(tx)
-	rows, err := q.PickOrphanedPending(ctx, dbsqlc.PickOrphanedPendingParams{OlderThanSeconds: olderThan.Seconds(), Batch: int32(batch)})
+// PickOrphanedPending takes up to batch pending deliveries untouched for
+// olderThan that no block holds back, and touches them, in one statement,
+// so that the next pass (or another reconciler) looks at others first.
+// Nothing stays locked once it returns.
+func PickOrphanedPending(ctx context.Context, db DB, olderThan time.Duration, batch int) ([]Delivery, error) {
+	rows, err := dbsqlc.New(db).PickOrphanedPending(ctx, dbsqlc.PickOrphanedPendingParams{OlderThanSeconds: olderThan.Seconds(), Batch: int32(batch)})
 	if err != nil {
 		return nil, fmt.Errorf("pick pending deliveries: %w", err)
 	}
 	out := make([]Delivery, len(rows))
-	ids := make([]uuid.UUID, len(rows))
 	for i, r := range rows {
-		out[i], ids[i] = fromRow(r), r.ID
-	}
-	if err := q.TouchPending(ctx, ids); err != nil {
-		return nil, fmt.Errorf("touch pending deliveries: %w", err)
+		out[i] = fromRow(r)
 	}
 	return out, nil
 }

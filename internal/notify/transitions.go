@@ -487,9 +487,17 @@ func stateError(ctx context.Context, db DB, id uuid.UUID) error {
 	return fmt.Errorf("%w: it is %s", ErrWrongState, d.Status)
 }
 
+// The reconciler's three transitions take a sending delivery whose lease
+// expired, as GetStaleSending read it, and are fenced on that read: they
+// change nothing (ok false) when the row changed meanwhile — its lease
+// renewed or taken, its status, its hand-over, provider, pin or earliest
+// unknown attempt, or anything else that moves updated_at. The reconciler
+// holds no lock between the read and the write (it asks the provider in
+// between), so this fence is what keeps a late worker's outcome, or
+// another reconciler's decision, from being overwritten.
+
 // ReconcileToPending takes back a sending delivery whose lease expired,
-// fenced on the lease the reconciler saw expire, so that it is sent (again).
-// ok is false when the row changed meanwhile.
+// so that it is sent (again).
 //
 // at is the provider the reconciler judged it at (its latest hand-over's,
 // or the first of the list); pinned, whether the delivery must go there
@@ -498,6 +506,8 @@ func ReconcileToPending(ctx context.Context, db DB, d Delivery, at string, pinne
 	return reconciled(d, "reset", func(lease uuid.UUID) (int64, error) {
 		return dbsqlc.New(db).ReconcileToPending(ctx, dbsqlc.ReconcileToPendingParams{
 			ID: d.ID, LeaseToken: lease, Provider: at, Pinned: pinned, Reason: reason, Decision: decision, Actor: actor,
+			SeenUpdatedAt: d.UpdatedAt, SeenHandedOverAt: d.HandedOverAt, SeenProvider: d.Provider,
+			SeenPinned: d.ProviderPinned, SeenUnsettledSince: d.UnsettledSince,
 		})
 	})
 }
@@ -508,6 +518,8 @@ func ReconcileToSent(ctx context.Context, db DB, d Delivery, at, providerID, dec
 	return reconciled(d, "mark sent", func(lease uuid.UUID) (int64, error) {
 		return dbsqlc.New(db).ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
 			ID: d.ID, LeaseToken: lease, ProviderMessageID: providerIDText(providerID), Provider: at, Decision: decision, Actor: actor,
+			SeenUpdatedAt: d.UpdatedAt, SeenHandedOverAt: d.HandedOverAt, SeenProvider: d.Provider,
+			SeenPinned: d.ProviderPinned, SeenUnsettledSince: d.UnsettledSince,
 		})
 	})
 }
@@ -519,12 +531,14 @@ func ReconcileToHeld(ctx context.Context, db DB, d Delivery, at, decision, reaso
 	return reconciled(d, "hold", func(lease uuid.UUID) (int64, error) {
 		return dbsqlc.New(db).ReconcileToHeld(ctx, dbsqlc.ReconcileToHeldParams{
 			ID: d.ID, LeaseToken: lease, Provider: at, Reason: reason, Decision: decision, Actor: actor,
+			SeenUpdatedAt: d.UpdatedAt, SeenHandedOverAt: d.HandedOverAt, SeenProvider: d.Provider,
+			SeenPinned: d.ProviderPinned, SeenUnsettledSince: d.UnsettledSince,
 		})
 	})
 }
 
-// reconciled runs one of the reconciler's writes, fenced on the lease the
-// delivery had when it was read.
+// reconciled runs one of the reconciler's writes, fenced on the delivery
+// as it was read.
 func reconciled(d Delivery, what string, write func(lease uuid.UUID) (int64, error)) (bool, error) {
 	if d.leaseToken == nil {
 		return false, fmt.Errorf("%s delivery %s: it has no lease", what, d.ID)

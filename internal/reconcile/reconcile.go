@@ -6,15 +6,14 @@ package reconcile
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -47,11 +46,12 @@ const (
 	DecisionEnqueueFailed = "enqueue_failed"        // could not enqueue; tried again next pass
 	DecisionAlreadyQueued = "already_queued"        // pending with a live task: nothing to do
 	DecisionDedupResend   = "provider_dedupes"      // no look-up, but the provider deduplicates by key: back to pending
+	DecisionChanged       = "changed_meanwhile"     // the row changed between the read and the write: nothing written, judged again next pass
 )
 
 // allDecisions lists every decision, in the order reports print them.
 var allDecisions = []string{DecisionRequeued, DecisionAlreadyQueued, DecisionNotHandedOver, DecisionFound, DecisionNotFound,
-	DecisionDedupResend, DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed}
+	DecisionDedupResend, DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed, DecisionChanged}
 
 // Config tunes a Reconciler.
 type Config struct {
@@ -89,8 +89,11 @@ type Provider struct {
 	DedupWindow time.Duration
 }
 
-// Reconciler runs reconciliation passes. Several may run at once: rows
-// are claimed with FOR UPDATE SKIP LOCKED.
+// Reconciler runs reconciliation passes. Several may run at once: each
+// write is fenced on the row as its reconciler read it, so that of two
+// that judged the same row only the first write takes effect, and they
+// take the rows in orders of their own, so that they seldom judge the
+// same one.
 type Reconciler struct {
 	db        *pgxpool.Pool
 	enqueuer  *notify.Enqueuer
@@ -192,15 +195,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	rep.Stale = stale
 	r.stale.Set(float64(stale))
 
-	var undecided []uuid.UUID // rows whose look-up failed in this pass
-	for i := 0; i < r.cfg.Batch; i++ {
-		more, err := r.resolveOneStale(ctx, &rep, &undecided)
-		if err != nil {
-			return rep, err
-		}
-		if !more {
-			break
-		}
+	if err := r.settleStale(ctx, &rep); err != nil {
+		return rep, err
 	}
 	if err := r.requeueOrphans(ctx, &rep); err != nil {
 		return rep, err
@@ -238,8 +234,8 @@ func (r *Reconciler) cleanUp(ctx context.Context, rep *Report) error {
 	return nil
 }
 
-// decide records one decision in the metrics, the report and the log.
-func (r *Reconciler) decide(rep *Report, d notify.Delivery, decision, reason string) {
+// record counts one decision in the metrics and the report, and logs it.
+func (r *Reconciler) record(rep *Report, d notify.Delivery, decision, reason string) {
 	r.decisions.WithLabelValues(decision).Inc()
 	rep.Decisions[decision]++
 	level := slog.LevelInfo
@@ -258,93 +254,88 @@ func (r *Reconciler) decide(rep *Report, d notify.Delivery, decision, reason str
 	)
 }
 
-// resolveOneStale takes one expired sending row and decides about it in
-// its own transaction. more is false when no such row is left.
-func (r *Reconciler) resolveOneStale(ctx context.Context, rep *Report, undecided *[]uuid.UUID) (more bool, err error) {
-	var requeue *notify.Delivery
-	err = pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		d, found, err := notify.PickStaleSending(ctx, tx, *undecided)
-		if err != nil || !found {
-			return err
-		}
-		more = true
-		p, known := r.providerOf(d)
-		// pinned: the delivery's next attempts go to p alone, since the
-		// outcome there is still unknown.
-		toPending := func(decision string, pinned bool, reason string) error {
-			if _, err := notify.ReconcileToPending(ctx, tx, d, p.Name, pinned, decision, reason, r.cfg.Actor); err != nil {
-				return err
-			}
-			r.decide(rep, d, decision, reason)
-			requeue = &d
-			return nil
-		}
-
-		if d.HandedOverAt == nil {
-			return toPending(DecisionNotHandedOver, d.ProviderPinned, "the worker's lease expired before it handed the message over; safe to send")
-		}
-		if !known {
-			// Handed to a provider this reconciler was not given (taken
-			// out of PROVIDERS, or the lists differ): nobody can ask it,
-			// and no policy may send again what it may hold.
-			reason := "outcome unknown at provider " + p.Name + ", which is not in this reconciler's PROVIDERS: check with it, then retry or mark sent"
-			if _, err := notify.ReconcileToHeld(ctx, tx, d, p.Name, DecisionPolicyHold, reason, r.cfg.Actor); err != nil {
-				return err
-			}
-			r.decide(rep, d, DecisionPolicyHold, reason)
-			return nil
-		}
-		if p.Lookup == nil {
-			// Counted from the earliest attempt whose outcome is
-			// unknown: it, not the latest, may be the one the provider
-			// took.
-			earliest, _ := d.UnknownSince()
-			if p.DedupWindow > 0 && time.Since(earliest) < p.DedupWindow {
-				return toPending(DecisionDedupResend, true, "outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")
-			}
-			return r.applyPolicy(ctx, tx, rep, d, p, "no look-up at provider "+p.Name, toPending)
-		}
-		messageID := r.messageID(d)
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		providerID, found, err := p.Lookup.Find(lctx, mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt})
-		cancel()
-		if errors.Is(err, mail.ErrCannotTell) {
-			// Asking again will not help (older than the provider keeps,
-			// more matches than it pages through): settled as without a
-			// look-up, not left sending where no operator reaches it.
-			return r.applyPolicy(ctx, tx, rep, d, p, "provider "+p.Name+"'s look-up cannot tell: "+redactAddresses(err.Error(), messageID), toPending)
-		}
-		if err != nil {
-			// Decide nothing on a failed look-up; the row stays stale (and
-			// counted) until the provider answers. The rest of the pass
-			// goes on without it. The error may quote the provider's reply,
-			// and a reply may quote the recipient's address: the log line
-			// gets it redacted, the delivery's own Message-ID (which looks
-			// like an address) kept.
-			r.decide(rep, d, DecisionLookupFailed, redactAddresses(err.Error(), messageID))
-			*undecided = append(*undecided, d.ID)
-			return nil
-		}
-		if !found {
-			// Not at p now. A delivery that was not pinned had this one
-			// unknown attempt: any provider may take the next. A pinned
-			// one stays pinned: its earlier unknown attempts there may
-			// lie outside what this search covers.
-			return toPending(DecisionNotFound, d.ProviderPinned, "provider "+p.Name+" has no message with Message-ID "+messageID)
-		}
-		if _, err := notify.ReconcileToSent(ctx, tx, d, p.Name, providerID, DecisionFound, r.cfg.Actor); err != nil {
-			return err
-		}
-		r.decide(rep, d, DecisionFound, "provider "+p.Name+" holds Message-ID "+messageID)
-		return nil
-	})
+// settleStale decides about the sending rows whose lease expired, up to
+// a batch: read, ask, write, a row at a time, holding no lock and no
+// transaction in between. The rows are taken in an order of this pass's
+// own, so that two reconcilers that listed the same rows mostly reach
+// different ones first; a row settled meanwhile (by the other, or by a
+// late worker) is no longer stale when its turn comes, and is passed
+// over without a look-up.
+func (r *Reconciler) settleStale(ctx context.Context, rep *Report) error {
+	ids, err := notify.StaleSending(ctx, r.db, r.cfg.Batch)
 	if err != nil {
-		return false, err
+		return err
 	}
-	if requeue != nil {
-		r.ensureQueued(ctx, rep, *requeue)
+	rand.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+	for _, id := range ids {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := r.settleOne(ctx, rep, id); err != nil {
+			return err
+		}
 	}
-	return more, nil
+	return nil
+}
+
+// settleOne reads one stale row, asks its provider if the decision needs
+// it, and applies the decision, fenced on the row as read.
+func (r *Reconciler) settleOne(ctx context.Context, rep *Report, id uuid.UUID) error {
+	d, stale, err := notify.GetStaleSending(ctx, r.db, id)
+	if err != nil || !stale {
+		return err
+	}
+	policy, messageID, now := policyOf(r.cfg, d.Template), r.messageID(d), time.Now()
+	s := decide(d, r.cfg.Providers, policy, messageID, nil, now)
+	if s.ask != nil {
+		ans := lookUp(ctx, s.ask, s.query)
+		s = decide(d, r.cfg.Providers, policy, messageID, &ans, now)
+	}
+	applied, err := r.apply(ctx, d, s)
+	if err != nil {
+		return err
+	}
+	if !applied {
+		// Someone wrote the row between the read and the write: a late
+		// worker's outcome, another reconciler's decision, a new claim.
+		// Whatever it is now, the next pass judges it afresh.
+		r.record(rep, d, DecisionChanged, "the row changed after it was read; "+s.decision+" not written, left for the next pass")
+		return nil
+	}
+	r.record(rep, d, s.decision, s.reason)
+	if s.to == notify.StatusPending {
+		r.ensureQueued(ctx, rep, d)
+	}
+	return nil
+}
+
+// lookupTimeout bounds one provider look-up.
+const lookupTimeout = 10 * time.Second
+
+// lookUp asks a provider about one message. It is given no database
+// handle: no row is locked and no transaction is open while it waits.
+func lookUp(ctx context.Context, l mail.Lookup, q mail.Query) answer {
+	ctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	defer cancel()
+	id, found, err := l.Find(ctx, q)
+	return answer{providerID: id, found: found, err: err}
+}
+
+// apply writes step s for d, fenced on d as it was read: applied is false
+// when the row changed since. A step without a transition (lookup_failed)
+// writes nothing.
+func (r *Reconciler) apply(ctx context.Context, d notify.Delivery, s step) (applied bool, err error) {
+	switch s.to {
+	case notify.StatusPending:
+		return notify.ReconcileToPending(ctx, r.db, d, s.at, s.pinned, s.decision, s.reason, r.cfg.Actor)
+	case notify.StatusSent:
+		return notify.ReconcileToSent(ctx, r.db, d, s.at, s.providerID, s.decision, r.cfg.Actor)
+	case notify.StatusHeld:
+		return notify.ReconcileToHeld(ctx, r.db, d, s.at, s.decision, s.reason, r.cfg.Actor)
+	case "":
+		return true, nil
+	}
+	return false, fmt.Errorf("reconcile delivery %s: no transition to %s", d.ID, s.to)
 }
 
 // messageID is the Message-ID the delivery's attempt stored; rows
@@ -357,64 +348,19 @@ func (r *Reconciler) messageID(d notify.Delivery) string {
 	return mail.MessageID(d.IdempotencyKey, r.cfg.MessageIDDomain)
 }
 
-// redactAddresses is mail.RedactAddresses on s, except for keep.
-func redactAddresses(s, keep string) string {
-	if keep == "" {
-		return mail.RedactAddresses(s)
-	}
-	parts := strings.Split(s, keep)
-	for i, p := range parts {
-		parts[i] = mail.RedactAddresses(p)
-	}
-	return strings.Join(parts, keep)
-}
-
-// providerOf is the provider whose answer settles d: the one its latest
-// hand-over went to, or the first of the list for a hand-over recorded
-// before providers were. known is false for a provider not in the list
-// (taken out of PROVIDERS): it can be asked nothing.
-func (r *Reconciler) providerOf(d notify.Delivery) (p Provider, known bool) {
-	if d.Provider == "" && len(r.cfg.Providers) > 0 {
-		return r.cfg.Providers[0], true
-	}
-	for _, p := range r.cfg.Providers {
-		if p.Name == d.Provider {
-			return p, true
-		}
-	}
-	return Provider{Name: d.Provider}, false
-}
-
-func (r *Reconciler) applyPolicy(ctx context.Context, tx pgx.Tx, rep *Report, d notify.Delivery, p Provider, unknown string, toPending func(decision string, pinned bool, reason string) error) error {
-	policy, ok := r.cfg.Policies[d.Template]
-	if !ok {
-		policy = r.cfg.DefaultPolicy
-	}
-	if policy == PolicyResend {
-		return toPending(DecisionPolicyResend, true, "outcome unknown and "+unknown+"; template policy is resend (through it alone)")
-	}
-	reason := "outcome unknown and " + unknown + "; template policy is hold: check with the provider, then retry or mark sent"
-	if _, err := notify.ReconcileToHeld(ctx, tx, d, p.Name, DecisionPolicyHold, reason, r.cfg.Actor); err != nil {
+// requeueOrphans makes sure every pending row older than PendingAfter has
+// a live task. The rows are touched as they are read, so that another
+// reconciler, and the next pass, look at others; no lock is held while
+// the queue is asked.
+func (r *Reconciler) requeueOrphans(ctx context.Context, rep *Report) error {
+	ds, err := notify.PickOrphanedPending(ctx, r.db, r.cfg.PendingAfter, r.cfg.Batch)
+	if err != nil {
 		return err
 	}
-	r.decide(rep, d, DecisionPolicyHold, reason)
+	for _, d := range ds {
+		r.ensureQueued(ctx, rep, d)
+	}
 	return nil
-}
-
-// requeueOrphans makes sure every pending row older than PendingAfter has
-// a live task. The rows are locked while it works and touched, so that
-// another reconciler skips them and the next pass looks at others.
-func (r *Reconciler) requeueOrphans(ctx context.Context, rep *Report) error {
-	return pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
-		ds, err := notify.PickOrphanedPending(ctx, tx, r.cfg.PendingAfter, r.cfg.Batch)
-		if err != nil {
-			return err
-		}
-		for _, d := range ds {
-			r.ensureQueued(ctx, rep, d)
-		}
-		return nil
-	})
 }
 
 func (r *Reconciler) ensureQueued(ctx context.Context, rep *Report, d notify.Delivery) {
@@ -423,9 +369,9 @@ func (r *Reconciler) ensureQueued(ctx context.Context, rep *Report, d notify.Del
 	created, err := r.enqueuer.EnsureQueued(ctx, r.inspector, d, d.Status == notify.StatusSending)
 	switch {
 	case err != nil:
-		r.decide(rep, d, DecisionEnqueueFailed, err.Error())
+		r.record(rep, d, DecisionEnqueueFailed, err.Error())
 	case created && d.Status == notify.StatusPending:
-		r.decide(rep, d, DecisionRequeued, "pending without a live task")
+		r.record(rep, d, DecisionRequeued, "pending without a live task")
 	case !created && d.Status == notify.StatusPending:
 		rep.Decisions[DecisionAlreadyQueued]++
 		r.decisions.WithLabelValues(DecisionAlreadyQueued).Inc()

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -138,16 +137,12 @@ func TestAPinnedDeliveryWaitsForItsProvider(t *testing.T) {
 	ctx := context.Background()
 	d := e.checkout(t, "pinned@example.com")
 	e.f.HandedOverTo(d, -time.Second, "primary") // the worker died; primary may have it
-	err := pgx.BeginFunc(ctx, e.db.Pool, func(tx pgx.Tx) error {
-		stale, found, err := notify.PickStaleSending(ctx, tx, nil)
-		if err != nil || !found {
-			t.Fatalf("no stale row: %v", err)
-		}
-		_, err = notify.ReconcileToPending(ctx, tx, stale, "primary", true, "provider_dedupes", "primary refuses a second copy under its key", "test")
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
+	stale, found, err := notify.GetStaleSending(ctx, e.db.Pool, d.ID)
+	if err != nil || !found {
+		t.Fatalf("no stale row: %v", err)
+	}
+	if ok, err := notify.ReconcileToPending(ctx, e.db.Pool, stale, "primary", true, "provider_dedupes", "primary refuses a second copy under its key", "test"); err != nil || !ok {
+		t.Fatalf("reconcile the stale row: applied %v, %v", ok, err)
 	}
 
 	for range 3 { // primary refuses; then its breaker is open and fallback is up

@@ -132,13 +132,8 @@ func (f *Factory) TakenOver(d notify.Delivery) Attempt {
 		d = f.Aged(d, time.Until(*d.LeaseExpiresAt)+time.Second)
 	}
 	if d.HandedOverAt != nil {
-		row, err := dbsqlc.New(f.db).GetDelivery(context.Background(), d.ID)
-		if err != nil || row.LeaseToken == nil {
-			f.t.Fatalf("notifytest: the lease of delivery %s: %v", d.ID, err)
-		}
-		f.applied("reconcile delivery", d)(dbsqlc.New(f.db).ReconcileToPending(context.Background(), dbsqlc.ReconcileToPendingParams{
-			ID: d.ID, LeaseToken: *row.LeaseToken, Decision: "not_found_at_provider", Reason: "taken over", Actor: Actor,
-		}))
+		f.reconciled("reconcile delivery", d)(notify.ReconcileToPending(context.Background(), f.db, d, "", false,
+			"not_found_at_provider", "taken over", Actor))
 	}
 	return f.Claimed(d, time.Minute)
 }
@@ -222,9 +217,7 @@ func (f *Factory) Retried(d notify.Delivery, unpin bool) notify.Delivery {
 func (f *Factory) HeldAt(d notify.Delivery, provider string) notify.Delivery {
 	f.t.Helper()
 	a := f.HandedOverTo(d, -time.Second, provider)
-	f.applied("hold delivery", d)(dbsqlc.New(f.db).ReconcileToHeld(context.Background(), dbsqlc.ReconcileToHeldParams{
-		ID: d.ID, LeaseToken: a.Lease, Provider: provider, Decision: "policy_hold", Reason: "outcome unknown", Actor: Actor,
-	}))
+	f.reconciled("hold delivery", d)(notify.ReconcileToHeld(context.Background(), f.db, a.Delivery, provider, "policy_hold", "outcome unknown", Actor))
 	return f.Get(d.ID)
 }
 
@@ -288,6 +281,16 @@ func (f *Factory) applied(what string, d notify.Delivery) func(int64, error) {
 		f.t.Helper()
 		if err != nil || n != 1 {
 			f.t.Fatalf("notifytest: %s %s: %d rows, %v", what, d.ID, n, err)
+		}
+	}
+}
+
+// reconciled fails the test unless a reconciler's transition applied.
+func (f *Factory) reconciled(what string, d notify.Delivery) func(bool, error) {
+	return func(ok bool, err error) {
+		f.t.Helper()
+		if err != nil || !ok {
+			f.t.Fatalf("notifytest: %s %s: applied %v, %v", what, d.ID, ok, err)
 		}
 	}
 }
