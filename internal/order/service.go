@@ -232,12 +232,15 @@ func (s *Service) placeKeyed(ctx context.Context, p dbsqlc.InsertCheckoutParams,
 		return nil, false, ErrRequestInFlight
 	case r.Inserted:
 		return nil, false, nil
-	case r.PriorExpiresAt != nil && r.PriorExpiresAt.After(now):
-		if !bytes.Equal(r.PriorRequestHash, p.RequestHash) {
+	case r.PriorExpiresAt != nil:
+		replay, err := priorUse(*r.PriorExpiresAt, r.PriorRequestHash, p.RequestHash, now)
+		if err != nil {
 			s.keyClashes.WithLabelValues("payload_mismatch").Inc()
-			return nil, false, ErrKeyReused
+			return nil, false, err
 		}
-		return r.PriorResponseBody, true, nil
+		if replay {
+			return r.PriorResponseBody, true, nil
+		}
 	}
 	// The key's record expired: start afresh under the key's lock.
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -330,17 +333,34 @@ func (s *Service) lookupKey(ctx context.Context, q *dbsqlc.Queries, scope, key s
 	if err != nil {
 		return nil, false, fmt.Errorf("read idempotency key: %w", err)
 	}
-	if !row.ExpiresAt.After(now) {
-		if err := q.DeleteIdempotencyKey(ctx, dbsqlc.DeleteIdempotencyKeyParams{Scope: scope, Key: key}); err != nil {
-			return nil, false, fmt.Errorf("drop expired idempotency key: %w", err)
-		}
-		return nil, false, nil
-	}
-	if !bytes.Equal(row.RequestHash, hash) {
+	replay, err := priorUse(row.ExpiresAt, row.RequestHash, hash, now)
+	switch {
+	case err != nil:
 		s.keyClashes.WithLabelValues("payload_mismatch").Inc()
-		return nil, false, ErrKeyReused
+		return nil, false, err
+	case replay:
+		return row.ResponseBody, true, nil
 	}
-	return row.ResponseBody, true, nil
+	if err := q.DeleteIdempotencyKey(ctx, dbsqlc.DeleteIdempotencyKeyParams{Scope: scope, Key: key}); err != nil {
+		return nil, false, fmt.Errorf("drop expired idempotency key: %w", err)
+	}
+	return nil, false, nil
+}
+
+// priorUse decides what an earlier use of an Idempotency-Key means for a
+// request whose fingerprint is hash, at now: the key's record, made for
+// the request whose fingerprint is priorHash, lives until expiresAt.
+// While it lives, the same request replays its response (replay) and
+// another is ErrKeyReused; from expiresAt on it is neither, and the key
+// starts afresh, whatever the request.
+func priorUse(expiresAt time.Time, priorHash, hash []byte, now time.Time) (replay bool, err error) {
+	switch {
+	case !expiresAt.After(now):
+		return false, nil
+	case !bytes.Equal(priorHash, hash):
+		return false, ErrKeyReused
+	}
+	return true, nil
 }
 
 // rememberKey stores the response of the first use of key in scope.
