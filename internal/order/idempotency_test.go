@@ -319,3 +319,44 @@ func TestNotifyWhileItsKeyIsInFlight(t *testing.T) {
 		t.Errorf("after the other ended: created %v, %v", created, err)
 	}
 }
+
+// The same trigger re-serialized on retry, as a client's JSON library
+// may (its data's keys in another order, other spacing, the recipient's
+// case, send_at in another offset), is the same request: its first answer
+// is replayed, not refused as another (as for the checkout: "the same
+// request after validation").
+func TestNotifyReplaysTheSameTriggerHoweverItIsSpelt(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	caller := keyed()
+	o := e.place(t, basket(), caller)
+	sendAt := e.now.Add(2 * time.Hour).Truncate(time.Second)
+	first, created, _, err := e.svc.Notify(t.Context(), o.ID, Trigger{Template: TemplateShipped, EventID: "parcel-2", Data: shipped(o.ID),
+		Recipient: "budi@example.com", SendAt: sendAt.Format(time.RFC3339Nano)}, caller, "k")
+	if err != nil || !created {
+		t.Fatalf("first: created %v, %v", created, err)
+	}
+	respelt := json.RawMessage(`{
+		"shipped_at": "2026-12-01T10:00:00Z",
+		"items": [{"quantity": 1, "name": "Teh melati 250 g", "sku": "TEA-01"}],
+		"tracking_number": "SC-2", "carrier": "SiCepat", "customer_name": "Ana Maria", "order_id": "` + o.ID.String() + `"
+	}`)
+	n, _, replayed, err := e.svc.Notify(t.Context(), o.ID, Trigger{Template: TemplateShipped, EventID: "parcel-2", Data: respelt,
+		Recipient: " Budi@Example.COM", SendAt: sendAt.In(time.FixedZone("WIB", 7*3600)).Format(time.RFC3339)}, caller, "k")
+	if have, want := asJSON(t, n), asJSON(t, first); err != nil || !replayed || have != want {
+		t.Errorf("the same trigger respelt: %s replayed %v, %v; want the first answer %s replayed", have, replayed, err, want)
+	}
+	if first.SendAt == nil || !first.SendAt.Equal(sendAt) {
+		t.Errorf("send_at %v, want %v", first.SendAt, sendAt)
+	}
+}
+
+// asJSON is v as the API writes it.
+func asJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

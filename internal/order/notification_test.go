@@ -1,7 +1,10 @@
 package order
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -100,4 +103,56 @@ func TestTriggerValidation(t *testing.T) {
 	if _, err := (&Service{}).validateTrigger(&tr, now); !slices.Equal(pointers(t, err), []string{"/template"}) {
 		t.Errorf("without templates: %v", err)
 	}
+}
+
+// A trigger re-serialized as a client's JSON library may on a retry
+// (its data's keys in another order, other spacing, escapes, the
+// recipient's case, send_at in another offset) validates to the same
+// canonical trigger, which is what its Idempotency-Key's fingerprint is
+// made of; its data still says what was sent.
+func TestTriggerCanonicalForm(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 9, 15, 0, 0, time.UTC)
+	s := &Service{templates: builtin(t)}
+	spellings := []Trigger{
+		{Template: TemplateShipped, Data: json.RawMessage(shippedJSON), EventID: "parcel-2",
+			Recipient: "budi.santoso@example.com", SendAt: "2026-12-02T02:00:00Z"},
+		{Template: TemplateShipped, EventID: "parcel-2", Recipient: "  Budi.Santoso@Example.COM ", SendAt: "2026-12-02T09:00:00+07:00",
+			Data: json.RawMessage(`{"customer_name":"Ana Maria","items":[{"name":"Teh melati 250 g","quantity":2,"sku":"TEA-01"}],` +
+				`"order_id":"0193a5b2-7c1e-7d4a-9f00-3c2b1a0e9d87","carrier":"JNE","shipped_at":"2026-12-01T03:00:00Z","tracking_number":"JNE-0042-7781"}`)},
+		{Template: TemplateShipped, EventID: "parcel-2", Recipient: "BUDI.SANTOSO@EXAMPLE.COM", SendAt: "2026-12-01T21:00:00.000-05:00",
+			Data: json.RawMessage("{\n\t\"order_id\" : \"0193a5b2-7c1e-7d4a-9f00-3c2b1a0e9d87\",\r\n\"customer_name\":\"Ana \\u004daria\",\"carrier\":\"JNE\"," +
+				`"tracking_number":"JNE-0042-7781","shipped_at":"2026-12-01T03:00:00Z","items":[{"sku":"TEA-01","quantity":2,"name":"Teh melati 250 g"}]}`)},
+	}
+	var want Trigger
+	for i, tr := range spellings {
+		if _, err := s.validateTrigger(&tr, now); err != nil {
+			t.Fatalf("spelling %d: %v", i, err)
+		}
+		if i == 0 {
+			want = tr
+			continue
+		}
+		if !reflect.DeepEqual(tr, want) {
+			t.Errorf("spelling %d validates to\n%s\nspelling 0 to\n%s", i, show(tr), show(want))
+		}
+	}
+	var got, sent any
+	if err := json.Unmarshal(want.Data, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(shippedJSON), &sent); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, sent) {
+		t.Errorf("the canonical data %s is not the data sent", want.Data)
+	}
+	if bytes.ContainsAny(want.Data, " \n\t") != bytes.Contains(want.Data, []byte("Ana Maria")) {
+		t.Errorf("the canonical data %s is not compact", want.Data)
+	}
+}
+
+// show writes a trigger for a failure message.
+func show(tr Trigger) string {
+	return fmt.Sprintf("template %s, event %s, recipient %s, send_at %s, data %s", tr.Template, tr.EventID, tr.Recipient, tr.SendAt, tr.Data)
 }
