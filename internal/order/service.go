@@ -114,25 +114,11 @@ type Placed struct {
 // ErrRequestInFlight. An invalid checkout is a *ValidationError and
 // writes nothing. With Public rules set, an anonymous caller's checkout
 // is also held to them: one over its quota is a *QuotaError, one whose
-// quota could not be counted ErrQuotaUnavailable.
+// quota could not be counted ErrQuotaUnavailable; a replay spends none.
 func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempotencyKey string) (Placed, error) {
 	v, err := c.validate()
 	if err != nil {
 		return Placed{}, err
-	}
-	if s.Public != nil && caller.Anonymous() {
-		if err := s.Public.checkPublic(v); err != nil {
-			return Placed{}, err
-		}
-		if s.Public.Quota != nil {
-			limit, wait, err := s.Public.Quota.Take(ctx, caller.Client, v.Email)
-			if err != nil {
-				return Placed{}, fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
-			}
-			if limit != "" {
-				return Placed{}, &QuotaError{Limit: limit, RetryAfter: wait}
-			}
-		}
 	}
 	// The request's fingerprint matters only to an Idempotency-Key.
 	var hash []byte
@@ -145,6 +131,28 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 		hash = sum[:]
 	}
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision
+	if s.Public != nil && caller.Anonymous() {
+		if err := s.Public.checkPublic(v); err != nil {
+			return Placed{}, err
+		}
+		if s.Public.Quota != nil {
+			// A replay mails nothing, so it spends no quota: a storefront
+			// that lost its answer gets it back, not a 429.
+			if idempotencyKey != "" {
+				prior, found, err := s.answered(ctx, caller.scope(idempotencyScope), idempotencyKey, hash, now)
+				if err != nil || found {
+					return s.replay(prior, err)
+				}
+			}
+			limit, wait, err := s.Public.Quota.Take(ctx, caller.Client, v.Email)
+			if err != nil {
+				return Placed{}, fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
+			}
+			if limit != "" {
+				return Placed{}, &QuotaError{Limit: limit, RetryAfter: wait}
+			}
+		}
+	}
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/sekali-dev/sekali/internal/order").Start(ctx, "checkout transaction")
 	defer span.End()
 
@@ -194,22 +202,53 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 	} else {
 		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, caller.scope(idempotencyScope), idempotencyKey, hash, answer, now.Add(s.keyTTL)
 		prior, found, err := s.placeKeyed(ctx, p, now)
-		if err != nil {
-			return Placed{}, err
-		}
-		if found {
-			s.replays.Inc()
-			var first Order
-			if err := json.Unmarshal(prior, &first); err != nil {
-				return Placed{}, fmt.Errorf("decode remembered response: %w", err)
-			}
-			return Placed{Order: first, JSON: prior, Replayed: true}, nil
+		if err != nil || found {
+			return s.replay(prior, err)
 		}
 	}
 	s.created.Inc()
 	failpoint.Inject("api-after-commit") // a crash here leaves intents without tasks
 	s.enqueuer.EnqueueAfterCommit(ctx, deliveries)
 	return Placed{Order: o, JSON: answer}, nil
+}
+
+// replay answers a checkout with the response its Idempotency-Key's
+// record kept, or with err.
+func (s *Service) replay(prior []byte, err error) (Placed, error) {
+	if err != nil {
+		return Placed{}, err
+	}
+	s.replays.Inc()
+	var first Order
+	if err := json.Unmarshal(prior, &first); err != nil {
+		return Placed{}, fmt.Errorf("decode remembered response: %w", err)
+	}
+	return Placed{Order: first, JSON: prior, Replayed: true}, nil
+}
+
+// answered returns the response a live record of key in scope keeps for
+// the request whose fingerprint is hash (found), ErrKeyReused when it
+// keeps one for another request, or nothing: a look-up without the
+// key's lock, for what must not be spent on a replay (the public
+// checkout's quota). A twin in flight is not seen; the checkout's own
+// statement still decides.
+func (s *Service) answered(ctx context.Context, scope, key string, hash []byte, now time.Time) (prior []byte, found bool, err error) {
+	row, err := dbsqlc.New(s.pool).GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: scope, Key: key})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read idempotency key: %w", err)
+	}
+	replay, err := priorUse(row.ExpiresAt, row.RequestHash, hash, now)
+	switch {
+	case err != nil:
+		s.keyClashes.WithLabelValues("payload_mismatch").Inc()
+		return nil, false, err
+	case !replay:
+		return nil, false, nil
+	}
+	return row.ResponseBody, true, nil
 }
 
 // placeKeyed records a checkout with an Idempotency-Key, or finds the
