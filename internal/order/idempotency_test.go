@@ -241,11 +241,11 @@ func TestNotifyReplaysTheFirstAnswer(t *testing.T) {
 	parcel := func(event string) Trigger {
 		return Trigger{Template: TemplateShipped, EventID: event, Data: shipped(o.ID)}
 	}
-	notify := func(tr Trigger, c Caller, key string) (Notification, bool, bool, error) {
+	trigger := func(tr Trigger, c Caller, key string) (Notification, bool, bool, error) {
 		return e.svc.Notify(t.Context(), o.ID, tr, c, key)
 	}
 
-	first, created, replayed, err := notify(parcel("parcel-2"), a, "k")
+	first, created, replayed, err := trigger(parcel("parcel-2"), a, "k")
 	if err != nil || !created || replayed {
 		t.Fatalf("first: created %v replayed %v, %v", created, replayed, err)
 	}
@@ -253,10 +253,10 @@ func TestNotifyReplaysTheFirstAnswer(t *testing.T) {
 		t.Error("the notification was not queued")
 	}
 	e.now = t0.Add(time.Hour)
-	if n, created, replayed, err := notify(parcel("parcel-2"), a, "k"); err != nil || !replayed || !created || n != first {
+	if n, created, replayed, err := trigger(parcel("parcel-2"), a, "k"); err != nil || !replayed || !created || n != first {
 		t.Errorf("again: %+v created %v replayed %v, %v; want the first answer, created, replayed", n, created, replayed, err)
 	}
-	if _, _, _, err := notify(parcel("parcel-3"), a, "k"); !errors.Is(err, ErrKeyReused) {
+	if _, _, _, err := trigger(parcel("parcel-3"), a, "k"); !errors.Is(err, ErrKeyReused) {
 		t.Errorf("another trigger under the key: %v, want ErrKeyReused", err)
 	}
 	if n := e.count(t, "notification_deliveries"); n != 2 {
@@ -265,11 +265,11 @@ func TestNotifyReplaysTheFirstAnswer(t *testing.T) {
 
 	// Another caller's same key: not a replay of a's, and its own answer
 	// (the notification existed: not created) is what it replays.
-	n, created, replayed, err := notify(parcel("parcel-2"), b, "k")
+	n, created, replayed, err := trigger(parcel("parcel-2"), b, "k")
 	if err != nil || replayed || created || n.ID != first.ID {
 		t.Errorf("another caller: %s created %v replayed %v, %v; want the notification found, not replayed", n.ID, created, replayed, err)
 	}
-	if again, created, replayed, err := notify(parcel("parcel-2"), b, "k"); err != nil || !replayed || created || again != n {
+	if again, created, replayed, err := trigger(parcel("parcel-2"), b, "k"); err != nil || !replayed || created || again != n {
 		t.Errorf("another caller again: created %v replayed %v, %v; want its own first answer", created, replayed, err)
 	}
 
@@ -279,7 +279,7 @@ func TestNotifyReplaysTheFirstAnswer(t *testing.T) {
 	}
 
 	e.now = t0.Add(keyTTL)
-	third, created, replayed, err := notify(parcel("parcel-3"), a, "k")
+	third, created, replayed, err := trigger(parcel("parcel-3"), a, "k")
 	if err != nil || !created || replayed || third.ID == first.ID {
 		t.Errorf("another trigger at the expiry: %s created %v replayed %v, %v; want a new notification", third.ID, created, replayed, err)
 	}

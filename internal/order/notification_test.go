@@ -1,7 +1,6 @@
 package order
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -109,7 +108,7 @@ func TestTriggerValidation(t *testing.T) {
 // (its data's keys in another order, other spacing, escapes, the
 // recipient's case, send_at in another offset) validates to the same
 // canonical trigger, which is what its Idempotency-Key's fingerprint is
-// made of; its data still says what was sent.
+// made of: its data compact with its keys sorted, send_at in UTC.
 func TestTriggerCanonicalForm(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 30, 9, 15, 0, 0, time.UTC)
@@ -124,31 +123,16 @@ func TestTriggerCanonicalForm(t *testing.T) {
 			Data: json.RawMessage("{\n\t\"order_id\" : \"0193a5b2-7c1e-7d4a-9f00-3c2b1a0e9d87\",\r\n\"customer_name\":\"Ana \\u004daria\",\"carrier\":\"JNE\"," +
 				`"tracking_number":"JNE-0042-7781","shipped_at":"2026-12-01T03:00:00Z","items":[{"sku":"TEA-01","quantity":2,"name":"Teh melati 250 g"}]}`)},
 	}
-	var want Trigger
+	want := Trigger{Template: TemplateShipped, EventID: "parcel-2", Recipient: "budi.santoso@example.com", SendAt: "2026-12-02T02:00:00Z",
+		Data: json.RawMessage(`{"carrier":"JNE","customer_name":"Ana Maria","items":[{"name":"Teh melati 250 g","quantity":2,"sku":"TEA-01"}],` +
+			`"order_id":"0193a5b2-7c1e-7d4a-9f00-3c2b1a0e9d87","shipped_at":"2026-12-01T03:00:00Z","tracking_number":"JNE-0042-7781"}`)}
 	for i, tr := range spellings {
 		if _, err := s.validateTrigger(&tr, now); err != nil {
 			t.Fatalf("spelling %d: %v", i, err)
 		}
-		if i == 0 {
-			want = tr
-			continue
-		}
 		if !reflect.DeepEqual(tr, want) {
-			t.Errorf("spelling %d validates to\n%s\nspelling 0 to\n%s", i, show(tr), show(want))
+			t.Errorf("spelling %d validates to\n%s\nwant\n%s", i, show(tr), show(want))
 		}
-	}
-	var got, sent any
-	if err := json.Unmarshal(want.Data, &got); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal([]byte(shippedJSON), &sent); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, sent) {
-		t.Errorf("the canonical data %s is not the data sent", want.Data)
-	}
-	if bytes.ContainsAny(want.Data, " \n\t") != bytes.Contains(want.Data, []byte("Ana Maria")) {
-		t.Errorf("the canonical data %s is not compact", want.Data)
 	}
 }
 
