@@ -134,6 +134,9 @@ func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) 
 		case at.After(now):
 			sendAt = at
 		}
+		if err == nil {
+			t.SendAt = at.UTC().Format(time.RFC3339Nano) // one spelling of the instant, whatever its offset
+		}
 	}
 	switch {
 	case t.Template == "":
@@ -166,11 +169,26 @@ func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) 
 	if len(verr.Fields) > 0 {
 		return time.Time{}, &verr
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, t.Data); err == nil {
-		t.Data = compact.Bytes()
+	if data, err := canonicalJSON(t.Data); err == nil {
+		t.Data = data
 	}
 	return sendAt, nil
+}
+
+// canonicalJSON is data, valid JSON, in one spelling: compact, object
+// keys sorted, strings escaped one way, numbers as written. A client that
+// re-serializes its request on a retry (another key order, other spacing
+// or escapes) sends the same trigger, as a checkout's fingerprint is of
+// the validated checkout; stored as JSONB, the data reads back the same
+// either way.
+func canonicalJSON(data []byte) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
 }
 
 // validEventID keeps the event id out of the key's separators.

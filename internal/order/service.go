@@ -107,25 +107,11 @@ type Placed struct {
 // ErrRequestInFlight. An invalid checkout is a *ValidationError and
 // writes nothing. With Public rules set, an anonymous caller's checkout
 // is also held to them: one over its quota is a *QuotaError, one whose
-// quota could not be counted ErrQuotaUnavailable.
+// quota could not be counted ErrQuotaUnavailable; a replay spends none.
 func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempotencyKey string) (Placed, error) {
 	v, err := c.validate()
 	if err != nil {
 		return Placed{}, err
-	}
-	if s.Public != nil && caller.Anonymous() {
-		if err := s.Public.checkPublic(v); err != nil {
-			return Placed{}, err
-		}
-		if s.Public.Quota != nil {
-			limit, wait, err := s.Public.Quota.Take(ctx, caller.Client, v.Email)
-			if err != nil {
-				return Placed{}, fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
-			}
-			if limit != "" {
-				return Placed{}, &QuotaError{Limit: limit, RetryAfter: wait}
-			}
-		}
 	}
 	// The request's fingerprint matters only to an Idempotency-Key.
 	var hash []byte
@@ -138,6 +124,28 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 		hash = sum[:]
 	}
 	now := s.now().UTC().Truncate(time.Microsecond) // PostgreSQL's precision
+	if s.Public != nil && caller.Anonymous() {
+		if err := s.Public.checkPublic(v); err != nil {
+			return Placed{}, err
+		}
+		if s.Public.Quota != nil {
+			// A replay mails nothing, so it spends no quota: a storefront
+			// that lost its answer gets it back, not a 429.
+			if idempotencyKey != "" {
+				prior, found, err := s.answered(ctx, caller.scope(idempotencyScope), idempotencyKey, hash, now)
+				if err != nil || found {
+					return s.replay(prior, err)
+				}
+			}
+			limit, wait, err := s.Public.Quota.Take(ctx, caller.Client, v.Email)
+			if err != nil {
+				return Placed{}, fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
+			}
+			if limit != "" {
+				return Placed{}, &QuotaError{Limit: limit, RetryAfter: wait}
+			}
+		}
+	}
 	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer("github.com/sekali-dev/sekali/internal/order").Start(ctx, "checkout transaction")
 	defer span.End()
 
@@ -187,22 +195,53 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 	} else {
 		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, caller.scope(idempotencyScope), idempotencyKey, hash, answer, now.Add(s.keyTTL)
 		prior, found, err := s.placeKeyed(ctx, p, now)
-		if err != nil {
-			return Placed{}, err
-		}
-		if found {
-			s.replays.Inc()
-			var first Order
-			if err := json.Unmarshal(prior, &first); err != nil {
-				return Placed{}, fmt.Errorf("decode remembered response: %w", err)
-			}
-			return Placed{Order: first, JSON: prior, Replayed: true}, nil
+		if err != nil || found {
+			return s.replay(prior, err)
 		}
 	}
 	s.created.Inc()
 	failpoint.Inject("api-after-commit") // a crash here leaves intents without tasks
 	s.enqueuer.EnqueueAfterCommit(ctx, deliveries)
 	return Placed{Order: o, JSON: answer}, nil
+}
+
+// replay answers a checkout with the response its Idempotency-Key's
+// record kept, or with err.
+func (s *Service) replay(prior []byte, err error) (Placed, error) {
+	if err != nil {
+		return Placed{}, err
+	}
+	s.replays.Inc()
+	var first Order
+	if err := json.Unmarshal(prior, &first); err != nil {
+		return Placed{}, fmt.Errorf("decode remembered response: %w", err)
+	}
+	return Placed{Order: first, JSON: prior, Replayed: true}, nil
+}
+
+// answered returns the response a live record of key in scope keeps for
+// the request whose fingerprint is hash (found), ErrKeyReused when it
+// keeps one for another request, or nothing: a look-up without the
+// key's lock, for what must not be spent on a replay (the public
+// checkout's quota). A twin in flight is not seen; the checkout's own
+// statement still decides.
+func (s *Service) answered(ctx context.Context, scope, key string, hash []byte, now time.Time) (prior []byte, found bool, err error) {
+	row, err := dbsqlc.New(s.pool).GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: scope, Key: key})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read idempotency key: %w", err)
+	}
+	replay, err := priorUse(row.ExpiresAt, row.RequestHash, hash, now)
+	switch {
+	case err != nil:
+		s.keyClashes.WithLabelValues("payload_mismatch").Inc()
+		return nil, false, err
+	case !replay:
+		return nil, false, nil
+	}
+	return row.ResponseBody, true, nil
 }
 
 // placeKeyed records a checkout with an Idempotency-Key, or finds the
@@ -225,12 +264,15 @@ func (s *Service) placeKeyed(ctx context.Context, p dbsqlc.InsertCheckoutParams,
 		return nil, false, ErrRequestInFlight
 	case r.Inserted:
 		return nil, false, nil
-	case r.PriorExpiresAt != nil && r.PriorExpiresAt.After(now):
-		if !bytes.Equal(r.PriorRequestHash, p.RequestHash) {
+	case r.PriorExpiresAt != nil:
+		replay, err := priorUse(*r.PriorExpiresAt, r.PriorRequestHash, p.RequestHash, now)
+		if err != nil {
 			s.keyClashes.WithLabelValues("payload_mismatch").Inc()
-			return nil, false, ErrKeyReused
+			return nil, false, err
 		}
-		return r.PriorResponseBody, true, nil
+		if replay {
+			return r.PriorResponseBody, true, nil
+		}
 	}
 	// The key's record expired: start afresh under the key's lock.
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -323,17 +365,34 @@ func (s *Service) lookupKey(ctx context.Context, q *dbsqlc.Queries, scope, key s
 	if err != nil {
 		return nil, false, fmt.Errorf("read idempotency key: %w", err)
 	}
-	if !row.ExpiresAt.After(now) {
-		if err := q.DeleteIdempotencyKey(ctx, dbsqlc.DeleteIdempotencyKeyParams{Scope: scope, Key: key}); err != nil {
-			return nil, false, fmt.Errorf("drop expired idempotency key: %w", err)
-		}
-		return nil, false, nil
-	}
-	if !bytes.Equal(row.RequestHash, hash) {
+	replay, err := priorUse(row.ExpiresAt, row.RequestHash, hash, now)
+	switch {
+	case err != nil:
 		s.keyClashes.WithLabelValues("payload_mismatch").Inc()
-		return nil, false, ErrKeyReused
+		return nil, false, err
+	case replay:
+		return row.ResponseBody, true, nil
 	}
-	return row.ResponseBody, true, nil
+	if err := q.DeleteIdempotencyKey(ctx, dbsqlc.DeleteIdempotencyKeyParams{Scope: scope, Key: key}); err != nil {
+		return nil, false, fmt.Errorf("drop expired idempotency key: %w", err)
+	}
+	return nil, false, nil
+}
+
+// priorUse decides what an earlier use of an Idempotency-Key means for a
+// request whose fingerprint is hash, at now: the key's record, made for
+// the request whose fingerprint is priorHash, lives until expiresAt.
+// While it lives, the same request replays its response (replay) and
+// another is ErrKeyReused; from expiresAt on it is neither, and the key
+// starts afresh, whatever the request.
+func priorUse(expiresAt time.Time, priorHash, hash []byte, now time.Time) (replay bool, err error) {
+	switch {
+	case !expiresAt.After(now):
+		return false, nil
+	case !bytes.Equal(priorHash, hash):
+		return false, ErrKeyReused
+	}
+	return true, nil
 }
 
 // rememberKey stores the response of the first use of key in scope.
