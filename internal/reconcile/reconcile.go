@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -112,37 +113,16 @@ type Reconciler struct {
 func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
 	r := &Reconciler{
 		db: db, enqueuer: enq, inspector: ins, cfg: cfg, log: log,
-		stale: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sekali_stale_processing_records",
-			Help: "Deliveries in sending whose lease has expired, as of the last pass (before it acted).",
-		}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sekali_held_deliveries",
-			Help: "Deliveries held for an operator because their outcome is unknown.",
-		}),
-		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sekali_reconciler_decisions_total",
-			Help: "Reconciler decisions by kind.",
-		}, []string{"decision"}),
-		passes: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sekali_reconciler_pass_duration_seconds",
-			Help:    "Time one reconciliation pass took.",
-			Buckets: prometheus.DefBuckets,
-		}),
-		cleaned: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sekali_cleanup_deleted_total",
-			Help: "Rows the retention clean-up deleted: expired idempotency keys, and finished deliveries past DELIVERY_RETENTION.",
-		}, []string{"table"}),
+		stale: metric.Gauge(reg, "sekali_stale_processing_records",
+			"Deliveries in sending whose lease has expired, as of the last pass (before it acted)."),
+		held: metric.Gauge(reg, "sekali_held_deliveries", "Deliveries held for an operator because their outcome is unknown."),
+		decisions: metric.CounterVec(reg, "sekali_reconciler_decisions_total", "Reconciler decisions by kind.",
+			[]string{"decision"}, allDecisions),
+		passes: metric.Histogram(reg, "sekali_reconciler_pass_duration_seconds", "Time one reconciliation pass took.", prometheus.DefBuckets),
+		cleaned: metric.CounterVec(reg, "sekali_cleanup_deleted_total",
+			"Rows the retention clean-up deleted: expired idempotency keys, and finished deliveries past DELIVERY_RETENTION.",
+			[]string{"table"}, []string{"idempotency_keys", "notification_deliveries"}),
 	}
-	// Every series exists from the start, at zero, so that dashboards show
-	// it and a rate() alert fires on the first event.
-	for _, d := range allDecisions {
-		r.decisions.WithLabelValues(d)
-	}
-	for _, t := range []string{"idempotency_keys", "notification_deliveries"} {
-		r.cleaned.WithLabelValues(t)
-	}
-	reg.MustRegister(r.stale, r.held, r.decisions, r.passes, r.cleaned)
 	return r
 }
 
