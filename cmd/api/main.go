@@ -17,11 +17,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"os/user"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -29,7 +27,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
-	"github.com/sekali-dev/sekali/internal/debugserver"
+	"github.com/sekali-dev/sekali/internal/binary"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/httpapi"
@@ -42,27 +40,14 @@ import (
 	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/quota"
 	"github.com/sekali-dev/sekali/internal/redisconn"
-	"github.com/sekali-dev/sekali/internal/tracing"
 	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "api:", err)
-		os.Exit(1)
-	}
-}
+func main() { binary.Main("api", run) }
 
 type config struct {
-	PprofAddr       string
-	DatabaseURL     string
-	Redis           asynq.RedisConnOpt
+	binary.Common
 	HTTPAddr        string
-	LogLevel        slog.Level
-	Queue           string
 	IdempotencyTTL  time.Duration
 	SendAtHorizon   time.Duration     // SEND_AT_HORIZON: how far ahead a notification may be scheduled
 	WebhookGuard    *webhookout.Guard // WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_NETWORKS: which endpoint URLs are taken
@@ -70,7 +55,6 @@ type config struct {
 	UnsubscribeTTL  time.Duration     // UNSUBSCRIBE_TOKEN_TTL: how long after its issue day a link works
 	ShutdownTimeout time.Duration
 	AdminToken      string
-	MetricsAddr     string
 	RateLimits      httpapi.RateLimits
 	Webhooks        provider.Webhooks
 	MaxInFlight     int
@@ -89,11 +73,8 @@ type config struct {
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		PprofAddr:       env.String("PPROF_ADDR", ""),
-		DatabaseURL:     env.Secret("DATABASE_URL", postgres.DefaultURL),
+		Common:          binary.ReadCommon(env, ":9100"),
 		HTTPAddr:        env.String("HTTP_ADDR", ":8080"),
-		LogLevel:        env.LogLevel("LOG_LEVEL"),
-		Queue:           env.String("DELIVERY_QUEUE", notify.DefaultQueue),
 		IdempotencyTTL:  env.Duration("IDEMPOTENCY_KEY_TTL", 24*time.Hour),
 		SendAtHorizon:   env.Duration("SEND_AT_HORIZON", order.DefaultSendAtHorizon),
 		WebhookGuard:    webhookout.ReadGuard(env),
@@ -101,7 +82,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 		UnsubscribeTTL:  env.Duration("UNSUBSCRIBE_TOKEN_TTL", mail.DefaultUnsubscribeTTL),
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
-		MetricsAddr:     env.String("METRICS_ADDR", ":9100"),
 		MaxInFlight:     env.Int("HTTP_MAX_IN_FLIGHT", 128, 0, 100_000),
 		BodyTimeout:     env.Duration("HTTP_BODY_TIMEOUT", 5*time.Second),
 		RateLimits: httpapi.RateLimits{
@@ -129,9 +109,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.Webhooks = provider.ReadWebhooks(env)
 	cfg.Brand = mailtemplate.ReadBrand(getenv, env.Check)
-	var err error
-	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
-	env.Check("REDIS_URL", err)
 	return cfg, env.Err()
 }
 
@@ -156,7 +133,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))).With("service", "api")
+	log := cfg.Logger(stdout, "api", httpapi.LogHandler)
 	// Templates first: a broken TEMPLATES_DIR is named even while the
 	// database is down. `api migrate` needs none.
 	var templates *mailtemplate.Templates
@@ -167,24 +144,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return err
 		}
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := cfg.Database(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, log); err != nil {
-		return err
-	}
 	if migrateOnly {
 		return nil
 	}
-	if cfg.PprofAddr != "" {
-		profiles, err := debugserver.Start(cfg.PprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer profiles.Close()
+	stopProfiler, err := cfg.Profiler(log)
+	if err != nil {
+		return err
 	}
+	defer stopProfiler()
 
 	queue := asynq.NewClient(cfg.Redis)
 	defer queue.Close()
@@ -193,15 +165,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 
-	tp, stopTracing, err := tracing.Setup(ctx, "sekali-api", getenv)
+	tp, stopTracing, err := binary.Tracing(ctx, "sekali-api", getenv)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = stopTracing(sctx) // flushing spans is best effort
-	}()
+	defer stopTracing()
 
 	reg := opsserver.NewRegistry()
 	ops, err := opsserver.Listen(cfg.MetricsAddr, reg)

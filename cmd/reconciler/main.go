@@ -12,26 +12,22 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sekali-dev/sekali/internal/debugserver"
+	"github.com/sekali-dev/sekali/internal/binary"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
-	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -39,39 +35,22 @@ import (
 	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "reconciler:", err)
-		os.Exit(1)
-	}
-}
+func main() { binary.Main("reconciler", run) }
 
 type config struct {
-	PprofAddr   string
-	DatabaseURL string
-	Redis       asynq.RedisConnOpt
-	LogLevel    slog.Level
-	Queue       string
-	MetricsAddr string
-	Interval    time.Duration
-	Providers   []mail.Descriptor   // PROVIDERS (or PROVIDER), as the workers': whose look-up or guarantee settles an ambiguous send
-	Lookups     []mail.LookupOpener // each provider's search, nil if it has none (configured)
-	Reconcile   reconcile.Config    // Providers named, with their dedup windows; the look-ups are opened at start
-	Webhooks    webhookout.Config   // the shop's webhook endpoints: the dispatcher's settings
+	binary.Common
+	Interval  time.Duration
+	Providers []mail.Descriptor   // PROVIDERS (or PROVIDER), as the workers': whose look-up or guarantee settles an ambiguous send
+	Lookups   []mail.LookupOpener // each provider's search, nil if it has none (configured)
+	Reconcile reconcile.Config    // Providers named, with their dedup windows; the look-ups are opened at start
+	Webhooks  webhookout.Config   // the shop's webhook endpoints: the dispatcher's settings
 }
 
 func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		PprofAddr:   env.String("PPROF_ADDR", ""),
-		DatabaseURL: env.Secret("DATABASE_URL", postgres.DefaultURL),
-		LogLevel:    env.LogLevel("LOG_LEVEL"),
-		Queue:       env.String("DELIVERY_QUEUE", notify.DefaultQueue),
-		MetricsAddr: env.String("METRICS_ADDR", ":9102"),
-		Interval:    env.Duration("RECONCILE_INTERVAL", 5*time.Second),
+		Common:   binary.ReadCommon(env, ":9102"),
+		Interval: env.Duration("RECONCILE_INTERVAL", 5*time.Second),
 		Reconcile: reconcile.Config{
 			MaxAge:        env.Duration("DELIVERY_MAX_AGE", 120*time.Hour),
 			PendingAfter:  env.Duration("PENDING_REENQUEUE_AFTER", 30*time.Second),
@@ -98,8 +77,6 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 		}
 	}
 	var err error
-	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
-	env.Check("REDIS_URL", err)
 	from := env.String("MAIL_FROM", "orders@shop.example")
 	_, err = mail.ParseSender(from)
 	env.Check("MAIL_FROM", err)
@@ -167,23 +144,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	host, _ := os.Hostname()
 	actor := "reconciler:" + host + ":" + strconv.Itoa(os.Getpid())
 	cfg.Reconcile.Actor = actor
-	log := slog.New(slog.NewJSONHandler(logOut, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "reconciler")
-	if cfg.PprofAddr != "" && !*once { // not for a one-off pass beside the running daemon
-		profiles, err := debugserver.Start(cfg.PprofAddr, log)
+	log := cfg.Logger(logOut, "reconciler", nil)
+	if !*once { // not for a one-off pass beside the running daemon
+		stopProfiler, err := cfg.Profiler(log)
 		if err != nil {
 			return err
 		}
-		defer profiles.Close()
+		defer stopProfiler()
 	}
 
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := cfg.Database(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, log); err != nil {
-		return err
-	}
 	for i, open := range cfg.Lookups {
 		if open == nil {
 			continue

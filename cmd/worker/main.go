@@ -8,52 +8,32 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/sekali-dev/sekali/internal/debugserver"
+	"github.com/sekali-dev/sekali/internal/binary"
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/failpoint"
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
-	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
-	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
-	"github.com/sekali-dev/sekali/internal/tracing"
 	"github.com/sekali-dev/sekali/internal/worker"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
-	}
-}
+func main() { binary.Main("worker", run) }
 
 type config struct {
-	PprofAddr         string
-	DatabaseURL       string
-	Redis             asynq.RedisConnOpt
-	LogLevel          slog.Level
-	Queue             string
-	MetricsAddr       string
+	binary.Common
 	Concurrency       int
 	LockTTL           time.Duration
 	MaxAge            time.Duration
@@ -72,11 +52,7 @@ type config struct {
 func loadConfig(getenv func(string) string) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		PprofAddr:         env.String("PPROF_ADDR", ""),
-		DatabaseURL:       env.Secret("DATABASE_URL", postgres.DefaultURL),
-		LogLevel:          env.LogLevel("LOG_LEVEL"),
-		Queue:             env.String("DELIVERY_QUEUE", notify.DefaultQueue),
-		MetricsAddr:       env.String("METRICS_ADDR", ":9101"),
+		Common:            binary.ReadCommon(env, ":9101"),
 		Concurrency:       env.Int("WORKER_CONCURRENCY", 10, 1, 1000),
 		LockTTL:           env.Duration("LOCK_TTL", 30*time.Second),
 		MaxAge:            env.Duration("DELIVERY_MAX_AGE", 120*time.Hour),
@@ -88,9 +64,6 @@ func loadConfig(getenv func(string) string) (config, error) {
 		Providers:         provider.Read(env),
 		Brand:             mailtemplate.ReadBrand(getenv, env.Check),
 	}
-	var err error
-	cfg.Redis, err = redisconn.Parse(env.Secret("REDIS_URL", redisconn.DefaultURL))
-	env.Check("REDIS_URL", err)
 	settings := mail.SenderSettings{From: cfg.From, Timeout: env.Duration("PROVIDER_TIMEOUT", 15*time.Second), MaxIdle: cfg.Concurrency}
 	for _, d := range cfg.Providers {
 		cfg.Senders = append(cfg.Senders, d.Sender(env, settings))
@@ -156,14 +129,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	host, _ := os.Hostname()
 	workerID := host + ":" + strconv.Itoa(os.Getpid())
-	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel})).With("service", "worker")
-	if cfg.PprofAddr != "" {
-		profiles, err := debugserver.Start(cfg.PprofAddr, log)
-		if err != nil {
-			return err
-		}
-		defer profiles.Close()
+	log := cfg.Logger(stdout, "worker", nil)
+	stopProfiler, err := cfg.Profiler(log)
+	if err != nil {
+		return err
 	}
+	defer stopProfiler()
 
 	tcfg := mailtemplate.FromEnv(getenv)
 	tcfg.Brand = cfg.Brand
@@ -179,14 +150,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("configuration:\nUNSUBSCRIBE_URL and UNSUBSCRIBE_SECRET: must be set, since %s of the subscription category: their messages carry one-click unsubscribe",
 			strings.Join(subs, ", ")+map[bool]string{true: " is", false: " are"}[len(subs) == 1])
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := cfg.Database(ctx, log)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, log); err != nil {
-		return err
-	}
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 	var providers []worker.NamedProvider
@@ -199,15 +167,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		providers = append(providers, worker.NamedProvider{Name: cfg.Providers[i].Name, Provider: p, Resend: cfg.DedupWindows[i]})
 	}
 
-	tp, stopTracing, err := tracing.Setup(ctx, "sekali-worker", getenv)
+	tp, stopTracing, err := binary.Tracing(ctx, "sekali-worker", getenv)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_ = stopTracing(sctx) // flushing spans is best effort
-	}()
+	defer stopTracing()
 
 	reg := opsserver.NewRegistry()
 	w := worker.New(pool, rdb, providers, templates, worker.Config{
