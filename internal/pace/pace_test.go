@@ -1,0 +1,247 @@
+package pace
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// setup gives a test a queue of its own in the shared Redis, and makes
+// budgets over it as worker processes would: each with its own client.
+type bundle struct {
+	rd     testenv.Redis
+	budget func(name string, cfg Config) *Budget
+	rdb    redis.UniversalClient // a client of the test's own, for Redis' clock
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	rd := testenv.NewRedis(t)
+	return bundle{rd: rd, budget: budgetsOver(t, rd.Opt, rd.Queue), rdb: client(t, rd.Opt)}
+}
+
+func client(t *testing.T, opt asynq.RedisConnOpt) redis.UniversalClient {
+	t.Helper()
+	rdb := redisconn.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
+
+func budgetsOver(t *testing.T, opt asynq.RedisConnOpt, queue string) func(string, Config) *Budget {
+	return func(name string, cfg Config) *Budget {
+		t.Helper()
+		b, err := New(client(t, opt), queue, name, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+}
+
+// redisNow is Redis' clock, the one the budgets count on.
+func redisNow(t *testing.T, rdb redis.UniversalClient) time.Time {
+	t.Helper()
+	now, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+func take(t *testing.T, b *Budget, messages int) Turn {
+	t.Helper()
+	turn, err := b.Take(context.Background(), messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return turn
+}
+
+// Two worker processes (two budgets, two clients) that take as fast as
+// they are let share one rate: together they get at most what a GCRA of
+// 5/s with a burst of 1 grants over the time Redis saw them take (burst
+// + rate × span), and not much less, so the rate is reached, not just
+// kept under. Separate budgets, or a burst that grew, would grant twice.
+func TestRateIsSharedByProcesses(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	cfg := Config{Rate: 5}
+	a, b := s.budget("resend", cfg), s.budget("resend", cfg)
+	const run = 4 * time.Second
+	var mu sync.Mutex
+	granted := map[*Budget]int{}
+	start := redisNow(t, s.rdb)
+	deadline := time.Now().Add(run)
+	var wg sync.WaitGroup
+	for _, p := range []*Budget{a, b} {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				turn, err := p.Take(context.Background(), 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if turn.Go() {
+					mu.Lock()
+					granted[p]++
+					mu.Unlock()
+					continue
+				}
+				if turn.By != ByRate || turn.Wait > time.Second/5+time.Millisecond {
+					t.Errorf("held by %s for %s, want the rate's at most 200ms", turn.By, turn.Wait)
+				}
+				time.Sleep(min(turn.Wait, time.Until(deadline))) // pacing, as a worker would wait
+			}
+		})
+	}
+	wg.Wait()
+	span := redisNow(t, s.rdb).Sub(start)
+	total := granted[a] + granted[b]
+	most := 1 + int(math.Floor(5*span.Seconds()))
+	least := int(0.75 * 5 * run.Seconds())
+	t.Logf("granted %d (%d + %d) over %s on Redis' clock: at most %d, at least %d", total, granted[a], granted[b], span, most, least)
+	if total > most {
+		t.Errorf("granted %d tokens in %s, more than the %d a shared 5/s budget allows", total, span, most)
+	}
+	if total < least {
+		t.Errorf("granted %d tokens in %s, fewer than %d: the rate is not reached", total, run, least)
+	}
+	if granted[a] == 0 || granted[b] == 0 {
+		t.Errorf("one process got nothing: %d and %d", granted[a], granted[b])
+	}
+}
+
+// After a quiet spell, processes asking at once get Burst tokens between
+// them, one by default: a burst above the provider's window is refused.
+func TestBurstIsShared(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	for _, burst := range []int{0, 3} {
+		cfg := Config{Rate: 0.5, Burst: burst}
+		name := fmt.Sprintf("smtp-%d", burst)
+		a, b := s.budget(name, cfg), s.budget(name, cfg)
+		went := 0
+		for i := range 6 {
+			if take(t, []*Budget{a, b}[i%2], 1).Go() {
+				went++
+			}
+		}
+		if want := max(burst, 1); went != want {
+			t.Errorf("burst %d: %d of 6 requests at once went, want %d", burst, went, want)
+		}
+	}
+}
+
+// A quota, once spent, holds every process until its window frees a
+// message, and Take says how long; a request larger than the quota is
+// refused outright.
+func TestQuotaHoldsUntilTheWindowFrees(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	cfg := Config{Rate: 1000, Burst: 10, Quota: 3, QuotaWindow: time.Second}
+	a, b := s.budget("ses", cfg), s.budget("ses", cfg)
+	first := time.Now()
+	if turn := take(t, a, 2); !turn.Go() {
+		t.Fatalf("2 of 3: %+v", turn)
+	}
+	if turn := take(t, b, 1); !turn.Go() {
+		t.Fatalf("3 of 3: %+v", turn)
+	}
+	refused := time.Now()
+	turn := take(t, b, 1)
+	if turn.By != ByQuota || turn.Wait <= 0 || turn.Wait > time.Second+20*time.Millisecond {
+		t.Fatalf("a 4th of 3: %+v, want held by the quota for at most its window and a slice", turn)
+	}
+	if _, err := a.Take(context.Background(), 4); err == nil {
+		t.Error("a request of 4 messages against a quota of 3 was not refused")
+	}
+	var went time.Time
+	testenv.WaitFor(t, "the window to free a message", 5*time.Second, func() bool {
+		went = time.Now()
+		return take(t, a, 1).Go()
+	})
+	if went.Sub(first) < time.Second-5*time.Millisecond || went.Sub(refused) < turn.Wait-5*time.Millisecond {
+		t.Errorf("went %s after the first message and %s after the refusal, which said %s: before the window freed it",
+			went.Sub(first), went.Sub(refused), turn.Wait)
+	}
+}
+
+// Wait waits for a token while the wait fits, and otherwise takes
+// nothing and says how long.
+func TestWaitWaitsOnlyWithin(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	p := s.budget("resend", Config{Rate: 5})
+	ctx := context.Background()
+	if turn, err := p.Wait(ctx, time.Second, 1); err != nil || !turn.Go() {
+		t.Fatalf("first: %+v %v", turn, err)
+	}
+	turn, err := p.Wait(ctx, 50*time.Millisecond, 1)
+	if err != nil || turn.Go() || turn.By != ByRate || turn.Wait <= 50*time.Millisecond {
+		t.Fatalf("within 50ms at 5/s: %+v %v, want no token and the wait", turn, err)
+	}
+	if turn, err := p.Wait(ctx, time.Second, 1); err != nil || !turn.Go() {
+		t.Fatalf("within 1s at 5/s: %+v %v, want a token", turn, err)
+	}
+}
+
+// When Redis does not answer, Take returns the error at once and no
+// token: without Redis there is no shared count, and a worker
+// cannot claim without it anyway.
+func TestRedisDownIsAnError(t *testing.T) {
+	t.Parallel()
+	opt, err := redisconn.Parse(fmt.Sprintf("redis://127.0.0.1:%d/0", testenv.FreePort(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := budgetsOver(t, opt, "test-down")("resend", Config{Rate: 2, Quota: 10})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if turn, err := p.Take(ctx, 1); err == nil {
+		t.Errorf("Take without Redis: %+v %v, want an error", turn, err)
+	} else if !strings.Contains(err.Error(), "pace resend") {
+		t.Errorf("Take's error does not say whose budget: %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Error("without Redis the calls waited for the context to end")
+	}
+}
+
+// New refuses a configuration that cannot pace, saying every problem.
+func TestNewRefusesWhatCannotPace(t *testing.T) {
+	t.Parallel()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never reached
+	t.Cleanup(func() { rdb.Close() })
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"resend", Config{}, "rate 0"},
+		{"resend", Config{Rate: math.NaN()}, "rate NaN"},
+		{"resend", Config{Rate: math.Inf(1)}, "rate +Inf"},
+		{"resend", Config{Rate: 2, Burst: -1}, "burst -1"},
+		{"ses", Config{Rate: 2, Quota: -1}, "quota -1"},
+		{"ses", Config{Rate: 2, Quota: 10, QuotaWindow: time.Millisecond}, "quota 10 per 1ms"},
+		{"", Config{Rate: 2}, "want a name"},
+		{"a}b", Config{Rate: 2}, "braces"},
+	} {
+		if _, err := New(rdb, "q", tc.name, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%q, %+v): %v, want an error saying %q", tc.name, tc.cfg, err, tc.want)
+		}
+	}
+	b, err := New(rdb, "q", "resend", Config{Rate: 2})
+	if err != nil || b.Config().Burst != 1 || b.Config().String() != "2/s, burst 1" {
+		t.Errorf("New with the defaults: %v %+v", err, b)
+	}
+}
