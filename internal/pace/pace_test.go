@@ -2,8 +2,10 @@ package pace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -65,6 +67,13 @@ func take(t *testing.T, b *Budget, messages int) Turn {
 		t.Fatal(err)
 	}
 	return turn
+}
+
+func observe(t *testing.T, b *Budget, s Signal) {
+	t.Helper()
+	if err := b.Observe(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Two worker processes (two budgets, two clients) that take as fast as
@@ -142,6 +151,81 @@ func TestBurstIsShared(t *testing.T) {
 	}
 }
 
+// A pause one process writes holds the other at once; a shorter pause
+// said later does not shorten it; it ends when it should, and then the
+// budget goes again.
+func TestPauseIsSharedAndTheLongestWins(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	cfg := Config{Rate: 100, Burst: 10}
+	a, b := s.budget("resend", cfg), s.budget("resend", cfg)
+	if turn := take(t, b, 1); !turn.Go() {
+		t.Fatalf("a fresh budget said %+v", turn)
+	}
+	const pause = 1500 * time.Millisecond
+	before := time.Now()
+	observe(t, a, Signal{Pause: pause, Reason: "http 429, retry-after: 1"})
+	turn := take(t, b, 1)
+	if turn.By != ByPause || turn.Wait <= pause-300*time.Millisecond || turn.Wait > pause {
+		t.Fatalf("the other process: %+v, want held by the pause for about %s", turn, pause)
+	}
+	observe(t, b, Signal{Pause: 100 * time.Millisecond, Reason: "shorter"})
+	if turn := take(t, a, 1); turn.By != ByPause || turn.Wait <= pause-time.Since(before)-50*time.Millisecond {
+		t.Fatalf("after a shorter pause: %+v, want the first pause's %s left", turn, pause-time.Since(before))
+	}
+	var went time.Time
+	testenv.WaitFor(t, "the pause to end", 5*time.Second, func() bool {
+		went = time.Now()
+		return take(t, b, 1).Go()
+	})
+	if elapsed := went.Sub(before); elapsed < pause-5*time.Millisecond {
+		t.Errorf("the budget went %s after a pause of %s", elapsed, pause)
+	}
+}
+
+// A provider's ratelimit-limit below the configured rate, seen by one
+// process, paces the other; a higher one ends it without raising the rate
+// above the configuration.
+func TestProviderLimitLowersTheRateForEveryone(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	cfg := Config{Rate: 10}
+	a, b := s.budget("resend", cfg), s.budget("resend", cfg)
+	// interval is the wait after one token for the next: 1/rate.
+	interval := func(p *Budget) time.Duration {
+		t.Helper()
+		var turn Turn
+		testenv.WaitFor(t, "a token", 5*time.Second, func() bool { return take(t, p, 1).Go() })
+		if turn = take(t, p, 1); turn.Go() || turn.By != ByRate {
+			t.Fatalf("right after a token: %+v", turn)
+		}
+		return turn.Wait
+	}
+	if d := interval(b); d > 101*time.Millisecond {
+		t.Fatalf("at 10/s the next token is %s away", d)
+	}
+
+	resend := http.Header{"Ratelimit-Limit": {"2"}, "Ratelimit-Remaining": {"1"}, "Ratelimit-Reset": {"1"}}
+	observe(t, a, FromHTTP(http.StatusOK, resend, time.Now()))
+	if d := interval(b); d <= 250*time.Millisecond || d > 501*time.Millisecond {
+		t.Errorf("at the provider's 2/s the next token is %s away, want nearly 500ms", d)
+	}
+
+	// b has taken at the lower rate; the provider now says more than
+	// the configuration allows.
+	observe(t, b, FromHTTP(http.StatusOK, http.Header{"Ratelimit-Limit": {"50"}, "Ratelimit-Remaining": {"49"}, "Ratelimit-Reset": {"1"}}, time.Now()))
+	if d := interval(a); d > 101*time.Millisecond {
+		t.Errorf("after ratelimit-limit 50 the next token is %s away, want at most the configured 100ms", d)
+	}
+
+	// A process configured lower than the rate another learned (a
+	// deploy that lowers the configuration) keeps to its own.
+	observe(t, a, Signal{Rate: 8})
+	if d := interval(s.budget("resend", Config{Rate: 5})); d > 201*time.Millisecond {
+		t.Errorf("a budget configured to 5/s waits %s for its next token", d)
+	}
+}
+
 // A quota, once spent, holds every process until its window frees a
 // message, and Take says how long; a request larger than the quota is
 // refused outright.
@@ -193,10 +277,16 @@ func TestWaitWaitsOnlyWithin(t *testing.T) {
 	if turn, err := p.Wait(ctx, time.Second, 1); err != nil || !turn.Go() {
 		t.Fatalf("within 1s at 5/s: %+v %v, want a token", turn, err)
 	}
+	observe(t, p, Signal{Pause: time.Minute})
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if turn, err := p.Wait(short, 2*time.Minute, 1); !errors.Is(err, context.DeadlineExceeded) || turn.By != ByPause {
+		t.Errorf("a wait whose context ends first: %+v %v", turn, err)
+	}
 }
 
-// When Redis does not answer, Take returns the error at once and no
-// token: without Redis there is no shared count, and a worker
+// When Redis does not answer, Take and Observe return the error at once
+// and no token: without Redis there is no shared count, and a worker
 // cannot claim without it anyway.
 func TestRedisDownIsAnError(t *testing.T) {
 	t.Parallel()
@@ -212,9 +302,30 @@ func TestRedisDownIsAnError(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "pace resend") {
 		t.Errorf("Take's error does not say whose budget: %v", err)
 	}
+	if err := p.Observe(ctx, Signal{Pause: time.Second}); err == nil {
+		t.Error("Observe without Redis: no error")
+	}
 	if ctx.Err() != nil {
 		t.Error("without Redis the calls waited for the context to end")
 	}
+}
+
+// A Redis that loses its data (a restart without persistence) forgets a
+// pause: the budget goes again, and the provider's next refusal pauses it
+// again.
+func TestRedisRestartForgetsThePause(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedisServer(t)
+	p := budgetsOver(t, srv.Opt, srv.Queue)("resend", Config{Rate: 2})
+	observe(t, p, Signal{Pause: time.Hour})
+	if turn := take(t, p, 1); turn.By != ByPause {
+		t.Fatalf("paused: %+v", turn)
+	}
+	srv.Restart(t)
+	testenv.WaitFor(t, "the budget to go after the restart", 10*time.Second, func() bool {
+		turn, err := p.Take(context.Background(), 1)
+		return err == nil && turn.Go()
+	})
 }
 
 // New refuses a configuration that cannot pace, saying every problem.
