@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -74,6 +75,15 @@ func observe(t *testing.T, b *Budget, s Signal) {
 	if err := b.Observe(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func state(t *testing.T, b *Budget) State {
+	t.Helper()
+	s, err := b.State(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // Two worker processes (two budgets, two clients) that take as fast as
@@ -173,6 +183,10 @@ func TestPauseIsSharedAndTheLongestWins(t *testing.T) {
 	if turn := take(t, a, 1); turn.By != ByPause || turn.Wait <= pause-time.Since(before)-50*time.Millisecond {
 		t.Fatalf("after a shorter pause: %+v, want the first pause's %s left", turn, pause-time.Since(before))
 	}
+	st := state(t, a)
+	if st.PauseReason != "http 429, retry-after: 1" || st.PausedUntil.Before(before.Add(pause-50*time.Millisecond)) {
+		t.Errorf("state: paused until %s for %q, want about %s for the first reason", st.PausedUntil, st.PauseReason, before.Add(pause))
+	}
 	var went time.Time
 	testenv.WaitFor(t, "the pause to end", 5*time.Second, func() bool {
 		went = time.Now()
@@ -180,6 +194,9 @@ func TestPauseIsSharedAndTheLongestWins(t *testing.T) {
 	})
 	if elapsed := went.Sub(before); elapsed < pause-5*time.Millisecond {
 		t.Errorf("the budget went %s after a pause of %s", elapsed, pause)
+	}
+	if st := state(t, a); !st.PausedUntil.IsZero() || st.PauseReason != "" {
+		t.Errorf("after the pause: %+v", st)
 	}
 }
 
@@ -207,13 +224,19 @@ func TestProviderLimitLowersTheRateForEveryone(t *testing.T) {
 
 	resend := http.Header{"Ratelimit-Limit": {"2"}, "Ratelimit-Remaining": {"1"}, "Ratelimit-Reset": {"1"}}
 	observe(t, a, FromHTTP(http.StatusOK, resend, time.Now()))
+	if st := state(t, b); st.Rate != 2 || time.Until(st.LearnedUntil) < LearnFor-time.Minute {
+		t.Errorf("the other process: rate %v until %s, want 2 for about %s", st.Rate, st.LearnedUntil, LearnFor)
+	}
 	if d := interval(b); d <= 250*time.Millisecond || d > 501*time.Millisecond {
 		t.Errorf("at the provider's 2/s the next token is %s away, want nearly 500ms", d)
 	}
 
-	// b has taken at the lower rate; the provider now says more than
-	// the configuration allows.
+	// b has read the lower rate; the provider now says more than the
+	// configuration allows.
 	observe(t, b, FromHTTP(http.StatusOK, http.Header{"Ratelimit-Limit": {"50"}, "Ratelimit-Remaining": {"49"}, "Ratelimit-Reset": {"1"}}, time.Now()))
+	if st := state(t, a); st.Rate != 10 || !st.LearnedUntil.IsZero() {
+		t.Errorf("after ratelimit-limit 50: rate %v until %s, want the configured 10", st.Rate, st.LearnedUntil)
+	}
 	if d := interval(a); d > 101*time.Millisecond {
 		t.Errorf("after ratelimit-limit 50 the next token is %s away, want at most the configured 100ms", d)
 	}
@@ -221,8 +244,8 @@ func TestProviderLimitLowersTheRateForEveryone(t *testing.T) {
 	// A process configured lower than the rate another learned (a
 	// deploy that lowers the configuration) keeps to its own.
 	observe(t, a, Signal{Rate: 8})
-	if d := interval(s.budget("resend", Config{Rate: 5})); d > 201*time.Millisecond {
-		t.Errorf("a budget configured to 5/s waits %s for its next token", d)
+	if st := state(t, s.budget("resend", Config{Rate: 5})); st.Rate != 5 {
+		t.Errorf("a budget configured to 5/s reads %v/s", st.Rate)
 	}
 }
 
@@ -241,6 +264,9 @@ func TestQuotaHoldsUntilTheWindowFrees(t *testing.T) {
 	if turn := take(t, b, 1); !turn.Go() {
 		t.Fatalf("3 of 3: %+v", turn)
 	}
+	if st := state(t, a); st.QuotaUsed != 3 || st.QuotaLeft != 0 {
+		t.Errorf("state: used %d, left %d, want 3 and 0", st.QuotaUsed, st.QuotaLeft)
+	}
 	refused := time.Now()
 	turn := take(t, b, 1)
 	if turn.By != ByQuota || turn.Wait <= 0 || turn.Wait > time.Second+20*time.Millisecond {
@@ -257,6 +283,9 @@ func TestQuotaHoldsUntilTheWindowFrees(t *testing.T) {
 	if went.Sub(first) < time.Second-5*time.Millisecond || went.Sub(refused) < turn.Wait-5*time.Millisecond {
 		t.Errorf("went %s after the first message and %s after the refusal, which said %s: before the window freed it",
 			went.Sub(first), went.Sub(refused), turn.Wait)
+	}
+	if st := state(t, b); st.QuotaUsed < 1 || st.QuotaUsed > 3 {
+		t.Errorf("after the window: used %d", st.QuotaUsed)
 	}
 }
 
@@ -285,9 +314,48 @@ func TestWaitWaitsOnlyWithin(t *testing.T) {
 	}
 }
 
-// When Redis does not answer, Take and Observe return the error at once
-// and no token: without Redis there is no shared count, and a worker
-// cannot claim without it anyway.
+// The gauges say what every process shares, from the first scrape.
+func TestCollectorExportsTheState(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ses := s.budget("ses", Config{Rate: 14, Quota: 50, QuotaWindow: time.Hour})
+	resend := s.budget("resend", Config{Rate: 2})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(ses, resend))
+	for _, want := range []struct {
+		name, provider string
+		value          float64
+	}{
+		{"sekali_provider_pace_rate", "ses", 14},
+		{"sekali_provider_pace_effective_rate", "resend", 2},
+		{"sekali_provider_pace_paused_seconds", "resend", 0},
+		{"sekali_provider_pace_quota", "ses", 50},
+		{"sekali_provider_pace_quota_remaining", "ses", 50},
+	} {
+		if !testenv.HasSeries(t, reg, want.name, "provider", want.provider) {
+			t.Errorf("no %s{provider=%q} before anything happened", want.name, want.provider)
+		} else if got := testenv.Metric(t, reg, want.name, "provider", want.provider); got != want.value {
+			t.Errorf("%s{provider=%q} = %v, want %v", want.name, want.provider, got, want.value)
+		}
+	}
+	take(t, ses, 3)
+	observe(t, resend, Signal{Pause: time.Minute, Reason: "http 429"})
+	observe(t, resend, Signal{Rate: 1})
+	if got := testenv.Metric(t, reg, "sekali_provider_pace_quota_used", "provider", "ses"); got != 3 {
+		t.Errorf("quota used %v, want 3", got)
+	}
+	if got := testenv.Metric(t, reg, "sekali_provider_pace_paused_seconds", "provider", "resend"); got < 50 || got > 60 {
+		t.Errorf("paused %vs, want about 60", got)
+	}
+	if got := testenv.Metric(t, reg, "sekali_provider_pace_effective_rate", "provider", "resend"); got != 1 {
+		t.Errorf("effective rate %v, want the provider's 1", got)
+	}
+}
+
+// When Redis does not answer, Take, Observe and State return the error at
+// once and no token: without Redis there is no shared count, and a
+// worker cannot claim without it anyway. The gauges keep the
+// configuration and leave out what only Redis knows.
 func TestRedisDownIsAnError(t *testing.T) {
 	t.Parallel()
 	opt, err := redisconn.Parse(fmt.Sprintf("redis://127.0.0.1:%d/0", testenv.FreePort(t)))
@@ -305,8 +373,17 @@ func TestRedisDownIsAnError(t *testing.T) {
 	if err := p.Observe(ctx, Signal{Pause: time.Second}); err == nil {
 		t.Error("Observe without Redis: no error")
 	}
+	if _, err := p.State(ctx); err == nil {
+		t.Error("State without Redis: no error")
+	}
 	if ctx.Err() != nil {
 		t.Error("without Redis the calls waited for the context to end")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(p))
+	if !testenv.HasSeries(t, reg, "sekali_provider_pace_rate", "provider", "resend") ||
+		testenv.HasSeries(t, reg, "sekali_provider_pace_effective_rate", "provider", "resend") {
+		t.Error("without Redis the gauges should keep the configured rate and leave out the effective one")
 	}
 }
 
@@ -326,6 +403,40 @@ func TestRedisRestartForgetsThePause(t *testing.T) {
 		turn, err := p.Take(context.Background(), 1)
 		return err == nil && turn.Go()
 	})
+}
+
+// On a Redis Cluster every key of a budget is in one slot (its commands
+// of a round trip reach one node, and a script's keys must share one),
+// and the budget works through the cluster client.
+func TestBudgetOnARedisCluster(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewRedisCluster(t)
+	cfg := Config{Rate: 100, Burst: 2, Quota: 2, QuotaWindow: time.Minute}
+	a, b := budgetsOver(t, c.Opt, c.Queue)("ses", cfg), budgetsOver(t, c.Opt, c.Queue)("ses", cfg)
+	rdb := client(t, c.Opt)
+	ctx := context.Background()
+	slot := func(key string) int64 {
+		n, err := rdb.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, key := range []string{a.pause, a.limit, a.quota} {
+		if slot(key) != slot("rate:"+a.key) {
+			t.Errorf("%s is in slot %d, the GCRA's rate:%s in %d", key, slot(key), a.key, slot("rate:"+a.key))
+		}
+	}
+	if turn := take(t, a, 2); !turn.Go() {
+		t.Fatalf("take: %+v", turn)
+	}
+	if turn := take(t, b, 1); turn.By != ByQuota {
+		t.Errorf("past the quota: %+v", turn)
+	}
+	observe(t, a, Signal{Pause: time.Minute, Rate: 10, Reason: "http 429"})
+	if st := state(t, b); st.Rate != 10 || st.PauseReason != "http 429" || st.QuotaUsed != 2 {
+		t.Errorf("state through the cluster: %+v", st)
+	}
 }
 
 // New refuses a configuration that cannot pace, saying every problem.
