@@ -1,0 +1,271 @@
+// Package pace keeps one budget of requests per mail provider (and
+// account) in Redis, shared by every worker process and replica, so that
+// together they send at the provider's pace instead of each learning its
+// limit alone. A provider's refusal for rate (an HTTP 429, an SMTP rate
+// reply) is a pace, not a failure: it pauses the budget for everyone, and
+// a lower limit the provider announces lowers everyone's rate.
+//
+// A budget is a GCRA (generic cell rate algorithm: a token bucket kept as
+// one timestamp) run by github.com/go-redis/redis_rate in one Lua script
+// on Redis' own clock, so that the workers' clocks never matter. One
+// token is one request to the provider, whatever it carries; an optional
+// quota counts the messages of a rolling window (SES's Max24HourSend).
+//
+// Take answers at once, go or wait: it never blocks, so that a caller
+// who would wait long hands its task back to the queue (asynq's
+// ProcessIn) and holds nothing meanwhile; Wait waits a short while for a
+// token.
+//
+// Keys, for a budget named name of the deployment whose queue is queue;
+// the hash tag {queue:name} keeps them in one slot of a Redis Cluster, so
+// that one round trip's commands reach one node:
+//
+//	rate:sekali:pace:{queue:name}   the GCRA's timestamp (redis_rate adds "rate:")
+//	sekali:pace:{queue:name}:pause  a pause every worker honours; its value says why, its TTL until when
+//	sekali:pace:{queue:name}:limit  a rate the provider said, lower than the configuration; expires after LearnFor
+//	sekali:pace:{queue:name}:quota  the quota's counts, one hash field per slice of its window
+package pace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+)
+
+// LearnFor is how long a lower rate the provider said holds when the
+// provider says nothing more: then the configured rate comes back and is
+// checked against the provider's next answer. A provider that keeps
+// announcing its limit (Resend, on every answer) keeps it in force.
+const LearnFor = time.Hour
+
+// Config is a budget's pace.
+type Config struct {
+	// Rate is the requests per second the provider allows this account,
+	// fractional allowed (Resend's default is 2; SES's maximum send rate
+	// is the account's). At least 0.001.
+	Rate float64
+	// Burst is how many requests may go at once after a quiet spell; 0
+	// means 1. One is the safe choice: a provider that counts requests
+	// per window (Resend: per second) refuses whatever goes above Rate in
+	// a window, and a burst of b lets b-1 more than Rate into one; more
+	// is right only for a provider that documents a burst of its own.
+	Burst int
+	// Quota is how many messages the provider takes per QuotaWindow, 0
+	// for none (SES: Max24HourSend; a plan's daily cap). A request
+	// carrying several messages spends one token of Rate and its messages
+	// of Quota.
+	Quota int
+	// QuotaWindow is the quota's window, rolling; 0 means 24 h. A
+	// rolling window, not a calendar day: SES counts "the last 24 hours",
+	// and a calendar day's count would let a whole quota go just before
+	// midnight and another just after, which a rolling provider refuses.
+	// For a plan whose cap restarts at midnight a rolling window is only
+	// more cautious: it never sends what the plan refuses.
+	QuotaWindow time.Duration
+}
+
+// String describes the pace for a start-up line: "2/s, burst 1" or
+// "14/s, burst 1, 50000 per 24h0m0s".
+func (c Config) String() string {
+	s := strconv.FormatFloat(c.Rate, 'f', -1, 64) + "/s, burst " + strconv.Itoa(max(c.Burst, 1))
+	if c.Quota > 0 {
+		s += ", " + strconv.Itoa(c.Quota) + " per " + c.window().String()
+	}
+	return s
+}
+
+func (c Config) window() time.Duration {
+	if c.QuotaWindow == 0 {
+		return 24 * time.Hour
+	}
+	return c.QuotaWindow
+}
+
+// Budget is one provider's (and account's) budget. Every Budget made with
+// the same queue and name over the same Redis, in any process, is the
+// same budget. It is safe for concurrent use.
+type Budget struct {
+	rdb     redis.UniversalClient
+	limiter *redis_rate.Limiter
+	name    string
+	cfg     Config
+	key     string // the GCRA's, without redis_rate's "rate:"
+	pause   string
+	limit   string
+	quota   string
+	// learned is whether the last read of the limit key found one: when
+	// not, a provider announcing the configured rate or more changes
+	// nothing and Observe skips the write (Resend announces it on every
+	// answer).
+	learned atomic.Bool
+}
+
+// New returns the budget name (the provider, with its account when a
+// deployment sends through several of one provider's: "resend",
+// "ses:eu-west-1") of the deployment whose queue is queue, kept in rdb.
+func New(rdb redis.UniversalClient, queue, name string, cfg Config) (*Budget, error) {
+	var problems []error
+	if name == "" || strings.ContainsAny(name+queue, "{}") {
+		problems = append(problems, fmt.Errorf("budget name %q of queue %q: want a name, and no braces in either (they are the keys' hash tag)", name, queue))
+	}
+	if !(cfg.Rate >= 0.001) || math.IsInf(cfg.Rate, 0) {
+		problems = append(problems, fmt.Errorf("rate %v: want at least 0.001 requests per second", cfg.Rate))
+	}
+	if cfg.Burst < 0 {
+		problems = append(problems, fmt.Errorf("burst %d: want 0 (1) or more", cfg.Burst))
+	}
+	if cfg.Quota < 0 || cfg.QuotaWindow < 0 || (cfg.Quota > 0 && cfg.window() < quotaSlices*time.Millisecond) {
+		problems = append(problems, fmt.Errorf("quota %d per %s: want 0 (none) or more per a window of %s or more", cfg.Quota, cfg.QuotaWindow, quotaSlices*time.Millisecond))
+	}
+	if err := errors.Join(problems...); err != nil {
+		return nil, fmt.Errorf("pace %s: %w", name, err)
+	}
+	cfg.Burst = max(cfg.Burst, 1)
+	base := "sekali:pace:{" + queue + ":" + name + "}"
+	return &Budget{
+		rdb: rdb, limiter: redis_rate.NewLimiter(rdb), name: name, cfg: cfg,
+		key: base, pause: base + ":pause", limit: base + ":limit", quota: base + ":quota",
+	}, nil
+}
+
+// Name is the budget's name, as given to New.
+func (b *Budget) Name() string { return b.name }
+
+// Config is the budget's configuration, its Burst at least 1.
+func (b *Budget) Config() Config { return b.cfg }
+
+// Hold is what keeps a request from going now.
+type Hold string
+
+const (
+	ByPause Hold = "pause" // the provider asked every sender to wait (a 429, ratelimit-remaining 0, an SMTP rate reply)
+	ByRate  Hold = "rate"  // the budget's rate: the next token is not due yet
+	ByQuota Hold = "quota" // the quota of the window is spent
+)
+
+// A Turn is Take's answer: go (Wait is zero, and the token is taken), or
+// wait: no token was taken, one is expected after Wait, and By says what
+// holds the request back.
+type Turn struct {
+	Wait time.Duration
+	By   Hold
+}
+
+// Go reports whether the request may go: a token was taken.
+func (t Turn) Go() bool { return t.Wait == 0 }
+
+// Take asks for one request's token, for a request carrying messages
+// messages (1 for a single send; what the quota counts). It answers at
+// once: go, or the time until a token is expected. In one round trip it
+// reads the pause and the rate the provider said, then takes the rate's
+// token (a second), then the quota's (a third, with a quota). When the
+// quota refuses, the rate's token is spent all the same: a token too few
+// costs a moment's pace, a message of the quota too few could cost a day.
+//
+// When Redis does not answer (within ctx and the client's timeouts)
+// Take returns the error and no token. Saying go instead would buy
+// nothing where Redis is down altogether, for a worker cannot claim
+// without its lock, which is in Redis too; and where only the budget's
+// node is (a Redis Cluster with the lock's slot on another), it would
+// let every worker send unpaced: the burst of refusals this package is
+// there to prevent. The caller treats the error as it treats its lock
+// failing: the task comes back later. A Redis that loses its data (a
+// restart without persistence) forgets the pauses, the learned rates and
+// the quota's counts: the provider's next answers teach the first two
+// again, the quota starts afresh.
+func (b *Budget) Take(ctx context.Context, messages int) (Turn, error) {
+	if messages < 1 || (b.cfg.Quota > 0 && messages > b.cfg.Quota) {
+		return Turn{}, fmt.Errorf("pace %s: a request of %d messages, want 1 to the quota (%d)", b.name, messages, b.cfg.Quota)
+	}
+	var pttl *redis.DurationCmd
+	var limit *redis.StringCmd
+	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		pttl = p.PTTL(ctx, b.pause)
+		limit = p.Get(ctx, b.limit)
+		return nil
+	})
+	if err := cmdErr(pttl, limit); err != nil {
+		return Turn{}, fmt.Errorf("pace %s: read the pause: %w", b.name, err)
+	}
+	if d := pttl.Val(); d > 0 {
+		return Turn{Wait: d, By: ByPause}, nil
+	}
+	res, err := b.limiter.Allow(ctx, b.key, b.gcra(b.effective(limit)))
+	if err != nil {
+		return Turn{}, fmt.Errorf("pace %s: take a token: %w", b.name, err)
+	}
+	if res.Allowed == 0 {
+		return Turn{Wait: max(res.RetryAfter, time.Millisecond), By: ByRate}, nil
+	}
+	if b.cfg.Quota == 0 {
+		return Turn{}, nil
+	}
+	q, err := b.countQuota(ctx, messages)
+	if err != nil {
+		return Turn{}, err
+	}
+	if !q.taken {
+		return Turn{Wait: max(q.wait, time.Millisecond), By: ByQuota}, nil
+	}
+	return Turn{}, nil
+}
+
+// Wait takes a token as Take does, waiting for it while the wait Take
+// answers fits in within (the short wait a caller may spend holding
+// nothing, before it would rather hand its task back). It returns the
+// go, or the last Turn whose wait did not fit (the wait to hand the task
+// back with); a context that ends first ends it with the context's error.
+// Waiters wake when their token is due, and the one whose Take comes
+// first has it; the others are told the next one's time.
+func (b *Budget) Wait(ctx context.Context, within time.Duration, messages int) (Turn, error) {
+	deadline := time.Now().Add(within)
+	for {
+		turn, err := b.Take(ctx, messages)
+		if err != nil || turn.Go() || time.Until(deadline) < turn.Wait {
+			return turn, err
+		}
+		timer := time.NewTimer(turn.Wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return turn, ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// effective is the rate in force: the configured one, or a lower one the
+// provider said (the limit key's value, read by Take or State).
+func (b *Budget) effective(limit *redis.StringCmd) float64 {
+	rate, err := strconv.ParseFloat(limit.Val(), 64)
+	b.learned.Store(err == nil)
+	if err != nil || !(rate > 0) || rate >= b.cfg.Rate {
+		return b.cfg.Rate
+	}
+	return max(rate, 0.001)
+}
+
+// gcra is redis_rate's limit for rate requests per second: its Rate and
+// Period count only as their ratio, the emission interval, so a
+// fractional rate is one request per 1/rate seconds.
+func (b *Budget) gcra(rate float64) redis_rate.Limit {
+	return redis_rate.Limit{Rate: 1, Burst: b.cfg.Burst, Period: time.Duration(float64(time.Second) / rate)}
+}
+
+// cmdErr is the first error of cmds, a missing key (redis.Nil) being none.
+func cmdErr(cmds ...redis.Cmder) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
+}
