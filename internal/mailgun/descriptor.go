@@ -9,7 +9,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Descriptor is Mailgun as the binaries know it (internal/provider lists
+// Descriptor is Mailgun as the binaries know it (internal/roster lists
 // it): it sends, takes no key of ours, so the reconciler searches its
 // events by our metadata, and signs its webhooks' timestamp and token,
 // not their event, so each token counts once (mail.WebhookTokens).

@@ -6,7 +6,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Descriptor is Postmark as the binaries know it (internal/provider lists
+// Descriptor is Postmark as the binaries know it (internal/roster lists
 // it): it sends, takes no key of ours (its Idempotency-Key is not a
 // deduplication), so the reconciler searches its messages by our
 // metadata, and authenticates its webhooks with Basic credentials.

@@ -6,7 +6,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Descriptor is Resend as the binaries know it (internal/provider lists
+// Descriptor is Resend as the binaries know it (internal/roster lists
 // it): it sends, refuses a second message under our key for
 // DedupWindow, so it needs no look-up, and signs its webhooks.
 var Descriptor = mail.Descriptor{
