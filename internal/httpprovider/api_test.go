@@ -204,3 +204,35 @@ func TestGet(t *testing.T) {
 		}
 	}
 }
+
+// A probe passes on the provider's accepted answer or one its refusal
+// lets pass, and is otherwise unavailable, whatever the provider's
+// classification made of the answer: it is about us.
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/up":
+		case "/restricted":
+			http.Error(w, "restricted_api_key", http.StatusUnauthorized)
+		default:
+			http.Error(w, "no such recipient", http.StatusUnprocessableEntity)
+		}
+	})
+	c := client(t, srv, time.Second)
+	refused := func(ans httpprovider.Answer) *mail.SendError {
+		if strings.Contains(string(ans.Body), "restricted_api_key") {
+			return nil
+		}
+		return &mail.SendError{Outcome: mail.OutcomePermanent, Stage: mail.StageRecipient, Reply: mail.HTTPStatus(ans.Status), Err: errors.New(string(ans.Body))}
+	}
+	for _, target := range []string{"/up", "/restricted"} {
+		if err := c.Probe(context.Background(), target, refused); err != nil {
+			t.Errorf("%s: %v, want it to pass", target, err)
+		}
+	}
+	var se *mail.SendError
+	if err := c.Probe(context.Background(), "/down", refused); !errors.As(err, &se) || se.Outcome != mail.OutcomeUnavailable || se.Reply.Code != http.StatusUnprocessableEntity {
+		t.Errorf("refused: %v, want unavailable with the 422", err)
+	}
+}

@@ -18,9 +18,10 @@
 // mail.OutcomeAmbiguous after). It also holds the few rules the
 // providers have in common around that: what a message must carry
 // before it becomes a request (CheckMessage, ComposeError), and in their
-// webhook verifiers and look-ups the body cap, the signed timestamp's
-// window, what a search's answer must be (Client.Get), and when a search
-// that missed a send can be believed.
+// webhook verifiers, probes and look-ups the body cap, the signed
+// timestamp's window, what a probe's refusal means (Client.Probe), what
+// a search's answer must be (Client.Get), and when a search that missed
+// a send can be believed.
 package httpprovider
 
 import (

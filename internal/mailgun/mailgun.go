@@ -178,22 +178,15 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 // needs the key and sends nothing. A domain sending key cannot read the
 // domain, so the probe needs a key that can; so does the look-up.
 func (p *Provider) Probe(ctx context.Context) error {
-	ans, se := p.client.Do(ctx, http.MethodGet, "/v4/domains/"+p.domain, nil, nil)
-	if se != nil {
-		return se
-	}
-	if ans.Status == http.StatusOK {
-		return nil
-	}
-	var a struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(ans.Body, &a) != nil {
-		a.Message = httpprovider.Truncate(ans.Body)
-	}
-	se = classify(ans.Status, a.Message)
-	se.Outcome = mail.OutcomeUnavailable // whatever the domain read says is about us
-	return se
+	return p.client.Probe(ctx, "/v4/domains/"+p.domain, func(ans httpprovider.Answer) *mail.SendError {
+		var a struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(ans.Body, &a) != nil {
+			a.Message = httpprovider.Truncate(ans.Body)
+		}
+		return classify(ans.Status, a.Message)
+	})
 }
 
 // classify decides what an error answer means for the delivery

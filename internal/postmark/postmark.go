@@ -192,16 +192,9 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 // Probe implements mail.Provider: GET /server, which needs the server
 // token and sends nothing.
 func (p *Provider) Probe(ctx context.Context) error {
-	ans, se := p.client.Do(ctx, http.MethodGet, "/server", nil, nil)
-	if se != nil {
-		return se
-	}
-	if ans.Status == http.StatusOK {
-		return nil
-	}
-	var a sendAnswer
-	decodeErr := json.Unmarshal(ans.Body, &a)
-	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
-	se.Outcome = mail.OutcomeUnavailable // whatever GET /server says is about us
-	return se
+	return p.client.Probe(ctx, "/server", func(ans httpprovider.Answer) *mail.SendError {
+		var a sendAnswer
+		decodeErr := json.Unmarshal(ans.Body, &a)
+		return classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
+	})
 }

@@ -161,21 +161,11 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 // A sending-only key (the one to use) is refused there with
 // restricted_api_key, which proves the key is valid: that passes too.
 func (p *Provider) Probe(ctx context.Context) error {
-	ans, se := p.client.Do(ctx, http.MethodGet, "/domains", nil, nil)
-	if se != nil {
-		return se
-	}
-	if ans.Status/100 == 2 {
-		return nil
-	}
-	e := decodeError(ans.Body)
-	if ans.Status == http.StatusUnauthorized && e.Name == "restricted_api_key" {
-		return nil
-	}
-	se = classify(ans.Status, e)
-	if se.Outcome != mail.OutcomeUnavailable {
-		// Whatever GET /domains says, it is about us, not a message.
-		se.Outcome = mail.OutcomeUnavailable
-	}
-	return se
+	return p.client.Probe(ctx, "/domains", func(ans httpprovider.Answer) *mail.SendError {
+		e := decodeError(ans.Body)
+		if ans.Status == http.StatusUnauthorized && e.Name == "restricted_api_key" {
+			return nil
+		}
+		return classify(ans.Status, e)
+	})
 }
