@@ -37,9 +37,9 @@ import (
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postgres"
-	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/quota"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
@@ -56,7 +56,7 @@ type config struct {
 	ShutdownTimeout time.Duration
 	AdminToken      string
 	RateLimits      httpapi.RateLimits
-	Webhooks        provider.Webhooks
+	Webhooks        roster.Webhooks
 	MaxInFlight     int
 	BodyTimeout     time.Duration
 	// PublicCheckout is CHECKOUT_MODE=public: POST /v1/orders without an
@@ -107,7 +107,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if t := cfg.AdminToken; t != "" && len(t) < 16 {
 		env.Check("ADMIN_TOKEN", fmt.Errorf("is %d characters; use at least 16 (e.g. openssl rand -hex 32)", len(t)))
 	}
-	cfg.Webhooks = provider.ReadWebhooks(env)
+	cfg.Webhooks = roster.ReadWebhooks(env)
 	cfg.Brand = mailtemplate.ReadBrand(getenv, env.Check)
 	return cfg, env.Err()
 }

@@ -28,9 +28,9 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
-	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/webhookout"
 )
@@ -59,8 +59,8 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 		},
 	}
 	cfg.Reconcile.DeliveryRetention = env.DurationOrZero("DELIVERY_RETENTION", 0)
-	cfg.Providers = provider.Read(env)
-	windows := provider.DedupWindows(env, cfg.Providers)
+	cfg.Providers = roster.Read(env)
+	windows := roster.DedupWindows(env, cfg.Providers)
 	for i, d := range cfg.Providers {
 		p := reconcile.Provider{Name: d.Name, DedupWindow: windows[i]}
 		cfg.Reconcile.Providers = append(cfg.Reconcile.Providers, p)
@@ -70,7 +70,7 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 		}
 		cfg.Lookups = append(cfg.Lookups, open)
 	}
-	names := provider.Names(cfg.Providers)
+	names := roster.Names(cfg.Providers)
 	for _, name := range []string{"MAIL_LOOKUP_URL", "MAIL_LOOKUP_API"} {
 		if !slices.Contains(names, smtp.Name) && env.String(name, "") != "" {
 			env.Check(name, fmt.Errorf("is for PROVIDER=smtp with a Mailpit or MailHog; with PROVIDER=%s the provider's own API settles ambiguous sends", strings.Join(names, ",")))

@@ -24,8 +24,8 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/opsserver"
-	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/worker"
 )
@@ -45,7 +45,7 @@ type config struct {
 	Unsubscribe       worker.Unsubscribe  // UNSUBSCRIBE_URL, UNSUBSCRIBE_SECRET, UNSUBSCRIBE_MAILTO
 	Providers         []mail.Descriptor   // PROVIDERS (or PROVIDER), in order of preference
 	Senders           []mail.SenderConfig // each provider's settings, in the same order
-	DedupWindows      []time.Duration     // each provider's window for sending an unknown attempt again (provider.DedupWindows)
+	DedupWindows      []time.Duration     // each provider's window for sending an unknown attempt again (roster.DedupWindows)
 	Brand             mailtemplate.Brand  // BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL: what the layouts show
 }
 
@@ -61,14 +61,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownTimeout:   env.Duration("SHUTDOWN_TIMEOUT", 45*time.Second),
 		TaskCheckInterval: env.Duration("TASK_CHECK_INTERVAL", worker.DefaultTaskCheckInterval),
 		From:              env.String("MAIL_FROM", "orders@shop.example"),
-		Providers:         provider.Read(env),
+		Providers:         roster.Read(env),
 		Brand:             mailtemplate.ReadBrand(getenv, env.Check),
 	}
 	settings := mail.SenderSettings{From: cfg.From, Timeout: env.Duration("PROVIDER_TIMEOUT", 15*time.Second), MaxIdle: cfg.Concurrency}
 	for _, d := range cfg.Providers {
 		cfg.Senders = append(cfg.Senders, d.Sender(env, settings))
 	}
-	cfg.DedupWindows = provider.DedupWindows(env, cfg.Providers)
+	cfg.DedupWindows = roster.DedupWindows(env, cfg.Providers)
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := worker.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
@@ -105,7 +105,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		_, err := mail.NormalizeAddress(m)
 		env.Check("UNSUBSCRIBE_MAILTO", err)
 	}
-	names := provider.Names(cfg.Providers)
+	names := roster.Names(cfg.Providers)
 	for _, name := range []string{"DKIM_DOMAIN", "DKIM_SELECTOR", "DKIM_PRIVATE_KEY_FILE"} {
 		if !slices.Contains(names, smtp.Name) && env.String(name, "") != "" {
 			// Silently unsigned mail would be worse than a refusal.

@@ -18,7 +18,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
-	"github.com/sekali-dev/sekali/internal/provider"
+	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -405,7 +405,7 @@ func TestConfigOfProviders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := provider.Names(cfg.Providers); !slices.Equal(got, []string{"postmark", "smtp"}) || len(cfg.Senders) != 2 {
+	if got := roster.Names(cfg.Providers); !slices.Equal(got, []string{"postmark", "smtp"}) || len(cfg.Senders) != 2 {
 		t.Fatalf("providers %v, %d senders", got, len(cfg.Senders))
 	}
 	if relay, ok := cfg.Senders[1].(smtp.Config); !ok || relay.Host != "relay.shop.example" {

@@ -25,8 +25,8 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
-	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -64,7 +64,7 @@ type setupOpts struct {
 	tracer      trace.TracerProvider    // records the API's spans
 	rateLimits  httpapi.RateLimits      // none by default
 	templates   *mailtemplate.Templates // the built-in ones by default
-	webhooks    provider.Webhooks       // opened over the stack's operator, as cmd/api opens them; none by default
+	webhooks    roster.Webhooks         // opened over the stack's operator, as cmd/api opens them; none by default
 	maxInFlight int                     // no bound by default
 	bodyTimeout time.Duration           // none by default
 	public      *order.PublicRules      // CHECKOUT_MODE=public with these rules; keyed by default

@@ -18,8 +18,8 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/order"
-	"github.com/sekali-dev/sekali/internal/provider"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
+	"github.com/sekali-dev/sekali/internal/roster"
 )
 
 const (
@@ -46,7 +46,7 @@ func hookStack(t *testing.T, opts ...setupOpts) (stack, string) {
 func configuredStack(t *testing.T, vars map[string]string, opts ...setupOpts) stack {
 	t.Helper()
 	env := envconfig.New(func(k string) string { return vars[k] })
-	settings := provider.ReadWebhooks(env)
+	settings := roster.ReadWebhooks(env)
 	if err := env.Err(); err != nil {
 		t.Fatal(err)
 	}

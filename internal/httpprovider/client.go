@@ -122,6 +122,28 @@ func (c *Client) Do(ctx context.Context, method, target string, header http.Head
 	return c.do(ctx, method, target, header, body)
 }
 
+// Probe runs a provider's probe (mail.Provider.Probe): GET target,
+// which sends nothing, for at most the client's timeout. An answer with
+// a status the provider takes requests with passes; any other is
+// refused the provider's way (refused: its classification of the
+// answer, or nil for one that passes after all, as Resend's refusal of a
+// sending-only key), and unavailable whatever that says: what a probe is
+// answered is about us, never about a message.
+func (c *Client) Probe(ctx context.Context, target string, refused func(ans Answer) *mail.SendError) error {
+	ans, se := c.Do(ctx, http.MethodGet, target, nil, nil)
+	if se != nil {
+		return se
+	}
+	if c.accepted(ans.Status) {
+		return nil
+	}
+	if se = refused(ans); se == nil {
+		return nil
+	}
+	se.Outcome = mail.OutcomeUnavailable
+	return se
+}
+
 // errFenced: the request's deadline passed before its body went out.
 var errFenced = errors.New("deadline passed before the request body was sent")
 

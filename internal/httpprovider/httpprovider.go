@@ -1,20 +1,27 @@
 // Package httpprovider is what the HTTP mail providers (internal/resend,
 // internal/postmark, internal/mailgun) share, so that the next one is a
-// sibling package that brings only its protocol: the paths, the
-// credentials, the body and the meaning of its error answers.
+// sibling package that brings only what is its own: its wire format (the
+// paths, the body, the answers), the meaning of its error answers, its
+// webhook's shape and its descriptor's values.
 //
-// It owns the base-URL rule (https, or plain http only to a loopback
-// address), the connection pool, and one request to the provider's API
-// with the two rules that keep a send from being handed over twice or
-// lost: the request body is handed to the connection only before the
-// request's deadline, which counts from before the worker's last lease
-// check (Client.HandOver), and a request without an answer is
-// classified by whether it was written whole (mail.OutcomeUnavailable
-// before, mail.OutcomeAmbiguous after). It also holds the few rules
-// the providers have in common around that: what a message must carry
+// It is their skeleton (API, Config): the settings every one has (a
+// credential, MAIL_FROM, a base URL, PROVIDER_TIMEOUT, a look-up's
+// window), reading them, checking them, making the client, and the
+// descriptor's Sender, Lookup and Webhook built from them. It owns the
+// base-URL rule (https, or plain http only to a loopback address), the
+// connection pool, and one request to the provider's API with the two
+// rules that keep a send from being handed over twice or lost: the
+// request body is handed to the connection only before the request's
+// deadline, which counts from before the worker's last lease check
+// (Client.HandOver), and a request without an answer is classified by
+// whether it was written whole (mail.OutcomeUnavailable before,
+// mail.OutcomeAmbiguous after). It also holds the few rules the
+// providers have in common around that: what a message must carry
 // before it becomes a request (CheckMessage, ComposeError), and in their
-// webhook verifiers and look-ups the body cap, the signed timestamp's
-// window, and when a search that missed a send can be believed.
+// webhook verifiers, probes and look-ups the body cap, the signed
+// timestamp's window, what a probe's refusal means (Client.Probe), what
+// a search's answer must be (Client.Get), and when a search that missed
+// a send can be believed.
 package httpprovider
 
 import (

@@ -2,7 +2,10 @@ package httpprovider
 
 import (
 	"cmp"
+	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
@@ -71,4 +74,23 @@ func (w Window) Problems(prefix string, maxRetention time.Duration) []error {
 // Or is w with its zero fields taken from def.
 func (w Window) Or(def Window) Window {
 	return Window{Retention: cmp.Or(w.Retention, def.Retention), Settle: cmp.Or(w.Settle, def.Settle)}
+}
+
+// Get runs one request of a look-up's search, GET target (Do), and
+// decodes its answer into v. Only a 200 with JSON is an answer a
+// look-up can read; its errors say what came instead: none (the
+// request's failure), another status, or a body that is not JSON, each
+// with the start of the body.
+func (c *Client) Get(ctx context.Context, target string, v any) error {
+	ans, se := c.Do(ctx, http.MethodGet, target, nil, nil)
+	if se != nil {
+		return se.Err
+	}
+	if ans.Status != http.StatusOK {
+		return fmt.Errorf("answered %d: %s", ans.Status, Truncate(ans.Body))
+	}
+	if err := json.Unmarshal(ans.Body, v); err != nil {
+		return fmt.Errorf("not JSON: %q", Truncate(ans.Body))
+	}
+	return nil
 }

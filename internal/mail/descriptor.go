@@ -19,7 +19,7 @@ import (
 // place: its name, how it reads its settings and opens, whether and how
 // long it refuses a second message under our key, how the reconciler
 // asks it about a message, and how the API takes its webhook. Each
-// provider package exports one; internal/provider lists them, and the
+// provider package exports one; internal/roster lists them, and the
 // worker, the reconciler and the API read only that list, so adding a
 // provider adds a package and one line there.
 type Descriptor struct {

@@ -7,7 +7,7 @@
 // provider key, the Message-ID, redaction. Each provider is a package
 // that imports this one, not the service's domain (notify), as River
 // keeps rivertype apart from its client; a provider describes itself in
-// one Descriptor, and internal/provider lists them.
+// one Descriptor, and internal/roster lists them.
 package mail
 
 import (

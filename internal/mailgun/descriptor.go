@@ -5,49 +5,27 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Descriptor is Mailgun as the binaries know it (internal/provider lists
+// Descriptor is Mailgun as the binaries know it (internal/roster lists
 // it): it sends, takes no key of ours, so the reconciler searches its
 // events by our metadata, and signs its webhooks' timestamp and token,
 // not their event, so each token counts once (mail.WebhookTokens).
 var Descriptor = mail.Descriptor{
-	Name: "mailgun",
-	Sender: func(env *envconfig.Reader, s mail.SenderSettings) mail.SenderConfig {
-		c := ReadEnv(env)
-		c.From, c.Timeout = s.From, s.Timeout
-		env.Check("PROVIDER=mailgun", c.Validate())
-		return c
-	},
-	Lookup: func(env *envconfig.Reader) mail.LookupOpener {
-		c := ReadLookupEnv(env)
-		if !env.Check("PROVIDER=mailgun", c.Validate()) {
-			return nil
-		}
-		return func(context.Context) (mail.Lookup, error) { return NewLookup(c) }
-	},
-	Webhook: func(env *envconfig.Reader) mail.WebhookOpener {
-		key := env.Secret("MAILGUN_WEBHOOK_SIGNING_KEY", "")
-		if key == "" {
-			return nil
-		}
-		v, err := NewWebhookVerifier(key)
-		if !env.Check("MAILGUN_WEBHOOK_SIGNING_KEY", err) {
-			return nil
-		}
-		return func(deps mail.WebhookDeps) mail.Webhook { return hook{v: v, tokens: deps.Tokens} }
-	},
+	Name:   api.Name,
+	Sender: httpprovider.Sender(&api, readEnv),
+	Lookup: httpprovider.Lookup(&api, readEnv, Config.checkLookup, NewLookup),
+	Webhook: httpprovider.Webhook("MAILGUN_WEBHOOK_SIGNING_KEY", NewWebhookVerifier, func(v *WebhookVerifier, deps mail.WebhookDeps) mail.Webhook {
+		return hook{v: v, tokens: deps.Tokens}
+	}),
 }
 
 // Open implements mail.SenderConfig.
 func (c Config) Open() (mail.Provider, func(), error) { return mail.Opened(New(c)) }
 
-// SendTimeout implements mail.SenderConfig: PROVIDER_TIMEOUT.
-func (c Config) SendTimeout() (time.Duration, string) { return c.Timeout, "PROVIDER_TIMEOUT" }
-
-func (c Config) String() string { return "mailgun" }
+func (c Config) String() string { return api.Name }
 
 // hook is the verifier as the API takes it, with the tokens it counts.
 type hook struct {

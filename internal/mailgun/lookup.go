@@ -2,16 +2,13 @@ package mailgun
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mail"
 )
@@ -22,16 +19,6 @@ var (
 	ErrTooRecent        = errors.New("mailgun: the send is too recent for the events to be complete")
 )
 
-// DefaultRetention is the least Mailgun keeps events ("at least 3
-// days"); a plan that keeps them longer can say so (MAILGUN_RETENTION).
-const DefaultRetention = 3 * 24 * time.Hour
-
-// DefaultSettle is how old a send must be before a miss is believed:
-// Mailgun's event-polling guide calls pages with events younger than
-// about half an hour not trustworthy, since events reach storage late
-// and out of order.
-const DefaultSettle = 30 * time.Minute
-
 // Events are searched from this long before the hand-over (clock skew).
 const searchSkew = 10 * time.Minute
 
@@ -40,51 +27,25 @@ const (
 	maxPages    = 100
 )
 
-// LookupConfig configures a Lookup.
-type LookupConfig struct {
-	APIKey  string        // MAILGUN_API_KEY: a key that can read events
-	Domain  string        // MAILGUN_DOMAIN
-	BaseURL string        // MAILGUN_BASE_URL
-	Timeout time.Duration // one request; httpprovider.DefaultTimeout (30s) when zero
-	// Window: how long the plan keeps events (MAILGUN_RETENTION), and
-	// how old a miss must be (MAILGUN_LOOKUP_SETTLE); the defaults when
-	// zero.
-	httpprovider.Window
-}
-
-// Validate checks the configuration and reports every problem at once.
-func (c LookupConfig) Validate() error {
-	errs := validateCommon(c.APIKey, c.Domain, c.BaseURL, c.Timeout)
-	return errors.Join(append(errs, c.Problems("MAILGUN", 0)...)...)
-}
-
-// ReadLookupEnv reads the look-up's variables: ReadEnv's, and
-// MAILGUN_RETENTION and MAILGUN_LOOKUP_SETTLE.
-func ReadLookupEnv(env *envconfig.Reader) LookupConfig {
-	c := ReadEnv(env)
-	return LookupConfig{
-		APIKey:  c.APIKey,
-		Domain:  c.Domain,
-		BaseURL: c.BaseURL,
-		Window:  httpprovider.ReadWindow(env, "MAILGUN"),
-	}
-}
+// checkLookup checks the configuration for the look-up and reports
+// every problem at once.
+func (c Config) checkLookup() error { return api.CheckLookup(c.Config, c.problems()...) }
 
 // Lookup finds the message of an ambiguous send by our Message-ID in
 // Mailgun's Events API. It implements mail.Lookup.
 type Lookup struct {
-	cfg    LookupConfig
+	domain string
+	window httpprovider.Window
 	client *httpprovider.Client
 }
 
-// NewLookup returns a Lookup; cfg must be valid.
-func NewLookup(cfg LookupConfig) (*Lookup, error) {
-	if err := cfg.Validate(); err != nil {
+// NewLookup returns a Lookup; cfg must be valid for it: a key that can
+// read events, the domain and the window (its From is not used).
+func NewLookup(cfg Config) (*Lookup, error) {
+	if err := cfg.checkLookup(); err != nil {
 		return nil, err
 	}
-	cfg.Window = cfg.Or(httpprovider.Window{Retention: DefaultRetention, Settle: DefaultSettle})
-	base, _ := baseURL(cfg.BaseURL)
-	return &Lookup{cfg: cfg, client: newClient(base, cfg.APIKey, cfg.Timeout)}, nil
+	return &Lookup{domain: cfg.Domain, window: api.LookupWindow(cfg.Config), client: api.NewClient(cfg.Config)}, nil
 }
 
 // eventsPage is a page of GET /v3/<domain>/events.
@@ -113,10 +74,10 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 		return "", false, errors.New("mailgun: look-up without a Message-ID")
 	}
 	now := time.Now()
-	if err := httpprovider.CheckRetention(q.HandedOverAt, now, l.cfg.Retention, ErrOutsideRetention); err != nil {
+	if err := httpprovider.CheckRetention(q.HandedOverAt, now, l.window.Retention, ErrOutsideRetention); err != nil {
 		return "", false, err
 	}
-	begin := now.Add(-l.cfg.Retention)
+	begin := now.Add(-l.window.Retention)
 	if !q.HandedOverAt.IsZero() {
 		begin = q.HandedOverAt.Add(-searchSkew)
 	}
@@ -125,7 +86,7 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	v.Set("begin", strconv.FormatInt(begin.Unix(), 10))
 	v.Set("ascending", "yes")
 	v.Set("limit", strconv.Itoa(eventsLimit))
-	target := "/v3/" + l.cfg.Domain + "/events?" + v.Encode()
+	target := "/v3/" + l.domain + "/events?" + v.Encode()
 	for pages := 0; ; pages++ {
 		if pages == maxPages {
 			return "", false, fmt.Errorf("mailgun look-up: more than %d pages of events for %s: %w", maxPages, q.MessageID, mail.ErrCannotTell)
@@ -147,23 +108,19 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 		}
 		target = page.Paging.Next // the client refuses it off the base URL: it would get our key
 	}
-	if err := httpprovider.CheckMiss("mailgun", q.HandedOverAt, now, l.cfg.Settle, ErrTooRecent); err != nil {
+	if err := httpprovider.CheckMiss("mailgun", q.HandedOverAt, now, l.window.Settle, ErrTooRecent); err != nil {
 		return "", false, err
 	}
 	return "", false, nil
 }
 
 func (l *Lookup) page(ctx context.Context, target string) (eventsPage, error) {
-	ans, se := l.client.Do(ctx, http.MethodGet, target, nil, nil)
-	if se != nil {
-		return eventsPage{}, fmt.Errorf("mailgun look-up: %w", se.Err)
-	}
-	if ans.Status != http.StatusOK {
-		return eventsPage{}, fmt.Errorf("mailgun look-up: answered %d: %s", ans.Status, httpprovider.Truncate(ans.Body))
-	}
 	var page eventsPage
-	if err := json.Unmarshal(ans.Body, &page); err != nil || page.Items == nil {
-		return eventsPage{}, fmt.Errorf("mailgun look-up: not a page of events: %q", httpprovider.Truncate(ans.Body))
+	if err := l.client.Get(ctx, target, &page); err != nil {
+		return eventsPage{}, fmt.Errorf("mailgun look-up: %w", err)
+	}
+	if page.Items == nil {
+		return eventsPage{}, errors.New("mailgun look-up: not a page of events: no items")
 	}
 	return page, nil
 }

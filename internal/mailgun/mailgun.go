@@ -36,69 +36,65 @@ const (
 // user-variables.
 const VariableKey = "sekali-key"
 
-// Config configures the Mailgun provider.
+// api is Mailgun's API as the HTTP providers' skeleton reaches it: Basic
+// auth api:<MAILGUN_API_KEY> (a key that can send and read the domain:
+// the probe and the look-up read it), a host for a base URL (US, or
+// EUBaseURL for a domain created in the EU region), 200 for a request it
+// took, and the Events API's window by default (MAILGUN_RETENTION and
+// MAILGUN_LOOKUP_SETTLE change it).
+var api = httpprovider.API{
+	Name:           "mailgun",
+	KeyVar:         "MAILGUN_API_KEY",
+	BaseURLVar:     "MAILGUN_BASE_URL",
+	DefaultBaseURL: DefaultBaseURL,
+	HostOnly:       true,
+	Header: func(key string) http.Header {
+		return http.Header{"Authorization": {"Basic " + base64.StdEncoding.EncodeToString([]byte("api:"+key))}}
+	},
+	Accepted: func(status int) bool { return status == http.StatusOK },
+	Search: httpprovider.Window{
+		// The least Mailgun keeps events ("at least 3 days"); a plan
+		// that keeps them longer can say so.
+		Retention: 3 * 24 * time.Hour,
+		// Mailgun's event-polling guide calls pages with events younger
+		// than about half an hour not trustworthy, since events reach
+		// storage late and out of order.
+		Settle: 30 * time.Minute,
+	},
+}
+
+// Config configures the Mailgun provider: what every HTTP provider has,
+// and the sending domain.
 type Config struct {
-	APIKey  string        // MAILGUN_API_KEY: a key that can send and read the domain (the probe reads it)
-	Domain  string        // MAILGUN_DOMAIN: the sending domain, e.g. mg.shop.example
-	From    string        // MAIL_FROM: an address, with a display name or without
-	BaseURL string        // MAILGUN_BASE_URL: DefaultBaseURL, or EUBaseURL for an EU domain; plain http only for loopback
-	Timeout time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
+	httpprovider.Config
+	Domain string // MAILGUN_DOMAIN: the sending domain, e.g. mg.shop.example
 }
 
-// Validate checks the configuration and reports every problem at once.
-func (c Config) Validate() error {
-	errs := validateCommon(c.APIKey, c.Domain, c.BaseURL, c.Timeout)
-	if _, err := mail.ParseSender(c.From); err != nil {
-		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
-	}
-	return errors.Join(errs...)
+// Validate checks the configuration for sending and reports every
+// problem at once.
+func (c Config) Validate() error { return api.CheckSender(c.Config, c.problems()...) }
+
+// readEnv is c with what only Mailgun reads: MAILGUN_DOMAIN.
+func readEnv(env *envconfig.Reader, c httpprovider.Config) Config {
+	return Config{Config: c, Domain: env.String("MAILGUN_DOMAIN", "")}
 }
 
-// ReadEnv reads the provider's MAILGUN_* variables. From (MAIL_FROM) and
-// Timeout (PROVIDER_TIMEOUT) are the worker's to set before Validate.
-func ReadEnv(env *envconfig.Reader) Config {
-	return Config{
-		APIKey:  env.Secret("MAILGUN_API_KEY", ""),
-		Domain:  env.String("MAILGUN_DOMAIN", ""),
-		BaseURL: env.String("MAILGUN_BASE_URL", ""),
-	}
-}
-
-func validateCommon(key, domain, base string, timeout time.Duration) []error {
+// problems says what is wrong with what only Mailgun reads: the domain,
+// and a key that its Basic auth cannot carry.
+func (c Config) problems() []error {
 	var errs []error
-	if strings.TrimSpace(key) == "" {
-		errs = append(errs, errors.New("MAILGUN_API_KEY must be set"))
-	} else if strings.ContainsAny(key, " \r\n\t:") {
-		errs = append(errs, errors.New("MAILGUN_API_KEY must not contain spaces, line breaks or colons"))
+	if strings.Contains(c.Key, ":") {
+		errs = append(errs, errors.New("MAILGUN_API_KEY must not contain colons"))
 	}
-	if !mail.IsHostName(domain) || !strings.Contains(domain, ".") {
-		errs = append(errs, fmt.Errorf("MAILGUN_DOMAIN %q: want the sending domain, e.g. mg.shop.example", domain))
-	}
-	if _, err := baseURL(base); err != nil {
-		errs = append(errs, fmt.Errorf("MAILGUN_BASE_URL: %w", err))
-	}
-	if timeout < 0 {
-		errs = append(errs, fmt.Errorf("PROVIDER_TIMEOUT %s must not be negative", timeout))
+	if !mail.IsHostName(c.Domain) || !strings.Contains(c.Domain, ".") {
+		errs = append(errs, fmt.Errorf("MAILGUN_DOMAIN %q: want the sending domain, e.g. mg.shop.example", c.Domain))
 	}
 	return errs
 }
 
-// baseURL checks raw (DefaultBaseURL when empty): https, or plain http
-// to a loopback address (a test server); a host, not a path under it.
-func baseURL(raw string) (string, error) {
-	if raw == "" {
-		raw = DefaultBaseURL
-	}
-	u, err := url.Parse(strings.TrimRight(raw, "/"))
-	if err != nil || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
-		return "", fmt.Errorf("%q: want an URL such as %s or %s", raw, DefaultBaseURL, EUBaseURL)
-	}
-	return httpprovider.BaseURL(raw, DefaultBaseURL)
-}
-
 // Provider sends through Mailgun's API. It implements mail.Provider.
 type Provider struct {
-	cfg    Config
+	domain string
 	sender mail.Sender // MAIL_FROM, under a template's name
 	client *httpprovider.Client
 }
@@ -108,9 +104,8 @@ func New(cfg Config) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	base, _ := baseURL(cfg.BaseURL)
-	sender, _ := mail.ParseSender(cfg.From)
-	return &Provider{cfg: cfg, sender: sender, client: newClient(base, cfg.APIKey, cfg.Timeout)}, nil
+	sender, client := api.Open(cfg.Config)
+	return &Provider{domain: cfg.Domain, sender: sender, client: client}, nil
 }
 
 // Close closes idle connections.
@@ -156,7 +151,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 		return "", httpprovider.ComposeError(err)
 	}
 	header := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
-	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/v3/"+p.cfg.Domain+"/messages", header, body)
+	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/v3/"+p.domain+"/messages", header, body)
 	if se != nil {
 		return "", se
 	}
@@ -183,22 +178,15 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 // needs the key and sends nothing. A domain sending key cannot read the
 // domain, so the probe needs a key that can; so does the look-up.
 func (p *Provider) Probe(ctx context.Context) error {
-	ans, se := p.client.Do(ctx, http.MethodGet, "/v4/domains/"+p.cfg.Domain, nil, nil)
-	if se != nil {
-		return se
-	}
-	if ans.Status == http.StatusOK {
-		return nil
-	}
-	var a struct {
-		Message string `json:"message"`
-	}
-	if json.Unmarshal(ans.Body, &a) != nil {
-		a.Message = httpprovider.Truncate(ans.Body)
-	}
-	se = classify(ans.Status, a.Message)
-	se.Outcome = mail.OutcomeUnavailable // whatever the domain read says is about us
-	return se
+	return p.client.Probe(ctx, "/v4/domains/"+p.domain, func(ans httpprovider.Answer) *mail.SendError {
+		var a struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(ans.Body, &a) != nil {
+			a.Message = httpprovider.Truncate(ans.Body)
+		}
+		return classify(ans.Status, a.Message)
+	})
 }
 
 // classify decides what an error answer means for the delivery
@@ -241,15 +229,6 @@ func classify(status int, message string) *mail.SendError {
 // Mailgun does: 'to' parameter, to parameter.
 func mentionsParam(msg, name string) bool {
 	return strings.Contains(msg, "'"+name+"' parameter") || strings.HasPrefix(msg, name+" parameter") || strings.Contains(msg, " "+name+" parameter")
-}
-
-// newClient returns a client of Mailgun's API at base (as baseURL
-// returns it) with Basic auth api:<key>, whose requests take at most
-// timeout.
-func newClient(base, key string, timeout time.Duration) *httpprovider.Client {
-	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte("api:"+key))
-	return httpprovider.NewClient(base, http.Header{"Authorization": {auth}}, timeout,
-		func(status int) bool { return status == http.StatusOK })
 }
 
 // stripID returns a Message-ID without its angle brackets.

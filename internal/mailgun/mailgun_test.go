@@ -37,7 +37,7 @@ func setup(t *testing.T) bundle {
 
 func provider(t *testing.T, srv *mailguntest.Server, key string, timeout time.Duration) *mailgun.Provider {
 	t.Helper()
-	p, err := mailgun.New(mailgun.Config{APIKey: key, Domain: domain, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout})
+	p, err := mailgun.New(mailgun.Config{Config: httpprovider.Config{Key: key, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout}, Domain: domain})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func provider(t *testing.T, srv *mailguntest.Server, key string, timeout time.Du
 
 func lookup(t *testing.T, srv *mailguntest.Server) *mailgun.Lookup {
 	t.Helper()
-	l, err := mailgun.NewLookup(mailgun.LookupConfig{APIKey: srv.APIKey, Domain: domain, BaseURL: srv.URL, Window: httpprovider.Window{Settle: time.Minute}})
+	l, err := mailgun.NewLookup(mailgun.Config{Config: httpprovider.Config{Key: srv.APIKey, BaseURL: srv.URL, Window: httpprovider.Window{Settle: time.Minute}}, Domain: domain})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageAuth || se.Reply.Code != 401 {
 		t.Errorf("wrong key: %v", err)
 	}
-	p, err := mailgun.New(mailgun.Config{APIKey: b.srv.APIKey, Domain: "mg.other.example", From: "orders@shop.example", BaseURL: b.srv.URL})
+	p, err := mailgun.New(mailgun.Config{Config: httpprovider.Config{Key: b.srv.APIKey, From: "orders@shop.example", BaseURL: b.srv.URL}, Domain: "mg.other.example"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,13 +270,13 @@ func TestFindPages(t *testing.T) {
 
 func TestValidateListsEveryProblem(t *testing.T) {
 	t.Parallel()
-	err := mailgun.Config{APIKey: "a:b", Domain: "localhost", BaseURL: "http://api.mailgun.net", Timeout: -1}.Validate()
+	err := mailgun.Config{Config: httpprovider.Config{Key: "a:b", BaseURL: "http://api.mailgun.net", Timeout: -1}, Domain: "localhost"}.Validate()
 	for _, want := range []string{"MAILGUN_API_KEY", "MAILGUN_DOMAIN", "MAIL_FROM", "MAILGUN_BASE_URL", "PROVIDER_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
 	}
-	ok := mailgun.Config{APIKey: "key", Domain: domain, From: "orders@shop.example", BaseURL: mailgun.EUBaseURL}
+	ok := mailgun.Config{Config: httpprovider.Config{Key: "key", From: "orders@shop.example", BaseURL: mailgun.EUBaseURL}, Domain: domain}
 	if err := ok.Validate(); err != nil {
 		t.Errorf("EU: %v", err)
 	}
@@ -287,7 +287,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 func TestSenderIdentity(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p, err := mailgun.New(mailgun.Config{APIKey: b.srv.APIKey, Domain: domain, From: "Toko Ana <orders@shop.example>", BaseURL: b.srv.URL, Timeout: 5 * time.Second})
+	p, err := mailgun.New(mailgun.Config{Config: httpprovider.Config{Key: b.srv.APIKey, From: "Toko Ana <orders@shop.example>", BaseURL: b.srv.URL, Timeout: 5 * time.Second}, Domain: domain})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,13 +25,6 @@ var (
 	ErrMalformed    = errors.New("mailgun: webhook body malformed")
 )
 
-// MaxWebhookBody is the largest webhook body Verify reads.
-const MaxWebhookBody = httpprovider.MaxWebhookBody
-
-// DefaultWebhookTolerance is how far a webhook's signed timestamp may be
-// from now, either way.
-const DefaultWebhookTolerance = httpprovider.WebhookTolerance
-
 // WebhookVerifier checks Mailgun's webhooks
 // (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks):
 // the JSON body's signature holds a timestamp, a random token and the hex
@@ -40,7 +33,7 @@ const DefaultWebhookTolerance = httpprovider.WebhookTolerance
 // the same keyed with the primary account's key; either may match.
 type WebhookVerifier struct {
 	key       []byte
-	Tolerance time.Duration // DefaultWebhookTolerance when zero
+	Tolerance time.Duration // httpprovider.WebhookTolerance when zero
 }
 
 // NewWebhookVerifier returns a verifier for the webhook signing key
@@ -132,7 +125,7 @@ func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Ver
 	}
 	tolerance := v.Tolerance
 	if tolerance == 0 {
-		tolerance = DefaultWebhookTolerance
+		tolerance = httpprovider.WebhookTolerance
 	}
 	signedAt := time.Unix(sec, 0)
 	if err := httpprovider.CheckSignedAt(signedAt, now, tolerance); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailgun"
 )
@@ -60,7 +61,7 @@ func TestWebhookEvents(t *testing.T) {
 		}
 		// Every verified webhook, about delivery or not, names its token
 		// for the caller to refuse the next time.
-		if res.Token != token || !res.Expires.Equal(time.Unix(now.Unix(), 0).Add(mailgun.DefaultWebhookTolerance)) {
+		if res.Token != token || !res.Expires.Equal(time.Unix(now.Unix(), 0).Add(httpprovider.WebhookTolerance)) {
 			t.Errorf("%s: token %q, expires %v", c.event, res.Token, res.Expires)
 		}
 		fs := res.Feedback
@@ -112,7 +113,7 @@ func TestWebhookRefusals(t *testing.T) {
 	check("old", signed(signingKey, ts-600, token, data), mailgun.ErrStale)
 	check("future", signed(signingKey, ts+600, token, data), mailgun.ErrStale)
 	check("not JSON", "token=x&signature=y", mailgun.ErrMalformed)
-	check("huge", strings.Repeat(" ", mailgun.MaxWebhookBody+1), mailgun.ErrMalformed)
+	check("huge", strings.Repeat(" ", httpprovider.MaxWebhookBody+1), mailgun.ErrMalformed)
 	check("no event-data", signed(signingKey, ts, token, `null`), mailgun.ErrMalformed)
 	check("failed without severity", signed(signingKey, ts, token, eventData("failed", "")), mailgun.ErrMalformed)
 	check("no id", signed(signingKey, ts, token, strings.Replace(data, `"id":"CPgfbmQMTCKtHW6uIWtuVe",`, "", 1)), mailgun.ErrMalformed)

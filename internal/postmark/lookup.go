@@ -2,15 +2,12 @@ package postmark
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strconv"
 	"time"
 
-	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mail"
 )
@@ -21,15 +18,6 @@ var (
 	ErrTooRecent        = errors.New("postmark: the send is too recent for a search to be sure")
 )
 
-// DefaultRetention is how long Postmark keeps messages unless the
-// server's retention was changed (7 to 365 days).
-const DefaultRetention = 45 * 24 * time.Hour
-
-// DefaultSettle is how old a send must be before a search that misses
-// it is believed. Postmark documents no delay before a message can be
-// searched; this is a margin, not a documented figure.
-const DefaultSettle = 5 * time.Minute
-
 // The Messages API returns at most 500 a page and lets count+offset
 // reach 10,000.
 const (
@@ -37,7 +25,13 @@ const (
 	maxResults = 10000
 )
 
-// LookupConfig configures a Lookup.
+// checkLookup checks the configuration for the look-up and reports
+// every problem at once.
+func (c Config) checkLookup() error { return api.CheckLookup(c.Config, c.streamProblems()...) }
+
+// LookupConfig configures a Lookup made outside the descriptor (the
+// reconciler's tests make one), under the names of Postmark's variables:
+// it is Config without From.
 type LookupConfig struct {
 	ServerToken   string        // POSTMARK_SERVER_TOKEN
 	MessageStream string        // POSTMARK_MESSAGE_STREAM: DefaultMessageStream when empty
@@ -49,41 +43,30 @@ type LookupConfig struct {
 	httpprovider.Window
 }
 
-// Validate checks the configuration and reports every problem at once.
-func (c LookupConfig) Validate() error {
-	errs := validateCommon(c.ServerToken, c.MessageStream, c.BaseURL, c.Timeout)
-	return errors.Join(append(errs, c.Problems("POSTMARK", 365*24*time.Hour)...)...)
+func (c LookupConfig) config() Config {
+	return Config{Config: httpprovider.Config{Key: c.ServerToken, BaseURL: c.BaseURL, Timeout: c.Timeout, Window: c.Window}, MessageStream: c.MessageStream}
 }
 
-// ReadLookupEnv reads the look-up's variables: ReadEnv's, and
-// POSTMARK_RETENTION and POSTMARK_LOOKUP_SETTLE.
-func ReadLookupEnv(env *envconfig.Reader) LookupConfig {
-	c := ReadEnv(env)
-	return LookupConfig{
-		ServerToken:   c.ServerToken,
-		MessageStream: c.MessageStream,
-		BaseURL:       c.BaseURL,
-		Window:        httpprovider.ReadWindow(env, "POSTMARK"),
-	}
-}
+// Validate checks the configuration and reports every problem at once.
+func (c LookupConfig) Validate() error { return c.config().checkLookup() }
 
 // Lookup finds the message of an ambiguous send by the metadata every
 // message carries (MetadataKey). It implements mail.Lookup.
 type Lookup struct {
-	cfg    LookupConfig
+	stream string
+	window httpprovider.Window
 	client *httpprovider.Client
 }
 
 // NewLookup returns a Lookup; cfg must be valid.
-func NewLookup(cfg LookupConfig) (*Lookup, error) {
-	if err := cfg.Validate(); err != nil {
+func NewLookup(cfg LookupConfig) (*Lookup, error) { return newLookup(cfg.config()) }
+
+// newLookup returns the Lookup of cfg, which must be valid for it.
+func newLookup(cfg Config) (*Lookup, error) {
+	if err := cfg.checkLookup(); err != nil {
 		return nil, err
 	}
-	if cfg.MessageStream == "" {
-		cfg.MessageStream = DefaultMessageStream
-	}
-	cfg.Window = cfg.Or(httpprovider.Window{Retention: DefaultRetention, Settle: DefaultSettle})
-	return &Lookup{cfg: cfg, client: newClient(cfg.BaseURL, cfg.ServerToken, cfg.Timeout)}, nil
+	return &Lookup{stream: cfg.stream(), window: api.LookupWindow(cfg.Config), client: api.NewClient(cfg.Config)}, nil
 }
 
 // searchAnswer is a page of GET /messages/outbound
@@ -109,7 +92,7 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 		return "", false, errors.New("postmark: look-up without a key hash")
 	}
 	now := time.Now()
-	if err := httpprovider.CheckRetention(q.HandedOverAt, now, l.cfg.Retention, ErrOutsideRetention); err != nil {
+	if err := httpprovider.CheckRetention(q.HandedOverAt, now, l.window.Retention, ErrOutsideRetention); err != nil {
 		return "", false, err
 	}
 	total := 0
@@ -132,7 +115,7 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	if total > maxResults {
 		return "", false, fmt.Errorf("postmark: %d messages match, more than the %d a search can page through: %w", total, maxResults, mail.ErrCannotTell)
 	}
-	if err := httpprovider.CheckMiss("postmark", q.HandedOverAt, now, l.cfg.Settle, ErrTooRecent); err != nil {
+	if err := httpprovider.CheckMiss("postmark", q.HandedOverAt, now, l.window.Settle, ErrTooRecent); err != nil {
 		return "", false, err
 	}
 	return "", false, nil
@@ -142,18 +125,14 @@ func (l *Lookup) page(ctx context.Context, keyHash string, offset int) (searchAn
 	v := url.Values{}
 	v.Set("count", strconv.Itoa(pageSize))
 	v.Set("offset", strconv.Itoa(offset))
-	v.Set("messagestream", l.cfg.MessageStream)
+	v.Set("messagestream", l.stream)
 	v.Set("metadata_"+MetadataKey, keyHash)
-	ans, se := l.client.Do(ctx, http.MethodGet, "/messages/outbound?"+v.Encode(), nil, nil)
-	if se != nil {
-		return searchAnswer{}, fmt.Errorf("postmark look-up: %w", se.Err)
-	}
-	if ans.Status != http.StatusOK {
-		return searchAnswer{}, fmt.Errorf("postmark look-up: answered %d: %s", ans.Status, httpprovider.Truncate(ans.Body))
-	}
 	var page searchAnswer
-	if err := json.Unmarshal(ans.Body, &page); err != nil || page.TotalCount == nil {
-		return searchAnswer{}, fmt.Errorf("postmark look-up: not a message search answer: %q", httpprovider.Truncate(ans.Body))
+	if err := l.client.Get(ctx, "/messages/outbound?"+v.Encode(), &page); err != nil {
+		return searchAnswer{}, fmt.Errorf("postmark look-up: %w", err)
+	}
+	if page.TotalCount == nil {
+		return searchAnswer{}, errors.New("postmark look-up: not a message search answer: no TotalCount")
 	}
 	return page, nil
 }

@@ -13,12 +13,12 @@
 package postmark
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
@@ -36,52 +36,54 @@ const DefaultMessageStream = "outbound"
 // mail.KeyHash(IdempotencyKey); look-ups and webhooks read it back.
 const MetadataKey = "sekali-key"
 
-// Config configures the Postmark provider.
+// api is Postmark's API as the HTTP providers' skeleton reaches it: the
+// server token in X-Postmark-Server-Token, 200 for a request it took, and
+// the Messages API's window by default (POSTMARK_RETENTION, at most 365
+// days, and POSTMARK_LOOKUP_SETTLE change it).
+var api = httpprovider.API{
+	Name:           "postmark",
+	KeyVar:         "POSTMARK_SERVER_TOKEN", // the server's API token
+	BaseURLVar:     "POSTMARK_BASE_URL",
+	DefaultBaseURL: DefaultBaseURL,
+	Header:         func(token string) http.Header { return http.Header{"X-Postmark-Server-Token": {token}} },
+	Accepted:       func(status int) bool { return status == http.StatusOK },
+	Search: httpprovider.Window{
+		// How long Postmark keeps messages unless the server's retention
+		// was changed (7 to 365 days).
+		Retention: 45 * 24 * time.Hour,
+		// Postmark documents no delay before a message can be searched:
+		// a margin, not a documented figure.
+		Settle: 5 * time.Minute,
+	},
+	MaxRetention: 365 * 24 * time.Hour,
+}
+
+// Config configures the Postmark provider: what every HTTP provider has
+// (From, MAIL_FROM, must have a confirmed sender signature or domain),
+// and the message stream.
 type Config struct {
-	ServerToken   string        // POSTMARK_SERVER_TOKEN: the server's API token
-	From          string        // MAIL_FROM: an address with a confirmed sender signature or domain, with a display name or without
-	MessageStream string        // POSTMARK_MESSAGE_STREAM: DefaultMessageStream when empty
-	BaseURL       string        // POSTMARK_BASE_URL: DefaultBaseURL when empty; plain http only for loopback
-	Timeout       time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
+	httpprovider.Config
+	MessageStream string // POSTMARK_MESSAGE_STREAM: DefaultMessageStream when empty
 }
 
-// Validate checks the configuration and reports every problem at once.
-func (c Config) Validate() error {
-	errs := validateCommon(c.ServerToken, c.MessageStream, c.BaseURL, c.Timeout)
-	if _, err := mail.ParseSender(c.From); err != nil {
-		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
-	}
-	return errors.Join(errs...)
+// Validate checks the configuration for sending and reports every
+// problem at once.
+func (c Config) Validate() error { return api.CheckSender(c.Config, c.streamProblems()...) }
+
+// readEnv is c with what only Postmark reads: POSTMARK_MESSAGE_STREAM.
+func readEnv(env *envconfig.Reader, c httpprovider.Config) Config {
+	return Config{Config: c, MessageStream: env.String("POSTMARK_MESSAGE_STREAM", "")}
 }
 
-// ReadEnv reads the provider's POSTMARK_* variables. From (MAIL_FROM) and
-// Timeout (PROVIDER_TIMEOUT) are the worker's to set before Validate.
-func ReadEnv(env *envconfig.Reader) Config {
-	return Config{
-		ServerToken:   env.Secret("POSTMARK_SERVER_TOKEN", ""),
-		MessageStream: env.String("POSTMARK_MESSAGE_STREAM", ""),
-		BaseURL:       env.String("POSTMARK_BASE_URL", ""),
+func (c Config) streamProblems() []error {
+	if c.MessageStream != "" && !validStream(c.MessageStream) {
+		return []error{fmt.Errorf("POSTMARK_MESSAGE_STREAM %q: want a stream ID such as %s", c.MessageStream, DefaultMessageStream)}
 	}
+	return nil
 }
 
-func validateCommon(token, stream, base string, timeout time.Duration) []error {
-	var errs []error
-	if strings.TrimSpace(token) == "" {
-		errs = append(errs, errors.New("POSTMARK_SERVER_TOKEN must be set"))
-	} else if strings.ContainsAny(token, " \r\n\t") {
-		errs = append(errs, errors.New("POSTMARK_SERVER_TOKEN must not contain spaces or line breaks"))
-	}
-	if stream != "" && !validStream(stream) {
-		errs = append(errs, fmt.Errorf("POSTMARK_MESSAGE_STREAM %q: want a stream ID such as %s", stream, DefaultMessageStream))
-	}
-	if _, err := baseURL(base); err != nil {
-		errs = append(errs, fmt.Errorf("POSTMARK_BASE_URL: %w", err))
-	}
-	if timeout < 0 {
-		errs = append(errs, fmt.Errorf("PROVIDER_TIMEOUT %s must not be negative", timeout))
-	}
-	return errs
-}
+// stream is the message stream sent and searched.
+func (c Config) stream() string { return cmp.Or(c.MessageStream, DefaultMessageStream) }
 
 func validStream(s string) bool {
 	if len(s) > 100 {
@@ -96,13 +98,9 @@ func validStream(s string) bool {
 	return true
 }
 
-// baseURL checks raw (DefaultBaseURL when empty): https, or plain http
-// to a loopback address (a test server).
-func baseURL(raw string) (string, error) { return httpprovider.BaseURL(raw, DefaultBaseURL) }
-
 // Provider sends through Postmark's API. It implements mail.Provider.
 type Provider struct {
-	cfg    Config
+	stream string
 	sender mail.Sender // MAIL_FROM, under a template's name
 	client *httpprovider.Client
 }
@@ -112,11 +110,8 @@ func New(cfg Config) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.MessageStream == "" {
-		cfg.MessageStream = DefaultMessageStream
-	}
-	sender, _ := mail.ParseSender(cfg.From)
-	return &Provider{cfg: cfg, sender: sender, client: newClient(cfg.BaseURL, cfg.ServerToken, cfg.Timeout)}, nil
+	sender, client := api.Open(cfg.Config)
+	return &Provider{stream: cfg.stream(), sender: sender, client: client}, nil
 }
 
 // Close closes idle connections.
@@ -157,7 +152,7 @@ func (p *Provider) body(m mail.Message) ([]byte, error) {
 		From: p.sender.WithName(m.FromName).Display(), ReplyTo: m.ReplyTo, To: to, Subject: m.Subject, HTMLBody: m.HTML, TextBody: m.Text,
 		Headers:       headers,
 		Metadata:      map[string]string{MetadataKey: mail.KeyHash(m.IdempotencyKey)},
-		MessageStream: p.cfg.MessageStream,
+		MessageStream: p.stream,
 	})
 }
 
@@ -197,24 +192,9 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 // Probe implements mail.Provider: GET /server, which needs the server
 // token and sends nothing.
 func (p *Provider) Probe(ctx context.Context) error {
-	ans, se := p.client.Do(ctx, http.MethodGet, "/server", nil, nil)
-	if se != nil {
-		return se
-	}
-	if ans.Status == http.StatusOK {
-		return nil
-	}
-	var a sendAnswer
-	decodeErr := json.Unmarshal(ans.Body, &a)
-	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
-	se.Outcome = mail.OutcomeUnavailable // whatever GET /server says is about us
-	return se
-}
-
-// newClient returns a client of Postmark's API at base (checked by
-// Validate) with the server token, whose requests take at most timeout.
-func newClient(base, token string, timeout time.Duration) *httpprovider.Client {
-	base, _ = baseURL(base)
-	return httpprovider.NewClient(base, http.Header{"X-Postmark-Server-Token": {token}}, timeout,
-		func(status int) bool { return status == http.StatusOK })
+	return p.client.Probe(ctx, "/server", func(ans httpprovider.Answer) *mail.SendError {
+		var a sendAnswer
+		decodeErr := json.Unmarshal(ans.Body, &a)
+		return classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
+	})
 }

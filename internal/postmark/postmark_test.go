@@ -41,7 +41,7 @@ func setup(t *testing.T) bundle {
 
 func provider(t *testing.T, srv *postmarktest.Server, token string, timeout time.Duration) *postmark.Provider {
 	t.Helper()
-	p, err := postmark.New(postmark.Config{ServerToken: token, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout})
+	p, err := postmark.New(postmark.Config{Config: httpprovider.Config{Key: token, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestRefusalsOfTheServer(t *testing.T) {
 	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender {
 		t.Errorf("no sender signature: %v, want unavailable at sender", err)
 	}
-	p, err := postmark.New(postmark.Config{ServerToken: b.srv.Token, From: "orders@shop.example", BaseURL: b.srv.URL, MessageStream: "nope"})
+	p, err := postmark.New(postmark.Config{Config: httpprovider.Config{Key: b.srv.Token, From: "orders@shop.example", BaseURL: b.srv.URL}, MessageStream: "nope"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestFindPagesAndChecks(t *testing.T) {
 
 func TestValidateListsEveryProblem(t *testing.T) {
 	t.Parallel()
-	err := postmark.Config{BaseURL: "ftp://x", MessageStream: "a b", Timeout: -1}.Validate()
+	err := postmark.Config{Config: httpprovider.Config{BaseURL: "ftp://x", Timeout: -1}, MessageStream: "a b"}.Validate()
 	for _, want := range []string{"POSTMARK_SERVER_TOKEN", "MAIL_FROM", "POSTMARK_BASE_URL", "POSTMARK_MESSAGE_STREAM", "PROVIDER_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
@@ -315,7 +315,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 func TestSenderIdentity(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p, err := postmark.New(postmark.Config{ServerToken: b.srv.Token, From: "Toko Ana <orders@shop.example>", BaseURL: b.srv.URL, Timeout: 5 * time.Second})
+	p, err := postmark.New(postmark.Config{Config: httpprovider.Config{Key: b.srv.Token, From: "Toko Ana <orders@shop.example>", BaseURL: b.srv.URL, Timeout: 5 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

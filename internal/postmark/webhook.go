@@ -22,9 +22,6 @@ var (
 	ErrMalformed      = errors.New("postmark: webhook body malformed")
 )
 
-// MaxWebhookBody is the largest webhook body Verify reads.
-const MaxWebhookBody = httpprovider.MaxWebhookBody
-
 // WebhookVerifier checks Postmark's webhooks. Postmark signs nothing: a
 // webhook is authenticated by the HTTP Basic credentials configured with
 // it (HttpAuth), and a replay is an event seen before (the caller

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/postmark"
 )
@@ -116,7 +117,7 @@ func TestWebhookRefusals(t *testing.T) {
 	}
 	h := hookHeader(hookUser, hookPassword)
 	for name, body := range map[string]string{
-		"huge":          strings.Repeat(" ", postmark.MaxWebhookBody+1),
+		"huge":          strings.Repeat(" ", httpprovider.MaxWebhookBody+1),
 		"not JSON":      "<xml/>",
 		"no RecordType": `{"MessageID":"x"}`,
 		"no bounce ID":  `{"RecordType":"Bounce","Type":"HardBounce","MessageID":"x","BouncedAt":"2019-11-05T16:33:54Z"}`,

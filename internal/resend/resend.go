@@ -16,10 +16,8 @@ package resend
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
@@ -38,37 +36,26 @@ const DedupWindow = 24 * time.Hour
 // mail.KeyHash(IdempotencyKey); Resend echoes tags in its webhooks.
 const MetadataKey = "sekali-key"
 
-// Config configures the Resend provider.
+// api is Resend's API as the HTTP providers' skeleton reaches it:
+// RESEND_API_KEY as a bearer token, and any 2xx for a request it took.
+var api = httpprovider.API{
+	Name:           "resend",
+	KeyVar:         "RESEND_API_KEY", // a sending-only key is enough
+	BaseURLVar:     "RESEND_BASE_URL",
+	DefaultBaseURL: DefaultBaseURL,
+	Header:         func(key string) http.Header { return http.Header{"Authorization": {"Bearer " + key}} },
+	Accepted:       func(status int) bool { return status/100 == 2 },
+}
+
+// Config configures the Resend provider: what every HTTP provider has,
+// and nothing of its own. From (MAIL_FROM) must be an address in a
+// domain verified at Resend.
 type Config struct {
-	APIKey  string        // RESEND_API_KEY: a sending-only key is enough
-	From    string        // MAIL_FROM: an address in a domain verified at Resend, with a display name or without
-	BaseURL string        // RESEND_BASE_URL: DefaultBaseURL when empty; plain http only for loopback
-	Timeout time.Duration // one request, counted from before the hand-over; httpprovider.DefaultTimeout (30s) when zero
+	httpprovider.Config
 }
 
 // Validate checks the configuration and reports every problem at once.
-func (c Config) Validate() error {
-	var errs []error
-	if strings.TrimSpace(c.APIKey) == "" {
-		errs = append(errs, errors.New("RESEND_API_KEY must be set"))
-	} else if strings.ContainsAny(c.APIKey, " \r\n\t") {
-		errs = append(errs, errors.New("RESEND_API_KEY must not contain spaces or line breaks"))
-	}
-	if _, err := mail.ParseSender(c.From); err != nil {
-		errs = append(errs, fmt.Errorf("MAIL_FROM: %w", err))
-	}
-	if _, err := baseURL(c.BaseURL); err != nil {
-		errs = append(errs, fmt.Errorf("RESEND_BASE_URL: %w", err))
-	}
-	if c.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("PROVIDER_TIMEOUT %s must not be negative", c.Timeout))
-	}
-	return errors.Join(errs...)
-}
-
-// baseURL checks raw (DefaultBaseURL when empty): https, or plain http
-// to a loopback address (a test server).
-func baseURL(raw string) (string, error) { return httpprovider.BaseURL(raw, DefaultBaseURL) }
+func (c Config) Validate() error { return api.CheckSender(c.Config) }
 
 // IdempotencyKey is the Idempotency-Key sent for a delivery's key:
 // "sekali-" and the hex SHA-256 of key, 71 characters of [a-z0-9-]. Our
@@ -79,7 +66,6 @@ func IdempotencyKey(key string) string { return mail.ProviderKey(key) }
 
 // Provider sends through Resend's API. It implements mail.Provider.
 type Provider struct {
-	cfg    Config
 	sender mail.Sender // MAIL_FROM, under a template's name
 	client *httpprovider.Client
 }
@@ -89,11 +75,8 @@ func New(cfg Config) (*Provider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	base, _ := baseURL(cfg.BaseURL)
-	sender, _ := mail.ParseSender(cfg.From)
-	client := httpprovider.NewClient(base, http.Header{"Authorization": {"Bearer " + cfg.APIKey}}, cfg.Timeout,
-		func(status int) bool { return status/100 == 2 })
-	return &Provider{cfg: cfg, sender: sender, client: client}, nil
+	sender, client := api.Open(cfg.Config)
+	return &Provider{sender: sender, client: client}, nil
 }
 
 // Close closes idle connections.
@@ -178,21 +161,11 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 // A sending-only key (the one to use) is refused there with
 // restricted_api_key, which proves the key is valid: that passes too.
 func (p *Provider) Probe(ctx context.Context) error {
-	ans, se := p.client.Do(ctx, http.MethodGet, "/domains", nil, nil)
-	if se != nil {
-		return se
-	}
-	if ans.Status/100 == 2 {
-		return nil
-	}
-	e := decodeError(ans.Body)
-	if ans.Status == http.StatusUnauthorized && e.Name == "restricted_api_key" {
-		return nil
-	}
-	se = classify(ans.Status, e)
-	if se.Outcome != mail.OutcomeUnavailable {
-		// Whatever GET /domains says, it is about us, not a message.
-		se.Outcome = mail.OutcomeUnavailable
-	}
-	return se
+	return p.client.Probe(ctx, "/domains", func(ans httpprovider.Answer) *mail.SendError {
+		e := decodeError(ans.Body)
+		if ans.Status == http.StatusUnauthorized && e.Name == "restricted_api_key" {
+			return nil
+		}
+		return classify(ans.Status, e)
+	})
 }

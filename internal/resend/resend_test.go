@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/resend"
@@ -28,7 +29,7 @@ func setup(t *testing.T) bundle {
 
 func provider(t *testing.T, srv *resendtest.Server, key string, timeout time.Duration) *resend.Provider {
 	t.Helper()
-	p, err := resend.New(resend.Config{APIKey: key, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout})
+	p, err := resend.New(resend.Config{Config: httpprovider.Config{Key: key, From: "orders@shop.example", BaseURL: srv.URL, Timeout: timeout}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,13 +304,13 @@ func TestDescriptor(t *testing.T) {
 
 func TestValidateListsEveryProblem(t *testing.T) {
 	t.Parallel()
-	err := resend.Config{BaseURL: "http://api.resend.com", From: "Shop <orders at shop.example>", Timeout: -1}.Validate()
+	err := resend.Config{Config: httpprovider.Config{BaseURL: "http://api.resend.com", From: "Shop <orders at shop.example>", Timeout: -1}}.Validate()
 	for _, want := range []string{"RESEND_API_KEY", "MAIL_FROM", "RESEND_BASE_URL", "PROVIDER_TIMEOUT"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
 	}
-	if err := (resend.Config{APIKey: "re_x", From: "orders@shop.example"}).Validate(); err != nil {
+	if err := (resend.Config{Config: httpprovider.Config{Key: "re_x", From: "orders@shop.example"}}).Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
 }
@@ -319,7 +320,7 @@ func TestValidateListsEveryProblem(t *testing.T) {
 func TestSenderIdentity(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	p, err := resend.New(resend.Config{APIKey: b.srv.SendingOnlyKey, From: "Toko Ana <orders@shop.example>", BaseURL: b.srv.URL, Timeout: 5 * time.Second})
+	p, err := resend.New(resend.Config{Config: httpprovider.Config{Key: b.srv.SendingOnlyKey, From: "Toko Ana <orders@shop.example>", BaseURL: b.srv.URL, Timeout: 5 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

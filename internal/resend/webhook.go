@@ -24,13 +24,6 @@ var (
 	ErrMalformed    = errors.New("resend: webhook body malformed")
 )
 
-// MaxWebhookBody is the largest webhook body Verify reads.
-const MaxWebhookBody = httpprovider.MaxWebhookBody
-
-// WebhookTolerance is how far a webhook's timestamp may be from now,
-// either way, as Svix's own libraries allow.
-const WebhookTolerance = httpprovider.WebhookTolerance
-
 // WebhookVerifier checks Resend's webhooks, which Svix signs
 // (https://docs.svix.com/receiving/verifying-payloads/how-manual):
 // svix-signature lists space-separated "v1,<base64>" signatures, each an
@@ -73,7 +66,7 @@ func (v *WebhookVerifier) Verify(header http.Header, body []byte, now time.Time)
 	if !v.signed(id, ts, body, sigs) {
 		return nil, ErrBadSignature
 	}
-	if err := httpprovider.CheckSignedAt(time.Unix(sec, 0), now, WebhookTolerance); err != nil {
+	if err := httpprovider.CheckSignedAt(time.Unix(sec, 0), now, httpprovider.WebhookTolerance); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStale, err)
 	}
 	return feedback(id, body)

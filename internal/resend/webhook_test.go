@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
@@ -158,7 +159,7 @@ func TestWebhookRefusals(t *testing.T) {
 	check("v2 only", svixHeader("msg_1", ts, strings.Replace(good, "v1,", "v2,", 1)), body, resend.ErrBadSignature)
 	check("not base64", svixHeader("msg_1", ts, "v1,***"), body, resend.ErrBadSignature)
 	check("old", svixHeader("msg_1", ts-600, sign(t, svixSecret, "msg_1", ts-600, body)), body, resend.ErrStale)
-	huge := strings.Repeat(" ", resend.MaxWebhookBody+1)
+	huge := strings.Repeat(" ", httpprovider.MaxWebhookBody+1)
 	check("huge", svixHeader("msg_1", ts, sign(t, svixSecret, "msg_1", ts, huge)), huge, resend.ErrMalformed)
 	check("not JSON", svixHeader("msg_1", ts, sign(t, svixSecret, "msg_1", ts, "nope")), "nope", resend.ErrMalformed)
 	noID := `{"type":"email.delivered","created_at":"2026-11-22T23:41:12Z","data":{}}`

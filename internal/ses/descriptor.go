@@ -11,7 +11,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Descriptor is Amazon SES as the binaries know it (internal/provider
+// Descriptor is Amazon SES as the binaries know it (internal/roster
 // lists it): it sends through SES's v2 API with the AWS SDK, takes no
 // key of ours and has no search the reconciler could ask (ambiguous
 // sends follow RECONCILE_POLICIES), and reports through SNS, on mail

@@ -14,7 +14,7 @@ import (
 // Name is SMTP's value of PROVIDER, the default.
 const Name = "smtp"
 
-// Descriptor is SMTP as the binaries know it (internal/provider lists
+// Descriptor is SMTP as the binaries know it (internal/roster lists
 // it): any relay, a provider's SMTP endpoint included. It takes no key
 // of ours by itself (a relay that does is told so by
 // SMTP_IDEMPOTENCY_HEADER); the reconciler asks a relay that can be

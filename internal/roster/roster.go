@@ -1,10 +1,13 @@
-// Package provider is the one list of the mail providers the service
-// knows, which the worker (PROVIDER: who sends), the reconciler (who is
-// asked about an ambiguous send, and how long it deduplicates) and the
-// API (whose webhooks it takes) all read. Each provider describes itself
-// in its own package (mail.Descriptor); adding one adds that package and
-// a line to All.
-package provider
+// Package roster is the one list of the mail providers this build
+// knows (All), which every binary reads: the worker (PROVIDER or
+// PROVIDERS: who sends, in order), the reconciler (who is asked about an
+// ambiguous send, and how long each deduplicates) and the API (whose
+// webhooks it takes). Each provider describes itself in its own package
+// (a mail.Descriptor; mail.Provider is the contract it implements).
+// Adding one adds that package and a line to All; this package's tests
+// then name what else must follow it: the depguard rules and the
+// OpenAPI document's provider names.
+package roster
 
 import (
 	"errors"

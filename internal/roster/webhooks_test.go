@@ -1,4 +1,4 @@
-package provider_test
+package roster_test
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
-	"github.com/sekali-dev/sekali/internal/provider"
+	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -72,7 +72,7 @@ func setup(t *testing.T) env {
 			"POSTMARK_WEBHOOK_PASSWORD":   postmarkPassword,
 		}[k]
 	})
-	settings := provider.ReadWebhooks(e)
+	settings := roster.ReadWebhooks(e)
 	if err := e.Err(); err != nil {
 		t.Fatal(err)
 	}
