@@ -13,7 +13,7 @@ const MaxWebhookBody = 1 << 20
 const WebhookTolerance = 5 * time.Minute
 
 // CheckWebhookBody refuses a webhook body over MaxWebhookBody; the
-// verifier wraps the error in its ErrMalformed.
+// verifier wraps the error in mail.ErrMalformed.
 func CheckWebhookBody(body []byte) error {
 	if len(body) > MaxWebhookBody {
 		return fmt.Errorf("%d bytes, at most %d", len(body), MaxWebhookBody)
@@ -22,7 +22,7 @@ func CheckWebhookBody(body []byte) error {
 }
 
 // CheckSignedAt refuses a webhook signed more than tolerance away from
-// now, before or after; the verifier wraps the error in its ErrStale.
+// now, before or after; the verifier wraps the error in mail.ErrStale.
 // It runs after the signature checked out: the timestamp is the
 // provider's only then.
 func CheckSignedAt(signedAt, now time.Time, tolerance time.Duration) error {

@@ -110,19 +110,16 @@ type Webhook interface {
 
 // SignedWebhook is the Webhook of a provider whose verifier needs
 // nothing of the service: Verify checks a request at now, and its
-// errors are mapped onto the contract by WebhookError with the
-// provider's Unauthorized and Malformed sentinels.
+// errors are mapped onto the contract by WebhookError.
 type SignedWebhook struct {
-	VerifyAt     func(header http.Header, body []byte, now time.Time) ([]Feedback, error)
-	Unauthorized []error
-	Malformed    []error
-	Realm        string // the WWW-Authenticate of a 401
+	VerifyAt func(header http.Header, body []byte, now time.Time) ([]Feedback, error)
+	Realm    string // the WWW-Authenticate of a 401
 }
 
 // Verify implements Webhook.
 func (w SignedWebhook) Verify(_ context.Context, header http.Header, body []byte) ([]Feedback, error) {
 	fs, err := w.VerifyAt(header, body, time.Now())
-	return fs, WebhookError(err, w.Unauthorized, w.Malformed)
+	return fs, WebhookError(err)
 }
 
 // Challenge implements Webhook.
@@ -142,6 +139,16 @@ var (
 	// ErrWebhookReplay: a webhook signature whose token came before
 	// (WebhookTokens).
 	ErrWebhookReplay = errors.New("mail: the webhook's signature was used before")
+
+	// What a provider's verifier says of a request, wrapped with what
+	// was wrong (WebhookError makes the first two a 401, the last a 400).
+	// ErrBadSignature: its signature or credentials are missing or not
+	// the provider's; ErrStale: its timestamp is too far from now (a
+	// replay, or a clock far off); ErrMalformed: its body is not the
+	// provider's event.
+	ErrBadSignature = errors.New("webhook signature or credentials missing or wrong")
+	ErrStale        = errors.New("webhook timestamp too far from now")
+	ErrMalformed    = errors.New("webhook body malformed")
 )
 
 // MalformedWebhook is a body that is not the provider's event. Reason
@@ -158,24 +165,21 @@ func (e *MalformedWebhook) Error() string { return e.Err.Error() }
 func (e *MalformedWebhook) Unwrap() error { return e.Err }
 
 // WebhookError maps a provider's verification error onto the contract:
-// one that is one of unauthorized wraps ErrWebhookUnauthorized, one of
-// malformed becomes a *MalformedWebhook whose reason is what err says
-// after its sentinel ("no type", "email.bounced without bounce"), or, for
-// a body encoding/json could not take, which field or that it is not
-// JSON. Any other error is returned as it is.
-func WebhookError(err error, unauthorized, malformed []error) error {
-	if err == nil {
+// ErrBadSignature, ErrStale and ErrWebhookReplay wrap
+// ErrWebhookUnauthorized; ErrMalformed becomes a *MalformedWebhook whose
+// reason is what err says after the sentinel ("no type", "email.bounced
+// without bounce"), or, for a body encoding/json could not take, which
+// field or that it is not JSON. Any other error is returned as it is.
+func WebhookError(err error) error {
+	switch {
+	case err == nil:
 		return nil
-	}
-	for _, e := range unauthorized {
-		if errors.Is(err, e) {
-			return fmt.Errorf("%w: %w", ErrWebhookUnauthorized, err)
-		}
-	}
-	for _, e := range malformed {
-		if errors.Is(err, e) {
-			return malformedWebhook(err, e)
-		}
+	case errors.Is(err, ErrWebhookUnauthorized):
+		return err
+	case errors.Is(err, ErrBadSignature), errors.Is(err, ErrStale), errors.Is(err, ErrWebhookReplay):
+		return fmt.Errorf("%w: %w", ErrWebhookUnauthorized, err)
+	case errors.Is(err, ErrMalformed):
+		return malformedWebhook(err, ErrMalformed)
 	}
 	return err
 }

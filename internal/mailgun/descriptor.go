@@ -43,10 +43,10 @@ func (h hook) Verify(ctx context.Context, header http.Header, body []byte) ([]ma
 		// Remembered whatever the event: a token of one that is
 		// ignored, or malformed, is as good to a forger.
 		if err := h.tokens.RememberWebhookToken(ctx, "mailgun", res.Token, res.Expires); err != nil {
-			return nil, mail.WebhookError(err, []error{mail.ErrWebhookReplay}, nil)
+			return nil, mail.WebhookError(err)
 		}
 	}
-	return res.Feedback, mail.WebhookError(err, []error{ErrBadSignature, ErrStale}, []error{ErrMalformed})
+	return res.Feedback, mail.WebhookError(err)
 }
 
 func (hook) Challenge() string { return `Signature realm="sekali-webhooks"` }

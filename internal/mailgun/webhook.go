@@ -17,14 +17,6 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Errors of WebhookVerifier.Verify. The HTTP layer answers
-// ErrBadSignature and ErrStale with 401, ErrMalformed with 400.
-var (
-	ErrBadSignature = errors.New("mailgun: webhook signature missing or wrong")
-	ErrStale        = errors.New("mailgun: webhook timestamp too far from now")
-	ErrMalformed    = errors.New("mailgun: webhook body malformed")
-)
-
 // WebhookVerifier checks Mailgun's webhooks
 // (https://documentation.mailgun.com/docs/mailgun/user-manual/webhooks/securing-webhooks):
 // the JSON body's signature holds a timestamp, a random token and the hex
@@ -97,19 +89,19 @@ type Verified struct {
 // signs inside the body.
 func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Verified, error) {
 	if err := httpprovider.CheckWebhookBody(body); err != nil {
-		return Verified{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Verified{}, fmt.Errorf("%w: %w", mail.ErrMalformed, err)
 	}
 	var w webhook
 	if err := json.Unmarshal(body, &w); err != nil {
-		return Verified{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Verified{}, fmt.Errorf("%w: %w", mail.ErrMalformed, err)
 	}
 	if w.Signature == nil || w.Signature.Token == "" || w.Signature.Signature == "" {
-		return Verified{}, fmt.Errorf("%w: no signature", ErrBadSignature)
+		return Verified{}, fmt.Errorf("%w: no signature", mail.ErrBadSignature)
 	}
 	ts := strings.Trim(string(w.Signature.Timestamp), `"`)
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return Verified{}, fmt.Errorf("%w: timestamp %q is not a number", ErrBadSignature, ts)
+		return Verified{}, fmt.Errorf("%w: timestamp %q is not a number", mail.ErrBadSignature, ts)
 	}
 	mac := hmac.New(sha256.New, v.key)
 	mac.Write([]byte(ts + w.Signature.Token))
@@ -121,7 +113,7 @@ func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Ver
 		}
 	}
 	if !ok {
-		return Verified{}, ErrBadSignature
+		return Verified{}, mail.ErrBadSignature
 	}
 	tolerance := v.Tolerance
 	if tolerance == 0 {
@@ -129,7 +121,7 @@ func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Ver
 	}
 	signedAt := time.Unix(sec, 0)
 	if err := httpprovider.CheckSignedAt(signedAt, now, tolerance); err != nil {
-		return Verified{}, fmt.Errorf("%w: %w", ErrStale, err)
+		return Verified{}, fmt.Errorf("%w: %w", mail.ErrStale, err)
 	}
 	res := Verified{Token: w.Signature.Token, Expires: signedAt.Add(tolerance)}
 	fs, err := event(w)
@@ -141,7 +133,7 @@ func (v *WebhookVerifier) Verify(_ http.Header, body []byte, now time.Time) (Ver
 func event(w webhook) ([]mail.Feedback, error) {
 	e := w.EventData
 	if e == nil || e.Event == "" {
-		return nil, fmt.Errorf("%w: no event-data", ErrMalformed)
+		return nil, fmt.Errorf("%w: no event-data", mail.ErrMalformed)
 	}
 	f := mail.Feedback{Provider: "mailgun", EventID: e.ID, MessageID: stripID(e.Message.Headers.MessageID)}
 	f.ProviderMessageID = f.MessageID
@@ -157,7 +149,7 @@ func event(w webhook) ([]mail.Feedback, error) {
 		case "temporary":
 			f.Kind = mail.FeedbackDeferred
 		default:
-			return nil, fmt.Errorf("%w: failed event with severity %q", ErrMalformed, e.Severity)
+			return nil, fmt.Errorf("%w: failed event with severity %q", mail.ErrMalformed, e.Severity)
 		}
 		f.Detail = strings.TrimSpace(fmt.Sprintf("%s %s %s", e.Reason, e.DeliveryStatus.Message, e.DeliveryStatus.Description))
 		if e.DeliveryStatus.Code != 0 {
@@ -167,7 +159,7 @@ func event(w webhook) ([]mail.Feedback, error) {
 		return nil, nil
 	}
 	if e.ID == "" || f.MessageID == "" || e.Timestamp <= 0 || math.IsInf(e.Timestamp, 0) {
-		return nil, fmt.Errorf("%w: %s event without id, message-id or timestamp", ErrMalformed, e.Event)
+		return nil, fmt.Errorf("%w: %s event without id, message-id or timestamp", mail.ErrMalformed, e.Event)
 	}
 	whole, frac := math.Modf(e.Timestamp)
 	f.At = time.Unix(int64(whole), int64(frac*1e9))

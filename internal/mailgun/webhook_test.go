@@ -103,20 +103,20 @@ func TestWebhookRefusals(t *testing.T) {
 		}
 		// A signature that is not Mailgun's, or too old, names no token to
 		// remember; a good one does, even when its event is malformed.
-		if signedOK := want == mailgun.ErrMalformed && strings.Contains(body, `"signature"`); signedOK != (res.Token != "") {
+		if signedOK := want == mail.ErrMalformed && strings.Contains(body, `"signature"`); signedOK != (res.Token != "") {
 			t.Errorf("%s: token %q", name, res.Token)
 		}
 	}
-	check("wrong key", signed("key-other", ts, token, data), mailgun.ErrBadSignature)
-	check("other token", strings.Replace(signed(signingKey, ts, token, data), token, strings.Repeat("b", 50), 1), mailgun.ErrBadSignature)
-	check("no signature", `{"event-data":`+data+`}`, mailgun.ErrBadSignature)
-	check("old", signed(signingKey, ts-600, token, data), mailgun.ErrStale)
-	check("future", signed(signingKey, ts+600, token, data), mailgun.ErrStale)
-	check("not JSON", "token=x&signature=y", mailgun.ErrMalformed)
-	check("huge", strings.Repeat(" ", httpprovider.MaxWebhookBody+1), mailgun.ErrMalformed)
-	check("no event-data", signed(signingKey, ts, token, `null`), mailgun.ErrMalformed)
-	check("failed without severity", signed(signingKey, ts, token, eventData("failed", "")), mailgun.ErrMalformed)
-	check("no id", signed(signingKey, ts, token, strings.Replace(data, `"id":"CPgfbmQMTCKtHW6uIWtuVe",`, "", 1)), mailgun.ErrMalformed)
+	check("wrong key", signed("key-other", ts, token, data), mail.ErrBadSignature)
+	check("other token", strings.Replace(signed(signingKey, ts, token, data), token, strings.Repeat("b", 50), 1), mail.ErrBadSignature)
+	check("no signature", `{"event-data":`+data+`}`, mail.ErrBadSignature)
+	check("old", signed(signingKey, ts-600, token, data), mail.ErrStale)
+	check("future", signed(signingKey, ts+600, token, data), mail.ErrStale)
+	check("not JSON", "token=x&signature=y", mail.ErrMalformed)
+	check("huge", strings.Repeat(" ", httpprovider.MaxWebhookBody+1), mail.ErrMalformed)
+	check("no event-data", signed(signingKey, ts, token, `null`), mail.ErrMalformed)
+	check("failed without severity", signed(signingKey, ts, token, eventData("failed", "")), mail.ErrMalformed)
+	check("no id", signed(signingKey, ts, token, strings.Replace(data, `"id":"CPgfbmQMTCKtHW6uIWtuVe",`, "", 1)), mail.ErrMalformed)
 
 	// A numeric timestamp (older payloads) and a subaccount's
 	// parent-signature are accepted.

@@ -26,7 +26,7 @@ var Descriptor = mail.Descriptor{
 			return nil
 		}
 		return func(mail.WebhookDeps) mail.Webhook {
-			return mail.SignedWebhook{VerifyAt: v.Verify, Unauthorized: []error{ErrBadCredentials}, Malformed: []error{ErrMalformed}, Realm: `Basic realm="sekali-webhooks"`}
+			return mail.SignedWebhook{VerifyAt: v.Verify, Realm: `Basic realm="sekali-webhooks"`}
 		}
 	},
 }

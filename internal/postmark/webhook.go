@@ -15,13 +15,6 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Errors of WebhookVerifier.Verify. The HTTP layer answers
-// ErrBadCredentials with 401, ErrMalformed with 400.
-var (
-	ErrBadCredentials = errors.New("postmark: webhook credentials missing or wrong")
-	ErrMalformed      = errors.New("postmark: webhook body malformed")
-)
-
 // WebhookVerifier checks Postmark's webhooks. Postmark signs nothing: a
 // webhook is authenticated by the HTTP Basic credentials configured with
 // it (HttpAuth), and a replay is an event seen before (the caller
@@ -53,14 +46,14 @@ func NewWebhookVerifier(user, password string) (*WebhookVerifier, error) {
 func (v *WebhookVerifier) Verify(header http.Header, body []byte, _ time.Time) ([]mail.Feedback, error) {
 	user, password, ok := (&http.Request{Header: header}).BasicAuth()
 	if !ok {
-		return nil, ErrBadCredentials
+		return nil, mail.ErrBadSignature
 	}
 	u, p := sha256.Sum256([]byte(user)), sha256.Sum256([]byte(password))
 	if subtle.ConstantTimeCompare(u[:], v.user[:])&subtle.ConstantTimeCompare(p[:], v.password[:]) != 1 {
-		return nil, ErrBadCredentials
+		return nil, mail.ErrBadSignature
 	}
 	if err := httpprovider.CheckWebhookBody(body); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", mail.ErrMalformed, err)
 	}
 	return feedback(body)
 }
@@ -87,7 +80,7 @@ func feedback(body []byte) ([]mail.Feedback, error) {
 	dec.UseNumber()
 	var e event
 	if err := dec.Decode(&e); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", mail.ErrMalformed, err)
 	}
 	f := mail.Feedback{Provider: "postmark", ProviderMessageID: e.MessageID, KeyHash: e.Metadata[MetadataKey]}
 	var at string
@@ -99,11 +92,11 @@ func feedback(body []byte) ([]mail.Feedback, error) {
 		// recipient.
 		f.EventID = "Delivery:" + e.MessageID + ":" + f.Recipient
 		if e.Recipient == "" {
-			return nil, fmt.Errorf("%w: Delivery without Recipient", ErrMalformed)
+			return nil, fmt.Errorf("%w: Delivery without Recipient", mail.ErrMalformed)
 		}
 	case "Bounce", "SpamComplaint":
 		if e.ID == "" {
-			return nil, fmt.Errorf("%w: %s without ID", ErrMalformed, e.RecordType)
+			return nil, fmt.Errorf("%w: %s without ID", mail.ErrMalformed, e.RecordType)
 		}
 		f.EventID = e.RecordType + ":" + e.ID.String()
 		at = e.BouncedAt
@@ -115,16 +108,16 @@ func feedback(body []byte) ([]mail.Feedback, error) {
 			return nil, nil // not about delivery: an auto-reply, a subscription request, …
 		}
 	case "":
-		return nil, fmt.Errorf("%w: no RecordType", ErrMalformed)
+		return nil, fmt.Errorf("%w: no RecordType", mail.ErrMalformed)
 	default:
 		return nil, nil
 	}
 	if e.MessageID == "" {
-		return nil, fmt.Errorf("%w: %s without MessageID", ErrMalformed, e.RecordType)
+		return nil, fmt.Errorf("%w: %s without MessageID", mail.ErrMalformed, e.RecordType)
 	}
 	t, err := time.Parse(time.RFC3339Nano, at)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s time %q", ErrMalformed, e.RecordType, at)
+		return nil, fmt.Errorf("%w: %s time %q", mail.ErrMalformed, e.RecordType, at)
 	}
 	f.At = t
 	return []mail.Feedback{f}, nil

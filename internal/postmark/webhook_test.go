@@ -111,7 +111,7 @@ func TestWebhookRefusals(t *testing.T) {
 		"wrong user":     hookHeader("someone", hookPassword),
 		"bearer":         {"Authorization": {"Bearer " + hookPassword}},
 	} {
-		if _, err := v.Verify(h, []byte(delivery), time.Now()); !errors.Is(err, postmark.ErrBadCredentials) {
+		if _, err := v.Verify(h, []byte(delivery), time.Now()); !errors.Is(err, mail.ErrBadSignature) {
 			t.Errorf("%s: %v, want ErrBadCredentials", name, err)
 		}
 	}
@@ -124,7 +124,7 @@ func TestWebhookRefusals(t *testing.T) {
 		"no time":       `{"RecordType":"Delivery","MessageID":"x","Recipient":"budi@example.com"}`,
 		"no recipient":  `{"RecordType":"Delivery","MessageID":"x","DeliveredAt":"2019-11-05T16:33:54Z"}`,
 	} {
-		if _, err := v.Verify(h, []byte(body), time.Now()); !errors.Is(err, postmark.ErrMalformed) {
+		if _, err := v.Verify(h, []byte(body), time.Now()); !errors.Is(err, mail.ErrMalformed) {
 			t.Errorf("%s: %v, want ErrMalformed", name, err)
 		}
 	}

@@ -14,7 +14,7 @@ var Descriptor = mail.Descriptor{
 	Dedup:  DedupWindow,
 	Sender: httpprovider.Sender(&api, func(_ *envconfig.Reader, c httpprovider.Config) Config { return Config{Config: c} }),
 	Webhook: httpprovider.Webhook("RESEND_WEBHOOK_SECRET", NewWebhookVerifier, func(v *WebhookVerifier, _ mail.WebhookDeps) mail.Webhook {
-		return mail.SignedWebhook{VerifyAt: v.Verify, Unauthorized: []error{ErrBadSignature, ErrStale}, Malformed: []error{ErrMalformed}, Realm: `Signature realm="sekali-webhooks"`}
+		return mail.SignedWebhook{VerifyAt: v.Verify, Realm: `Signature realm="sekali-webhooks"`}
 	}),
 }
 

@@ -16,14 +16,6 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Errors of WebhookVerifier.Verify. The HTTP layer answers
-// ErrBadSignature and ErrStale with 401, ErrMalformed with 400.
-var (
-	ErrBadSignature = errors.New("resend: webhook signature missing or wrong")
-	ErrStale        = errors.New("resend: webhook timestamp too far from now")
-	ErrMalformed    = errors.New("resend: webhook body malformed")
-)
-
 // WebhookVerifier checks Resend's webhooks, which Svix signs
 // (https://docs.svix.com/receiving/verifying-payloads/how-manual):
 // svix-signature lists space-separated "v1,<base64>" signatures, each an
@@ -53,21 +45,21 @@ func NewWebhookVerifier(secret string) (*WebhookVerifier, error) {
 // EventID is svix-id, the same when Resend sends the same event again.
 func (v *WebhookVerifier) Verify(header http.Header, body []byte, now time.Time) ([]mail.Feedback, error) {
 	if err := httpprovider.CheckWebhookBody(body); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", mail.ErrMalformed, err)
 	}
 	id, ts, sigs := svixHeader(header, "id"), svixHeader(header, "timestamp"), svixHeader(header, "signature")
 	if id == "" || ts == "" || sigs == "" {
-		return nil, fmt.Errorf("%w: svix-id, svix-timestamp and svix-signature are required", ErrBadSignature)
+		return nil, fmt.Errorf("%w: svix-id, svix-timestamp and svix-signature are required", mail.ErrBadSignature)
 	}
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil {
-		return nil, fmt.Errorf("%w: svix-timestamp %q is not a number", ErrBadSignature, ts)
+		return nil, fmt.Errorf("%w: svix-timestamp %q is not a number", mail.ErrBadSignature, ts)
 	}
 	if !v.signed(id, ts, body, sigs) {
-		return nil, ErrBadSignature
+		return nil, mail.ErrBadSignature
 	}
 	if err := httpprovider.CheckSignedAt(time.Unix(sec, 0), now, httpprovider.WebhookTolerance); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStale, err)
+		return nil, fmt.Errorf("%w: %w", mail.ErrStale, err)
 	}
 	return feedback(id, body)
 }
@@ -124,10 +116,10 @@ type event struct {
 func feedback(id string, body []byte) ([]mail.Feedback, error) {
 	var e event
 	if err := json.Unmarshal(body, &e); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: %w", mail.ErrMalformed, err)
 	}
 	if e.Type == "" {
-		return nil, fmt.Errorf("%w: no type", ErrMalformed)
+		return nil, fmt.Errorf("%w: no type", mail.ErrMalformed)
 	}
 	f := mail.Feedback{Provider: "resend", ProviderMessageID: e.Data.EmailID, MessageID: stripID(e.Data.MessageID), KeyHash: e.Data.Tags[MetadataKey]}
 	switch e.Type {
@@ -139,7 +131,7 @@ func feedback(id string, body []byte) ([]mail.Feedback, error) {
 		f.Kind = mail.FeedbackComplained
 	case "email.bounced":
 		if e.Data.Bounce == nil {
-			return nil, fmt.Errorf("%w: email.bounced without bounce", ErrMalformed)
+			return nil, fmt.Errorf("%w: email.bounced without bounce", mail.ErrMalformed)
 		}
 		// Only a permanent bounce says the address is dead; Resend
 		// reports soft and undetermined bounces with the same event.
@@ -152,11 +144,11 @@ func feedback(id string, body []byte) ([]mail.Feedback, error) {
 		return nil, nil
 	}
 	if f.ProviderMessageID == "" {
-		return nil, fmt.Errorf("%w: %s without data.email_id", ErrMalformed, e.Type)
+		return nil, fmt.Errorf("%w: %s without data.email_id", mail.ErrMalformed, e.Type)
 	}
 	at, err := time.Parse(time.RFC3339Nano, e.CreatedAt)
 	if err != nil {
-		return nil, fmt.Errorf("%w: created_at %q", ErrMalformed, e.CreatedAt)
+		return nil, fmt.Errorf("%w: created_at %q", mail.ErrMalformed, e.CreatedAt)
 	}
 	f.At = at
 	if len(e.Data.To) == 0 {

@@ -62,23 +62,23 @@ func TestSvixPublishedExample(t *testing.T) {
 	at := time.Unix(svixTimestamp, 0)
 	// The signature holds; the example body is not a Resend event.
 	_, err := v.Verify(svixHeader(svixID, svixTimestamp, svixSignature), []byte(svixBody), at.Add(time.Minute))
-	if !errors.Is(err, resend.ErrMalformed) {
+	if !errors.Is(err, mail.ErrMalformed) {
 		t.Errorf("published example: %v, want a verified signature and ErrMalformed (no event type)", err)
 	}
 	_, err = v.Verify(svixHeader(svixID, svixTimestamp, svixSignature), []byte(svixBody), at.Add(6*time.Minute))
-	if !errors.Is(err, resend.ErrStale) {
+	if !errors.Is(err, mail.ErrStale) {
 		t.Errorf("6 minutes later: %v, want ErrStale", err)
 	}
 	_, err = v.Verify(svixHeader(svixID, svixTimestamp, svixSignature), []byte(svixBody), at.Add(-6*time.Minute))
-	if !errors.Is(err, resend.ErrStale) {
+	if !errors.Is(err, mail.ErrStale) {
 		t.Errorf("6 minutes early: %v, want ErrStale", err)
 	}
 	_, err = v.Verify(svixHeader(svixID, svixTimestamp, svixSignature), []byte(`{"test": 2432232315}`), at)
-	if !errors.Is(err, resend.ErrBadSignature) {
+	if !errors.Is(err, mail.ErrBadSignature) {
 		t.Errorf("changed body: %v, want ErrBadSignature", err)
 	}
 	_, err = v.Verify(svixHeader(svixID, svixTimestamp+1, svixSignature), []byte(svixBody), at)
-	if !errors.Is(err, resend.ErrBadSignature) {
+	if !errors.Is(err, mail.ErrBadSignature) {
 		t.Errorf("changed timestamp: %v, want ErrBadSignature", err)
 	}
 }
@@ -152,18 +152,18 @@ func TestWebhookRefusals(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, err, want)
 		}
 	}
-	check("wrong secret", svixHeader("msg_1", ts, sign(t, other, "msg_1", ts, body)), body, resend.ErrBadSignature)
-	check("no signature", svixHeader("msg_1", ts), body, resend.ErrBadSignature)
-	check("no headers", http.Header{}, body, resend.ErrBadSignature)
-	check("other id", svixHeader("msg_2", ts, good), body, resend.ErrBadSignature)
-	check("v2 only", svixHeader("msg_1", ts, strings.Replace(good, "v1,", "v2,", 1)), body, resend.ErrBadSignature)
-	check("not base64", svixHeader("msg_1", ts, "v1,***"), body, resend.ErrBadSignature)
-	check("old", svixHeader("msg_1", ts-600, sign(t, svixSecret, "msg_1", ts-600, body)), body, resend.ErrStale)
+	check("wrong secret", svixHeader("msg_1", ts, sign(t, other, "msg_1", ts, body)), body, mail.ErrBadSignature)
+	check("no signature", svixHeader("msg_1", ts), body, mail.ErrBadSignature)
+	check("no headers", http.Header{}, body, mail.ErrBadSignature)
+	check("other id", svixHeader("msg_2", ts, good), body, mail.ErrBadSignature)
+	check("v2 only", svixHeader("msg_1", ts, strings.Replace(good, "v1,", "v2,", 1)), body, mail.ErrBadSignature)
+	check("not base64", svixHeader("msg_1", ts, "v1,***"), body, mail.ErrBadSignature)
+	check("old", svixHeader("msg_1", ts-600, sign(t, svixSecret, "msg_1", ts-600, body)), body, mail.ErrStale)
 	huge := strings.Repeat(" ", httpprovider.MaxWebhookBody+1)
-	check("huge", svixHeader("msg_1", ts, sign(t, svixSecret, "msg_1", ts, huge)), huge, resend.ErrMalformed)
-	check("not JSON", svixHeader("msg_1", ts, sign(t, svixSecret, "msg_1", ts, "nope")), "nope", resend.ErrMalformed)
+	check("huge", svixHeader("msg_1", ts, sign(t, svixSecret, "msg_1", ts, huge)), huge, mail.ErrMalformed)
+	check("not JSON", svixHeader("msg_1", ts, sign(t, svixSecret, "msg_1", ts, "nope")), "nope", mail.ErrMalformed)
 	noID := `{"type":"email.delivered","created_at":"2026-11-22T23:41:12Z","data":{}}`
-	check("no email_id", svixHeader("msg_1", ts, sign(t, svixSecret, "msg_1", ts, noID)), noID, resend.ErrMalformed)
+	check("no email_id", svixHeader("msg_1", ts, sign(t, svixSecret, "msg_1", ts, noID)), noID, mail.ErrMalformed)
 
 	// Secret rotation: one of several signatures is enough.
 	if _, err := v.Verify(svixHeader("msg_1", ts, "v1,AAAA", good), []byte(body), now); err != nil {

@@ -52,7 +52,7 @@ type hook struct {
 // one of our topics: confirming it is what makes SNS send events.
 func (h hook) Verify(ctx context.Context, header http.Header, body []byte) ([]mail.Feedback, error) {
 	res, err := h.v.Verify(ctx, header, body, time.Now())
-	if err := mail.WebhookError(err, []error{ErrBadSignature, ErrStale}, []error{ErrMalformed}); err != nil {
+	if err := mail.WebhookError(err); err != nil {
 		return nil, err
 	}
 	if c := res.Confirmation; c != nil {

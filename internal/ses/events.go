@@ -65,7 +65,7 @@ type recipient struct{ address, detail string }
 func feedback(eventID, body string) ([]mail.Feedback, error) {
 	var r record
 	if err := json.Unmarshal([]byte(body), &r); err != nil {
-		return nil, fmt.Errorf("%w: Message is not an SES record: %w", ErrMalformed, err)
+		return nil, fmt.Errorf("%w: Message is not an SES record: %w", mail.ErrMalformed, err)
 	}
 	typ := r.EventType
 	if typ == "" {
@@ -104,18 +104,18 @@ func feedback(eventID, body string) ([]mail.Feedback, error) {
 			to = append(to, recipient{d.EmailAddress, strings.TrimSpace(r.DeliveryDelay.DelayType + " " + d.DiagnosticCode)})
 		}
 	case typ == "Bounce" || typ == "Complaint" || typ == "Delivery" || typ == "DeliveryDelay":
-		return nil, fmt.Errorf("%w: %s record without its %s object", ErrMalformed, typ, strings.ToLower(typ[:1])+typ[1:])
+		return nil, fmt.Errorf("%w: %s record without its %s object", mail.ErrMalformed, typ, strings.ToLower(typ[:1])+typ[1:])
 	case typ == "":
-		return nil, fmt.Errorf("%w: record without eventType or notificationType", ErrMalformed)
+		return nil, fmt.Errorf("%w: record without eventType or notificationType", mail.ErrMalformed)
 	default:
 		return nil, nil // Send, Open, Click, …: nothing about delivery
 	}
 	if r.Mail.MessageID == "" || len(to) == 0 {
-		return nil, fmt.Errorf("%w: %s without mail.messageId or recipients", ErrMalformed, typ)
+		return nil, fmt.Errorf("%w: %s without mail.messageId or recipients", mail.ErrMalformed, typ)
 	}
 	t, err := time.Parse(time.RFC3339Nano, at)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s timestamp %q", ErrMalformed, typ, at)
+		return nil, fmt.Errorf("%w: %s timestamp %q", mail.ErrMalformed, typ, at)
 	}
 	f := mail.Feedback{Provider: "ses", Kind: kind, ProviderMessageID: r.Mail.MessageID, At: t,
 		MessageID: strings.Trim(strings.TrimSpace(r.Mail.CommonHeaders.MessageID), "<>")}

@@ -38,14 +38,6 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
-// Errors of WebhookVerifier.Verify. The HTTP layer answers
-// ErrBadSignature and ErrStale with 401, ErrMalformed with 400.
-var (
-	ErrBadSignature = errors.New("ses: SNS signature missing or wrong")
-	ErrStale        = errors.New("ses: SNS timestamp too far from now")
-	ErrMalformed    = errors.New("ses: SNS message malformed")
-)
-
 // MaxWebhookBody is the largest body Verify reads.
 const MaxWebhookBody = 1 << 20
 
@@ -136,11 +128,11 @@ type message struct {
 // header is unused: SNS signs inside the body.
 func (v *WebhookVerifier) Verify(ctx context.Context, _ http.Header, body []byte, now time.Time) (Result, error) {
 	if len(body) > MaxWebhookBody {
-		return Result{}, fmt.Errorf("%w: %d bytes, at most %d", ErrMalformed, len(body), MaxWebhookBody)
+		return Result{}, fmt.Errorf("%w: %d bytes, at most %d", mail.ErrMalformed, len(body), MaxWebhookBody)
 	}
 	var m message
 	if err := json.Unmarshal(body, &m); err != nil {
-		return Result{}, fmt.Errorf("%w: %w", ErrMalformed, err)
+		return Result{}, fmt.Errorf("%w: %w", mail.ErrMalformed, err)
 	}
 	canonical, err := m.canonical()
 	if err != nil {
@@ -153,14 +145,14 @@ func (v *WebhookVerifier) Verify(ctx context.Context, _ http.Header, body []byte
 	case "2":
 		hash = crypto.SHA256
 	default:
-		return Result{}, fmt.Errorf("%w: SignatureVersion %q", ErrBadSignature, m.SignatureVersion)
+		return Result{}, fmt.Errorf("%w: SignatureVersion %q", mail.ErrBadSignature, m.SignatureVersion)
 	}
 	sig, err := base64.StdEncoding.DecodeString(m.Signature)
 	if err != nil || len(sig) == 0 {
-		return Result{}, fmt.Errorf("%w: Signature is not base64", ErrBadSignature)
+		return Result{}, fmt.Errorf("%w: Signature is not base64", mail.ErrBadSignature)
 	}
 	if err := v.checkURL(m.SigningCertURL); err != nil {
-		return Result{}, fmt.Errorf("%w: SigningCertURL %w", ErrBadSignature, err)
+		return Result{}, fmt.Errorf("%w: SigningCertURL %w", mail.ErrBadSignature, err)
 	}
 	cert, err := v.cert(ctx, m.SigningCertURL)
 	if err != nil {
@@ -168,24 +160,24 @@ func (v *WebhookVerifier) Verify(ctx context.Context, _ http.Header, body []byte
 	}
 	key, ok := cert.PublicKey.(*rsa.PublicKey)
 	if !ok {
-		return Result{}, fmt.Errorf("%w: the signing certificate has no RSA key", ErrBadSignature)
+		return Result{}, fmt.Errorf("%w: the signing certificate has no RSA key", mail.ErrBadSignature)
 	}
 	if err := rsa.VerifyPKCS1v15(key, hash, digest(hash, canonical), sig); err != nil {
-		return Result{}, ErrBadSignature
+		return Result{}, mail.ErrBadSignature
 	}
 	if !slices.Contains(v.topics, m.TopicARN) {
-		return Result{}, fmt.Errorf("%w: topic %s is not one of ours", ErrBadSignature, m.TopicARN)
+		return Result{}, fmt.Errorf("%w: topic %s is not one of ours", mail.ErrBadSignature, m.TopicARN)
 	}
 	at, err := time.Parse(time.RFC3339Nano, m.Timestamp)
 	if err != nil {
-		return Result{}, fmt.Errorf("%w: Timestamp %q", ErrMalformed, m.Timestamp)
+		return Result{}, fmt.Errorf("%w: Timestamp %q", mail.ErrMalformed, m.Timestamp)
 	}
 	tolerance := v.Tolerance
 	if tolerance == 0 {
 		tolerance = DefaultTolerance
 	}
 	if d := now.Sub(at); d > tolerance || d < -5*time.Minute {
-		return Result{}, fmt.Errorf("%w: sent %s, %s from now", ErrStale, at.UTC().Format(time.RFC3339), d.Round(time.Second))
+		return Result{}, fmt.Errorf("%w: sent %s, %s from now", mail.ErrStale, at.UTC().Format(time.RFC3339), d.Round(time.Second))
 	}
 	switch m.Type {
 	case "Notification":
@@ -193,7 +185,7 @@ func (v *WebhookVerifier) Verify(ctx context.Context, _ http.Header, body []byte
 		return Result{Feedback: fs}, err
 	default: // SubscriptionConfirmation, UnsubscribeConfirmation: canonical checked the type
 		if err := v.checkURL(m.SubscribeURL); err != nil {
-			return Result{}, fmt.Errorf("%w: SubscribeURL %w", ErrBadSignature, err)
+			return Result{}, fmt.Errorf("%w: SubscribeURL %w", mail.ErrBadSignature, err)
 		}
 		return Result{Confirmation: &Confirmation{Type: m.Type, TopicARN: m.TopicARN, SubscribeURL: m.SubscribeURL, Token: m.Token}}, nil
 	}
@@ -232,7 +224,7 @@ func (m message) canonical() ([]byte, error) {
 	case "SubscriptionConfirmation", "UnsubscribeConfirmation":
 		fields = []string{"Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"}
 	default:
-		return nil, fmt.Errorf("%w: Type %q", ErrMalformed, m.Type)
+		return nil, fmt.Errorf("%w: Type %q", mail.ErrMalformed, m.Type)
 	}
 	value := map[string]*string{
 		"Message": &m.Message, "MessageId": &m.MessageID, "Subject": m.Subject, "SubscribeURL": &m.SubscribeURL,
@@ -245,7 +237,7 @@ func (m message) canonical() ([]byte, error) {
 			continue // Subject, when absent
 		}
 		if *v == "" && f != "Message" {
-			return nil, fmt.Errorf("%w: no %s", ErrMalformed, f)
+			return nil, fmt.Errorf("%w: no %s", mail.ErrMalformed, f)
 		}
 		b.WriteString(f + "\n" + *v + "\n")
 	}
@@ -304,11 +296,11 @@ func (v *WebhookVerifier) cert(ctx context.Context, raw string) (*x509.Certifica
 	}
 	block, _ := pem.Decode(b)
 	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, fmt.Errorf("%w: %s holds no PEM certificate", ErrBadSignature, raw)
+		return nil, fmt.Errorf("%w: %s holds no PEM certificate", mail.ErrBadSignature, raw)
 	}
 	c, err = x509.ParseCertificate(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrBadSignature, raw, err)
+		return nil, fmt.Errorf("%w: %s: %w", mail.ErrBadSignature, raw, err)
 	}
 	v.mu.Lock()
 	if len(v.certs) > 100 {

@@ -198,15 +198,15 @@ func TestSNSRefusals(t *testing.T) {
 	}
 	tampered := b.sign(t, notification(ok), "2")
 	tampered = []byte(strings.Replace(string(tampered), "budi@example.com", "ani@example.com", 1))
-	check("tampered", tampered, ses.ErrBadSignature)
+	check("tampered", tampered, mail.ErrBadSignature)
 
 	m := notification(ok)
 	m["TopicArn"] = "arn:aws:sns:us-east-1:999999999999:someone-else"
-	check("other topic", b.sign(t, m, "2"), ses.ErrBadSignature)
+	check("other topic", b.sign(t, m, "2"), mail.ErrBadSignature)
 
 	m = notification(ok)
 	m["Timestamp"] = time.Now().Add(-2 * time.Hour).UTC().Format(time.RFC3339)
-	check("stale", b.sign(t, m, "2"), ses.ErrStale)
+	check("stale", b.sign(t, m, "2"), mail.ErrStale)
 
 	for _, u := range []string{
 		strings.Replace(b.certURL, "https://", "http://", 1),
@@ -215,19 +215,19 @@ func TestSNSRefusals(t *testing.T) {
 	} {
 		m = notification(ok)
 		m["SigningCertURL"] = u
-		check("cert URL "+u, b.sign(t, m, "2"), ses.ErrBadSignature)
+		check("cert URL "+u, b.sign(t, m, "2"), mail.ErrBadSignature)
 	}
 	m = notification(ok)
 	m["SignatureVersion"] = "3"
 	body := b.sign(t, m, "3")
-	check("version 3", body, ses.ErrBadSignature)
+	check("version 3", body, mail.ErrBadSignature)
 
-	check("not JSON", []byte("Type=Notification"), ses.ErrMalformed)
-	check("huge", []byte(strings.Repeat(" ", ses.MaxWebhookBody+1)), ses.ErrMalformed)
+	check("not JSON", []byte("Type=Notification"), mail.ErrMalformed)
+	check("huge", []byte(strings.Repeat(" ", ses.MaxWebhookBody+1)), mail.ErrMalformed)
 	m = notification(ok)
 	m["Type"] = "Something"
-	check("unknown type", b.sign(t, m, "2"), ses.ErrMalformed)
-	check("not an SES record", b.sign(t, notification(`{"hello":1}`), "2"), ses.ErrMalformed)
+	check("unknown type", b.sign(t, m, "2"), mail.ErrMalformed)
+	check("not an SES record", b.sign(t, notification(`{"hello":1}`), "2"), mail.ErrMalformed)
 
 	if _, err := ses.NewWebhookVerifier(); err == nil {
 		t.Error("a verifier without topics")
@@ -256,7 +256,7 @@ func TestSNSHostRule(t *testing.T) {
 	} {
 		m := notification(record("Send", `"send":{}`))
 		m["SigningCertURL"] = u
-		if _, err := v.Verify(context.Background(), nil, b.sign(t, m, "2"), time.Now()); !errors.Is(err, ses.ErrBadSignature) || !strings.Contains(err.Error(), "not on an Amazon SNS host") {
+		if _, err := v.Verify(context.Background(), nil, b.sign(t, m, "2"), time.Now()); !errors.Is(err, mail.ErrBadSignature) || !strings.Contains(err.Error(), "not on an Amazon SNS host") {
 			t.Errorf("%s: %v, want refused by the host rule", u, err)
 		}
 	}
@@ -285,7 +285,7 @@ func TestSubscriptionConfirmation(t *testing.T) {
 	// A SubscribeURL elsewhere is refused, signed or not, and Confirm
 	// will not fetch one either.
 	m["SubscribeURL"] = "https://evil.example/confirm"
-	if _, err := b.v.Verify(context.Background(), nil, b.sign(t, m, "2"), time.Now()); !errors.Is(err, ses.ErrBadSignature) {
+	if _, err := b.v.Verify(context.Background(), nil, b.sign(t, m, "2"), time.Now()); !errors.Is(err, mail.ErrBadSignature) {
 		t.Errorf("SubscribeURL elsewhere: %v", err)
 	}
 	if err := b.v.Confirm(context.Background(), &ses.Confirmation{SubscribeURL: "https://evil.example/confirm"}); err == nil {
