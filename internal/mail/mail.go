@@ -13,7 +13,9 @@ package mail
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strconv"
+	"time"
 )
 
 // Message is an e-mail ready for a provider.
@@ -82,6 +84,14 @@ const (
 	// answer, so the delivery waits without using up anything, and the
 	// worker stops sending until a probe succeeds.
 	OutcomeUnavailable
+	// OutcomeThrottled: the provider refused the request for pace — an
+	// HTTP 429, SES's throttling or quota errors, an SMTP rate reply
+	// (421 or 451 with 4.7.x) — so nothing was taken. An outside limit is
+	// a pace, not a failure: the delivery waits its turn, counting no
+	// attempt, opening no breaker and pinning nothing, and the provider's
+	// budget (internal/pace) is paused for every worker by what the
+	// answer said (SendError.Header, Reply.Text, Pause).
+	OutcomeThrottled
 )
 
 func (o Outcome) String() string {
@@ -96,6 +106,8 @@ func (o Outcome) String() string {
 		return "aborted"
 	case OutcomeUnavailable:
 		return "unavailable"
+	case OutcomeThrottled:
+		return "throttled"
 	default:
 		return "unknown"
 	}
@@ -130,6 +142,9 @@ type Reply struct {
 	Protocol Protocol
 	Code     int    // the SMTP reply code (451, 550) or the HTTP status (429, 503)
 	Enhanced string // the RFC 3463 enhanced status code of an SMTP reply, e.g. "5.1.1"
+	// Text is an SMTP reply's text ("Rate limit exceeded, try again
+	// later"), which tells a rate reply from others; "" for HTTP.
+	Text string
 }
 
 // SMTPReply is an SMTP server's reply code and enhanced status code.
@@ -162,6 +177,14 @@ type SendError struct {
 	// HandedOver: the last lease check passed, so the data may have
 	// gone out; a provider never retries such a send by itself.
 	HandedOver bool
+
+	// Header is an HTTP answer's header fields: a throttled request's
+	// pace (retry-after, ratelimit-*), read by internal/pace.
+	Header http.Header
+	// Pause is how long the provider said, other than in its headers, to
+	// wait before the next request (a quota named in its body: Resend's
+	// daily_quota_exceeded); 0 when it said nothing.
+	Pause time.Duration
 }
 
 func (e *SendError) Error() string {
@@ -183,6 +206,40 @@ func (e *SendError) Unwrap() error { return e.Err }
 // was not taken.
 func (e *SendError) MayHaveAccepted() bool {
 	return e.Outcome == OutcomeAmbiguous || (e.HandedOver && e.Reply.Protocol == ProtocolHTTP && e.Reply.Code >= 500)
+}
+
+// A Batch is messages handed to a provider in one request, in order,
+// under one key: the provider's idempotency key for the whole request
+// where it takes one (Resend: the same key and the same messages answer
+// the first request's ids), so that a batch whose answer was lost is
+// sent again identical.
+type Batch struct {
+	Key      string
+	Messages []Message
+}
+
+// BatchResult is what the provider said of one message of a batch: its
+// id for the message, taken, or its refusal of that message alone.
+type BatchResult struct {
+	ID  string
+	Err *SendError
+}
+
+// A Batcher is a provider that takes many messages in one request
+// (Resend's /emails/batch, Postmark's /email/batch).
+type Batcher interface {
+	Provider
+	// MaxBatch is the most messages one request takes.
+	MaxBatch() int
+	// SendBatch hands b over in one request. handOver is called right
+	// before the request goes out (the last lease check of every
+	// member): when it fails, nothing is sent and the error is an
+	// OutcomeAborted *SendError. When the request is answered, results
+	// has one entry per message, in b's order, err nil; a *SendError is
+	// what befell the whole request: refused, throttled, or ambiguous
+	// (no answer after it was written: every message may have been
+	// taken).
+	SendBatch(ctx context.Context, b Batch, handOver func() error) (results []BatchResult, err error)
 }
 
 // ReachedRecipient reports whether the provider had accepted the
