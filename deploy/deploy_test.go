@@ -20,7 +20,9 @@ var metricName = regexp.MustCompile(`sekali_[a-z_]+`)
 func definedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	defined := map[string]bool{}
-	def := regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(sekali_[a-z_]+)"`)
+	// A name in opts (Name:), a collector's description (NewDesc,
+	// pace's desc), or internal/metric's constructors' second argument.
+	def := regexp.MustCompile(`(?:Name:\s*|NewDesc\(|desc\(|metric\.[A-Za-z]+\([\w.]+,\s*)"(sekali_[a-z_]+)"`)
 	err := filepath.WalkDir("../internal", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return err

@@ -24,6 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/opsserver"
+	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -46,6 +47,9 @@ type config struct {
 	Providers         []mail.Descriptor   // PROVIDERS (or PROVIDER), in order of preference
 	Senders           []mail.SenderConfig // each provider's settings, in the same order
 	DedupWindows      []time.Duration     // each provider's window for sending an unknown attempt again (roster.DedupWindows)
+	Paces             []pace.Config       // each provider's pace: <NAME>_RATE, <NAME>_BURST, <NAME>_DAILY_QUOTA (a zero Rate: unpaced)
+	PaceWait          time.Duration       // PACE_WAIT: how long a task waits for a token in its goroutine
+	SpillAfter        time.Duration       // PACE_SPILL_AFTER: past this wait a delivery goes to the next provider; 0: never
 	Brand             mailtemplate.Brand  // BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL: what the layouts show
 }
 
@@ -69,6 +73,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		cfg.Senders = append(cfg.Senders, d.Sender(env, settings))
 	}
 	cfg.DedupWindows = roster.DedupWindows(env, cfg.Providers)
+	for _, d := range cfg.Providers {
+		cfg.Paces = append(cfg.Paces, readPace(env, d))
+	}
+	cfg.PaceWait = env.Duration("PACE_WAIT", 5*time.Second)
+	cfg.SpillAfter = env.DurationOrZero("PACE_SPILL_AFTER", 0)
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := worker.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
@@ -158,13 +167,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 	var providers []worker.NamedProvider
+	var budgets []*pace.Budget
 	for i, s := range cfg.Senders {
 		p, closeProvider, err := s.Open()
 		if err != nil {
 			return err
 		}
 		defer closeProvider()
-		providers = append(providers, worker.NamedProvider{Name: cfg.Providers[i].Name, Provider: p, Resend: cfg.DedupWindows[i]})
+		np := worker.NamedProvider{Name: cfg.Providers[i].Name, Provider: p, Resend: cfg.DedupWindows[i]}
+		if c := cfg.Paces[i]; c.Rate > 0 {
+			if np.Budget, err = pace.New(rdb, cfg.Queue, np.Name, c); err != nil {
+				return fmt.Errorf("configuration:\n%w", err)
+			}
+			budgets = append(budgets, np.Budget)
+		}
+		providers = append(providers, np)
 	}
 
 	tp, stopTracing, err := binary.Tracing(ctx, "sekali-worker", getenv)
@@ -185,7 +202,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Concurrency:     cfg.Concurrency,
 		Tracer:          tp.Tracer("github.com/sekali-dev/sekali/internal/worker"),
 		Unsubscribe:     cfg.Unsubscribe,
+		PaceWait:        cfg.PaceWait,
+		SpillAfter:      cfg.SpillAfter,
 	}, log, worker.NewMetrics(reg))
+	reg.MustRegister(pace.NewCollector(budgets...))
 
 	// Healthy while Redis answers: without it the worker takes no task.
 	ops, err := opsserver.Listen(cfg.MetricsAddr, reg, opsserver.Check{Name: "redis", Ping: func(ctx context.Context) error {
@@ -195,7 +215,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	log.Info("worker started", "worker_id", workerID, "queue", cfg.Queue, "concurrency", cfg.Concurrency,
-		"metrics_addr", ops.Addr(), "provider", senderNames(cfg.Senders))
+		"metrics_addr", ops.Addr(), "provider", senderNames(cfg.Senders), "pace", paceNames(cfg.Providers, cfg.Paces))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(ops.Serve)
@@ -233,4 +253,30 @@ func checkUnsubscribeURL(raw string) error {
 		return fmt.Errorf("%q: want the API's public https base URL, such as https://shop.example/sekali", raw)
 	}
 	return nil
+}
+
+// readPace reads a provider's pace from <NAME>_RATE (requests a second,
+// its documented default; 0: unpaced), <NAME>_BURST (1) and
+// <NAME>_DAILY_QUOTA (messages over a rolling 24 h; its documented one,
+// or none).
+func readPace(env *envconfig.Reader, d mail.Descriptor) pace.Config {
+	name := strings.ToUpper(d.Name)
+	return pace.Config{
+		Rate:  env.Float(name+"_RATE", d.Rate, 0, 100_000),
+		Burst: env.Int(name+"_BURST", 1, 1, 100_000),
+		Quota: env.Int(name+"_DAILY_QUOTA", d.Quota, 0, 1_000_000_000),
+	}
+}
+
+// paceNames says each provider's pace for the start-up line: "resend 2/s,
+// burst 1", or "smtp unpaced".
+func paceNames(ds []mail.Descriptor, ps []pace.Config) string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.Name + " unpaced"
+		if ps[i].Rate > 0 {
+			out[i] = d.Name + " " + ps[i].String()
+		}
+	}
+	return strings.Join(out, ", ")
 }

@@ -104,6 +104,20 @@ func (r *Reader) Int(name string, def, lo, hi int) int {
 	return n
 }
 
+// Float reads a number within [lo, hi] (a fraction allowed: 0.5).
+func (r *Reader) Float(name string, def, lo, hi float64) float64 {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f >= lo && f <= hi) {
+		r.fail(name, v, fmt.Sprintf("want a number from %g to %g", lo, hi))
+		return def
+	}
+	return f
+}
+
 // OneOf reads a value that must be one of allowed (compared case-insensitively,
 // returned in lower case).
 func (r *Reader) OneOf(name, def string, allowed ...string) string {

@@ -38,6 +38,13 @@ type Descriptor struct {
 	// it holds a message, reporting bad settings to env; nil, or a nil
 	// LookupOpener, when there is no such search.
 	Lookup func(env *envconfig.Reader) LookupOpener
+	// Rate is the requests a second the provider allows an account by
+	// default, as it documents it (Resend: 2), and Quota the messages a
+	// day (0: none documented). <NAME>_RATE and <NAME>_DAILY_QUOTA
+	// override them; a provider without a rate is not paced, though a
+	// refusal for pace still makes its delivery wait.
+	Rate  float64
+	Quota int
 	// Webhook reads the secret of the provider's webhook, reporting bad
 	// settings to env; nil, or a nil WebhookOpener, when it has none or
 	// none is configured (the API then answers 404 for it, never an

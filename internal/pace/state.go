@@ -76,16 +76,16 @@ type Collector struct {
 // registry.
 func NewCollector(budgets ...*Budget) *Collector {
 	desc := func(name, help string) *prometheus.Desc {
-		return prometheus.NewDesc("sekali_provider_pace_"+name, help, []string{"provider"}, nil)
+		return prometheus.NewDesc(name, help, []string{"provider"}, nil)
 	}
 	return &Collector{
 		budgets:   budgets,
-		rate:      desc("rate", "Requests per second a provider's budget is configured to, shared by every worker."),
-		effective: desc("effective_rate", "Requests per second a provider's budget paces at now: the configured rate, or a lower one the provider announced (ratelimit-limit)."),
-		paused:    desc("paused_seconds", "Seconds left of the pause a provider asked for (a 429's retry-after, ratelimit-remaining 0, an SMTP rate reply); 0 when not paused."),
-		quota:     desc("quota", "Messages a provider takes per rolling quota window (SES's Max24HourSend), for budgets with a quota."),
-		used:      desc("quota_used", "Messages sent through a provider within its quota's rolling window."),
-		left:      desc("quota_remaining", "Messages a provider's quota still takes within its rolling window."),
+		rate:      desc("sekali_provider_pace_rate", "Requests per second a provider's budget is configured to, shared by every worker."),
+		effective: desc("sekali_provider_pace_effective_rate", "Requests per second a provider's budget paces at now: the configured rate, or a lower one the provider announced (ratelimit-limit)."),
+		paused:    desc("sekali_provider_pace_paused_seconds", "Seconds left of the pause a provider asked for (a 429's retry-after, ratelimit-remaining 0, an SMTP rate reply); 0 when not paused."),
+		quota:     desc("sekali_provider_pace_quota", "Messages a provider takes per rolling quota window (SES's Max24HourSend), for budgets with a quota."),
+		used:      desc("sekali_provider_pace_quota_used", "Messages sent through a provider within its quota's rolling window."),
+		left:      desc("sekali_provider_pace_quota_remaining", "Messages a provider's quota still takes within its rolling window."),
 	}
 }
 

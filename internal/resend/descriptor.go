@@ -10,8 +10,11 @@ import (
 // it): it sends, refuses a second message under our key for
 // DedupWindow, so it needs no look-up, and signs its webhooks.
 var Descriptor = mail.Descriptor{
-	Name:   api.Name,
-	Dedup:  DedupWindow,
+	Name:  api.Name,
+	Dedup: DedupWindow,
+	// "The default maximum rate limit is 2 requests per second", per
+	// team, across its keys (Resend's API reference).
+	Rate:   2,
 	Sender: httpprovider.Sender(&api, func(_ *envconfig.Reader, c httpprovider.Config) Config { return Config{Config: c} }),
 	Webhook: httpprovider.Webhook("RESEND_WEBHOOK_SECRET", NewWebhookVerifier, func(v *WebhookVerifier, _ mail.WebhookDeps) mail.Webhook {
 		return mail.SignedWebhook{VerifyAt: v.Verify, Realm: `Signature realm="sekali-webhooks"`}

@@ -59,6 +59,9 @@ func (w *Worker) apply(ctx context.Context, l *taskLog, d notify.Delivery, a *at
 	if s.providerDown != nil && a != nil && a.route != nil {
 		w.providerUnavailable(ctx, a.route, s.providerDown)
 	}
+	if s.throttle != nil && a != nil && a.route != nil {
+		w.throttled(ctx, l, a.route, *s.throttle)
+	}
 	l.result = s.result
 	if s.to != "" {
 		l.set(slog.String("to_status", string(s.to)))

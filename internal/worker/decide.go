@@ -10,6 +10,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
@@ -37,6 +38,7 @@ const (
 	resultRaced                result = "raced"      // changed by someone else between the claim and a write
 	resultUnknownTemplate      result = "unknown_template"
 	resultProviderUnavailable  result = "provider_unavailable"
+	resultPaced                result = "paced"                      // the provider's budget had no request to spare: back for its turn
 	resultPinnedMissing        result = "pinned_to_missing_provider" // its provider is not in this worker's PROVIDERS
 	resultHandedBack           result = "handed_back"                // the worker is shutting down
 	resultShutdown             result = "shutdown"                   // stopped while waiting for a concurrency slot
@@ -109,6 +111,9 @@ type step struct {
 	// providerDown: the provider refuses our session; the worker stops
 	// sending until a probe gets through.
 	providerDown *mail.SendError
+	// throttle: the provider refused the request for pace; what it said
+	// slows or pauses its budget for every worker.
+	throttle *pace.Signal
 
 	answer     answer
 	err        error         // what asynq gets, unless answerDone
@@ -238,6 +243,16 @@ func decideOutcome(d notify.Delivery, providerID string, sendErr error, now time
 		return ambiguous()
 	}
 	switch se.Outcome {
+	case mail.OutcomeThrottled:
+		// An outside limit is a pace: nothing was taken. The delivery
+		// waits its turn, counting no attempt, pinning nothing and opening
+		// no breaker; the answer paces every worker.
+		sig := throttleSignal(se, now)
+		s := retried(true, "throttled")
+		s.pin, s.result, s.throttle = false, resultPaced, &sig
+		s.answer, s.waitBase, s.waitSpread = answerWait, sig.Pause, paceSpread(sig.Pause)
+		s.err = fmt.Errorf("%w: %s", errPaced, mail.RedactAddresses(reason))
+		return s
 	case mail.OutcomeAborted:
 		if errors.Is(sendErr, notify.ErrLeaseLost) {
 			// Another worker has the row: this one writes nothing more.

@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/pace"
 )
 
 // want is what a step must say; a field left empty must be empty.
@@ -222,6 +224,39 @@ func TestDecidePastResendWindow(t *testing.T) {
 		s, held := decidePastResendWindow(tc.d, resend, tc.window, now)
 		if held != tc.held || held && (s.write != writeHeld || s.to != notify.StatusHeld || !strings.Contains(s.reason, "second e-mail") || s.answer != answerSkip) {
 			t.Errorf("%s: held %v, step %+v; want held %v", tc.name, held, s, tc.held)
+		}
+	}
+}
+
+// A refusal for pace — Resend's 429 with its headers, an SMTP relay's
+// 451 4.7.1 rate reply, a pause named in the body — means nothing was
+// taken: the row goes back to pending, the attempt not counted, nothing
+// pinned and no breaker opened; the task comes back after the pause the
+// answer asked for, and the answer goes to the budget.
+func TestDecideOutcomeOfARefusalForPace(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	young := notify.Delivery{Template: "order-confirmation", TryingSince: now.Add(-time.Minute)}
+	for _, tt := range []struct {
+		name      string
+		err       *mail.SendError
+		wantPause time.Duration
+	}{
+		{"Resend's 429", &mail.SendError{Outcome: mail.OutcomeThrottled, Stage: mail.StageConnect, HandedOver: true,
+			Reply: mail.HTTPStatus(429), Header: http.Header{"Retry-After": {"3"}, "Ratelimit-Limit": {"2"}, "Ratelimit-Remaining": {"0"}, "Ratelimit-Reset": {"3"}},
+			Err: errors.New("429 rate_limit_exceeded")}, 3 * time.Second},
+		{"a relay's rate reply", &mail.SendError{Outcome: mail.OutcomeThrottled, Stage: mail.StageSender,
+			Reply: mail.Reply{Protocol: mail.ProtocolSMTP, Code: 451, Enhanced: "4.7.1", Text: "Rate limit exceeded, try again later"},
+			Err:   errors.New("451 4.7.1")}, pace.DefaultPause},
+		{"a daily quota named in the body", &mail.SendError{Outcome: mail.OutcomeThrottled, Stage: mail.StageConnect, HandedOver: true,
+			Reply: mail.HTTPStatus(429), Pause: 2 * time.Hour, Err: errors.New("429 daily_quota_exceeded")}, pace.MaxPause},
+	} {
+		s := decideOutcome(young, "", tt.err, now, 48*time.Hour, false)
+		want{write: writeRetry, to: notify.StatusPending, refund: true, result: resultPaced, outcome: "retried", retry: "throttled", answer: answerWait}.check(t, tt.name, s)
+		if s.providerDown != nil {
+			t.Errorf("%s: the breaker opens on a pace", tt.name)
+		}
+		if s.throttle == nil || s.throttle.Pause != tt.wantPause || s.waitBase != tt.wantPause {
+			t.Errorf("%s: throttle %+v, wait %v; want a pause of %v for the budget and the task", tt.name, s.throttle, s.waitBase, tt.wantPause)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/pace"
 )
 
 // The worker's circuit breaker on each provider. A send that meets
@@ -35,6 +36,7 @@ type route struct {
 	name     string
 	provider mail.Provider
 	resend   time.Duration // NamedProvider.Resend
+	budget   *pace.Budget  // NamedProvider.Budget: nil, unpaced
 	health   *health
 }
 

@@ -20,6 +20,9 @@ type Metrics struct {
 	handedBack   *prometheus.CounterVec
 	providerUp   *prometheus.GaugeVec
 	batchSize    *prometheus.HistogramVec
+	paceWait     *prometheus.HistogramVec
+	throttled    *prometheus.CounterVec
+	spilled      *prometheus.CounterVec
 }
 
 // NewMetrics creates the worker's metrics and registers them with reg.
@@ -35,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		lockExpired: metric.Counter(reg, "sekali_lock_expired_before_completion_total",
 			"Attempts whose Redis lock expired before they finished: LOCK_TTL is too short for the provider's latency."),
 		retries: metric.CounterVec(reg, "sekali_job_retry_total", "Task attempts that ended in a retry, by reason.", []string{"reason"},
-			[]string{"smtp_4xx", "smtp_5xx", "http_4xx", "http_5xx", "deferred", "provider_unavailable", "lock_busy", "lock_expired", "database", "redis"}),
+			[]string{"smtp_4xx", "smtp_5xx", "http_4xx", "http_5xx", "deferred", "provider_unavailable", "throttled", "paced", "lock_busy", "lock_expired", "database", "redis"}),
 		processing: metric.Histogram(reg, "sekali_job_processing_duration_seconds", "Time to handle one delivery task, whatever its outcome.", metric.Latency),
 		// Its series, by template, are made known by New.
 		deliveries: metric.CounterVec(reg, "sekali_deliveries_total",
@@ -48,11 +51,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		blocked: metric.Counter(reg, "sekali_deliveries_blocked_total",
 			"Tasks not sent because an operator's block on the key or recipient applied."),
 		handedBack: metric.CounterVec(reg, "sekali_tasks_handed_back_total",
-			"Tasks this worker gave back to the queue without an attempt: provider_unavailable (the provider refuses us, or the one a delivery is pinned to does), unknown_template (an older worker during a rolling deploy), pinned_to_missing_provider (a delivery pinned to a provider not in PROVIDERS: an operator must decide), shutdown.",
-			[]string{"reason"}, []string{"provider_unavailable", "unknown_template", string(resultPinnedMissing), "shutdown"}),
+			"Tasks this worker gave back to the queue without an attempt: provider_unavailable (the provider refuses us, or the one a delivery is pinned to does), unknown_template (an older worker during a rolling deploy), pinned_to_missing_provider (a delivery pinned to a provider not in PROVIDERS: an operator must decide), shutdown, paced (the provider's budget had no request to spare: back for its turn).",
+			[]string{"reason"}, []string{"provider_unavailable", "unknown_template", string(resultPinnedMissing), "shutdown", "paced"}),
 		providerUp: metric.GaugeVec(reg, "sekali_provider_up",
 			"1 while this provider takes mail from this worker, 0 while it refuses our session (connect, TLS, AUTH, sender, throttling) and the worker only probes it; with PROVIDERS, the next provider that is up takes the mail meanwhile.",
 			[]string{"provider"}),
+		paceWait: metric.HistogramVec(reg, "sekali_pace_wait_seconds",
+			"Time a task waited in its goroutine for its provider's token (at most PACE_WAIT), by provider.", metric.Latency, []string{"provider"}),
+		throttled: metric.CounterVec(reg, "sekali_provider_throttled_total",
+			"Requests the provider refused for pace (a 429, SES's throttling, an SMTP rate reply), by provider: nothing was taken; its budget was paused for every worker.",
+			[]string{"provider"}),
+		spilled: metric.CounterVec(reg, "sekali_pace_spilled_total",
+			"Deliveries sent through a later provider of PROVIDERS because the first's pace would have kept them waiting past PACE_SPILL_AFTER, by provider from and to.",
+			[]string{"from", "to"}),
 	}
 }
 
@@ -61,3 +72,12 @@ var deliveryOutcomes = []string{"sent", "failed", "retried", "held", "ambiguous"
 
 // knowTemplates creates the series of every template and outcome, at zero.
 func (m *Metrics) knowTemplates(names []string) { metric.Known(m.deliveries, names, deliveryOutcomes) }
+
+// knowProviders creates the series of every provider, at zero.
+func (m *Metrics) knowProviders(ps []NamedProvider) {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.Name
+	}
+	metric.Known(m.throttled, names)
+}

@@ -100,6 +100,8 @@ type workerOpts struct {
 	maxAge      time.Duration
 	templates   *mailtemplate.Templates
 	unsubscribe worker.Unsubscribe
+	paceWait    time.Duration // the default's 5 s when zero
+	spillAfter  time.Duration
 }
 
 // testWorker is a Worker behind its Middleware, as cmd/worker serves it:
@@ -130,9 +132,13 @@ func (e *env) worker(t testing.TB, o workerOpts) testWorker {
 	if o.providers == nil {
 		o.providers = worker.Only("smtp", o.provider)
 	}
+	if o.paceWait == 0 {
+		o.paceWait = 5 * time.Second
+	}
 	w := worker.New(e.db.Pool, e.rdb, o.providers, o.templates, worker.Config{
 		LockTTL: o.lockTTL, MaxAge: o.maxAge, ProbeInterval: 100 * time.Millisecond, SendTimeout: 10 * time.Second,
 		MessageIDDomain: mailDomain, WorkerID: t.Name(), Queue: e.redis.Queue, Concurrency: 10, Unsubscribe: o.unsubscribe,
+		PaceWait: o.paceWait, SpillAfter: o.spillAfter,
 	}, slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), e.metrics)
 	return testWorker{Worker: w, handler: w.Middleware(w)}
 }

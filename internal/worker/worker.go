@@ -22,6 +22,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
@@ -62,6 +63,15 @@ type Config struct {
 	// templates' messages; cmd/worker refuses to start without it when
 	// there is such a template.
 	Unsubscribe Unsubscribe
+	// PaceWait is how long a task may wait for its provider's token in
+	// its goroutine, holding nothing else; past it, the task is handed
+	// back to the queue for the expected wait (PACE_WAIT).
+	PaceWait time.Duration
+	// SpillAfter: a delivery never handed over whose first provider
+	// would make it wait longer than this for a token goes to the next
+	// provider that has one now (PACE_SPILL_AFTER); 0, the default:
+	// never, every delivery waits for the first.
+	SpillAfter time.Duration
 }
 
 // Unsubscribe is how a subscription message's List-Unsubscribe is made:
@@ -140,9 +150,12 @@ type NamedProvider struct {
 	// Resend, for a provider whose refusal of a second message under our
 	// key makes sending again safe (Resend), is how long after the
 	// earliest attempt whose outcome is unknown that lasts
-	// (provider.DedupWindows): a delivery pinned here and older than that
+	// (roster.DedupWindows): a delivery pinned here and older than that
 	// is held, not sent again. 0: no such window.
 	Resend time.Duration
+	// Budget paces the requests to it, shared with every worker
+	// (internal/pace); nil: unpaced.
+	Budget *pace.Budget
 }
 
 // Only is the list of one provider, for a worker without failover.
@@ -157,6 +170,7 @@ func Only(name string, p mail.Provider) []NamedProvider {
 func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider, templates *mailtemplate.Templates, cfg Config, log *slog.Logger, metrics *Metrics) *Worker {
 	names := templates.Names()
 	metrics.knowTemplates(names)
+	metrics.knowProviders(providers)
 	// The three batch statements take their rows in arrays: on a generic
 	// plan, or PostgreSQL plans them anew each time (postgres.GenericPlans).
 	plans := postgres.GenericPlans{DB: db}
@@ -166,7 +180,7 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 	}
 	routes := make([]*route, len(providers))
 	for i, p := range providers {
-		routes[i] = &route{name: p.Name, provider: p.Provider, resend: p.Resend, health: newHealth(metrics.providerUp.WithLabelValues(p.Name))}
+		routes[i] = &route{name: p.Name, provider: p.Provider, resend: p.Resend, budget: p.Budget, health: newHealth(metrics.providerUp.WithLabelValues(p.Name))}
 	}
 	return &Worker{
 		db:            db,
@@ -248,6 +262,13 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	l.set(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
 
+	// The provider's token before anything else: waiting for it holds
+	// no lock, no lease and no claim (pace.go).
+	paced, err := w.paceFor(ctx, l)
+	if err != nil {
+		return err
+	}
+
 	// One round trip: the cache may say "sent" (only that answer is ever
 	// believed); otherwise the lock keeps two workers from doing this work
 	// at once.
@@ -289,10 +310,13 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	if w.draining.Load() {
 		return w.apply(ctx, l, a.row, a, decideDraining())
 	}
-	// The first provider that is up, or the one the row is pinned to.
-	if a.route = w.routeFor(a.row); a.route == nil {
-		return w.apply(ctx, l, a.row, a, decideNoRoute(a.row.Provider, w.anyAvailable()))
+	// The provider whose token the task took, or the one the row is
+	// pinned to (with a token of its own).
+	route, s := w.routeAfterPace(ctx, a.row, paced)
+	if s != nil {
+		return w.apply(ctx, l, a.row, a, *s)
 	}
+	a.route = route
 	l.set(slog.String("provider", a.route.name))
 	if s, past := decidePastResendWindow(a.row, a.route.name, a.route.resend, time.Now()); past {
 		return w.apply(ctx, l, a.row, a, s)

@@ -1,0 +1,194 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/pace"
+)
+
+// A provider's rate limit is a pace, not a failure. Each provider with a
+// budget (internal/pace: one per provider, in Redis, shared by every
+// worker) is sent one request per token, and a task takes its token
+// before its lock and its claim: a delivery waiting for its turn holds
+// no lock, no lease and no claim. A short wait (Config.PaceWait) is
+// spent in the task's goroutine, bounded by the worker's concurrency;
+// a longer one hands the task back to the queue for the expected wait,
+// counting no failure. A refusal for pace after the hand-over (a 429, an
+// SMTP rate reply: OutcomeThrottled) means nothing was taken: the row
+// goes back to pending, its attempt not counted, nothing pinned, no
+// breaker opened, and the provider's answer pauses or slows the budget
+// for every worker at once (Budget.Observe).
+
+// errPaced: the provider's budget has no token for this task now.
+var errPaced = errors.New("the provider's budget has no request to spare now; task handed back for its turn")
+
+// paceFor takes a token of the provider the attempt will most likely go
+// to: the first that is up (a delivery pinned to another is rare, and
+// claimAfterPace takes that one's token after the claim). With
+// Config.SpillAfter, when the first would make it wait longer than
+// that, the next provider that is up and has a token now takes the
+// attempt instead, if the delivery turns out never to have been handed
+// over anywhere it could still be (claimAfterPace checks). It returns
+// the provider whose token it took (nil: none is up, or the first has no
+// budget) or the error that hands the task back for its turn.
+func (w *Worker) paceFor(ctx context.Context, l *taskLog) (*route, error) {
+	first := w.firstAvailable()
+	if first == nil || first.budget == nil {
+		return first, nil
+	}
+	start := time.Now()
+	turn, err := first.budget.Wait(ctx, w.cfg.PaceWait, 1)
+	w.metrics.paceWait.WithLabelValues(first.name).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, w.paceError(l, first, err)
+	}
+	if turn.Go() {
+		return first, nil
+	}
+	if w.cfg.SpillAfter > 0 && turn.Wait > w.cfg.SpillAfter {
+		if r := w.spill(ctx, first); r != nil {
+			l.set(slog.String("spilled_to", r.name))
+			w.metrics.spilled.WithLabelValues(first.name, r.name).Inc()
+			return r, nil
+		}
+	}
+	return nil, w.paced(l, first, turn)
+}
+
+// spill is the next provider after first that is up and has a request
+// to spare now, nil if none has.
+func (w *Worker) spill(ctx context.Context, first *route) *route {
+	after := false
+	for _, r := range w.routes {
+		if r == first {
+			after = true
+			continue
+		}
+		if !after || !r.health.available() {
+			continue
+		}
+		if r.budget == nil {
+			return r
+		}
+		if turn, err := r.budget.Take(ctx, 1); err == nil && turn.Go() {
+			return r
+		}
+	}
+	return nil
+}
+
+// routeAfterPace is the provider a claimed attempt at row d goes to,
+// given paced, the one whose token the task took: that one when the row
+// may go there (not pinned to another, and up), else the one routeFor
+// chooses, whose own token it then takes without waiting. A row pinned
+// to a provider other than the one it spilled to goes to its own, never
+// elsewhere. It returns nil and the step to apply when none may take it
+// now.
+func (w *Worker) routeAfterPace(ctx context.Context, d notify.Delivery, paced *route) (*route, *step) {
+	if paced != nil && paced.health.available() && (!d.ProviderPinned || d.Provider == "" || d.Provider == paced.name) {
+		return paced, nil
+	}
+	r := w.routeFor(d)
+	if r == nil {
+		s := decideNoRoute(d.Provider, w.anyAvailable())
+		return nil, &s
+	}
+	if r.budget == nil || r == paced {
+		return r, nil
+	}
+	turn, err := r.budget.Take(ctx, 1)
+	if err != nil {
+		// Its budget could not be read: the row goes back, for later.
+		turn = pace.Turn{Wait: time.Second, By: pace.Hold("unread: " + err.Error())}
+	}
+	if !turn.Go() {
+		s := decidePaced(r.name, turn)
+		return nil, &s
+	}
+	return r, nil
+}
+
+// firstAvailable is the first provider that is up, nil if none is.
+func (w *Worker) firstAvailable() *route {
+	for _, r := range w.routes {
+		if r.health.available() {
+			return r
+		}
+	}
+	return nil
+}
+
+// paced is the hand-back of a task that has no token yet: counted, said
+// in its log line, and back in the queue after the expected wait.
+func (w *Worker) paced(l *taskLog, r *route, turn pace.Turn) error {
+	l.result = resultPaced
+	l.set(slog.String("provider", r.name), slog.String("paced_by", string(turn.By)), slog.Duration("pace_wait", turn.Wait))
+	w.metrics.handedBack.WithLabelValues("paced").Inc()
+	return wait(errPaced, turn.Wait, paceSpread(turn.Wait))
+}
+
+// paceError is a budget that could not be read: its Redis did not
+// answer. The task comes back, as when the lock cannot be taken.
+func (w *Worker) paceError(l *taskLog, r *route, err error) error {
+	l.result = resultRedisError
+	w.metrics.retries.WithLabelValues("redis").Inc()
+	return fmt.Errorf("pace %s: %w", r.name, err)
+}
+
+// paceSpread spreads the tasks handed back for the same wait over part
+// of it, so that they do not all come back at once.
+func paceSpread(wait time.Duration) time.Duration {
+	return min(wait/2, 5*time.Second) + 50*time.Millisecond
+}
+
+// decidePaced is what a claimed attempt does when its provider has no
+// token for it (a delivery pinned to a provider other than the one whose
+// token the task took): nothing was sent, so the row goes back to
+// pending, the attempt not counted, for its turn.
+func decidePaced(provider string, turn pace.Turn) step {
+	reason := fmt.Sprintf("waiting for provider %q's pace (%s, about %s)", provider, turn.By, turn.Wait.Round(time.Millisecond))
+	return step{write: writeRetry, to: notify.StatusPending, reason: reason, refund: true, result: resultPaced, outcome: "retried",
+		retry: "paced", handedBack: "paced", answer: answerWait, err: fmt.Errorf("%w: %s", errPaced, reason),
+		waitBase: turn.Wait, waitSpread: paceSpread(turn.Wait)}
+}
+
+// throttleSignal is what a refusal for pace says of the provider's pace:
+// its headers' (pace.FromHTTP), its SMTP reply's (pace.FromSMTP), and a
+// pause it named in its body (SendError.Pause), the longest pause of
+// them and at least pace.DefaultPause.
+func throttleSignal(se *mail.SendError, now time.Time) pace.Signal {
+	var s pace.Signal
+	switch se.Reply.Protocol {
+	case mail.ProtocolHTTP:
+		s = pace.FromHTTP(se.Reply.Code, se.Header, now)
+	case mail.ProtocolSMTP:
+		s = pace.FromSMTP(se.Reply.Code, se.Reply.Enhanced, se.Reply.Text)
+	}
+	if se.Pause > s.Pause {
+		s.Pause = min(se.Pause, pace.MaxPause)
+		s.Reason = "the provider's answer names a pause of " + se.Pause.String()
+	}
+	if s.Pause < pace.DefaultPause {
+		s.Pause = pace.DefaultPause
+	}
+	return s
+}
+
+// throttled paces every worker by what a provider's refusal for pace
+// said, and counts the refusal.
+func (w *Worker) throttled(ctx context.Context, l *taskLog, r *route, sig pace.Signal) {
+	w.metrics.throttled.WithLabelValues(r.name).Inc()
+	l.set(slog.String("pace", sig.Reason), slog.Duration("pace_pause", sig.Pause))
+	if r.budget == nil {
+		return
+	}
+	if err := r.budget.Observe(context.WithoutCancel(ctx), sig); err != nil {
+		l.set(slog.String("pace_error", err.Error()))
+	}
+}
