@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -691,5 +692,31 @@ func TestLoadBalancerErrorsAreRetriedUntilTheContextEnds(t *testing.T) {
 	defer mu.Unlock()
 	if calls != 2 {
 		t.Errorf("%d requests, want 2: none after the context ended", calls)
+	}
+}
+
+// docs/client.md shows Example_shopBackend as it is compiled.
+func TestTheDocsShowTheExample(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body, found := strings.Cut(string(src), "func Example_shopBackend() {\n")
+	body, ends := strings.CutSuffix(body, "}\n")
+	if !found || !ends {
+		t.Fatal("example_test.go has no Example_shopBackend ending the file")
+	}
+	lines := strings.Split(strings.TrimSuffix(body, "\n"), "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(l, "\t")
+	}
+	want := "```go\n" + strings.Join(lines, "\n") + "\n```\n"
+	doc, err := os.ReadFile("docs/client.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), want) {
+		t.Errorf("docs/client.md does not show Example_shopBackend as it is; its block must read:\n%s", want)
 	}
 }
