@@ -20,7 +20,8 @@
 //   - WebhookVerifier, which checks a webhook's signature and timestamp and
 //     decodes its event.
 //
-// docs/client.md shows it in use; Example is the same code, compiled.
+// docs/client.md shows it in use, with the code of Example
+// (shopBackend), which go test compiles.
 package sekali
 
 import (
