@@ -30,7 +30,7 @@ func Example_shopBackend() {
 		CustomerName:  "Ana",
 		Currency:      "IDR",
 		Locale:        "id-ID",
-		Items:         []sekali.CheckoutItem{{Sku: "TEA-01", Name: "Teh melati", Quantity: 2, UnitPrice: 4_500_000}},
+		Items:         []sekali.CheckoutItem{{SKU: "TEA-01", Name: "Teh melati", Quantity: 2, UnitPrice: 4_500_000}},
 	}, sekali.WithIdempotencyKey("cart-1001"))
 	var p *sekali.Problem
 	switch {

@@ -108,7 +108,7 @@ func (s stack) orders(t *testing.T) int {
 func anaCheckout() sekali.Checkout {
 	return sekali.Checkout{
 		CustomerEmail: "Ana@Example.com", CustomerName: "Ana", Currency: "IDR", Locale: "id-ID",
-		Items: []sekali.CheckoutItem{{Sku: "TEA-01", Name: "Teh melati", Quantity: 2, UnitPrice: 4_500_000}},
+		Items: []sekali.CheckoutItem{{SKU: "TEA-01", Name: "Teh melati", Quantity: 2, UnitPrice: 4_500_000}},
 	}
 }
 

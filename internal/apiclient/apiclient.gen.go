@@ -503,8 +503,8 @@ type CheckoutItem struct {
 	Name     string `json:"name"`
 	Quantity int    `json:"quantity"`
 
-	// Sku One line; trimmed.
-	Sku string `json:"sku"`
+	// SKU One line; trimmed.
+	SKU string `json:"sku"`
 
 	// UnitPrice Integer minor units of the order's currency.
 	UnitPrice Amount `json:"unit_price"`
@@ -557,7 +557,7 @@ type Item struct {
 	LineTotal Amount `json:"line_total"`
 	Name      string `json:"name"`
 	Quantity  int    `json:"quantity"`
-	Sku       string `json:"sku"`
+	SKU       string `json:"sku"`
 
 	// UnitPrice Integer minor units of the order's currency.
 	UnitPrice Amount `json:"unit_price"`
