@@ -339,22 +339,25 @@ func proxy(t *testing.T, api string, in func(w http.ResponseWriter, r *http.Requ
 
 // A checkout whose answer is lost after the API recorded it is retried by
 // the client under the same Idempotency-Key, and the retry gets the first
-// order: one order in the database, not two.
+// order: one order in the database, not two. Without retries the loss is
+// an error, not a *Problem, and the shop's own key (asked again after a
+// restart, say) still finds that order.
 func TestRetriedCheckoutGetsTheFirstOrder(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	var mu sync.Mutex
 	var keys []string
-	var first []byte
+	lost := map[string][]byte{} // the first answer to each key, which never reached the client
 	base := proxy(t, s.url, func(w http.ResponseWriter, r *http.Request, forward http.Handler) bool {
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/orders" {
 			return false
 		}
+		key := r.Header.Get("Idempotency-Key")
 		mu.Lock()
-		keys = append(keys, r.Header.Get("Idempotency-Key"))
-		lose := len(keys) == 1
+		keys = append(keys, key)
+		_, seen := lost[key]
 		mu.Unlock()
-		if !lose {
+		if seen {
 			return false
 		}
 		// The API takes the checkout and answers; the answer never reaches the client.
@@ -363,7 +366,9 @@ func TestRetriedCheckoutGetsTheFirstOrder(t *testing.T) {
 		if rec.Code != http.StatusCreated {
 			t.Errorf("the first checkout = %d %s, want 201", rec.Code, rec.Body)
 		}
-		first = rec.Body.Bytes()
+		mu.Lock()
+		lost[key] = rec.Body.Bytes()
+		mu.Unlock()
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			t.Error(err)
@@ -372,25 +377,53 @@ func TestRetriedCheckoutGetsTheFirstOrder(t *testing.T) {
 		conn.Close()
 		return true
 	})
+	firstOf := func(key string) sekali.Order {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		var o sekali.Order
+		if err := json.Unmarshal(lost[key], &o); err != nil {
+			t.Fatalf("the lost answer to %q: %v", key, err)
+		}
+		return o
+	}
+	// Without keep-alives: on a connection used before, net/http's
+	// transport itself sends a request that carries an Idempotency-Key
+	// again when the connection breaks; here every retry is the client's.
+	fresh := sekali.WithHTTPClient(&http.Client{Transport: &http.Transport{DisableKeepAlives: true}})
 	_, secret := s.newKey(t, apikey.ScopeCheckout)
-	o, err := newClient(t, base, sekali.WithAPIKey(secret)).PlaceOrder(t.Context(), anaCheckout())
+	o, err := newClient(t, base, sekali.WithAPIKey(secret), fresh).PlaceOrder(t.Context(), anaCheckout())
 	if err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
-	defer mu.Unlock()
-	if len(keys) != 2 || keys[0] == "" || keys[1] != keys[0] {
-		t.Errorf("Idempotency-Keys sent = %q, want one key twice", keys)
+	sent := slices.Clone(keys)
+	mu.Unlock()
+	if len(sent) != 2 || sent[0] == "" || sent[1] != sent[0] {
+		t.Fatalf("Idempotency-Keys sent = %q, want one key twice", sent)
 	}
-	var lost sekali.Order
-	if err := json.Unmarshal(first, &lost); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(*o, lost) {
-		t.Errorf("the retry's order = %+v\nwant the first, whose answer was lost: %+v", o, lost)
+	if first := firstOf(sent[0]); !reflect.DeepEqual(*o, first) {
+		t.Errorf("the retry's order = %+v\nwant the first, whose answer was lost: %+v", o, first)
 	}
 	if n := s.orders(t); n != 1 {
 		t.Errorf("%d orders, want 1", n)
+	}
+
+	once := newClient(t, base, sekali.WithAPIKey(secret), sekali.WithRetry(1, 0), fresh)
+	_, err = once.PlaceOrder(t.Context(), anaCheckout(), sekali.WithIdempotencyKey("cart-4004"))
+	var p *sekali.Problem
+	if err == nil || errors.As(err, &p) {
+		t.Fatalf("a lost answer without retries = %v, want an error that is no *Problem", err)
+	}
+	again, err := once.PlaceOrder(t.Context(), anaCheckout(), sekali.WithIdempotencyKey("cart-4004"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := firstOf("cart-4004"); !reflect.DeepEqual(*again, first) {
+		t.Errorf("asked again under the shop's key = %+v\nwant the order whose answer was lost: %+v", again, first)
+	}
+	if n := s.orders(t); n != 2 {
+		t.Errorf("%d orders, want 2", n)
 	}
 }
 
