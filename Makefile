@@ -8,7 +8,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 VNU_VERSION := 26.9.27
 GO ?= go
 
-.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer vnu bench bench-go chaos chaos-long sqlc sqlc-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer vnu bench bench-go chaos chaos-long sqlc sqlc-check client client-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -107,6 +107,19 @@ sqlc: $(SQLC) ## regenerate internal/dbsqlc from db/migrations and db/queries
 sqlc-check: $(SQLC) ## fail if the committed generated code differs from what sqlc makes
 	$(SQLC) diff
 
+# The Go client's generated half: oapi-codegen, the version go.mod's tool
+# directive pins, run on api/openapi.yaml with oapi-codegen.yaml; the
+# same command line as the go:generate directive in generate.go.
+CLIENT_GEN := internal/apiclient/apiclient.gen.go
+
+client: ## regenerate internal/apiclient (the Go client's generated half) from api/openapi.yaml
+	$(GO) generate .
+
+client-check: ## fail, showing the diff, if internal/apiclient is not what oapi-codegen makes of api/openapi.yaml
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+		$(GO) tool oapi-codegen -config oapi-codegen.yaml -o "$$tmp/gen.go" api/openapi.yaml && \
+		diff -u $(CLIENT_GEN) "$$tmp/gen.go" || { echo "$(CLIENT_GEN) is not what api/openapi.yaml makes: run make client"; exit 1; }
+
 tidy-check: ## fail, showing the diff, if go mod tidy would change go.mod or go.sum
 	$(GO) mod tidy -diff
 
@@ -130,7 +143,7 @@ deploy-check: ## validate the Prometheus config and alert rules (needs promtool)
 	promtool check config --syntax-only deploy/prometheus/prometheus.yml
 	promtool check rules deploy/prometheus/alerts.yml
 
-ci: test run-check browser sqlc-check tidy-check vet lint compose-check deploy-check ## what .ci/run runs after starting the services, make test first
+ci: test run-check browser sqlc-check client-check tidy-check vet lint compose-check deploy-check ## what .ci/run runs after starting the services, make test first
 
 up: ## run the whole stack (needs a Docker engine)
 	docker compose up --build
