@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -58,6 +59,14 @@ func (h naiveHandler) ProcessTask(ctx context.Context, task *asynq.Task) error {
 
 func (c *cluster) startNaiveWorker() {
 	c.t.Helper()
+	if err := c.naiveWorker()(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// naiveWorker makes a naive worker and returns what starts it.
+func (c *cluster) naiveWorker() (start func() error) {
+	c.t.Helper()
 	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		c.t.Fatal(err)
@@ -71,10 +80,9 @@ func (c *cluster) startNaiveWorker() {
 	srv := asynq.NewServer(c.redis.Opt, asynq.Config{Concurrency: 4, Queues: map[string]int{c.redis.Queue: 1},
 		TaskCheckInterval: 20 * time.Millisecond, DelayedTaskCheckInterval: 100 * time.Millisecond,
 		RetryDelayFunc: func(int, error, *asynq.Task) time.Duration { return 200 * time.Millisecond }, LogLevel: asynq.FatalLevel})
-	if err := srv.Start(naiveHandler{c: c, provider: p, templates: templates}); err != nil {
-		c.t.Fatal(err)
-	}
+	h := naiveHandler{c: c, provider: p, templates: templates}
 	c.t.Cleanup(srv.Shutdown)
+	return func() error { return srv.Start(h) }
 }
 
 // The control: the same faults against the naive handler must show up as
@@ -96,8 +104,21 @@ func TestControlNaiveHandlerSendsDuplicates(t *testing.T) {
 				}
 			}
 		}
+		// All five at once, so that they race for the same deliveries'
+		// tasks: one started well before the others could send them all
+		// alone, and the control would see nothing.
+		var starts []func() error
 		for i := 0; i < 5; i++ {
-			c.startNaiveWorker()
+			starts = append(starts, c.naiveWorker())
+		}
+		errs := make([]error, len(starts))
+		var wg sync.WaitGroup
+		for i, start := range starts {
+			wg.Go(func() { errs[i] = start() })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
 		}
 		c.settled(60 * time.Second)
 		if r := c.verdict("CONTROL naive: same task x10, 5 workers", expect{control: true}); r.Duplicates == 0 {

@@ -31,7 +31,11 @@ func newResendCluster(t *testing.T) *cluster {
 	db := testenv.NewDB(t)
 	c := &cluster{t: t, db: db, redis: testenv.NewRedisServer(t), resend: rs, backendKey: backendKey(t, db)}
 	c.redisURL = c.redis.URL
-	c.smtpEnv = []string{"PROVIDER", "resend", "RESEND_API_KEY", rs.APIKey, "RESEND_BASE_URL", rs.URL, "PROVIDER_TIMEOUT", "2s"}
+	// Unpaced (RESEND_RATE 0): these scenarios fault the stand-in's
+	// requests in the order they come, and at Resend's default pace (2
+	// a second) the reconciler's sends again would come before the last
+	// first attempts. The flash sale (pace_test.go) paces.
+	c.smtpEnv = []string{"PROVIDER", "resend", "RESEND_API_KEY", rs.APIKey, "RESEND_BASE_URL", rs.URL, "PROVIDER_TIMEOUT", "2s", "RESEND_RATE", "0"}
 	c.recEnv = []string{"PROVIDER", "resend", "MAIL_LOOKUP_URL", ""}
 	return c
 }
