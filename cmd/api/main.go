@@ -178,6 +178,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer ops.Close()
 	enqueuer := notify.NewEnqueuer(queue, cfg.Queue, log, reg)
+	enqueuer.Prioritize(templates) // what may wait goes on the queue's later lane
 	orders := order.NewService(pool, enqueuer, templates, cfg.IdempotencyTTL, reg)
 	orders.SendAtHorizon = cfg.SendAtHorizon
 	if cfg.PublicCheckout {

@@ -174,8 +174,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	reg := opsserver.NewRegistry()
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
-	reg.MustRegister(reconcile.NewQueueCollector(inspector, rdb, cfg.Queue))
-	rec := reconcile.New(pool, notify.NewEnqueuer(client, cfg.Queue, log, reg), inspector, cfg.Reconcile, log, reg)
+	for _, q := range notify.Queues(cfg.Queue) {
+		reg.MustRegister(reconcile.NewQueueCollector(inspector, rdb, q))
+	}
+	enqueuer := notify.NewEnqueuer(client, cfg.Queue, log, reg)
+	enqueuer.Prioritize(templates) // as the API's: a delivery re-enqueued goes on its own lane
+	rec := reconcile.New(pool, enqueuer, inspector, cfg.Reconcile, log, reg)
 	hooks := webhookout.NewDispatcher(pool, cfg.Webhooks, log, reg)
 
 	if *once {

@@ -724,10 +724,16 @@ type Queue struct {
 
 	// LatencySeconds Age of the oldest pending task.
 	LatencySeconds float32 `json:"latency_seconds"`
-	Paused         bool    `json:"paused"`
-	Pending        int     `json:"pending"`
 
-	// ProcessedToday Tasks finished today (UTC), as asynq counts them.
+	// Later Tasks still to run on the queue's later lane (`<queue>-later`): subscription mail and deliveries scheduled for later, which workers take only while the queue itself has none.
+	Later int `json:"later,omitempty,omitzero"`
+
+	// LaterLatencySeconds Age of the later lane's oldest pending task.
+	LaterLatencySeconds float32 `json:"later_latency_seconds,omitempty,omitzero"`
+	Paused              bool    `json:"paused"`
+	Pending             int     `json:"pending"`
+
+	// ProcessedToday Tasks finished today (UTC), as asynq counts them, on both lanes.
 	ProcessedToday int `json:"processed_today"`
 
 	// Provider Whether the mail provider takes mail from us, as the live workers last saw it. While a worker's provider refuses our session (connection, TLS, AUTH, sender, throttling), that worker sends nothing, probes every PROVIDER_PROBE_INTERVAL, and its deliveries wait without using up anything. Runbook: "The provider refuses us".

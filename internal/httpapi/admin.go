@@ -428,6 +428,7 @@ func handleAdminQueue(a Admin) http.Handler {
 			"queue": q.Queue, "concurrency_per_worker": q.ConcurrencyPerWorker, "paused": q.Paused, "size": q.Size,
 			"pending": q.Pending, "active": q.Active, "scheduled": q.Scheduled, "retry": q.Retry,
 			"archived": q.Archived, "completed": q.Completed, "processed_today": q.ProcessedToday, "latency_seconds": q.Latency.Seconds(),
+			"later": q.Later, "later_latency_seconds": q.LaterLatency.Seconds(),
 			"provider": q.Provider,
 		})
 	})

@@ -335,11 +335,15 @@ func (o *Operator) MarkSent(ctx context.Context, id uuid.UUID, providerMessageID
 // recorded deliveries wait, nothing is lost. Pausing a paused queue is
 // not an error (its record says unchanged).
 func (o *Operator) Pause(ctx context.Context, actor, note string) error {
-	err := o.inspector.PauseQueue(o.enqueuer.Queue())
-	// asynq says "already paused" only in words; it exports no sentinel.
-	unchanged := err != nil && strings.Contains(err.Error(), "already paused")
-	if err != nil && !unchanged {
-		return fmt.Errorf("pause queue %s: %w", o.enqueuer.Queue(), err)
+	unchanged := true
+	for _, q := range Queues(o.enqueuer.Queue()) {
+		err := o.inspector.PauseQueue(q)
+		// asynq says "already paused" only in words; it exports no sentinel.
+		was := err != nil && strings.Contains(err.Error(), "already paused")
+		if err != nil && !was {
+			return fmt.Errorf("pause queue %s: %w", q, err)
+		}
+		unchanged = unchanged && was
 	}
 	return o.recordAfter(ctx, actor, "queue.pause", map[string]any{"note": note, "unchanged": unchanged})
 }
@@ -347,10 +351,14 @@ func (o *Operator) Pause(ctx context.Context, actor, note string) error {
 // Resume restarts sending, by actor with note. Resuming a running queue
 // is not an error.
 func (o *Operator) Resume(ctx context.Context, actor, note string) error {
-	err := o.inspector.UnpauseQueue(o.enqueuer.Queue())
-	unchanged := err != nil && strings.Contains(err.Error(), "not paused")
-	if err != nil && !unchanged {
-		return fmt.Errorf("resume queue %s: %w", o.enqueuer.Queue(), err)
+	unchanged := true
+	for _, q := range Queues(o.enqueuer.Queue()) {
+		err := o.inspector.UnpauseQueue(q)
+		was := err != nil && strings.Contains(err.Error(), "not paused")
+		if err != nil && !was {
+			return fmt.Errorf("resume queue %s: %w", q, err)
+		}
+		unchanged = unchanged && was
 	}
 	return o.recordAfter(ctx, actor, "queue.resume", map[string]any{"note": note, "unchanged": unchanged})
 }
@@ -375,9 +383,15 @@ type QueueState struct {
 	// (Completed counts those an older version left behind).
 	Size                                                   int
 	Pending, Active, Scheduled, Retry, Archived, Completed int
-	ProcessedToday                                         int           // tasks finished today (UTC), asynq's count
+	ProcessedToday                                         int           // tasks finished today (UTC), asynq's count, on both queues
 	Latency                                                time.Duration // age of the oldest pending task
 	Provider                                               ProviderHealth
+	// Later counts the tasks still to run on LaterQueue (subscription
+	// mail, deliveries scheduled for later), which workers take only
+	// while the queue above has none; LaterLatency is its oldest
+	// pending task's age.
+	Later        int
+	LaterLatency time.Duration
 }
 
 // ProviderHealth is whether the mail provider takes mail from us, as the
@@ -400,6 +414,10 @@ func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
 	if err != nil {
 		return QueueState{}, err
 	}
+	later, err := QueueInfo(ctx, o.inspector, o.rdb, LaterQueue(queue))
+	if err != nil {
+		return QueueState{}, err
+	}
 	limit, err := Concurrency(ctx, o.rdb, queue)
 	if err != nil {
 		return QueueState{}, err
@@ -413,10 +431,11 @@ func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
 		health.Up, health.Reason = false, workers[i].Provider+": "+workers[i].Reason
 	}
 	return QueueState{
-		Queue: queue, ConcurrencyPerWorker: limit, Paused: info.Paused,
+		Queue: queue, ConcurrencyPerWorker: limit, Paused: info.Paused || later.Paused,
 		Size:    info.Pending + info.Active + info.Scheduled + info.Retry + info.Archived,
 		Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry,
-		Archived: info.Archived, Completed: info.Completed, ProcessedToday: info.Processed, Latency: info.Latency, Provider: health,
+		Archived: info.Archived, Completed: info.Completed, ProcessedToday: info.Processed + later.Processed, Latency: info.Latency, Provider: health,
+		Later: later.Pending + later.Active + later.Scheduled + later.Retry + later.Archived, LaterLatency: later.Latency,
 	}, nil
 }
 

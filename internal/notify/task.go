@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
@@ -105,12 +106,43 @@ func newDeliverTask(ctx context.Context, d Delivery) *asynq.Task {
 	return asynq.NewTaskWithHeaders(TaskTypeDeliver, payload, headers)
 }
 
+// LaterQueue is the queue beside queue whose tasks workers take only
+// while queue has none (asynq's strict priority): mail that may wait —
+// a subscription template's, a delivery scheduled for later — so that a
+// flash sale's confirmations never wait behind a newsletter's ten
+// thousand when the provider's pace is scarce.
+func LaterQueue(queue string) string { return queue + "-later" }
+
+// Queues are queue and its LaterQueue: every queue a delivery of queue
+// travels on, the order workers take them in.
+func Queues(queue string) []string { return []string{queue, LaterQueue(queue)} }
+
 // Enqueuer hands recorded deliveries to the queue.
 type Enqueuer struct {
 	client   *asynq.Client
 	queue    string
 	log      *slog.Logger
 	failures prometheus.Counter
+	// later says a delivery may wait for the urgent ones: it goes on
+	// LaterQueue (Prioritize). nil: every delivery goes on queue.
+	later func(Delivery) bool
+}
+
+// Prioritize sends to LaterQueue the deliveries that may wait behind the
+// urgent ones: those of templates' subscription templates, and those
+// scheduled for later (a reminder: transactional, but not urgent; its
+// time is when it may go, not when it must).
+func (e *Enqueuer) Prioritize(templates *mailtemplate.Templates) {
+	subs := templates.Subscriptions()
+	e.later = func(d Delivery) bool { return d.NotBefore != nil || slices.Contains(subs, d.Template) }
+}
+
+// queueFor is the queue d's task travels on.
+func (e *Enqueuer) queueFor(d Delivery) string {
+	if e.later != nil && e.later(d) {
+		return LaterQueue(e.queue)
+	}
+	return e.queue
 }
 
 // NewEnqueuer returns an Enqueuer on queue that counts its failures in reg.
@@ -141,7 +173,7 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) err
 	defer span.End()
 	opts := []asynq.Option{
 		asynq.TaskID(taskID),
-		asynq.Queue(e.queue),
+		asynq.Queue(e.queueFor(d)),
 		// No retention: a finished task is deleted at once. Its id would
 		// only refuse a second enqueue of a delivery that is done, and a
 		// second task for it costs one look at the status cache or the
@@ -178,7 +210,7 @@ func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Del
 	if err != nil || created || active == nil {
 		return created, err
 	}
-	if !deadAttempt && !orphaned(ins, e.queue, active.ID) {
+	if !deadAttempt && !orphaned(ins, e.queueFor(d), active.ID) {
 		return false, nil // a live worker has it
 	}
 	// An active task cannot be deleted, so a second task under a recovery
@@ -202,14 +234,15 @@ func (e *Enqueuer) enqueueOrReplace(ctx context.Context, ins *asynq.Inspector, d
 	if !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return false, nil, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
 	}
-	info, err := ins.GetTaskInfo(e.queue, taskID)
+	queue := e.queueFor(d)
+	info, err := ins.GetTaskInfo(queue, taskID)
 	switch {
 	case errors.Is(err, asynq.ErrTaskNotFound):
 		// Gone between the two calls: enqueue once more.
 	case err != nil:
 		return false, nil, fmt.Errorf("inspect task %s: %w", taskID, err)
 	case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
-		if err := ins.DeleteTask(e.queue, info.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+		if err := ins.DeleteTask(queue, info.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
 			return false, nil, fmt.Errorf("delete finished task %s: %w", taskID, err)
 		}
 	case info.State == asynq.TaskStateActive:
@@ -242,7 +275,8 @@ func orphaned(ins *asynq.Inspector, queue, taskID string) bool {
 	return false
 }
 
-// Queue is the name of the queue this Enqueuer uses.
+// Queue is the name of the queue this Enqueuer uses (and, for the
+// deliveries that may wait, its LaterQueue).
 func (e *Enqueuer) Queue() string { return e.queue }
 
 // EnqueueAfterCommit enqueues freshly committed deliveries. It never fails

@@ -37,6 +37,7 @@ type route struct {
 	provider mail.Provider
 	resend   time.Duration // NamedProvider.Resend
 	budget   *pace.Budget  // NamedProvider.Budget: nil, unpaced
+	line     *line         // this worker's queue for budget's tokens
 	health   *health
 }
 

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -25,6 +29,94 @@ import (
 // breaker opened, and the provider's answer pauses or slows the budget
 // for every worker at once (Budget.Observe).
 
+// line is one worker's queue for one provider's tokens. Only the task
+// at its head asks the budget (Budget.Wait); the others wait their turn
+// in this process, urgent tasks (of the queue itself) before those of
+// its later lane, each lane first come first served. Without it every
+// waiting goroutine would ask, and whichever asked first after a token
+// was due would have it: a confirmation could wait behind newsletters
+// that came after it.
+type line struct {
+	budget  *pace.Budget
+	maxWait time.Duration // Config.PaceWait
+
+	mu            sync.Mutex
+	urgent, later []*waiter // in order of arrival
+	asker         *waiter   // the one asking the budget now, nil if none
+}
+
+type waiter struct{ turn chan struct{} } // told once: ask
+
+// take waits for a token in line, urgent or not, for at most l.maxWait
+// from now: the token (a Turn that goes), or the Turn to hand the task
+// back with.
+func (l *line) take(ctx context.Context, urgent bool) (pace.Turn, error) {
+	deadline := time.Now().Add(l.maxWait)
+	w := &waiter{turn: make(chan struct{}, 1)}
+	l.mu.Lock()
+	if urgent {
+		l.urgent = append(l.urgent, w)
+	} else {
+		l.later = append(l.later, w)
+	}
+	l.promote()
+	l.mu.Unlock()
+
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-w.turn:
+		turn, err := l.budget.Wait(ctx, time.Until(deadline), 1)
+		l.done(w)
+		return turn, err
+	case <-ctx.Done():
+		l.done(w)
+		return pace.Turn{Wait: time.Second, By: pace.ByRate}, ctx.Err()
+	case <-timer.C:
+		// The line ahead is longer than the wait: back for a turn about
+		// as far off as the line is long.
+		ahead := l.done(w)
+		return pace.Turn{Wait: time.Duration(float64(ahead+1) / l.budget.Config().Rate * float64(time.Second)), By: pace.ByRate}, nil
+	}
+}
+
+// done takes w out of the line, letting the next ask if w was asking,
+// and says how many waited ahead of it.
+func (l *line) done(w *waiter) (ahead int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, q := range []*[]*waiter{&l.urgent, &l.later} {
+		if i := slices.Index(*q, w); i >= 0 {
+			ahead += i
+			*q = slices.Delete(*q, i, i+1)
+		} else {
+			ahead += len(*q)
+		}
+	}
+	if l.asker == w {
+		l.asker = nil
+	}
+	l.promote()
+	return ahead
+}
+
+// promote lets the head of the line ask, when nobody is asking; l.mu is
+// held.
+func (l *line) promote() {
+	if l.asker != nil {
+		return
+	}
+	switch {
+	case len(l.urgent) > 0:
+		l.asker = l.urgent[0]
+	case len(l.later) > 0:
+		l.asker = l.later[0]
+	default:
+		return
+	}
+	l.asker.turn <- struct{}{}
+}
+
 // errPaced: the provider's budget has no token for this task now.
 var errPaced = errors.New("the provider's budget has no request to spare now; task handed back for its turn")
 
@@ -43,7 +135,7 @@ func (w *Worker) paceFor(ctx context.Context, l *taskLog) (*route, error) {
 		return first, nil
 	}
 	start := time.Now()
-	turn, err := first.budget.Wait(ctx, w.cfg.PaceWait, 1)
+	turn, err := first.line.take(ctx, urgent(ctx, w.cfg.Queue))
 	w.metrics.paceWait.WithLabelValues(first.name).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, w.paceError(l, first, err)
@@ -112,6 +204,13 @@ func (w *Worker) routeAfterPace(ctx context.Context, d notify.Delivery, paced *r
 		return nil, &s
 	}
 	return r, nil
+}
+
+// urgent reports whether the task of ctx is of queue itself, not of its
+// later lane (notify.LaterQueue).
+func urgent(ctx context.Context, queue string) bool {
+	name, ok := asynq.GetQueueName(ctx)
+	return !ok || name != notify.LaterQueue(queue)
 }
 
 // firstAvailable is the first provider that is up, nil if none is.

@@ -72,8 +72,13 @@ func (w *Worker) Run(ctx context.Context, cfg ServerConfig) error {
 	}
 	concurrency := max(w.cfg.Concurrency, 1)
 	srv := asynq.NewServer(cfg.Redis, asynq.Config{
-		Concurrency:              concurrency,
-		Queues:                   map[string]int{w.cfg.Queue: 1},
+		Concurrency: concurrency,
+		// Urgent mail first: a task of LaterQueue (subscription mail, a
+		// delivery scheduled for later) is taken only while the queue
+		// has none, so that confirmations never wait behind them when
+		// the provider's pace is scarce.
+		Queues:                   map[string]int{w.cfg.Queue: 2, notify.LaterQueue(w.cfg.Queue): 1},
+		StrictPriority:           true,
 		TaskCheckInterval:        cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: cfg.DelayedTaskCheckInterval,
 		ShutdownTimeout:          cfg.ShutdownTimeout,

@@ -40,6 +40,7 @@ type env struct {
 	metrics   *worker.Metrics
 	logs      *testenv.Buffer
 	orders    *order.Service
+	enq       *notify.Enqueuer // the order service's and the operator's
 	ops       *notify.Operator
 	f         *notifytest.Factory // deliveries in any state, through the service's statements
 }
@@ -65,6 +66,7 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	apiReg := prometheus.NewRegistry()
 	e.apiReg = apiReg
 	enq := notify.NewEnqueuer(client, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg)
+	e.enq = enq
 	e.orders = order.NewService(e.db.Pool, enq, e.templates, time.Hour, apiReg)
 	ins := asynq.NewInspector(e.redis.Opt)
 	t.Cleanup(func() { ins.Close() })

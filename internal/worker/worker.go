@@ -180,7 +180,8 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 	}
 	routes := make([]*route, len(providers))
 	for i, p := range providers {
-		routes[i] = &route{name: p.Name, provider: p.Provider, resend: p.Resend, budget: p.Budget, health: newHealth(metrics.providerUp.WithLabelValues(p.Name))}
+		routes[i] = &route{name: p.Name, provider: p.Provider, resend: p.Resend, budget: p.Budget, health: newHealth(metrics.providerUp.WithLabelValues(p.Name)),
+			line: &line{budget: p.Budget, maxWait: cfg.PaceWait}}
 	}
 	return &Worker{
 		db:            db,

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,4 +128,48 @@ func TestSpillToTheNextProviderPastAWait(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Confirmations first: when the provider's pace is scarce and mail that
+// may wait (here, reminders scheduled a moment ago, due now) is queued
+// before a flash sale's confirmations, the workers take the
+// confirmations first: the later lane is served only while the queue
+// has none, and a worker's tasks waiting for a token take it in line,
+// urgent ones first, whichever came into a slot first.
+func TestConfirmationsGoBeforeMailThatMayWait(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	e.enq.Prioritize(e.templates)
+	const later, confirmations = 12, 8
+	first := e.checkout(t, "now-0@example.com") // its confirmation, and the order the reminders are about
+	for i := range later {
+		e.schedule(t, first, fmt.Sprintf("reminder-%d", i), time.Now().Add(300*time.Millisecond))
+	}
+	time.Sleep(time.Second) // the reminders are due, in the later lane
+	for i := 1; i < confirmations; i++ {
+		e.checkout(t, fmt.Sprintf("now-%d@example.com", i))
+	}
+	w := e.worker(t, workerOpts{providers: []worker.NamedProvider{{Name: "smtp", Provider: e.smtp(t), Budget: e.budgetFor(t, "smtp", 10)}}})
+	workertest.Serve(t, w.Worker, worker.ServerConfig{Redis: e.redis.Opt, DelayedTaskCheckInterval: 50 * time.Millisecond})
+	testenv.WaitFor(t, "every e-mail sent", 60*time.Second, func() bool { return e.sink.Count() >= later+confirmations })
+	if e.sink.Count() != later+confirmations {
+		t.Fatalf("%d e-mails, want %d", e.sink.Count(), later+confirmations)
+	}
+
+	msgs := e.sink.Messages()
+	slices.SortFunc(msgs, func(a, b smtpsink.Message) int { return a.ReceivedAt.Compare(b.ReceivedAt) })
+	last, n := 0, 0
+	for i, m := range msgs {
+		if strings.HasPrefix(m.Header.Get("Idempotency-Key"), "order-confirmation:") {
+			n++
+			last = i + 1
+		}
+	}
+	// A task of the later lane asking for its token when confirmations
+	// arrive goes first; any other waits behind them in the worker's
+	// line, however many slots they hold.
+	if n != confirmations || last > confirmations+1 {
+		t.Errorf("the last of %d confirmations was e-mail %d of %d, want %d among the first %d", n, last, len(msgs), confirmations, confirmations+1)
+	}
+	t.Logf("the %d confirmations were among the first %d of %d e-mails", confirmations, last, len(msgs))
 }
