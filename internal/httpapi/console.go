@@ -55,6 +55,8 @@ type page struct {
 
 	Data         notify.QueueState // overview
 	Held, Failed count
+	LastHour     *lastHour // nil when the history could not be read
+	QueueNow     *queueNow // nil when the queue could not be read
 
 	Query     deliveryQuery // deliveries
 	Statuses  []notify.Status
@@ -238,19 +240,39 @@ func handleSignOut(keys *apikey.Service) http.Handler {
 	})
 }
 
+// handleConsoleOverview shows the queue, the providers and the held and
+// failed counts, and the last hour: the history by minute, the
+// providers' states over it, the queue's depth now. Each part that
+// cannot be read is left out and the page says why; the others show.
 func handleConsoleOverview(ops *notify.Operator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := r.Context()
 		p := page{Title: "Overview", Session: sessionOf(r)}
+		now := time.Now()
+		var errs []error
+		var queueErr string
 		var err error
-		if p.Data, err = ops.Queue(r.Context()); err == nil {
-			p.Held, err = countOf(r.Context(), ops, notify.StatusHeld)
+		if p.Data, err = ops.Queue(ctx); err != nil {
+			errs, queueErr = append(errs, err), err.Error()
+		} else {
+			q := newQueueNow(p.Data)
+			p.QueueNow = &q
 		}
-		if err == nil {
-			p.Failed, err = countOf(r.Context(), ops, notify.StatusFailed)
+		if p.Held, err = countOf(ctx, ops, notify.StatusHeld); err != nil {
+			errs = append(errs, err)
 		}
-		if err != nil {
-			setLogError(r.Context(), err)
-			p.Error = "Part of the overview could not be read: " + err.Error()
+		if p.Failed, err = countOf(ctx, ops, notify.StatusFailed); err != nil {
+			errs = append(errs, err)
+		}
+		if minutes, err := ops.LastHour(ctx, now); err != nil {
+			errs = append(errs, err)
+		} else {
+			h := newLastHour(minutes, now, p.Data.Provider.Workers, queueErr)
+			p.LastHour = &h
+		}
+		if err := errors.Join(errs...); err != nil {
+			setLogError(ctx, err)
+			p.Error = "Part of the overview could not be read: " + strings.ReplaceAll(err.Error(), "\n", "; ")
 		}
 		render(w, r, http.StatusOK, "overview", p)
 	})

@@ -5,6 +5,7 @@ package httpapi_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,8 +20,10 @@ import (
 // through the DevTools protocol by chromedp): an operator signs in, finds
 // a failed delivery by its recipient, opens it, retries it with a note,
 // and sees the history row with their name, then finds the retry in the
-// activity and follows its link back. CONSOLE_SCREENSHOT saves the
-// delivery's page (docs/console.png, for the runbook).
+// activity and follows its link back. With CONSOLE_SCREENSHOT (the
+// overview's picture, docs/console.png) the delivery's page is saved
+// beside it, as console-delivery.png (docs/console-delivery.png, for the
+// runbook).
 func TestConsoleInABrowser(t *testing.T) {
 	chromium := chromiumPath(t)
 	s := setup(t)
@@ -126,6 +129,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Errorf("the timeline does not name the operator and the note:\n%s", timeline)
 	}
 	if shot := os.Getenv("CONSOLE_SCREENSHOT"); shot != "" {
+		shot = filepath.Join(filepath.Dir(shot), "console-delivery.png")
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 		if err != nil {
 			t.Fatal(err)

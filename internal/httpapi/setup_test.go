@@ -158,7 +158,13 @@ func bare(t *testing.T, templates *mailtemplate.Templates) stack {
 // records its spans.
 func (s stack) startWorker(t *testing.T, tracer trace.Tracer) *smtpsink.Server {
 	t.Helper()
-	sink, err := smtpsink.Start(smtpsink.Config{})
+	return s.startWorkerTo(t, tracer, smtpsink.Config{})
+}
+
+// startWorkerTo is startWorker with a sink that behaves as sinkCfg says.
+func (s stack) startWorkerTo(t *testing.T, tracer trace.Tracer, sinkCfg smtpsink.Config) *smtpsink.Server {
+	t.Helper()
+	sink, err := smtpsink.Start(sinkCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -251,6 +251,18 @@ func (f *Factory) AgedWhile(d notify.Delivery, status notify.Status, by time.Dur
 	return tag.RowsAffected() == 1
 }
 
+// HistoryAt moves every row of d's history to at, as if all of it had
+// happened then: for the console's last hour, which counts the history
+// by minute. It writes delivery_events directly, on purpose: the
+// service's statements take an event's time from the database's clock,
+// never from their caller.
+func (f *Factory) HistoryAt(d notify.Delivery, at time.Time) {
+	f.t.Helper()
+	if _, err := f.db.Exec(context.Background(), `UPDATE delivery_events SET at = $2 WHERE delivery_id = $1`, d.ID, at); err != nil {
+		f.t.Fatalf("notifytest: move the history of delivery %s to %s: %v", d.ID, at, err)
+	}
+}
+
 // Scheduled records, as the API's trigger does (notify.Record), a pending
 // delivery of template about order to recipient with data, to be sent
 // at; no task is queued for it.
