@@ -171,7 +171,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	if decodeErr != nil {
 		message = httpprovider.Truncate(ans.Body)
 	}
-	return "", httpprovider.Refused(classify(ans.Status, message))
+	return "", httpprovider.Refused(classify(ans.Status, message), ans)
 }
 
 // Probe implements mail.Provider: GET /v4/domains/<domain>, which

@@ -186,7 +186,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 			Err: fmt.Errorf("answer %d without a MessageID: %q", ans.Status, httpprovider.Truncate(ans.Body))}
 	}
 	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
-	return "", httpprovider.Refused(se)
+	return "", httpprovider.Refused(se, ans)
 }
 
 // Probe implements mail.Provider: GET /server, which needs the server

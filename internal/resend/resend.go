@@ -154,7 +154,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 		return ok.ID, nil
 	}
 	se = classify(ans.Status, decodeError(ans.Body))
-	return "", httpprovider.Refused(se)
+	return "", httpprovider.Refused(se, ans)
 }
 
 // Probe implements mail.Provider: GET /domains, which sends nothing.
