@@ -42,8 +42,8 @@ type RateVerdict struct {
 	Limited   bool // a limit is set: Limit, Remaining and Reset mean something
 	Limit     int  // N
 	Remaining int  // how many more the window admits now, this request counted
-	// Reset is how long until the window admits one more: until the
-	// oldest request it holds leaves it; 0 when it has room.
+	// Reset is how long until the oldest request the window holds
+	// leaves it, and Remaining grows by one; 0 when it holds none.
 	Reset time.Duration
 }
 
@@ -67,7 +67,7 @@ func (l *RateLimit) Take(now time.Time) RateVerdict {
 		l.refused++
 	}
 	v.Remaining = l.n - len(l.admitted)
-	if v.Remaining == 0 {
+	if len(l.admitted) > 0 {
 		v.Reset = l.admitted[0].Add(l.per).Sub(now)
 	}
 	return v

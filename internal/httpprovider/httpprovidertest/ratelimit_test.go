@@ -25,8 +25,8 @@ func TestRateLimitIsASlidingWindow(t *testing.T) {
 		remaining int
 		reset     time.Duration
 	}{
-		{900, true, 2, 0},
-		{950, true, 1, 0},
+		{900, true, 2, time.Second},
+		{950, true, 1, 950 * time.Millisecond},
 		{1100, true, 0, 800 * time.Millisecond},
 		{1200, false, 0, 700 * time.Millisecond}, // four within 900..1900
 		{1900, true, 0, 50 * time.Millisecond},   // the one at 900 has left
