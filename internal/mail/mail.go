@@ -242,6 +242,29 @@ type Batcher interface {
 	SendBatch(ctx context.Context, b Batch, handOver func() error) (results []BatchResult, err error)
 }
 
+// Limits are what a provider's account may send, as the provider itself
+// reports them (SES: GetAccount's SendQuota), for the worker to set the
+// provider's budget (internal/pace: Rate, Quota) from the account rather
+// than from configuration alone.
+type Limits struct {
+	// Rate is the messages per second the account may send; 0 when the
+	// provider does not say.
+	Rate float64
+	// Daily is how many messages it may send in a rolling 24 hours; 0
+	// for no such quota, or none said.
+	Daily int
+	// SentDaily is how many it sent in the last 24 hours, as the
+	// provider counts them (a quota's count to start from).
+	SentDaily int
+}
+
+// A LimitsReporter is a provider that can say its account's Limits.
+// The call sends nothing; the credentials may not allow it (an error
+// then, and the configured pace stands).
+type LimitsReporter interface {
+	Limits(ctx context.Context) (Limits, error)
+}
+
 // ReachedRecipient reports whether the provider had accepted the
 // recipient when the attempt failed; an attempt that had not does not
 // count against the delivery.
