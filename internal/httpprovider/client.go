@@ -95,7 +95,8 @@ type Answer struct {
 // lease check) runs right before it goes out, and the request's
 // deadline is the client's timeout counted from before handOver, never
 // extended. A refused hand-over is mail.OutcomeAborted and sends
-// nothing; every other error is Do's, with HandedOver set.
+// nothing; every other error is Do's, with HandedOver set. An answer,
+// whatever its status, is told to ctx's mail.AnswerObserver.
 func (c *Client) HandOver(ctx context.Context, handOver func() error, method, target string, header http.Header, body []byte) (Answer, *mail.SendError) {
 	before := time.Now()
 	if err := handOver(); err != nil {
@@ -106,6 +107,8 @@ func (c *Client) HandOver(ctx context.Context, handOver func() error, method, ta
 	ans, se := c.do(ctx, method, target, header, body)
 	if se != nil {
 		se.HandedOver = true
+	} else {
+		mail.ObserveAnswer(ctx, ans.Status, ans.Header)
 	}
 	return ans, se
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,4 +184,29 @@ func TestBatchHandOver(t *testing.T) {
 	httpprovidertest.RefusedBatchHandOverSendsNothing(t, b.p, batchOf(2), batches)
 	p := provider(t, b.srv, b.srv.SendingOnlyKey, 100*time.Millisecond)
 	httpprovidertest.StallAfterBatchHandOverSendsNothing(t, p, batchOf(2), 200*time.Millisecond, batches)
+}
+
+// Every answer's pace reaches the caller's observer, a success's
+// included: Resend announces its limit on each, and the 429 it spares
+// shows first as ratelimit-remaining 0.
+func TestAnswersAreObserved(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.SetRateLimit(2)
+	var seen []string
+	ctx := mail.WithAnswerObserver(context.Background(), func(status int, h http.Header) {
+		seen = append(seen, fmt.Sprintf("%d %s/%s", status, h.Get("Ratelimit-Remaining"), h.Get("Ratelimit-Limit")))
+	})
+	if _, err := b.p.Send(ctx, message(1), httpprovidertest.Pass); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.p.SendBatch(ctx, batchOf(2), httpprovidertest.Pass); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.p.SendBatch(ctx, batchOf(3), httpprovidertest.Pass); err == nil {
+		t.Fatal("a third request within the second was let through")
+	}
+	if want := []string{"200 1/2", "200 0/2", "429 0/2"}; !slices.Equal(seen, want) {
+		t.Errorf("observed %q, want %q", seen, want)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"mime"
+	"net/http"
 	"net/mail"
 	"path/filepath"
 	"strings"
@@ -321,5 +322,22 @@ func TestLimits(t *testing.T) {
 	}
 	if n := len(srv.Messages()); n != 1 {
 		t.Errorf("%d messages, want 1: Limits sends nothing", n)
+	}
+}
+
+// A send's answer reaches the caller's observer through the SDK; the
+// probe's does not (it carries no message).
+func TestAnswersAreObserved(t *testing.T) {
+	_, p := sender(t, 5*time.Second)
+	var seen []int
+	ctx := sekalimail.WithAnswerObserver(context.Background(), func(status int, _ http.Header) { seen = append(seen, status) })
+	if _, err := p.Send(ctx, mailMessage(20), func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != 200 {
+		t.Errorf("observed %v, want the send's 200 alone", seen)
 	}
 }
