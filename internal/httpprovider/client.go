@@ -61,16 +61,19 @@ func newTransport(timeout time.Duration) *http.Transport {
 	}
 }
 
-// Refused is se, a provider's classified error answer to a message's
-// request (HandOver), marked as what it is: handed over, and, for a
-// server error (5xx), an answer after the request was written whole,
-// which says nothing certain about what the provider did with the
-// message: it may have taken it (mail.SendError.MayHaveAccepted). Such
-// an answer is at the data stage and says so, whatever the provider's
-// classification makes of it (Resend's: unavailable, since a retry
-// under its key cannot send twice; the others': ambiguous).
-func Refused(se *mail.SendError) *mail.SendError {
+// Refused is se, a provider's classified error answer ans to a message's
+// request (HandOver), marked as what it is: handed over, carrying the
+// answer's header fields (a throttled request's retry-after and
+// ratelimit-*, which internal/pace reads), and, for a server error
+// (5xx), an answer after the request was written whole, which says
+// nothing certain about what the provider did with the message: it may
+// have taken it (mail.SendError.MayHaveAccepted). Such an answer is at
+// the data stage and says so, whatever the provider's classification
+// makes of it (Resend's: unavailable, since a retry under its key cannot
+// send twice; the others': ambiguous).
+func Refused(se *mail.SendError, ans Answer) *mail.SendError {
 	se.HandedOver = true
+	se.Header = ans.Header
 	if se.Reply.Protocol == mail.ProtocolHTTP && se.Reply.Code >= 500 {
 		se.Stage = mail.StageData
 		se.Err = fmt.Errorf("%w (answered after the request was written whole: the provider may have taken the message)", se.Err)
@@ -84,6 +87,7 @@ func (c *Client) Close() { c.http.CloseIdleConnections() }
 // Answer is a provider's answer, its body read up to 1 MiB.
 type Answer struct {
 	Status int
+	Header http.Header
 	Body   []byte
 }
 
@@ -91,7 +95,8 @@ type Answer struct {
 // lease check) runs right before it goes out, and the request's
 // deadline is the client's timeout counted from before handOver, never
 // extended. A refused hand-over is mail.OutcomeAborted and sends
-// nothing; every other error is Do's, with HandedOver set.
+// nothing; every other error is Do's, with HandedOver set. An answer,
+// whatever its status, is told to ctx's mail.AnswerObserver.
 func (c *Client) HandOver(ctx context.Context, handOver func() error, method, target string, header http.Header, body []byte) (Answer, *mail.SendError) {
 	before := time.Now()
 	if err := handOver(); err != nil {
@@ -102,6 +107,8 @@ func (c *Client) HandOver(ctx context.Context, handOver func() error, method, ta
 	ans, se := c.do(ctx, method, target, header, body)
 	if se != nil {
 		se.HandedOver = true
+	} else {
+		mail.ObserveAnswer(ctx, ans.Status, ans.Header)
 	}
 	return ans, se
 }
@@ -140,7 +147,7 @@ func (c *Client) Probe(ctx context.Context, target string, refused func(ans Answ
 	if se = refused(ans); se == nil {
 		return nil
 	}
-	se.Outcome = mail.OutcomeUnavailable
+	se.Outcome, se.Header = mail.OutcomeUnavailable, ans.Header
 	return se
 }
 
@@ -214,7 +221,7 @@ func (c *Client) do(ctx context.Context, method, target string, header http.Head
 		return Answer{}, &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(res.StatusCode),
 			Err: fmt.Errorf("answer %d cut short: %w", res.StatusCode, err)}
 	}
-	return Answer{Status: res.StatusCode, Body: b}, nil
+	return Answer{Status: res.StatusCode, Header: res.Header, Body: b}, nil
 }
 
 // onBase checks that target, a full URL, is on the base URL: the same

@@ -260,3 +260,22 @@ func TestAnswerCutShort(t *testing.T) {
 		t.Errorf("500 cut short: %+v, %v; want the answer as it came", ans, se)
 	}
 }
+
+// An error answer's header fields reach the classified error, so that
+// the worker's budget reads a 429's retry-after and ratelimit-*.
+func TestRefusedCarriesTheAnswersHeader(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "3")
+		w.Header().Set("Ratelimit-Remaining", "0")
+		w.WriteHeader(http.StatusTooManyRequests)
+	})
+	ans, se := client(t, s, 5*time.Second).HandOver(context.Background(), pass, http.MethodPost, "/emails", nil, body)
+	if se != nil || ans.Status != http.StatusTooManyRequests || ans.Header.Get("Retry-After") != "3" {
+		t.Fatalf("HandOver = %+v, %v; want the 429 with its header", ans, se)
+	}
+	got := httpprovider.Refused(&mail.SendError{Outcome: mail.OutcomeThrottled, Reply: mail.HTTPStatus(ans.Status)}, ans)
+	if !got.HandedOver || got.Header.Get("Retry-After") != "3" || got.Header.Get("Ratelimit-Remaining") != "0" || got.MayHaveAccepted() {
+		t.Errorf("Refused = %+v, want handed over, with the answer's header, not taken", got)
+	}
+}

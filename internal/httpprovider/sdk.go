@@ -8,6 +8,8 @@ import (
 	"net/http/httptrace"
 	"sync/atomic"
 	"time"
+
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // SDKClient is the HTTP client to give a provider's SDK (the AWS SDK's
@@ -16,7 +18,8 @@ import (
 // Exchange's hand-over right before it goes out, its deadline counts
 // from before that hand-over, its body is handed to the connection only
 // before that deadline, and whether it was written whole is recorded
-// for the classification of a failure without an answer. The SDK must
+// for the classification of a failure without an answer; its answer is
+// told to the context's mail.AnswerObserver. The SDK must
 // not retry on its own: a second request after one written whole could
 // be a second e-mail.
 type SDKClient struct {
@@ -109,6 +112,9 @@ func (c *SDKClient) Do(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		cancel()
 		return nil, err
+	}
+	if ex != nil {
+		mail.ObserveAnswer(ctx, res.StatusCode, res.Header)
 	}
 	res.Body = &cancelOnClose{ReadCloser: res.Body, cancel: cancel}
 	return res, nil

@@ -242,6 +242,55 @@ type Batcher interface {
 	SendBatch(ctx context.Context, b Batch, handOver func() error) (results []BatchResult, err error)
 }
 
+// An AnswerObserver is told the status and header fields of each answer
+// an HTTP provider gets to a request that carries messages, a success's
+// included: a provider announces its pace on every answer (Resend's
+// ratelimit-limit, a ratelimit-remaining of 0 before the 429 it spares),
+// and SendError.Header carries only an error's.
+type AnswerObserver func(status int, header http.Header)
+
+type answerObserverKey struct{}
+
+// WithAnswerObserver returns a context whose sends (Send, SendBatch) tell
+// observe their answers, as httptrace's ClientTrace rides a request's
+// context: it is per attempt, and a provider without answers of that
+// kind (SMTP) never calls it. observe must be quick and safe for
+// concurrent use.
+func WithAnswerObserver(ctx context.Context, observe AnswerObserver) context.Context {
+	return context.WithValue(ctx, answerObserverKey{}, observe)
+}
+
+// ObserveAnswer tells ctx's AnswerObserver, if any, of an answer; the
+// HTTP providers' client calls it.
+func ObserveAnswer(ctx context.Context, status int, header http.Header) {
+	if observe, ok := ctx.Value(answerObserverKey{}).(AnswerObserver); ok && observe != nil {
+		observe(status, header)
+	}
+}
+
+// Limits are what a provider's account may send, as the provider itself
+// reports them (SES: GetAccount's SendQuota), for the worker to set the
+// provider's budget (internal/pace: Rate, Quota) from the account rather
+// than from configuration alone.
+type Limits struct {
+	// Rate is the messages per second the account may send; 0 when the
+	// provider does not say.
+	Rate float64
+	// Daily is how many messages it may send in a rolling 24 hours; 0
+	// for no such quota, or none said.
+	Daily int
+	// SentDaily is how many it sent in the last 24 hours, as the
+	// provider counts them (a quota's count to start from).
+	SentDaily int
+}
+
+// A LimitsReporter is a provider that can say its account's Limits.
+// The call sends nothing; the credentials may not allow it (an error
+// then, and the configured pace stands).
+type LimitsReporter interface {
+	Limits(ctx context.Context) (Limits, error)
+}
+
 // ReachedRecipient reports whether the provider had accepted the
 // recipient when the attempt failed; an attempt that had not does not
 // count against the delivery.

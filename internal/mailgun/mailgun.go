@@ -171,7 +171,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	if decodeErr != nil {
 		message = httpprovider.Truncate(ans.Body)
 	}
-	return "", httpprovider.Refused(classify(ans.Status, message))
+	return "", httpprovider.Refused(classify(ans.Status, message), ans)
 }
 
 // Probe implements mail.Provider: GET /v4/domains/<domain>, which
@@ -191,14 +191,15 @@ func (p *Provider) Probe(ctx context.Context) error {
 
 // classify decides what an error answer means for the delivery
 // (https://documentation.mailgun.com/docs/mailgun/quickstart-guide/responses).
-// Only an answer about the recipient is permanent. Mailgun does not
+// Only an answer about the recipient is permanent. Its rate limit is a
+// pace, not a failure: throttled, nothing taken. Mailgun does not
 // deduplicate, so a 5xx after our request was written, 503 included, is
 // ambiguous: Mailgun may have taken the message, and the look-up tells
 // (the worker also stops sending until a probe passes).
 //
 //	401, 402, 403      our key, plan or access              unavailable (auth)
 //	404                the domain, here or in the region    unavailable
-//	429                rate limit                           unavailable
+//	429                rate limit                           throttled
 //	5xx                                                     ambiguous (look it up)
 //	400 about 'to'                                          permanent (recipient)
 //	400 about 'from'                                        unavailable (sender)
@@ -212,7 +213,7 @@ func classify(status int, message string) *mail.SendError {
 	case status == 404:
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageSender
 	case status == 429:
-		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
+		se.Outcome, se.Stage = mail.OutcomeThrottled, mail.StageConnect
 	case status >= 500:
 		se.Outcome, se.Stage = mail.OutcomeAmbiguous, mail.StageData
 	case status == 400 && mentionsParam(msg, "to"):

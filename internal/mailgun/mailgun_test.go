@@ -125,7 +125,7 @@ func TestErrorsAreClassified(t *testing.T) {
 		{mailguntest.Fault{Status: 403, Message: "Sandbox subdomains are for test purposes only."}, mail.OutcomeUnavailable, mail.StageAuth},
 		{mailguntest.Fault{Status: 402, Message: "Payment required"}, mail.OutcomeUnavailable, mail.StageAuth},
 		{mailguntest.Fault{Status: 404, Message: "Domain not found: mg.shop.example"}, mail.OutcomeUnavailable, mail.StageSender},
-		{mailguntest.Fault{Status: 429, Message: "Too many requests"}, mail.OutcomeUnavailable, mail.StageConnect},
+		{mailguntest.Fault{Status: 429, Message: "Too many requests"}, mail.OutcomeThrottled, mail.StageConnect},
 		{mailguntest.Fault{Status: 503, Message: "Service unavailable", Raw: true}, mail.OutcomeAmbiguous, mail.StageData},
 		{mailguntest.Fault{Status: 500, Message: "Internal error"}, mail.OutcomeAmbiguous, mail.StageData},
 		{mailguntest.Fault{Status: 502, Message: "<html>Bad Gateway</html>", Raw: true}, mail.OutcomeAmbiguous, mail.StageData},
@@ -300,5 +300,22 @@ func TestSenderIdentity(t *testing.T) {
 	got := b.srv.Messages()[0]
 	if got.From != "Toko Büdi <orders@shop.example>" || got.Headers["Reply-To"] != "cs@shop.example" || got.Headers["Auto-Submitted"] != "auto-generated" {
 		t.Errorf("from %q, headers %v", got.From, got.Headers)
+	}
+}
+
+// Mailgun's rate limit, from the stand-in: throttled, nothing taken.
+func TestRateLimitOfTheServerIsThrottled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.SetRateLimit(1)
+	if _, err := b.p.Send(context.Background(), httpprovidertest.Message(30), httpprovidertest.Pass); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.p.Send(context.Background(), httpprovidertest.Message(31), httpprovidertest.Pass)
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeThrottled || se.Reply.Code != 429 || se.MayHaveAccepted() || !se.HandedOver {
+		t.Errorf("over the rate: %v, want throttled 429, nothing taken", err)
+	}
+	if n, refused := len(b.srv.Messages()), b.srv.RateLimited(); n != 1 || refused != 1 {
+		t.Errorf("%d e-mails, %d refused by rate; want 1 and 1", n, refused)
 	}
 }

@@ -12,7 +12,9 @@ import (
 // (https://postmarkapp.com/developer/api/overview#error-codes). Only an
 // answer about the recipient is permanent; our token, account, sender
 // signature, stream or request shape is Postmark refusing us
-// (mail.OutcomeUnavailable). Postmark does not deduplicate, so a 5xx
+// (mail.OutcomeUnavailable). Its rate limit (a 429, or ErrorCode 429) is
+// a pace, not a failure: throttled, nothing taken; Postmark documents no
+// header saying for how long. Postmark does not deduplicate, so a 5xx
 // after our request was written, 503 included, is ambiguous: Postmark's
 // documentation says of a 500 that "in most cases" the message is lost,
 // not in all, and the look-up can tell (the worker also stops sending
@@ -35,10 +37,10 @@ import (
 //	422    406 inactive recipient (suppressed: hard bounce, complaint, manual)
 //	                                                     permanent (recipient)
 //	422    411 forbidden attachment type                 temporary
-//	422    429 rate limit                                unavailable
+//	422    429 rate limit                                throttled
 //	422    other codes naming the message stream         unavailable (our set-up)
 //	422    any other code                                temporary
-//	429                                                  unavailable
+//	429                                                  throttled
 //	403 (not Postmark's JSON: a firewall), 404           unavailable
 //	413    payload too large                             temporary
 //	5xx                                                  ambiguous (look it up)
@@ -56,7 +58,7 @@ func classify(status, code int, message string, jsonBody bool) *mail.SendError {
 	case status == 401:
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
 	case status == 429:
-		return set(mail.OutcomeUnavailable, mail.StageConnect)
+		return set(mail.OutcomeThrottled, mail.StageConnect)
 	case status >= 500:
 		return set(mail.OutcomeAmbiguous, mail.StageData)
 	case status == 403 || status == 404:
@@ -70,8 +72,10 @@ func classify(status, code int, message string, jsonBody bool) *mail.SendError {
 	switch code {
 	case 10, 405, 413:
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
-	case 100, 429:
+	case 100:
 		return set(mail.OutcomeUnavailable, mail.StageConnect)
+	case 429:
+		return set(mail.OutcomeThrottled, mail.StageConnect)
 	case 300:
 		switch {
 		case httpprovider.MentionsField(msg, "to"):

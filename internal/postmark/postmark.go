@@ -1,8 +1,10 @@
 // Package postmark is the Postmark mail provider: it implements
-// mail.Provider over Postmark's HTTP API (POST /email), classifies
-// every documented error code, probes with GET /server, finds a message
-// of an ambiguous send by the metadata it carries (mail.Lookup),
-// and checks Postmark's webhooks (HTTP Basic credentials of ours).
+// mail.Provider over Postmark's HTTP API (POST /email) and mail.Batcher
+// (POST /email/batch, up to 500 messages in one request), classifies
+// every documented error code (its rate limit is a pace: throttled),
+// probes with GET /server, finds a message of an ambiguous send by the
+// metadata it carries (mail.Lookup), and checks Postmark's webhooks
+// (HTTP Basic credentials of ours).
 //
 // Postmark has no idempotency key: a second request for the same
 // delivery is a second e-mail. What stands between an ambiguous send and
@@ -136,38 +138,52 @@ type header struct {
 	Value string `json:"Value"`
 }
 
-func (p *Provider) body(m mail.Message) ([]byte, error) {
+// email is m as both sending endpoints take it: POST /email alone,
+// POST /email/batch as an item of its array.
+func (p *Provider) email(m mail.Message) (email, error) {
 	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
-		return nil, err
+		return email{}, err
 	}
 	if m.Text == "" && m.HTML == "" {
-		return nil, errors.New("no text and no HTML: Postmark needs one")
+		return email{}, errors.New("no text and no HTML: Postmark needs one")
 	}
 	headers := []header{{Name: "Message-ID", Value: "<" + m.MessageID + ">"}, {Name: "Auto-Submitted", Value: mail.AutoSubmitted}}
 	if m.ListUnsubscribe != "" {
 		headers = append(headers, header{Name: "List-Unsubscribe", Value: m.ListUnsubscribe}, header{Name: "List-Unsubscribe-Post", Value: mail.ListUnsubscribePost})
 	}
-	return json.Marshal(email{
+	return email{
 		From: p.sender.WithName(m.FromName).Display(), ReplyTo: m.ReplyTo, To: to, Subject: m.Subject, HTMLBody: m.HTML, TextBody: m.Text,
 		Headers:       headers,
 		Metadata:      map[string]string{MetadataKey: mail.KeyHash(m.IdempotencyKey)},
 		MessageStream: p.stream,
-	})
+	}, nil
 }
 
-// sendAnswer is Postmark's answer to POST /email.
+// sendAnswer is Postmark's answer to POST /email, and its result for
+// each message of POST /email/batch.
 type sendAnswer struct {
 	ErrorCode int    `json:"ErrorCode"`
 	Message   string `json:"Message"`
 	MessageID string `json:"MessageID"`
 }
 
+// noID is the error of a message Postmark took, most likely (200 and
+// ErrorCode 0), but named no id for: the look-up decides.
+func noID(ans httpprovider.Answer, what string) *mail.SendError {
+	return &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(ans.Status), HandedOver: true, Header: ans.Header,
+		Err: fmt.Errorf("answer %d without a MessageID%s: %q", ans.Status, what, httpprovider.Truncate(ans.Body))}
+}
+
 // Send implements mail.Provider. handOver runs right before the
 // request goes out; the request's deadline (Timeout) counts from before
 // it and is never extended.
 func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
-	body, err := p.body(m)
+	e, err := p.email(m)
+	if err != nil {
+		return "", httpprovider.ComposeError(err)
+	}
+	body, err := json.Marshal(e)
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
 	}
@@ -181,12 +197,10 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 		return a.MessageID, nil
 	}
 	if ans.Status == http.StatusOK && (decodeErr != nil || a.MessageID == "") && a.ErrorCode == 0 {
-		// Accepted, most likely, but without an id: the look-up decides.
-		return "", &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: mail.HTTPStatus(ans.Status), HandedOver: true,
-			Err: fmt.Errorf("answer %d without a MessageID: %q", ans.Status, httpprovider.Truncate(ans.Body))}
+		return "", noID(ans, "") // accepted, most likely: the look-up decides
 	}
 	se = classify(ans.Status, a.ErrorCode, a.Message, decodeErr == nil)
-	return "", httpprovider.Refused(se)
+	return "", httpprovider.Refused(se, ans)
 }
 
 // Probe implements mail.Provider: GET /server, which needs the server

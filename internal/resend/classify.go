@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/mail"
@@ -28,18 +29,23 @@ func decodeError(body []byte) apiError {
 // answer about the recipient is permanent; an answer about our key, our
 // account, our sender domain, our request's shape or Resend's health is
 // Resend refusing us (mail.OutcomeUnavailable), so that one mistake in
-// the set-up never fails deliveries. Every 5xx is unavailable too: Resend
-// is unwell. After the request was written (every send's: Refused says
-// so) it may have taken the message, so the delivery stays with Resend,
-// whose refusal of a second message under the same key makes the retry
-// safe (mail.SendError.MayHaveAccepted).
+// the set-up never fails deliveries. A 429 is Resend's pace, not a
+// failure (mail.OutcomeThrottled): nothing was taken, and its headers
+// (Refused puts them in SendError.Header) or, for a quota, Pause say how
+// long to wait. Every 5xx is unavailable: Resend is unwell. After the
+// request was written (every send's: Refused says so) it may have taken
+// the message, so the delivery stays with Resend, whose refusal of a
+// second message under the same key makes the retry safe
+// (mail.SendError.MayHaveAccepted).
 //
 //	status  name                             outcome
 //	401/403 missing_api_key, invalid_api_key, restricted_api_key, suspended_api_key,
 //	        invalid_permission, validation_error (API key, own address only,
 //	        domain not verified)             unavailable (auth, or sender for the domain)
-//	429     rate_limit_exceeded, daily_quota_exceeded, monthly_quota_exceeded
-//	                                         unavailable
+//	429     rate_limit_exceeded              throttled (retry-after, ratelimit-*)
+//	429     daily_quota_exceeded             throttled, Pause until the next UTC midnight
+//	429     monthly_quota_exceeded           throttled, Pause QuotaPause (a plan's upgrade
+//	                                         or its next month, which we cannot know)
 //	5xx     application_error, service_unavailable, anything
 //	                                         unavailable
 //	404/405 not_found, method_not_allowed     unavailable (a wrong base URL)
@@ -65,7 +71,9 @@ func classify(status int, e apiError) *mail.SendError {
 		if e.Name == "validation_error" && !strings.Contains(msg, "api key") {
 			se.Stage = mail.StageSender // testing-only address, domain not verified
 		}
-	case status == 429 || status >= 500:
+	case status == 429:
+		se.Outcome, se.Stage, se.Pause = mail.OutcomeThrottled, mail.StageConnect, quotaPause(e.Name, time.Now())
+	case status >= 500:
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
 	case status == 404 || status == 405:
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
@@ -75,7 +83,7 @@ func classify(status int, e apiError) *mail.SendError {
 		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData
 	case e.Name == "invalid_idempotent_request":
 		se.Outcome, se.Stage = mail.OutcomePermanent, mail.StageData
-		se.Err = fmt.Errorf("%w (Resend already took a request with another body under this delivery's idempotency key within %s, so it may have sent it: check Resend's log before retrying; a retry after %s sends it again)", se.Err, DedupWindow, DedupWindow)
+		se.Err = fmt.Errorf("%w (Resend already took a request with another body under this idempotency key within %s, so it may have sent it: check Resend's log before retrying; a retry after %s sends it again)", se.Err, DedupWindow, DedupWindow)
 	case e.Name == "missing_required_field" || e.Name == "missing_required_parameter":
 		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData // our request lacks a field: a bug, not the recipient
 	case e.Name == "invalid_to_address" || httpprovider.MentionsField(msg, "to"):
@@ -88,4 +96,28 @@ func classify(status int, e apiError) *mail.SendError {
 		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData
 	}
 	return se
+}
+
+// QuotaPause is the longest pause a quota refusal sets: a day. A daily
+// quota's pause ends at the next UTC midnight, when a calendar day's
+// count starts afresh (Resend's own words are "wait until 24 hours have
+// passed"; a refusal then pauses again). A monthly quota says neither
+// when the plan's month turns nor when it is upgraded: a day, and the
+// budget's own cap (internal/pace asks again after an hour at most)
+// finds out sooner.
+const QuotaPause = 24 * time.Hour
+
+// quotaPause is the pause a 429 named name sets at now: until the next
+// UTC midnight for daily_quota_exceeded (a minute at least, against a
+// clock a little ahead of Resend's), QuotaPause for
+// monthly_quota_exceeded, none for a rate limit, whose headers say.
+func quotaPause(name string, now time.Time) time.Duration {
+	switch name {
+	case "daily_quota_exceeded":
+		midnight := now.UTC().Truncate(24 * time.Hour).Add(24 * time.Hour)
+		return min(max(midnight.Sub(now), time.Minute), QuotaPause)
+	case "monthly_quota_exceeded":
+		return QuotaPause
+	}
+	return 0
 }

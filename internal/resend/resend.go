@@ -1,9 +1,11 @@
 // Package resend is the Resend mail provider: it implements
-// mail.Provider over Resend's HTTP API (POST /emails), with the
+// mail.Provider over Resend's HTTP API (POST /emails) and mail.Batcher
+// (POST /emails/batch, up to 100 e-mails in one request), with the
 // idempotency key that makes Resend send one e-mail however often the
-// same delivery is sent, the classification of every error Resend
-// documents, a probe that sends nothing, and the verification of
-// Resend's (Svix-signed) webhooks.
+// same delivery (or the same batch) is sent, the classification of
+// every error Resend documents (its 429s are a pace: throttled, with
+// the answer's headers), a probe that sends nothing, and the
+// verification of Resend's (Svix-signed) webhooks.
 //
 // Resend deduplicates by the Idempotency-Key header for 24 hours
 // (https://resend.com/docs/dashboard/emails/idempotency-keys): the same
@@ -99,18 +101,20 @@ type tag struct {
 	Value string `json:"value"`
 }
 
-// body is the request for m; the same m gives the same bytes, so a
-// resend under the same key is the "same request" Resend deduplicates.
-func (p *Provider) body(m mail.Message) ([]byte, error) {
+// email is m as both sending endpoints take it: POST /emails alone,
+// POST /emails/batch as an item of its array. The same m gives the same
+// e-mail, so a send again under the same key (alone or in the same
+// batch) is the "same request" Resend deduplicates.
+func (p *Provider) email(m mail.Message) (email, error) {
 	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
-		return nil, err
+		return email{}, err
 	}
 	headers := map[string]string{"Message-ID": "<" + m.MessageID + ">", "Auto-Submitted": mail.AutoSubmitted}
 	if m.ListUnsubscribe != "" {
 		headers["List-Unsubscribe"], headers["List-Unsubscribe-Post"] = m.ListUnsubscribe, mail.ListUnsubscribePost
 	}
-	return json.Marshal(email{
+	return email{
 		From:    p.sender.WithName(m.FromName).Display(),
 		ReplyTo: m.ReplyTo,
 		To:      []string{to},
@@ -121,14 +125,18 @@ func (p *Provider) body(m mail.Message) ([]byte, error) {
 		Text:    m.Text,
 		Headers: headers,
 		Tags:    []tag{{Name: MetadataKey, Value: mail.KeyHash(m.IdempotencyKey)}},
-	})
+	}, nil
 }
 
 // Send implements mail.Provider. handOver runs right before the
 // request goes out; the request's deadline (Timeout) counts from before
 // it and is never extended.
 func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
-	body, err := p.body(m)
+	e, err := p.email(m)
+	if err != nil {
+		return "", httpprovider.ComposeError(err)
+	}
+	body, err := json.Marshal(e)
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
 	}
@@ -154,7 +162,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 		return ok.ID, nil
 	}
 	se = classify(ans.Status, decodeError(ans.Body))
-	return "", httpprovider.Refused(se)
+	return "", httpprovider.Refused(se, ans)
 }
 
 // Probe implements mail.Provider: GET /domains, which sends nothing.

@@ -212,9 +212,9 @@ func TestErrorsAreClassified(t *testing.T) {
 		{403, "suspended_api_key", "This API key is suspended", mail.OutcomeUnavailable, mail.StageAuth},
 		{403, "validation_error", "The `shop.example` domain is not verified. Please, add and verify your domain.", mail.OutcomeUnavailable, mail.StageSender},
 		{403, "validation_error", "You can only send testing emails to your own email address (`me@example.com`).", mail.OutcomeUnavailable, mail.StageSender},
-		{429, "rate_limit_exceeded", "Too many requests.", mail.OutcomeUnavailable, mail.StageConnect},
-		{429, "daily_quota_exceeded", "You have exceeded your daily email sending quota.", mail.OutcomeUnavailable, mail.StageConnect},
-		{429, "monthly_quota_exceeded", "You have exceeded your monthly email sending quota.", mail.OutcomeUnavailable, mail.StageConnect},
+		{429, "rate_limit_exceeded", "Too many requests.", mail.OutcomeThrottled, mail.StageConnect},
+		{429, "daily_quota_exceeded", "You have exceeded your daily email sending quota.", mail.OutcomeThrottled, mail.StageConnect},
+		{429, "monthly_quota_exceeded", "You have exceeded your monthly email sending quota.", mail.OutcomeThrottled, mail.StageConnect},
 		{500, "application_error", "An unexpected error occurred.", mail.OutcomeUnavailable, mail.StageData},
 		{503, "service_unavailable", "API is temporarily unavailable", mail.OutcomeUnavailable, mail.StageData},
 		{502, "", "<html>Bad Gateway</html>", mail.OutcomeUnavailable, mail.StageData},
@@ -243,6 +243,11 @@ func TestErrorsAreClassified(t *testing.T) {
 		// certain: the log and the history must not say "at connect".
 		if mayHave := c.status >= 500; se.MayHaveAccepted() != mayHave || strings.Contains(se.Error(), "may have taken") != mayHave {
 			t.Errorf("%d: %q, may have accepted %v; want %v, and said", c.status, se.Error(), se.MayHaveAccepted(), mayHave)
+		}
+		// Only a quota names a pause in its body; a rate limit's is in
+		// its headers.
+		if quota := strings.HasSuffix(c.name, "_quota_exceeded"); (se.Pause > 0) != quota || se.Pause > resend.QuotaPause {
+			t.Errorf("%d %s: pause %s, want one (at most %s) only for a quota", c.status, c.name, se.Pause, resend.QuotaPause)
 		}
 	}
 	if n := len(b.srv.Messages()); n != 0 {
@@ -343,5 +348,35 @@ func TestSenderIdentity(t *testing.T) {
 	}
 	if got := msgs[1]; got.From != "Toko Ana <orders@shop.example>" || len(got.ReplyTo) != 0 {
 		t.Errorf("without a template's sender: from %q, reply-to %v", got.From, got.ReplyTo)
+	}
+}
+
+// Resend's own limits, from the stand-in: beyond the rate a send is
+// throttled with the answer's headers; beyond the daily quota with a
+// pause until the next UTC midnight. Neither took the message.
+func TestLimitsOfTheServerAreThrottled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.SetRateLimit(1)
+	if _, err := b.p.Send(context.Background(), message(1), httpprovidertest.Pass); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.p.Send(context.Background(), message(2), httpprovidertest.Pass)
+	se := httpprovidertest.SendError(t, err)
+	if se.Outcome != mail.OutcomeThrottled || se.Reply.Code != 429 || se.Pause != 0 || se.MayHaveAccepted() || !se.HandedOver ||
+		se.Header.Get("Retry-After") != "1" || se.Header.Get("Ratelimit-Remaining") != "0" || !strings.Contains(se.Error(), "rate_limit_exceeded") {
+		t.Errorf("over the rate: %v (header %v), want throttled 429 rate_limit_exceeded with retry-after", err, se.Header)
+	}
+	b.srv.SetRateLimit(0)
+	b.srv.SetDailyQuota(1)
+	other := message(3)
+	other.IdempotencyKey += "-3"
+	_, err = b.p.Send(context.Background(), other, httpprovidertest.Pass)
+	se = httpprovidertest.SendError(t, err)
+	if se.Outcome != mail.OutcomeThrottled || se.Pause <= 0 || se.Pause > 24*time.Hour || !strings.Contains(se.Error(), "daily_quota_exceeded") {
+		t.Errorf("over the daily quota: %v (pause %s), want throttled with a pause of at most a day", err, se.Pause)
+	}
+	if n := len(b.srv.Messages()); n != 1 {
+		t.Errorf("%d e-mails, want 1", n)
 	}
 }

@@ -86,7 +86,8 @@ func (c Config) String() string {
 	return "ses " + c.Region
 }
 
-// Provider sends through SES's v2 API. It implements mail.Provider.
+// Provider sends through SES's v2 API. It implements mail.Provider and
+// mail.LimitsReporter.
 type Provider struct {
 	cfg    Config
 	sender mail.Sender
@@ -165,6 +166,27 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	return *out.MessageId, nil
 }
 
+// Limits implements mail.LimitsReporter: GetAccount's SendQuota, which
+// needs ses:GetAccount (the probe's permission too) and sends nothing.
+// An unlimited daily quota (-1) is Daily 0; a quota of none at all (an
+// account that may send nothing) is an error, which Daily 0 would hide.
+func (p *Provider) Limits(ctx context.Context) (mail.Limits, error) {
+	out, err := p.client.GetAccount(ctx, &sesv2.GetAccountInput{})
+	if err != nil {
+		return mail.Limits{}, classifySend(err, nil, "", "")
+	}
+	q := out.SendQuota
+	if q == nil {
+		return mail.Limits{}, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageAuth, Reply: mail.HTTPStatus(http.StatusOK),
+			Err: errors.New("ses: GetAccount answered no SendQuota")}
+	}
+	if q.Max24HourSend >= 0 && q.Max24HourSend < 1 {
+		return mail.Limits{}, &mail.SendError{Outcome: mail.OutcomeUnavailable, Stage: mail.StageAuth, Reply: mail.HTTPStatus(http.StatusOK),
+			Err: fmt.Errorf("ses: the account may send no message in 24 hours (Max24HourSend %v)", q.Max24HourSend)}
+	}
+	return mail.Limits{Rate: q.MaxSendRate, Daily: max(int(q.Max24HourSend), 0), SentDaily: int(q.SentLast24Hours)}, nil
+}
+
 // Probe implements mail.Provider: GetAccount, which sends nothing and
 // fails as a send would on credentials, region or throttling, and says
 // whether the account may send.
@@ -202,7 +224,9 @@ func (p *Provider) Probe(ctx context.Context) error {
 //	MailFromDomainNotVerifiedException, NotFoundException (configuration set),
 //	  AccountSuspendedException, SendingPausedException unavailable (sender)
 //	TooManyRequestsException, LimitExceededException,
-//	  Throttling*, 429                                  unavailable (connect)
+//	  Throttling*, 429 ("Maximum sending rate exceeded.")
+//	                                                    throttled (connect): a pace, nothing taken
+//	  … "Daily message quota exceeded."                 throttled, Pause QuotaPause
 //	credentials, signature, access (403, 401)           unavailable (auth)
 //	BadRequestException naming the recipient and not MAIL_FROM
 //	                                                    permanent (recipient)
@@ -228,9 +252,9 @@ func classifySend(err error, ex *httpprovider.Exchange, from, to string) *mail.S
 	var api smithy.APIError
 	var res *awshttp.ResponseError
 	status := 0
-	if errors.As(err, &res) {
+	if errors.As(err, &res) && res.Response != nil && res.Response.Response != nil {
 		status = res.HTTPStatusCode()
-		se.Reply = mail.HTTPStatus(status)
+		se.Reply, se.Header = mail.HTTPStatus(status), res.Response.Header
 	}
 	set := func(o mail.Outcome, s mail.Stage) *mail.SendError {
 		se.Outcome, se.Stage = o, s
@@ -258,7 +282,10 @@ func classifySend(err error, ex *httpprovider.Exchange, from, to string) *mail.S
 		code == "AccountSuspendedException", code == "SendingPausedException":
 		return set(mail.OutcomeUnavailable, mail.StageSender)
 	case code == "TooManyRequestsException", code == "LimitExceededException", strings.HasPrefix(code, "Throttling"), status == http.StatusTooManyRequests:
-		return set(mail.OutcomeUnavailable, mail.StageConnect)
+		if strings.Contains(msg, "quota") {
+			se.Pause = QuotaPause
+		}
+		return set(mail.OutcomeThrottled, mail.StageConnect)
 	case status == http.StatusUnauthorized, status == http.StatusForbidden, authCode(code):
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
 	case code == "BadRequestException" && to != "" && strings.Contains(msg, strings.ToLower(to)) &&
@@ -282,6 +309,14 @@ func classifySend(err error, ex *httpprovider.Exchange, from, to string) *mail.S
 		return set(mail.OutcomeTemporary, mail.StageData)
 	}
 }
+
+// QuotaPause is the pause SES's refusal for its daily quota sets. SES
+// says no time: its quota is of a rolling 24 hours, so room comes back as
+// the oldest sends age out, not at a set hour. An hour is what
+// internal/pace cuts any pause to, and what it pauses for the same
+// refusal over SES's SMTP interface ("454 Throttling failure: Daily
+// message quota exceeded"); then one request asks again.
+const QuotaPause = time.Hour
 
 // authCode reports the AWS error codes of credentials, signatures and
 // permissions.

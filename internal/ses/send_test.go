@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"mime"
+	"net/http"
 	"net/mail"
 	"path/filepath"
 	"strings"
@@ -160,9 +161,9 @@ func TestClassifiesSESAnswers(t *testing.T) {
 		{name: "no such configuration set", fault: &sestest.Fault{Status: 404, Type: "NotFoundException", Message: "Configuration set <x> does not exist."},
 			outcome: sekalimail.OutcomeUnavailable, stage: sekalimail.StageSender, status: 404},
 		{name: "throttled", fault: &sestest.Fault{Status: 429, Type: "TooManyRequestsException", Message: "Maximum sending rate exceeded."},
-			outcome: sekalimail.OutcomeUnavailable, stage: sekalimail.StageConnect, status: 429},
+			outcome: sekalimail.OutcomeThrottled, stage: sekalimail.StageConnect, status: 429},
 		{name: "daily quota", fault: &sestest.Fault{Status: 400, Type: "LimitExceededException", Message: "Daily message quota exceeded."},
-			outcome: sekalimail.OutcomeUnavailable, stage: sekalimail.StageConnect, status: 400},
+			outcome: sekalimail.OutcomeThrottled, stage: sekalimail.StageConnect, status: 400},
 		{name: "access denied", fault: &sestest.Fault{Status: 403, Type: "AccessDeniedException", Message: "not authorized to perform ses:SendEmail"},
 			outcome: sekalimail.OutcomeUnavailable, stage: sekalimail.StageAuth, status: 403},
 		{name: "bad request naming the recipient", fault: &sestest.Fault{Status: 400, Type: "BadRequestException", Message: "Illegal address: budi@example.com"},
@@ -262,5 +263,81 @@ func TestConfig(t *testing.T) {
 	defer p.Close()
 	if _, err := send(p, mailMessage(8)); err != nil {
 		t.Errorf("send with the chain's region: %v", err)
+	}
+}
+
+var _ sekalimail.LimitsReporter = (*ses.Provider)(nil)
+
+// SES's sending quota, from the stand-in: past the send rate a send is
+// throttled, past the daily quota throttled with a pause; neither took
+// the message, and the SDK retried neither.
+func TestSendQuotaIsThrottled(t *testing.T) {
+	srv, p := sender(t, 5*time.Second)
+	srv.SetSendQuota(1, -1)
+	if _, err := send(p, mailMessage(10)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := send(p, mailMessage(11))
+	se := httpprovidertest.SendError(t, err)
+	if se.Outcome != sekalimail.OutcomeThrottled || se.Reply.Code != 429 || se.Pause != 0 || se.MayHaveAccepted() ||
+		se.Header.Get("X-Amzn-Errortype") != "TooManyRequestsException" || !strings.Contains(err.Error(), "Maximum sending rate exceeded") {
+		t.Errorf("past the rate: %v (pause %s, header %v), want throttled 429 without a pause, with the answer's header", err, se.Pause, se.Header)
+	}
+
+	srv.SetSendQuota(100, 2)
+	if _, err := send(p, mailMessage(12)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = send(p, mailMessage(13))
+	se = httpprovidertest.SendError(t, err)
+	if se.Outcome != sekalimail.OutcomeThrottled || se.Reply.Code != 429 || se.Pause != ses.QuotaPause || !strings.Contains(err.Error(), "Daily message quota exceeded") {
+		t.Errorf("past the daily quota: %v (pause %s), want throttled 429 with a pause of %s", err, se.Pause, ses.QuotaPause)
+	}
+	if n := len(srv.Messages()); n != 2 || srv.Throttled() != 1 || srv.QuotaExceeded() != 1 || srv.Requests("send") != 4 {
+		t.Errorf("%d messages, %d throttled, %d over the quota after %d requests; want 2, 1, 1 after 4", n, srv.Throttled(), srv.QuotaExceeded(), srv.Requests("send"))
+	}
+}
+
+// The account's limits come from GetAccount, which sends nothing.
+func TestLimits(t *testing.T) {
+	srv, p := sender(t, 5*time.Second)
+	if _, err := send(p, mailMessage(14)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := p.Limits(context.Background())
+	if err != nil || l != (sekalimail.Limits{Rate: 14, Daily: 50000, SentDaily: 1}) {
+		t.Errorf("Limits = %+v, %v; want SES's default 14/s, 50000 a day, 1 sent", l, err)
+	}
+	srv.SetSendQuota(0.5, -1)
+	if l, err := p.Limits(context.Background()); err != nil || l != (sekalimail.Limits{Rate: 0.5, SentDaily: 1}) {
+		t.Errorf("an unlimited quota: %+v, %v; want rate 0.5, daily 0 (none)", l, err)
+	}
+	srv.SetSendQuota(1, 0)
+	if _, err := p.Limits(context.Background()); err == nil {
+		t.Error("an account that may send nothing: no error")
+	}
+	srv.FailNext("account", sestest.Fault{Status: 403, Type: "AccessDeniedException", Message: "not authorized to perform ses:GetAccount"})
+	if _, err := p.Limits(context.Background()); httpprovidertest.SendError(t, err).Stage != sekalimail.StageAuth {
+		t.Errorf("credentials without ses:GetAccount: %v, want an error at auth", err)
+	}
+	if n := len(srv.Messages()); n != 1 {
+		t.Errorf("%d messages, want 1: Limits sends nothing", n)
+	}
+}
+
+// A send's answer reaches the caller's observer through the SDK; the
+// probe's does not (it carries no message).
+func TestAnswersAreObserved(t *testing.T) {
+	_, p := sender(t, 5*time.Second)
+	var seen []int
+	ctx := sekalimail.WithAnswerObserver(context.Background(), func(status int, _ http.Header) { seen = append(seen, status) })
+	if _, err := p.Send(ctx, mailMessage(20), func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Probe(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || seen[0] != 200 {
+		t.Errorf("observed %v, want the send's 200 alone", seen)
 	}
 }

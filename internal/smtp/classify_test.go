@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/textproto"
+	"strings"
 	"testing"
 
 	"github.com/sekali-dev/sekali/internal/mail"
@@ -29,11 +30,20 @@ func TestClassifySMTPByStageAndEnhancedCode(t *testing.T) {
 		{mail.StageSender, 550, "5.7.1 Sender address rejected: not owned by user", mail.OutcomeUnavailable},
 		{mail.StageSender, 553, "5.1.8 sender domain does not exist", mail.OutcomeUnavailable},
 		{mail.StageSender, 501, "5.5.4 Syntax error in parameters or arguments (invalid FROM parameter)", mail.OutcomeUnavailable},
-		{mail.StageSender, 451, "4.7.1 throttled, slow down", mail.OutcomeUnavailable},
 		{mail.StageRecipient, 421, "4.4.2 closing connection", mail.OutcomeUnavailable},
 		{mail.StageRecipient, 501, "5.5.4 Syntax error (invalid TO parameter)", mail.OutcomeUnavailable},
 		{mail.StageRecipient, 554, "5.7.1 Relay access denied", mail.OutcomeUnavailable},
 		{mail.StageData, 421, "4.3.0 shutting down", mail.OutcomeUnavailable},
+		{mail.StageConnect, 421, "4.4.2 closing connection", mail.OutcomeUnavailable},
+		// The relay's pace, anywhere: nothing was taken.
+		{mail.StageSender, 451, "4.7.1 throttled, slow down", mail.OutcomeThrottled},
+		{mail.StageSender, 421, "4.7.0 Rate limit exceeded, try again later", mail.OutcomeThrottled},
+		{mail.StageSender, 421, "4.7.0 Try again later, closing connection.", mail.OutcomeThrottled},
+		{mail.StageConnect, 421, "4.7.0 Try again later, closing connection. (EHLO)", mail.OutcomeThrottled},
+		{mail.StageRecipient, 451, "4.7.1 Error: too many recipients from 192.0.2.1", mail.OutcomeThrottled},
+		{mail.StageData, 454, "Throttling failure: Maximum sending rate exceeded.", mail.OutcomeThrottled},
+		{mail.StageSender, 454, "Throttling failure: Daily message quota exceeded.", mail.OutcomeThrottled},
+		{mail.StageAuth, 454, "4.7.0 Too many authentication attempts, slow down", mail.OutcomeThrottled},
 		// This recipient, for now.
 		{mail.StageRecipient, 450, "4.2.0 <ana@example.com>: Recipient address rejected: Greylisted", mail.OutcomeTemporary},
 		{mail.StageRecipient, 451, "4.7.1 Greylisting in action, please come back later", mail.OutcomeTemporary},
@@ -57,6 +67,11 @@ func TestClassifySMTPByStageAndEnhancedCode(t *testing.T) {
 			se := smtpError(c.stage, err, rcpt)
 			if se.Outcome != c.want {
 				t.Errorf("outcome %s, want %s (enhanced %q)", se.Outcome, c.want, se.Reply.Enhanced)
+			}
+			// The reply's text, without its enhanced code, for the budget
+			// (internal/pace reads it).
+			if want := strings.TrimSpace(strings.TrimPrefix(c.msg, se.Reply.Enhanced)); c.code != 0 && se.Reply.Text != want {
+				t.Errorf("reply text %q, want %q", se.Reply.Text, want)
 			}
 		})
 	}

@@ -247,9 +247,32 @@ func smtpError(stage mail.Stage, err error, recipient string) *mail.SendError {
 	var perr *textproto.Error
 	if errors.As(err, &perr) {
 		se.Reply = mail.SMTPReply(perr.Code, enhancedCode(perr.Code, perr.Msg))
+		se.Reply.Text = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(perr.Msg), se.Reply.Enhanced))
 	}
-	se.Outcome = classifySMTP(stage, se.Reply.Code, se.Reply.Enhanced, err, recipient)
+	se.Outcome = classifySMTP(stage, se.Reply, err, recipient)
 	return se
+}
+
+// rateReply reports whether a reply at stage is a relay's refusal for
+// pace (mail.OutcomeThrottled): 421, 451 or 454 with an enhanced code
+// 4.7.x or a text that speaks of rate, throttling or too many ("454
+// Throttling failure: Maximum sending rate exceeded", SES's), as
+// internal/pace's FromSMTP reads them, so that what is throttled here is
+// what pauses the budget there. Not greylisting, which is about a
+// recipient, and not a 4.7.x at AUTH without such a text: 454 4.7.0 is
+// RFC 4954's temporary authentication failure. This is the one place
+// that says what an SMTP rate reply is.
+func rateReply(stage mail.Stage, r mail.Reply) bool {
+	t := strings.ToLower(r.Text)
+	if r.Code != 421 && r.Code != 451 && r.Code != 454 || strings.Contains(t, "greylist") || strings.Contains(t, "graylist") {
+		return false
+	}
+	for _, w := range []string{"rate limit", "ratelimit", "rate-limit", "rate exceeded", "sending rate", "throttl", "too many", "slow down"} {
+		if strings.Contains(t, w) {
+			return true
+		}
+	}
+	return strings.HasPrefix(r.Enhanced, "4.7.") && stage != mail.StageAuth
 }
 
 // enhancedCode returns the RFC 3463 code at the start of a reply's text
@@ -269,11 +292,13 @@ func enhancedCode(code int, msg string) string {
 	return f
 }
 
-// classifySMTP decides what a failure at stage means for the delivery.
-// Only an answer about this recipient is permanent; everything about our
-// session is the provider refusing us (mail.OutcomeUnavailable), so that one
-// configuration mistake or a bad minute at the relay never fails a
-// delivery. code is 0 when no reply came (a network error).
+// classifySMTP decides what a failure at stage, with reply r, means for
+// the delivery. A rate reply (rateReply) is the relay's pace, anywhere:
+// throttled, nothing taken. Only an answer about this recipient is
+// permanent; everything about our session is the provider refusing us
+// (mail.OutcomeUnavailable), so that one configuration mistake or a bad
+// minute at the relay never fails a delivery. r is the zero Reply when
+// no reply came (a network error).
 //
 //	stage                 4xx                     5xx
 //	connect, auth, MAIL   unavailable             unavailable
@@ -281,13 +306,17 @@ func enhancedCode(code int, msg string) string {
 //	                                              x.3.x, x.5.x, x.7.x unavailable (the system, our syntax, our policy)
 //	DATA and after        temporary               permanent when it names the mailbox (x.1.x, x.2.x,
 //	                                              or the address in the text); else temporary
-//	421 anywhere, and no reply before the data: unavailable.
-func classifySMTP(stage mail.Stage, code int, enhanced string, err error, recipient string) mail.Outcome {
+//	a rate reply (421, 451, 454 with 4.7.x or a text of rate) anywhere: throttled.
+//	any other 421, and no reply before the data: unavailable.
+func classifySMTP(stage mail.Stage, r mail.Reply, err error, recipient string) mail.Outcome {
+	code := r.Code
 	subject := ""
-	if parts := strings.Split(enhanced, "."); len(parts) == 3 {
+	if parts := strings.Split(r.Enhanced, "."); len(parts) == 3 {
 		subject = parts[1]
 	}
 	switch {
+	case rateReply(stage, r):
+		return mail.OutcomeThrottled
 	case code == 0 || code == 421:
 		return mail.OutcomeUnavailable
 	case stage == mail.StageConnect || stage == mail.StageAuth || stage == mail.StageSender:

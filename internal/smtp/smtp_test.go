@@ -3,9 +3,12 @@ package smtp_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -169,5 +172,49 @@ func TestProviderHeadersOverSMTP(t *testing.T) {
 	}
 	if got := h.Get("X-Pm-Metadata-Sekali-Key"); got != mail.KeyHash(key) {
 		t.Errorf("metadata header %q, want the key hash", got)
+	}
+}
+
+// A relay's rate reply is throttled: nothing was taken, the hand-over
+// never ran, and the reply's text is there for the budget. After 421
+// the next send dials afresh; after 451 the kept connection goes on.
+func TestRateReplyOfTheRelayIsThrottled(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		reply *gosmtp.SMTPError // nil: the sink's 421 4.7.0
+		code  int
+		conns int // connections after the three sends
+	}{
+		{"421", nil, 421, 2},
+		{"451", &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 7, 1}, Message: "rate limit exceeded, try again later"}, 451, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := sink(t, smtpsink.Config{RateLimit: smtpsink.RateLimit{Messages: 1, Per: time.Hour, Reply: c.reply}})
+			p, err := smtp.New(smtp.Config{Host: s.Host(), Port: s.Port(), TLS: smtp.TLSNone, From: "orders@" + mailDomain,
+				IdempotencyHeader: "Idempotency-Key", Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			msg := func(n int) mail.Message {
+				return mail.Message{To: "ana@example.com", Subject: "s", Text: "t", MessageID: fmt.Sprintf("r%d@%s", n, mailDomain), IdempotencyKey: fmt.Sprint(n)}
+			}
+			if _, err := p.Send(context.Background(), msg(1), func() error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			for n := 2; n <= 3; n++ {
+				_, err = p.Send(context.Background(), msg(n), func() error { t.Error("handed over past the rate"); return nil })
+				var se *mail.SendError
+				if !errors.As(err, &se) || se.Outcome != mail.OutcomeThrottled || se.Stage != mail.StageSender || se.Reply.Code != c.code ||
+					!strings.HasPrefix(se.Reply.Enhanced, "4.7.") || !strings.Contains(strings.ToLower(se.Reply.Text), "rate limit exceeded") || se.HandedOver {
+					t.Errorf("send %d past the rate: %v (reply %+v), want throttled at MAIL with %d 4.7.x and its text", n, err, se.Reply, c.code)
+				}
+			}
+			if s.Count() != 1 || s.RateLimited() != 2 || s.Connections() != c.conns {
+				t.Errorf("%d messages, %d refused by rate, %d connections; want 1, 2, %d", s.Count(), s.RateLimited(), s.Connections(), c.conns)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/emersion/go-smtp"
 )
@@ -88,6 +89,9 @@ func (ss *session) Logout() error { return nil }
 func (ss *session) Mail(from string, opts *smtp.MailOptions) error {
 	if !opts.UTF8 && !isASCII(from) {
 		return errUnicodeAddress
+	}
+	if refusal := ss.srv.admitMail(time.Now()); refusal != nil {
+		return ss.reply(refusal)
 	}
 	if hook := ss.srv.cfg.OnMail; hook != nil {
 		if err := hook(from); err != nil {

@@ -33,6 +33,9 @@
 //     BODY=8BITMIME at MAIL, or 8-bit octets in the header without SMTPUTF8
 //     (550 5.6.0). It offers 8BITMIME and SMTPUTF8.
 //
+// Like a relay, it can limit the rate of messages (Config.RateLimit): past
+// it, MAIL FROM is refused with a rate reply, 421 4.7.0 by default.
+//
 // go-smtp itself refuses unknown commands and MAIL or RCPT parameters, a BDAT
 // chunk without a size, a message over 10 MiB and more than 50 recipients.
 // After replying 421, from a hook or otherwise, the sink closes the
@@ -114,6 +117,65 @@ type Config struct {
 	OnData        func(m *Message) error         // after the whole message is read, before replying; a non-nil error rejects it (not recorded)
 	DataDelay     func(m *Message) time.Duration // stall this long after reading the message, before replying (and before recording)
 	DropAfterData func(m *Message) bool          // true: record the message with Dropped=true, then close the TCP connection without any reply
+	RateLimit     RateLimit                      // a relay's limit on messages; none when zero
+}
+
+// RateLimit is a relay's limit on the messages it takes, shared by every
+// connection: at most Messages MAIL commands in any window of Per (a
+// sliding window), past which MAIL is refused with Reply. The stage is
+// MAIL FROM because that is where a relay counts a message (Postfix's
+// smtpd_client_message_rate_limit answers there): the refusal comes
+// before any recipient or data, so nothing of the message was taken,
+// and it reaches no OnMail hook. Refused commands do not count against
+// the window.
+type RateLimit struct {
+	Messages int           // MAIL commands admitted per window; 0: no limit
+	Per      time.Duration // the window; a second when 0
+	// Reply is the refusal: nil for 421 4.7.0 "Rate limit exceeded, try
+	// again later", after which the sink closes the connection, as after
+	// any 421. Relays also answer 451 4.7.1 (the session goes on) or, as
+	// SES's SMTP interface does, 454 "Throttling failure: Maximum sending
+	// rate exceeded.".
+	Reply *smtp.SMTPError
+}
+
+// errRateLimited is RateLimit's default reply.
+var errRateLimited = &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 7, 0}, Message: "Rate limit exceeded, try again later"}
+
+// admitMail counts a MAIL command at now against cfg.RateLimit and
+// returns the refusal when it is past it, nil when admitted.
+func (s *Server) admitMail(now time.Time) *smtp.SMTPError {
+	rl := s.cfg.RateLimit
+	if rl.Messages <= 0 {
+		return nil
+	}
+	per := rl.Per
+	if per <= 0 {
+		per = time.Second
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := 0
+	for i < len(s.mailTimes) && !now.Before(s.mailTimes[i].Add(per)) {
+		i++
+	}
+	s.mailTimes = s.mailTimes[i:]
+	if len(s.mailTimes) < rl.Messages {
+		s.mailTimes = append(s.mailTimes, now)
+		return nil
+	}
+	s.rateLimited++
+	if rl.Reply != nil {
+		return rl.Reply
+	}
+	return errRateLimited
+}
+
+// RateLimited counts the MAIL commands refused for the rate limit.
+func (s *Server) RateLimited() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rateLimited
 }
 
 // Server is a running sink. Its methods are safe for concurrent use.
@@ -127,12 +189,14 @@ type Server struct {
 	done      chan struct{} // closed by Close; ends DataDelay stalls
 	data      sync.WaitGroup
 
-	mu       sync.Mutex
-	closed   bool
-	accepted int
-	conns    map[*conn]struct{}
-	msgs     []Message
-	changed  chan struct{} // closed and replaced whenever msgs grows
+	mu          sync.Mutex
+	closed      bool
+	accepted    int
+	mailTimes   []time.Time // MAIL commands admitted within RateLimit's window, oldest first
+	rateLimited int
+	conns       map[*conn]struct{}
+	msgs        []Message
+	changed     chan struct{} // closed and replaced whenever msgs grows
 }
 
 // Start listens on cfg.Addr and serves SMTP in a goroutine that the returned

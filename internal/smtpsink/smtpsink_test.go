@@ -467,3 +467,62 @@ func TestCloseEndsDataDelay(t *testing.T) {
 		t.Errorf("recorded %d messages, want 0", n)
 	}
 }
+
+// Past its rate limit the sink refuses MAIL FROM, as a relay does, with
+// 421 4.7.0 and the end of the session by default; every connection
+// shares the limit.
+func TestRateLimitRefusesMail(t *testing.T) {
+	t.Parallel()
+	srv := start(t, smtpsink.Config{RateLimit: smtpsink.RateLimit{Messages: 2, Per: time.Hour}})
+	for i, c := range []*smtp.Client{dial(t, srv), dial(t, srv)} {
+		if _, err := send(c, []string{"rcpt@sekali.test"}, rawMessage(fmt.Sprintf("r%d@sekali.test", i), "rcpt@sekali.test", "hi")); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	c := dial(t, srv)
+	err := c.Mail(sender)
+	var protoErr *textproto.Error
+	if !errors.As(err, &protoErr) || protoErr.Code != 421 || !strings.HasPrefix(protoErr.Msg, "4.7.0 Rate limit exceeded") {
+		t.Fatalf("third MAIL FROM: %v, want 421 4.7.0 Rate limit exceeded", err)
+	}
+	if err := c.Noop(); err == nil {
+		t.Error("the session went on after 421")
+	}
+	if srv.Count() != 2 || srv.RateLimited() != 1 {
+		t.Errorf("%d messages, %d refused by rate; want 2 and 1", srv.Count(), srv.RateLimited())
+	}
+}
+
+// A 451 4.7.1 rate reply leaves the session open, and the window slides:
+// once the oldest message leaves it, MAIL is taken again.
+func TestRateLimitWith451AndASlidingWindow(t *testing.T) {
+	t.Parallel()
+	reply := &gosmtp.SMTPError{Code: 451, EnhancedCode: gosmtp.EnhancedCode{4, 7, 1}, Message: "rate limit exceeded, try again later"}
+	srv := start(t, smtpsink.Config{RateLimit: smtpsink.RateLimit{Messages: 1, Per: 100 * time.Millisecond, Reply: reply}})
+	c := dial(t, srv)
+	if _, err := send(c, []string{"rcpt@sekali.test"}, rawMessage("a@sekali.test", "rcpt@sekali.test", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Mail(sender)
+	var protoErr *textproto.Error
+	if !errors.As(err, &protoErr) || protoErr.Code != 451 || !strings.HasPrefix(protoErr.Msg, "4.7.1 ") {
+		t.Fatalf("second MAIL FROM within the window: %v, want 451 4.7.1", err)
+	}
+	deadline := time.Now().Add(waitLimit)
+	for err != nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond) // a retry's pause, not an expectation of timing
+		err = c.Mail(sender)
+	}
+	if err != nil {
+		t.Fatalf("MAIL FROM after the window: %v", err)
+	}
+	if err := c.Rcpt("rcpt@sekali.test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeData(c, rawMessage("b@sekali.test", "rcpt@sekali.test", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Count() != 2 || srv.RateLimited() == 0 {
+		t.Errorf("%d messages, %d refused by rate; want 2 and some", srv.Count(), srv.RateLimited())
+	}
+}

@@ -99,3 +99,34 @@ func Message(n int) mail.Message {
 func Query(m mail.Message, handedOver time.Time) mail.Query {
 	return mail.Query{MessageID: m.MessageID, KeyHash: mail.KeyHash(m.IdempotencyKey), HandedOverAt: handedOver}
 }
+
+// RefusedBatchHandOverSendsNothing is RefusedHandOverSendsNothing for a
+// batch: p, asked to send b with a refused hand-over, is aborted and
+// not handed over, with no results, and no request reached the
+// provider.
+func RefusedBatchHandOverSendsNothing(t T, p mail.Batcher, b mail.Batch, sent func() int) {
+	t.Helper()
+	lost := errors.New("lease lost")
+	results, err := p.SendBatch(context.Background(), b, func() error { return lost })
+	if se := SendError(t, err); se.Outcome != mail.OutcomeAborted || se.HandedOver || !errors.Is(err, lost) || results != nil {
+		t.Errorf("refused hand-over: %v, %v; want aborted, not handed over, wrapping the refusal, no results", results, err)
+	}
+	if n := sent(); n != 0 {
+		t.Errorf("%d requests reached the provider, want 0", n)
+	}
+}
+
+// StallAfterBatchHandOverSendsNothing is StallAfterHandOverSendsNothing
+// for a batch: a hand-over that returns after stall, longer than p's
+// request timeout, sends nothing; the batch is unavailable and handed
+// over.
+func StallAfterBatchHandOverSendsNothing(t T, p mail.Batcher, b mail.Batch, stall time.Duration, sent func() int) {
+	t.Helper()
+	_, err := p.SendBatch(context.Background(), b, func() error { time.Sleep(stall); return nil })
+	if se := SendError(t, err); se.Outcome != mail.OutcomeUnavailable || !se.HandedOver {
+		t.Errorf("stalled past the deadline: %v, want unavailable (nothing sent), handed over", err)
+	}
+	if n := sent(); n != 0 {
+		t.Errorf("%d requests reached the provider, want 0", n)
+	}
+}

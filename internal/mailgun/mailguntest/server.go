@@ -10,7 +10,11 @@
 // api:<key> (401 "Forbidden"), an unknown domain (404), a missing or bad
 // from or to (400 with {"message"}), no text and no html, an events
 // limit over 300, and a paging link it did not hand out. Mailgun uses a
-// custom h:Message-Id as the message's id; so does this server.
+// custom h:Message-Id as the message's id; so does this server. A rate
+// limit (SetRateLimit, off until a test sets it) counts every request
+// of the key and answers beyond it 429 with {"message"}. Mailgun has no
+// batch endpoint of the kind Resend and Postmark have (one request
+// carrying distinct messages): it sends one by one.
 //
 // It is meant for tests and test binaries, so it does not depend on
 // package testing; its methods are safe for concurrent use.
@@ -70,6 +74,7 @@ type Server struct {
 
 	http   *http.Server
 	faults httpprovidertest.Faults[Fault] // by "messages", "events", "domains"
+	rate   httpprovidertest.RateLimit
 
 	mu         sync.Mutex
 	eventDelay time.Duration
@@ -164,6 +169,14 @@ func (s *Server) CountByMessageID(id string) int {
 // Requests counts the requests of a kind: "messages", "events", "domains".
 func (s *Server) Requests(kind string) int { return s.faults.Requests(kind) }
 
+// SetRateLimit limits the key to n requests per second, every request
+// counted, over a sliding window (httpprovidertest.RateLimit); 0 lifts
+// it.
+func (s *Server) SetRateLimit(n int) { s.rate.Set(n, time.Second) }
+
+// RateLimited counts the requests answered 429.
+func (s *Server) RateLimited() int { return s.rate.Refused() }
+
 func answerFault(w http.ResponseWriter, f *Fault) {
 	switch {
 	case f.Cut:
@@ -176,12 +189,17 @@ func answerFault(w http.ResponseWriter, f *Fault) {
 	}
 }
 
-// authorized checks Basic api:<key> and the domain.
+// authorized checks Basic api:<key>, counts the request against the
+// rate limit, and checks the domain.
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	user, key, ok := r.BasicAuth()
 	if !ok || user != "api" || key != s.APIKey {
 		w.WriteHeader(http.StatusUnauthorized)
 		_, _ = io.WriteString(w, "Forbidden")
+		return false
+	}
+	if !s.rate.Take(time.Now()).OK {
+		writeError(w, http.StatusTooManyRequests, "Too many requests")
 		return false
 	}
 	if r.PathValue("domain") != s.Domain {

@@ -1,10 +1,21 @@
 // Package postmarktest is an HTTP server that speaks the part of
-// Postmark's API that package postmark uses: POST /email, GET /server
-// and the outbound message search, GET /messages/outbound. It records
-// the e-mails it "sends", answers searches from them, and can inject
-// Postmark's failure modes: error answers, connections cut after the
-// request was read (with or without the e-mail sent), and a delay before
-// a sent message can be found.
+// Postmark's API that package postmark uses: POST /email, POST
+// /email/batch, GET /server and the outbound message search, GET
+// /messages/outbound. It records the e-mails it "sends", answers
+// searches from them, and can inject Postmark's failure modes: error
+// answers, connections cut after the request was read (with or without
+// the e-mails sent), a delay before a sent message can be found, and a
+// rate limit (SetRateLimit, off until a test sets it) beyond which it
+// answers 429, as Postmark documents, with no header saying how long to
+// wait: Postmark documents none.
+//
+// A batch (https://postmarkapp.com/developer/user-guide/send-email-with-api/batch-emails)
+// is an array of up to 500 messages, each checked as POST /email checks
+// one; it is answered 200 with one result per message, in order: {"To",
+// "SubmittedAt", "MessageID", "ErrorCode": 0, "Message": "OK"} for a
+// message sent, {"ErrorCode", "Message"} for one refused (an inactive
+// recipient, 406), the others sent all the same. More than 500 is
+// refused whole (422, ErrorCode 410).
 //
 // It refuses what Postmark refuses (https://postmarkapp.com/developer/api/overview):
 // a missing or wrong X-Postmark-Server-Token (401, ErrorCode 10), no
@@ -76,6 +87,7 @@ type Server struct {
 
 	http   *http.Server
 	faults httpprovidertest.Faults[Fault] // by path
+	rate   httpprovidertest.RateLimit
 
 	mu          sync.Mutex
 	senders     []string // From addresses or domains with a signature; nil: all
@@ -97,6 +109,7 @@ func NewServer() *Server {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /email", s.handleEmail)
+	mux.HandleFunc("POST /email/batch", s.handleBatch)
 	mux.HandleFunc("GET /server", s.handleServer)
 	mux.HandleFunc("GET /messages/outbound", s.handleSearch)
 	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
@@ -140,7 +153,8 @@ func (s *Server) SetSearchDelay(d time.Duration) {
 }
 
 // FailNext queues faults for the next requests to path ("/email",
-// "/messages/outbound", "/server"), in order.
+// "/email/batch", "/messages/outbound", "/server"), in order; Sent on
+// "/email/batch" sends the whole batch.
 func (s *Server) FailNext(path string, faults ...Fault) { s.faults.Add(path, faults...) }
 
 // Add stores a message as if it had been sent at m.ReceivedAt (now when
@@ -190,6 +204,14 @@ func (s *Server) CountByMetadata(key, value string) int {
 // Requests counts the requests received on a path, answered or not.
 func (s *Server) Requests(path string) int { return s.faults.Requests(path) }
 
+// SetRateLimit limits the server's token to n requests per second,
+// every request counted (a batch is one), over a sliding window
+// (httpprovidertest.RateLimit); 0 lifts it.
+func (s *Server) SetRateLimit(n int) { s.rate.Set(n, time.Second) }
+
+// RateLimited counts the requests answered 429.
+func (s *Server) RateLimited() int { return s.rate.Refused() }
+
 // answerFault answers f; it reports false for a Cut that sends first.
 func answerFault(w http.ResponseWriter, f *Fault) bool {
 	switch {
@@ -207,6 +229,8 @@ func answerFault(w http.ResponseWriter, f *Fault) bool {
 	return true
 }
 
+// authorized checks the token and the Accept header, then counts the
+// request against the rate limit.
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if r.Header.Get("X-Postmark-Server-Token") != s.Token {
 		writeError(w, http.StatusUnauthorized, 10, "The Server Token you provided in the X-Postmark-Server-Token request header was invalid. Please verify that you are using a valid token.")
@@ -214,6 +238,10 @@ func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	}
 	if !strings.HasPrefix(r.Header.Get("Accept"), "application/json") {
 		writeError(w, http.StatusUnprocessableEntity, 409, "JSON required: set the Accept and Content-Type headers to application/json.")
+		return false
+	}
+	if !s.rate.Take(time.Now()).OK {
+		writeError(w, http.StatusTooManyRequests, 429, "Rate limit exceeded: you have made too many requests, slow down.")
 		return false
 	}
 	return true
@@ -260,7 +288,65 @@ func (s *Server) handleEmail(w http.ResponseWriter, r *http.Request) {
 		httpprovidertest.HangUp(w)
 		return
 	}
-	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]any{"To": m.To, "SubmittedAt": time.Now().Format(time.RFC3339Nano), "MessageID": id, "ErrorCode": 0, "Message": "OK"})
+	httpprovidertest.WriteJSON(w, http.StatusOK, sentAnswer(m, id))
+}
+
+// sentAnswer is Postmark's answer for a message it took.
+func sentAnswer(m Message, id string) map[string]any {
+	return map[string]any{"To": m.To, "SubmittedAt": time.Now().Format(time.RFC3339Nano), "MessageID": id, "ErrorCode": 0, "Message": "OK"}
+}
+
+// MaxBatch is the most messages POST /email/batch takes.
+const MaxBatch = 500
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 50<<20+1))
+	fault := s.faults.Begin("/email/batch")
+	if err != nil {
+		return
+	}
+	if fault != nil && answerFault(w, fault) {
+		return
+	}
+	if !s.authorized(w, r) {
+		return
+	}
+	if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		writeError(w, http.StatusUnprocessableEntity, 409, "JSON required: set the Accept and Content-Type headers to application/json.")
+		return
+	}
+	if len(body) > 50<<20 {
+		httpprovidertest.WriteJSON(w, http.StatusRequestEntityTooLarge, map[string]any{"ErrorCode": 0, "Message": "Payload Too Large"})
+		return
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(body, &items); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			writeError(w, http.StatusUnprocessableEntity, 403, "Incompatible JSON: a batch is an array of messages.")
+			return
+		}
+		writeError(w, http.StatusUnprocessableEntity, 402, "Invalid JSON: "+err.Error())
+		return
+	}
+	if len(items) > MaxBatch {
+		writeError(w, http.StatusUnprocessableEntity, 410, fmt.Sprintf("Too many batch messages: %d, at most %d are allowed.", len(items), MaxBatch))
+		return
+	}
+	results := make([]map[string]any, len(items))
+	for i, raw := range items {
+		m, code, text := s.validate(raw)
+		if code != 0 {
+			results[i] = map[string]any{"ErrorCode": code, "Message": text}
+			continue
+		}
+		results[i] = sentAnswer(m, s.Add(m))
+	}
+	if fault != nil { // Cut after sending
+		httpprovidertest.HangUp(w)
+		return
+	}
+	httpprovidertest.WriteJSON(w, http.StatusOK, results)
 }
 
 func (s *Server) validate(body []byte) (Message, int, string) {

@@ -18,6 +18,17 @@
 // ours that it does not keep: like SES, it replaces the Message-ID with
 // its own.
 //
+// Its sending quota is SES's (https://docs.aws.amazon.com/ses/latest/dg/manage-sending-quotas-errors.html),
+// enforced once a test sets it (SetSendQuota): beyond the maximum send
+// rate (messages per second, over a sliding window) SendEmail is
+// answered 429 TooManyRequestsException "Maximum sending rate exceeded.",
+// beyond the maximum of a rolling 24 hours 429 TooManyRequestsException
+// "Daily message quota exceeded." (SES v2 names the throttling
+// exception so; its guide calls both throttling errors). GetAccount
+// answers the quota in SendQuota (Max24HourSend, MaxSendRate,
+// SentLast24Hours): SES's 50,000 and 14 per second until a test sets
+// another, which it then enforces.
+//
 // It is meant for tests and test binaries, so it does not depend on
 // package testing; its methods are safe for concurrent use.
 package sestest
@@ -74,13 +85,19 @@ type Server struct {
 
 	http   *http.Server
 	faults httpprovidertest.Faults[Fault] // by "send", "account"
+	rate   httpprovidertest.RateLimit
 
-	mu       sync.Mutex
-	verified []string // addresses or domains; nil: all
-	sandbox  bool
-	sets     []string
-	paused   bool
-	msgs     []Message
+	mu        sync.Mutex
+	verified  []string // addresses or domains; nil: all
+	sandbox   bool
+	sets      []string
+	paused    bool
+	maxRate   float64 // MaxSendRate, as GetAccount reports it
+	max24h    int     // Max24HourSend, as GetAccount reports it; -1: unlimited
+	enforced  bool    // SetSendQuota was called: the quota is enforced
+	throttled int     // refused for the rate
+	quotaFull int     // refused for the daily quota
+	msgs      []Message
 }
 
 // NewServer starts a server on a loopback port; it panics if it cannot
@@ -88,7 +105,7 @@ type Server struct {
 func NewServer(region string) *Server {
 	ln, url := httpprovidertest.Listen("sestest")
 	s := &Server{URL: url, Region: region, AccessKey: "AKIA" + strings.ToUpper(httpprovidertest.RandomHex(8)),
-		SecretKey: httpprovidertest.RandomHex(20)}
+		SecretKey: httpprovidertest.RandomHex(20), maxRate: 14, max24h: 50000}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v2/email/outbound-emails", s.handleSend)
 	mux.HandleFunc("GET /v2/email/account", s.handleAccount)
@@ -130,6 +147,50 @@ func (s *Server) PauseSending(paused bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.paused = paused
+}
+
+// SetSendQuota sets the account's sending quota, which GetAccount then
+// reports and SendEmail enforces: maxSendRate messages per second (at
+// least one per 1/maxSendRate seconds when below one), max24HourSend in
+// any 24 hours (-1: unlimited, as SES says it).
+func (s *Server) SetSendQuota(maxSendRate float64, max24HourSend int) {
+	s.mu.Lock()
+	s.maxRate, s.max24h, s.enforced = maxSendRate, max24HourSend, true
+	s.mu.Unlock()
+	switch {
+	case maxSendRate >= 1:
+		s.rate.Set(int(maxSendRate), time.Second)
+	case maxSendRate > 0:
+		s.rate.Set(1, time.Duration(float64(time.Second)/maxSendRate))
+	default:
+		s.rate.Set(0, 0)
+	}
+}
+
+// Throttled counts the SendEmail requests refused for the send rate.
+func (s *Server) Throttled() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.throttled
+}
+
+// QuotaExceeded counts the SendEmail requests refused for the daily
+// quota.
+func (s *Server) QuotaExceeded() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.quotaFull
+}
+
+// sentSince counts the messages received since t; s.mu held.
+func (s *Server) sentSince(t time.Time) int {
+	n := 0
+	for _, m := range s.msgs {
+		if !m.ReceivedAt.Before(t) {
+			n++
+		}
+	}
+	return n
 }
 
 // FailNext queues faults for the next requests of a kind: "send"
@@ -267,9 +328,6 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 		writeError(w, status, typ, problem)
 		return
 	}
-	s.mu.Lock()
-	s.msgs = append(s.msgs, msg)
-	s.mu.Unlock()
 	if f != nil { // Cut after sending
 		httpprovidertest.HangUp(w)
 		return
@@ -277,8 +335,8 @@ func (s *Server) handleSend(w http.ResponseWriter, r *http.Request) {
 	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]string{"MessageId": msg.MessageID})
 }
 
-// accept checks a SendEmail request as SES would and returns the message
-// it sends, or the error answer.
+// accept checks a SendEmail request as SES would, then its quota, and
+// records the message it sends, or returns the error answer.
 func (s *Server) accept(req sendRequest) (m Message, status int, typ, problem string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,6 +383,15 @@ func (s *Server) accept(req sendRequest) (m Message, status int, typ, problem st
 		m.Tags[t.Name] = t.Value
 	}
 	m.Header["Message-Id"] = []string{"<" + id + "@" + s.Region + ".amazonses.com>"} // SES keeps no Message-ID of ours
+	if s.enforced && !s.rate.Take(m.ReceivedAt).OK {
+		s.throttled++
+		return m, http.StatusTooManyRequests, "TooManyRequestsException", "Maximum sending rate exceeded."
+	}
+	if s.enforced && s.max24h >= 0 && s.sentSince(m.ReceivedAt.Add(-24*time.Hour))+len(m.To) > s.max24h {
+		s.quotaFull++
+		return m, http.StatusTooManyRequests, "TooManyRequestsException", "Daily message quota exceeded."
+	}
+	s.msgs = append(s.msgs, m)
 	return m, 0, "", ""
 }
 
@@ -360,6 +427,7 @@ func (s *Server) handleAccount(w http.ResponseWriter, r *http.Request) {
 	}
 	httpprovidertest.WriteJSON(w, http.StatusOK, map[string]any{
 		"SendingEnabled": !s.paused, "ProductionAccessEnabled": !s.sandbox, "EnforcementStatus": status,
-		"SendQuota": map[string]float64{"Max24HourSend": 50000, "MaxSendRate": 14, "SentLast24Hours": float64(len(s.msgs))},
+		"SendQuota": map[string]float64{"Max24HourSend": float64(s.max24h), "MaxSendRate": s.maxRate,
+			"SentLast24Hours": float64(s.sentSince(time.Now().Add(-24 * time.Hour)))},
 	})
 }
