@@ -32,7 +32,7 @@ func TestConsoleOverviewDrawsTheLastHour(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	s.startWorkerTo(t, nil, smtpsink.Config{OnMail: func(string) error {
-		return &gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 7, 0}, Message: "Try again later"}
+		return &gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 3, 2}, Message: "System not accepting network messages"}
 	}})
 	var o order.Order
 	s.postOrder(t, validCheckout, nil).decode(t, &o)

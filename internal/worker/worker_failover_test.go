@@ -20,13 +20,14 @@ import (
 // delivery whose outcome at a provider is unknown goes nowhere else.
 
 // refusingRelay is a second SMTP server that refuses our session (421
-// at MAIL FROM, as a relay does that throttles or is closing) while
-// down is set, and takes mail otherwise.
+// 4.3.2 at MAIL FROM, as a relay does that is shutting down; a 4.7.x
+// rate reply would be throttling, which is paced, not failed over)
+// while down is set, and takes mail otherwise.
 func refusingRelay(t *testing.T, down *atomic.Bool) *smtpsink.Server {
 	t.Helper()
 	s, err := smtpsink.Start(smtpsink.Config{OnMail: func(string) error {
 		if down.Load() {
-			return &gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 7, 0}, Message: "try again later"}
+			return &gosmtp.SMTPError{Code: 421, EnhancedCode: gosmtp.EnhancedCode{4, 3, 2}, Message: "system not accepting network messages"}
 		}
 		return nil
 	}})
