@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"slices"
@@ -175,6 +176,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 		defer closeProvider()
 		np := worker.NamedProvider{Name: cfg.Providers[i].Name, Provider: p, Resend: cfg.DedupWindows[i]}
+		cfg.Paces[i] = accountPace(ctx, log, np.Name, p, cfg.Paces[i])
 		if c := cfg.Paces[i]; c.Rate > 0 {
 			if np.Budget, err = pace.New(rdb, cfg.Queue, np.Name, c); err != nil {
 				return fmt.Errorf("configuration:\n%w", err)
@@ -268,15 +270,57 @@ func readPace(env *envconfig.Reader, d mail.Descriptor) pace.Config {
 	}
 }
 
-// paceNames says each provider's pace for the start-up line: "resend 2/s,
+// accountPace is the pace c of provider name, within what the provider
+// says its account may send (mail.LimitsReporter: SES's GetAccount): a
+// provider unpaced by configuration is paced at its account's rate and
+// daily quota, and a configured rate or quota above the account's is
+// lowered to it, since the provider would refuse the rest. The answer
+// is asked once, at start, for a few seconds; without one the
+// configured pace stands, and the log says why.
+func accountPace(ctx context.Context, log *slog.Logger, name string, p mail.Provider, c pace.Config) pace.Config {
+	lr, ok := p.(mail.LimitsReporter)
+	if !ok {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(ctx, accountLimitsTimeout)
+	defer cancel()
+	l, err := lr.Limits(ctx)
+	if err != nil {
+		log.Warn("the provider's account limits are unknown; its configured pace stands", "provider", name, "pace", c.String(), "error", err)
+		return c
+	}
+	was := c
+	if l.Rate > 0 && (c.Rate == 0 || c.Rate > l.Rate) {
+		c.Rate = l.Rate
+	}
+	if l.Daily > 0 && (c.Quota == 0 || c.Quota > l.Daily) {
+		c.Quota = l.Daily
+	}
+	if c != was {
+		log.Info("paced within the provider's account limits",
+			"provider", name, "configured", paceOf(was), "account_rate", l.Rate, "account_daily", l.Daily,
+			"sent_last_24h", l.SentDaily, "pace", c.String())
+	}
+	return c
+}
+
+// accountLimitsTimeout bounds the start-up question of accountPace.
+const accountLimitsTimeout = 10 * time.Second
+
+// paceOf is c for a log line, "unpaced" for a zero rate.
+func paceOf(c pace.Config) string {
+	if c.Rate == 0 {
+		return "unpaced"
+	}
+	return c.String()
+}
+
+// paceNames says each provider's pace for the start-up line: "resend 5/s,
 // burst 1", or "smtp unpaced".
 func paceNames(ds []mail.Descriptor, ps []pace.Config) string {
 	out := make([]string, len(ds))
 	for i, d := range ds {
-		out[i] = d.Name + " unpaced"
-		if ps[i].Rate > 0 {
-			out[i] = d.Name + " " + ps[i].String()
-		}
+		out[i] = d.Name + " " + paceOf(ps[i])
 	}
 	return strings.Join(out, ", ")
 }

@@ -12,9 +12,11 @@ import (
 var Descriptor = mail.Descriptor{
 	Name:  api.Name,
 	Dedup: DedupWindow,
-	// "The default maximum rate limit is 2 requests per second", per
-	// team, across its keys (Resend's API reference).
-	Rate:   2,
+	// "The default maximum rate limit is 5 requests per second per
+	// team", across its keys (Resend's Usage Limits page; it said 2
+	// before). An account allowed less is learned from its
+	// ratelimit-limit header at its first answer (pace.FromHTTP).
+	Rate:   5,
 	Sender: httpprovider.Sender(&api, func(_ *envconfig.Reader, c httpprovider.Config) Config { return Config{Config: c} }),
 	Webhook: httpprovider.Webhook("RESEND_WEBHOOK_SECRET", NewWebhookVerifier, func(v *WebhookVerifier, _ mail.WebhookDeps) mail.Webhook {
 		return mail.SignedWebhook{VerifyAt: v.Verify, Realm: `Signature realm="sekali-webhooks"`}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -289,5 +290,47 @@ func (w *Worker) throttled(ctx context.Context, l *taskLog, r *route, sig pace.S
 	}
 	if err := r.budget.Observe(context.WithoutCancel(ctx), sig); err != nil {
 		l.set(slog.String("pace_error", err.Error()))
+	}
+}
+
+// okAnswer keeps the header fields of a send's last successful answer
+// (mail.WithAnswerObserver): Resend states its pace on every answer, and
+// a refusal's reach the worker in SendError.Header already.
+type okAnswer struct {
+	mu sync.Mutex
+	h  http.Header
+}
+
+func (o *okAnswer) observe(status int, h http.Header) {
+	if status >= 200 && status < 300 {
+		o.mu.Lock()
+		o.h = h
+		o.mu.Unlock()
+	}
+}
+
+func (o *okAnswer) header() http.Header {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.h
+}
+
+// learnPace applies the rate a successful answer states (its
+// ratelimit-limit: an account allowed less than the configured rate is
+// paced at its own from its first answer, and back at the configured rate
+// once it says it allows that again). A success's ratelimit-remaining of 0
+// pauses nothing: the budget spaces the next request by the rate already,
+// and a reset in whole seconds would idle every worker for up to a second
+// of each window. In steady state this costs no round trip (Observe).
+func (w *Worker) learnPace(ctx context.Context, r *route, h http.Header) {
+	if r.budget == nil || h == nil {
+		return
+	}
+	sig := pace.FromHTTP(http.StatusOK, h, time.Now())
+	if sig.Rate == 0 {
+		return
+	}
+	if err := r.budget.Observe(context.WithoutCancel(ctx), pace.Signal{Rate: sig.Rate, Reason: sig.Reason}); err != nil {
+		taskLogFrom(ctx).set(slog.String("pace_error", err.Error()))
 	}
 }

@@ -66,8 +66,11 @@ func (w *Worker) Run(ctx context.Context, cfg ServerConfig) error {
 		cfg.ConcurrencyPoll = 2 * time.Second
 	}
 	// The template versions this worker renders, kept before its first
-	// hand-over names one.
+	// hand-over names one. Stopped meanwhile, it stops as asked.
 	if err := notify.KeepTemplateVersions(ctx, w.db, w.templates); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	concurrency := max(w.cfg.Concurrency, 1)

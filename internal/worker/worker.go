@@ -465,8 +465,12 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 	sendStart := time.Now()
 	pctx, span := w.tracer.Start(ctx, "provider send", trace.WithSpanKind(trace.SpanKindClient))
 	span.SetAttributes(attribute.String("sekali.provider", a.route.name))
-	providerID, err = a.route.provider.Send(pctx, msg, lastLeaseCheck)
+	var ok okAnswer
+	providerID, err = a.route.provider.Send(mail.WithAnswerObserver(pctx, ok.observe), msg, lastLeaseCheck)
 	w.metrics.sendLatency.Observe(time.Since(sendStart).Seconds())
+	if err == nil {
+		w.learnPace(ctx, a.route, ok.header())
+	}
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}

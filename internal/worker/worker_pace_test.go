@@ -7,9 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/redisconn"
+	"github.com/sekali-dev/sekali/internal/resend"
+	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/worker"
@@ -172,4 +175,54 @@ func TestConfirmationsGoBeforeMailThatMayWait(t *testing.T) {
 		t.Errorf("the last of %d confirmations was e-mail %d of %d, want %d among the first %d", n, last, len(msgs), confirmations, confirmations+1)
 	}
 	t.Logf("the %d confirmations were among the first %d of %d e-mails", confirmations, last, len(msgs))
+}
+
+// An account allowed less than the configured rate is paced at its own
+// from its first successful answer: Resend states its limit on every
+// answer (ratelimit-limit), and the worker lowers the shared budget to it
+// before any request is refused. Once the account says it allows the
+// configured rate again, the budget goes back to it.
+func TestASuccessfulAnswerStatesTheAccountsRate(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	rs := resendtest.NewServer()
+	t.Cleanup(rs.Close)
+	rs.SetRateLimit(2)
+	p, err := resend.New(resend.Config{Config: httpprovider.Config{Key: rs.APIKey, From: "shop@example.com", BaseURL: rs.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := e.budgetFor(t, "resend", 8)
+	w := e.worker(t, workerOpts{providers: []worker.NamedProvider{{Name: "resend", Provider: p, Budget: budget, Resend: resend.DedupWindow}},
+		paceWait: time.Second})
+
+	d := e.checkout(t, "lower@example.com")
+	if err := w.ProcessTask(t.Context(), notify.NewDeliverTask(d)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := budget.State(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Rate != 2 || s.LearnedUntil.IsZero() {
+		t.Errorf("after an answer saying ratelimit-limit: 2, the budget paces at %v/s (learned until %v), want 2", s.Rate, s.LearnedUntil)
+	}
+	if got := rs.Counts().RateLimited; got != 0 {
+		t.Errorf("%d requests refused for pace, want none", got)
+	}
+
+	rs.SetRateLimit(8)
+	d = e.checkout(t, "again@example.com")
+	if err := w.ProcessTask(t.Context(), notify.NewDeliverTask(d)); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = budget.State(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if s.Rate != 8 || !s.LearnedUntil.IsZero() {
+		t.Errorf("after an answer saying ratelimit-limit: 8, the budget paces at %v/s (learned until %v), want the configured 8", s.Rate, s.LearnedUntil)
+	}
+	if e.f.Get(d.ID).Status != notify.StatusSent {
+		t.Errorf("second delivery %s, want sent", e.f.Get(d.ID).Status)
+	}
 }
