@@ -43,21 +43,61 @@ type Payload struct {
 	KeyHash    string    `json:"key_hash"`
 }
 
-// ParsePayload reads a task's payload; both fields are required, and the
-// key hash must look like mail.KeyHash's: a value the claim's statement
-// could not take (a NUL) would fail every claim batched with it.
-func ParsePayload(b []byte) (Payload, error) {
-	var p Payload
-	if err := json.Unmarshal(b, &p); err != nil {
-		return Payload{}, err
+// A task carries one delivery ({"delivery_id":…,"key_hash":…}, what
+// every task carried before) or, under load, many: {"deliveries":[{…},
+// …]}, at most MaxTaskDeliveries, each kept whole (its own claim, lease,
+// lock and history), so that the per-task costs (asynq's scripts, the
+// task's round trips) are paid once for them all.
+type taskPayload struct {
+	Payload
+	Deliveries []Payload `json:"deliveries,omitempty"`
+}
+
+// MaxTaskDeliveries bounds the deliveries of one task: a batch at
+// Resend (100 e-mails a request), and a payload of about 8 KiB.
+const MaxTaskDeliveries = 100
+
+// ParseTask reads a task's payload: its deliveries, in order, one or
+// many. Each needs both fields, and the key hash must look like
+// mail.KeyHash's (a value the claim's statement could not take, a NUL,
+// would fail every claim batched with it); a task names a delivery once,
+// and holds one form or the other, not both.
+func ParseTask(b []byte) ([]Payload, error) {
+	var t taskPayload
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, err
 	}
-	if p.DeliveryID == uuid.Nil || p.KeyHash == "" {
-		return Payload{}, errors.New("delivery_id and key_hash are required")
+	ps := t.Deliveries
+	switch {
+	case len(ps) > 0 && (t.DeliveryID != uuid.Nil || t.KeyHash != ""):
+		return nil, errors.New("a task carries delivery_id and key_hash, or deliveries, not both")
+	case len(ps) > MaxTaskDeliveries:
+		return nil, fmt.Errorf("%d deliveries, at most %d a task", len(ps), MaxTaskDeliveries)
+	case len(ps) == 0:
+		ps = []Payload{t.Payload}
 	}
-	if !isKeyHash(p.KeyHash) {
-		return Payload{}, errors.New("key_hash is not 32 lowercase hexadecimal digits")
+	seen := make(map[uuid.UUID]bool, len(ps))
+	for i, p := range ps {
+		if p.DeliveryID == uuid.Nil || p.KeyHash == "" {
+			return nil, fmt.Errorf("%sdelivery_id and key_hash are required", member(i, len(ps)))
+		}
+		if !isKeyHash(p.KeyHash) {
+			return nil, fmt.Errorf("%skey_hash is not 32 lowercase hexadecimal digits", member(i, len(ps)))
+		}
+		if seen[p.DeliveryID] {
+			return nil, fmt.Errorf("%sdelivery %s is named twice", member(i, len(ps)), p.DeliveryID)
+		}
+		seen[p.DeliveryID] = true
 	}
-	return p, nil
+	return ps, nil
+}
+
+// member names the i-th of n deliveries in an error, when there are many.
+func member(i, n int) string {
+	if n == 1 {
+		return ""
+	}
+	return fmt.Sprintf("deliveries[%d]: ", i)
 }
 
 // isKeyHash reports whether s has mail.KeyHash's form.
@@ -88,22 +128,67 @@ func TaskID(deliveryID uuid.UUID) string {
 	return "delivery:" + deliveryID.String()
 }
 
+// TasksID is the asynq task id of a task of many deliveries: the first's,
+// in its own namespace, so that it never takes the id a task of that
+// delivery alone would have (TaskID).
+func TasksID(first uuid.UUID) string {
+	return "deliveries:" + first.String()
+}
+
 // NewDeliverTask builds the task for one delivery.
 func NewDeliverTask(d Delivery) *asynq.Task {
 	return newDeliverTask(context.Background(), d)
+}
+
+// NewDeliveriesTask builds the task for ds, in their order: one delivery's
+// payload for one, {"deliveries":[…]} for many (at most
+// MaxTaskDeliveries; the caller splits).
+func NewDeliveriesTask(ds []Delivery) *asynq.Task {
+	return newTask(context.Background(), ds)
 }
 
 // newDeliverTask builds the task and carries the trace context of ctx in
 // its headers, so the worker's spans join the trace of the request that
 // caused the delivery.
 func newDeliverTask(ctx context.Context, d Delivery) *asynq.Task {
-	payload, _ := json.Marshal(Payload{DeliveryID: d.ID, KeyHash: mail.KeyHash(d.IdempotencyKey)}) // cannot fail
+	return newTask(ctx, []Delivery{d})
+}
+
+func newTask(ctx context.Context, ds []Delivery) *asynq.Task {
+	ps := make([]Payload, len(ds))
+	for i, d := range ds {
+		ps[i] = Payload{DeliveryID: d.ID, KeyHash: mail.KeyHash(d.IdempotencyKey)}
+	}
+	var payload []byte
+	if len(ps) == 1 {
+		payload, _ = json.Marshal(ps[0]) // cannot fail
+	} else {
+		payload, _ = json.Marshal(struct {
+			Deliveries []Payload `json:"deliveries"`
+		}{ps})
+	}
 	headers := propagation.MapCarrier{}
 	tracing.Propagator.Inject(ctx, headers)
 	if len(headers) == 0 {
 		return asynq.NewTask(TaskTypeDeliver, payload)
 	}
 	return asynq.NewTaskWithHeaders(TaskTypeDeliver, payload, headers)
+}
+
+// Requeue puts one delivery of a task of many back on queue, in a task
+// of its own (TaskID) that runs after after: the others of its task are
+// done, and it waits as it alone must (a lock, a pause, a back-off). A
+// task of that id already there will do: it is queued.
+func Requeue(ctx context.Context, client *asynq.Client, queue string, p Payload, after time.Duration) error {
+	payload, _ := json.Marshal(p) // cannot fail
+	headers := propagation.MapCarrier{}
+	tracing.Propagator.Inject(ctx, headers)
+	_, err := client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(TaskTypeDeliver, payload, headers),
+		asynq.TaskID(TaskID(p.DeliveryID)), asynq.Queue(queue), asynq.MaxRetry(maxTaskRetries), asynq.ProcessIn(after))
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("requeue delivery %s: %w", p.DeliveryID, err)
+	}
+	return nil
 }
 
 // LaterQueue is the queue beside queue whose tasks workers take only

@@ -46,6 +46,7 @@ const (
 	resultUnknownDelivery      result = "unknown_delivery"
 	resultDBError              result = "db_error"
 	resultRedisError           result = "redis_error"
+	resultDone                 result = "done" // a task of many: each delivery done, or back in a task of its own
 )
 
 // duplicateResult is the result of a duplicate caught by layer (cache,

@@ -44,23 +44,36 @@ func (w *Worker) Middleware(next asynq.Handler) asynq.Handler {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
-		level := slog.LevelInfo
-		switch {
-		case errors.Is(err, errProviderUnavailable) && l.result == resultProviderUnavailable:
-			level = slog.LevelDebug // one WARN per outage says it (providerUnavailable)
-		case l.result == resultPinnedMissing:
-			level = slog.LevelWarn // no outage will end it: an operator must look
-		case err != nil && IsFailure(err):
-			level = slog.LevelWarn
-			if errors.Is(err, asynq.SkipRetry) {
-				level = slog.LevelError
-			}
-			l.set(slog.String("error", mail.RedactAddresses(err.Error())))
+		msg := "delivery attempt"
+		if l.many {
+			// Each delivery said its own line (processMany); this one is
+			// the task's.
+			msg = "task of many deliveries"
 		}
-		l.set(slog.String("result", string(l.result)), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
-		w.log.LogAttrs(ctx, level, "delivery attempt", l.attrs...)
+		w.logLine(ctx, l, msg, err, elapsed)
 		return err
 	})
+}
+
+// logLine writes l, the line of one delivery's attempt (or of a task of
+// many), with its result, error and duration, at the level its result
+// calls for.
+func (w *Worker) logLine(ctx context.Context, l *taskLog, msg string, err error, elapsed time.Duration) {
+	level := slog.LevelInfo
+	switch {
+	case errors.Is(err, errProviderUnavailable) && l.result == resultProviderUnavailable:
+		level = slog.LevelDebug // one WARN per outage says it (providerUnavailable)
+	case l.result == resultPinnedMissing:
+		level = slog.LevelWarn // no outage will end it: an operator must look
+	case err != nil && IsFailure(err):
+		level = slog.LevelWarn
+		if errors.Is(err, asynq.SkipRetry) {
+			level = slog.LevelError
+		}
+		l.set(slog.String("error", mail.RedactAddresses(err.Error())))
+	}
+	l.set(slog.String("result", string(l.result)), slog.Float64("duration_ms", float64(elapsed.Microseconds())/1000))
+	w.log.LogAttrs(ctx, level, msg, l.attrs...)
 }
 
 // taskLog collects what one run of the handler learned, for its one log
@@ -68,6 +81,15 @@ func (w *Worker) Middleware(next asynq.Handler) asynq.Handler {
 type taskLog struct {
 	attrs  []slog.Attr
 	result result
+	many   bool // the task's deliveries write lines of their own
+}
+
+// member is the line of the i-th delivery of a task of many: the task's
+// fields so far (its id, retry, worker, trace), and which member it is.
+func (l *taskLog) member(i int) *taskLog {
+	m := &taskLog{attrs: slices.Clone(l.attrs)}
+	m.set(slog.Int("member", i))
+	return m
 }
 
 type taskLogKey struct{}

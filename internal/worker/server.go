@@ -69,11 +69,17 @@ func (w *Worker) Run(ctx context.Context, cfg ServerConfig) error {
 	// hand-over names one. Stopped meanwhile, it stops as asked.
 	if err := notify.KeepTemplateVersions(ctx, w.db, w.templates); err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil //nolint:nilerr // stopped as asked: not a failure to start
 		}
 		return err
 	}
 	concurrency := max(w.cfg.Concurrency, 1)
+	w.retryDelay = func(n int, err error) time.Duration {
+		if IsFailure(err) {
+			return time.Duration(float64(RetryDelay(n, err, nil)) * cfg.RetryBase.Seconds())
+		}
+		return RetryDelay(n, err, nil)
+	}
 	srv := asynq.NewServer(cfg.Redis, asynq.Config{
 		Concurrency: concurrency,
 		// Urgent mail first: a task of LaterQueue (subscription mail, a
@@ -85,15 +91,10 @@ func (w *Worker) Run(ctx context.Context, cfg ServerConfig) error {
 		TaskCheckInterval:        cfg.TaskCheckInterval,
 		DelayedTaskCheckInterval: cfg.DelayedTaskCheckInterval,
 		ShutdownTimeout:          cfg.ShutdownTimeout,
-		RetryDelayFunc: func(n int, err error, t *asynq.Task) time.Duration {
-			if IsFailure(err) {
-				return time.Duration(float64(RetryDelay(n, err, t)) * cfg.RetryBase.Seconds())
-			}
-			return RetryDelay(n, err, t)
-		},
-		IsFailure: IsFailure,
-		Logger:    asynqLogger{w.log.With("component", "asynq")},
-		LogLevel:  asynq.WarnLevel,
+		RetryDelayFunc:           func(n int, err error, _ *asynq.Task) time.Duration { return w.retryDelay(n, err) },
+		IsFailure:                IsFailure,
+		Logger:                   asynqLogger{w.log.With("component", "asynq")},
+		LogLevel:                 asynq.WarnLevel,
 	})
 	mux := asynq.NewServeMux()
 	mux.Use(w.Middleware)

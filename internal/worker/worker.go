@@ -125,6 +125,10 @@ type Worker struct {
 	limit                        *limiter
 	tracer                       trace.Tracer
 	draining                     atomic.Bool
+	// requeue puts a delivery of a task of many back in a task of its own
+	// (many.go), after retryDelay (the server's back-off, RetryDelay).
+	requeue    *asynq.Client
+	retryDelay func(n int, err error) time.Duration
 
 	// The statements on the way to a send, each shared by the attempts
 	// that reach it at once (batch.go).
@@ -194,6 +198,8 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 		log:           log,
 		metrics:       metrics,
 		limit:         newLimiter(max(cfg.Concurrency, 1)),
+		requeue:       asynq.NewClientFromRedisClient(rdb),
+		retryDelay:    func(n int, err error) time.Duration { return RetryDelay(n, err, nil) },
 		tracer:        cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
 		claims: &batch[notify.Claim, *notify.Judged]{max: maxBatch, timeout: recordTimeout, sizes: sizes("claim"),
 			run: func(ctx context.Context, cs []notify.Claim) ([]*notify.Judged, error) {
@@ -242,12 +248,11 @@ func (a *attempt) provider() string {
 // hands the message to the provider per claim, and none after it is sent.
 func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	l := taskLogFrom(ctx)
-	if err := w.limit.acquire(ctx); err != nil {
-		l.result = resultShutdown
-		return fmt.Errorf("wait for a concurrency slot: %w", err)
+	ps, err := notify.ParseTask(task.Payload())
+	if err != nil {
+		l.result = resultBadPayload
+		return fmt.Errorf("malformed task payload %q: %w: %w", textrule.Clip(string(task.Payload()), 200), err, asynq.SkipRetry)
 	}
-	defer w.limit.release()
-	failpoint.Inject("after-dequeue")
 	// While every provider refuses us, no attempt is made: the task
 	// comes back after the next probe.
 	if !w.anyAvailable() {
@@ -255,11 +260,23 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 		w.metrics.handedBack.WithLabelValues("provider_unavailable").Inc()
 		return w.providerWait(errProviderUnavailable)
 	}
-	p, err := notify.ParsePayload(task.Payload())
-	if err != nil {
-		l.result = resultBadPayload
-		return fmt.Errorf("malformed task payload %q: %w: %w", textrule.Clip(string(task.Payload()), 200), err, asynq.SkipRetry)
+	if len(ps) > 1 {
+		return w.processMany(ctx, l, ps)
 	}
+	return w.processOne(ctx, l, ps[0])
+}
+
+// processOne is one delivery's attempt, the task's or one of a task's
+// many (processMany): l is its log line. It takes a slot of the
+// worker's concurrency for itself: Concurrency bounds the deliveries
+// under way, whatever tasks carry them.
+func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) error {
+	if err := w.limit.acquire(ctx); err != nil {
+		l.result = resultShutdown
+		return fmt.Errorf("wait for a concurrency slot: %w", err)
+	}
+	defer w.limit.release()
+	failpoint.Inject("after-dequeue")
 	l.set(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
 
