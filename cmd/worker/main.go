@@ -51,6 +51,7 @@ type config struct {
 	Paces             []pace.Config       // each provider's pace: <NAME>_RATE, <NAME>_BURST, <NAME>_DAILY_QUOTA (a zero Rate: unpaced)
 	PaceWait          time.Duration       // PACE_WAIT: how long a task waits for a token in its goroutine
 	SpillAfter        time.Duration       // PACE_SPILL_AFTER: past this wait a delivery goes to the next provider; 0: never
+	Batches           bool                // PROVIDER_BATCHES: many messages a request where the provider takes them
 	Brand             mailtemplate.Brand  // BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL: what the layouts show
 }
 
@@ -79,6 +80,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.PaceWait = env.Duration("PACE_WAIT", 5*time.Second)
 	cfg.SpillAfter = env.DurationOrZero("PACE_SPILL_AFTER", 0)
+	cfg.Batches = env.OneOf("PROVIDER_BATCHES", "on", "on", "off") == "on"
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := worker.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
@@ -206,6 +208,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Unsubscribe:     cfg.Unsubscribe,
 		PaceWait:        cfg.PaceWait,
 		SpillAfter:      cfg.SpillAfter,
+		Batches:         cfg.Batches,
 	}, log, worker.NewMetrics(reg))
 	reg.MustRegister(pace.NewCollector(budgets...))
 

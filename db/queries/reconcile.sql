@@ -88,3 +88,18 @@ DELETE FROM retired_deliveries r
 WHERE r.delivery_id = ANY(@ids::uuid[])
   AND NOT (r.delivery_id = ANY(coalesce(@deleted::uuid[], '{}')))
   AND EXISTS (SELECT 1 FROM notification_deliveries d WHERE d.id = r.delivery_id);
+
+-- name: DeleteOldBatches :execrows
+-- Retention of batches: a batch's composition is needed while a member's
+-- outcome may be unknown, at most DELIVERY_MAX_AGE after its hand-over;
+-- deleted once older than that and the retention, a bounded number at a
+-- time.
+DELETE FROM delivery_batches
+WHERE key IN (SELECT b.key FROM delivery_batches b
+              WHERE b.created_at < now() - make_interval(secs => @older_than_seconds::float8)
+              ORDER BY b.created_at
+              LIMIT @batch);
+
+-- name: GetDeliveryBatch :one
+-- A batch at the provider: its provider and its members in order.
+SELECT key, provider, members FROM delivery_batches WHERE key = @key;

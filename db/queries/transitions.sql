@@ -30,7 +30,7 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -143,14 +143,22 @@ WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id);
 -- a hand-over PostgreSQL forgot would let the reconciler send again what
 -- the provider may have. Returns the rows handed over; an attempt whose
 -- row is missing lost its lease and must send nothing.
+--
+-- A row handed over in a batch at the provider (batch_keys, '' for a
+-- message sent alone) records the batch's key, and the batch its
+-- members in order — those whose lease held, which are what the request
+-- carries — unless a batch of that key is recorded already (the same
+-- batch handed over again, identical).
 WITH input AS (
     SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token, unnest(@providers::text[]) AS provider,
            unnest(@subjects::text[]) AS subject, unnest(@languages::text[]) AS language,
-           unnest(@template_versions::text[]) AS template_version
+           unnest(@template_versions::text[]) AS template_version, unnest(@batch_keys::text[]) AS batch_key,
+           generate_series(1, cardinality(@ids::uuid[])) AS ord
 ), upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
         provider         = i.provider,
+        handover_batch   = NULLIF(i.batch_key, ''),
         lease_expires_at = now() + make_interval(secs => @lease_seconds::float8)
     FROM input i
     WHERE d.id = ANY(@ids::uuid[])
@@ -158,13 +166,20 @@ WITH input AS (
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
       AND d.lease_expires_at > now()
-    RETURNING d.id, d.attempts, d.lease_token, i.provider, i.subject, i.language, i.template_version
+    RETURNING d.id, d.attempts, d.lease_token, i.provider, i.subject, i.language, i.template_version, i.batch_key, i.ord
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'handed_over', 'sending', 'sending', attempts, @actor::text,
            jsonb_strip_nulls(jsonb_build_object('provider', provider, 'subject', subject, 'language', language,
-                                                'template_version', template_version))
+                                                'template_version', template_version, 'batch', NULLIF(batch_key, '')))
     FROM upd
+), batches AS (
+    INSERT INTO delivery_batches (key, provider, members)
+    SELECT batch_key, min(provider), array_agg(id ORDER BY ord)
+    FROM upd
+    WHERE batch_key <> ''
+    GROUP BY batch_key
+    ON CONFLICT (key) DO NOTHING
 )
 SELECT id, lease_token FROM upd;
 
@@ -422,7 +437,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 FROM upd;
 
 -- name: CancelPendingOfTemplate :execrows
@@ -478,7 +493,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -500,7 +515,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired. ----

@@ -13,7 +13,7 @@ import (
 )
 
 const getDelivery = `-- name: GetDelivery :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries WHERE id = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries WHERE id = $1
 `
 
 func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDelivery, error) {
@@ -44,12 +44,13 @@ func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDe
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }
 
 const getDeliveryByKey = `-- name: GetDeliveryByKey :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries WHERE idempotency_key = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries WHERE idempotency_key = $1
 `
 
 func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (NotificationDelivery, error) {
@@ -80,6 +81,7 @@ func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }
@@ -106,7 +108,7 @@ func (q *Queries) GetRetiredDelivery(ctx context.Context, idempotencyKey string)
 }
 
 const listDeliveriesByOrder = `-- name: ListDeliveriesByOrder :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) ([]NotificationDelivery, error) {
@@ -143,6 +145,7 @@ func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) 
 			&i.ProviderPinned,
 			&i.UnsettledSince,
 			&i.OwnerID,
+			&i.HandoverBatch,
 		); err != nil {
 			return nil, err
 		}

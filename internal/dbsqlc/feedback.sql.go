@@ -78,7 +78,7 @@ func (q *Queries) AddUnsubscribe(ctx context.Context, arg AddUnsubscribeParams) 
 }
 
 const findDeliveryForFeedback = `-- name: FindDeliveryForFeedback :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries
 WHERE ($1::text IS NOT NULL AND provider_message_id = $1::text)
    OR ($2::text IS NOT NULL AND message_id IS NOT NULL
        AND split_part(message_id, '@', 1) = split_part($2::text, '@', 1)
@@ -123,12 +123,13 @@ func (q *Queries) FindDeliveryForFeedback(ctx context.Context, arg FindDeliveryF
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }
 
 const findDeliveryForFeedbackByKeyHash = `-- name: FindDeliveryForFeedbackByKeyHash :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries
 WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = $1::text
 ORDER BY created_at DESC
 LIMIT 1
@@ -165,6 +166,7 @@ func (q *Queries) FindDeliveryForFeedbackByKeyHash(ctx context.Context, keyHash 
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }

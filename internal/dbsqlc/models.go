@@ -30,6 +30,13 @@ type ConsoleSession struct {
 	ExpiresAt time.Time
 }
 
+type DeliveryBatch struct {
+	Key       string
+	Provider  string
+	Members   []uuid.UUID
+	CreatedAt time.Time
+}
+
 type DeliveryBlock struct {
 	ID        int64
 	Kind      string
@@ -85,6 +92,7 @@ type NotificationDelivery struct {
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
 	OwnerID           *uuid.UUID
+	HandoverBatch     *string
 }
 
 type OperatorAction struct {

@@ -34,6 +34,31 @@ func (q *Queries) CountStaleSending(ctx context.Context) (int64, error) {
 	return count, err
 }
 
+const deleteOldBatches = `-- name: DeleteOldBatches :execrows
+DELETE FROM delivery_batches
+WHERE key IN (SELECT b.key FROM delivery_batches b
+              WHERE b.created_at < now() - make_interval(secs => $1::float8)
+              ORDER BY b.created_at
+              LIMIT $2)
+`
+
+type DeleteOldBatchesParams struct {
+	OlderThanSeconds float64
+	Batch            int32
+}
+
+// Retention of batches: a batch's composition is needed while a member's
+// outcome may be unknown, at most DELIVERY_MAX_AGE after its hand-over;
+// deleted once older than that and the retention, a bounded number at a
+// time.
+func (q *Queries) DeleteOldBatches(ctx context.Context, arg DeleteOldBatchesParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteOldBatches, arg.OlderThanSeconds, arg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const deleteRetiredDeliveries = `-- name: DeleteRetiredDeliveries :many
 DELETE FROM notification_deliveries d
 WHERE d.id = ANY($1::uuid[])
@@ -74,8 +99,26 @@ func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetired
 	return items, nil
 }
 
+const getDeliveryBatch = `-- name: GetDeliveryBatch :one
+SELECT key, provider, members FROM delivery_batches WHERE key = $1
+`
+
+type GetDeliveryBatchRow struct {
+	Key      string
+	Provider string
+	Members  []uuid.UUID
+}
+
+// A batch at the provider: its provider and its members in order.
+func (q *Queries) GetDeliveryBatch(ctx context.Context, key string) (GetDeliveryBatchRow, error) {
+	row := q.db.QueryRow(ctx, getDeliveryBatch, key)
+	var i GetDeliveryBatchRow
+	err := row.Scan(&i.Key, &i.Provider, &i.Members)
+	return i, err
+}
+
 const getStaleSending = `-- name: GetStaleSending :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries
 WHERE id = $1 AND status = 'sending' AND lease_expires_at < now()
 `
 
@@ -109,6 +152,7 @@ func (q *Queries) GetStaleSending(ctx context.Context, id uuid.UUID) (Notificati
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }
@@ -161,7 +205,7 @@ WITH picked AS (
 UPDATE notification_deliveries d SET updated_at = now()
 FROM picked
 WHERE d.id = picked.id AND d.status = 'pending'
-RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id
+RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch
 `
 
 type PickOrphanedPendingParams struct {
@@ -208,6 +252,7 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 			&i.ProviderPinned,
 			&i.UnsettledSince,
 			&i.OwnerID,
+			&i.HandoverBatch,
 		); err != nil {
 			return nil, err
 		}

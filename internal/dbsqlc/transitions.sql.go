@@ -21,7 +21,7 @@ WITH upd AS (
       AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR ($2::boolean AND $3::boolean))
       AND ($2::boolean OR d.owner_id IS NULL
            OR (d.owner_id = $4::uuid AND $4::uuid <> '00000000-0000-0000-0000-000000000000'))
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $5::text,
@@ -33,7 +33,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 FROM upd
 `
 
@@ -71,6 +71,7 @@ type CancelDeliveryRow struct {
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
 	OwnerID           *uuid.UUID
+	HandoverBatch     *string
 }
 
 // ---- The shop or an operator: called off before it was sent. ----
@@ -122,6 +123,7 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }
@@ -174,7 +176,7 @@ WITH nosync AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), judged AS (
-    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, n.handover_batch, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
            CASE
                WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
@@ -211,7 +213,7 @@ WITH nosync AS (
     FROM judged j
     WHERE d.id = j.id
       AND j.verdict = 'claim'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, j.status AS from_status, j.task_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $11::text,
@@ -431,25 +433,34 @@ const handOverDeliveries = `-- name: HandOverDeliveries :many
 WITH input AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS lease_token, unnest($3::text[]) AS provider,
            unnest($4::text[]) AS subject, unnest($5::text[]) AS language,
-           unnest($6::text[]) AS template_version
+           unnest($6::text[]) AS template_version, unnest($7::text[]) AS batch_key,
+           generate_series(1, cardinality($1::uuid[])) AS ord
 ), upd AS (
     UPDATE notification_deliveries d
     SET handed_over_at   = now(),
         provider         = i.provider,
-        lease_expires_at = now() + make_interval(secs => $7::float8)
+        handover_batch   = NULLIF(i.batch_key, ''),
+        lease_expires_at = now() + make_interval(secs => $8::float8)
     FROM input i
     WHERE d.id = ANY($1::uuid[])
       AND d.id = i.id
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
       AND d.lease_expires_at > now()
-    RETURNING d.id, d.attempts, d.lease_token, i.provider, i.subject, i.language, i.template_version
+    RETURNING d.id, d.attempts, d.lease_token, i.provider, i.subject, i.language, i.template_version, i.batch_key, i.ord
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'handed_over', 'sending', 'sending', attempts, $8::text,
+    SELECT id, 'handed_over', 'sending', 'sending', attempts, $9::text,
            jsonb_strip_nulls(jsonb_build_object('provider', provider, 'subject', subject, 'language', language,
-                                                'template_version', template_version))
+                                                'template_version', template_version, 'batch', NULLIF(batch_key, '')))
     FROM upd
+), batches AS (
+    INSERT INTO delivery_batches (key, provider, members)
+    SELECT batch_key, min(provider), array_agg(id ORDER BY ord)
+    FROM upd
+    WHERE batch_key <> ''
+    GROUP BY batch_key
+    ON CONFLICT (key) DO NOTHING
 )
 SELECT id, lease_token FROM upd
 `
@@ -461,6 +472,7 @@ type HandOverDeliveriesParams struct {
 	Subjects         []string
 	Languages        []string
 	TemplateVersions []string
+	BatchKeys        []string
 	LeaseSeconds     float64
 	Actor            string
 }
@@ -482,6 +494,12 @@ type HandOverDeliveriesRow struct {
 // a hand-over PostgreSQL forgot would let the reconciler send again what
 // the provider may have. Returns the rows handed over; an attempt whose
 // row is missing lost its lease and must send nothing.
+//
+// A row handed over in a batch at the provider (batch_keys, ” for a
+// message sent alone) records the batch's key, and the batch its
+// members in order — those whose lease held, which are what the request
+// carries — unless a batch of that key is recorded already (the same
+// batch handed over again, identical).
 func (q *Queries) HandOverDeliveries(ctx context.Context, arg HandOverDeliveriesParams) ([]HandOverDeliveriesRow, error) {
 	rows, err := q.db.Query(ctx, handOverDeliveries,
 		arg.Ids,
@@ -490,6 +508,7 @@ func (q *Queries) HandOverDeliveries(ctx context.Context, arg HandOverDeliveries
 		arg.Subjects,
 		arg.Languages,
 		arg.TemplateVersions,
+		arg.BatchKeys,
 		arg.LeaseSeconds,
 		arg.Actor,
 	)
@@ -568,14 +587,14 @@ WITH ins AS (
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT ins.id, 'received', NULL, 'pending', 0, $11::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 FROM ins
 `
 
@@ -618,6 +637,7 @@ type InsertDeliveryRow struct {
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
 	OwnerID           *uuid.UUID
+	HandoverBatch     *string
 }
 
 // Every write that changes a delivery's status, grouped as the state
@@ -673,6 +693,7 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }
@@ -880,7 +901,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -889,7 +910,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 FROM upd
 `
 
@@ -925,6 +946,7 @@ type OperatorMarkSentRow struct {
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
 	OwnerID           *uuid.UUID
+	HandoverBatch     *string
 }
 
 // A held delivery the operator found at the provider.
@@ -961,6 +983,7 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }
@@ -982,7 +1005,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, prev.status AS from_status, prev.provider_pinned AS was_pinned
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, prev.status AS from_status, prev.provider_pinned AS was_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $3::text,
@@ -992,7 +1015,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
 FROM upd
 `
 
@@ -1028,6 +1051,7 @@ type OperatorRetryRow struct {
 	ProviderPinned    bool
 	UnsettledSince    *time.Time
 	OwnerID           *uuid.UUID
+	HandoverBatch     *string
 }
 
 // ---- An operator (admin API). ----
@@ -1072,6 +1096,7 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.ProviderPinned,
 		&i.UnsettledSince,
 		&i.OwnerID,
+		&i.HandoverBatch,
 	)
 	return i, err
 }

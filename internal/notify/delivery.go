@@ -68,14 +68,19 @@ type Delivery struct {
 	ProviderMessageID string
 	LeaseExpiresAt    *time.Time // while sending: when the worker's lease ends
 	HandedOverAt      *time.Time // while sending: when the data went to the provider
-	MessageID         string     // set by the first claim; "" before it
-	Data              json.RawMessage
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	TryingSince       time.Time  // start of the current series of tries (DELIVERY_MAX_AGE counts from here)
-	Locale            string     // the customer's language (BCP 47); "" for the default
-	NotBefore         *time.Time // to be sent later: no worker claims it before; nil: at once
+	// HandoverBatch is the key of the batch at the provider its last
+	// hand-over went in (BatchOf says its members), "" when it went
+	// alone: while its outcome is unknown, it is never sent alone under a
+	// key of its own, only again in that batch, identical.
+	HandoverBatch string
+	MessageID     string // set by the first claim; "" before it
+	Data          json.RawMessage
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	SentAt        *time.Time
+	TryingSince   time.Time  // start of the current series of tries (DELIVERY_MAX_AGE counts from here)
+	Locale        string     // the customer's language (BCP 47); "" for the default
+	NotBefore     *time.Time // to be sent later: no worker claims it before; nil: at once
 	// Provider is the provider of the latest hand-over; "" if none was
 	// recorded. ProviderPinned: the outcome there is unknown, so every
 	// attempt goes to it alone.
@@ -257,6 +262,9 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 	}
 	if r.MessageID != nil {
 		d.MessageID = *r.MessageID
+	}
+	if r.HandoverBatch != nil {
+		d.HandoverBatch = *r.HandoverBatch
 	}
 	if r.Locale != nil {
 		d.Locale = *r.Locale

@@ -92,6 +92,9 @@ func Retire(ctx context.Context, db *pgxpool.Pool, retention, maxAge time.Durati
 	if err != nil {
 		return 0, fmt.Errorf("retire old deliveries: %w", err)
 	}
+	if _, err := q.DeleteOldBatches(ctx, dbsqlc.DeleteOldBatchesParams{OlderThanSeconds: (retention + maxAge).Seconds(), Batch: int32(batch)}); err != nil {
+		return 0, fmt.Errorf("delete old batches: %w", err)
+	}
 	if len(ids) == 0 {
 		return 0, nil
 	}

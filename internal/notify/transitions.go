@@ -232,6 +232,11 @@ type HandOverArgs struct {
 	Leased
 	Provider                   string
 	Subject, Language, Version string
+	// Batch is the key of the batch at the provider the message goes in
+	// (mail.Batch.Key), "" when it goes alone. The batch's members in
+	// order are those of one HandOverAll call with that key whose lease
+	// held: the caller hands over a batch's members together.
+	Batch string
 }
 
 // HandOverAll is the last lease check before the data, for every attempt
@@ -244,7 +249,7 @@ func HandOverAll(ctx context.Context, db DB, hs []HandOverArgs) ([]bool, error) 
 	for i, h := range hs {
 		p.Ids, p.LeaseTokens, p.Providers = append(p.Ids, h.ID), append(p.LeaseTokens, h.Lease.Token), append(p.Providers, h.Provider)
 		p.Subjects, p.Languages = append(p.Subjects, textrule.Clip(h.Subject, 1000)), append(p.Languages, h.Language)
-		p.TemplateVersions = append(p.TemplateVersions, h.Version)
+		p.TemplateVersions, p.BatchKeys = append(p.TemplateVersions, h.Version), append(p.BatchKeys, h.Batch)
 		ls[i] = h.Leased
 	}
 	rows, err := dbsqlc.New(db).HandOverDeliveries(ctx, p)

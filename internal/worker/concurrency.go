@@ -36,6 +36,23 @@ func (l *limiter) acquire(ctx context.Context) error {
 	}
 }
 
+// slot is one taken share of a limiter, given back once.
+type slot struct {
+	l    *limiter
+	once sync.Once
+}
+
+// take waits for a slot.
+func (l *limiter) take(ctx context.Context) (*slot, error) {
+	if err := l.acquire(ctx); err != nil {
+		return nil, err
+	}
+	return &slot{l: l}, nil
+}
+
+// release gives the slot back; again, it does nothing.
+func (s *slot) release() { s.once.Do(s.l.release) }
+
 func (l *limiter) release() {
 	l.mu.Lock()
 	l.active--

@@ -38,6 +38,7 @@ type route struct {
 	resend   time.Duration // NamedProvider.Resend
 	budget   *pace.Budget  // NamedProvider.Budget: nil, unpaced
 	line     *line         // this worker's queue for budget's tokens
+	convoy   *convoy       // its requests of many messages; nil: one message a request
 	health   *health
 }
 

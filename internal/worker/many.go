@@ -31,12 +31,15 @@ func (w *Worker) processMany(ctx context.Context, l *taskLog, ps []notify.Payloa
 	l.many = true
 	l.set(slog.Int("deliveries", len(ps)))
 	errs := make([]error, len(ps))
+	t := newTally(len(ps))
 	var wg sync.WaitGroup
 	for i, p := range ps {
 		ml := l.member(i)
 		wg.Go(func() {
 			start := time.Now()
-			mctx := context.WithValue(ctx, taskLogKey{}, ml)
+			on := &onItsWay{t: t}
+			defer on.arrived() // finished without a send
+			mctx := context.WithValue(context.WithValue(ctx, taskLogKey{}, ml), tallyKey{}, on)
 			errs[i] = w.processOne(mctx, ml, p)
 			w.logLine(mctx, ml, "delivery attempt", errs[i], time.Since(start))
 		})

@@ -20,9 +20,14 @@ type Metrics struct {
 	handedBack   *prometheus.CounterVec
 	providerUp   *prometheus.GaugeVec
 	batchSize    *prometheus.HistogramVec
-	paceWait     *prometheus.HistogramVec
-	throttled    *prometheus.CounterVec
-	spilled      *prometheus.CounterVec
+	// providerBatch: the messages of each request of many (convoy.go);
+	// batchResent: such requests sent again, identical, after a lost
+	// answer.
+	providerBatch *prometheus.HistogramVec
+	batchResent   *prometheus.CounterVec
+	paceWait      *prometheus.HistogramVec
+	throttled     *prometheus.CounterVec
+	spilled       *prometheus.CounterVec
 }
 
 // NewMetrics creates the worker's metrics and registers them with reg.
@@ -46,6 +51,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		batchSize: metric.HistogramVec(reg, "sekali_statement_batch_size",
 			"Attempts served by one statement, by statement (claim, hand_over, sent): those that reached it while the previous one ran.",
 			[]float64{1, 2, 4, 8, 16, 32, 64}, []string{"statement"}),
+		providerBatch: metric.HistogramVec(reg, "sekali_provider_batch_size",
+			"Messages carried by each request of many to a provider that takes them (Resend, Postmark), by provider.",
+			[]float64{1, 2, 5, 10, 20, 50, 100, 200, 500}, []string{"provider"}),
+		batchResent: metric.CounterVec(reg, "sekali_provider_batch_resent_total",
+			"Requests of many sent again, identical and under the same key, after their answer was lost, by provider.",
+			[]string{"provider"}, nil),
 		sendLatency: metric.Histogram(reg, "sekali_provider_send_duration_seconds",
 			"Time the mail provider took to take (or refuse) one message.", metric.Latency),
 		blocked: metric.Counter(reg, "sekali_deliveries_blocked_total",

@@ -132,7 +132,8 @@ var errPaced = errors.New("the provider's budget has no request to spare now; ta
 // budget) or the error that hands the task back for its turn.
 func (w *Worker) paceFor(ctx context.Context, l *taskLog) (*route, error) {
 	first := w.firstAvailable()
-	if first == nil || first.budget == nil {
+	if first == nil || first.budget == nil || first.convoy != nil {
+		// A convoy takes one token for each of its requests (convoy.go).
 		return first, nil
 	}
 	start := time.Now()
@@ -192,7 +193,7 @@ func (w *Worker) routeAfterPace(ctx context.Context, d notify.Delivery, paced *r
 		s := decideNoRoute(d.Provider, w.anyAvailable())
 		return nil, &s
 	}
-	if r.budget == nil || r == paced {
+	if r.budget == nil || r == paced || r.convoy != nil {
 		return r, nil
 	}
 	turn, err := r.budget.Take(ctx, 1)

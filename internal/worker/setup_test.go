@@ -104,6 +104,7 @@ type workerOpts struct {
 	unsubscribe worker.Unsubscribe
 	paceWait    time.Duration // the default's 5 s when zero
 	spillAfter  time.Duration
+	batches     bool // PROVIDER_BATCHES=on
 }
 
 // testWorker is a Worker behind its Middleware, as cmd/worker serves it:
@@ -140,7 +141,7 @@ func (e *env) worker(t testing.TB, o workerOpts) testWorker {
 	w := worker.New(e.db.Pool, e.rdb, o.providers, o.templates, worker.Config{
 		LockTTL: o.lockTTL, MaxAge: o.maxAge, ProbeInterval: 100 * time.Millisecond, SendTimeout: 10 * time.Second,
 		MessageIDDomain: mailDomain, WorkerID: t.Name(), Queue: e.redis.Queue, Concurrency: 10, Unsubscribe: o.unsubscribe,
-		PaceWait: o.paceWait, SpillAfter: o.spillAfter,
+		PaceWait: o.paceWait, SpillAfter: o.spillAfter, Batches: o.batches,
 	}, slog.New(slog.NewJSONHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})), e.metrics)
 	return testWorker{Worker: w, handler: w.Middleware(w)}
 }

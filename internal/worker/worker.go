@@ -3,6 +3,7 @@ package worker
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -72,6 +73,10 @@ type Config struct {
 	// provider that has one now (PACE_SPILL_AFTER); 0, the default:
 	// never, every delivery waits for the first.
 	SpillAfter time.Duration
+	// Batches: a provider that takes many messages in one request
+	// (mail.Batcher) gets them so (convoy.go; PROVIDER_BATCHES); false:
+	// one message a request, everywhere.
+	Batches bool
 }
 
 // Unsubscribe is how a subscription message's List-Unsubscribe is made:
@@ -127,6 +132,7 @@ type Worker struct {
 	draining                     atomic.Bool
 	// requeue puts a delivery of a task of many back in a task of its own
 	// (many.go), after retryDelay (the server's back-off, RetryDelay).
+	plans      postgres.GenericPlans // the pool, for the statements that take arrays
 	requeue    *asynq.Client
 	retryDelay func(n int, err error) time.Duration
 
@@ -187,7 +193,7 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 		routes[i] = &route{name: p.Name, provider: p.Provider, resend: p.Resend, budget: p.Budget, health: newHealth(metrics.providerUp.WithLabelValues(p.Name)),
 			line: &line{budget: p.Budget, maxWait: cfg.PaceWait}}
 	}
-	return &Worker{
+	w := &Worker{
 		db:            db,
 		lock:          redisLock{rdb: rdb, ttl: cfg.LockTTL},
 		routes:        routes,
@@ -214,7 +220,14 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 			run: func(ctx context.Context, ss []notify.SentArgs) ([]bool, error) {
 				return notify.MarkSentAll(ctx, plans, ss)
 			}},
+		plans: plans,
 	}
+	if cfg.Batches {
+		for _, r := range routes {
+			r.convoy = newConvoy(w, r)
+		}
+	}
+	return w
 }
 
 // attempt is one claimed try at a delivery: the row as claimed, the lease
@@ -232,6 +245,13 @@ type attempt struct {
 	lockLost bool       // the heartbeat found the lock gone
 	sent     bool       // "sent" was recorded: cache it when the lock is released
 	language string     // the template variant rendered, for the history
+	// batched: handed over in a batch at the provider (convoy.go), whose
+	// key is batch, of batchSize members: never sent again alone under
+	// its own key while the batch's outcome is unknown.
+	batched   bool
+	batch     string
+	batchSize int
+	slot      *slot // its share of the worker's concurrency, given back while it waits in a convoy
 }
 
 // provider names the provider the attempt went to, for the history; ""
@@ -271,11 +291,12 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 // worker's concurrency for itself: Concurrency bounds the deliveries
 // under way, whatever tasks carry them.
 func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) error {
-	if err := w.limit.acquire(ctx); err != nil {
+	sl, err := w.limit.take(ctx)
+	if err != nil {
 		l.result = resultShutdown
 		return fmt.Errorf("wait for a concurrency slot: %w", err)
 	}
-	defer w.limit.release()
+	defer sl.release()
 	failpoint.Inject("after-dequeue")
 	l.set(slog.String("delivery_id", p.DeliveryID.String()), slog.String("key_hash", p.KeyHash))
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("sekali.delivery_id", p.DeliveryID.String()), attribute.String("sekali.key_hash", p.KeyHash))
@@ -311,7 +332,7 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) e
 	w.metrics.lockAcquired.Inc()
 	l.set(slog.String("lock", "acquired"))
 	taskID, _ := asynq.GetTaskID(ctx)
-	a := &attempt{keyHash: p.KeyHash, lockToken: token, taskID: taskID,
+	a := &attempt{keyHash: p.KeyHash, lockToken: token, taskID: taskID, slot: sl,
 		lease: notify.Lease{Token: uuid.New(), TTL: w.cfg.LockTTL, Actor: w.cfg.WorkerID}}
 	defer w.releaseLock(ctx, a)
 	failpoint.Inject("after-lock")
@@ -363,7 +384,13 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) e
 	defer cancelRecord()
 	rctx, span := w.tracer.Start(rctx, "record outcome")
 	defer span.End()
-	return w.apply(rctx, l, a.row, a, decideOutcome(a.row, providerID, sendErr, time.Now(), w.cfg.MaxAge, a.route.resend > 0))
+	if a.batch != "" {
+		l.set(slog.String("batch", a.batch), slog.Int("batch_size", a.batchSize))
+	}
+	if p, ok := errors.AsType[*pacedSend](sendErr); ok {
+		return w.apply(rctx, l, a.row, a, decidePaced(a.route.name, p.turn))
+	}
+	return w.apply(rctx, l, a.row, a, decideOutcome(a.row, providerID, sendErr, time.Now(), w.cfg.MaxAge, a.route.resend > 0 && !a.batched))
 }
 
 // claim takes the row for this attempt: one conditional UPDATE that
@@ -463,13 +490,29 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 	if r.Category == mailtemplate.CategorySubscription && w.cfg.Unsubscribe.BaseURL != "" {
 		msg.ListUnsubscribe = w.cfg.Unsubscribe.header(d.Recipient, r.Category, d.CreatedAt)
 	}
+	ho := notify.HandOverArgs{Leased: notify.Leased{ID: d.ID, Lease: a.lease}, Provider: a.route.name,
+		Subject: r.Subject, Language: r.Language, Version: w.templates.Version(d.Template)}
+	if c := a.route.convoy; c != nil && w.cfg.Batches {
+		a.slot.release() // the request is one, however many ride in it
+		pctx, span := w.tracer.Start(ctx, "provider batch send", trace.WithSpanKind(trace.SpanKindClient))
+		span.SetAttributes(attribute.String("sekali.provider", a.route.name))
+		providerID, err = c.ride(&rider{ctx: pctx, a: a, msg: msg, ho: ho, urgent: urgent(ctx, w.cfg.Queue), tally: onItsWayFrom(ctx), wake: make(chan bool, 1)})
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		if hb.lockLost() {
+			a.lockLost = true
+			w.metrics.lockExpired.Inc()
+		}
+		return providerID, err
+	}
 	lastLeaseCheck := func() error {
 		if hb.lockLost() {
 			return errLockLost
 		}
 		failpoint.Inject("before-data")
-		held, err := w.handOvers.do(ctx, notify.HandOverArgs{Leased: notify.Leased{ID: d.ID, Lease: a.lease}, Provider: a.route.name,
-			Subject: r.Subject, Language: r.Language, Version: w.templates.Version(d.Template)})
+		held, err := w.handOvers.do(ctx, ho)
 		if err != nil {
 			return err
 		}

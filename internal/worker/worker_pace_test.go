@@ -68,10 +68,12 @@ func TestTwoWorkersKeepTheProvidersPace(t *testing.T) {
 		most = max(most, j-i)
 	}
 	// The budget grants one request every 1/rate; the mail server sees
-	// them a little earlier or later than granted, so a second may hold
-	// one more.
-	if most > int(rate)+1 {
-		t.Errorf("%d e-mails within one second, want at most the pace of %v a second (and one of jitter)", most, rate)
+	// them a little earlier or later than granted (an SMTP session of its
+	// own each, under the race detector and beside the rest of the
+	// suite), so a second may hold one or two more: a session delayed by
+	// a token's interval lands beside the next one's.
+	if most > int(rate)+2 {
+		t.Errorf("%d e-mails within one second, want at most the pace of %v a second (and two of jitter)", most, rate)
 	}
 	span := at[len(at)-1].Sub(at[0])
 	if least := time.Duration(float64(n-2) / rate * float64(time.Second)); span < least {
@@ -85,11 +87,11 @@ func TestTwoWorkersKeepTheProvidersPace(t *testing.T) {
 			t.Errorf("%s: %d e-mails", id, k)
 		}
 	}
-	if failed := e.counter(t, "sekali_deliveries_total", "order-confirmation", "failed"); failed != 0 {
+	if failed := e.counter(t, "sekali_deliveries_total", "template", "order-confirmation", "outcome", "failed"); failed != 0 {
 		t.Errorf("%v deliveries failed", failed)
 	}
 	t.Logf("%d e-mails in %v, at most %d in one second; %v tasks handed back for their turn", n, span.Round(time.Millisecond), most,
-		e.counter(t, "sekali_tasks_handed_back_total", "paced"))
+		e.counter(t, "sekali_tasks_handed_back_total", "reason", "paced"))
 }
 
 // With PACE_SPILL_AFTER, a delivery that its first provider's pace

@@ -1,0 +1,288 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/failpoint"
+	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/pace"
+)
+
+// A provider that takes many messages in one request (mail.Batcher:
+// Resend's /emails/batch, Postmark's /email/batch) gets them so. Each
+// delivery is still its own attempt — its lock, claim, lease, render and
+// outcome — up to the send; there it joins its provider's convoy, and
+// the convoy's leader carries everyone waiting in one request:
+//
+//   - one token of the provider's budget for the request, taken before
+//     the batch is closed, so that whoever arrives while the leader waits
+//     for it rides along (the attempts took none before their claim);
+//   - one hand-over for every member (HandOverAll), recording the
+//     batch's key and its members in order before the request leaves;
+//     a member whose lease did not hold is left out, and nothing else;
+//   - the request, under the batch's key (Resend's Idempotency-Key for
+//     the whole request). A request whose answer was lost at a provider
+//     that refuses a second request under the key (Resend) is sent again
+//     at once, identical, under the same key, a few times: the provider
+//     answers the first request's ids, or sends it the one time;
+//   - each member's own outcome: its id, its own refusal, or what befell
+//     the whole request. A member whose outcome stays unknown is left
+//     for the reconciler, and never sent alone under a key of its own
+//     (its row names its batch): the reconciler asks the provider, where
+//     it can (Postmark, by Message-ID), and holds it where it cannot.
+//
+// Like the statements' batches (batch.go) it has no timer: a lone
+// attempt goes at once, alone, and under load a request carries whoever
+// arrived while the one before it was under way, up to the provider's
+// MaxBatch. An attempt waiting in the convoy gives its slot of the
+// worker's concurrency back: the request is one, however many it
+// carries.
+type convoy struct {
+	w       *Worker
+	route   *route
+	batcher mail.Batcher
+	max     int
+
+	mu      sync.Mutex
+	leading bool
+	queue   []*rider
+}
+
+// tally counts the deliveries of a task of many still on their way to
+// their send (many.go): a convoy's leader waits for its own task's,
+// briefly, so that a task's deliveries go in one request rather than the
+// first alone and the others after it.
+type tally struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n reaches 0
+}
+
+func newTally(n int) *tally { return &tally{n: n, zero: make(chan struct{})} }
+
+func (t *tally) done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n--; t.n == 0 {
+		close(t.zero)
+	}
+}
+
+// onItsWay is one delivery of a tally: counted once, when it reaches its
+// send or finishes without one, whichever comes first.
+type onItsWay struct {
+	t    *tally
+	once sync.Once
+}
+
+func (o *onItsWay) arrived() {
+	if o != nil {
+		o.once.Do(o.t.done)
+	}
+}
+
+type tallyKey struct{}
+
+// onItsWayFrom is ctx's delivery of a task of many, nil for a task of
+// one.
+func onItsWayFrom(ctx context.Context) *onItsWay {
+	o, _ := ctx.Value(tallyKey{}).(*onItsWay)
+	return o
+}
+
+// gatherWait bounds how long a convoy's leader waits for the rest of its
+// task's deliveries: they render and claim beside it, a few milliseconds.
+const gatherWait = 200 * time.Millisecond
+
+// rider is one attempt waiting in a convoy: its message, its hand-over,
+// and, once the request is answered, its outcome.
+type rider struct {
+	ctx    context.Context // the attempt's, bounded by SEND_TIMEOUT
+	a      *attempt
+	msg    mail.Message
+	ho     notify.HandOverArgs
+	urgent bool
+	tally  *onItsWay // its task's count, nil for a task of one
+	wake   chan bool // true: id and err are set; false: lead the next request
+
+	id  string
+	err error
+}
+
+// newConvoy is the convoy of r, nil when its provider takes one message
+// a request.
+func newConvoy(w *Worker, r *route) *convoy {
+	b, ok := r.provider.(mail.Batcher)
+	if !ok || b.MaxBatch() < 2 {
+		return nil
+	}
+	return &convoy{w: w, route: r, batcher: b, max: b.MaxBatch()}
+}
+
+// ride sends r's message in the next request the convoy makes, and
+// returns its outcome as a lone send would: the provider's id, or the
+// error to decide on.
+func (c *convoy) ride(r *rider) (string, error) {
+	r.tally.arrived()
+	c.mu.Lock()
+	c.queue = append(c.queue, r)
+	lead := !c.leading
+	c.leading = true
+	c.mu.Unlock()
+	if !lead {
+		if done := <-r.wake; done {
+			return r.id, r.err
+		}
+	}
+	c.lead(r)
+	return r.id, r.err
+}
+
+// pacedSend: the convoy's leader found no token within PACE_WAIT;
+// nothing was handed over, and each rider goes back for its turn.
+type pacedSend struct{ turn pace.Turn }
+
+func (p *pacedSend) Error() string { return errPaced.Error() }
+
+// lead makes the convoy's next request, led by l (the head of the
+// queue): the token, the batch of whoever waits then, the request, each
+// rider's outcome; then the lead passes to the first still waiting.
+func (c *convoy) lead(l *rider) {
+	var refusal error
+	if l.tally != nil {
+		select {
+		case <-l.tally.t.zero:
+		case <-time.After(gatherWait):
+		}
+	}
+	if c.route.budget != nil {
+		start := time.Now()
+		turn, err := c.route.line.take(l.ctx, l.urgent)
+		c.w.metrics.paceWait.WithLabelValues(c.route.name).Observe(time.Since(start).Seconds())
+		switch {
+		case err != nil:
+			refusal = &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageConnect, Err: fmt.Errorf("pace %s: %w", c.route.name, err)}
+		case !turn.Go():
+			refusal = &pacedSend{turn: turn}
+		}
+	}
+	c.mu.Lock()
+	n := min(len(c.queue), c.max)
+	riders := c.queue[:n:n]
+	c.queue = c.queue[n:]
+	c.mu.Unlock()
+
+	if refusal != nil {
+		for _, r := range riders {
+			r.err = refusal
+		}
+	} else {
+		c.send(l.ctx, riders)
+	}
+	for _, r := range riders {
+		if r != l {
+			r.wake <- true
+		}
+	}
+	c.mu.Lock()
+	if len(c.queue) > 0 {
+		c.queue[0].wake <- false
+	} else {
+		c.leading = false
+	}
+	c.mu.Unlock()
+}
+
+// batchRetries are the waits before each identical re-send of a batch
+// whose answer was lost, at a provider that refuses a second request
+// under the key: within SEND_TIMEOUT, under the heartbeat.
+var batchRetries = []time.Duration{time.Second, 2 * time.Second}
+
+// send hands riders over and sends them in one request.
+func (c *convoy) send(ctx context.Context, riders []*rider) {
+	w := c.w
+	key := "batch:" + uuid.NewString()
+	hs := make([]notify.HandOverArgs, len(riders))
+	for i, r := range riders {
+		hs[i] = r.ho
+		hs[i].Batch = key
+	}
+	failpoint.Inject("before-data")
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.LockTTL)
+	held, err := notify.HandOverAll(hctx, w.plans, hs)
+	cancel()
+	if err != nil {
+		for _, r := range riders {
+			r.err = &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageConnect, Err: fmt.Errorf("hand over: %w", err)}
+		}
+		return
+	}
+	var members []*rider
+	b := mail.Batch{Key: key}
+	for i, r := range riders {
+		if !held[i] {
+			r.err = &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageConnect, Err: notify.ErrLeaseLost}
+			continue
+		}
+		r.a.batched = true
+		members = append(members, r)
+		b.Messages = append(b.Messages, r.msg)
+	}
+	if len(members) == 0 {
+		return
+	}
+	failpoint.Inject("after-handover")
+	w.metrics.providerBatch.WithLabelValues(c.route.name).Observe(float64(len(members)))
+
+	var ok okAnswer
+	sctx := mail.WithAnswerObserver(ctx, ok.observe)
+	start := time.Now()
+	results, err := c.batcher.SendBatch(sctx, b, func() error { return nil })
+	for i := 0; err != nil && c.route.resend > 0 && sentMaybe(err) && i < len(batchRetries); i++ {
+		// The answer was lost: the same request again, under the same key,
+		// gets the first one's answer, or is the one time it is sent.
+		taskLogFrom(members[0].ctx).set(slog.Int("batch_resent", i+1))
+		select {
+		case <-ctx.Done():
+		case <-time.After(batchRetries[i]):
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		w.metrics.batchResent.WithLabelValues(c.route.name).Inc()
+		results, err = c.batcher.SendBatch(sctx, b, func() error { return nil })
+	}
+	w.metrics.sendLatency.Observe(time.Since(start).Seconds())
+	if err == nil {
+		w.learnPace(ctx, c.route, ok.header())
+	}
+	for i, r := range members {
+		r.a.batch, r.a.batchSize = key, len(members)
+		switch {
+		case err != nil:
+			r.err = err
+		case i >= len(results):
+			r.err = &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData,
+				Err: fmt.Errorf("the batch's answer has %d results for %d messages", len(results), len(members))}
+		case results[i].Err != nil:
+			r.err = results[i].Err
+		default:
+			r.id = results[i].ID
+		}
+	}
+}
+
+// sentMaybe reports whether err leaves open that the provider took the
+// request: no answer after it was written, or a 5xx.
+func sentMaybe(err error) bool {
+	var se *mail.SendError
+	return errors.As(err, &se) && (se.Outcome == mail.OutcomeAmbiguous || se.MayHaveAccepted())
+}
