@@ -228,6 +228,24 @@ func (e ProblemType) Valid() bool {
 	}
 }
 
+// Defines values for QueueSwitchLane.
+const (
+	All   QueueSwitchLane = "all"
+	Later QueueSwitchLane = "later"
+)
+
+// Valid indicates whether the value is a known member of the QueueSwitchLane enum.
+func (e QueueSwitchLane) Valid() bool {
+	switch e {
+	case All:
+		return true
+	case Later:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessState.
 const (
 	ReadinessStateOk          ReadinessState = "ok"
@@ -730,8 +748,13 @@ type Queue struct {
 
 	// LaterLatencySeconds Age of the later lane's oldest pending task.
 	LaterLatencySeconds float32 `json:"later_latency_seconds,omitempty,omitzero"`
-	Paused              bool    `json:"paused"`
-	Pending             int     `json:"pending"`
+
+	// LaterPaused The later lane is paused, alone or with the queue.
+	LaterPaused bool `json:"later_paused,omitempty,omitzero"`
+
+	// Paused The queue itself is paused (pausing all sending pauses its later lane too).
+	Paused  bool `json:"paused"`
+	Pending int  `json:"pending"`
 
 	// ProcessedToday Tasks finished today (UTC), as asynq counts them, on both lanes.
 	ProcessedToday int `json:"processed_today"`
@@ -745,6 +768,18 @@ type Queue struct {
 	// Size Tasks still to run, in every state but completed.
 	Size int `json:"size"`
 }
+
+// QueueSwitch Why, and which lane.
+type QueueSwitch struct {
+	// Lane `all` (the default): the queue and its later lane; `later`: the later lane alone.
+	Lane QueueSwitchLane `json:"lane,omitempty,omitzero"`
+
+	// Note Free text for the delivery's history; it may run over lines, but takes no other control characters and no bidirectional controls.
+	Note Note `json:"note,omitempty,omitzero"`
+}
+
+// QueueSwitchLane `all` (the default): the queue and its later lane; `later`: the later lane alone.
+type QueueSwitchLane string
 
 // Readiness Each dependency's name with `ok`, `unavailable`, or, for the API itself (`api`, while every place of `HTTP_MAX_IN_FLIGHT` is taken and for 10 s after a refusal), `overloaded`.
 type Readiness struct {
