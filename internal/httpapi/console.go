@@ -57,6 +57,7 @@ type page struct {
 	Held, Failed count
 	LastHour     *lastHour // nil when the history could not be read
 	QueueNow     *queueNow // nil when the queue could not be read
+	Paces        []paceRow // the paced providers' budgets
 
 	Query     deliveryQuery // deliveries
 	Statuses  []notify.Status
@@ -257,6 +258,7 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 		} else {
 			q := newQueueNow(p.Data)
 			p.QueueNow = &q
+			p.Paces = newPaceRows(p.Data.Provider.Providers, now)
 		}
 		if p.Held, err = countOf(ctx, ops, notify.StatusHeld); err != nil {
 			errs = append(errs, err)

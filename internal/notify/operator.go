@@ -460,6 +460,7 @@ func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
 		return QueueState{}, err
 	}
 	health := ProviderHealth{Up: true, Workers: workers, Providers: summarize(workers)}
+	readPaces(ctx, o.rdb, queue, health.Providers, workers)
 	if i := slices.IndexFunc(workers, func(s ProviderState) bool { return !s.Up }); i >= 0 {
 		health.Up, health.Reason = false, workers[i].Provider+": "+workers[i].Reason
 	}
@@ -477,6 +478,8 @@ type ProviderSummary struct {
 	Name   string `json:"name"`
 	Up     bool   `json:"up"`               // no live worker finds it refusing us
 	Reason string `json:"reason,omitempty"` // of the first worker that does
+	// Pace is its budget, when the live workers pace it; nil when unpaced.
+	Pace *ProviderPace `json:"pace,omitempty"`
 }
 
 // summarize folds the workers' states into one per provider, by name.
