@@ -139,9 +139,10 @@ compose-check: ## validate docker-compose.yml (and its ha profile) without a Doc
 	docker-compose config -q
 	docker-compose --profile ha config -q
 
-deploy-check: ## validate the Prometheus config and alert rules (needs promtool)
+deploy-check: ## validate the Prometheus config and alert rules, and run the rules' unit tests (needs promtool)
 	promtool check config --syntax-only deploy/prometheus/prometheus.yml
 	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 
 ci: test run-check browser sqlc-check client-check tidy-check vet lint compose-check deploy-check ## what .ci/run runs after starting the services, make test first
 

@@ -228,6 +228,24 @@ func (e ProblemType) Valid() bool {
 	}
 }
 
+// Defines values for QueueSwitchLane.
+const (
+	All   QueueSwitchLane = "all"
+	Later QueueSwitchLane = "later"
+)
+
+// Valid indicates whether the value is a known member of the QueueSwitchLane enum.
+func (e QueueSwitchLane) Valid() bool {
+	switch e {
+	case All:
+		return true
+	case Later:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReadinessState.
 const (
 	ReadinessStateOk          ReadinessState = "ok"
@@ -656,6 +674,21 @@ type Order struct {
 	Total Amount `json:"total"`
 }
 
+// PaceConfig The pace a worker sends through a provider at: its `<NAME>_RATE`, `<NAME>_BURST` and `<NAME>_DAILY_QUOTA`. Absent for a provider the worker does not pace.
+type PaceConfig struct {
+	// Burst Requests above the rate one moment may take.
+	Burst int `json:"burst"`
+
+	// Quota Messages the provider takes per rolling quota window; absent when there is no quota.
+	Quota int `json:"quota,omitempty,omitzero"`
+
+	// QuotaWindowSeconds The quota's rolling window; absent for 24 hours.
+	QuotaWindowSeconds int `json:"quota_window_seconds,omitempty,omitzero"`
+
+	// Rate Requests a second the provider's budget is configured to, shared by every worker.
+	Rate float32 `json:"rate"`
+}
+
 // Problem An RFC 9457 problem details object.
 type Problem struct {
 	Detail string `json:"detail,omitempty,omitzero"`
@@ -682,9 +715,12 @@ type ProblemType string
 type ProviderHealth struct {
 	// Providers Each provider's state over the live workers, by name; down while any worker finds it refusing us. With failover (PROVIDERS), mail goes on while one is up.
 	Providers []struct {
-		Name   string `json:"name"`
-		Reason string `json:"reason,omitempty,omitzero"`
-		Up     bool   `json:"up"`
+		Name string `json:"name"`
+
+		// Pace A paced provider's budget, shared in Redis by every worker: its configuration (the first live worker's), and, read at this request, the rate in force, the pause the provider asked for and the quota spent. Runbook: "The providers' pace".
+		Pace   ProviderPace `json:"pace,omitempty,omitzero"`
+		Reason string       `json:"reason,omitempty,omitzero"`
+		Up     bool         `json:"up"`
 	} `json:"providers"`
 
 	// Reason "<provider>: why", from the first worker that says so; e-mail addresses redacted.
@@ -696,6 +732,9 @@ type ProviderHealth struct {
 	// Workers One entry per live worker and provider of its list.
 	Workers []struct {
 		CheckedAt time.Time `json:"checked_at"`
+
+		// Pace The pace a worker sends through a provider at: its `<NAME>_RATE`, `<NAME>_BURST` and `<NAME>_DAILY_QUOTA`. Absent for a provider the worker does not pace.
+		Pace PaceConfig `json:"pace,omitempty,omitzero"`
 
 		// Provider The provider's name, as in PROVIDERS.
 		Provider string `json:"provider"`
@@ -709,6 +748,41 @@ type ProviderHealth struct {
 		ValidUntil time.Time `json:"valid_until"`
 		WorkerID   string    `json:"worker_id"`
 	} `json:"workers"`
+}
+
+// ProviderPace A paced provider's budget, shared in Redis by every worker: its configuration (the first live worker's), and, read at this request, the rate in force, the pause the provider asked for and the quota spent. Runbook: "The providers' pace".
+type ProviderPace struct {
+	Burst int `json:"burst"`
+
+	// ConfigsDiffer The live workers are not all configured alike; each one's pace is in `workers`.
+	ConfigsDiffer bool `json:"configs_differ,omitempty,omitzero"`
+
+	// EffectiveRate Requests a second the budget paces at now, every worker together; below `rate` while a lower limit the provider announced holds.
+	EffectiveRate float32 `json:"effective_rate"`
+
+	// Error The budget could not be read at this request; only its configuration is shown.
+	Error string `json:"error,omitempty,omitzero"`
+
+	// LowerUntil Until when the lower rate the provider announced holds, unless it says so again.
+	LowerUntil time.Time `json:"lower_until,omitempty,omitzero"`
+
+	// PauseReason What the provider said, e.g. "http 429, retry-after: 30".
+	PauseReason string `json:"pause_reason,omitempty,omitzero"`
+
+	// PausedUntil When the pause the provider asked for (a 429's retry-after, a spent quota) ends; absent when it is not paused.
+	PausedUntil time.Time `json:"paused_until,omitempty,omitzero"`
+
+	// Quota Messages the provider takes per rolling quota window (`<NAME>_DAILY_QUOTA`); absent when there is no quota.
+	Quota int `json:"quota,omitempty,omitzero"`
+
+	// QuotaUsed Messages sent within the quota's rolling window; 0 without a quota.
+	QuotaUsed int `json:"quota_used"`
+
+	// QuotaWindowSeconds The quota's rolling window; absent for 24 hours.
+	QuotaWindowSeconds int `json:"quota_window_seconds,omitempty,omitzero"`
+
+	// Rate Requests a second the budget is configured to (`<NAME>_RATE`).
+	Rate float32 `json:"rate"`
 }
 
 // Queue defines model for Queue.
@@ -730,8 +804,13 @@ type Queue struct {
 
 	// LaterLatencySeconds Age of the later lane's oldest pending task.
 	LaterLatencySeconds float32 `json:"later_latency_seconds,omitempty,omitzero"`
-	Paused              bool    `json:"paused"`
-	Pending             int     `json:"pending"`
+
+	// LaterPaused The later lane is paused, alone or with the queue.
+	LaterPaused bool `json:"later_paused,omitempty,omitzero"`
+
+	// Paused The queue itself is paused (pausing all sending pauses its later lane too).
+	Paused  bool `json:"paused"`
+	Pending int  `json:"pending"`
 
 	// ProcessedToday Tasks finished today (UTC), as asynq counts them, on both lanes.
 	ProcessedToday int `json:"processed_today"`
@@ -745,6 +824,18 @@ type Queue struct {
 	// Size Tasks still to run, in every state but completed.
 	Size int `json:"size"`
 }
+
+// QueueSwitch Why, and which lane.
+type QueueSwitch struct {
+	// Lane `all` (the default): the queue and its later lane; `later`: the later lane alone.
+	Lane QueueSwitchLane `json:"lane,omitempty,omitzero"`
+
+	// Note Free text for the delivery's history; it may run over lines, but takes no other control characters and no bidirectional controls.
+	Note Note `json:"note,omitempty,omitzero"`
+}
+
+// QueueSwitchLane `all` (the default): the queue and its later lane; `later`: the later lane alone.
+type QueueSwitchLane string
 
 // Readiness Each dependency's name with `ok`, `unavailable`, or, for the API itself (`api`, while every place of `HTTP_MAX_IN_FLIGHT` is taken and for 10 s after a refusal), `overloaded`.
 type Readiness struct {

@@ -74,6 +74,13 @@ func TestOperatorActionsAreRecordedWithWhoDidThem(t *testing.T) {
 	// The console, as Ana.
 	post("/admin/queue/pause", url.Values{"note": {"provider incident"}}, rec{"queue.pause", anaActor, "queue:" + s.redis.Queue})
 	post("/admin/queue/resume", url.Values{"note": {"provider back"}}, rec{"queue.resume", anaActor, "queue:" + s.redis.Queue})
+	later := "queue:" + s.redis.Queue + "-later"
+	post("/admin/queue/pause", url.Values{"note": {"flash sale"}, "lane": {"later"}}, rec{"queue.pause", anaActor, later})
+	if _, _, page := ana.do(http.MethodGet, "/admin/", nil); !regexp.MustCompile(`id="later-lane">Later lane<div class="n">0</div><div class="note"><span class="down">paused</span>`).MatchString(page) ||
+		!strings.Contains(page, `<div class="n">running</div>`) || !strings.Contains(page, ">Resume the later lane</button>") {
+		t.Errorf("the overview after pausing the later lane does not show it paused and the queue running:\n%s", page)
+	}
+	post("/admin/queue/resume", url.Values{"note": {"sale over"}, "lane": {"later"}}, rec{"queue.resume", anaActor, later})
 	post("/admin/blocks", url.Values{"kind": {"recipient"}, "value": {"Ana.Maria@Example.com"}, "reason": {"complaint"}, "ttl": {"1h"}},
 		rec{"block.add", anaActor, ""})
 	_, _, blocks := ana.do(http.MethodGet, "/admin/blocks", nil)

@@ -425,7 +425,7 @@ func handleAdminQueue(a Admin) http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{
-			"queue": q.Queue, "concurrency_per_worker": q.ConcurrencyPerWorker, "paused": q.Paused, "size": q.Size,
+			"queue": q.Queue, "concurrency_per_worker": q.ConcurrencyPerWorker, "paused": q.Paused, "later_paused": q.LaterPaused, "size": q.Size,
 			"pending": q.Pending, "active": q.Active, "scheduled": q.Scheduled, "retry": q.Retry,
 			"archived": q.Archived, "completed": q.Completed, "processed_today": q.ProcessedToday, "latency_seconds": q.Latency.Seconds(),
 			"later": q.Later, "later_latency_seconds": q.LaterLatency.Seconds(),
@@ -434,32 +434,57 @@ func handleAdminQueue(a Admin) http.Handler {
 	})
 }
 
-// handleAdminPause stops all sending: workers take no tasks; recorded
-// deliveries wait, nothing is lost.
+// handleAdminPause stops all sending, or the later lane's alone: workers
+// take no tasks of it; recorded deliveries wait, nothing is lost.
 func handleAdminPause(a Admin) http.Handler {
-	return handleQueueSwitch(a, "pause", a.Ops.Pause, true)
+	return handleQueueSwitch(a, "pause", a.Ops.Pause, a.Ops.PauseLater, true)
 }
 
-// handleAdminResume restarts sending.
+// handleAdminResume restarts sending, or the later lane's alone.
 func handleAdminResume(a Admin) http.Handler {
-	return handleQueueSwitch(a, "resume", a.Ops.Resume, false)
+	return handleQueueSwitch(a, "resume", a.Ops.Resume, a.Ops.ResumeLater, false)
 }
 
-// handleQueueSwitch runs the operator's pause or resume, with the note of
-// its optional body ({"note"}), and answers with the state the queue is
-// in after it.
-func handleQueueSwitch(a Admin, action string, op func(ctx context.Context, actor, note string) error, paused bool) http.Handler {
+// queueRequest is the optional body of a pause or resume: why, and the
+// lane it is for: "all" (the default: the queue and its later lane) or
+// "later" (the later lane alone).
+type queueRequest struct {
+	Note string `json:"note"`
+	Lane string `json:"lane"`
+}
+
+// handleQueueSwitch runs the operator's pause or resume of the whole
+// queue (all) or of its later lane (later), with the note and the lane of
+// its optional body, and answers with the queue it changed and whether
+// that is paused now.
+func handleQueueSwitch(a Admin, action string, all, later func(ctx context.Context, actor, note string) error, paused bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		req, ok := decodeAdminAction(w, r, actionCancel)
-		if !ok {
+		var req queueRequest
+		if r.ContentLength != 0 && !decodeJSON(w, r, &req) {
+			return
+		}
+		var fields []fieldError
+		if d := textProblem(req.Note, 1000, false); d != "" {
+			fields = append(fields, fieldError{Pointer: "/note", Detail: d})
+		}
+		op, queue := all, a.Ops.QueueName()
+		switch req.Lane {
+		case "", "all":
+		case "later":
+			op, queue = later, notify.LaterQueue(queue)
+		default:
+			fields = append(fields, fieldError{Pointer: "/lane", Detail: `must be "all" or "later"`})
+		}
+		if len(fields) > 0 {
+			validationFailed(w, r, fields...)
 			return
 		}
 		if err := op(r.Context(), actorOf(r), strings.TrimSpace(req.Note)); err != nil {
 			writeError(w, r, err)
 			return
 		}
-		addLogAttrs(r.Context(), slog.String("action", action))
-		writeJSON(w, http.StatusOK, map[string]any{"queue": a.Ops.QueueName(), "paused": paused})
+		addLogAttrs(r.Context(), slog.String("action", action), slog.String("queue", queue))
+		writeJSON(w, http.StatusOK, map[string]any{"queue": queue, "paused": paused})
 	})
 }
 

@@ -291,6 +291,75 @@ func TestAdminQueueControls(t *testing.T) {
 	}
 }
 
+// The later lane pauses alone: the queue itself, the confirmations',
+// keeps running (asynq's own view says so), the action is recorded on
+// the later lane, and resuming it leaves the queue as it was. Resuming
+// all sending resumes the later lane too.
+func TestAdminPausesTheLaterLaneAlone(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	s.postOrder(t, validCheckout, nil) // creates the queue
+	type queue struct {
+		Paused      bool `json:"paused"`
+		LaterPaused bool `json:"later_paused"`
+	}
+	read := func() queue {
+		var q queue
+		s.admin(t, http.MethodGet, "/admin/v1/queue", "").decode(t, &q)
+		return q
+	}
+	later := s.redis.Queue + "-later"
+	res := s.admin(t, http.MethodPost, "/admin/v1/queue/pause", `{"note": "flash sale", "lane": "later"}`)
+	if want := `{"paused":true,"queue":"` + later + `"}`; res.status != http.StatusOK || strings.TrimSpace(string(res.body)) != want {
+		t.Fatalf("pause the later lane = %d %s, want %s", res.status, res.body, want)
+	}
+	if q := read(); q.Paused || !q.LaterPaused {
+		t.Errorf("after pausing the later lane: %+v, want the queue running and its later lane paused", q)
+	}
+	if info, err := s.inspector.GetQueueInfo(s.redis.Queue); err != nil || info.Paused {
+		t.Errorf("asynq's view of the queue itself: %+v, %v; want it running", info, err)
+	}
+	var actions struct {
+		Actions []notify.Action `json:"actions"`
+	}
+	s.admin(t, http.MethodGet, "/admin/v1/actions?limit=1", "").decode(t, &actions)
+	if len(actions.Actions) != 1 || actions.Actions[0].Action != "queue.pause" || actions.Actions[0].Target != "queue:"+later {
+		t.Errorf("the action recorded: %+v, want queue.pause on queue:%s", actions.Actions, later)
+	}
+
+	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/resume", `{"lane": "later"}`); res.status != http.StatusOK {
+		t.Fatalf("resume the later lane = %d %s", res.status, res.body)
+	}
+	if q := read(); q.Paused || q.LaterPaused {
+		t.Errorf("after resuming the later lane: %+v, want both running", q)
+	}
+	s.admin(t, http.MethodPost, "/admin/v1/queue/pause", `{"lane": "later"}`)
+	s.admin(t, http.MethodPost, "/admin/v1/queue/pause", "")
+	if q := read(); !q.Paused || !q.LaterPaused {
+		t.Errorf("after pausing all: %+v, want both paused", q)
+	}
+	if res := s.admin(t, http.MethodPost, "/admin/v1/queue/resume", `{"lane": "later"}`); res.status != http.StatusOK {
+		t.Fatalf("resume the later lane = %d %s", res.status, res.body)
+	}
+	if q := read(); !q.Paused || q.LaterPaused {
+		t.Errorf("after resuming the later lane of a paused queue: %+v, want the queue still paused", q)
+	}
+	s.admin(t, http.MethodPost, "/admin/v1/queue/pause", `{"lane": "later"}`)
+	s.admin(t, http.MethodPost, "/admin/v1/queue/resume", "")
+	if q := read(); q.Paused || q.LaterPaused {
+		t.Errorf("after resuming all: %+v, want both running", q)
+	}
+	for _, body := range []string{`{"lane": "newsletters"}`, `{"lane": "LATER"}`} {
+		if res := s.admin(t, http.MethodPost, "/admin/v1/queue/pause", body); res.status != http.StatusUnprocessableEntity ||
+			!strings.Contains(string(res.body), `"/lane"`) {
+			t.Errorf("pause %s = %d %s, want 422 naming /lane", body, res.status, res.body)
+		}
+	}
+	if q := read(); q.Paused || q.LaterPaused {
+		t.Errorf("after refused pauses: %+v, want both running", q)
+	}
+}
+
 // A delivery's task is deleted once it finished: it is counted in
 // processed_today, in no size, and only the next pending task is in the
 // queue.

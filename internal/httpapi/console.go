@@ -57,6 +57,7 @@ type page struct {
 	Held, Failed count
 	LastHour     *lastHour // nil when the history could not be read
 	QueueNow     *queueNow // nil when the queue could not be read
+	Paces        []paceRow // the paced providers' budgets
 
 	Query     deliveryQuery // deliveries
 	Statuses  []notify.Status
@@ -257,6 +258,7 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 		} else {
 			q := newQueueNow(p.Data)
 			p.QueueNow = &q
+			p.Paces = newPaceRows(p.Data.Provider.Providers, now)
 		}
 		if p.Held, err = countOf(ctx, ops, notify.StatusHeld); err != nil {
 			errs = append(errs, err)
@@ -294,7 +296,8 @@ func countOf(ctx context.Context, ops *notify.Operator, status notify.Status) (c
 	return count{N: n, Capped: n >= overviewCountLimit}, err
 }
 
-// handleConsoleQueue pauses or resumes all sending.
+// handleConsoleQueue pauses or resumes all sending, or the later lane
+// alone (the form's lane "later").
 func handleConsoleQueue(ops *notify.Operator, pause bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		note := strings.TrimSpace(r.PostFormValue("note"))
@@ -305,6 +308,17 @@ func handleConsoleQueue(ops *notify.Operator, pause bool) http.Handler {
 		act, name := ops.Resume, "resume"
 		if pause {
 			act, name = ops.Pause, "pause"
+		}
+		switch r.PostFormValue("lane") {
+		case "":
+		case "later":
+			act, name = ops.ResumeLater, "resume the later lane"
+			if pause {
+				act, name = ops.PauseLater, "pause the later lane"
+			}
+		default:
+			consoleError(w, r, http.StatusUnprocessableEntity, "There is no such lane: the queue has all sending and its later lane.")
+			return
 		}
 		addLogAttrs(r.Context(), slog.String("action", name), slog.String("note", note))
 		if err := act(r.Context(), sessionOf(r).Actor(), note); err != nil {

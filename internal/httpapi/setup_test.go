@@ -25,6 +25,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -164,6 +165,13 @@ func (s stack) startWorker(t *testing.T, tracer trace.Tracer) *smtpsink.Server {
 // startWorkerTo is startWorker with a sink that behaves as sinkCfg says.
 func (s stack) startWorkerTo(t *testing.T, tracer trace.Tracer, sinkCfg smtpsink.Config) *smtpsink.Server {
 	t.Helper()
+	return s.startPacedWorker(t, tracer, sinkCfg, nil)
+}
+
+// startPacedWorker is startWorkerTo with its provider paced by budget
+// (nil: unpaced), as cmd/worker paces a provider with <NAME>_RATE.
+func (s stack) startPacedWorker(t *testing.T, tracer trace.Tracer, sinkCfg smtpsink.Config, budget *pace.Budget) *smtpsink.Server {
+	t.Helper()
 	sink, err := smtpsink.Start(sinkCfg)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +185,7 @@ func (s stack) startWorkerTo(t *testing.T, tracer trace.Tracer, sinkCfg smtpsink
 	t.Cleanup(provider.Close)
 	rdb := redisconn.NewClient(s.redis.Opt)
 	t.Cleanup(func() { rdb.Close() })
-	w := worker.New(s.db.Pool, rdb, worker.Only("smtp", provider), s.templates, worker.Config{
+	w := worker.New(s.db.Pool, rdb, []worker.NamedProvider{{Name: "smtp", Provider: provider, Budget: budget}}, s.templates, worker.Config{
 		LockTTL: 10 * time.Second, MaxAge: time.Hour, ProbeInterval: time.Second, SendTimeout: 10 * time.Second, MessageIDDomain: "shop.example",
 		WorkerID: "test-worker", Queue: s.redis.Queue, Concurrency: 2, Tracer: tracer,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), worker.NewMetrics(prometheus.NewRegistry()))

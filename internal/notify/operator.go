@@ -335,8 +335,22 @@ func (o *Operator) MarkSent(ctx context.Context, id uuid.UUID, providerMessageID
 // recorded deliveries wait, nothing is lost. Pausing a paused queue is
 // not an error (its record says unchanged).
 func (o *Operator) Pause(ctx context.Context, actor, note string) error {
+	return o.pause(ctx, actor, note, Queues(o.enqueuer.Queue()))
+}
+
+// PauseLater stops the later lane alone (LaterQueue: subscription mail,
+// deliveries scheduled for later), by actor with note: the queue itself,
+// the confirmations, goes on and has the providers' whole pace, with no
+// task of the later lane taking a token before it. The later lane's
+// deliveries wait, nothing is lost.
+func (o *Operator) PauseLater(ctx context.Context, actor, note string) error {
+	return o.pause(ctx, actor, note, []string{LaterQueue(o.enqueuer.Queue())})
+}
+
+// pause pauses queues, recording the action on the first of them.
+func (o *Operator) pause(ctx context.Context, actor, note string, queues []string) error {
 	unchanged := true
-	for _, q := range Queues(o.enqueuer.Queue()) {
+	for _, q := range queues {
 		err := o.inspector.PauseQueue(q)
 		// asynq says "already paused" only in words; it exports no sentinel.
 		was := err != nil && strings.Contains(err.Error(), "already paused")
@@ -345,14 +359,25 @@ func (o *Operator) Pause(ctx context.Context, actor, note string) error {
 		}
 		unchanged = unchanged && was
 	}
-	return o.recordAfter(ctx, actor, "queue.pause", map[string]any{"note": note, "unchanged": unchanged})
+	return o.recordOn(ctx, actor, "queue.pause", queues[0], map[string]any{"note": note, "unchanged": unchanged})
 }
 
-// Resume restarts sending, by actor with note. Resuming a running queue
-// is not an error.
+// Resume restarts sending, by actor with note: the queue and its later
+// lane. Resuming a running queue is not an error.
 func (o *Operator) Resume(ctx context.Context, actor, note string) error {
+	return o.resume(ctx, actor, note, Queues(o.enqueuer.Queue()))
+}
+
+// ResumeLater restarts the later lane alone, by actor with note; a queue
+// paused as a whole stays paused.
+func (o *Operator) ResumeLater(ctx context.Context, actor, note string) error {
+	return o.resume(ctx, actor, note, []string{LaterQueue(o.enqueuer.Queue())})
+}
+
+// resume resumes queues, recording the action on the first of them.
+func (o *Operator) resume(ctx context.Context, actor, note string, queues []string) error {
 	unchanged := true
-	for _, q := range Queues(o.enqueuer.Queue()) {
+	for _, q := range queues {
 		err := o.inspector.UnpauseQueue(q)
 		was := err != nil && strings.Contains(err.Error(), "not paused")
 		if err != nil && !was {
@@ -360,14 +385,20 @@ func (o *Operator) Resume(ctx context.Context, actor, note string) error {
 		}
 		unchanged = unchanged && was
 	}
-	return o.recordAfter(ctx, actor, "queue.resume", map[string]any{"note": note, "unchanged": unchanged})
+	return o.recordOn(ctx, actor, "queue.resume", queues[0], map[string]any{"note": note, "unchanged": unchanged})
 }
 
 // recordAfter records an action on the queue, which lives in Redis: after
 // it, since no transaction spans both. A record that fails says so
 // (ErrNotRecorded): the action stands.
 func (o *Operator) recordAfter(ctx context.Context, actor, action string, detail map[string]any) error {
-	if err := recordAction(ctx, dbsqlc.New(o.db), actor, action, "queue:"+o.enqueuer.Queue(), detail); err != nil {
+	return o.recordOn(ctx, actor, action, o.enqueuer.Queue(), detail)
+}
+
+// recordOn is recordAfter for an action on queue, the queue itself or
+// its later lane ("queue:<name>").
+func (o *Operator) recordOn(ctx context.Context, actor, action, queue string, detail map[string]any) error {
+	if err := recordAction(ctx, dbsqlc.New(o.db), actor, action, "queue:"+queue, detail); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotRecorded, err)
 	}
 	return nil
@@ -377,7 +408,9 @@ func (o *Operator) recordAfter(ctx context.Context, actor, action string, detail
 type QueueState struct {
 	Queue                string
 	ConcurrencyPerWorker int // 0: none set (each worker uses WORKER_CONCURRENCY)
-	Paused               bool
+	// Paused: the queue itself is paused (Pause pauses its later lane
+	// too); LaterPaused: its later lane is (PauseLater pauses it alone).
+	Paused, LaterPaused bool
 	// Size counts the tasks that are still to run: pending, active,
 	// scheduled, retrying and archived. Finished tasks are not kept
 	// (Completed counts those an older version left behind).
@@ -427,11 +460,12 @@ func (o *Operator) Queue(ctx context.Context) (QueueState, error) {
 		return QueueState{}, err
 	}
 	health := ProviderHealth{Up: true, Workers: workers, Providers: summarize(workers)}
+	readPaces(ctx, o.rdb, queue, health.Providers, workers)
 	if i := slices.IndexFunc(workers, func(s ProviderState) bool { return !s.Up }); i >= 0 {
 		health.Up, health.Reason = false, workers[i].Provider+": "+workers[i].Reason
 	}
 	return QueueState{
-		Queue: queue, ConcurrencyPerWorker: limit, Paused: info.Paused || later.Paused,
+		Queue: queue, ConcurrencyPerWorker: limit, Paused: info.Paused, LaterPaused: later.Paused,
 		Size:    info.Pending + info.Active + info.Scheduled + info.Retry + info.Archived,
 		Pending: info.Pending, Active: info.Active, Scheduled: info.Scheduled, Retry: info.Retry,
 		Archived: info.Archived, Completed: info.Completed, ProcessedToday: info.Processed + later.Processed, Latency: info.Latency, Provider: health,
@@ -444,6 +478,8 @@ type ProviderSummary struct {
 	Name   string `json:"name"`
 	Up     bool   `json:"up"`               // no live worker finds it refusing us
 	Reason string `json:"reason,omitempty"` // of the first worker that does
+	// Pace is its budget, when the live workers pace it; nil when unpaced.
+	Pace *ProviderPace `json:"pace,omitempty"`
 }
 
 // summarize folds the workers' states into one per provider, by name.

@@ -64,6 +64,9 @@ type ProviderState struct {
 	// ValidUntil: a state not refreshed by then belongs to a worker that
 	// stopped, and is dropped.
 	ValidUntil time.Time `json:"valid_until"`
+	// Pace is the pace the worker sends through the provider at; nil:
+	// unpaced (or a worker from before paces were published).
+	Pace *PaceConfig `json:"pace,omitempty"`
 }
 
 // ProviderStateKey is the Redis hash of every worker's ProviderState, by

@@ -247,8 +247,14 @@ func (w *Worker) publishHealth(ctx context.Context, interval time.Duration) {
 	values := make([]any, 0, 2*len(w.routes))
 	for _, r := range w.routes {
 		down, reason, since := r.health.state()
-		b, _ := json.Marshal(notify.ProviderState{WorkerID: w.cfg.WorkerID, Provider: r.name, Up: !down, Reason: reason, Since: since,
-			CheckedAt: now, ValidUntil: now.Add(3*interval + 5*time.Second)})
+		s := notify.ProviderState{WorkerID: w.cfg.WorkerID, Provider: r.name, Up: !down, Reason: reason, Since: since,
+			CheckedAt: now, ValidUntil: now.Add(3*interval + 5*time.Second)}
+		if r.budget != nil {
+			// Its pace, for the operators' view of the budget.
+			c := notify.PaceConfigOf(r.budget.Config())
+			s.Pace = &c
+		}
+		b, _ := json.Marshal(s)
 		values = append(values, w.healthField(r), b)
 	}
 	// Best effort: Redis being away is not the provider's health.
