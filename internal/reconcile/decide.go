@@ -61,6 +61,12 @@ func decide(d notify.Delivery, providers []Provider, policy Policy, messageID st
 		// not the latest, may be the one the provider took.
 		earliest, _ := d.UnknownSince()
 		if p.DedupWindow > 0 && now.Sub(earliest) < p.DedupWindow {
+			if d.HandoverBatch != "" {
+				// Its key at the provider was its batch's: sent again alone,
+				// under its own, the provider would not refuse it.
+				return byPolicy(p, policy, "handed over to provider "+p.Name+" in batch "+d.HandoverBatch+
+					", under the batch's key, not this delivery's: sent again alone it would not be refused")
+			}
 			return toPending(p, DecisionDedupResend, true,
 				"outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")
 		}

@@ -135,6 +135,10 @@ func TestDecide(t *testing.T) {
 		// A provider that refuses a second message under the key (Resend).
 		{"dedupes, within its window", all, row("resend", ago(10*time.Minute), false), PolicyHold, nil,
 			want{decision: DecisionDedupResend, to: notify.StatusPending, at: "resend", pinned: true, reason: "refuses a second message"}},
+		{"dedupes, but it went in a batch under the batch's key: the template's policy", all, inBatch(row("resend", ago(10*time.Minute), false)), PolicyHold, nil,
+			want{decision: DecisionPolicyHold, to: notify.StatusHeld, at: "resend", reason: "in batch batch:1, under the batch's key"}},
+		{"dedupes, in a batch, policy resend: through it alone", all, inBatch(row("resend", ago(10*time.Minute), false)), PolicyResend, nil,
+			want{decision: DecisionPolicyResend, to: notify.StatusPending, at: "resend", pinned: true, reason: "not this delivery's"}},
 		{"dedupes, no provider recorded and it is the first of the list", []Provider{resend, smtp}, row("", ago(10*time.Minute), false), PolicyHold, nil,
 			want{decision: DecisionDedupResend, to: notify.StatusPending, at: "resend", pinned: true}},
 		{"dedupes, past its window, policy hold", all, row("resend", ago(2*time.Hour), false), PolicyHold, nil,
@@ -193,4 +197,10 @@ func TestDecideRedactsTheLookupError(t *testing.T) {
 			t.Errorf("%s: reason %q, want the address redacted and %s kept", s.decision, s.reason, messageID)
 		}
 	}
+}
+
+// inBatch is d handed over in a batch at its provider.
+func inBatch(d notify.Delivery) notify.Delivery {
+	d.HandoverBatch = "batch:1"
+	return d
 }
