@@ -286,3 +286,22 @@ func sentMaybe(err error) bool {
 	var se *mail.SendError
 	return errors.As(err, &se) && (se.Outcome == mail.OutcomeAmbiguous || se.MayHaveAccepted())
 }
+
+// convoyTasks is how many tasks a worker with a convoy runs at once for
+// each slot of its concurrency: a task waiting in a convoy holds no slot
+// (the request is one, however many ride in it), and a request can
+// carry only the tasks that are running; the slots still bound the
+// deliveries under way otherwise.
+const convoyTasks = 10
+
+// tasksAtOnce is asynq's concurrency for a worker of concurrency slots:
+// convoyTasks times as many when a provider takes many messages a
+// request, else the slots.
+func (w *Worker) tasksAtOnce(concurrency int) int {
+	for _, r := range w.routes {
+		if r.convoy != nil {
+			return concurrency * convoyTasks
+		}
+	}
+	return concurrency
+}
