@@ -19,3 +19,12 @@ WHERE key_hash = sha256(convert_to(@idempotency_key::text, 'UTF8'));
 -- An event without a transition, such as a suppressed duplicate.
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 VALUES (@delivery_id, @event, @status::text, @status::text, @attempt, @actor, @detail);
+
+-- name: ListBatchMembers :many
+-- The deliveries of a batch at the provider, in the order its request
+-- carried them (those still kept).
+SELECT d.* FROM delivery_batches b
+CROSS JOIN LATERAL unnest(b.members) WITH ORDINALITY AS m(id, ord)
+JOIN notification_deliveries d ON d.id = m.id
+WHERE b.key = @key
+ORDER BY m.ord;

@@ -120,13 +120,13 @@ WITH nosync AS (
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
        c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale, c.not_before,
-       c.provider, c.provider_pinned, c.unsettled_since, c.from_status, 'claimed'::text AS verdict
+       c.provider, c.provider_pinned, c.unsettled_since, c.handover_batch, c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
        j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale, j.not_before,
-       j.provider, j.provider_pinned, j.unsettled_since, j.status, j.verdict
+       j.provider, j.provider_pinned, j.unsettled_since, j.handover_batch, j.status, j.verdict
 FROM judged j
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id);
 

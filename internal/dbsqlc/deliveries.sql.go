@@ -107,6 +107,62 @@ func (q *Queries) GetRetiredDelivery(ctx context.Context, idempotencyKey string)
 	return i, err
 }
 
+const listBatchMembers = `-- name: ListBatchMembers :many
+SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch FROM delivery_batches b
+CROSS JOIN LATERAL unnest(b.members) WITH ORDINALITY AS m(id, ord)
+JOIN notification_deliveries d ON d.id = m.id
+WHERE b.key = $1
+ORDER BY m.ord
+`
+
+// The deliveries of a batch at the provider, in the order its request
+// carried them (those still kept).
+func (q *Queries) ListBatchMembers(ctx context.Context, key string) ([]NotificationDelivery, error) {
+	rows, err := q.db.Query(ctx, listBatchMembers, key)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NotificationDelivery
+	for rows.Next() {
+		var i NotificationDelivery
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrderID,
+			&i.Template,
+			&i.Recipient,
+			&i.IdempotencyKey,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.LeaseToken,
+			&i.LeaseExpiresAt,
+			&i.HandedOverAt,
+			&i.ProviderMessageID,
+			&i.TemplateData,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.SentAt,
+			&i.MessageID,
+			&i.TryingSince,
+			&i.Locale,
+			&i.NotBefore,
+			&i.Provider,
+			&i.ProviderPinned,
+			&i.UnsettledSince,
+			&i.OwnerID,
+			&i.HandoverBatch,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const listDeliveriesByOrder = `-- name: ListDeliveriesByOrder :many
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
 `

@@ -121,3 +121,17 @@ func BatchOf(ctx context.Context, db DB, key string) (provider string, members [
 	}
 	return b.Provider, b.Members, nil
 }
+
+// BatchMembers are the deliveries of a recorded batch, in the order its
+// request carried them; none when no such batch is kept.
+func BatchMembers(ctx context.Context, db DB, key string) ([]Delivery, error) {
+	rows, err := dbsqlc.New(db).ListBatchMembers(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("read the members of batch %s: %w", key, err)
+	}
+	ds := make([]Delivery, len(rows))
+	for i, r := range rows {
+		ds[i] = fromRow(r)
+	}
+	return ds, nil
+}

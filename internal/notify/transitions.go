@@ -215,6 +215,7 @@ func fromJudged(r dbsqlc.ClaimDeliveriesRow) Delivery {
 		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
 		MessageID: r.MessageID, TryingSince: r.TryingSince, Locale: r.Locale, NotBefore: r.NotBefore,
 		Provider: r.Provider, ProviderPinned: r.ProviderPinned, UnsettledSince: r.UnsettledSince,
+		HandoverBatch: r.HandoverBatch,
 	})
 }
 

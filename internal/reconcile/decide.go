@@ -62,10 +62,12 @@ func decide(d notify.Delivery, providers []Provider, policy Policy, messageID st
 		earliest, _ := d.UnknownSince()
 		if p.DedupWindow > 0 && now.Sub(earliest) < p.DedupWindow {
 			if d.HandoverBatch != "" {
-				// Its key at the provider was its batch's: sent again alone,
-				// under its own, the provider would not refuse it.
-				return byPolicy(p, policy, "handed over to provider "+p.Name+" in batch "+d.HandoverBatch+
-					", under the batch's key, not this delivery's: sent again alone it would not be refused")
+				// Its key at the provider was its batch's: the worker sends
+				// it again only in that batch, identical, under that key
+				// (internal/worker's replay), never alone under its own.
+				return toPending(p, DecisionBatchReplay, true,
+					"outcome unknown; handed over to provider "+p.Name+" in batch "+d.HandoverBatch+
+						", which it refuses a second time under the batch's key: sent again in its batch, identical")
 			}
 			return toPending(p, DecisionDedupResend, true,
 				"outcome unknown; provider "+p.Name+" refuses a second message under this delivery's key, so sending again through it is safe")

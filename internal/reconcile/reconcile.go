@@ -47,12 +47,13 @@ const (
 	DecisionEnqueueFailed = "enqueue_failed"        // could not enqueue; tried again next pass
 	DecisionAlreadyQueued = "already_queued"        // pending with a live task: nothing to do
 	DecisionDedupResend   = "provider_dedupes"      // no look-up, but the provider deduplicates by key: back to pending
+	DecisionBatchReplay   = "batch_replay"          // the same, for a member of a batch: back to pending, sent again in its batch under the batch's key
 	DecisionChanged       = "changed_meanwhile"     // the row changed between the read and the write: nothing written, judged again next pass
 )
 
 // allDecisions lists every decision, in the order reports print them.
 var allDecisions = []string{DecisionRequeued, DecisionAlreadyQueued, DecisionNotHandedOver, DecisionFound, DecisionNotFound,
-	DecisionDedupResend, DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed, DecisionChanged}
+	DecisionDedupResend, DecisionBatchReplay, DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed, DecisionChanged}
 
 // Config tunes a Reconciler.
 type Config struct {

@@ -110,8 +110,9 @@ type rider struct {
 	msg    mail.Message
 	ho     notify.HandOverArgs
 	urgent bool
-	tally  *onItsWay // its task's count, nil for a task of one
-	wake   chan bool // true: id and err are set; false: lead the next request
+	tally  *onItsWay     // its task's count, nil for a task of one
+	replay *replayMember // its place in a batch sent again, nil for a new one
+	wake   chan bool     // true: id and err are set; false: lead the next request
 
 	id  string
 	err error
@@ -132,6 +133,9 @@ func newConvoy(w *Worker, r *route) *convoy {
 // error to decide on.
 func (c *convoy) ride(r *rider) (string, error) {
 	r.tally.arrived()
+	if r.replay != nil {
+		return c.rideReplay(r, r.replay)
+	}
 	c.mu.Lock()
 	c.queue = append(c.queue, r)
 	lead := !c.leading
@@ -156,24 +160,13 @@ func (p *pacedSend) Error() string { return errPaced.Error() }
 // queue): the token, the batch of whoever waits then, the request, each
 // rider's outcome; then the lead passes to the first still waiting.
 func (c *convoy) lead(l *rider) {
-	var refusal error
 	if l.tally != nil {
 		select {
 		case <-l.tally.t.zero:
 		case <-time.After(gatherWait):
 		}
 	}
-	if c.route.budget != nil {
-		start := time.Now()
-		turn, err := c.route.line.take(l.ctx, l.urgent)
-		c.w.metrics.paceWait.WithLabelValues(c.route.name).Observe(time.Since(start).Seconds())
-		switch {
-		case err != nil:
-			refusal = &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageConnect, Err: fmt.Errorf("pace %s: %w", c.route.name, err)}
-		case !turn.Go():
-			refusal = &pacedSend{turn: turn}
-		}
-	}
+	refusal := c.token(l)
 	c.mu.Lock()
 	n := min(len(c.queue), c.max)
 	riders := c.queue[:n:n]
@@ -185,7 +178,7 @@ func (c *convoy) lead(l *rider) {
 			r.err = refusal
 		}
 	} else {
-		c.send(l.ctx, riders)
+		c.sendAs(l.ctx, riders, "batch:"+uuid.NewString(), false)
 	}
 	for _, r := range riders {
 		if r != l {
@@ -206,10 +199,28 @@ func (c *convoy) lead(l *rider) {
 // under the key: within SEND_TIMEOUT, under the heartbeat.
 var batchRetries = []time.Duration{time.Second, 2 * time.Second}
 
-// send hands riders over and sends them in one request.
-func (c *convoy) send(ctx context.Context, riders []*rider) {
+// token takes the provider's token for l's request: nil when it may go,
+// else the error every rider of the request gets.
+func (c *convoy) token(l *rider) error {
+	if c.route.budget == nil {
+		return nil
+	}
+	start := time.Now()
+	turn, err := c.route.line.take(l.ctx, l.urgent)
+	c.w.metrics.paceWait.WithLabelValues(c.route.name).Observe(time.Since(start).Seconds())
+	switch {
+	case err != nil:
+		return &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageConnect, Err: fmt.Errorf("pace %s: %w", c.route.name, err)}
+	case !turn.Go():
+		return &pacedSend{turn: turn}
+	}
+	return nil
+}
+
+// sendAs hands riders over in the batch key and sends them in one
+// request under it; replay: the batch is one sent before, again.
+func (c *convoy) sendAs(ctx context.Context, riders []*rider, key string, replay bool) {
 	w := c.w
-	key := "batch:" + uuid.NewString()
 	hs := make([]notify.HandOverArgs, len(riders))
 	for i, r := range riders {
 		hs[i] = r.ho
@@ -239,6 +250,15 @@ func (c *convoy) send(ctx context.Context, riders []*rider) {
 	if len(members) == 0 {
 		return
 	}
+	if replay && len(members) < len(riders) {
+		// A member lost its lease at the hand-over: the batch cannot go
+		// whole, and a part of it under its key could make the rest look
+		// sent. Nothing leaves; every member waits for the next try.
+		for _, r := range members {
+			r.err = &replayPutOff{why: "a member lost its lease at the hand-over"}
+		}
+		return
+	}
 	failpoint.Inject("after-handover")
 	w.metrics.providerBatch.WithLabelValues(c.route.name).Observe(float64(len(members)))
 
@@ -246,23 +266,41 @@ func (c *convoy) send(ctx context.Context, riders []*rider) {
 	sctx := mail.WithAnswerObserver(ctx, ok.observe)
 	start := time.Now()
 	results, err := c.batcher.SendBatch(sctx, b, func() error { return nil })
-	for i := 0; err != nil && c.route.resend > 0 && sentMaybe(err) && i < len(batchRetries); i++ {
+	if err != nil && c.route.resend > 0 && sentMaybe(err) {
 		// The answer was lost: the same request again, under the same key,
-		// gets the first one's answer, or is the one time it is sent.
-		taskLogFrom(members[0].ctx).set(slog.Int("batch_resent", i+1))
-		select {
-		case <-ctx.Done():
-		case <-time.After(batchRetries[i]):
+		// gets the first one's answer, or is the one time it is sent. Only
+		// an answer settles it: a refusal of a re-send (the first still in
+		// flight, a 429) says nothing of the first, which may have been
+		// taken, and the batch stays unknown.
+		lost := err
+		for i := 0; err != nil && !tookAnotherBody(err) && i < len(batchRetries); i++ {
+			taskLogFrom(members[0].ctx).set(slog.Int("batch_resent", i+1))
+			select {
+			case <-ctx.Done():
+			case <-time.After(batchRetries[i]):
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			w.metrics.batchResent.WithLabelValues(c.route.name).Inc()
+			results, err = c.batcher.SendBatch(sctx, b, func() error { return nil })
 		}
-		if ctx.Err() != nil {
-			break
+		if err != nil && !tookAnotherBody(err) {
+			err = lost
 		}
-		w.metrics.batchResent.WithLabelValues(c.route.name).Inc()
-		results, err = c.batcher.SendBatch(sctx, b, func() error { return nil })
 	}
 	w.metrics.sendLatency.Observe(time.Since(start).Seconds())
 	if err == nil {
 		w.learnPace(ctx, c.route, ok.header())
+	}
+	if err != nil && tookAnotherBody(err) && (replay || c.route.resend > 0) {
+		// Resend holds a request of another body under this key: the
+		// first, which it took (this key was never used for anything
+		// else) — every member of it was sent.
+		for _, r := range members {
+			r.a.batch, r.a.batchSize = key, len(members)
+		}
+		return
 	}
 	for i, r := range members {
 		r.a.batch, r.a.batchSize = key, len(members)
@@ -304,4 +342,12 @@ func (w *Worker) tasksAtOnce(concurrency int) int {
 		}
 	}
 	return concurrency
+}
+
+// tookAnotherBody reports whether err is a provider's refusal of a
+// request because it took another under the same key (Resend's 409
+// invalid_idempotent_request): classified permanent, answered 409.
+func tookAnotherBody(err error) bool {
+	var se *mail.SendError
+	return errors.As(err, &se) && se.Outcome == mail.OutcomePermanent && se.Reply.Protocol == mail.ProtocolHTTP && se.Reply.Code == 409
 }

@@ -46,7 +46,9 @@ const (
 	resultUnknownDelivery      result = "unknown_delivery"
 	resultDBError              result = "db_error"
 	resultRedisError           result = "redis_error"
-	resultDone                 result = "done" // a task of many: each delivery done, or back in a task of its own
+	resultDone                 result = "done"                 // a task of many: each delivery done, or back in a task of its own
+	resultReplayPutOff         result = "batch_replay_put_off" // its batch cannot be sent again whole now
+	resultLeftToBatch          result = "left_to_its_batch"    // sent again in its batch, by the attempt at the batch's first member
 )
 
 // duplicateResult is the result of a duplicate caught by layer (cache,

@@ -312,6 +312,12 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) e
 	// believed); otherwise the lock keeps two workers from doing this work
 	// at once.
 	token, got, err := w.lock.acquire(ctx, p.KeyHash)
+	for try := 0; got == lockBusy && err == nil && replayMemberFrom(ctx) != nil && try < 20; try++ {
+		// A member taken in hand for its batch's replay: its own task
+		// holds the lock a moment, as it leaves the member to the replay.
+		time.Sleep(50 * time.Millisecond)
+		token, got, err = w.lock.acquire(ctx, p.KeyHash)
+	}
 	if got == lockCachedSent {
 		w.duplicate(l, "cache")
 		return nil
@@ -360,6 +366,19 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) e
 	if s, past := decidePastResendWindow(a.row, a.route.name, a.route.resend, time.Now()); past {
 		return w.apply(ctx, l, a.row, a, s)
 	}
+	if g, s := w.replayFor(ctx, l, a); s != nil {
+		return w.apply(ctx, l, a.row, a, *s)
+	} else if g != nil {
+		// It leads its batch's replay: its own place in the group, and
+		// the task ends once every member's attempt has.
+		rm := &replayMember{g: g}
+		defer func() {
+			sl.release() // the members taken in hand may need it
+			g.wg.Wait()
+		}()
+		defer rm.leave()
+		ctx = context.WithValue(ctx, replayKey{}, rm)
+	}
 
 	// From the claim on, the attempt runs to its outcome even if asynq
 	// cancels ctx (shutdown, task deadline): stopping half-way is what
@@ -389,6 +408,9 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) e
 	}
 	if p, ok := errors.AsType[*pacedSend](sendErr); ok {
 		return w.apply(rctx, l, a.row, a, decidePaced(a.route.name, p.turn))
+	}
+	if p, ok := errors.AsType[*replayPutOff](sendErr); ok {
+		return w.apply(rctx, l, a.row, a, decideReplayPutOff(p.why))
 	}
 	return w.apply(rctx, l, a.row, a, decideOutcome(a.row, providerID, sendErr, time.Now(), w.cfg.MaxAge, a.route.resend > 0 && !a.batched))
 }
@@ -496,7 +518,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 		a.slot.release() // the request is one, however many ride in it
 		pctx, span := w.tracer.Start(ctx, "provider batch send", trace.WithSpanKind(trace.SpanKindClient))
 		span.SetAttributes(attribute.String("sekali.provider", a.route.name))
-		providerID, err = c.ride(&rider{ctx: pctx, a: a, msg: msg, ho: ho, urgent: urgent(ctx, w.cfg.Queue), tally: onItsWayFrom(ctx), wake: make(chan bool, 1)})
+		providerID, err = c.ride(&rider{ctx: pctx, a: a, msg: msg, ho: ho, urgent: urgent(ctx, w.cfg.Queue), tally: onItsWayFrom(ctx), replay: replayMemberFrom(ctx), wake: make(chan bool, 1)})
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
 		}

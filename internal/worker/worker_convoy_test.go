@@ -3,19 +3,25 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postmark"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
+	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/worker"
 )
 
@@ -205,5 +211,87 @@ func TestALostPostmarkBatchIsLeftForTheLookUp(t *testing.T) {
 	}
 	if n := pm.Requests("/email/batch"); n != 1 {
 		t.Errorf("%d batch requests, want the one: without a key, sending again could send twice", n)
+	}
+}
+
+// A batch whose outcome stayed unknown — its first request held at Resend
+// past the worker's timeout, every identical re-send refused while it
+// was in flight (or cut before Resend took it) — is left for the
+// reconciler, which puts each member back, pinned, to be sent again in
+// its batch (batch_replay). The members' tasks then send it again whole,
+// identical, under its key, led by the one at its first member: Resend
+// answers the first request's ids (it did take it) or sends it the one
+// time (it did not). Each customer has one e-mail, and every delivery is
+// sent.
+func TestABatchWhoseOutcomeStayedUnknownIsSentAgainWhole(t *testing.T) {
+	t.Parallel()
+	for _, taken := range []bool{true, false} {
+		t.Run(fmt.Sprintf("taken by Resend: %v", taken), func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, smtpsink.Config{})
+			rs := resendtest.NewServer()
+			t.Cleanup(rs.Close)
+			p, err := resend.New(resend.Config{Config: httpprovider.Config{Key: rs.APIKey, From: "shop@example.com", BaseURL: rs.URL, Timeout: time.Second}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := e.worker(t, workerOpts{providers: []worker.NamedProvider{{Name: "resend", Provider: p, Resend: resend.DedupWindow}},
+				batches: true, lockTTL: 2 * time.Second})
+			ds := e.checkouts(t, "replay", 4)
+			ins := asynq.NewInspector(e.redis.Opt)
+			t.Cleanup(func() { ins.Close() })
+
+			var release func()
+			if taken {
+				var arrived <-chan struct{}
+				arrived, release = rs.HoldNext()
+				go func() { <-arrived }()
+			} else {
+				rs.BatchFailNext(resendtest.Fault{Cut: true}, resendtest.Fault{Cut: true}, resendtest.Fault{Cut: true})
+			}
+			_ = w.ProcessTask(context.Background(), notify.NewDeliveriesTask(ds))
+			key, members := e.batchOf(t, ds)
+			for _, d := range ds {
+				if got := e.f.Get(d.ID); got.Status != notify.StatusSending {
+					t.Fatalf("%s: %s after its batch's answer was lost, want left sending for the reconciler", d.Recipient, got.Status)
+				}
+			}
+			if release != nil {
+				release() // Resend finishes the first request: the e-mails are sent, the key keeps its answer
+				testenv.WaitFor(t, "the first request sent", 10*time.Second, func() bool { return len(rs.Messages()) == len(ds) })
+			}
+
+			time.Sleep(2100 * time.Millisecond) // the leases expire
+			if _, err := ins.DeleteAllPendingTasks(e.redis.Queue); err != nil {
+				t.Fatal(err)
+			}
+			r := reconcile.New(e.db.Pool, e.enq, ins, reconcile.Config{PendingAfter: time.Hour, Batch: 50, DefaultPolicy: reconcile.PolicyHold,
+				MessageIDDomain: mailDomain, Actor: "reconciler", Providers: []reconcile.Provider{{Name: "resend", DedupWindow: resend.DedupWindow}}},
+				slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+			rep, err := r.RunOnce(context.Background())
+			if err != nil || rep.Decisions[reconcile.DecisionBatchReplay] != len(ds) {
+				t.Fatalf("reconciler: %v, %v: want %d batch_replay", rep.Decisions, err, len(ds))
+			}
+			// The members' tasks, the batch's last first: it leaves itself
+			// to the batch's first member, whose attempt sends the batch
+			// whole.
+			for _, id := range slices.Backward(members) {
+				if err := process(context.Background(), w, e.f.Get(id)); err != nil {
+					t.Fatalf("%s: %v", id, err)
+				}
+			}
+			for _, d := range ds {
+				got := e.f.Get(d.ID)
+				if got.Status != notify.StatusSent || got.HandoverBatch != key {
+					t.Errorf("%s: %s in batch %q, want sent in %s", d.Recipient, got.Status, got.HandoverBatch, key)
+				}
+				if n := rs.CountByMessageID(got.MessageID); n != 1 {
+					t.Errorf("%s: %d e-mails, want one", d.Recipient, n)
+				}
+			}
+			if !strings.Contains(e.logs.String(), `"result":"left_to_its_batch"`) {
+				t.Errorf("no member left itself to its batch's first:\n%s", e.logs.String())
+			}
+		})
 	}
 }
