@@ -34,8 +34,11 @@ func newResendCluster(t *testing.T) *cluster {
 	// Unpaced (RESEND_RATE 0): these scenarios fault the stand-in's
 	// requests in the order they come, and at Resend's default pace (2
 	// a second) the reconciler's sends again would come before the last
-	// first attempts. The flash sale (pace_test.go) paces.
-	c.smtpEnv = []string{"PROVIDER", "resend", "RESEND_API_KEY", rs.APIKey, "RESEND_BASE_URL", rs.URL, "PROVIDER_TIMEOUT", "2s", "RESEND_RATE", "0"}
+	// first attempts. The flash sale (pace_test.go) paces. One message a
+	// request (PROVIDER_BATCHES off): these are the lone send's faults;
+	// the batches' have scenarios of their own.
+	c.smtpEnv = []string{"PROVIDER", "resend", "RESEND_API_KEY", rs.APIKey, "RESEND_BASE_URL", rs.URL, "PROVIDER_TIMEOUT", "2s", "RESEND_RATE", "0",
+		"PROVIDER_BATCHES", "off"}
 	c.recEnv = []string{"PROVIDER", "resend", "MAIL_LOOKUP_URL", ""}
 	return c
 }
