@@ -112,3 +112,22 @@ func Truncate(b []byte) string {
 	}
 	return string(b)
 }
+
+// ComposeBatch composes each message of a batch with compose, for a
+// provider's batch request: results has one entry per message, the
+// refusal of each that could not be composed (ComposeError) set, and
+// items are those composed, in order, in[k] the index in msgs of
+// items[k]. The same messages leave out the same ones, so that a batch
+// sent again under its key is the same body.
+func ComposeBatch[E any](msgs []mail.Message, compose func(mail.Message) (E, error)) (results []mail.BatchResult, items []E, in []int) {
+	results = make([]mail.BatchResult, len(msgs))
+	for i, m := range msgs {
+		e, err := compose(m)
+		if err != nil {
+			results[i].Err = ComposeError(err)
+			continue
+		}
+		items, in = append(items, e), append(in, i)
+	}
+	return results, items, in
+}

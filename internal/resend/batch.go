@@ -53,17 +53,7 @@ func (p *Provider) SendBatch(ctx context.Context, b mail.Batch, handOver func() 
 	if len(b.Messages) == 0 || len(b.Messages) > MaxBatch || b.Key == "" {
 		return nil, httpprovider.ComposeError(fmt.Errorf("a batch of %d messages under key %q: want 1 to %d, under a key", len(b.Messages), b.Key, MaxBatch))
 	}
-	results := make([]mail.BatchResult, len(b.Messages))
-	var emails []email
-	var in []int // in[k]: the index in b of the request's k-th e-mail
-	for i, m := range b.Messages {
-		e, err := p.email(m)
-		if err != nil {
-			results[i].Err = httpprovider.ComposeError(err)
-			continue
-		}
-		emails, in = append(emails, e), append(in, i)
-	}
+	results, emails, in := httpprovider.ComposeBatch(b.Messages, p.email) // in[k]: the index in b of the request's k-th e-mail
 	if len(emails) == 0 {
 		return results, nil
 	}

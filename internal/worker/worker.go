@@ -519,14 +519,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 		pctx, span := w.tracer.Start(ctx, "provider batch send", trace.WithSpanKind(trace.SpanKindClient))
 		span.SetAttributes(attribute.String("sekali.provider", a.route.name))
 		providerID, err = c.ride(&rider{ctx: pctx, a: a, msg: msg, ho: ho, urgent: urgent(ctx, w.cfg.Queue), tally: onItsWayFrom(ctx), replay: replayMemberFrom(ctx), wake: make(chan bool, 1)})
-		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-		if hb.lockLost() {
-			a.lockLost = true
-			w.metrics.lockExpired.Inc()
-		}
+		w.sent(a, span, err)
 		return providerID, err
 	}
 	lastLeaseCheck := func() error {
@@ -553,13 +546,19 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 	if err == nil {
 		w.learnPace(ctx, a.route, ok.header())
 	}
+	w.sent(a, span, err)
+	return providerID, err
+}
+
+// sent ends a send's span with its error, and notes a lock the heartbeat
+// found gone meanwhile.
+func (w *Worker) sent(a *attempt, span trace.Span, err error) {
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
-	if hb.lockLost() {
+	if a.hb.lockLost() {
 		a.lockLost = true
 		w.metrics.lockExpired.Inc()
 	}
-	return providerID, err
 }
