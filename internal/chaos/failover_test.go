@@ -82,9 +82,6 @@ func TestFailoverWhileResendIsDown(t *testing.T) {
 
 	through := c.throughProviders()
 	t.Logf("sent through %v; %d through the relay while Resend was down (%v)", through, relayed, time.Since(outage).Round(time.Second))
-	if relayed < 15 {
-		t.Errorf("%d of the 20 orders placed during the outage went out through the relay while Resend was down, want most", relayed)
-	}
 	if through["resend"] < 3 || through["smtp"] != c.sink.Count() || through["resend"] != len(c.resend.Messages()) {
 		t.Errorf("sent through %v with %d e-mails at Resend and %d at the relay: the history must name the provider of each",
 			through, len(c.resend.Messages()), c.sink.Count())
@@ -97,6 +94,13 @@ func TestFailoverWhileResendIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d deliveries waited for Resend: refused with a 5xx after the request went out", pinned)
+	// Every order placed during the outage went through the relay, unless
+	// the 5xx that told the workers of it answered its own request: that
+	// one waits for Resend. Sent one message a request, a 5xx pins one
+	// delivery; sent in a batch (PROVIDER_BATCHES), each member of it.
+	if relayed+pinned < 18 {
+		t.Errorf("%d of the 20 orders placed during the outage went out through the relay while Resend was down and %d waited for it: want all but a couple", relayed, pinned)
+	}
 	if elsewhere > 0 {
 		t.Errorf("%d deliveries pinned to Resend were sent through another provider", elsewhere)
 	}
