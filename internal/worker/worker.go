@@ -520,6 +520,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 		span.SetAttributes(attribute.String("sekali.provider", a.route.name))
 		providerID, err = c.ride(&rider{ctx: pctx, a: a, msg: msg, ho: ho, urgent: urgent(ctx, w.cfg.Queue), tally: onItsWayFrom(ctx), replay: replayMemberFrom(ctx), wake: make(chan bool, 1)})
 		w.sent(a, span, err)
+		span.End()
 		return providerID, err
 	}
 	lastLeaseCheck := func() error {
@@ -547,16 +548,16 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 		w.learnPace(ctx, a.route, ok.header())
 	}
 	w.sent(a, span, err)
+	span.End()
 	return providerID, err
 }
 
-// sent ends a send's span with its error, and notes a lock the heartbeat
-// found gone meanwhile.
+// sent marks a send's span with its error, and notes a lock the
+// heartbeat found gone meanwhile.
 func (w *Worker) sent(a *attempt, span trace.Span, err error) {
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 	}
-	span.End()
 	if a.hb.lockLost() {
 		a.lockLost = true
 		w.metrics.lockExpired.Inc()
