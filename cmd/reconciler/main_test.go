@@ -18,6 +18,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -27,7 +28,7 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 	db := testenv.NewDB(t)
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	dead := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	defer dead.Close()
 	reg := prometheus.NewRegistry()
 	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
