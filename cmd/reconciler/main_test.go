@@ -106,12 +106,13 @@ func TestConfigErrors(t *testing.T) {
 		"MAIL_LOOKUP_URL":          "ftp://mail.example",
 		"RECONCILE_INTERVAL":       "0s",
 		"DELIVERY_RETENTION":       "-1h",
+		"TASK_BATCH":               "0",
 	}
 	err := run(context.Background(), []string{"--once"}, func(k string) string { return env[k] }, io.Discard, io.Discard)
 	if err == nil {
 		t.Fatal("bad configuration accepted")
 	}
-	for _, want := range []string{"order-cancelled", "order-shipped=maybe", "RECONCILE_DEFAULT_POLICY", "MAIL_LOOKUP_API", "MAIL_LOOKUP_URL", "RECONCILE_INTERVAL", "DELIVERY_RETENTION"} {
+	for _, want := range []string{"order-cancelled", "order-shipped=maybe", "RECONCILE_DEFAULT_POLICY", "MAIL_LOOKUP_API", "MAIL_LOOKUP_URL", "RECONCILE_INTERVAL", "DELIVERY_RETENTION", "TASK_BATCH"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)
 		}

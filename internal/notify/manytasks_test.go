@@ -14,12 +14,17 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
+	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
 // queueEnv is an Enqueuer on a queue of its own in the test Redis, with
@@ -129,26 +134,32 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	return next
 }
 
-// enqueueTogether runs EnqueueAfterCommit for each of ds at once, as
-// that many checkouts committing together: the first one's enqueue is
-// held until the others have called, so that they queue behind it.
-func (e *queueEnv) enqueueTogether(t *testing.T, ds []notify.Delivery) {
+// together runs call(0), holds its enqueue, runs call(1) … call(n-1)
+// meanwhile, and releases the first once they have all called: that many
+// checkouts committing while the first one's enqueue is in flight.
+func (e *queueEnv) together(t *testing.T, n int, call func(i int)) {
 	t.Helper()
 	g := newGate()
 	e.rdb.AddHook(g)
 	var wg sync.WaitGroup
 	var called atomic.Int32
-	wg.Go(func() { e.enq.EnqueueAfterCommit(t.Context(), ds[:1]) })
+	wg.Go(func() { call(0) })
 	<-g.held
-	for _, d := range ds[1:] {
+	for i := 1; i < n; i++ {
 		wg.Go(func() {
 			called.Add(1)
-			e.enq.EnqueueAfterCommit(t.Context(), []notify.Delivery{d})
+			call(i)
 		})
 	}
-	testenv.WaitFor(t, "every checkout to enqueue", 10*time.Second, func() bool { return int(called.Load()) == len(ds)-1 })
+	testenv.WaitFor(t, "every checkout to enqueue", 10*time.Second, func() bool { return int(called.Load()) == n-1 })
 	close(g.release)
 	wg.Wait()
+}
+
+// enqueueTogether enqueues each of ds after its commit, together.
+func (e *queueEnv) enqueueTogether(t *testing.T, ds []notify.Delivery) {
+	t.Helper()
+	e.together(t, len(ds), func(i int) { e.enq.EnqueueAfterCommit(t.Context(), ds[i:i+1]) })
 }
 
 // After a commit, a lone delivery goes at once in a task of its own, in
@@ -246,31 +257,6 @@ func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, flo
 	return 0, 0
 }
 
-// enqueueTogetherCtx is enqueueTogether with the first caller's context,
-// cancelled (if cancel is set) while its enqueue is held: the client hung
-// up after the commit.
-func (e *queueEnv) enqueueTogetherCtx(t *testing.T, first context.Context, cancel context.CancelFunc, ds []notify.Delivery) {
-	t.Helper()
-	g := newGate()
-	e.rdb.AddHook(g)
-	var wg sync.WaitGroup
-	var called atomic.Int32
-	wg.Go(func() { e.enq.EnqueueAfterCommit(first, ds[:1]) })
-	<-g.held
-	if cancel != nil {
-		cancel()
-	}
-	for _, d := range ds[1:] {
-		wg.Go(func() {
-			called.Add(1)
-			e.enq.EnqueueAfterCommit(t.Context(), []notify.Delivery{d})
-		})
-	}
-	testenv.WaitFor(t, "every checkout to enqueue", 10*time.Second, func() bool { return int(called.Load()) == len(ds)-1 })
-	close(g.release)
-	wg.Wait()
-}
-
 // The later lane's deliveries share tasks among themselves, never with
 // the urgent ones; a delivery scheduled for later has a task of its own,
 // processed at its time, as before.
@@ -336,8 +322,22 @@ func TestEnqueueAfterCommitOutlivesItsCaller(t *testing.T) {
 	for i := range ds {
 		ds[i] = delivery(nil)
 	}
+	// The clients of the first checkout, whose enqueue is held, and of
+	// every other second one hang up after their commits; those of the
+	// rest wait for their answers.
 	ctx, cancel := context.WithCancel(t.Context())
-	e.enqueueTogetherCtx(t, ctx, cancel, ds)
+	e.together(t, len(ds), func(i int) {
+		if i == 0 {
+			e.enq.EnqueueAfterCommit(ctx, ds[:1])
+			return
+		}
+		cancel()
+		if i%2 == 1 {
+			e.enq.EnqueueAfterCommit(ctx, ds[i:i+1])
+		} else {
+			e.enq.EnqueueAfterCommit(t.Context(), ds[i:i+1])
+		}
+	})
 	carriers := inTasks(e.tasks(t, e.redis.Queue))
 	for i, d := range ds {
 		if len(carriers[d.ID]) != 1 {
@@ -564,5 +564,85 @@ func TestTasksOfManyOnRedisCluster(t *testing.T) {
 	}
 	if tasks := e.tasks(t, e.redis.Queue); len(tasks) != 1 || len(tasks[0].deliveries) != len(ds) {
 		t.Errorf("the deliveries re-enqueued together: %d tasks, want one of %d", len(tasks), len(ds))
+	}
+}
+
+// A task of many carries the trace context of its first delivery's
+// request, so the worker's spans join that trace; every delivery's
+// request still has its own enqueue span, naming the task it went in.
+func TestATaskOfManyCarriesItsFirstDeliverysTrace(t *testing.T) {
+	t.Parallel()
+	e := newQueueEnv(t, testenv.NewRedis(t))
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+
+	const n = 6
+	ds := make([]notify.Delivery, n)
+	requests := map[uuid.UUID]trace.SpanContext{}
+	for i := range ds {
+		ds[i] = delivery(nil)
+	}
+	e.together(t, n, func(i int) {
+		ctx, span := tp.Tracer("test").Start(context.Background(), "POST /v1/orders")
+		defer span.End()
+		e.enq.EnqueueAfterCommit(ctx, ds[i:i+1])
+	})
+
+	spans := exp.GetSpans()
+	enqueued := map[uuid.UUID]tracetest.SpanStub{} // each delivery's enqueue span
+	for _, s := range spans {
+		if s.Name == "POST /v1/orders" {
+			continue
+		}
+		for _, a := range s.Attributes {
+			if a.Key == "sekali.delivery_id" {
+				enqueued[uuid.MustParse(a.Value.AsString())] = s
+			}
+		}
+	}
+	for _, s := range spans {
+		if s.Name == "POST /v1/orders" {
+			for id, es := range enqueued {
+				if es.Parent.SpanID() == s.SpanContext.SpanID() {
+					requests[id] = s.SpanContext
+				}
+			}
+		}
+	}
+	var many *queuedTask
+	for _, qt := range e.tasks(t, e.redis.Queue) {
+		if len(qt.deliveries) > 1 {
+			many = &qt
+		}
+	}
+	if many == nil {
+		t.Fatal("no task of many")
+	}
+	for _, id := range many.deliveries {
+		s, ok := enqueued[id]
+		if !ok || !requests[id].IsValid() {
+			t.Errorf("delivery %s: no enqueue span under its request's", id)
+			continue
+		}
+		var taskID string
+		for _, a := range s.Attributes {
+			if a.Key == "messaging.message.id" {
+				taskID = a.Value.AsString()
+			}
+		}
+		if taskID != many.id {
+			t.Errorf("delivery %s's enqueue span names task %q, want %s", id, taskID, many.id)
+		}
+	}
+	info, err := e.ins.GetTaskInfo(e.redis.Queue, many.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	carried := trace.SpanContextFromContext(tracing.Propagator.Extract(context.Background(), propagation.MapCarrier(info.Headers)))
+	first := many.deliveries[0]
+	if carried.TraceID() != requests[first].TraceID() || carried.SpanID() != enqueued[first].SpanContext.SpanID() {
+		t.Errorf("the task carries trace %s span %s, want the first delivery's request's trace %s and its enqueue span %s",
+			carried.TraceID(), carried.SpanID(), requests[first].TraceID(), enqueued[first].SpanContext.SpanID())
 	}
 }
