@@ -255,7 +255,7 @@ func NewEnqueuer(rdb redis.UniversalClient, queue string, log *slog.Logger, reg 
 		failures: metric.Counter(reg, "sekali_enqueue_failures_total",
 			"Deliveries recorded in PostgreSQL whose task could not be enqueued; they stay pending until the reconciler re-enqueues them."),
 		sizes: metric.Histogram(reg, "sekali_enqueued_task_deliveries",
-			"Deliveries per task enqueued after a commit or by the reconciler: those that were ready together, up to TASK_BATCH.",
+			"Deliveries per task enqueued (after a commit, by the reconciler, on an operator's retry): those that were ready together, up to TASK_BATCH.",
 			[]float64{1, 2, 5, 10, 20, 50, 100}),
 	}
 	e.fresh = &smartbatch.Batch[freshCall, []error]{Max: e.bound, Run: e.runFresh}
@@ -276,8 +276,7 @@ func (e *Enqueuer) enqueue(ctx context.Context, d Delivery) error {
 }
 
 // startSpan starts d's enqueue span, from the caller's tracer provider
-// (none: a no-op).
-// The caller ends it.
+// (none: a no-op); the caller ends it.
 func startSpan(ctx context.Context, d Delivery) (context.Context, trace.Span) {
 	return trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "enqueue delivery", //nolint:spancheck // the caller ends it
 		trace.WithSpanKind(trace.SpanKindProducer),
