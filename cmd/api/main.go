@@ -58,6 +58,7 @@ type config struct {
 	RateLimits      httpapi.RateLimits
 	Webhooks        roster.Webhooks
 	MaxInFlight     int
+	TaskBatch       int // TASK_BATCH: the most deliveries one task carries
 	BodyTimeout     time.Duration
 	// PublicCheckout is CHECKOUT_MODE=public: POST /v1/orders without an
 	// API key too, held to PublicRules and counted against PublicQuota.
@@ -83,6 +84,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 		MaxInFlight:     env.Int("HTTP_MAX_IN_FLIGHT", 128, 0, 100_000),
+		TaskBatch:       env.Int("TASK_BATCH", notify.MaxTaskDeliveries, 1, notify.MaxTaskDeliveries),
 		BodyTimeout:     env.Duration("HTTP_BODY_TIMEOUT", 5*time.Second),
 		RateLimits: httpapi.RateLimits{
 			Public:  httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_PUBLIC", 50, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_PUBLIC_BURST", 100, 1, 1_000_000)},
@@ -158,8 +160,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	defer stopProfiler()
 
-	queue := asynq.NewClient(cfg.Redis)
-	defer queue.Close()
 	inspector := asynq.NewInspector(cfg.Redis)
 	defer inspector.Close()
 	rdb := redisconn.NewClient(cfg.Redis)
@@ -177,8 +177,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer ops.Close()
-	enqueuer := notify.NewEnqueuer(queue, cfg.Queue, log, reg)
+	enqueuer := notify.NewEnqueuer(rdb, cfg.Queue, log, reg)
 	enqueuer.Prioritize(templates) // what may wait goes on the queue's later lane
+	enqueuer.BatchUpTo(cfg.TaskBatch)
 	orders := order.NewService(pool, enqueuer, templates, cfg.IdempotencyTTL, reg)
 	orders.SendAtHorizon = cfg.SendAtHorizon
 	if cfg.PublicCheckout {

@@ -18,6 +18,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
+	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -37,7 +38,7 @@ func newStalled(t *testing.T) stalled {
 	db := testenv.NewDB(t)
 	rd := testenv.NewRedis(t)
 	ctx := context.Background()
-	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	dead := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { dead.Close() })
 	reg := prometheus.NewRegistry()
 	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)

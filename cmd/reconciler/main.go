@@ -40,6 +40,7 @@ func main() { binary.Main("reconciler", run) }
 type config struct {
 	binary.Common
 	Interval  time.Duration
+	TaskBatch int                 // TASK_BATCH: the most deliveries one re-enqueued task carries
 	Providers []mail.Descriptor   // PROVIDERS (or PROVIDER), as the workers': whose look-up or guarantee settles an ambiguous send
 	Lookups   []mail.LookupOpener // each provider's search, nil if it has none (configured)
 	Reconcile reconcile.Config    // Providers named, with their dedup windows; the look-ups are opened at start
@@ -49,8 +50,9 @@ type config struct {
 func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (config, error) {
 	env := envconfig.New(getenv)
 	cfg := config{
-		Common:   binary.ReadCommon(env, ":9102"),
-		Interval: env.Duration("RECONCILE_INTERVAL", 5*time.Second),
+		Common:    binary.ReadCommon(env, ":9102"),
+		Interval:  env.Duration("RECONCILE_INTERVAL", 5*time.Second),
+		TaskBatch: env.Int("TASK_BATCH", notify.MaxTaskDeliveries, 1, notify.MaxTaskDeliveries),
 		Reconcile: reconcile.Config{
 			MaxAge:        env.Duration("DELIVERY_MAX_AGE", 120*time.Hour),
 			PendingAfter:  env.Duration("PENDING_REENQUEUE_AFTER", 30*time.Second),
@@ -166,8 +168,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("configuration:\n%w", err)
 		}
 	}
-	client := asynq.NewClient(cfg.Redis)
-	defer client.Close()
 	inspector := asynq.NewInspector(cfg.Redis)
 	defer inspector.Close()
 
@@ -177,8 +177,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, q := range notify.Queues(cfg.Queue) {
 		reg.MustRegister(reconcile.NewQueueCollector(inspector, rdb, q))
 	}
-	enqueuer := notify.NewEnqueuer(client, cfg.Queue, log, reg)
+	enqueuer := notify.NewEnqueuer(rdb, cfg.Queue, log, reg)
 	enqueuer.Prioritize(templates) // as the API's: a delivery re-enqueued goes on its own lane
+	enqueuer.BatchUpTo(cfg.TaskBatch)
 	rec := reconcile.New(pool, enqueuer, inspector, cfg.Reconcile, log, reg)
 	hooks := webhookout.NewDispatcher(pool, cfg.Webhooks, log, reg)
 

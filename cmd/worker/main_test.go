@@ -18,6 +18,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -42,10 +43,10 @@ func newWorld(t *testing.T, sinkCfg smtpsink.Config) *world {
 	}
 	t.Cleanup(func() { sink.Close() })
 	w.sink = sink
-	client := asynq.NewClient(w.redis.Opt)
-	t.Cleanup(func() { client.Close() })
+	rdb := redisconn.NewClient(w.redis.Opt)
+	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	w.orders = order.NewService(w.db.Pool, notify.NewEnqueuer(client, w.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
+	w.orders = order.NewService(w.db.Pool, notify.NewEnqueuer(rdb, w.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	return w
 }
 

@@ -108,7 +108,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 
 	// API
 	api := newComponent(httpapi.LogHandler)
-	enq := notify.NewEnqueuer(client, rd.Queue, api.log, api.reg)
+	enq := notify.NewEnqueuer(rdb, rd.Queue, api.log, api.reg)
 	orders := order.NewService(db.Pool, enq, templates, time.Hour, api.reg)
 	keys := apikey.NewService(db.Pool)
 	backendKey := newBackendKey(t, keys)
@@ -291,7 +291,7 @@ func checkoutWithoutTask(t *testing.T, ctx context.Context, db testenv.DB, email
 	t.Helper()
 	// An order recorded by a service whose queue is unreachable: the
 	// intent exists, no task does.
-	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	dead := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	defer dead.Close()
 	reg := prometheus.NewRegistry()
 	svc := order.NewService(db.Pool, notify.NewEnqueuer(dead, "none", slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)

@@ -90,8 +90,8 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 
 	logs := &testenv.Buffer{}
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(logs, nil)))
-	client := asynq.NewClient(queueRedis)
-	t.Cleanup(func() { client.Close() })
+	queue := redisconn.NewClient(queueRedis)
+	t.Cleanup(func() { queue.Close() })
 	inspector := asynq.NewInspector(rd.Opt)
 	t.Cleanup(func() { inspector.Close() })
 
@@ -103,12 +103,12 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 		templates = o.templates
 	}
 	reg := prometheus.NewRegistry()
-	enq := notify.NewEnqueuer(client, rd.Queue, log, reg)
+	enq := notify.NewEnqueuer(queue, rd.Queue, log, reg)
 	orders := order.NewService(db.Pool, enq, templates, 24*time.Hour, reg)
 	orders.Public = o.public
 	checks := []httpapi.Check{
 		{Name: "postgres", Ping: db.Pool.Ping},
-		{Name: "redis", Ping: func(ctx context.Context) error { return client.Ping() }},
+		{Name: "redis", Ping: func(ctx context.Context) error { return queue.Ping(ctx).Err() }},
 	}
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })

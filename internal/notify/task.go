@@ -21,6 +21,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/metric"
+	"github.com/sekali-dev/sekali/internal/smartbatch"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
@@ -205,12 +206,20 @@ func Queues(queue string) []string { return []string{queue, LaterQueue(queue)} }
 // Enqueuer hands recorded deliveries to the queue.
 type Enqueuer struct {
 	client   *asynq.Client
+	rdb      redis.UniversalClient // the markers of tasks of many (manytasks.go)
 	queue    string
 	log      *slog.Logger
 	failures prometheus.Counter
+	sizes    prometheus.Histogram
 	// later says a delivery may wait for the urgent ones: it goes on
 	// LaterQueue (Prioritize). nil: every delivery goes on queue.
 	later func(Delivery) bool
+	// bound is the most deliveries a task of many carries (BatchUpTo);
+	// 1: every delivery has a task of its own.
+	bound int
+	// fresh shares a task among the deliveries committed while the
+	// previous enqueue after a commit was in flight (EnqueueAfterCommit).
+	fresh *smartbatch.Batch[freshCall, []error]
 }
 
 // Prioritize sends to LaterQueue the deliveries that may wait behind the
@@ -222,6 +231,14 @@ func (e *Enqueuer) Prioritize(templates *mailtemplate.Templates) {
 	e.later = func(d Delivery) bool { return d.NotBefore != nil || slices.Contains(subs, d.Template) }
 }
 
+// BatchUpTo bounds the deliveries one task carries, from 1 (each its own
+// task, as before tasks of many) to MaxTaskDeliveries, the default
+// (TASK_BATCH). Like Prioritize, it is called before the Enqueuer is used.
+func (e *Enqueuer) BatchUpTo(n int) {
+	e.bound = min(max(n, 1), MaxTaskDeliveries)
+	e.fresh.Max = e.bound
+}
+
 // queueFor is the queue d's task travels on.
 func (e *Enqueuer) queueFor(d Delivery) string {
 	if e.later != nil && e.later(d) {
@@ -230,11 +247,19 @@ func (e *Enqueuer) queueFor(d Delivery) string {
 	return e.queue
 }
 
-// NewEnqueuer returns an Enqueuer on queue that counts its failures in reg.
-func NewEnqueuer(client *asynq.Client, queue string, log *slog.Logger, reg prometheus.Registerer) *Enqueuer {
-	failures := metric.Counter(reg, "sekali_enqueue_failures_total",
-		"Deliveries recorded in PostgreSQL whose task could not be enqueued; they stay pending until the reconciler re-enqueues them.")
-	return &Enqueuer{client: client, queue: queue, log: log, failures: failures}
+// NewEnqueuer returns an Enqueuer on queue, in the Redis of rdb, that
+// counts its failures in reg.
+func NewEnqueuer(rdb redis.UniversalClient, queue string, log *slog.Logger, reg prometheus.Registerer) *Enqueuer {
+	e := &Enqueuer{
+		client: asynq.NewClientFromRedisClient(rdb), rdb: rdb, queue: queue, log: log, bound: MaxTaskDeliveries,
+		failures: metric.Counter(reg, "sekali_enqueue_failures_total",
+			"Deliveries recorded in PostgreSQL whose task could not be enqueued; they stay pending until the reconciler re-enqueues them."),
+		sizes: metric.Histogram(reg, "sekali_enqueued_task_deliveries",
+			"Deliveries per task enqueued (after a commit, by the reconciler, on an operator's retry): those that were ready together, up to TASK_BATCH.",
+			[]float64{1, 2, 5, 10, 20, 50, 100}),
+	}
+	e.fresh = &smartbatch.Batch[freshCall, []error]{Max: e.bound, Run: e.runFresh}
+	return e
 }
 
 // Enqueue puts the delivery's task on the queue. A task that exists
@@ -250,15 +275,19 @@ func (e *Enqueuer) enqueue(ctx context.Context, d Delivery) error {
 	return e.enqueueAs(ctx, d, TaskID(d.ID))
 }
 
-func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) error {
-	// The span comes from the caller's tracer provider (none: a no-op).
-	ctx, span := trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "enqueue delivery",
+// startSpan starts d's enqueue span, from the caller's tracer provider
+// (none: a no-op); the caller ends it.
+func startSpan(ctx context.Context, d Delivery) (context.Context, trace.Span) {
+	return trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "enqueue delivery", //nolint:spancheck // the caller ends it
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("sekali.delivery_id", d.ID.String()), attribute.String("sekali.template", d.Template)))
-	defer span.End()
-	opts := []asynq.Option{
+}
+
+// taskOptions are the options of a task under taskID on queue.
+func taskOptions(taskID, queue string) []asynq.Option {
+	return []asynq.Option{
 		asynq.TaskID(taskID),
-		asynq.Queue(e.queueFor(d)),
+		asynq.Queue(queue),
 		// No retention: a finished task is deleted at once. Its id would
 		// only refuse a second enqueue of a delivery that is done, and a
 		// second task for it costs one look at the status cache or the
@@ -266,13 +295,25 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) err
 		// Redis for as long as the retention lasted.
 		asynq.MaxRetry(maxTaskRetries),
 	}
-	if d.NotBefore != nil && d.NotBefore.After(time.Now()) {
+}
+
+// scheduled reports whether d may not go yet: its task is one of its own,
+// processed at its time.
+func scheduled(d Delivery) bool { return d.NotBefore != nil && d.NotBefore.After(time.Now()) }
+
+func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) error {
+	ctx, span := startSpan(ctx, d)
+	defer span.End()
+	opts := taskOptions(taskID, e.queueFor(d))
+	if scheduled(d) {
 		// Punctual, not the guard: the claim refuses the row before its
 		// time whatever runs the task.
 		opts = append(opts, asynq.ProcessAt(*d.NotBefore))
 	}
 	_, err := e.client.EnqueueContext(ctx, newDeliverTask(ctx, d), opts...)
-	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+	if err == nil {
+		e.sizes.Observe(1)
+	} else if !errors.Is(err, asynq.ErrTaskIDConflict) {
 		span.SetStatus(codes.Error, err.Error())
 	}
 	return err
@@ -280,10 +321,12 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) err
 
 // EnsureQueued makes sure a live task exists for a pending delivery. A
 // task under the same id that is pending, scheduled, retrying or running
-// will do the work: nothing to add. One that completed or was archived
-// will never run again, yet its id still blocks a new enqueue for the
-// retention period: it is deleted and the delivery enqueued afresh.
-// created reports whether a new task was put on the queue.
+// will do the work: nothing to add; so will a task of many that carries
+// the delivery (its marker names it, manytasks.go). One that completed
+// or was archived will never run again, yet its id still blocks a new
+// enqueue for the retention period: it is deleted and the delivery
+// enqueued afresh. created reports whether a new task was put on the
+// queue.
 //
 // An active task is normally left alone; but when its worker has died
 // (asynq reports it orphaned), or when the caller knows the attempt behind
@@ -291,6 +334,21 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) err
 // lease expired), a recovery task is queued at once rather than after
 // asynq's own recovery, which takes up to a minute and a half.
 func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error) {
+	markers, err := e.readMarkers(ctx, []Delivery{d})
+	if err != nil {
+		return false, err
+	}
+	if markers[0] != "" {
+		t, err := inspectMany(ins, e.queueFor(d), markers[0])
+		if err != nil || t.runs(d, deadAttempt) {
+			return false, err
+		}
+	}
+	return e.ensureAlone(ctx, ins, d, deadAttempt)
+}
+
+// ensureAlone is EnsureQueued without a task of many: d's own task.
+func (e *Enqueuer) ensureAlone(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error) {
 	created, active, err := e.enqueueOrReplace(ctx, ins, d, TaskID(d.ID))
 	if err != nil || created || active == nil {
 		return created, err
@@ -319,17 +377,12 @@ func (e *Enqueuer) enqueueOrReplace(ctx context.Context, ins *asynq.Inspector, d
 	if !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return false, nil, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
 	}
-	queue := e.queueFor(d)
-	info, err := ins.GetTaskInfo(queue, taskID)
-	switch {
-	case errors.Is(err, asynq.ErrTaskNotFound):
-		// Gone between the two calls: enqueue once more.
+	switch info, err := standing(ins, e.queueFor(d), taskID); {
 	case err != nil:
-		return false, nil, fmt.Errorf("inspect task %s: %w", taskID, err)
-	case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
-		if err := ins.DeleteTask(queue, info.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
-			return false, nil, fmt.Errorf("delete finished task %s: %w", taskID, err)
-		}
+		return false, nil, err
+	case info == nil:
+		// Gone between the two calls, or finished and deleted: enqueue
+		// once more.
 	case info.State == asynq.TaskStateActive:
 		return false, info, nil
 	default:
@@ -342,6 +395,26 @@ func (e *Enqueuer) enqueueOrReplace(ctx context.Context, ins *asynq.Inspector, d
 		return false, nil, fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
 	}
 	return true, nil, nil
+}
+
+// standing is the task under taskID on queue that may still run: nil
+// when there is none, or when the one there had finished (completed or
+// archived: it will never run again, yet its id would refuse a new task
+// for the retention period), which is deleted.
+func standing(ins *asynq.Inspector, queue, taskID string) (*asynq.TaskInfo, error) {
+	info, err := ins.GetTaskInfo(queue, taskID)
+	switch {
+	case errors.Is(err, asynq.ErrTaskNotFound), errors.Is(err, asynq.ErrQueueNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("inspect task %s: %w", taskID, err)
+	case info.State == asynq.TaskStateCompleted || info.State == asynq.TaskStateArchived:
+		if err := ins.DeleteTask(queue, info.ID); err != nil && !errors.Is(err, asynq.ErrTaskNotFound) {
+			return nil, fmt.Errorf("delete finished task %s: %w", taskID, err)
+		}
+		return nil, nil
+	}
+	return info, nil
 }
 
 // orphaned reports whether an active task's worker stopped renewing its
@@ -364,24 +437,34 @@ func orphaned(ins *asynq.Inspector, queue, taskID string) bool {
 // deliveries that may wait, its LaterQueue).
 func (e *Enqueuer) Queue() string { return e.queue }
 
+// enqueueTimeout bounds an enqueue after a commit, from the commit.
+const enqueueTimeout = 5 * time.Second
+
 // EnqueueAfterCommit enqueues freshly committed deliveries. It never fails
 // the caller: the intent is already durable, so a failed enqueue is
-// logged and counted and the row stays pending for the reconciler. It
-// keeps going when ctx is cancelled (the client hung up after the
-// commit), bounded by its own timeout.
+// logged and counted, per delivery, and the row stays pending for the
+// reconciler. It keeps going when ctx is cancelled (the client hung up
+// after the commit), bounded by its own timeout.
+//
+// The deliveries of the checkouts committed while the previous enqueue
+// was in flight share a task (smart batching, manytasks.go): a lone
+// checkout's goes at once, in the task of one delivery it always had,
+// and under load tasks grow up to BatchUpTo's bound.
 func (e *Enqueuer) EnqueueAfterCommit(ctx context.Context, deliveries []Delivery) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
 	defer cancel()
-	for _, d := range deliveries {
-		if err := e.Enqueue(ctx, d); err != nil {
-			e.failures.Inc()
-			e.log.LogAttrs(ctx, slog.LevelWarn, "enqueue failed; delivery stays pending for the reconciler",
-				slog.String("delivery_id", d.ID.String()),
-				slog.String("order_id", d.OrderID.String()),
-				slog.String("template", d.Template),
-				slog.String("error", err.Error()),
-			)
+	for i, err := range e.enqueueFresh(ctx, deliveries) {
+		if err == nil {
+			continue
 		}
+		d := deliveries[i]
+		e.failures.Inc()
+		e.log.LogAttrs(ctx, slog.LevelWarn, "enqueue failed; delivery stays pending for the reconciler",
+			slog.String("delivery_id", d.ID.String()),
+			slog.String("order_id", d.OrderID.String()),
+			slog.String("template", d.Template),
+			slog.String("error", err.Error()),
+		)
 	}
 }
 

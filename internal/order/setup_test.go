@@ -12,6 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -32,12 +33,12 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	e := &env{db: testenv.NewDB(t), redis: testenv.NewRedis(t), templates: builtin(t), now: time.Now().UTC().Truncate(time.Microsecond)}
-	client := asynq.NewClient(e.redis.Opt)
-	t.Cleanup(func() { client.Close() })
+	rdb := redisconn.NewClient(e.redis.Opt)
+	t.Cleanup(func() { rdb.Close() })
 	e.inspector = asynq.NewInspector(e.redis.Opt)
 	t.Cleanup(func() { e.inspector.Close() })
 	reg := prometheus.NewRegistry()
-	enq := notify.NewEnqueuer(client, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	enq := notify.NewEnqueuer(rdb, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	e.svc = NewService(e.db.Pool, enq, e.templates, keyTTL, reg)
 	e.svc.now = func() time.Time { return e.now }
 	return e

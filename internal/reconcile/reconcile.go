@@ -332,14 +332,16 @@ func (r *Reconciler) messageID(d notify.Delivery) string {
 // requeueOrphans makes sure every pending row older than PendingAfter has
 // a live task. The rows are touched as they are read, so that another
 // reconciler, and the next pass, look at others; no lock is held while
-// the queue is asked.
+// the queue is asked. Those that need a task share tasks of many
+// (notify.Enqueuer.EnsureAllQueued), each decided and counted on its own.
 func (r *Reconciler) requeueOrphans(ctx context.Context, rep *Report) error {
 	ds, err := notify.PickOrphanedPending(ctx, r.db, r.cfg.PendingAfter, r.cfg.Batch)
-	if err != nil {
+	if err != nil || len(ds) == 0 {
 		return err
 	}
-	for _, d := range ds {
-		r.ensureQueued(ctx, rep, d)
+	created, errs := r.enqueuer.EnsureAllQueued(ctx, r.inspector, ds)
+	for i, d := range ds {
+		r.recordQueued(rep, d, created[i], errs[i])
 	}
 	return nil
 }
@@ -348,6 +350,11 @@ func (r *Reconciler) ensureQueued(ctx context.Context, rep *Report, d notify.Del
 	// A row taken back from a sending attempt (its status, as read, is
 	// still sending) had a worker whose lease ran out: its task is dead.
 	created, err := r.enqueuer.EnsureQueued(ctx, r.inspector, d, d.Status == notify.StatusSending)
+	r.recordQueued(rep, d, created, err)
+}
+
+// recordQueued counts what making sure d has a live task did.
+func (r *Reconciler) recordQueued(rep *Report, d notify.Delivery, created bool, err error) {
 	switch {
 	case err != nil:
 		r.record(rep, d, DecisionEnqueueFailed, err.Error())

@@ -59,12 +59,12 @@ func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
 	e.lookupURL = api.URL
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	client := asynq.NewClient(rd.Opt)
-	t.Cleanup(func() { client.Close() })
-	e.enq = notify.NewEnqueuer(client, rd.Queue, quiet, prometheus.NewRegistry())
+	rdb := redisconn.NewClient(rd.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	e.enq = notify.NewEnqueuer(rdb, rd.Queue, quiet, prometheus.NewRegistry())
 	e.inspector = asynq.NewInspector(rd.Opt)
 	t.Cleanup(func() { e.inspector.Close() })
-	dead := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
+	dead := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { dead.Close() })
 	reg := prometheus.NewRegistry()
 	e.orders = order.NewService(e.db.Pool, notify.NewEnqueuer(dead, rd.Queue, quiet, reg), nil, time.Hour, reg)

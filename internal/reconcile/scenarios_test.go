@@ -2,6 +2,7 @@ package reconcile_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
@@ -303,12 +305,12 @@ func TestTwoReconcilersHandleEachRowOnce(t *testing.T) {
 	if decided != len(stranded) {
 		t.Errorf("%d decisions for %d stranded rows: %v", decided, len(stranded), reports)
 	}
-	// Every pending row (the orphans and the stranded ones reset) has one task.
+	// Every pending row (the orphans and the stranded ones reset) has one
+	// task: of its own, or a task of many.
+	carriers := e.carriers(t)
 	for _, d := range append(orphans, stranded...) {
-		if got := e.get(t, d.ID); got.Status == notify.StatusPending {
-			if _, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(d.ID)); err != nil {
-				t.Errorf("pending %s has no task: %v", d.Recipient, err)
-			}
+		if got := e.get(t, d.ID); got.Status == notify.StatusPending && carriers[d.ID] != 1 {
+			t.Errorf("pending %s is in %d tasks, want 1", d.Recipient, carriers[d.ID])
 		}
 	}
 	t.Logf("reports: %v | %v", reports[0], reports[1])
@@ -455,4 +457,91 @@ func TestLookupThatCannotTellFollowsThePolicy(t *testing.T) {
 	if got := e.get(t, recent.ID); got.Status != notify.StatusSending {
 		t.Errorf("the send whose search failed for now: %s, want still sending, asked again next pass", got.Status)
 	}
+}
+
+// Thirty orphans of one pass are queued in tasks of many, at most the
+// enqueuer's bound a task, each delivery in one task and decided (and
+// counted) on its own; the next pass finds each in its task of many and
+// queues nothing more; a worker sends each once.
+func TestOrphansAreRequeuedInTasksOfMany(t *testing.T) {
+	t.Parallel()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	const n, bound = 30, 8
+	e.enq.BatchUpTo(bound)
+	ds := make([]notify.Delivery, n)
+	for i := range ds {
+		ds[i] = e.pending(t, fmt.Sprintf("orphan%d@example.com", i))
+	}
+	e.age(t)
+	rec := e.reconciler(t, recOpts{})
+	ctx := context.Background()
+	rep, err := rec.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionRequeued] != n || rep.Decisions[reconcile.DecisionEnqueueFailed] != 0 {
+		t.Fatalf("report %v, want %d requeued", rep, n)
+	}
+	tasks, err := e.inspector.ListPendingTasks(e.redis.Queue, asynq.PageSize(1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) > 1+n/bound {
+		t.Errorf("%d tasks for %d orphans, want at most %d", len(tasks), n, 1+n/bound)
+	}
+	for _, info := range tasks {
+		if ps, err := notify.ParseTask(info.Payload); err != nil || len(ps) > bound {
+			t.Errorf("task %s carries %d deliveries (%v), past the bound %d", info.ID, len(ps), err, bound)
+		}
+	}
+	carriers := e.carriers(t)
+	for i, d := range ds {
+		if carriers[d.ID] != 1 {
+			t.Errorf("orphan %d is in %d tasks, want 1", i, carriers[d.ID])
+		}
+	}
+	if got := strings.Count(e.logs.String(), `"decision":"requeued_pending"`); got != n {
+		t.Errorf("%d log lines of a requeued delivery, want %d", got, n)
+	}
+
+	// Still waiting in their tasks of many: already queued, nothing added.
+	e.age(t)
+	if rep, err = rec.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionAlreadyQueued] != n || rep.Decisions[reconcile.DecisionRequeued] != 0 {
+		t.Errorf("the next pass: %v, want all %d already queued", rep, n)
+	}
+	if again, _ := e.inspector.ListPendingTasks(e.redis.Queue, asynq.PageSize(1000)); len(again) != len(tasks) {
+		t.Errorf("%d tasks after the next pass, want %d", len(again), len(tasks))
+	}
+
+	e.startWorker(t)
+	testenv.WaitFor(t, "the orphans to be sent", 30*time.Second, e.allSent(t, ds...))
+	e.exactlyOnce(t, ds...)
+}
+
+// carriers counts, for each delivery, the tasks waiting on the queue
+// (pending, scheduled, retrying) that carry it.
+func (e *env) carriers(t *testing.T) map[uuid.UUID]int {
+	t.Helper()
+	out := map[uuid.UUID]int{}
+	for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
+		e.inspector.ListPendingTasks, e.inspector.ListScheduledTasks, e.inspector.ListRetryTasks,
+	} {
+		infos, err := list(e.redis.Queue, asynq.PageSize(10000))
+		if err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+			t.Fatal(err)
+		}
+		for _, info := range infos {
+			ps, err := notify.ParseTask(info.Payload)
+			if err != nil {
+				t.Fatalf("task %s: %v", info.ID, err)
+			}
+			for _, p := range ps {
+				out[p.DeliveryID]++
+			}
+		}
+	}
+	return out
 }

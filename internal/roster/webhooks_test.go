@@ -24,6 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -48,7 +49,7 @@ func setup(t *testing.T) env {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	queue := asynq.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"}) // the enqueue after the checkout fails; nothing here needs it
+	queue := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"}) // the enqueue after the checkout fails; nothing here needs it
 	t.Cleanup(func() { queue.Close() })
 	reg := prometheus.NewRegistry()
 	orders := order.NewService(db.Pool, notify.NewEnqueuer(queue, "webhooks-test", discard, reg), nil, time.Hour, reg)

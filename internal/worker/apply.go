@@ -98,7 +98,7 @@ func (w *Worker) write(ctx context.Context, l *taskLog, d notify.Delivery, a *at
 	case writeSent:
 		failpoint.Inject("after-accept")
 		l.set(slog.String("language", a.language))
-		held, err := w.sents.do(ctx, notify.SentArgs{Leased: notify.Leased{ID: d.ID, Lease: a.lease}, ProviderID: s.providerID, Language: a.language})
+		held, err := w.sents.Do(ctx, notify.SentArgs{Leased: notify.Leased{ID: d.ID, Lease: a.lease}, ProviderID: s.providerID, Language: a.language})
 		if err == nil && !held {
 			err = notify.ErrLeaseLost
 		}

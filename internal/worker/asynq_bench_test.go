@@ -36,11 +36,9 @@ import (
 // and cache.
 func BenchmarkAsynqTask(b *testing.B) {
 	srv := testenv.NewRedisServer(b)
-	client := asynq.NewClient(srv.Opt)
-	defer client.Close()
-	enq := notify.NewEnqueuer(client, srv.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	rdb := redisconn.NewClient(srv.Opt)
 	defer rdb.Close()
+	enq := notify.NewEnqueuer(rdb, srv.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	var done atomic.Int64
 	server := asynq.NewServer(srv.Opt, asynq.Config{
 		Concurrency: 16, Queues: map[string]int{srv.Queue: 1}, TaskCheckInterval: DefaultTaskCheckInterval,

@@ -61,11 +61,9 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 		t.Fatal(err)
 	}
 	e.metrics = worker.NewMetrics(e.reg)
-	client := asynq.NewClient(e.redis.Opt)
-	t.Cleanup(func() { client.Close() })
 	apiReg := prometheus.NewRegistry()
 	e.apiReg = apiReg
-	enq := notify.NewEnqueuer(client, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg)
+	enq := notify.NewEnqueuer(e.rdb, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg)
 	e.enq = enq
 	e.orders = order.NewService(e.db.Pool, enq, e.templates, time.Hour, apiReg)
 	ins := asynq.NewInspector(e.redis.Opt)

@@ -25,6 +25,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/smartbatch"
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
@@ -137,10 +138,10 @@ type Worker struct {
 	retryDelay func(n int, err error) time.Duration
 
 	// The statements on the way to a send, each shared by the attempts
-	// that reach it at once (batch.go).
-	claims    *batch[notify.Claim, *notify.Judged]
-	handOvers *batch[notify.HandOverArgs, bool]
-	sents     *batch[notify.SentArgs, bool]
+	// that reach it at once (internal/smartbatch; batch.go).
+	claims    *smartbatch.Batch[notify.Claim, *notify.Judged]
+	handOvers *smartbatch.Batch[notify.HandOverArgs, bool]
+	sents     *smartbatch.Batch[notify.SentArgs, bool]
 }
 
 // maxBatch bounds the attempts one statement takes; with the default
@@ -207,17 +208,17 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 		requeue:       asynq.NewClientFromRedisClient(rdb),
 		retryDelay:    func(n int, err error) time.Duration { return RetryDelay(n, err, nil) },
 		tracer:        cmp.Or[trace.Tracer](cfg.Tracer, noop.NewTracerProvider().Tracer(tracerName)),
-		claims: &batch[notify.Claim, *notify.Judged]{max: maxBatch, timeout: recordTimeout, sizes: sizes("claim"),
-			run: func(ctx context.Context, cs []notify.Claim) ([]*notify.Judged, error) {
+		claims: &smartbatch.Batch[notify.Claim, *notify.Judged]{Max: maxBatch, Timeout: recordTimeout, Sizes: sizes("claim"), Alone: perRow,
+			Run: func(ctx context.Context, cs []notify.Claim) ([]*notify.Judged, error) {
 				return notify.ClaimAll(ctx, plans, cs)
 			}},
 		// A hand-over later than the lease is no use: the lease bounds it.
-		handOvers: &batch[notify.HandOverArgs, bool]{max: maxBatch, timeout: cfg.LockTTL, sizes: sizes("hand_over"),
-			run: func(ctx context.Context, hs []notify.HandOverArgs) ([]bool, error) {
+		handOvers: &smartbatch.Batch[notify.HandOverArgs, bool]{Max: maxBatch, Timeout: cfg.LockTTL, Sizes: sizes("hand_over"), Alone: perRow,
+			Run: func(ctx context.Context, hs []notify.HandOverArgs) ([]bool, error) {
 				return notify.HandOverAll(ctx, plans, hs)
 			}},
-		sents: &batch[notify.SentArgs, bool]{max: maxBatch, timeout: recordTimeout, sizes: sizes("sent"),
-			run: func(ctx context.Context, ss []notify.SentArgs) ([]bool, error) {
+		sents: &smartbatch.Batch[notify.SentArgs, bool]{Max: maxBatch, Timeout: recordTimeout, Sizes: sizes("sent"), Alone: perRow,
+			Run: func(ctx context.Context, ss []notify.SentArgs) ([]bool, error) {
 				return notify.MarkSentAll(ctx, plans, ss)
 			}},
 		plans: plans,
@@ -422,7 +423,7 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) e
 // decideUnclaimed what the task does.
 func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p notify.Payload) (done bool, err error) {
 	cctx, span := w.tracer.Start(ctx, "claim")
-	judged, err := w.claims.do(cctx, notify.Claim{
+	judged, err := w.claims.Do(cctx, notify.Claim{
 		ID: p.DeliveryID, KeyHash: p.KeyHash, Lease: a.lease, MessageID: mail.MessageIDOfHash(p.KeyHash, w.cfg.MessageIDDomain),
 		TaskID: a.taskID, Templates: w.templateNames, Subscriptions: w.subscriptions, Usable: w.usable(), MaxAge: w.cfg.MaxAge,
 	})
@@ -528,7 +529,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 			return errLockLost
 		}
 		failpoint.Inject("before-data")
-		held, err := w.handOvers.do(ctx, ho)
+		held, err := w.handOvers.Do(ctx, ho)
 		if err != nil {
 			return err
 		}
