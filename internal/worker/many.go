@@ -18,7 +18,7 @@ import (
 // its task carried it alone (processOne: its own slot of the
 // concurrency, lock, claim, lease, pace and history, and its own log
 // line), run beside the others, so that the statements on the way
-// (batch.go) take them together. A delivery that must come back (a
+// (internal/smartbatch) take them together. A delivery that must come back (a
 // lock busy, a pause, a deferral) comes back in a task of its own after
 // its own wait: the task itself is done once each delivery is done or
 // requeued.
