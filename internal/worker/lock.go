@@ -111,22 +111,11 @@ const (
 // them in; a cache written under the other layout is a miss, and the
 // claim finds the row sent.
 func (l redisLock) acquire(ctx context.Context, keyHash string) (token string, got lockOutcome, err error) {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	token = hex.EncodeToString(b[:])
-	n, err := acquireScript.Run(ctx, l.rdb, []string{SentKey(keyHash), LockKey(keyHash)},
-		string(notify.StatusSent), token, l.ttl.Milliseconds()).Int()
-	if err != nil {
-		return "", lockBusy, fmt.Errorf("acquire lock: %w", err)
+	rs, _ := l.acquireAll(ctx, []lockCall{{keyHash: keyHash}})
+	if rs[0].err != nil {
+		return "", lockBusy, rs[0].err
 	}
-	switch n {
-	case 2:
-		return "", lockCachedSent, nil
-	case 1:
-		return token, lockTaken, nil
-	default:
-		return "", lockBusy, nil
-	}
+	return rs[0].token, rs[0].got, nil
 }
 
 // extend pushes the lock's expiry out by ttl if it is still ours.
@@ -141,16 +130,8 @@ func (l redisLock) extend(ctx context.Context, keyHash, token string) (bool, err
 // release deletes the lock if it is still ours. With sent, it first
 // writes the status cache, in the same script.
 func (l redisLock) release(ctx context.Context, keyHash, token string, sent bool) (bool, error) {
-	status := ""
-	if sent {
-		status = string(notify.StatusSent)
-	}
-	n, err := releaseScript.Run(ctx, l.rdb, []string{LockKey(keyHash), SentKey(keyHash)},
-		token, status, sentCacheTTL.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("cache status and release lock: %w", err)
-	}
-	return n == 1, nil
+	rs, _ := l.releaseAll(ctx, []lockCall{{keyHash: keyHash, token: token, sent: sent}})
+	return rs[0].released, rs[0].err
 }
 
 func (l redisLock) cacheSent(ctx context.Context, keyHash string) error {
@@ -201,4 +182,110 @@ func (h *heartbeat) lockLost() bool { return h.lost.Load() }
 func (h *heartbeat) stop() {
 	h.cancel()
 	h.wg.Wait()
+}
+
+// The lock's round trips, shared among the attempts that make them at
+// once (internal/smartbatch): one pipeline of the same scripts, each
+// still on its own delivery's keys (one slot each on a Redis Cluster,
+// which go-redis sends to each key's node).
+
+// lockCall is one attempt's acquire (token "" before) or release.
+type lockCall struct {
+	keyHash, token string
+	sent           bool // release: cache "sent" first
+}
+
+// lockResult is one call's answer: acquire's outcome (and token), or
+// whether release deleted the lock; err is the call's own.
+type lockResult struct {
+	token    string
+	got      lockOutcome
+	released bool
+	err      error
+}
+
+// acquireAll runs acquireScript for each of cs in one pipeline.
+func (l redisLock) acquireAll(ctx context.Context, cs []lockCall) ([]lockResult, error) {
+	out := make([]lockResult, len(cs))
+	for i := range cs {
+		var b [16]byte
+		_, _ = rand.Read(b[:])
+		out[i].token = hex.EncodeToString(b[:])
+	}
+	cmds, err := l.pipelined(ctx, acquireScript, len(cs), func(i int) ([]string, []any) {
+		return []string{SentKey(cs[i].keyHash), LockKey(cs[i].keyHash)}, []any{string(notify.StatusSent), out[i].token, l.ttl.Milliseconds()}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range cmds {
+		n, err := c.Int()
+		switch {
+		case err != nil:
+			out[i] = lockResult{got: lockBusy, err: fmt.Errorf("acquire lock: %w", err)}
+		case n == 2:
+			out[i] = lockResult{got: lockCachedSent}
+		case n == 1:
+			out[i].got = lockTaken
+		default:
+			out[i] = lockResult{got: lockBusy}
+		}
+	}
+	return out, nil
+}
+
+// releaseAll runs releaseScript for each of cs in one pipeline.
+func (l redisLock) releaseAll(ctx context.Context, cs []lockCall) ([]lockResult, error) {
+	cmds, err := l.pipelined(ctx, releaseScript, len(cs), func(i int) ([]string, []any) {
+		status := ""
+		if cs[i].sent {
+			status = string(notify.StatusSent)
+		}
+		return []string{LockKey(cs[i].keyHash), SentKey(cs[i].keyHash)}, []any{cs[i].token, status, sentCacheTTL.Milliseconds()}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]lockResult, len(cs))
+	for i, c := range cmds {
+		n, err := c.Int()
+		if err != nil {
+			out[i].err = fmt.Errorf("cache status and release lock: %w", err)
+			continue
+		}
+		out[i].released = n == 1
+	}
+	return out, nil
+}
+
+// pipelined runs script n times in one pipeline, the i-th on args(i), by
+// its digest; the calls Redis does not know the script for (NOSCRIPT:
+// restarted, flushed) run again by its body, in a second pipeline. Each
+// command carries its own error, a lost round trip's included: each
+// caller gets its own.
+func (l redisLock) pipelined(ctx context.Context, script *redis.Script, n int, args func(i int) ([]string, []any)) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
+	_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			keys, argv := args(i)
+			cmds[i] = script.EvalSha(ctx, p, keys, argv...)
+		}
+		return nil
+	})
+	var again []int
+	for i, c := range cmds {
+		if c.Err() != nil && redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) > 0 {
+		_, _ = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range again {
+				keys, argv := args(i)
+				cmds[i] = script.Eval(ctx, p, keys, argv...)
+			}
+			return nil
+		})
+	}
+	return cmds, nil
 }

@@ -135,3 +135,56 @@ func randomKeyHash(t testing.TB) string {
 	}
 	return hex.EncodeToString(b[:])
 }
+
+// The attempts' lock round trips go in one pipeline (acquireAll,
+// releaseAll): each call its own answer — one lock taken, one busy, one
+// cached sent — and each release its own; a Redis that forgot the
+// scripts (restarted, SCRIPT FLUSH) answers NOSCRIPT to their digests,
+// and the calls run again by the scripts' bodies. On one redis-server
+// and on a Redis Cluster, where the pipeline's calls go to their keys'
+// nodes.
+func TestLockRoundTripsShared(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		opt  func(testing.TB) asynq.RedisConnOpt
+	}{
+		{"standalone", func(t testing.TB) asynq.RedisConnOpt { return testenv.NewRedisServer(t).Opt }},
+		{"cluster", func(t testing.TB) asynq.RedisConnOpt { return testenv.NewRedisCluster(t).Opt }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			rdb := redisconn.NewClient(tc.opt(t))
+			t.Cleanup(func() { rdb.Close() })
+			l := redisLock{rdb: rdb, ttl: 10 * time.Second}
+			free, busy, sent := randomKeyHash(t), randomKeyHash(t), randomKeyHash(t)
+			if _, got, err := l.acquire(ctx, busy); err != nil || got != lockTaken {
+				t.Fatalf("another worker's lock: %v, %v", got, err)
+			}
+			if err := l.cacheSent(ctx, sent); err != nil {
+				t.Fatal(err)
+			}
+			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			rs, err := l.acquireAll(ctx, []lockCall{{keyHash: free}, {keyHash: busy}, {keyHash: sent}})
+			if err != nil || len(rs) != 3 {
+				t.Fatalf("acquireAll after SCRIPT FLUSH: %v, %v", rs, err)
+			}
+			if rs[0].got != lockTaken || rs[0].token == "" || rs[0].err != nil || rs[1].got != lockBusy || rs[1].err != nil || rs[2].got != lockCachedSent {
+				t.Fatalf("acquireAll = %+v: want taken, busy, cached sent", rs)
+			}
+			rel, err := l.releaseAll(ctx, []lockCall{{keyHash: free, token: rs[0].token, sent: true}, {keyHash: busy, token: "not-mine"}})
+			if err != nil || !rel[0].released || rel[1].released || rel[0].err != nil || rel[1].err != nil {
+				t.Fatalf("releaseAll = %+v, %v: want the one ours released, the other's kept", rel, err)
+			}
+			if v, _ := rdb.Get(ctx, SentKey(free)).Result(); v != "sent" {
+				t.Errorf("the release did not cache sent: %q", v)
+			}
+			if v, _ := rdb.Exists(ctx, LockKey(busy)).Result(); v != 1 {
+				t.Errorf("another worker's lock was released")
+			}
+		})
+	}
+}

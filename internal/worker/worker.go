@@ -142,6 +142,8 @@ type Worker struct {
 	claims    *smartbatch.Batch[notify.Claim, *notify.Judged]
 	handOvers *smartbatch.Batch[notify.HandOverArgs, bool]
 	sents     *smartbatch.Batch[notify.SentArgs, bool]
+	// The lock's round trips, shared the same way (lock.go).
+	locks, unlocks *smartbatch.Batch[lockCall, lockResult]
 }
 
 // maxBatch bounds the attempts one statement takes; with the default
@@ -223,6 +225,9 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 			}},
 		plans: plans,
 	}
+	lk := redisLock{rdb: rdb, ttl: cfg.LockTTL}
+	w.locks = &smartbatch.Batch[lockCall, lockResult]{Max: maxBatch, Timeout: releaseTimeout, Run: lk.acquireAll}
+	w.unlocks = &smartbatch.Batch[lockCall, lockResult]{Max: maxBatch, Timeout: releaseTimeout, Run: lk.releaseAll}
 	if cfg.Batches {
 		for _, r := range routes {
 			r.convoy = newConvoy(w, r)
@@ -312,12 +317,12 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) e
 	// One round trip: the cache may say "sent" (only that answer is ever
 	// believed); otherwise the lock keeps two workers from doing this work
 	// at once.
-	token, got, err := w.lock.acquire(ctx, p.KeyHash)
+	token, got, err := w.acquireLock(ctx, p.KeyHash)
 	for try := 0; got == lockBusy && err == nil && replayMemberFrom(ctx) != nil && try < 20; try++ {
 		// A member taken in hand for its batch's replay: its own task
 		// holds the lock a moment, as it leaves the member to the replay.
 		time.Sleep(50 * time.Millisecond)
-		token, got, err = w.lock.acquire(ctx, p.KeyHash)
+		token, got, err = w.acquireLock(ctx, p.KeyHash)
 	}
 	if got == lockCachedSent {
 		w.duplicate(l, "cache")
@@ -454,11 +459,16 @@ func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p notify.Pay
 }
 
 // releaseLock caches "sent" when the attempt recorded it, then releases
-// the lock, in one round trip to Redis.
+// the lock, in one script, in the round trip it shares with the attempts
+// releasing theirs at the same moment.
 func (w *Worker) releaseLock(ctx context.Context, a *attempt) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	released, err := w.lock.release(rctx, a.keyHash, a.lockToken, a.sent)
+	r, err := w.unlocks.Do(rctx, lockCall{keyHash: a.keyHash, token: a.lockToken, sent: a.sent})
+	if err == nil {
+		err = r.err
+	}
+	released := r.released
 	if err != nil {
 		taskLogFrom(ctx).set(slog.String("release_error", err.Error()))
 	}
@@ -563,4 +573,17 @@ func (w *Worker) sent(a *attempt, span trace.Span, err error) {
 		a.lockLost = true
 		w.metrics.lockExpired.Inc()
 	}
+}
+
+// acquireLock asks the cache and takes the lock (redisLock.acquire), in
+// the round trip it shares with the attempts doing the same at once.
+func (w *Worker) acquireLock(ctx context.Context, keyHash string) (token string, got lockOutcome, err error) {
+	r, err := w.locks.Do(ctx, lockCall{keyHash: keyHash})
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return "", lockBusy, err
+	}
+	return r.token, r.got, nil
 }
