@@ -151,6 +151,10 @@ func (c *Client) Probe(ctx context.Context, target string, refused func(ans Answ
 	return se
 }
 
+// errWritten: net/http asked for the body again, to send a request
+// whose answer was lost once more on its own (see do).
+var errWritten = errors.New("the request was written and its answer lost; not sent again")
+
 // errFenced: the request's deadline passed before its body went out.
 var errFenced = errors.New("deadline passed before the request body was sent")
 
@@ -193,7 +197,19 @@ func (c *Client) do(ctx context.Context, method, target string, header http.Head
 	if body != nil {
 		deadline, _ := ctx.Deadline()
 		req.Body = &fencedBody{r: bytes.NewReader(body), deadline: deadline}
+		// net/http rewinds the body to send the request again on a fresh
+		// connection when a kept one was closed under it: safe before
+		// anything was written, and that retry is kept. After it was
+		// written, it would also send a request it deems replayable — a
+		// POST with an Idempotency-Key — whose answer was lost, on its
+		// own: the provider would see a second copy (Resend refuses it,
+		// 409 concurrent_idempotent_requests, while the first is in
+		// flight, and that refusal would hide the first's lost answer).
+		// Refused: the caller learns the answer was lost.
 		req.GetBody = func() (io.ReadCloser, error) {
+			if wrote.Load() {
+				return nil, errWritten
+			}
 			return &fencedBody{r: bytes.NewReader(body), deadline: deadline}, nil
 		}
 		req.ContentLength = int64(len(body))

@@ -279,3 +279,34 @@ func TestRefusedCarriesTheAnswersHeader(t *testing.T) {
 		t.Errorf("Refused = %+v, want handed over, with the answer's header, not taken", got)
 	}
 }
+
+// A request with an Idempotency-Key whose answer is lost on a kept-alive
+// connection is not sent again by net/http on its own (it would, for a
+// request it deems replayable: the header makes a POST so): the provider
+// sees it once, and the caller learns its answer was lost — ambiguous,
+// for the caller to settle (Resend's key, a look-up), never a second copy
+// whose refusal (409 concurrent_idempotent_requests) would hide the
+// first. A request that was not written at all is still retried on a
+// fresh connection: that sends nothing twice.
+func TestALostAnswerIsNotSentAgainByNetHTTP(t *testing.T) {
+	t.Parallel()
+	var n atomic.Int64
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if n.Add(1) == 2 {
+			hangUp(w, r)
+		}
+	})
+	c := client(t, s, 5*time.Second)
+	key := http.Header{"Idempotency-Key": {"sekali-1"}}
+	if _, se := c.HandOver(context.Background(), pass, http.MethodPost, "/emails", key, body); se != nil {
+		t.Fatal(se) // the connection is now kept alive
+	}
+	_, se := c.HandOver(context.Background(), pass, http.MethodPost, "/emails", key, body)
+	if se == nil || se.Outcome != mail.OutcomeAmbiguous {
+		t.Errorf("answer lost on a kept connection: %v, want ambiguous", se)
+	}
+	if got := n.Load(); got != 2 {
+		t.Errorf("the server saw %d requests, want 2: the one whose answer was lost was sent again", got)
+	}
+}
