@@ -1,19 +1,25 @@
 package chaos_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/pace"
@@ -430,4 +436,118 @@ func TestPostmarkBatchAnswerLost(t *testing.T) {
 			t.Errorf("delivery %s, not found at Postmark, is still recorded as sent in the lost batch", id)
 		}
 	}
+}
+
+// cutProxy stands between a worker and the Resend stand-in. Armed, it
+// forwards the next batch request and, once the stand-in holds it in
+// flight (HoldNext), closes the worker's connection without an answer:
+// the answer lost while Resend still works on the request (a load
+// balancer's reset, a network's blip). It forwards everything else as
+// it is.
+type cutProxy struct {
+	URL     string
+	target  string
+	armed   atomic.Bool
+	arrived <-chan struct{}
+	cut     chan struct{} // closed once it cut the connection
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{target: target, cut: make(chan struct{})}
+	forward := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/emails/batch" || !p.armed.CompareAndSwap(true, false) {
+			forward.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		req, err := http.NewRequest(r.Method, p.target+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			return
+		}
+		req.Header = r.Header.Clone()
+		go func() {
+			// Held at the stand-in until the test releases it (or closes
+			// the stand-in): its answer goes nowhere.
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+			}
+		}()
+		select {
+		case <-p.arrived:
+		case <-time.After(10 * time.Second):
+		}
+		httpprovidertest.HangUp(w)
+		close(p.cut)
+	}))
+	t.Cleanup(srv.Close)
+	p.URL = srv.URL
+	return p
+}
+
+// arm cuts the next batch request once arrived says the stand-in holds
+// it.
+func (p *cutProxy) arm(arrived <-chan struct{}) {
+	p.arrived = arrived
+	p.armed.Store(true)
+}
+
+// A batch's answer is lost while Resend is still working on the request
+// (it holds it in flight): the worker's connection is cut without an
+// answer. On a kept-alive connection net/http sends the same request
+// again at once (a request with an Idempotency-Key is one it may
+// replay), and Resend refuses the copy with 409
+// concurrent_idempotent_requests: the first is in flight, it may yet be
+// sent. What the worker sees first is that refusal, not a lost answer;
+// it must still leave the batch unknown, to be sent again only as it
+// was, under its key. When Resend finishes the first request it sends
+// the batch; a member sent meanwhile in another batch, under another
+// key, would be a second e-mail.
+func TestResendBatchAnswerLostWhileInFlight(t *testing.T) {
+	t.Parallel()
+	held := fault(6*time.Second, 60*time.Second)
+	c := newResendBatchCluster(t)
+	proxy := newCutProxy(t, c.resend.URL)
+	c.startAPI()
+	c.startWorker("RESEND_BASE_URL", proxy.URL)
+	c.startReconciler()
+	// A first order opens the worker's connection to Resend, which it
+	// keeps alive: the request cut later goes over a reused connection.
+	c.placeOrders("batch-inflight-first", 1)
+	testenv.WaitFor(t, "the first e-mail", 30*time.Second, func() bool { return c.emailCount() == 1 })
+	c.settled(30 * time.Second)
+	before := len(c.batches())
+
+	arrived, release := c.resend.HoldNext()
+	proxy.arm(arrived)
+	c.gather("resend")
+	c.placeOrders("batch-inflight", 4)
+	select {
+	case <-proxy.cut:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch request was cut")
+	}
+	heldAt := time.Now()
+	b := c.batches()[before]
+	c.startWorker()
+	time.Sleep(time.Until(heldAt.Add(held)))
+	early := len(c.resend.Messages()) - 1
+	release()
+	c.settled(2 * time.Minute)
+	c.verdict(fmt.Sprintf("Resend batch's answer lost while Resend works on it %v (net/http's own re-send refused 409 concurrent)", held), expect{})
+	t.Logf("batch of %d; %d e-mails sent while its first request was held; %d batch requests; decisions: %d batch_replay",
+		len(b.members), early, c.resend.Counts().Batches, c.decisions(reconcile.DecisionBatchReplay))
+	if early != 0 {
+		t.Errorf("%d e-mails while the batch's first request was held: its members went in another batch", early)
+	}
+	c.sentAgainWhole(b)
 }
