@@ -518,7 +518,7 @@ func TestResendBatchAnswerLostWhileInFlight(t *testing.T) {
 	c := newResendBatchCluster(t)
 	proxy := newCutProxy(t, c.resend.URL)
 	c.startAPI()
-	c.startWorker("RESEND_BASE_URL", proxy.URL)
+	cut := c.startWorker("RESEND_BASE_URL", proxy.URL)
 	c.startReconciler()
 	// A first order opens the worker's connection to Resend, which it
 	// keeps alive: the request cut later goes over a reused connection.
@@ -546,6 +546,13 @@ func TestResendBatchAnswerLostWhileInFlight(t *testing.T) {
 	c.verdict(fmt.Sprintf("Resend batch's answer lost while Resend works on it %v (net/http's own re-send refused 409 concurrent)", held), expect{})
 	t.Logf("batch of %d; %d e-mails sent while its first request was held; %d batch requests; decisions: %d batch_replay",
 		len(b.members), early, c.resend.Counts().Batches, c.decisions(reconcile.DecisionBatchReplay))
+	// The members' outcome: unknown, told by a 409 (net/http's copy
+	// refused), not by the cut itself.
+	if !slices.ContainsFunc(strings.Split(cut.Output(), "\n"), func(l string) bool {
+		return strings.Contains(l, `"error_class":"ambiguous"`) && strings.Contains(l, `"http_status":409`)
+	}) {
+		t.Errorf("the worker never saw net/http's copy of the cut request refused while the first was in flight: the scenario did not happen")
+	}
 	if early != 0 {
 		t.Errorf("%d e-mails while the batch's first request was held: its members went in another batch", early)
 	}
