@@ -29,6 +29,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -89,6 +90,7 @@ type cluster struct {
 	sink       *smtpsink.Server // nil with Mailpit
 	mailpit    *testenv.Mailpit // nil with the sink
 	resend     *resendtest.Server
+	postmark   *postmarktest.Server
 	smtpEnv    []string // the workers' SMTP_* (or PROVIDER and its) settings
 	recEnv     []string // the reconciler's provider settings
 	backendKey string   // the shop's backend's API key (orders:write and notifications:write: checkouts, shipments, cancels)
@@ -183,6 +185,11 @@ func (c *cluster) emails() []email {
 			out = append(out, email{to: m.To, messageID: m.MessageID})
 		}
 	}
+	if c.postmark != nil {
+		for _, m := range c.postmark.Messages() {
+			out = append(out, email{to: []string{m.To}, messageID: strings.Trim(m.Headers["Message-ID"], "<>")})
+		}
+	}
 	if c.mailpit != nil {
 		for _, m := range c.mailpit.Messages(c.t) {
 			out = append(out, email{to: m.Recipients(), messageID: m.MessageID})
@@ -202,6 +209,9 @@ func (c *cluster) emailCount() int {
 	n := 0
 	if c.resend != nil {
 		n += len(c.resend.Messages())
+	}
+	if c.postmark != nil {
+		n += len(c.postmark.Messages())
 	}
 	if c.mailpit != nil {
 		n += c.mailpit.Count(c.t)

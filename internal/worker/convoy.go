@@ -266,6 +266,15 @@ func (c *convoy) sendAs(ctx context.Context, riders []*rider, key string, replay
 	sctx := mail.WithAnswerObserver(ctx, ok.observe)
 	start := time.Now()
 	results, err := c.batcher.SendBatch(sctx, b, func() error { return nil })
+	if err != nil && !replay && c.route.resend > 0 && inFlight(err) {
+		// Nothing used this key before this request, so what the provider
+		// holds in flight under it is this very request: net/http sent it
+		// again on a fresh connection after the first lost its answer (a
+		// request with an Idempotency-Key is one its Transport replays
+		// when a reused connection closes unanswered). The first may yet
+		// be sent: its answer is lost, the batch's outcome unknown.
+		err = answerLost(err)
+	}
 	if err != nil && c.route.resend > 0 && sentMaybe(err) {
 		// The answer was lost: the same request again, under the same key,
 		// gets the first one's answer, or is the one time it is sent. Only
@@ -323,6 +332,23 @@ func (c *convoy) sendAs(ctx context.Context, riders []*rider, key string, replay
 func sentMaybe(err error) bool {
 	var se *mail.SendError
 	return errors.As(err, &se) && (se.Outcome == mail.OutcomeAmbiguous || se.MayHaveAccepted())
+}
+
+// inFlight reports whether err is a provider's refusal of a request
+// because another under the same key is still in flight (Resend's 409
+// concurrent_idempotent_requests): classified temporary, answered 409.
+func inFlight(err error) bool {
+	var se *mail.SendError
+	return errors.As(err, &se) && se.Outcome == mail.OutcomeTemporary && se.Reply.Protocol == mail.ProtocolHTTP && se.Reply.Code == 409
+}
+
+// answerLost is inFlight's err for a batch's first request, as what it
+// says: the request was taken in hand, its answer lost.
+func answerLost(err error) error {
+	var se *mail.SendError
+	errors.As(err, &se)
+	return &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Reply: se.Reply, HandedOver: true,
+		Err: fmt.Errorf("the batch's answer was lost: a copy of it was refused while it is in flight: %w", err)}
 }
 
 // convoyTasks is how many tasks a worker with a convoy runs at once for
