@@ -604,11 +604,16 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			Name     string    `json:"name"`
 			Scopes   []string  `json:"scopes"`
 			Replaces uuid.UUID `json:"replaces"`
+			Mode     string    `json:"mode"`
 		}
 		if !decodeJSON(w, r, &req) {
 			return
 		}
 		var fields []fieldError
+		mode, err := apikey.ParseMode(req.Mode)
+		if err != nil {
+			fields = append(fields, fieldError{Pointer: "/mode", Detail: "must be live or test"})
+		}
 		name, problem := apikey.CheckName(req.Name)
 		if name == "" {
 			problem = "must say whose key this is, e.g. shop-backend-2026-12"
@@ -624,9 +629,13 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			validationFailed(w, r, fields...)
 			return
 		}
-		k, secret, err := a.Keys.CreateReplacing(r.Context(), actorOf(r), name, scopes, req.Replaces)
+		k, secret, err := a.Keys.CreateReplacing(r.Context(), actorOf(r), name, scopes, req.Replaces, mode)
 		if errors.Is(err, apikey.ErrNotFound) {
 			validationFailed(w, r, fieldError{Pointer: "/replaces", Detail: "is no API key's id (GET /admin/v1/api-keys lists them)"})
+			return
+		}
+		if errors.Is(err, apikey.ErrBadMode) {
+			validationFailed(w, r, fieldError{Pointer: "/mode", Detail: strings.TrimPrefix(err.Error(), apikey.ErrBadMode.Error()+": ")})
 			return
 		}
 		if err != nil {
