@@ -284,15 +284,17 @@ WHERE d.test
   AND d.created_at > now() - interval '1 day'
   AND d.status = 'sent'
   AND d.provider = 'test'
-  AND d.recipient LIKE '%@' || $1::text
+  AND split_part(d.recipient, '@', 2) = $1::text
+  AND split_part(split_part(d.recipient, '@', 1), '+', 1) = ANY($2::text[])
   AND NOT EXISTS (SELECT 1 FROM provider_events e
-                  WHERE e.provider = 'test' AND e.event_id = $2::text || d.id::text)
+                  WHERE e.provider = 'test' AND e.event_id = $3::text || d.id::text)
 ORDER BY d.created_at
-LIMIT $3
+LIMIT $4
 `
 
 type ListTestFeedbackDueParams struct {
 	Domain      string
+	LocalParts  []string
 	EventPrefix string
 	MaxRows     int32
 }
@@ -305,12 +307,18 @@ type ListTestFeedbackDueRow struct {
 }
 
 // The test provider's feedback (docs/testmode.md): test deliveries sent
-// to a magic address of @domain in the last day whose event
+// to a magic address of @domain (a local part of @local_parts, before
+// any +label) in the last day whose event
 // (@event_prefix || id, the test provider's event id) is not recorded
 // yet, oldest first. The test rows only, through their own index; the
 // event ids are the provider_events primary key.
 func (q *Queries) ListTestFeedbackDue(ctx context.Context, arg ListTestFeedbackDueParams) ([]ListTestFeedbackDueRow, error) {
-	rows, err := q.db.Query(ctx, listTestFeedbackDue, arg.Domain, arg.EventPrefix, arg.MaxRows)
+	rows, err := q.db.Query(ctx, listTestFeedbackDue,
+		arg.Domain,
+		arg.LocalParts,
+		arg.EventPrefix,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

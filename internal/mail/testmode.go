@@ -15,3 +15,9 @@ const TestDomain = "sekali.test"
 func IsTestAddress(addr string) bool {
 	return strings.HasSuffix(addr, "@"+TestDomain)
 }
+
+// TestProvider is the name of the worker's built-in test provider, which
+// takes every test notification and nothing else: the provider a test
+// delivery's hand-over records, and the provider of the feedback it
+// reports.
+const TestProvider = "test"

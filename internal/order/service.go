@@ -498,3 +498,15 @@ func derefString(p *string) string {
 	}
 	return *p
 }
+
+// DeleteOldTestOrders deletes up to batch test orders (docs/testmode.md)
+// older than retention whose notifications are all settled and untouched
+// as long, with their notifications and history (the reconciler's test
+// retention, TEST_RETENTION). Live orders are never touched.
+func DeleteOldTestOrders(ctx context.Context, db *pgxpool.Pool, retention time.Duration, batch int) (int, error) {
+	n, err := dbsqlc.New(db).DeleteOldTestOrders(ctx, dbsqlc.DeleteOldTestOrdersParams{OlderThanSeconds: retention.Seconds(), Batch: int32(batch)})
+	if err != nil {
+		return 0, fmt.Errorf("delete old test orders: %w", err)
+	}
+	return int(n), nil
+}
