@@ -58,6 +58,7 @@ type adminDelivery struct {
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
 	SentAt            *time.Time      `json:"sent_at,omitempty"`
+	Test              bool            `json:"test,omitempty"` // a test key's: it never reaches a provider
 }
 
 func toAdmin(d notify.Delivery) adminDelivery {
@@ -67,7 +68,7 @@ func toAdmin(d notify.Delivery) adminDelivery {
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
 		Provider: d.Provider, ProviderPinned: d.ProviderPinned, MayHaveBeenSent: d.MayHaveBeenSent(), Owner: d.Owner,
 		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, SendAt: d.NotBefore, TemplateData: d.Data,
-		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt,
+		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt, Test: d.Test,
 	}
 }
 
