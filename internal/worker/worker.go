@@ -120,14 +120,14 @@ func MinShutdownTimeout(sendTimeout time.Duration) time.Duration {
 // Worker drives deliveries pending → sending → sent. It is the asynq
 // handler for TaskTypeDeliver; wrap it in Middleware.
 type Worker struct {
-	db        *pgxpool.Pool
-	lock      redisLock
-	routes    []*route // PROVIDERS, in order: each attempt takes the first that is up
+	db     *pgxpool.Pool
+	lock   redisLock
+	routes []*route // PROVIDERS, in order: each attempt takes the first that is up
 	// test is test mode's provider (internal/testmail), which takes every
 	// test delivery and nothing else; it is in no list, so no
 	// configuration can route a test delivery to a real provider, or a
 	// live one to it.
-	test *route
+	test      *route
 	templates *mailtemplate.Templates
 	// templateNames are the templates this worker may claim deliveries
 	// of; subscriptions those of the subscription category.
