@@ -227,11 +227,16 @@ func ListByOrder(ctx context.Context, db DB, orderID uuid.UUID) ([]Delivery, err
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of order %s: %w", orderID, err)
 	}
+	return fromRows(rows), nil
+}
+
+// fromRows converts generated rows into Deliveries, in their order.
+func fromRows(rows []dbsqlc.NotificationDelivery) []Delivery {
 	out := make([]Delivery, len(rows))
 	for i, r := range rows {
 		out[i] = fromRow(r)
 	}
-	return out, nil
+	return out
 }
 
 // fromRow converts a generated row into a Delivery.

@@ -130,11 +130,7 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
-	out := make([]Delivery, len(rows))
-	for i, r := range rows {
-		out[i] = fromRow(r)
-	}
-	return out, nil
+	return fromRows(rows), nil
 }
 
 // CountUpTo counts the deliveries in status, but no further than upTo:
