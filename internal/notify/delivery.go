@@ -241,7 +241,7 @@ func fromRows(rows []dbsqlc.NotificationDelivery) []Delivery {
 
 // fromRow converts a generated row into a Delivery.
 func fromRow(r dbsqlc.NotificationDelivery) Delivery {
-	d := Delivery{
+	return Delivery{
 		ID:             r.ID,
 		OrderID:        r.OrderID,
 		Template:       r.Template,
@@ -261,26 +261,22 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		UnsettledSince: r.UnsettledSince,
 		Owner:          r.OwnerID,
 		leaseToken:     r.LeaseToken,
+		// The nullable text columns: "" for NULL.
+		Provider:          orEmpty(r.Provider),
+		MessageID:         orEmpty(r.MessageID),
+		HandoverBatch:     orEmpty(r.HandoverBatch),
+		Locale:            orEmpty(r.Locale),
+		LastError:         orEmpty(r.LastError),
+		ProviderMessageID: orEmpty(r.ProviderMessageID),
 	}
-	if r.Provider != nil {
-		d.Provider = *r.Provider
+}
+
+// orEmpty is a nullable text column's value, "" for NULL.
+func orEmpty(p *string) string {
+	if p == nil {
+		return ""
 	}
-	if r.MessageID != nil {
-		d.MessageID = *r.MessageID
-	}
-	if r.HandoverBatch != nil {
-		d.HandoverBatch = *r.HandoverBatch
-	}
-	if r.Locale != nil {
-		d.Locale = *r.Locale
-	}
-	if r.LastError != nil {
-		d.LastError = *r.LastError
-	}
-	if r.ProviderMessageID != nil {
-		d.ProviderMessageID = *r.ProviderMessageID
-	}
-	return d
+	return *p
 }
 
 // Get returns one delivery.
