@@ -227,14 +227,15 @@ func ListByOrder(ctx context.Context, db DB, orderID uuid.UUID) ([]Delivery, err
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of order %s: %w", orderID, err)
 	}
-	return fromRows(rows), nil
+	return mapRows(rows, fromRow), nil
 }
 
-// fromRows converts generated rows into Deliveries, in their order.
-func fromRows(rows []dbsqlc.NotificationDelivery) []Delivery {
-	out := make([]Delivery, len(rows))
+// mapRows converts generated rows, in their order, into the package's
+// type by convert (fromRow, blockFromRow, ...).
+func mapRows[R, T any](rows []R, convert func(R) T) []T {
+	out := make([]T, len(rows))
 	for i, r := range rows {
-		out[i] = fromRow(r)
+		out[i] = convert(r)
 	}
 	return out
 }

@@ -130,7 +130,7 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
-	return fromRows(rows), nil
+	return mapRows(rows, fromRow), nil
 }
 
 // CountUpTo counts the deliveries in status, but no further than upTo:
@@ -544,11 +544,7 @@ func (o *Operator) Blocks(ctx context.Context) ([]Block, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list blocks: %w", err)
 	}
-	out := make([]Block, len(rows))
-	for i, r := range rows {
-		out[i] = blockFromRow(r)
-	}
-	return out, nil
+	return mapRows(rows, blockFromRow), nil
 }
 
 // RemoveBlock lifts a block early, by actor.
@@ -576,11 +572,7 @@ func (o *Operator) Suppressions(ctx context.Context, limit int) ([]Suppression, 
 	if err != nil {
 		return nil, fmt.Errorf("list suppressions: %w", err)
 	}
-	out := make([]Suppression, len(rows))
-	for i, r := range rows {
-		out[i] = suppressionFromRow(r)
-	}
-	return out, nil
+	return mapRows(rows, suppressionFromRow), nil
 }
 
 // Suppression returns one entry of the list with its history.

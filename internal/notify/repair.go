@@ -71,7 +71,7 @@ func PickOrphanedPending(ctx context.Context, db DB, olderThan time.Duration, ba
 	if err != nil {
 		return nil, fmt.Errorf("pick pending deliveries: %w", err)
 	}
-	return fromRows(rows), nil
+	return mapRows(rows, fromRow), nil
 }
 
 // Retire deletes, a batch at a time, finished deliveries (sent or

@@ -129,5 +129,5 @@ func BatchMembers(ctx context.Context, db DB, key string) ([]Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the members of batch %s: %w", key, err)
 	}
-	return fromRows(rows), nil
+	return mapRows(rows, fromRow), nil
 }
