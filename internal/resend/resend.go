@@ -110,9 +110,9 @@ func (p *Provider) email(m mail.Message) (email, error) {
 	if err != nil {
 		return email{}, err
 	}
-	headers := map[string]string{"Message-ID": "<" + m.MessageID + ">", "Auto-Submitted": mail.AutoSubmitted}
-	if m.ListUnsubscribe != "" {
-		headers["List-Unsubscribe"], headers["List-Unsubscribe-Post"] = m.ListUnsubscribe, mail.ListUnsubscribePost
+	headers := map[string]string{}
+	for _, h := range httpprovider.Headers(m) {
+		headers[h.Name] = h.Value
 	}
 	return email{
 		From:    p.sender.WithName(m.FromName).Display(),
