@@ -174,11 +174,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
 	}
-	body, err := json.Marshal(e)
-	if err != nil {
-		return "", httpprovider.ComposeError(err)
-	}
-	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/email", http.Header{"Content-Type": {"application/json"}}, body)
+	ans, se := p.client.PostJSON(ctx, handOver, "/email", nil, e)
 	if se != nil {
 		return "", se
 	}

@@ -136,15 +136,8 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
 	}
-	body, err := json.Marshal(e)
-	if err != nil {
-		return "", httpprovider.ComposeError(err)
-	}
-	header := http.Header{
-		"Content-Type":    {"application/json"},
-		"Idempotency-Key": {IdempotencyKey(m.IdempotencyKey)},
-	}
-	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/emails", header, body)
+	header := http.Header{"Idempotency-Key": {IdempotencyKey(m.IdempotencyKey)}}
+	ans, se := p.client.PostJSON(ctx, handOver, "/emails", header, e)
 	if se != nil {
 		return "", se
 	}
