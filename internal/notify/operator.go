@@ -49,14 +49,22 @@ var ErrNotRecorded = errors.New("notify: done, but not recorded in the operators
 // under its actor (Actions lists them).
 type Operator struct {
 	db        *pgxpool.Pool
-	enqueuer  *Enqueuer
+	enqueuer  Requeuer
 	inspector *asynq.Inspector
 	rdb       redis.UniversalClient
 }
 
+// Requeuer is what the operator needs of the enqueuer (queue.Enqueuer):
+// its queue's name, and a task for a delivery put back to pending unless
+// one stands.
+type Requeuer interface {
+	Queue() string
+	EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error)
+}
+
 // NewOperator returns the operator service over the primary, the queue
 // (enqueuer and inspector of the same Redis) and Redis itself.
-func NewOperator(db *pgxpool.Pool, enq *Enqueuer, ins *asynq.Inspector, rdb redis.UniversalClient) *Operator {
+func NewOperator(db *pgxpool.Pool, enq Requeuer, ins *asynq.Inspector, rdb redis.UniversalClient) *Operator {
 	return &Operator{db: db, enqueuer: enq, inspector: ins, rdb: rdb}
 }
 

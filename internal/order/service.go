@@ -30,7 +30,7 @@ import (
 // that one key sent to two different endpoints never collides.
 const idempotencyScope = "POST /v1/orders"
 
-// enqueuer hands committed deliveries to the queue (notify.Enqueuer).
+// enqueuer hands committed deliveries to the queue (queue.Enqueuer).
 type enqueuer interface {
 	EnqueueAfterCommit(ctx context.Context, deliveries []notify.Delivery)
 }
