@@ -157,10 +157,19 @@ func WithOrderToken(token string) CallOption { return func(c *call) { c.orderTok
 // which the API's log line and a Problem's RequestID carry.
 func WithRequestID(id string) CallOption { return func(c *call) { c.requestID = id } }
 
-func callOf(opts []CallOption) call {
+// callOf is the call opts make. A keyed one (PlaceOrder, Notify) carries
+// an Idempotency-Key, the caller's or a random one its retries reuse;
+// the others carry none.
+func callOf(opts []CallOption, keyed bool) call {
 	var c call
 	for _, o := range opts {
 		o(&c)
+	}
+	switch {
+	case !keyed:
+		c.idempotencyKey = ""
+	case c.idempotencyKey == "":
+		c.idempotencyKey = uuid.NewString()
 	}
 	return c
 }
@@ -170,41 +179,27 @@ func callOf(opts []CallOption) call {
 // caller's, or a random one), so the order is made once: a repeat answers
 // with the first order, the same in every field.
 func (c *Client) PlaceOrder(ctx context.Context, checkout Checkout, opts ...CallOption) (*Order, error) {
-	cl := callOf(opts)
-	if cl.idempotencyKey == "" {
-		cl.idempotencyKey = uuid.NewString()
-	}
-	var o Order
-	err := c.do(ctx, "place order", cl, &o, func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
+	return request[Order](ctx, c, "place order", callOf(opts, true), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.CreateOrder(ctx, nil, checkout, ed)
 	}, http.StatusCreated)
-	return result(&o, err)
 }
 
 // GetOrder returns the order with the current status of its
 // notifications, read with the API key (scope orders:read) or, with
 // WithOrderToken, with the order's own access token.
 func (c *Client) GetOrder(ctx context.Context, id uuid.UUID, opts ...CallOption) (*Order, error) {
-	cl := callOf(opts)
-	cl.idempotencyKey = ""
-	var o Order
-	err := c.do(ctx, "get order", cl, &o, func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
+	return request[Order](ctx, c, "get order", callOf(opts, false), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.GetOrder(ctx, id, nil, ed)
 	}, http.StatusOK)
-	return result(&o, err)
 }
 
 // RecordShipment records that the order shipped and returns its
 // order-shipped e-mail; an order ships once, so a repeat returns the
 // notification recorded the first time.
 func (c *Client) RecordShipment(ctx context.Context, orderID uuid.UUID, s Shipment, opts ...CallOption) (*Notification, error) {
-	cl := callOf(opts)
-	cl.idempotencyKey = ""
-	var n Notification
-	err := c.do(ctx, "record shipment", cl, &n, func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
+	return request[Notification](ctx, c, "record shipment", callOf(opts, false), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.CreateShipment(ctx, orderID, nil, s, ed)
 	}, http.StatusCreated, http.StatusOK)
-	return result(&n, err)
 }
 
 // Notify sends a template about the order, once per event (the API keeps
@@ -212,15 +207,9 @@ func (c *Client) RecordShipment(ctx context.Context, orderID uuid.UUID, s Shipme
 // at t.SendAt; until then CancelNotification or CancelNotifications stops
 // it. Its retries reuse one Idempotency-Key, as PlaceOrder's do.
 func (c *Client) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, opts ...CallOption) (*Notification, error) {
-	cl := callOf(opts)
-	if cl.idempotencyKey == "" {
-		cl.idempotencyKey = uuid.NewString()
-	}
-	var n Notification
-	err := c.do(ctx, "notify", cl, &n, func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
+	return request[Notification](ctx, c, "notify", callOf(opts, true), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.CreateNotification(ctx, orderID, nil, t, ed)
 	}, http.StatusCreated, http.StatusOK)
-	return result(&n, err)
 }
 
 // CancelNotification cancels one pending notification and returns it,
@@ -228,33 +217,28 @@ func (c *Client) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, opts 
 // once a worker has claimed it, ProblemMayHaveBeenSent when a provider may
 // already have it; its Notification says where it stands.
 func (c *Client) CancelNotification(ctx context.Context, id uuid.UUID, opts ...CallOption) (*Notification, error) {
-	cl := callOf(opts)
-	cl.idempotencyKey = ""
-	var n Notification
-	err := c.do(ctx, "cancel notification", cl, &n, func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
+	return request[Notification](ctx, c, "cancel notification", callOf(opts, false), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.CancelNotification(ctx, id, nil, ed)
 	}, http.StatusOK)
-	return result(&n, err)
 }
 
 // CancelNotifications cancels every pending notification of the template
 // for the order (a reminder, once the order is paid) and says where each
 // of them stands.
 func (c *Client) CancelNotifications(ctx context.Context, orderID uuid.UUID, template string, opts ...CallOption) (*Cancellation, error) {
-	cl := callOf(opts)
-	cl.idempotencyKey = ""
-	var r Cancellation
-	err := c.do(ctx, "cancel notifications", cl, &r, func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
+	return request[Cancellation](ctx, c, "cancel notifications", callOf(opts, false), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.CancelOrderNotifications(ctx, orderID, nil, apiclient.CancelOrderNotificationsJSONRequestBody{Template: template}, ed)
 	}, http.StatusOK)
-	return result(&r, err)
 }
 
-func result[T any](v *T, err error) (*T, error) {
-	if err != nil {
+// request is one API call's answer, decoded (c.do: send until an answer
+// with one of the ok statuses), or why there is none.
+func request[T any](ctx context.Context, c *Client, what string, cl call, send func(context.Context, apiclient.RequestEditorFn) (*http.Response, error), ok ...int) (*T, error) {
+	var v T
+	if err := c.do(ctx, what, cl, &v, send, ok...); err != nil {
 		return nil, err
 	}
-	return v, nil
+	return &v, nil
 }
 
 // maxAnswer bounds what is read of an answer: the largest order the API

@@ -37,6 +37,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/quota"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
@@ -84,7 +85,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 		ShutdownTimeout: env.Duration("SHUTDOWN_TIMEOUT", 15*time.Second),
 		AdminToken:      env.Secret("ADMIN_TOKEN", ""),
 		MaxInFlight:     env.Int("HTTP_MAX_IN_FLIGHT", 128, 0, 100_000),
-		TaskBatch:       env.Int("TASK_BATCH", notify.MaxTaskDeliveries, 1, notify.MaxTaskDeliveries),
+		TaskBatch:       env.Int("TASK_BATCH", queue.MaxTaskDeliveries, 1, queue.MaxTaskDeliveries),
 		BodyTimeout:     env.Duration("HTTP_BODY_TIMEOUT", 5*time.Second),
 		RateLimits: httpapi.RateLimits{
 			Public:  httpapi.RateLimit{PerSecond: float64(env.Int("RATE_LIMIT_PUBLIC", 50, 0, 1_000_000)), Burst: env.Int("RATE_LIMIT_PUBLIC_BURST", 100, 1, 1_000_000)},
@@ -177,7 +178,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer ops.Close()
-	enqueuer := notify.NewEnqueuer(rdb, cfg.Queue, log, reg)
+	enqueuer := queue.NewEnqueuer(rdb, cfg.Queue, log, reg)
 	enqueuer.Prioritize(templates) // what may wait goes on the queue's later lane
 	enqueuer.BatchUpTo(cfg.TaskBatch)
 	orders := order.NewService(pool, enqueuer, templates, cfg.IdempotencyTTL, reg)

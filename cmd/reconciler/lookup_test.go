@@ -18,6 +18,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -41,7 +42,7 @@ func newStalled(t *testing.T) stalled {
 	dead := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { dead.Close() })
 	reg := prometheus.NewRegistry()
-	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
+	orders := order.NewService(db.Pool, queue.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
 	o, err := orders.Place(ctx, order.Checkout{CustomerEmail: recipient, CustomerName: "Ana", Currency: "USD",
 		Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")

@@ -28,6 +28,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
@@ -52,7 +53,7 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 	cfg := config{
 		Common:    binary.ReadCommon(env, ":9102"),
 		Interval:  env.Duration("RECONCILE_INTERVAL", 5*time.Second),
-		TaskBatch: env.Int("TASK_BATCH", notify.MaxTaskDeliveries, 1, notify.MaxTaskDeliveries),
+		TaskBatch: env.Int("TASK_BATCH", queue.MaxTaskDeliveries, 1, queue.MaxTaskDeliveries),
 		Reconcile: reconcile.Config{
 			MaxAge:        env.Duration("DELIVERY_MAX_AGE", 120*time.Hour),
 			PendingAfter:  env.Duration("PENDING_REENQUEUE_AFTER", 30*time.Second),
@@ -179,7 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	for _, q := range notify.Queues(cfg.Queue) {
 		reg.MustRegister(reconcile.NewQueueCollector(inspector, rdb, q))
 	}
-	enqueuer := notify.NewEnqueuer(rdb, cfg.Queue, log, reg)
+	enqueuer := queue.NewEnqueuer(rdb, cfg.Queue, log, reg)
 	enqueuer.Prioritize(templates) // as the API's: a delivery re-enqueued goes on its own lane
 	enqueuer.BatchUpTo(cfg.TaskBatch)
 	rec := reconcile.New(pool, enqueuer, inspector, cfg.Reconcile, log, reg)

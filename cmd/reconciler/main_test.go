@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
-	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -31,7 +31,7 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 	dead := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	defer dead.Close()
 	reg := prometheus.NewRegistry()
-	orders := order.NewService(db.Pool, notify.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
+	orders := order.NewService(db.Pool, queue.NewEnqueuer(dead, rd.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
 	var ids []uuid.UUID
 	f := notifytest.New(t, db.Pool)
@@ -82,7 +82,7 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 	}
 	queued := map[uuid.UUID]bool{} // in a task of its own or a task of many
 	for _, info := range pending {
-		ps, err := notify.ParseTask(info.Payload)
+		ps, err := queue.ParseTask(info.Payload)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -46,7 +47,7 @@ func newWorld(t *testing.T, sinkCfg smtpsink.Config) *world {
 	rdb := redisconn.NewClient(w.redis.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	w.orders = order.NewService(w.db.Pool, notify.NewEnqueuer(rdb, w.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
+	w.orders = order.NewService(w.db.Pool, queue.NewEnqueuer(rdb, w.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	return w
 }
 
@@ -217,7 +218,7 @@ func TestCrashAfterProviderAcceptedIsNotResentBlindly(t *testing.T) {
 	rerun := startWorker(t, w.env())
 	client := asynq.NewClient(w.redis.Opt)
 	defer client.Close()
-	if _, err := client.Enqueue(notify.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {
+	if _, err := client.Enqueue(queue.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the re-run to look at the row", 30*time.Second, func() bool {
@@ -250,7 +251,7 @@ func TestPausedWorkerIsFencedOutByTheOneThatTookOver(t *testing.T) {
 	b := startWorker(t, w.env("LOCK_TTL", "2s", "SMTP_TIMEOUT", "1s"))
 	client := asynq.NewClient(w.redis.Opt)
 	defer client.Close()
-	if _, err := client.Enqueue(notify.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {
+	if _, err := client.Enqueue(queue.NewDeliverTask(d), asynq.Queue(w.redis.Queue)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "B to send", 30*time.Second, func() bool { return w.delivery(t, d).Status == notify.StatusSent })

@@ -15,6 +15,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
@@ -99,7 +100,7 @@ func TestControlNaiveHandlerSendsDuplicates(t *testing.T) {
 		defer client.Close()
 		for _, o := range c.orders {
 			for i := 0; i < 10; i++ {
-				if _, err := client.Enqueue(notify.NewDeliverTask(notify.Delivery{ID: o.DeliveryID, IdempotencyKey: o.Key}), asynq.Queue(c.redis.Queue)); err != nil {
+				if _, err := client.Enqueue(queue.NewDeliverTask(notify.Delivery{ID: o.DeliveryID, IdempotencyKey: o.Key}), asynq.Queue(c.redis.Queue)); err != nil {
 					t.Fatal(err)
 				}
 			}

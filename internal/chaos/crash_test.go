@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -109,7 +110,7 @@ func TestSameTaskTenTimesFiveWorkers(t *testing.T) {
 	for _, o := range c.orders {
 		d := notify.Delivery{ID: o.DeliveryID, IdempotencyKey: o.Key}
 		for i := 0; i < 10; i++ {
-			if _, err := client.Enqueue(notify.NewDeliverTask(d), asynq.Queue(c.redis.Queue)); err != nil {
+			if _, err := client.Enqueue(queue.NewDeliverTask(d), asynq.Queue(c.redis.Queue)); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -108,7 +109,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 
 	// API
 	api := newComponent(httpapi.LogHandler)
-	enq := notify.NewEnqueuer(rdb, rd.Queue, api.log, api.reg)
+	enq := queue.NewEnqueuer(rdb, rd.Queue, api.log, api.reg)
 	orders := order.NewService(db.Pool, enq, templates, time.Hour, api.reg)
 	keys := apikey.NewService(db.Pool)
 	backendKey := newBackendKey(t, keys)
@@ -174,7 +175,7 @@ func TestEverySignalMovesAndLogsCarryTheirFields(t *testing.T) {
 
 	// A broker redelivery: the same task again, after it was sent.
 	delivery, _ := notify.Get(ctx, db.Pool, first.Notifications[0].ID)
-	if _, err := client.Enqueue(notify.NewDeliverTask(delivery), asynq.Queue(rd.Queue)); err != nil {
+	if _, err := client.Enqueue(queue.NewDeliverTask(delivery), asynq.Queue(rd.Queue)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, "the redelivery to be suppressed", 30*time.Second, func() bool {
@@ -294,7 +295,7 @@ func checkoutWithoutTask(t *testing.T, ctx context.Context, db testenv.DB, email
 	dead := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	defer dead.Close()
 	reg := prometheus.NewRegistry()
-	svc := order.NewService(db.Pool, notify.NewEnqueuer(dead, "none", slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
+	svc := order.NewService(db.Pool, queue.NewEnqueuer(dead, "none", slog.New(slog.NewTextHandler(io.Discard, nil)), reg), nil, time.Hour, reg)
 	price := int64(100)
 	o, err := svc.Place(ctx, order.Checkout{CustomerEmail: email, CustomerName: "N", Currency: "IDR",
 		Items: []order.CheckoutItem{{SKU: "S", Name: "S", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")

@@ -63,59 +63,44 @@ func (r *Reader) Secret(name, def string) string {
 
 // Duration reads a Go duration such as "250ms" or "24h" that must be positive.
 func (r *Reader) Duration(name string, def time.Duration) time.Duration {
-	v := strings.TrimSpace(r.getenv(name))
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d <= 0 {
-		r.fail(name, v, "want a positive duration such as 30s or 24h")
-		return def
-	}
-	return d
+	return parsed(r, name, def, time.ParseDuration, func(d time.Duration) bool { return d > 0 },
+		"want a positive duration such as 30s or 24h")
 }
 
 // DurationOrZero reads a duration that may also be zero ("0", "0s",
 // "0h"), which means "off" for the variables that take it.
 func (r *Reader) DurationOrZero(name string, def time.Duration) time.Duration {
-	v := strings.TrimSpace(r.getenv(name))
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		r.fail(name, v, "want 0 (off) or a positive duration such as 30s or 24h")
-		return def
-	}
-	return d
+	return parsed(r, name, def, time.ParseDuration, func(d time.Duration) bool { return d >= 0 },
+		"want 0 (off) or a positive duration such as 30s or 24h")
 }
 
 // Int reads a whole number within [lo, hi].
 func (r *Reader) Int(name string, def, lo, hi int) int {
-	v := strings.TrimSpace(r.getenv(name))
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < lo || n > hi {
-		r.fail(name, v, fmt.Sprintf("want a whole number from %d to %d", lo, hi))
-		return def
-	}
-	return n
+	return parsed(r, name, def, strconv.Atoi, func(n int) bool { return n >= lo && n <= hi },
+		fmt.Sprintf("want a whole number from %d to %d", lo, hi))
 }
 
 // Float reads a number within [lo, hi] (a fraction allowed: 0.5).
 func (r *Reader) Float(name string, def, lo, hi float64) float64 {
+	parseFloat := func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }
+	return parsed(r, name, def, parseFloat, func(f float64) bool { return f >= lo && f <= hi },
+		fmt.Sprintf("want a number from %g to %g", lo, hi))
+}
+
+// parsed is the variable name as parse reads it, def when it is unset,
+// and def with want reported when parse refuses it or ok does not take
+// what parse made of it.
+func parsed[T any](r *Reader, name string, def T, parse func(string) (T, error), ok func(T) bool, want string) T {
 	v := strings.TrimSpace(r.getenv(name))
 	if v == "" {
 		return def
 	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(f >= lo && f <= hi) {
-		r.fail(name, v, fmt.Sprintf("want a number from %g to %g", lo, hi))
+	x, err := parse(v)
+	if err != nil || !ok(x) {
+		r.fail(name, v, want)
 		return def
 	}
-	return f
+	return x
 }
 
 // OneOf reads a value that must be one of allowed (compared case-insensitively,

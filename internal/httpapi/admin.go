@@ -286,11 +286,13 @@ const (
 	actionMarkSent
 )
 
-// decodeAdminAction reads the optional JSON body of a delivery action.
-func decodeAdminAction(w http.ResponseWriter, r *http.Request, action adminAction) (adminActionRequest, bool) {
+// decodeAdminAction reads a delivery action's delivery id, from the
+// path, and its optional JSON body.
+func decodeAdminAction(w http.ResponseWriter, r *http.Request, action adminAction) (uuid.UUID, adminActionRequest, bool) {
 	var req adminActionRequest
-	if r.ContentLength == 0 {
-		return req, true
+	id, ok := deliveryIDOf(w, r)
+	if !ok || r.ContentLength == 0 {
+		return id, req, ok
 	}
 	switch action {
 	case actionMarkSent:
@@ -299,25 +301,25 @@ func decodeAdminAction(w http.ResponseWriter, r *http.Request, action adminActio
 			ProviderMessageID string `json:"provider_message_id"`
 		}
 		if !decodeJSON(w, r, &mr) {
-			return req, false
+			return id, req, false
 		}
 		req.Note, req.ProviderMessageID = mr.Note, mr.ProviderMessageID
 	case actionRetry:
 		var rr retryRequest
 		if !decodeJSON(w, r, &rr) {
-			return req, false
+			return id, req, false
 		}
 		req.Note, req.Unpin = rr.Note, rr.Unpin
 	case actionCancel:
 		var cr adminCancelRequest
 		if !decodeJSON(w, r, &cr) {
-			return req, false
+			return id, req, false
 		}
 		req.Note, req.NotAtProvider = cr.Note, cr.NotAtProvider
 	default:
 		var nr noteRequest
 		if !decodeJSON(w, r, &nr) {
-			return req, false
+			return id, req, false
 		}
 		req.Note = nr.Note
 	}
@@ -330,9 +332,9 @@ func decodeAdminAction(w http.ResponseWriter, r *http.Request, action adminActio
 	}
 	if len(fields) > 0 {
 		validationFailed(w, r, fields...)
-		return req, false
+		return id, req, false
 	}
-	return req, true
+	return id, req, true
 }
 
 func actorOf(r *http.Request) string {
@@ -346,11 +348,7 @@ func actorOf(r *http.Request) string {
 // key) and queues it. A sent delivery is refused with 409.
 func handleAdminRetry(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := deliveryIDOf(w, r)
-		if !ok {
-			return
-		}
-		req, ok := decodeAdminAction(w, r, actionRetry)
+		id, req, ok := decodeAdminAction(w, r, actionRetry)
 		if !ok {
 			return
 		}
@@ -373,11 +371,7 @@ func handleAdminRetry(a Admin) http.Handler {
 // note; one a worker has claimed (or that is settled) is refused with 409.
 func handleAdminCancel(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := deliveryIDOf(w, r)
-		if !ok {
-			return
-		}
-		req, ok := decodeAdminAction(w, r, actionCancel)
+		id, req, ok := decodeAdminAction(w, r, actionCancel)
 		if !ok {
 			return
 		}
@@ -395,11 +389,7 @@ func handleAdminCancel(a Admin) http.Handler {
 // operator found at the provider.
 func handleAdminMarkSent(a Admin) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id, ok := deliveryIDOf(w, r)
-		if !ok {
-			return
-		}
-		req, ok := decodeAdminAction(w, r, actionMarkSent)
+		id, req, ok := decodeAdminAction(w, r, actionMarkSent)
 		if !ok {
 			return
 		}

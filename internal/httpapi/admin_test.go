@@ -14,6 +14,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
@@ -116,7 +117,7 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 
 	// A failed one is retried under the same key, and queued.
 	s.f.Failed(s.f.Get(id), "550 no such user")
-	if err := s.inspector.DeleteTask(s.redis.Queue, notify.TaskID(id)); err != nil {
+	if err := s.inspector.DeleteTask(s.redis.Queue, queue.TaskID(id)); err != nil {
 		t.Fatal(err)
 	}
 	if res := s.admin(t, http.MethodPost, path+"/retry", `{"note": "x", "provider_message_id": "P"}`); res.status != http.StatusBadRequest {
@@ -136,7 +137,7 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 		out.Delivery.IdempotencyKey != o.Notifications[0].IdempotencyKey {
 		t.Errorf("retry = %d %s", retried.status, retried.body)
 	}
-	if _, err := s.inspector.GetTaskInfo(s.redis.Queue, notify.TaskID(id)); err != nil {
+	if _, err := s.inspector.GetTaskInfo(s.redis.Queue, queue.TaskID(id)); err != nil {
 		t.Errorf("retried delivery has no task: %v", err)
 	}
 

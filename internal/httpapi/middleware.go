@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sekali-dev/sekali/internal/textrule"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
@@ -101,7 +102,7 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec, tracer trace.Tr
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			start := time.Now()
 			ri := &requestInfo{id: r.Header.Get("X-Request-Id")}
-			if !saneRequestID(ri.id) {
+			if !textrule.Token(ri.id, 64) {
 				ri.id = newRequestID()
 			}
 			w.Header().Set("X-Request-Id", ri.id)
@@ -162,19 +163,6 @@ func observe(log *slog.Logger, latency *prometheus.HistogramVec, tracer trace.Tr
 			next.ServeHTTP(rec, r)
 		})
 	}
-}
-
-func saneRequestID(s string) bool {
-	if s == "" || len(s) > 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
 }
 
 func newRequestID() string {

@@ -29,6 +29,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/webhookout"
 )
@@ -384,7 +385,7 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.admin(422, "POST", delivery+"/retry", `{"note": "`+strings.Repeat("n", 1001)+`"}`)
 	c.do(415, "POST", delivery+"/retry", "text/plain", "why", map[string]string{"Authorization": "Bearer " + adminToken})
 	s.f.Failed(s.f.Get(id), "550 no such user")
-	if err := s.inspector.DeleteTask(s.redis.Queue, notify.TaskID(id)); err != nil {
+	if err := s.inspector.DeleteTask(s.redis.Queue, queue.TaskID(id)); err != nil {
 		t.Fatal(err)
 	}
 	c.admin(200, "POST", delivery+"/retry", `{"note": "mailbox fixed"}`)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 )
 
 const validCheckout = `{
@@ -88,11 +89,11 @@ func TestCheckoutRecordsOrderAndIntentAndEnqueuesOnce(t *testing.T) {
 
 	// The task is queued under an id derived from the delivery, and carries
 	// no e-mail address.
-	info, err := s.inspector.GetTaskInfo(s.redis.Queue, notify.TaskID(n.ID))
+	info, err := s.inspector.GetTaskInfo(s.redis.Queue, queue.TaskID(n.ID))
 	if err != nil {
 		t.Fatalf("task for delivery %s: %v", n.ID, err)
 	}
-	if info.Type != notify.TaskTypeDeliver || strings.Contains(string(info.Payload), "@") {
+	if info.Type != queue.TaskTypeDeliver || strings.Contains(string(info.Payload), "@") {
 		t.Errorf("task = %s %s", info.Type, info.Payload)
 	}
 	if info.Retention != 0 {
@@ -102,8 +103,8 @@ func TestCheckoutRecordsOrderAndIntentAndEnqueuesOnce(t *testing.T) {
 	// refused by asynq itself.
 	client := asynq.NewClient(s.redis.Opt)
 	defer client.Close()
-	_, err = client.Enqueue(notify.NewDeliverTask(notify.Delivery{ID: n.ID, IdempotencyKey: n.IdempotencyKey}),
-		asynq.TaskID(notify.TaskID(n.ID)), asynq.Queue(s.redis.Queue))
+	_, err = client.Enqueue(queue.NewDeliverTask(notify.Delivery{ID: n.ID, IdempotencyKey: n.IdempotencyKey}),
+		asynq.TaskID(queue.TaskID(n.ID)), asynq.Queue(s.redis.Queue))
 	if err == nil || !strings.Contains(err.Error(), asynq.ErrTaskIDConflict.Error()) {
 		t.Errorf("second enqueue err = %v, want a task id conflict", err)
 	}

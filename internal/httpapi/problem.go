@@ -88,28 +88,44 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p problem) {
 	_ = json.NewEncoder(w).Encode(p) // the status is out; a broken connection has nobody to tell
 }
 
+// notFounds are the domain's errors that say there is no such thing,
+// each with what its 404 tells the caller.
+var notFounds = []struct {
+	err    error
+	detail string
+}{
+	{order.ErrNotFound, "No order has this id."},
+	{order.ErrNotificationNotFound, "No notification has this id."},
+	{notify.ErrNotFound, "No delivery has this id."},
+	{apikey.ErrNotFound, "No API key has this id."},
+	{notify.ErrSuppressionNotFound, "This address is not on the suppression list."},
+	{notify.ErrBlockNotFound, "No block has this id."},
+}
+
+// notFoundDetail is what err's 404 says when err is one of notFounds, or
+// "".
+func notFoundDetail(err error) string {
+	for _, nf := range notFounds {
+		if errors.Is(err, nf.err) {
+			return nf.detail
+		}
+	}
+	return ""
+}
+
 // writeError maps an error from the domain to its HTTP answer. This is
 // the one place where errors become status codes. Anything unexpected is
 // a 500 whose cause goes into the request's log line, not to the client.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var verr *order.ValidationError
 	var quota *order.QuotaError
+	notFound := notFoundDetail(err)
 	switch {
 	case errors.As(err, &verr):
 		writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
 			Title: "The request is not valid", Detail: "See errors for each invalid field.", Errors: fieldErrors(verr.Fields)})
-	case errors.Is(err, order.ErrNotFound):
-		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No order has this id."})
-	case errors.Is(err, order.ErrNotificationNotFound):
-		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No notification has this id."})
-	case errors.Is(err, notify.ErrNotFound):
-		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No delivery has this id."})
-	case errors.Is(err, apikey.ErrNotFound):
-		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No API key has this id."})
-	case errors.Is(err, notify.ErrSuppressionNotFound):
-		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "This address is not on the suppression list."})
-	case errors.Is(err, notify.ErrBlockNotFound):
-		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "No block has this id."})
+	case notFound != "":
+		writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: notFound})
 	case errors.Is(err, notify.ErrPinnedUnreachable):
 		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Pinned to a provider no worker sends through",
 			Detail: strings.TrimPrefix(err.Error(), "notify: ") + "."})

@@ -26,6 +26,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/pace"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -90,8 +91,8 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 
 	logs := &testenv.Buffer{}
 	log := slog.New(httpapi.LogHandler(slog.NewJSONHandler(logs, nil)))
-	queue := redisconn.NewClient(queueRedis)
-	t.Cleanup(func() { queue.Close() })
+	queueRedisClient := redisconn.NewClient(queueRedis)
+	t.Cleanup(func() { queueRedisClient.Close() })
 	inspector := asynq.NewInspector(rd.Opt)
 	t.Cleanup(func() { inspector.Close() })
 
@@ -103,12 +104,12 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 		templates = o.templates
 	}
 	reg := prometheus.NewRegistry()
-	enq := notify.NewEnqueuer(queue, rd.Queue, log, reg)
+	enq := queue.NewEnqueuer(queueRedisClient, rd.Queue, log, reg)
 	orders := order.NewService(db.Pool, enq, templates, 24*time.Hour, reg)
 	orders.Public = o.public
 	checks := []httpapi.Check{
 		{Name: "postgres", Ping: db.Pool.Ping},
-		{Name: "redis", Ping: func(ctx context.Context) error { return queue.Ping(ctx).Err() }},
+		{Name: "redis", Ping: func(ctx context.Context) error { return queueRedisClient.Ping(ctx).Err() }},
 	}
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })

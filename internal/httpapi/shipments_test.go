@@ -7,8 +7,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 )
 
 func TestShipmentRecordsTheShippedEmailOnce(t *testing.T) {
@@ -29,7 +29,7 @@ func TestShipmentRecordsTheShippedEmailOnce(t *testing.T) {
 	if want := "order-shipped:" + o.ID.String() + ":ana.maria@example.com"; n.IdempotencyKey != want || n.Template != "order-shipped" || n.Status != "pending" {
 		t.Errorf("notification = %+v, want key %s", n, want)
 	}
-	if _, err := s.inspector.GetTaskInfo(s.redis.Queue, notify.TaskID(n.ID)); err != nil {
+	if _, err := s.inspector.GetTaskInfo(s.redis.Queue, queue.TaskID(n.ID)); err != nil {
 		t.Errorf("no task for the shipped e-mail: %v", err)
 	}
 

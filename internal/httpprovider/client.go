@@ -3,6 +3,7 @@ package httpprovider
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -111,6 +112,22 @@ func (c *Client) HandOver(ctx context.Context, handOver func() error, method, ta
 		mail.ObserveAnswer(ctx, ans.Status, ans.Header)
 	}
 	return ans, se
+}
+
+// PostJSON hands over a POST of v as JSON to target (HandOver), with
+// header (nil: none) besides its Content-Type. A v that does not marshal
+// is ComposeError's, and nothing is sent.
+func (c *Client) PostJSON(ctx context.Context, handOver func() error, target string, header http.Header, v any) (Answer, *mail.SendError) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return Answer{}, ComposeError(err)
+	}
+	h := header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Content-Type", "application/json")
+	return c.HandOver(ctx, handOver, http.MethodPost, target, h, body)
 }
 
 // Do runs one request that sends no message (a probe, a search), for at

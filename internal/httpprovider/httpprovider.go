@@ -84,6 +84,25 @@ func CheckMessage(m mail.Message) (to string, err error) {
 	return to, nil
 }
 
+// Header is one header of a message as an HTTP API takes it beside its
+// own fields (Postmark's Headers, Resend's headers).
+type Header struct {
+	Name  string
+	Value string
+}
+
+// Headers are the headers every message carries besides its addresses
+// and subject, in this order: our Message-ID (m's, in angle brackets),
+// Auto-Submitted and, when m has one, List-Unsubscribe with its one-click
+// List-Unsubscribe-Post.
+func Headers(m mail.Message) []Header {
+	hs := []Header{{Name: "Message-ID", Value: "<" + m.MessageID + ">"}, {Name: "Auto-Submitted", Value: mail.AutoSubmitted}}
+	if m.ListUnsubscribe != "" {
+		hs = append(hs, Header{Name: "List-Unsubscribe", Value: m.ListUnsubscribe}, Header{Name: "List-Unsubscribe-Post", Value: mail.ListUnsubscribePost})
+	}
+	return hs
+}
+
 // ComposeError classifies a message that cannot be put into a request:
 // a bad recipient is refused for good, anything else is our bug and
 // waits (retried until DELIVERY_MAX_AGE) for a fix.

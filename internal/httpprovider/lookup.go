@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/envconfig"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // A look-up (mail.Lookup) may say "not there" only when the
@@ -39,6 +40,28 @@ func CheckMiss(name string, at, now time.Time, settle time.Duration, errTooRecen
 		return fmt.Errorf("%w (handed over %s ago, settle %s)", errTooRecent, now.Sub(at).Round(time.Second), settle)
 	}
 	return nil
+}
+
+// Search is a look-up's Find around search, the provider's own: a send
+// handed over before w's retention is refused without one (CheckRetention,
+// errOutside), and a miss is believed only once the send is w's settle
+// margin old (CheckMiss, errTooRecent; name begins its other error).
+// search is given the time both checks count from.
+func Search(ctx context.Context, name string, q mail.Query, w Window, errOutside, errTooRecent error,
+	search func(ctx context.Context, q mail.Query, now time.Time) (id string, found bool, err error),
+) (string, bool, error) {
+	now := time.Now()
+	if err := CheckRetention(q.HandedOverAt, now, w.Retention, errOutside); err != nil {
+		return "", false, err
+	}
+	id, found, err := search(ctx, q, now)
+	if err != nil || found {
+		return id, found, err
+	}
+	if err := CheckMiss(name, q.HandedOverAt, now, w.Settle, errTooRecent); err != nil {
+		return "", false, err
+	}
+	return "", false, nil
 }
 
 // Window is what a look-up may trust of a provider's search: how long

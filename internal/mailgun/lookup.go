@@ -73,10 +73,13 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	if q.MessageID == "" {
 		return "", false, errors.New("mailgun: look-up without a Message-ID")
 	}
-	now := time.Now()
-	if err := httpprovider.CheckRetention(q.HandedOverAt, now, l.window.Retention, ErrOutsideRetention); err != nil {
-		return "", false, err
-	}
+	return httpprovider.Search(ctx, "mailgun", q, l.window, ErrOutsideRetention, ErrTooRecent, l.search)
+}
+
+// search pages through the domain's events for q's Message-ID, from
+// shortly before its hand-over (not known: the whole retention before
+// now).
+func (l *Lookup) search(ctx context.Context, q mail.Query, now time.Time) (string, bool, error) {
 	begin := now.Add(-l.window.Retention)
 	if !q.HandedOverAt.IsZero() {
 		begin = q.HandedOverAt.Add(-searchSkew)
@@ -107,9 +110,6 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 			return "", false, errors.New("mailgun look-up: a page of events without a next link")
 		}
 		target = page.Paging.Next // the client refuses it off the base URL: it would get our key
-	}
-	if err := httpprovider.CheckMiss("mailgun", q.HandedOverAt, now, l.window.Settle, ErrTooRecent); err != nil {
-		return "", false, err
 	}
 	return "", false, nil
 }

@@ -233,16 +233,22 @@ func ListByOrder(ctx context.Context, db DB, orderID uuid.UUID) ([]Delivery, err
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries of order %s: %w", orderID, err)
 	}
-	out := make([]Delivery, len(rows))
+	return mapRows(rows, fromRow), nil
+}
+
+// mapRows converts generated rows, in their order, into the package's
+// type by convert (fromRow, blockFromRow, ...).
+func mapRows[R, T any](rows []R, convert func(R) T) []T {
+	out := make([]T, len(rows))
 	for i, r := range rows {
-		out[i] = fromRow(r)
+		out[i] = convert(r)
 	}
-	return out, nil
+	return out
 }
 
 // fromRow converts a generated row into a Delivery.
 func fromRow(r dbsqlc.NotificationDelivery) Delivery {
-	d := Delivery{
+	return Delivery{
 		ID:             r.ID,
 		OrderID:        r.OrderID,
 		Template:       r.Template,
@@ -263,26 +269,22 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		Owner:          r.OwnerID,
 		Test:           r.Test,
 		leaseToken:     r.LeaseToken,
+		// The nullable text columns: "" for NULL.
+		Provider:          orEmpty(r.Provider),
+		MessageID:         orEmpty(r.MessageID),
+		HandoverBatch:     orEmpty(r.HandoverBatch),
+		Locale:            orEmpty(r.Locale),
+		LastError:         orEmpty(r.LastError),
+		ProviderMessageID: orEmpty(r.ProviderMessageID),
 	}
-	if r.Provider != nil {
-		d.Provider = *r.Provider
+}
+
+// orEmpty is a nullable text column's value, "" for NULL.
+func orEmpty(p *string) string {
+	if p == nil {
+		return ""
 	}
-	if r.MessageID != nil {
-		d.MessageID = *r.MessageID
-	}
-	if r.HandoverBatch != nil {
-		d.HandoverBatch = *r.HandoverBatch
-	}
-	if r.Locale != nil {
-		d.Locale = *r.Locale
-	}
-	if r.LastError != nil {
-		d.LastError = *r.LastError
-	}
-	if r.ProviderMessageID != nil {
-		d.ProviderMessageID = *r.ProviderMessageID
-	}
-	return d
+	return *p
 }
 
 // Get returns one delivery.

@@ -32,13 +32,7 @@ func History(ctx context.Context, db DB, deliveryID uuid.UUID) ([]Event, error) 
 	}
 	out := make([]Event, len(rows))
 	for i, r := range rows {
-		out[i] = Event{At: r.At, Event: r.Event, Attempt: int(r.Attempt), Actor: r.Actor}
-		if r.FromStatus != nil {
-			out[i].FromStatus = *r.FromStatus
-		}
-		if r.ToStatus != nil {
-			out[i].ToStatus = *r.ToStatus
-		}
+		out[i] = Event{At: r.At, Event: r.Event, Attempt: int(r.Attempt), Actor: r.Actor, FromStatus: orEmpty(r.FromStatus), ToStatus: orEmpty(r.ToStatus)}
 		if r.Detail.Valid {
 			out[i].Detail = r.Detail.RawMessage
 		}

@@ -49,14 +49,22 @@ var ErrNotRecorded = errors.New("notify: done, but not recorded in the operators
 // under its actor (Actions lists them).
 type Operator struct {
 	db        *pgxpool.Pool
-	enqueuer  *Enqueuer
+	enqueuer  Requeuer
 	inspector *asynq.Inspector
 	rdb       redis.UniversalClient
 }
 
+// Requeuer is what the operator needs of the enqueuer (queue.Enqueuer):
+// its queue's name, and a task for a delivery put back to pending unless
+// one stands.
+type Requeuer interface {
+	Queue() string
+	EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error)
+}
+
 // NewOperator returns the operator service over the primary, the queue
 // (enqueuer and inspector of the same Redis) and Redis itself.
-func NewOperator(db *pgxpool.Pool, enq *Enqueuer, ins *asynq.Inspector, rdb redis.UniversalClient) *Operator {
+func NewOperator(db *pgxpool.Pool, enq Requeuer, ins *asynq.Inspector, rdb redis.UniversalClient) *Operator {
 	return &Operator{db: db, enqueuer: enq, inspector: ins, rdb: rdb}
 }
 
@@ -130,11 +138,7 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
-	out := make([]Delivery, len(rows))
-	for i, r := range rows {
-		out[i] = fromRow(r)
-	}
-	return out, nil
+	return mapRows(rows, fromRow), nil
 }
 
 // CountUpTo counts the deliveries in status, but no further than upTo:
@@ -335,7 +339,7 @@ func (o *Operator) MarkSent(ctx context.Context, id uuid.UUID, providerMessageID
 // recorded deliveries wait, nothing is lost. Pausing a paused queue is
 // not an error (its record says unchanged).
 func (o *Operator) Pause(ctx context.Context, actor, note string) error {
-	return o.pause(ctx, actor, note, Queues(o.enqueuer.Queue()))
+	return o.setPaused(ctx, actor, note, Queues(o.enqueuer.Queue()), true)
 }
 
 // PauseLater stops the later lane alone (LaterQueue: subscription mail,
@@ -344,48 +348,40 @@ func (o *Operator) Pause(ctx context.Context, actor, note string) error {
 // task of the later lane taking a token before it. The later lane's
 // deliveries wait, nothing is lost.
 func (o *Operator) PauseLater(ctx context.Context, actor, note string) error {
-	return o.pause(ctx, actor, note, []string{LaterQueue(o.enqueuer.Queue())})
+	return o.setPaused(ctx, actor, note, []string{LaterQueue(o.enqueuer.Queue())}, true)
 }
 
-// pause pauses queues, recording the action on the first of them.
-func (o *Operator) pause(ctx context.Context, actor, note string, queues []string) error {
+// setPaused pauses queues (paused) or resumes them, recording the action
+// on the first of them.
+func (o *Operator) setPaused(ctx context.Context, actor, note string, queues []string, paused bool) error {
+	verb, change, already := "resume", o.inspector.UnpauseQueue, "not paused"
+	if paused {
+		verb, change, already = "pause", o.inspector.PauseQueue, "already paused"
+	}
 	unchanged := true
 	for _, q := range queues {
-		err := o.inspector.PauseQueue(q)
-		// asynq says "already paused" only in words; it exports no sentinel.
-		was := err != nil && strings.Contains(err.Error(), "already paused")
+		err := change(q)
+		// asynq says "already paused" or "not paused" only in words; it
+		// exports no sentinel.
+		was := err != nil && strings.Contains(err.Error(), already)
 		if err != nil && !was {
-			return fmt.Errorf("pause queue %s: %w", q, err)
+			return fmt.Errorf("%s queue %s: %w", verb, q, err)
 		}
 		unchanged = unchanged && was
 	}
-	return o.recordOn(ctx, actor, "queue.pause", queues[0], map[string]any{"note": note, "unchanged": unchanged})
+	return o.recordOn(ctx, actor, "queue."+verb, queues[0], map[string]any{"note": note, "unchanged": unchanged})
 }
 
 // Resume restarts sending, by actor with note: the queue and its later
 // lane. Resuming a running queue is not an error.
 func (o *Operator) Resume(ctx context.Context, actor, note string) error {
-	return o.resume(ctx, actor, note, Queues(o.enqueuer.Queue()))
+	return o.setPaused(ctx, actor, note, Queues(o.enqueuer.Queue()), false)
 }
 
 // ResumeLater restarts the later lane alone, by actor with note; a queue
 // paused as a whole stays paused.
 func (o *Operator) ResumeLater(ctx context.Context, actor, note string) error {
-	return o.resume(ctx, actor, note, []string{LaterQueue(o.enqueuer.Queue())})
-}
-
-// resume resumes queues, recording the action on the first of them.
-func (o *Operator) resume(ctx context.Context, actor, note string, queues []string) error {
-	unchanged := true
-	for _, q := range queues {
-		err := o.inspector.UnpauseQueue(q)
-		was := err != nil && strings.Contains(err.Error(), "not paused")
-		if err != nil && !was {
-			return fmt.Errorf("resume queue %s: %w", q, err)
-		}
-		unchanged = unchanged && was
-	}
-	return o.recordOn(ctx, actor, "queue.resume", queues[0], map[string]any{"note": note, "unchanged": unchanged})
+	return o.setPaused(ctx, actor, note, []string{LaterQueue(o.enqueuer.Queue())}, false)
 }
 
 // recordAfter records an action on the queue, which lives in Redis: after
@@ -556,11 +552,7 @@ func (o *Operator) Blocks(ctx context.Context) ([]Block, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list blocks: %w", err)
 	}
-	out := make([]Block, len(rows))
-	for i, r := range rows {
-		out[i] = blockFromRow(r)
-	}
-	return out, nil
+	return mapRows(rows, blockFromRow), nil
 }
 
 // RemoveBlock lifts a block early, by actor.
@@ -588,11 +580,7 @@ func (o *Operator) Suppressions(ctx context.Context, limit int) ([]Suppression, 
 	if err != nil {
 		return nil, fmt.Errorf("list suppressions: %w", err)
 	}
-	out := make([]Suppression, len(rows))
-	for i, r := range rows {
-		out[i] = suppressionFromRow(r)
-	}
-	return out, nil
+	return mapRows(rows, suppressionFromRow), nil
 }
 
 // Suppression returns one entry of the list with its history.

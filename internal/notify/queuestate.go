@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -98,4 +99,42 @@ func ProviderStates(ctx context.Context, rdb redis.UniversalClient, queue string
 		return cmp.Or(strings.Compare(a.WorkerID, b.WorkerID), strings.Compare(a.Provider, b.Provider))
 	})
 	return out, nil
+}
+
+// DefaultQueue is the asynq queue deliveries travel on unless configured.
+const DefaultQueue = "notifications"
+
+// LaterQueue is the queue beside queue whose tasks workers take only
+// while queue has none (asynq's strict priority): mail that may wait —
+// a subscription template's, a delivery scheduled for later — so that a
+// flash sale's confirmations never wait behind a newsletter's ten
+// thousand when the provider's pace is scarce.
+func LaterQueue(queue string) string { return queue + "-later" }
+
+// Queues are queue and its LaterQueue: every queue a delivery of queue
+// travels on, the order workers take them in.
+func Queues(queue string) []string { return []string{queue, LaterQueue(queue)} }
+
+// QueueInfo returns asynq's statistics for queue. A queue that has never
+// held a task is not in asynq's list of queues and reads as empty; it can
+// still be paused, which asynq's inspector does not report for it, so
+// that is read from the queue's pause key (asynq:{<queue>}:paused, asynq
+// v0.26's layout).
+func QueueInfo(ctx context.Context, ins *asynq.Inspector, rdb redis.UniversalClient, queue string) (*asynq.QueueInfo, error) {
+	queues, err := ins.Queues()
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	if !slices.Contains(queues, queue) {
+		n, err := rdb.Exists(ctx, "asynq:{"+queue+"}:paused").Result()
+		if err != nil {
+			return nil, fmt.Errorf("read pause of queue %s: %w", queue, err)
+		}
+		return &asynq.QueueInfo{Queue: queue, Paused: n == 1}, nil
+	}
+	info, err := ins.GetQueueInfo(queue)
+	if err != nil {
+		return nil, fmt.Errorf("inspect queue %s: %w", queue, err)
+	}
+	return info, nil
 }

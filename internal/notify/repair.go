@@ -71,11 +71,7 @@ func PickOrphanedPending(ctx context.Context, db DB, olderThan time.Duration, ba
 	if err != nil {
 		return nil, fmt.Errorf("pick pending deliveries: %w", err)
 	}
-	out := make([]Delivery, len(rows))
-	for i, r := range rows {
-		out[i] = fromRow(r)
-	}
-	return out, nil
+	return mapRows(rows, fromRow), nil
 }
 
 // Retire deletes, a batch at a time, finished deliveries (sent or

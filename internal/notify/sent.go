@@ -129,9 +129,5 @@ func BatchMembers(ctx context.Context, db DB, key string) ([]Delivery, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the members of batch %s: %w", key, err)
 	}
-	ds := make([]Delivery, len(rows))
-	for i, r := range rows {
-		ds[i] = fromRow(r)
-	}
-	return ds, nil
+	return mapRows(rows, fromRow), nil
 }

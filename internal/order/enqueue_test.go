@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 )
 
@@ -54,11 +54,11 @@ func TestConcurrentCheckoutsShareTasks(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	lone := e.place(t, basket(), keyed()).Notifications[0].ID
-	info, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(lone))
+	info, err := e.inspector.GetTaskInfo(e.redis.Queue, queue.TaskID(lone))
 	if err != nil {
 		t.Fatalf("a lone checkout's confirmation has no task of its own: %v", err)
 	}
-	if ps, err := notify.ParseTask(info.Payload); err != nil || len(ps) != 1 || strings.Contains(string(info.Payload), "deliveries") {
+	if ps, err := queue.ParseTask(info.Payload); err != nil || len(ps) != 1 || strings.Contains(string(info.Payload), "deliveries") {
 		t.Errorf("a lone checkout's task: %s, want one delivery's payload", info.Payload)
 	}
 	if _, err := e.inspector.DeleteAllPendingTasks(e.redis.Queue); err != nil {
@@ -76,7 +76,7 @@ func TestConcurrentCheckoutsShareTasks(t *testing.T) {
 		return err == nil && rows == n+1
 	}})
 	reg := prometheus.NewRegistry()
-	svc := NewService(e.db.Pool, notify.NewEnqueuer(rdb, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), e.templates, keyTTL, reg)
+	svc := NewService(e.db.Pool, queue.NewEnqueuer(rdb, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg), e.templates, keyTTL, reg)
 	ids := make([]uuid.UUID, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -99,7 +99,7 @@ func TestConcurrentCheckoutsShareTasks(t *testing.T) {
 	carriers := map[uuid.UUID]int{}
 	sizes := make([]int, len(tasks))
 	for i, info := range tasks {
-		ps, err := notify.ParseTask(info.Payload)
+		ps, err := queue.ParseTask(info.Payload)
 		if err != nil {
 			t.Fatalf("task %s: %v", info.ID, err)
 		}

@@ -18,12 +18,14 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // notifyScope names the generic trigger's Idempotency-Keys.
 const notifyScope = "POST /v1/orders/{id}/notifications"
 
-// maxEventIDLen bounds the caller's event id, which goes into the key.
+// maxEventIDLen bounds the caller's event id, which goes into the key
+// (textrule.Token keeps it out of the key's separators).
 const maxEventIDLen = 100
 
 // Trigger asks for one e-mail of any template about an order: the
@@ -159,7 +161,7 @@ func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) 
 			return time.Time{}, err
 		}
 	}
-	if t.EventID != "" && !validEventID(t.EventID) {
+	if t.EventID != "" && !textrule.Token(t.EventID, maxEventIDLen) {
 		verr.add("/event_id", "must be 1 to %d characters of letters, digits, '.', '_' and '-'", maxEventIDLen)
 	}
 	if t.Recipient != "" {
@@ -192,20 +194,6 @@ func canonicalJSON(data []byte) (json.RawMessage, error) {
 		return nil, err
 	}
 	return json.Marshal(v)
-}
-
-// validEventID keeps the event id out of the key's separators.
-func validEventID(s string) bool {
-	if s == "" || len(s) > maxEventIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // getOrderFor reads an order row for caller: ErrNotFound when there is

@@ -30,7 +30,7 @@ import (
 // that one key sent to two different endpoints never collides.
 const idempotencyScope = "POST /v1/orders"
 
-// enqueuer hands committed deliveries to the queue (notify.Enqueuer).
+// enqueuer hands committed deliveries to the queue (queue.Enqueuer).
 type enqueuer interface {
 	EnqueueAfterCommit(ctx context.Context, deliveries []notify.Delivery)
 }
@@ -231,22 +231,32 @@ func (s *Service) replay(prior []byte, err error) (Placed, error) {
 // checkout's quota). A twin in flight is not seen; the checkout's own
 // statement still decides.
 func (s *Service) answered(ctx context.Context, scope, key string, hash []byte, now time.Time) (prior []byte, found bool, err error) {
-	row, err := dbsqlc.New(s.pool).GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: scope, Key: key})
+	prior, found, _, err = s.recorded(ctx, dbsqlc.New(s.pool), scope, key, hash, now)
+	return prior, found, err
+}
+
+// recorded reads the record of key in scope through q and says what it
+// means for the request whose fingerprint is hash, at now (priorUse): the
+// response it keeps for this request (found), ErrKeyReused when it keeps
+// one for another, or nothing: no record, or one that has expired
+// (expired).
+func (s *Service) recorded(ctx context.Context, q *dbsqlc.Queries, scope, key string, hash []byte, now time.Time) (prior []byte, found, expired bool, err error) {
+	row, err := q.GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: scope, Key: key})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
+		return nil, false, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("read idempotency key: %w", err)
+		return nil, false, false, fmt.Errorf("read idempotency key: %w", err)
 	}
 	replay, err := priorUse(row.ExpiresAt, row.RequestHash, hash, now)
 	switch {
 	case err != nil:
 		s.keyClashes.WithLabelValues("payload_mismatch").Inc()
-		return nil, false, err
+		return nil, false, false, err
 	case !replay:
-		return nil, false, nil
+		return nil, false, true, nil
 	}
-	return row.ResponseBody, true, nil
+	return row.ResponseBody, true, false, nil
 }
 
 // placeKeyed records a checkout with an Idempotency-Key, or finds the
@@ -364,20 +374,9 @@ func (s *Service) lookupKey(ctx context.Context, q *dbsqlc.Queries, scope, key s
 		s.keyClashes.WithLabelValues("in_flight").Inc()
 		return nil, false, ErrRequestInFlight
 	}
-	row, err := q.GetIdempotencyKey(ctx, dbsqlc.GetIdempotencyKeyParams{Scope: scope, Key: key})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("read idempotency key: %w", err)
-	}
-	replay, err := priorUse(row.ExpiresAt, row.RequestHash, hash, now)
-	switch {
-	case err != nil:
-		s.keyClashes.WithLabelValues("payload_mismatch").Inc()
-		return nil, false, err
-	case replay:
-		return row.ResponseBody, true, nil
+	prior, found, expired, err := s.recorded(ctx, q, scope, key, hash, now)
+	if err != nil || found || !expired {
+		return prior, found, err
 	}
 	if err := q.DeleteIdempotencyKey(ctx, dbsqlc.DeleteIdempotencyKeyParams{Scope: scope, Key: key}); err != nil {
 		return nil, false, fmt.Errorf("drop expired idempotency key: %w", err)

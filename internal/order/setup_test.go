@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -38,7 +38,7 @@ func setup(t *testing.T) *env {
 	e.inspector = asynq.NewInspector(e.redis.Opt)
 	t.Cleanup(func() { e.inspector.Close() })
 	reg := prometheus.NewRegistry()
-	enq := notify.NewEnqueuer(rdb, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
+	enq := queue.NewEnqueuer(rdb, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), reg)
 	e.svc = NewService(e.db.Pool, enq, e.templates, keyTTL, reg)
 	e.svc.now = func() time.Time { return e.now }
 	return e
@@ -57,7 +57,7 @@ func (e *env) count(t *testing.T, table string) int {
 // queued reports whether delivery id has a task on the queue.
 func (e *env) queued(t *testing.T, id uuid.UUID) bool {
 	t.Helper()
-	_, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(id))
+	_, err := e.inspector.GetTaskInfo(e.redis.Queue, queue.TaskID(id))
 	return err == nil
 }
 

@@ -39,11 +39,7 @@ func (p *Provider) SendBatch(ctx context.Context, b mail.Batch, handOver func() 
 	if len(emails) == 0 {
 		return results, nil
 	}
-	body, err := json.Marshal(emails)
-	if err != nil {
-		return nil, httpprovider.ComposeError(err)
-	}
-	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/email/batch", http.Header{"Content-Type": {"application/json"}}, body)
+	ans, se := p.client.PostJSON(ctx, handOver, "/email/batch", nil, emails)
 	if se != nil {
 		return nil, se
 	}

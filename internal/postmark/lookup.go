@@ -91,10 +91,12 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	if q.KeyHash == "" {
 		return "", false, errors.New("postmark: look-up without a key hash")
 	}
-	now := time.Now()
-	if err := httpprovider.CheckRetention(q.HandedOverAt, now, l.window.Retention, ErrOutsideRetention); err != nil {
-		return "", false, err
-	}
+	return httpprovider.Search(ctx, "postmark", q, l.window, ErrOutsideRetention, ErrTooRecent, l.search)
+}
+
+// search pages through the stream's messages whose metadata is q's key
+// hash.
+func (l *Lookup) search(ctx context.Context, q mail.Query, _ time.Time) (string, bool, error) {
 	total := 0
 	for offset := 0; offset < maxResults; {
 		page, err := l.page(ctx, q.KeyHash, offset)
@@ -114,9 +116,6 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 	}
 	if total > maxResults {
 		return "", false, fmt.Errorf("postmark: %d messages match, more than the %d a search can page through: %w", total, maxResults, mail.ErrCannotTell)
-	}
-	if err := httpprovider.CheckMiss("postmark", q.HandedOverAt, now, l.window.Settle, ErrTooRecent); err != nil {
-		return "", false, err
 	}
 	return "", false, nil
 }

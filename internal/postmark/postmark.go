@@ -122,20 +122,15 @@ func (p *Provider) Close() { p.client.Close() }
 // email is the body of POST /email
 // (https://postmarkapp.com/developer/api/email-api).
 type email struct {
-	From          string            `json:"From"`
-	ReplyTo       string            `json:"ReplyTo,omitempty"`
-	To            string            `json:"To"`
-	Subject       string            `json:"Subject"`
-	HTMLBody      string            `json:"HtmlBody,omitempty"`
-	TextBody      string            `json:"TextBody,omitempty"`
-	Headers       []header          `json:"Headers"`
-	Metadata      map[string]string `json:"Metadata"`
-	MessageStream string            `json:"MessageStream"`
-}
-
-type header struct {
-	Name  string `json:"Name"`
-	Value string `json:"Value"`
+	From          string                `json:"From"`
+	ReplyTo       string                `json:"ReplyTo,omitempty"`
+	To            string                `json:"To"`
+	Subject       string                `json:"Subject"`
+	HTMLBody      string                `json:"HtmlBody,omitempty"`
+	TextBody      string                `json:"TextBody,omitempty"`
+	Headers       []httpprovider.Header `json:"Headers"` // Name and Value, as Postmark spells them
+	Metadata      map[string]string     `json:"Metadata"`
+	MessageStream string                `json:"MessageStream"`
 }
 
 // email is m as both sending endpoints take it: POST /email alone,
@@ -148,13 +143,9 @@ func (p *Provider) email(m mail.Message) (email, error) {
 	if m.Text == "" && m.HTML == "" {
 		return email{}, errors.New("no text and no HTML: Postmark needs one")
 	}
-	headers := []header{{Name: "Message-ID", Value: "<" + m.MessageID + ">"}, {Name: "Auto-Submitted", Value: mail.AutoSubmitted}}
-	if m.ListUnsubscribe != "" {
-		headers = append(headers, header{Name: "List-Unsubscribe", Value: m.ListUnsubscribe}, header{Name: "List-Unsubscribe-Post", Value: mail.ListUnsubscribePost})
-	}
 	return email{
 		From: p.sender.WithName(m.FromName).Display(), ReplyTo: m.ReplyTo, To: to, Subject: m.Subject, HTMLBody: m.HTML, TextBody: m.Text,
-		Headers:       headers,
+		Headers:       httpprovider.Headers(m),
 		Metadata:      map[string]string{MetadataKey: mail.KeyHash(m.IdempotencyKey)},
 		MessageStream: p.stream,
 	}, nil
@@ -183,11 +174,7 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
 	}
-	body, err := json.Marshal(e)
-	if err != nil {
-		return "", httpprovider.ComposeError(err)
-	}
-	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/email", http.Header{"Content-Type": {"application/json"}}, body)
+	ans, se := p.client.PostJSON(ctx, handOver, "/email", nil, e)
 	if se != nil {
 		return "", se
 	}

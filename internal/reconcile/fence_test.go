@@ -13,6 +13,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -159,7 +160,7 @@ func TestALateWorkersOutcomeIsNotOverwritten(t *testing.T) {
 	if evs := events(t, e, d, "reconciled"); len(evs) != 0 {
 		t.Errorf("history has the reconciler's decision over the worker's sent: %+v", evs)
 	}
-	if _, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(d.ID)); err == nil {
+	if _, err := e.inspector.GetTaskInfo(e.redis.Queue, queue.TaskID(d.ID)); err == nil {
 		t.Error("a task was queued for a delivery its worker recorded sent")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -51,7 +52,7 @@ func TestLookupUsesTheStoredMessageID(t *testing.T) {
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), worker.NewMetrics(prometheus.NewRegistry()))
 
 	d := e.pending(t, "ana@example.com")
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err != nil {
 		t.Fatal(err)
 	}
 	stored := e.get(t, d.ID).MessageID

@@ -22,6 +22,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/testmail"
 )
 
@@ -105,7 +106,7 @@ type Provider struct {
 // same one.
 type Reconciler struct {
 	db        *pgxpool.Pool
-	enqueuer  *notify.Enqueuer
+	enqueuer  *queue.Enqueuer
 	inspector *asynq.Inspector
 	cfg       Config
 	log       *slog.Logger
@@ -120,7 +121,7 @@ type Reconciler struct {
 }
 
 // New returns a Reconciler.
-func New(db *pgxpool.Pool, enq *notify.Enqueuer, ins *asynq.Inspector, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
+func New(db *pgxpool.Pool, enq *queue.Enqueuer, ins *asynq.Inspector, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
 	// A test delivery whose worker stopped after its hand-over is judged
 	// at the test provider, which never has it: it is sent to the test
 	// provider again, which mails nobody.
@@ -399,7 +400,7 @@ func (r *Reconciler) messageID(d notify.Delivery) string {
 // a live task. The rows are touched as they are read, so that another
 // reconciler, and the next pass, look at others; no lock is held while
 // the queue is asked. Those that need a task share tasks of many
-// (notify.Enqueuer.EnsureAllQueued), each decided and counted on its own.
+// (queue.Enqueuer.EnsureAllQueued), each decided and counted on its own.
 func (r *Reconciler) requeueOrphans(ctx context.Context, rep *Report) error {
 	ds, err := notify.PickOrphanedPending(ctx, r.db, r.cfg.PendingAfter, r.cfg.Batch)
 	if err != nil || len(ds) == 0 {

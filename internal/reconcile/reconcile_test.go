@@ -20,6 +20,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -37,7 +38,7 @@ type env struct {
 	sink      *smtpsink.Server
 	lookupURL string
 	orders    *order.Service // its enqueues fail: the API died before enqueueing
-	enq       *notify.Enqueuer
+	enq       *queue.Enqueuer
 	inspector *asynq.Inspector
 	logs      *testenv.Buffer
 	f         *notifytest.Factory // deliveries in any state, through the service's statements
@@ -61,13 +62,13 @@ func setup(t *testing.T, rd testenv.Redis, sinkCfg smtpsink.Config) *env {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
-	e.enq = notify.NewEnqueuer(rdb, rd.Queue, quiet, prometheus.NewRegistry())
+	e.enq = queue.NewEnqueuer(rdb, rd.Queue, quiet, prometheus.NewRegistry())
 	e.inspector = asynq.NewInspector(rd.Opt)
 	t.Cleanup(func() { e.inspector.Close() })
 	dead := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { dead.Close() })
 	reg := prometheus.NewRegistry()
-	e.orders = order.NewService(e.db.Pool, notify.NewEnqueuer(dead, rd.Queue, quiet, reg), nil, time.Hour, reg)
+	e.orders = order.NewService(e.db.Pool, queue.NewEnqueuer(dead, rd.Queue, quiet, reg), nil, time.Hour, reg)
 	return e
 }
 

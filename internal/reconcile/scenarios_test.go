@@ -19,6 +19,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postmark"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
@@ -94,7 +95,7 @@ func TestFinishedTaskDoesNotBlockTheRequeue(t *testing.T) {
 	if err := e.enq.Enqueue(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.inspector.ArchiveTask(e.redis.Queue, notify.TaskID(d.ID)); err != nil {
+	if err := e.inspector.ArchiveTask(e.redis.Queue, queue.TaskID(d.ID)); err != nil {
 		t.Fatal(err)
 	}
 	e.age(t)
@@ -102,7 +103,7 @@ func TestFinishedTaskDoesNotBlockTheRequeue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(d.ID))
+	info, err := e.inspector.GetTaskInfo(e.redis.Queue, queue.TaskID(d.ID))
 	if err != nil || info.State != asynq.TaskStatePending || rep.Decisions[reconcile.DecisionRequeued] != 1 {
 		t.Errorf("task after the pass: %+v %v, report %v", info, err, rep)
 	}
@@ -239,7 +240,7 @@ func TestPoliciesAndWhatIsNeverTouched(t *testing.T) {
 	if got := e.get(t, resend.ID); got.Status != notify.StatusPending {
 		t.Errorf("resend row: %+v", got)
 	}
-	if _, err := e.inspector.GetTaskInfo(e.redis.Queue, notify.TaskID(resend.ID)); err != nil {
+	if _, err := e.inspector.GetTaskInfo(e.redis.Queue, queue.TaskID(resend.ID)); err != nil {
 		t.Errorf("resend row has no task: %v", err)
 	}
 
@@ -490,7 +491,7 @@ func TestOrphansAreRequeuedInTasksOfMany(t *testing.T) {
 		t.Errorf("%d tasks for %d orphans, want at most %d", len(tasks), n, 1+n/bound)
 	}
 	for _, info := range tasks {
-		if ps, err := notify.ParseTask(info.Payload); err != nil || len(ps) > bound {
+		if ps, err := queue.ParseTask(info.Payload); err != nil || len(ps) > bound {
 			t.Errorf("task %s carries %d deliveries (%v), past the bound %d", info.ID, len(ps), err, bound)
 		}
 	}
@@ -534,7 +535,7 @@ func (e *env) carriers(t *testing.T) map[uuid.UUID]int {
 			t.Fatal(err)
 		}
 		for _, info := range infos {
-			ps, err := notify.ParseTask(info.Payload)
+			ps, err := queue.ParseTask(info.Payload)
 			if err != nil {
 				t.Fatalf("task %s: %v", info.ID, err)
 			}

@@ -57,16 +57,11 @@ func (p *Provider) SendBatch(ctx context.Context, b mail.Batch, handOver func() 
 	if len(emails) == 0 {
 		return results, nil
 	}
-	body, err := json.Marshal(emails)
-	if err != nil {
-		return nil, httpprovider.ComposeError(err)
-	}
 	header := http.Header{
-		"Content-Type":       {"application/json"},
 		"Idempotency-Key":    {IdempotencyKey(b.Key)},
 		"X-Batch-Validation": {"permissive"},
 	}
-	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/emails/batch", header, body)
+	ans, se := p.client.PostJSON(ctx, handOver, "/emails/batch", header, emails)
 	if se != nil {
 		return nil, se
 	}

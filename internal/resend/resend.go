@@ -110,9 +110,9 @@ func (p *Provider) email(m mail.Message) (email, error) {
 	if err != nil {
 		return email{}, err
 	}
-	headers := map[string]string{"Message-ID": "<" + m.MessageID + ">", "Auto-Submitted": mail.AutoSubmitted}
-	if m.ListUnsubscribe != "" {
-		headers["List-Unsubscribe"], headers["List-Unsubscribe-Post"] = m.ListUnsubscribe, mail.ListUnsubscribePost
+	headers := map[string]string{}
+	for _, h := range httpprovider.Headers(m) {
+		headers[h.Name] = h.Value
 	}
 	return email{
 		From:    p.sender.WithName(m.FromName).Display(),
@@ -136,15 +136,8 @@ func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
 	}
-	body, err := json.Marshal(e)
-	if err != nil {
-		return "", httpprovider.ComposeError(err)
-	}
-	header := http.Header{
-		"Content-Type":    {"application/json"},
-		"Idempotency-Key": {IdempotencyKey(m.IdempotencyKey)},
-	}
-	ans, se := p.client.HandOver(ctx, handOver, http.MethodPost, "/emails", header, body)
+	header := http.Header{"Idempotency-Key": {IdempotencyKey(m.IdempotencyKey)}}
+	ans, se := p.client.PostJSON(ctx, handOver, "/emails", header, e)
 	if se != nil {
 		return "", se
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/roster"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -49,10 +50,10 @@ func setup(t *testing.T) env {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	queue := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"}) // the enqueue after the checkout fails; nothing here needs it
-	t.Cleanup(func() { queue.Close() })
+	queueRedisClient := redisconn.NewClient(asynq.RedisClientOpt{Addr: "127.0.0.1:1"}) // the enqueue after the checkout fails; nothing here needs it
+	t.Cleanup(func() { queueRedisClient.Close() })
 	reg := prometheus.NewRegistry()
-	orders := order.NewService(db.Pool, notify.NewEnqueuer(queue, "webhooks-test", discard, reg), nil, time.Hour, reg)
+	orders := order.NewService(db.Pool, queue.NewEnqueuer(queueRedisClient, "webhooks-test", discard, reg), nil, time.Hour, reg)
 	price := int64(100)
 	o, err := orders.Place(ctx, order.Checkout{CustomerEmail: "Ana@Example.com", CustomerName: "Ana", Currency: "USD",
 		Items: []order.CheckoutItem{{SKU: "A", Name: "A", Quantity: 1, UnitPrice: &price}}}, order.Caller{}, "")

@@ -1,8 +1,9 @@
 // Package textrule holds the rules for text that people read: what a
 // customer's name, an item's name or a template's data may hold before
 // it reaches an e-mail, and what an operator's note or a key's name may
-// hold before it reaches the next operator's screen. It imports nothing
-// of the service, so every layer may use it.
+// hold before it reaches the next operator's screen, and what an id a
+// caller chooses may hold before it goes into a key or a header. It
+// imports nothing of the service, so every layer may use it.
 package textrule
 
 import (
@@ -47,6 +48,22 @@ func Problem(s string, maxRunes int, oneLine bool) string {
 		return "must contain at least one visible character"
 	}
 	return ""
+}
+
+// Token reports whether s is an id a caller may choose (an X-Request-Id,
+// an event id): 1 to maxLen ASCII letters, digits, '-', '_' and '.', so
+// that it goes unescaped into a key's separators, a header or a log line.
+func Token(s string, maxLen int) bool {
+	if s == "" || len(s) > maxLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // controlProblem is Problem's test of control characters and line

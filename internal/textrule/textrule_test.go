@@ -113,3 +113,24 @@ func TestClip(t *testing.T) {
 		}
 	}
 }
+
+func TestToken(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"r-1_a.B9", true},
+		{strings.Repeat("a", 8), true},
+		{strings.Repeat("a", 9), false},
+		{"", false},
+		{"a b", false},
+		{"a:b", false},
+		{"ü", false},
+		{"a\n", false},
+	} {
+		if got := textrule.Token(tc.in, 8); got != tc.want {
+			t.Errorf("Token(%q, 8) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

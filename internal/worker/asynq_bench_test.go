@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -38,7 +39,7 @@ func BenchmarkAsynqTask(b *testing.B) {
 	srv := testenv.NewRedisServer(b)
 	rdb := redisconn.NewClient(srv.Opt)
 	defer rdb.Close()
-	enq := notify.NewEnqueuer(rdb, srv.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
+	enq := queue.NewEnqueuer(rdb, srv.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry())
 	var done atomic.Int64
 	server := asynq.NewServer(srv.Opt, asynq.Config{
 		Concurrency: 16, Queues: map[string]int{srv.Queue: 1}, TaskCheckInterval: DefaultTaskCheckInterval,

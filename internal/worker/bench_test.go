@@ -14,6 +14,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -133,7 +134,7 @@ func BenchmarkDeliver(b *testing.B) {
 	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(ds[i])); err != nil {
+		if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(ds[i])); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -27,7 +28,7 @@ func TestWorkerOnRedisCluster(t *testing.T) {
 	ctx := context.Background()
 	lock := workertest.LockKey(d)
 	workertest.HoldLock(t, e.rdb, d, time.Minute)
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil || worker.IsFailure(err) {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err == nil || worker.IsFailure(err) {
 		t.Fatalf("err = %v with the lock held elsewhere, want a retryable non-failure", err)
 	}
 	if n := e.counter(t, "sekali_lock_acquire_failed_total"); n != 1 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
 
@@ -63,7 +64,7 @@ func TestBounceSuppressesTheNextDelivery(t *testing.T) {
 	}
 
 	second := e.checkout(t, "gone@example.com")
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(second)); err != nil && !isSkipRetry(err) {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(second)); err != nil && !isSkipRetry(err) {
 		t.Fatal(err)
 	}
 	if got := e.delivery(t, second.IdempotencyKey); got.Status != notify.StatusSuppressed || got.Attempts != 0 {
@@ -151,7 +152,7 @@ func TestDeadAttemptToASuppressedRecipientIsSuppressed(t *testing.T) {
 	if _, _, err := e.ops.Suppress(ctx, "left@example.com", "asked us to stop, ticket 9", "ops@shop"); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil && !isSkipRetry(err) {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err != nil && !isSkipRetry(err) {
 		t.Fatalf("%v, want done", err)
 	}
 	if got := e.f.Get(d.ID); got.Status != notify.StatusSuppressed || !strings.Contains(got.LastError, "ticket 9") {

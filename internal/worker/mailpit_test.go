@@ -8,6 +8,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/worker"
@@ -60,7 +61,7 @@ func TestProviderRefusingUsMakesDeliveriesWait(t *testing.T) {
 
 	mp.SetChaos(t, testenv.MailpitChaos{Sender: &testenv.MailpitTrigger{ErrorCode: 550, Probability: 100}})
 	first, second := e.checkout(t, "ana@example.com"), e.checkout(t, "budi@example.com")
-	err := w.ProcessTask(ctx, notify.NewDeliverTask(first))
+	err := w.ProcessTask(ctx, queue.NewDeliverTask(first))
 	if err == nil || worker.IsFailure(err) {
 		t.Fatalf("refused sender: %v, want a wait that is not a failure", err)
 	}
@@ -74,7 +75,7 @@ func TestProviderRefusingUsMakesDeliveriesWait(t *testing.T) {
 		t.Errorf("sekali_provider_up = %v while refused", up)
 	}
 	// With the breaker open, the next task makes no attempt at all.
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(second)); err == nil || worker.IsFailure(err) {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(second)); err == nil || worker.IsFailure(err) {
 		t.Fatalf("second task: %v, want handed back", err)
 	}
 	if got := e.delivery(t, second.IdempotencyKey); got.Attempts != 0 || got.LastError != "" {

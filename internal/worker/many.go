@@ -10,10 +10,10 @@ import (
 
 	"github.com/hibiken/asynq"
 
-	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 )
 
-// A task of many deliveries (notify.ParseTask) pays asynq's per-task
+// A task of many deliveries (queue.ParseTask) pays asynq's per-task
 // costs once for them all. Each delivery is an attempt of its own, as if
 // its task carried it alone (processOne: its own slot of the
 // concurrency, lock, claim, lease, pace and history, and its own log
@@ -27,7 +27,7 @@ import (
 // must come back. Only when one cannot be requeued does the task fail,
 // to run again whole: its deliveries that are done are found done (the
 // cache, the claim) and cost no e-mail.
-func (w *Worker) processMany(ctx context.Context, l *taskLog, ps []notify.Payload) error {
+func (w *Worker) processMany(ctx context.Context, l *taskLog, ps []queue.Payload) error {
 	l.many = true
 	l.set(slog.Int("deliveries", len(ps)))
 	errs := make([]error, len(ps))
@@ -46,9 +46,9 @@ func (w *Worker) processMany(ctx context.Context, l *taskLog, ps []notify.Payloa
 	}
 	wg.Wait()
 
-	queue, _ := asynq.GetQueueName(ctx)
-	if queue == "" {
-		queue = w.cfg.Queue
+	on, _ := asynq.GetQueueName(ctx)
+	if on == "" {
+		on = w.cfg.Queue
 	}
 	retry, _ := asynq.GetRetryCount(ctx)
 	var requeued, dropped int
@@ -62,7 +62,7 @@ func (w *Worker) processMany(ctx context.Context, l *taskLog, ps []notify.Payloa
 			continue
 		}
 		after := w.retryDelay(retry, err)
-		if rerr := notify.Requeue(context.WithoutCancel(ctx), w.requeue, queue, ps[i], after); rerr != nil {
+		if rerr := queue.Requeue(context.WithoutCancel(ctx), w.requeue, on, ps[i], after); rerr != nil {
 			failed = append(failed, rerr)
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 )
 
 // A batch whose outcome stayed unknown (its worker died between the
@@ -144,7 +145,7 @@ func (w *Worker) replayFor(ctx context.Context, l *taskLog, a *attempt) (*replay
 		g.wg.Go(func() {
 			start := time.Now()
 			defer rm.leave()
-			err := w.processOne(mctx, ml, notify.Payload{DeliveryID: m.ID, KeyHash: mail.KeyHash(m.IdempotencyKey)})
+			err := w.processOne(mctx, ml, queue.Payload{DeliveryID: m.ID, KeyHash: mail.KeyHash(m.IdempotencyKey)})
 			w.logLine(mctx, ml, "delivery attempt", err, time.Since(start))
 		})
 	}

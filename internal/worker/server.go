@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 )
 
 // ServerConfig is how a Worker is served from its queue. A field left
@@ -98,7 +99,7 @@ func (w *Worker) Run(ctx context.Context, cfg ServerConfig) error {
 	})
 	mux := asynq.NewServeMux()
 	mux.Use(w.Middleware)
-	mux.Handle(notify.TaskTypeDeliver, w)
+	mux.Handle(queue.TaskTypeDeliver, w)
 	if err := srv.Start(mux); err != nil {
 		return fmt.Errorf("start asynq server: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -40,7 +41,7 @@ type env struct {
 	metrics   *worker.Metrics
 	logs      *testenv.Buffer
 	orders    *order.Service
-	enq       *notify.Enqueuer // the order service's and the operator's
+	enq       *queue.Enqueuer // the order service's and the operator's
 	ops       *notify.Operator
 	f         *notifytest.Factory // deliveries in any state, through the service's statements
 }
@@ -63,7 +64,7 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	e.metrics = worker.NewMetrics(e.reg)
 	apiReg := prometheus.NewRegistry()
 	e.apiReg = apiReg
-	enq := notify.NewEnqueuer(e.rdb, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg)
+	enq := queue.NewEnqueuer(e.rdb, e.redis.Queue, slog.New(slog.NewTextHandler(io.Discard, nil)), apiReg)
 	e.enq = enq
 	e.orders = order.NewService(e.db.Pool, enq, e.templates, time.Hour, apiReg)
 	ins := asynq.NewInspector(e.redis.Opt)
@@ -191,7 +192,7 @@ func (e *env) emails(t *testing.T, want int, why string) {
 func process(ctx context.Context, w asynq.Handler, d notify.Delivery) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
+		err := w.ProcessTask(ctx, queue.NewDeliverTask(d))
 		if err == nil || worker.IsFailure(err) {
 			return err
 		}

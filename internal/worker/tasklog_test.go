@@ -15,6 +15,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/logbuf"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/worker"
@@ -64,7 +65,7 @@ func TestEachAttemptLogsOneLineWithEachKeyOnce(t *testing.T) {
 	})
 	stop()
 	// The same task once more, after it was sent: a duplicate.
-	if err := w.Middleware(w).ProcessTask(context.Background(), notify.NewDeliverTask(ok)); err != nil {
+	if err := w.Middleware(w).ProcessTask(context.Background(), queue.NewDeliverTask(ok)); err != nil {
 		t.Fatal(err)
 	}
 

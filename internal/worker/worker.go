@@ -26,6 +26,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smartbatch"
 	"github.com/sekali-dev/sekali/internal/testmail"
 	"github.com/sekali-dev/sekali/internal/textrule"
@@ -284,7 +285,7 @@ func (a *attempt) provider() string {
 // hands the message to the provider per claim, and none after it is sent.
 func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 	l := taskLogFrom(ctx)
-	ps, err := notify.ParseTask(task.Payload())
+	ps, err := queue.ParseTask(task.Payload())
 	if err != nil {
 		l.result = resultBadPayload
 		return fmt.Errorf("malformed task payload %q: %w: %w", textrule.Clip(string(task.Payload()), 200), err, asynq.SkipRetry)
@@ -306,7 +307,7 @@ func (w *Worker) ProcessTask(ctx context.Context, task *asynq.Task) error {
 // many (processMany): l is its log line. It takes a slot of the
 // worker's concurrency for itself: Concurrency bounds the deliveries
 // under way, whatever tasks carry them.
-func (w *Worker) processOne(ctx context.Context, l *taskLog, p notify.Payload) error {
+func (w *Worker) processOne(ctx context.Context, l *taskLog, p queue.Payload) error {
 	sl, err := w.limit.take(ctx)
 	if err != nil {
 		l.result = resultShutdown
@@ -453,7 +454,7 @@ var errWrongMode = errors.New("a test delivery goes to the test provider alone, 
 // may go ahead (ClaimDeliveries says when). It is the attempt's only read
 // of the row: when it takes nothing, its verdict says why, and
 // decideUnclaimed what the task does.
-func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p notify.Payload) (done bool, err error) {
+func (w *Worker) claim(ctx context.Context, l *taskLog, a *attempt, p queue.Payload) (done bool, err error) {
 	cctx, span := w.tracer.Start(ctx, "claim")
 	judged, err := w.claims.Do(cctx, notify.Claim{
 		ID: p.DeliveryID, KeyHash: p.KeyHash, Lease: a.lease, MessageID: mail.MessageIDOfHash(p.KeyHash, w.cfg.MessageIDDomain),

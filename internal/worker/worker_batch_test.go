@@ -14,6 +14,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postgres"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -46,7 +47,7 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 	p := dbsqlc.ClaimDeliveriesParams{LeaseSeconds: 60, Templates: []string{"order-confirmation"}, MaxAgeSeconds: 3600, Actor: "batch-test"}
 	for _, c := range claims {
 		p.Ids, p.LeaseTokens, p.KeyHashes = append(p.Ids, c.d.ID), append(p.LeaseTokens, c.token), append(p.KeyHashes, c.keyHash)
-		p.MessageIds, p.TaskIds = append(p.MessageIds, mail.MessageID(c.d.IdempotencyKey, mailDomain)), append(p.TaskIds, notify.TaskID(c.d.ID))
+		p.MessageIds, p.TaskIds = append(p.MessageIds, mail.MessageID(c.d.IdempotencyKey, mailDomain)), append(p.TaskIds, queue.TaskID(c.d.ID))
 	}
 	rows, err := q.ClaimDeliveries(ctx, p)
 	if err != nil {

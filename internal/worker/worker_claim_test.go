@@ -19,6 +19,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/worker"
@@ -171,7 +172,7 @@ func TestBusyLockIsRetriedNotFailed(t *testing.T) {
 	d := e.checkout(t, "fajar@example.com")
 	ctx := context.Background()
 	workertest.HoldLock(t, e.rdb, d, time.Minute)
-	err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
+	err := w.ProcessTask(ctx, queue.NewDeliverTask(d))
 	if err == nil || worker.IsFailure(err) {
 		t.Fatalf("err = %v, want a retryable non-failure", err)
 	}
@@ -195,14 +196,14 @@ func TestBadTasksAreSkippedWithALogLine(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "nyoman@example.com")
 	tasks := map[string]*asynq.Task{
-		"malformed payload": asynq.NewTask(notify.TaskTypeDeliver, []byte(`{"delivery_id": 42`)),
-		"empty payload":     asynq.NewTask(notify.TaskTypeDeliver, nil),
-		"unknown delivery":  notify.NewDeliverTask(notify.Delivery{ID: uuid.New(), IdempotencyKey: "x"}),
-		"wrong key hash":    notify.NewDeliverTask(notify.Delivery{ID: d.ID, IdempotencyKey: "order-confirmation:other"}),
+		"malformed payload": asynq.NewTask(queue.TaskTypeDeliver, []byte(`{"delivery_id": 42`)),
+		"empty payload":     asynq.NewTask(queue.TaskTypeDeliver, nil),
+		"unknown delivery":  queue.NewDeliverTask(notify.Delivery{ID: uuid.New(), IdempotencyKey: "x"}),
+		"wrong key hash":    queue.NewDeliverTask(notify.Delivery{ID: d.ID, IdempotencyKey: "order-confirmation:other"}),
 		// A key hash the claim's statement could not take would fail
 		// every claim batched with it: refused before the claim.
-		"NUL key hash":      asynq.NewTask(notify.TaskTypeDeliver, []byte(`{"delivery_id":"`+d.ID.String()+`","key_hash":"\u0000"}`)),
-		"key hash, not hex": asynq.NewTask(notify.TaskTypeDeliver, []byte(`{"delivery_id":"`+d.ID.String()+`","key_hash":"`+strings.Repeat("Z", 32)+`"}`)),
+		"NUL key hash":      asynq.NewTask(queue.TaskTypeDeliver, []byte(`{"delivery_id":"`+d.ID.String()+`","key_hash":"\u0000"}`)),
+		"key hash, not hex": asynq.NewTask(queue.TaskTypeDeliver, []byte(`{"delivery_id":"`+d.ID.String()+`","key_hash":"`+strings.Repeat("Z", 32)+`"}`)),
 	}
 	for name, task := range tasks {
 		err := w.ProcessTask(context.Background(), task)
@@ -331,7 +332,7 @@ func TestBlockedRecipientWaits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusPending || got.Attempts != 0 || e.sink.Count() != 0 {
@@ -362,7 +363,7 @@ func TestDrainingWorkerHandsTasksBack(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "drain@example.com")
 	w.Drain()
-	err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d))
+	err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d))
 	if err == nil || worker.IsFailure(err) {
 		t.Fatalf("err = %v, want a hand-back that is not a failure", err)
 	}
@@ -391,7 +392,7 @@ func TestDrainDuringTheClaimHandsTheRowBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- w.ProcessTask(ctx, notify.NewDeliverTask(d)) }()
+	go func() { done <- w.ProcessTask(ctx, queue.NewDeliverTask(d)) }()
 	testenv.WaitFor(t, "the claim to wait on the row lock", 30*time.Second, func() bool {
 		return testenv.LockWaiters(t, e.db.Pool, "") == 1
 	})
@@ -421,7 +422,7 @@ func TestUnknownTemplateIsHandedBackNotFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	shipped := e.delivery(t, n.IdempotencyKey)
-	err = old.ProcessTask(ctx, notify.NewDeliverTask(shipped))
+	err = old.ProcessTask(ctx, queue.NewDeliverTask(shipped))
 	if err == nil || worker.IsFailure(err) {
 		t.Fatalf("old worker: %v, want the task handed back", err)
 	}
@@ -457,7 +458,7 @@ func TestMessageIDIsStoredAtTheFirstClaim(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "mid@example.com")
 	ctx := context.Background()
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err == nil {
 		t.Fatal("first attempt passed; want it deferred")
 	}
 	stored := e.delivery(t, d.IdempotencyKey).MessageID

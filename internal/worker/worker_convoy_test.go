@@ -17,6 +17,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/postmark"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/reconcile"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
@@ -85,7 +86,7 @@ func TestATasksDeliveriesGoInOneRequest(t *testing.T) {
 	w, rs := resendWorker(t, e, 1)
 	rs.SetRateLimit(1)
 	ds := e.checkouts(t, "batch", 12)
-	if err := w.ProcessTask(context.Background(), notify.NewDeliveriesTask(ds)); err != nil {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliveriesTask(ds)); err != nil {
 		t.Fatal(err)
 	}
 	c := rs.Counts()
@@ -143,7 +144,7 @@ func TestABatchWhoseAnswerWasLostIsSentAgainUnderItsKey(t *testing.T) {
 			w, rs := resendWorker(t, e, 0)
 			ds := e.checkouts(t, "lost", 6)
 			rs.BatchFailNext(resendtest.Fault{Cut: true, Sent: sent})
-			if err := w.ProcessTask(context.Background(), notify.NewDeliveriesTask(ds)); err != nil {
+			if err := w.ProcessTask(context.Background(), queue.NewDeliveriesTask(ds)); err != nil {
 				t.Fatal(err)
 			}
 			for _, d := range ds {
@@ -170,7 +171,7 @@ func TestABatchWithOneRefusedMember(t *testing.T) {
 	w, rs := resendWorker(t, e, 0)
 	ds := e.checkouts(t, "refused", 5)
 	rs.RefuseRecipients(ds[2].Recipient)
-	_ = w.ProcessTask(context.Background(), notify.NewDeliveriesTask(ds))
+	_ = w.ProcessTask(context.Background(), queue.NewDeliveriesTask(ds))
 	for i, d := range ds {
 		got := e.f.Get(d.ID)
 		want := notify.StatusSent
@@ -202,7 +203,7 @@ func TestALostPostmarkBatchIsLeftForTheLookUp(t *testing.T) {
 	w := e.worker(t, workerOpts{providers: []worker.NamedProvider{{Name: "postmark", Provider: p}}, batches: true})
 	ds := e.checkouts(t, "pm", 4)
 	pm.FailNext("/email/batch", postmarktest.Fault{Cut: true, Sent: true})
-	_ = w.ProcessTask(context.Background(), notify.NewDeliveriesTask(ds))
+	_ = w.ProcessTask(context.Background(), queue.NewDeliveriesTask(ds))
 	for _, d := range ds {
 		got := e.f.Get(d.ID)
 		if got.Status != notify.StatusSending || got.HandedOverAt == nil || got.HandoverBatch == "" {
@@ -249,7 +250,7 @@ func TestABatchWhoseOutcomeStayedUnknownIsSentAgainWhole(t *testing.T) {
 			} else {
 				rs.BatchFailNext(resendtest.Fault{Cut: true}, resendtest.Fault{Cut: true}, resendtest.Fault{Cut: true})
 			}
-			_ = w.ProcessTask(context.Background(), notify.NewDeliveriesTask(ds))
+			_ = w.ProcessTask(context.Background(), queue.NewDeliveriesTask(ds))
 			key, members := e.batchOf(t, ds)
 			for _, d := range ds {
 				if got := e.f.Get(d.ID); got.Status != notify.StatusSending {

@@ -11,6 +11,7 @@ import (
 	gosmtp "github.com/emersion/go-smtp"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/worker"
@@ -147,7 +148,7 @@ func TestAPinnedDeliveryWaitsForItsProvider(t *testing.T) {
 	}
 
 	for range 3 { // primary refuses; then its breaker is open and fallback is up
-		if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil || worker.IsFailure(err) {
+		if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err == nil || worker.IsFailure(err) {
 			t.Fatalf("a pinned delivery while its provider is down: %v, want a wait", err)
 		}
 	}
@@ -219,7 +220,7 @@ func TestADeliveryPinnedToAMissingProviderIsLoud(t *testing.T) {
 	}
 
 	stuck := e.f.Retried(e.f.HeldAt(e.checkout(t, "stuck@example.com"), "postmark"), false)
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(stuck)); err == nil || worker.IsFailure(err) {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(stuck)); err == nil || worker.IsFailure(err) {
 		t.Fatalf("pinned to a provider this worker lacks: %v, want a wait", err)
 	}
 	if got := e.delivery(t, stuck.IdempotencyKey); got.Status != notify.StatusPending || e.sink.Count()+primary.Count() != 1 {
@@ -263,7 +264,7 @@ func TestPinnedDeliveryPastItsResendWindowIsHeld(t *testing.T) {
 		t.Errorf("within the window: %s, want sent", got.Status)
 	}
 	for _, d := range []notify.Delivery{past, later} {
-		if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+		if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); !isSkipRetry(err) {
 			t.Errorf("%s: %v, want SkipRetry", d.Recipient, err)
 		}
 		if got := e.f.Get(d.ID); got.Status != notify.StatusHeld || !strings.Contains(got.LastError, "second e-mail") {
@@ -275,7 +276,7 @@ func TestPinnedDeliveryPastItsResendWindowIsHeld(t *testing.T) {
 	// A retry that keeps the pin (a bulk retry of held deliveries, which
 	// checks no provider's log) is held again: the attempt is still unknown.
 	e.f.Retried(e.f.Get(past.ID), false)
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(past)); !isSkipRetry(err) {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(past)); !isSkipRetry(err) {
 		t.Errorf("retried keeping the pin: %v, want SkipRetry", err)
 	}
 	if got := e.f.Get(past.ID); got.Status != notify.StatusHeld {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -58,7 +59,7 @@ func TestLeaseLostBeforeDataSendsNothing(t *testing.T) {
 	d := e.checkout(t, "kartika@example.com")
 	w := e.worker(t, workerOpts{provider: pausingProvider{Provider: e.smtp(t), beforeData: func() { e.takeOver(t, d) }}})
 
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); err != nil {
 		t.Fatalf("err = %v", err)
 	}
 	e.emails(t, 0, "sent by a worker that lost its lease")
@@ -78,7 +79,7 @@ func TestLateSentWriteIsFencedOut(t *testing.T) {
 	d := e.checkout(t, "lestari@example.com")
 	w := e.worker(t, workerOpts{provider: pausingProvider{Provider: e.smtp(t), afterAccept: func() { e.takeOver(t, d) }}})
 
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); err != nil {
 		t.Fatalf("err = %v", err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSending || got.SentAt != nil {
@@ -116,7 +117,7 @@ func TestLockLostBeforeDataIsNotSent(t *testing.T) {
 			t.Error("the heartbeat re-created a lock it did not hold")
 		}
 	}}})
-	err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
+	err := w.ProcessTask(ctx, queue.NewDeliverTask(d))
 	if err == nil || isSkipRetry(err) {
 		t.Fatalf("err = %v, want a retry", err)
 	}
@@ -162,7 +163,7 @@ func TestNoDataAfterTheDeadlineThatFollowsTheLeaseCheck(t *testing.T) {
 	t.Cleanup(p.Close)
 	w := e.worker(t, workerOpts{provider: handOverHook{Provider: p, after: func() { time.Sleep(500 * time.Millisecond) }}})
 	d := e.checkout(t, "frozen@example.com")
-	err = w.ProcessTask(context.Background(), notify.NewDeliverTask(d))
+	err = w.ProcessTask(context.Background(), queue.NewDeliverTask(d))
 	if err == nil || isSkipRetry(err) {
 		t.Fatalf("err = %v, want a temporary failure", err)
 	}
@@ -183,7 +184,7 @@ func TestAcceptedMessageIsRecordedEvenPastTheSendTimeout(t *testing.T) {
 		MessageIDDomain: mailDomain, WorkerID: t.Name(), Concurrency: 1,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), e.metrics)
 	d := e.checkout(t, "slow@example.com")
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent {
@@ -203,7 +204,7 @@ func TestAsyncCommitDoesNotLeakOntoTheConnection(t *testing.T) {
 	w := worker.New(pool, e.rdb, worker.Only("smtp", e.smtp(t)), e.templates, worker.Config{
 		WorkerID: "test", LockTTL: 5 * time.Second, SendTimeout: 5 * time.Second, MaxAge: time.Hour, MessageIDDomain: "shop.example", Concurrency: 1,
 	}, slog.New(slog.NewTextHandler(io.Discard, nil)), worker.NewMetrics(prometheus.NewRegistry()))
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent {
@@ -234,7 +235,7 @@ func TestPanicInTheProviderStopsTheHeartbeat(t *testing.T) {
 				t.Error("the provider's panic did not reach the caller")
 			}
 		}()
-		_ = w.ProcessTask(context.Background(), notify.NewDeliverTask(d))
+		_ = w.ProcessTask(context.Background(), queue.NewDeliverTask(d))
 	}()
 	// Two lease lengths later the lease has run out: nothing renews it.
 	time.Sleep(2 * ttl)

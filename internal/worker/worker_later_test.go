@@ -13,6 +13,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/worker"
@@ -59,12 +60,12 @@ func TestScheduledDeliveryWaitsForItsTime(t *testing.T) {
 
 	ins := asynq.NewInspector(e.redis.Opt)
 	defer ins.Close()
-	info, err := ins.GetTaskInfo(e.redis.Queue, notify.TaskID(d.ID))
+	info, err := ins.GetTaskInfo(e.redis.Queue, queue.TaskID(d.ID))
 	if err != nil || info.State != asynq.TaskStateScheduled || info.NextProcessAt.Before(at.Add(-time.Second)) {
 		t.Errorf("the task: %+v, %v; want scheduled for %v", info, err, at)
 	}
 
-	err = w.ProcessTask(context.Background(), notify.NewDeliverTask(d)) // early, as a stray task would be
+	err = w.ProcessTask(context.Background(), queue.NewDeliverTask(d)) // early, as a stray task would be
 	if err == nil || worker.IsFailure(err) {
 		t.Fatalf("an early task: %v, want a wait that is not a failure", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/worker/workertest"
 )
@@ -64,7 +65,7 @@ func TestATaskOfManyDeliveries(t *testing.T) {
 	busy := ds[3]
 	workertest.HoldLock(t, e.rdb, busy, time.Minute)
 
-	task := notify.NewDeliveriesTask(ds)
+	task := queue.NewDeliveriesTask(ds)
 	if err := w.ProcessTask(context.Background(), task); err != nil {
 		t.Fatalf("the task of many: %v, want done", err)
 	}
@@ -75,7 +76,7 @@ func TestATaskOfManyDeliveries(t *testing.T) {
 			t.Errorf("delivery %d: %s, want %s", i, got.Status, want)
 		}
 	}
-	info, err := ins.GetTaskInfo(e.redis.Queue, notify.TaskID(busy.ID))
+	info, err := ins.GetTaskInfo(e.redis.Queue, queue.TaskID(busy.ID))
 	if err != nil {
 		t.Fatalf("the delivery whose lock was busy has no task of its own: %v", err)
 	}
@@ -114,7 +115,7 @@ func TestABadTaskOfManySendsNothing(t *testing.T) {
 	d := e.checkout(t, "twice@example.com")
 	payload := `{"deliveries":[{"delivery_id":"` + d.ID.String() + `","key_hash":"` + strings.Repeat("a", 32) + `"},{"delivery_id":"` +
 		d.ID.String() + `","key_hash":"` + strings.Repeat("a", 32) + `"}]}`
-	err := w.ProcessTask(context.Background(), asynq.NewTask(notify.TaskTypeDeliver, []byte(payload)))
+	err := w.ProcessTask(context.Background(), asynq.NewTask(queue.TaskTypeDeliver, []byte(payload)))
 	if !errors.Is(err, asynq.SkipRetry) || !strings.Contains(err.Error(), "named twice") {
 		t.Errorf("err = %v, want SkipRetry saying the delivery is named twice", err)
 	}

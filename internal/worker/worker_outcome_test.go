@@ -11,6 +11,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/worker"
 )
@@ -30,7 +31,7 @@ func TestTemporaryFailureIsRetriedThenSent(t *testing.T) {
 	d := e.checkout(t, "gita@example.com")
 	ctx := context.Background()
 
-	err := w.ProcessTask(ctx, notify.NewDeliverTask(d))
+	err := w.ProcessTask(ctx, queue.NewDeliverTask(d))
 	if err == nil || isSkipRetry(err) {
 		t.Fatalf("first attempt err = %v, want a retry", err)
 	}
@@ -62,7 +63,7 @@ func TestPermanentFailureIsFailedAndNeverRetried(t *testing.T) {
 	d := e.checkout(t, "nobody@example.com")
 	ctx := context.Background()
 
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); !isSkipRetry(err) {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); !isSkipRetry(err) {
 		t.Fatalf("err = %v, want SkipRetry", err)
 	}
 	got := e.delivery(t, d.IdempotencyKey)
@@ -70,7 +71,7 @@ func TestPermanentFailureIsFailedAndNeverRetried(t *testing.T) {
 		t.Errorf("after a 550: %+v", got)
 	}
 	// A redelivered task does not try again.
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err != nil {
 		t.Errorf("redelivery: %v", err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Attempts != 1 {
@@ -94,7 +95,7 @@ func TestLongMultibyteRefusalIsStored(t *testing.T) {
 	w := e.worker(t, workerOpts{})
 	for _, to := range []string{"a@example.com", "b@example.com", "c@example.com"} {
 		d := e.checkout(t, to)
-		if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+		if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); !isSkipRetry(err) {
 			t.Errorf("%s: err = %v, want SkipRetry", to, err)
 		}
 		if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusFailed || !strings.Contains(got.LastError, "550") || !strings.HasSuffix(got.LastError, "日...") {
@@ -115,7 +116,7 @@ func TestGivesUpByAgeNotByCount(t *testing.T) {
 	d := e.checkout(t, "hana@example.com")
 	ctx := context.Background()
 	for i := 1; i <= 8; i++ {
-		if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err == nil || isSkipRetry(err) {
+		if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err == nil || isSkipRetry(err) {
 			t.Fatalf("attempt %d: %v, want a retry", i, err)
 		}
 	}
@@ -125,7 +126,7 @@ func TestGivesUpByAgeNotByCount(t *testing.T) {
 	}
 	// The same delivery, its tries begun two hours ago.
 	e.f.Aged(d, 2*time.Hour)
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); !isSkipRetry(err) {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); !isSkipRetry(err) {
 		t.Fatalf("attempt past the max age: %v, want SkipRetry", err)
 	}
 	got = e.delivery(t, d.IdempotencyKey)
@@ -143,7 +144,7 @@ func TestExpiredPendingDeliveryFailsWithoutATry(t *testing.T) {
 	w := e.worker(t, workerOpts{maxAge: time.Hour})
 	d := e.checkout(t, "lama@example.com")
 	e.f.Aged(e.f.Deferred(d, "smtp auth: 535 5.7.8", false), 2*time.Hour) // the provider refused us all that time
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); !isSkipRetry(err) {
 		t.Fatalf("err = %v, want SkipRetry", err)
 	}
 	got := e.delivery(t, d.IdempotencyKey)
@@ -173,7 +174,7 @@ func TestAmbiguousOutcomeIsNotRetried(t *testing.T) {
 	d := e.checkout(t, "joko@example.com")
 	ctx := context.Background()
 
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err != nil {
 		t.Fatalf("err = %v, want the task acknowledged", err)
 	}
 	got := e.delivery(t, d.IdempotencyKey)
@@ -186,7 +187,7 @@ func TestAmbiguousOutcomeIsNotRetried(t *testing.T) {
 	// Once that lease is over, the task comes again (asynq redelivery):
 	// still no second e-mail.
 	e.f.Aged(d, 11*time.Second)
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSending || got.Attempts != 1 {
@@ -224,7 +225,7 @@ func TestProviderRepliesAreScrubbedOfAddressesInLogs(t *testing.T) {
 	})
 	w := e.worker(t, workerOpts{})
 	d := e.checkout(t, "unknown.user@example.com")
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); !isSkipRetry(err) {
 		t.Fatalf("err = %v, want the refusal to fail the delivery", err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); !strings.Contains(got.LastError, "unknown.user@example.com") {
@@ -247,7 +248,7 @@ func TestUnrenderableDeliveryIsHeld(t *testing.T) {
 	d := e.checkout(t, "broken-data@example.com")
 	// Data the order package would never store: corrupted on purpose.
 	e.corrupt(t, `UPDATE notification_deliveries SET template_data = '{"order_id": "x"}' WHERE id = $1`, d.ID)
-	if err := w.ProcessTask(context.Background(), notify.NewDeliverTask(d)); !isSkipRetry(err) {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(d)); !isSkipRetry(err) {
 		t.Fatalf("err = %v, want SkipRetry", err)
 	}
 	got := e.delivery(t, d.IdempotencyKey)

@@ -10,6 +10,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/pace"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
@@ -113,7 +114,7 @@ func TestSpillToTheNextProviderPastAWait(t *testing.T) {
 			for i := range 3 {
 				d := e.checkout(t, fmt.Sprintf("spill-%d@example.com", i))
 				// Sent at once, spilled, or handed back for its turn: one try.
-				_ = w.ProcessTask(t.Context(), notify.NewDeliverTask(d))
+				_ = w.ProcessTask(t.Context(), queue.NewDeliverTask(d))
 				ds = append(ds, d)
 			}
 			byProvider := map[string]int{}
@@ -199,7 +200,7 @@ func TestASuccessfulAnswerStatesTheAccountsRate(t *testing.T) {
 		paceWait: time.Second})
 
 	d := e.checkout(t, "lower@example.com")
-	if err := w.ProcessTask(t.Context(), notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(t.Context(), queue.NewDeliverTask(d)); err != nil {
 		t.Fatal(err)
 	}
 	s, err := budget.State(t.Context())
@@ -215,7 +216,7 @@ func TestASuccessfulAnswerStatesTheAccountsRate(t *testing.T) {
 
 	rs.SetRateLimit(8)
 	d = e.checkout(t, "again@example.com")
-	if err := w.ProcessTask(t.Context(), notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(t.Context(), queue.NewDeliverTask(d)); err != nil {
 		t.Fatal(err)
 	}
 	if s, err = budget.State(t.Context()); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 )
 
@@ -48,7 +49,7 @@ func TestKeptConnectionClosedWith421IsReplaced(t *testing.T) {
 	}
 	idleTimeout.Store(true)
 	d := e.checkout(t, "second@example.com")
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err != nil {
 		t.Fatalf("second delivery: %v", err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent || got.Attempts != 1 {
@@ -73,11 +74,11 @@ func TestConnectionIsResetAfterARefusedMessage(t *testing.T) {
 	}})
 	w := e.worker(t, workerOpts{})
 	ctx := context.Background()
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(e.checkout(t, "refused@example.com"))); !isSkipRetry(err) {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(e.checkout(t, "refused@example.com"))); !isSkipRetry(err) {
 		t.Fatalf("refused message: %v", err)
 	}
 	d := e.checkout(t, "next@example.com")
-	if err := w.ProcessTask(ctx, notify.NewDeliverTask(d)); err != nil {
+	if err := w.ProcessTask(ctx, queue.NewDeliverTask(d)); err != nil {
 		t.Fatalf("next delivery: %v", err)
 	}
 	if got := e.delivery(t, d.IdempotencyKey); got.Status != notify.StatusSent {

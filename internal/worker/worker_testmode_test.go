@@ -10,6 +10,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
 	"github.com/sekali-dev/sekali/internal/worker"
 )
@@ -67,7 +68,7 @@ func TestATestDeliveryNeverReachesAProvider(t *testing.T) {
 
 	// In one task with a live delivery: each goes its own way.
 	test2, live := place(testKey, "ana@example.com"), place(order.Caller{}, "citra@example.com")
-	if err := w.ProcessTask(context.Background(), notify.NewDeliveriesTask([]notify.Delivery{test2, live})); err != nil {
+	if err := w.ProcessTask(context.Background(), queue.NewDeliveriesTask([]notify.Delivery{test2, live})); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.delivery(t, test2.IdempotencyKey); got.Status != notify.StatusSent || got.Provider != mail.TestProvider {

@@ -16,6 +16,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 )
 
 // Actor is who the factory's transitions say made them, in the history.
@@ -61,7 +62,7 @@ func (f *Factory) Claimed(d notify.Delivery, lease time.Duration) Attempt {
 	rows, err := dbsqlc.New(f.db).ClaimDeliveries(context.Background(), dbsqlc.ClaimDeliveriesParams{
 		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{token}, LeaseSeconds: lease.Seconds(), UsableProviders: usable,
 		MessageIds: []string{mail.MessageID(d.IdempotencyKey, f.Domain)}, KeyHashes: []string{mail.KeyHash(d.IdempotencyKey)},
-		Templates: []string{d.Template}, MaxAgeSeconds: (1000 * time.Hour).Seconds(), Actor: Actor, TaskIds: []string{notify.TaskID(d.ID)},
+		Templates: []string{d.Template}, MaxAgeSeconds: (1000 * time.Hour).Seconds(), Actor: Actor, TaskIds: []string{queue.TaskID(d.ID)},
 	})
 	if err != nil || len(rows) != 1 || rows[0].Verdict != "claimed" {
 		f.t.Fatalf("notifytest: claim delivery %s (it must be pending, or sending with an expired lease and not handed over): %+v, %v", d.ID, rows, err)

@@ -1,4 +1,4 @@
-package notify
+package queue
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
 )
 
 // A task's payload, both forms: what NewDeliveriesTask writes, ParseTask
@@ -15,9 +16,9 @@ import (
 // before (a worker of this version reads a queue an older API filled);
 // a payload no worker could act on whole is refused whole.
 func TestParseTask(t *testing.T) {
-	ds := make([]Delivery, 3)
+	ds := make([]notify.Delivery, 3)
 	for i := range ds {
-		ds[i] = Delivery{ID: uuid.New(), IdempotencyKey: "order-confirmation:" + uuid.NewString() + ":a@example.com"}
+		ds[i] = notify.Delivery{ID: uuid.New(), IdempotencyKey: "order-confirmation:" + uuid.NewString() + ":a@example.com"}
 	}
 	one := NewDeliverTask(ds[0]).Payload()
 	var old struct {

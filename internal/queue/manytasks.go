@@ -1,4 +1,4 @@
-package notify
+package queue
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
 )
 
 // Tasks of many, on the enqueuer's side. The deliveries that become
@@ -50,7 +51,7 @@ const markerTTL = 24 * time.Hour
 
 // taskMember is one delivery of a task being enqueued, with its span.
 type taskMember struct {
-	d    Delivery
+	d    notify.Delivery
 	span trace.Span
 }
 
@@ -64,7 +65,7 @@ type freshCall struct {
 // enqueueFresh enqueues ds after their commit: the scheduled ones each in
 // a task of its own at once, the others with whatever else is being
 // committed (e.fresh). It returns one error per delivery.
-func (e *Enqueuer) enqueueFresh(ctx context.Context, ds []Delivery) []error {
+func (e *Enqueuer) enqueueFresh(ctx context.Context, ds []notify.Delivery) []error {
 	errs := make([]error, len(ds))
 	var call freshCall
 	var at []int
@@ -107,7 +108,7 @@ func (e *Enqueuer) runFresh(ctx context.Context, calls []freshCall) ([][]error, 
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	results := e.enqueueMembers(ctx, ms, func(d Delivery) (bool, error) { return true, e.Enqueue(ctx, d) })
+	results := e.enqueueMembers(ctx, ms, func(d notify.Delivery) (bool, error) { return true, e.Enqueue(ctx, d) })
 	out := make([][]error, len(calls))
 	k := 0
 	for i, c := range calls {
@@ -134,7 +135,7 @@ type result struct {
 // enqueued for it before, or by another reconciler at the same time),
 // each of its deliveries goes through alone instead. A delivery given
 // twice is enqueued once.
-func (e *Enqueuer) enqueueMembers(ctx context.Context, ms []taskMember, alone func(Delivery) (bool, error)) []result {
+func (e *Enqueuer) enqueueMembers(ctx context.Context, ms []taskMember, alone func(notify.Delivery) (bool, error)) []result {
 	results := make([]result, len(ms))
 	byQueue := map[string][]int{}
 	var queues []string
@@ -184,7 +185,7 @@ func (e *Enqueuer) enqueueMembers(ctx context.Context, ms []taskMember, alone fu
 // (TasksID of the first) for several, their markers written first. The
 // task carries the first's trace context.
 func (e *Enqueuer) enqueueTask(ctx context.Context, queue string, ms []taskMember) error {
-	ds := make([]Delivery, len(ms))
+	ds := make([]notify.Delivery, len(ms))
 	for i, m := range ms {
 		ds[i] = m.d
 	}
@@ -218,7 +219,7 @@ func (e *Enqueuer) enqueueTask(ctx context.Context, queue string, ms []taskMembe
 
 // mark writes the markers of ds, naming taskID, in one round trip (on a
 // Redis Cluster, one for each node that holds some).
-func (e *Enqueuer) mark(ctx context.Context, ds []Delivery, taskID string) error {
+func (e *Enqueuer) mark(ctx context.Context, ds []notify.Delivery, taskID string) error {
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, d := range ds {
 			p.Set(ctx, MarkerKey(mail.KeyHash(d.IdempotencyKey)), taskID, markerTTL)
@@ -233,7 +234,7 @@ func (e *Enqueuer) mark(ctx context.Context, ds []Delivery, taskID string) error
 
 // readMarkers reads the markers of ds in one round trip: the task of
 // many each names, or "".
-func (e *Enqueuer) readMarkers(ctx context.Context, ds []Delivery) ([]string, error) {
+func (e *Enqueuer) readMarkers(ctx context.Context, ds []notify.Delivery) ([]string, error) {
 	cmds := make([]*redis.StringCmd, len(ds))
 	_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, d := range ds {
@@ -280,7 +281,7 @@ func inspectMany(ins *asynq.Inspector, queue, taskID string) (taskOfMany, error)
 // earlier task under the same id), and it is pending, scheduled or
 // retrying, or active on a worker that is alive — unless deadAttempt,
 // which says d's attempt in it is over (EnsureQueued).
-func (t taskOfMany) runs(d Delivery, deadAttempt bool) bool {
+func (t taskOfMany) runs(d notify.Delivery, deadAttempt bool) bool {
 	if t.info == nil || !slices.ContainsFunc(t.members, func(p Payload) bool { return p.DeliveryID == d.ID }) {
 		return false
 	}
@@ -292,7 +293,7 @@ func (t taskOfMany) runs(d Delivery, deadAttempt bool) bool {
 // those that need a task and may go now share them, by queue, up to
 // BatchUpTo's bound; one scheduled for later gets one of its own, at its
 // time. It answers for each delivery as EnsureQueued would.
-func (e *Enqueuer) EnsureAllQueued(ctx context.Context, ins *asynq.Inspector, ds []Delivery) (created []bool, errs []error) {
+func (e *Enqueuer) EnsureAllQueued(ctx context.Context, ins *asynq.Inspector, ds []notify.Delivery) (created []bool, errs []error) {
 	created, errs = make([]bool, len(ds)), make([]error, len(ds))
 	markers, err := e.readMarkers(ctx, ds)
 	if err != nil {
@@ -336,7 +337,7 @@ func (e *Enqueuer) EnsureAllQueued(ctx context.Context, ins *asynq.Inspector, ds
 			at = append(at, i)
 		}
 	}
-	results := e.enqueueMembers(ctx, batch, func(d Delivery) (bool, error) { return e.EnsureQueued(ctx, ins, d, false) })
+	results := e.enqueueMembers(ctx, batch, func(d notify.Delivery) (bool, error) { return e.EnsureQueued(ctx, ins, d, false) })
 	for j, i := range at {
 		created[i], errs[i] = results[j].created, results[j].err
 	}

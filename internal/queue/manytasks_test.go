@@ -1,4 +1,4 @@
-package notify_test
+package queue_test
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/tracing"
@@ -33,7 +34,7 @@ type queueEnv struct {
 	redis testenv.Redis
 	rdb   redis.UniversalClient
 	ins   *asynq.Inspector
-	enq   *notify.Enqueuer
+	enq   *queue.Enqueuer
 	reg   *prometheus.Registry
 	logs  *testenv.Buffer
 }
@@ -45,7 +46,7 @@ func newQueueEnv(t *testing.T, rd testenv.Redis) *queueEnv {
 	t.Cleanup(func() { e.rdb.Close() })
 	e.ins = asynq.NewInspector(rd.Opt)
 	t.Cleanup(func() { e.ins.Close() })
-	e.enq = notify.NewEnqueuer(e.rdb, rd.Queue, slog.New(slog.NewJSONHandler(e.logs, nil)), e.reg)
+	e.enq = queue.NewEnqueuer(e.rdb, rd.Queue, slog.New(slog.NewJSONHandler(e.logs, nil)), e.reg)
 	templates, err := mailtemplate.LoadBuiltin()
 	if err != nil {
 		t.Fatal(err)
@@ -70,21 +71,21 @@ type queuedTask struct {
 	payload    string
 }
 
-// tasks lists the tasks waiting on queue (pending and scheduled).
-func (e *queueEnv) tasks(t *testing.T, queue string) []queuedTask {
+// tasks lists the tasks waiting on the queue name (pending and scheduled).
+func (e *queueEnv) tasks(t *testing.T, name string) []queuedTask {
 	t.Helper()
 	var out []queuedTask
 	for _, list := range []func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){e.ins.ListPendingTasks, e.ins.ListScheduledTasks} {
-		infos, err := list(queue, asynq.PageSize(10000))
+		infos, err := list(name, asynq.PageSize(10000))
 		if err != nil && !strings.Contains(err.Error(), "queue not found") {
 			t.Fatal(err)
 		}
 		for _, info := range infos {
-			ps, err := notify.ParseTask(info.Payload)
+			ps, err := queue.ParseTask(info.Payload)
 			if err != nil {
 				t.Fatalf("task %s: %v", info.ID, err)
 			}
-			qt := queuedTask{id: info.ID, queue: queue, state: info.State, payload: string(info.Payload)}
+			qt := queuedTask{id: info.ID, queue: name, state: info.State, payload: string(info.Payload)}
 			for _, p := range ps {
 				qt.deliveries = append(qt.deliveries, p.DeliveryID)
 			}
@@ -171,14 +172,14 @@ func TestEnqueueAfterCommitSharesTasksUnderLoad(t *testing.T) {
 	e := newQueueEnv(t, testenv.NewRedis(t))
 	lone := delivery(nil)
 	e.enq.EnqueueAfterCommit(t.Context(), []notify.Delivery{lone})
-	info, err := e.ins.GetTaskInfo(e.redis.Queue, notify.TaskID(lone.ID))
+	info, err := e.ins.GetTaskInfo(e.redis.Queue, queue.TaskID(lone.ID))
 	if err != nil {
 		t.Fatalf("a lone delivery has no task of its own (TaskID): %v", err)
 	}
 	if p := string(info.Payload); strings.Contains(p, "deliveries") || !strings.Contains(p, lone.ID.String()) {
 		t.Errorf("a lone delivery's payload %s, want {delivery_id, key_hash}", p)
 	}
-	if _, err := e.rdb.Get(t.Context(), notify.MarkerKey(mail.KeyHash(lone.IdempotencyKey))).Result(); !errors.Is(err, redis.Nil) {
+	if _, err := e.rdb.Get(t.Context(), queue.MarkerKey(mail.KeyHash(lone.IdempotencyKey))).Result(); !errors.Is(err, redis.Nil) {
 		t.Errorf("a delivery in a task of its own has a marker: %v", err)
 	}
 	if _, err := e.ins.DeleteAllPendingTasks(e.redis.Queue); err != nil {
@@ -209,10 +210,10 @@ func TestEnqueueAfterCommitSharesTasksUnderLoad(t *testing.T) {
 		switch {
 		case len(qt.deliveries) > bound:
 			t.Errorf("task %s carries %d deliveries, past the bound %d", qt.id, len(qt.deliveries), bound)
-		case len(qt.deliveries) == 1 && qt.id != notify.TaskID(qt.deliveries[0]):
-			t.Errorf("a task of one delivery is %s, want %s", qt.id, notify.TaskID(qt.deliveries[0]))
-		case len(qt.deliveries) > 1 && qt.id != notify.TasksID(qt.deliveries[0]):
-			t.Errorf("a task of many is %s, want %s", qt.id, notify.TasksID(qt.deliveries[0]))
+		case len(qt.deliveries) == 1 && qt.id != queue.TaskID(qt.deliveries[0]):
+			t.Errorf("a task of one delivery is %s, want %s", qt.id, queue.TaskID(qt.deliveries[0]))
+		case len(qt.deliveries) > 1 && qt.id != queue.TasksID(qt.deliveries[0]):
+			t.Errorf("a task of many is %s, want %s", qt.id, queue.TasksID(qt.deliveries[0]))
 		}
 		if len(qt.deliveries) > 1 {
 			for _, id := range qt.deliveries {
@@ -222,7 +223,7 @@ func TestEnqueueAfterCommitSharesTasksUnderLoad(t *testing.T) {
 						key = d.IdempotencyKey
 					}
 				}
-				if got := e.rdb.Get(t.Context(), notify.MarkerKey(mail.KeyHash(key))).Val(); got != qt.id {
+				if got := e.rdb.Get(t.Context(), queue.MarkerKey(mail.KeyHash(key))).Val(); got != qt.id {
 					t.Errorf("delivery %s's marker names %q, want its task %s", id, got, qt.id)
 				}
 			}
@@ -294,7 +295,7 @@ func TestLanesAndScheduledDeliveriesNeverShareATask(t *testing.T) {
 			switch {
 			case lane[id] == "urgent":
 				t.Errorf("task %s on the later lane carries an urgent delivery", qt.id)
-			case lane[id] == "scheduled" && (len(qt.deliveries) != 1 || qt.id != notify.TaskID(id) || qt.state != asynq.TaskStateScheduled):
+			case lane[id] == "scheduled" && (len(qt.deliveries) != 1 || qt.id != queue.TaskID(id) || qt.state != asynq.TaskStateScheduled):
 				t.Errorf("a scheduled delivery is in task %s (%s) of %d deliveries, want its own, scheduled", qt.id, qt.state, len(qt.deliveries))
 			case lane[id] == "later" && qt.state != asynq.TaskStatePending:
 				t.Errorf("a later delivery that may go now is in a %s task", qt.state)
@@ -415,7 +416,7 @@ func (e *queueEnv) manyTask(t *testing.T, n int) (string, []notify.Delivery) {
 		byID[ds[i].ID] = ds[i]
 	}
 	e.enqueueTogether(t, ds)
-	if err := e.ins.DeleteTask(e.redis.Queue, notify.TaskID(ds[0].ID)); err != nil {
+	if err := e.ins.DeleteTask(e.redis.Queue, queue.TaskID(ds[0].ID)); err != nil {
 		t.Fatalf("the first delivery's task: %v", err)
 	}
 	for _, qt := range e.tasks(t, e.redis.Queue) {
@@ -455,7 +456,7 @@ func TestEnsureQueuedFindsTheTaskOfManyThatCarriesIt(t *testing.T) {
 	// of an earlier task under the same id is not. (Written by hand: a
 	// marker that lies, on purpose.)
 	stranger := delivery(nil)
-	if err := e.rdb.Set(t.Context(), notify.MarkerKey(mail.KeyHash(stranger.IdempotencyKey)), id, time.Hour).Err(); err != nil {
+	if err := e.rdb.Set(t.Context(), queue.MarkerKey(mail.KeyHash(stranger.IdempotencyKey)), id, time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if !e.ensure(t, stranger, false) {
@@ -470,7 +471,7 @@ func TestEnsureQueuedFindsTheTaskOfManyThatCarriesIt(t *testing.T) {
 	if !e.ensure(t, ds[0], false) {
 		t.Error("a member of an archived task of many: no task created")
 	}
-	if _, err := e.ins.GetTaskInfo(e.redis.Queue, notify.TaskID(ds[0].ID)); err != nil {
+	if _, err := e.ins.GetTaskInfo(e.redis.Queue, queue.TaskID(ds[0].ID)); err != nil {
 		t.Errorf("the member's own task: %v", err)
 	}
 	if !e.ensure(t, ds[1], false) {
@@ -535,7 +536,7 @@ func TestTasksOfManyOnRedisCluster(t *testing.T) {
 	id, ds := e.manyTask(t, 12)
 	slots := map[int64]bool{}
 	for _, d := range ds {
-		key := notify.MarkerKey(mail.KeyHash(d.IdempotencyKey))
+		key := queue.MarkerKey(mail.KeyHash(d.IdempotencyKey))
 		if got := e.rdb.Get(t.Context(), key).Val(); got != id {
 			t.Errorf("marker %s = %q, want %s", key, got, id)
 		}

@@ -1,4 +1,4 @@
-package notify
+package queue
 
 import (
 	"context"
@@ -21,19 +21,17 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/metric"
+	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/smartbatch"
 	"github.com/sekali-dev/sekali/internal/tracing"
 )
 
 // tracerName names this package's spans.
-const tracerName = "github.com/sekali-dev/sekali/internal/notify"
+const tracerName = "github.com/sekali-dev/sekali/internal/queue"
 
 // TaskTypeDeliver is the asynq task type that asks a worker to drive one
 // delivery to the provider.
 const TaskTypeDeliver = "notification:deliver"
-
-// DefaultQueue is the asynq queue deliveries travel on unless configured.
-const DefaultQueue = "notifications"
 
 // Payload is all a task carries: the delivery id and the hash of its
 // idempotency key (so the worker can ask the status cache before
@@ -137,25 +135,25 @@ func TasksID(first uuid.UUID) string {
 }
 
 // NewDeliverTask builds the task for one delivery.
-func NewDeliverTask(d Delivery) *asynq.Task {
+func NewDeliverTask(d notify.Delivery) *asynq.Task {
 	return newDeliverTask(context.Background(), d)
 }
 
 // NewDeliveriesTask builds the task for ds, in their order: one delivery's
 // payload for one, {"deliveries":[…]} for many (at most
 // MaxTaskDeliveries; the caller splits).
-func NewDeliveriesTask(ds []Delivery) *asynq.Task {
+func NewDeliveriesTask(ds []notify.Delivery) *asynq.Task {
 	return newTask(context.Background(), ds)
 }
 
 // newDeliverTask builds the task and carries the trace context of ctx in
 // its headers, so the worker's spans join the trace of the request that
 // caused the delivery.
-func newDeliverTask(ctx context.Context, d Delivery) *asynq.Task {
-	return newTask(ctx, []Delivery{d})
+func newDeliverTask(ctx context.Context, d notify.Delivery) *asynq.Task {
+	return newTask(ctx, []notify.Delivery{d})
 }
 
-func newTask(ctx context.Context, ds []Delivery) *asynq.Task {
+func newTask(ctx context.Context, ds []notify.Delivery) *asynq.Task {
 	ps := make([]Payload, len(ds))
 	for i, d := range ds {
 		ps[i] = Payload{DeliveryID: d.ID, KeyHash: mail.KeyHash(d.IdempotencyKey)}
@@ -192,17 +190,6 @@ func Requeue(ctx context.Context, client *asynq.Client, queue string, p Payload,
 	return nil
 }
 
-// LaterQueue is the queue beside queue whose tasks workers take only
-// while queue has none (asynq's strict priority): mail that may wait —
-// a subscription template's, a delivery scheduled for later — so that a
-// flash sale's confirmations never wait behind a newsletter's ten
-// thousand when the provider's pace is scarce.
-func LaterQueue(queue string) string { return queue + "-later" }
-
-// Queues are queue and its LaterQueue: every queue a delivery of queue
-// travels on, the order workers take them in.
-func Queues(queue string) []string { return []string{queue, LaterQueue(queue)} }
-
 // Enqueuer hands recorded deliveries to the queue.
 type Enqueuer struct {
 	client   *asynq.Client
@@ -213,7 +200,7 @@ type Enqueuer struct {
 	sizes    prometheus.Histogram
 	// later says a delivery may wait for the urgent ones: it goes on
 	// LaterQueue (Prioritize). nil: every delivery goes on queue.
-	later func(Delivery) bool
+	later func(notify.Delivery) bool
 	// bound is the most deliveries a task of many carries (BatchUpTo);
 	// 1: every delivery has a task of its own.
 	bound int
@@ -228,7 +215,7 @@ type Enqueuer struct {
 // time is when it may go, not when it must).
 func (e *Enqueuer) Prioritize(templates *mailtemplate.Templates) {
 	subs := templates.Subscriptions()
-	e.later = func(d Delivery) bool { return d.NotBefore != nil || slices.Contains(subs, d.Template) }
+	e.later = func(d notify.Delivery) bool { return d.NotBefore != nil || slices.Contains(subs, d.Template) }
 }
 
 // BatchUpTo bounds the deliveries one task carries, from 1 (each its own
@@ -240,9 +227,9 @@ func (e *Enqueuer) BatchUpTo(n int) {
 }
 
 // queueFor is the queue d's task travels on.
-func (e *Enqueuer) queueFor(d Delivery) string {
+func (e *Enqueuer) queueFor(d notify.Delivery) string {
 	if e.later != nil && e.later(d) {
-		return LaterQueue(e.queue)
+		return notify.LaterQueue(e.queue)
 	}
 	return e.queue
 }
@@ -264,20 +251,20 @@ func NewEnqueuer(rdb redis.UniversalClient, queue string, log *slog.Logger, reg 
 
 // Enqueue puts the delivery's task on the queue. A task that exists
 // already (same TaskID) is not an error: the delivery is queued.
-func (e *Enqueuer) Enqueue(ctx context.Context, d Delivery) error {
+func (e *Enqueuer) Enqueue(ctx context.Context, d notify.Delivery) error {
 	if err := e.enqueue(ctx, d); err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
 		return fmt.Errorf("enqueue delivery %s: %w", d.ID, err)
 	}
 	return nil
 }
 
-func (e *Enqueuer) enqueue(ctx context.Context, d Delivery) error {
+func (e *Enqueuer) enqueue(ctx context.Context, d notify.Delivery) error {
 	return e.enqueueAs(ctx, d, TaskID(d.ID))
 }
 
 // startSpan starts d's enqueue span, from the caller's tracer provider
 // (none: a no-op); the caller ends it.
-func startSpan(ctx context.Context, d Delivery) (context.Context, trace.Span) {
+func startSpan(ctx context.Context, d notify.Delivery) (context.Context, trace.Span) {
 	return trace.SpanFromContext(ctx).TracerProvider().Tracer(tracerName).Start(ctx, "enqueue delivery", //nolint:spancheck // the caller ends it
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("sekali.delivery_id", d.ID.String()), attribute.String("sekali.template", d.Template)))
@@ -299,9 +286,9 @@ func taskOptions(taskID, queue string) []asynq.Option {
 
 // scheduled reports whether d may not go yet: its task is one of its own,
 // processed at its time.
-func scheduled(d Delivery) bool { return d.NotBefore != nil && d.NotBefore.After(time.Now()) }
+func scheduled(d notify.Delivery) bool { return d.NotBefore != nil && d.NotBefore.After(time.Now()) }
 
-func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) error {
+func (e *Enqueuer) enqueueAs(ctx context.Context, d notify.Delivery, taskID string) error {
 	ctx, span := startSpan(ctx, d)
 	defer span.End()
 	opts := taskOptions(taskID, e.queueFor(d))
@@ -333,8 +320,8 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d Delivery, taskID string) err
 // it is over (deadAttempt: the reconciler took the row back after its
 // lease expired), a recovery task is queued at once rather than after
 // asynq's own recovery, which takes up to a minute and a half.
-func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error) {
-	markers, err := e.readMarkers(ctx, []Delivery{d})
+func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d notify.Delivery, deadAttempt bool) (created bool, err error) {
+	markers, err := e.readMarkers(ctx, []notify.Delivery{d})
 	if err != nil {
 		return false, err
 	}
@@ -348,7 +335,7 @@ func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Del
 }
 
 // ensureAlone is EnsureQueued without a task of many: d's own task.
-func (e *Enqueuer) ensureAlone(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error) {
+func (e *Enqueuer) ensureAlone(ctx context.Context, ins *asynq.Inspector, d notify.Delivery, deadAttempt bool) (created bool, err error) {
 	created, active, err := e.enqueueOrReplace(ctx, ins, d, TaskID(d.ID))
 	if err != nil || created || active == nil {
 		return created, err
@@ -369,7 +356,7 @@ func (e *Enqueuer) ensureAlone(ctx context.Context, ins *asynq.Inspector, d Deli
 // enqueueOrReplace enqueues d's task under taskID. A finished task
 // (completed or archived) holding the id is deleted and replaced; an
 // active one is returned, and any other live one is left to run.
-func (e *Enqueuer) enqueueOrReplace(ctx context.Context, ins *asynq.Inspector, d Delivery, taskID string) (created bool, active *asynq.TaskInfo, err error) {
+func (e *Enqueuer) enqueueOrReplace(ctx context.Context, ins *asynq.Inspector, d notify.Delivery, taskID string) (created bool, active *asynq.TaskInfo, err error) {
 	err = e.enqueueAs(ctx, d, taskID)
 	if err == nil {
 		return true, nil, nil
@@ -450,7 +437,7 @@ const enqueueTimeout = 5 * time.Second
 // was in flight share a task (smart batching, manytasks.go): a lone
 // checkout's goes at once, in the task of one delivery it always had,
 // and under load tasks grow up to BatchUpTo's bound.
-func (e *Enqueuer) EnqueueAfterCommit(ctx context.Context, deliveries []Delivery) {
+func (e *Enqueuer) EnqueueAfterCommit(ctx context.Context, deliveries []notify.Delivery) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
 	defer cancel()
 	for i, err := range e.enqueueFresh(ctx, deliveries) {
@@ -466,28 +453,4 @@ func (e *Enqueuer) EnqueueAfterCommit(ctx context.Context, deliveries []Delivery
 			slog.String("error", err.Error()),
 		)
 	}
-}
-
-// QueueInfo returns asynq's statistics for queue. A queue that has never
-// held a task is not in asynq's list of queues and reads as empty; it can
-// still be paused, which asynq's inspector does not report for it, so
-// that is read from the queue's pause key (asynq:{<queue>}:paused, asynq
-// v0.26's layout).
-func QueueInfo(ctx context.Context, ins *asynq.Inspector, rdb redis.UniversalClient, queue string) (*asynq.QueueInfo, error) {
-	queues, err := ins.Queues()
-	if err != nil {
-		return nil, fmt.Errorf("list queues: %w", err)
-	}
-	if !slices.Contains(queues, queue) {
-		n, err := rdb.Exists(ctx, "asynq:{"+queue+"}:paused").Result()
-		if err != nil {
-			return nil, fmt.Errorf("read pause of queue %s: %w", queue, err)
-		}
-		return &asynq.QueueInfo{Queue: queue, Paused: n == 1}, nil
-	}
-	info, err := ins.GetQueueInfo(queue)
-	if err != nil {
-		return nil, fmt.Errorf("inspect queue %s: %w", queue, err)
-	}
-	return info, nil
 }
