@@ -128,7 +128,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case len(args) == 3 && args[0] == "templates" && args[1] == "check":
 		return checkTemplates(args[2], getenv, stdout)
 	default:
-		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck|keys create --name NAME --scopes checkout,orders:read,... [--replaces KEY_ID]|templates check DIR]")
+		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck|keys create --name NAME --scopes checkout,orders:read,... [--replaces KEY_ID] [--test]|templates check DIR]")
 		return fmt.Errorf("unexpected arguments %q", args)
 	}
 
@@ -257,6 +257,7 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 	rawName := fs.String("name", "", "whose key this is, e.g. shop-backend-2026-12")
 	scopes := fs.String("scopes", "", "comma-separated: "+fmt.Sprint(apikey.Scopes))
 	rawReplaces := fs.String("replaces", "", "the id of the key this one rotates: it takes over that key's notifications")
+	test := fs.Bool("test", false, "a test key (sekali_test_…): its orders run the whole pipeline but never reach a provider (docs/testmode.md)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -285,12 +286,16 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
 		return err
 	}
-	k, secret, err := apikey.NewService(pool).CreateReplacing(ctx, cliActor(), name, parsed, replaces)
+	mode := apikey.ModeLive
+	if *test {
+		mode = apikey.ModeTest
+	}
+	k, secret, err := apikey.NewService(pool).CreateReplacing(ctx, cliActor(), name, parsed, replaces, mode)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s\n", secret)
-	fmt.Fprintf(stderr, "created API key %s (%s) with scopes %v; it is shown only now\n", k.Prefix, k.Name, k.Scopes)
+	fmt.Fprintf(stderr, "created %s API key %s (%s) with scopes %v; it is shown only now\n", k.Mode, k.Prefix, k.Name, k.Scopes)
 	return nil
 }
 

@@ -62,6 +62,8 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 		},
 	}
 	cfg.Reconcile.DeliveryRetention = env.DurationOrZero("DELIVERY_RETENTION", 0)
+	// Test mode's orders (docs/testmode.md) go sooner than any live row.
+	cfg.Reconcile.TestRetention = env.DurationOrZero("TEST_RETENTION", 7*24*time.Hour)
 	cfg.Providers = roster.Read(env)
 	windows := roster.DedupWindows(env, cfg.Providers)
 	for i, d := range cfg.Providers {

@@ -1,8 +1,8 @@
 -- name: InsertAPIKey :one
 -- owner_id: the key's own id for a new line of keys, or the owner of
 -- the key it replaces (rotation).
-INSERT INTO api_keys (id, name, prefix, secret_hash, scopes, owner_id)
-VALUES (@id, @name, @prefix, @secret_hash, @scopes::text[], @owner_id::uuid)
+INSERT INTO api_keys (id, name, prefix, secret_hash, scopes, owner_id, test)
+VALUES (@id, @name, @prefix, @secret_hash, @scopes::text[], @owner_id::uuid, @test::boolean)
 RETURNING *;
 
 -- name: GetAPIKey :one
@@ -22,7 +22,8 @@ SELECT (k.id IS NOT NULL)::boolean AS found,
        coalesce(k.scopes, '{none}'::text[])::text[] AS scopes,
        coalesce(k.created_at, now())::timestamptz AS created_at,
        k.revoked_at,
-       coalesce(k.owner_id, '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS owner_id
+       coalesce(k.owner_id, '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS owner_id,
+       coalesce(k.test, false)::boolean AS test
 FROM (VALUES (1)) AS one (n)
 LEFT JOIN api_keys k ON k.prefix = @prefix::text;
 

@@ -13,7 +13,9 @@
 -- An operator's retry (→ pending) is in the activity, not here; rows
 -- that change no status (a note, feedback) and claims and hand-overs
 -- (→ sending) are not drawn. The WHERE repeats the predicate of
--- delivery_events_flow_idx, so the hour is a range of that index.
+-- delivery_events_flow_idx, so the hour is a range of that index. Test
+-- mode's notifications are not drawn (CountTestRecordedSince counts
+-- them apart): the anti-join reads the test rows' own small index.
 SELECT date_bin('1 minute', at, @since::timestamptz)::timestamptz AS minute,
        count(*) FILTER (WHERE event = 'received')::int                     AS received,
        count(*) FILTER (WHERE to_status = 'sent')::int                     AS sent,
@@ -26,5 +28,11 @@ FROM delivery_events
 WHERE at >= @since::timestamptz AND at < @until::timestamptz
   AND from_status IS DISTINCT FROM to_status AND to_status <> 'sending'
   AND event <> 'operator_retry'
+  AND NOT EXISTS (SELECT 1 FROM notification_deliveries t WHERE t.test AND t.id = delivery_events.delivery_id)
 GROUP BY 1
 ORDER BY 1;
+
+-- name: CountTestRecordedSince :one
+-- Test mode's notifications recorded since @since: what the console's
+-- last hour shows apart from its curves. The test rows' own index.
+SELECT count(*)::int AS n FROM notification_deliveries WHERE test AND created_at >= @since::timestamptz;

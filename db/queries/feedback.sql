@@ -79,3 +79,23 @@ SELECT * FROM suppression_events WHERE recipient = @recipient ORDER BY id;
 -- 0 rows: the recipient had left this category already.
 INSERT INTO unsubscribes (recipient, category) VALUES (@recipient, @category)
 ON CONFLICT (recipient, category) DO NOTHING;
+
+-- name: ListTestFeedbackDue :many
+-- The test provider's feedback (docs/testmode.md): test deliveries sent
+-- to a magic address of @domain (a local part of @local_parts, before
+-- any +label) in the last day whose event
+-- (@event_prefix || id, the test provider's event id) is not recorded
+-- yet, oldest first. The test rows only, through their own index; the
+-- event ids are the provider_events primary key.
+SELECT d.id, d.recipient, d.message_id, d.provider_message_id
+FROM notification_deliveries d
+WHERE d.test
+  AND d.created_at > now() - interval '1 day'
+  AND d.status = 'sent'
+  AND d.provider = 'test'
+  AND split_part(d.recipient, '@', 2) = @domain::text
+  AND split_part(split_part(d.recipient, '@', 1), '+', 1) = ANY(@local_parts::text[])
+  AND NOT EXISTS (SELECT 1 FROM provider_events e
+                  WHERE e.provider = 'test' AND e.event_id = @event_prefix::text || d.id::text)
+ORDER BY d.created_at
+LIMIT @max_rows;

@@ -3,8 +3,8 @@
 -- lines' foreign key is checked at the end of the statement, when the
 -- order row exists.
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
-    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
+    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean)
 )
 INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
 SELECT @id::uuid,
@@ -30,8 +30,8 @@ SELECT * FROM order_items WHERE order_id = @order_id ORDER BY line_no;
 -- Idempotency-Key's primary key refuses a twin that slipped past the
 -- caller's lock, which rolls all of it back.
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
-    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
+    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean)
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
     SELECT @id::uuid,
@@ -41,8 +41,8 @@ WITH o AS (
            unnest(@quantities::integer[]),
            unnest(@unit_prices_minor::bigint[])
 ), d AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id)
-    VALUES (@delivery_id, @id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at, sqlc.narg(locale)::text, @owner_id::uuid)
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id, test)
+    VALUES (@delivery_id, @id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean)
     RETURNING id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
@@ -71,8 +71,8 @@ WITH lk AS (
 ), go AS (
     SELECT 1 AS one FROM lk WHERE lk.locked AND NOT EXISTS (SELECT 1 FROM prior)
 ), o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
-    SELECT @id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
+    SELECT @id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean
     FROM go
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
@@ -84,8 +84,8 @@ WITH lk AS (
            unnest(@unit_prices_minor::bigint[])
     FROM go
 ), d AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id)
-    SELECT @delivery_id, @id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at, sqlc.narg(locale)::text, @owner_id::uuid
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id, test)
+    SELECT @delivery_id, @id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at, @created_at, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean
     FROM go
     RETURNING id
 ), ev AS (

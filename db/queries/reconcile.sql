@@ -103,3 +103,44 @@ WHERE key IN (SELECT b.key FROM delivery_batches b
 -- name: GetDeliveryBatch :one
 -- A batch at the provider: its provider and its members in order.
 SELECT key, provider, members FROM delivery_batches WHERE key = @key;
+
+-- name: DeleteOldTestOrders :execrows
+-- Test retention (TEST_RETENTION): test orders older than it whose
+-- notifications are all settled (neither pending nor sending) and
+-- untouched as long, with those notifications (their history goes with
+-- them), a batch at a time. No tombstone: the order goes too, so no
+-- trigger can name its keys again. Live rows are never read (the test
+-- index). The orders' foreign key is checked at the statement's end,
+-- when their deliveries are gone.
+WITH old AS (
+    SELECT o.id FROM orders o
+    WHERE o.test AND o.created_at < now() - make_interval(secs => @older_than_seconds::float8)
+      AND NOT EXISTS (SELECT 1 FROM notification_deliveries d
+                      WHERE d.order_id = o.id
+                        AND (d.status IN ('pending', 'sending')
+                             OR d.updated_at >= now() - make_interval(secs => @older_than_seconds::float8)))
+    ORDER BY o.created_at
+    LIMIT @batch
+    FOR UPDATE SKIP LOCKED
+), deliveries AS (
+    DELETE FROM notification_deliveries d USING old WHERE d.order_id = old.id AND d.test
+)
+DELETE FROM orders o USING old WHERE o.id = old.id;
+
+-- name: DeleteOldTestSuppressions :one
+-- Test retention of the suppression list: the magic addresses of
+-- @domain (which only test keys reach) listed longer than TEST_RETENTION,
+-- with their history.
+WITH old AS (
+    DELETE FROM suppressions s
+    WHERE s.recipient LIKE '%@' || @domain::text
+      AND s.created_at < now() - make_interval(secs => @older_than_seconds::float8)
+    RETURNING s.recipient
+), ev AS (
+    DELETE FROM suppression_events e USING old WHERE e.recipient = old.recipient
+), un AS (
+    DELETE FROM unsubscribes u
+    WHERE u.recipient LIKE '%@' || @domain::text
+      AND u.created_at < now() - make_interval(secs => @older_than_seconds::float8)
+)
+SELECT count(*) FROM old;

@@ -16,10 +16,10 @@
 -- statement sees one or the other.
 WITH ins AS (
     INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at,
-                                         trying_since, locale, not_before, owner_id)
+                                         trying_since, locale, not_before, owner_id, test)
     SELECT @id, @order_id, @template, @recipient, @idempotency_key, @template_data, @created_at, @created_at,
            greatest(@created_at, sqlc.narg(not_before)::timestamptz), sqlc.narg(locale)::text, sqlc.narg(not_before)::timestamptz,
-           sqlc.narg(owner_id)::uuid
+           sqlc.narg(owner_id)::uuid, @test::boolean
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to(@idempotency_key::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
@@ -30,7 +30,7 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -120,13 +120,13 @@ WITH nosync AS (
 SELECT c.id, c.order_id, c.template, c.recipient, c.idempotency_key, c.status, c.attempts, c.last_error,
        c.lease_token, c.lease_expires_at, c.handed_over_at, c.provider_message_id, c.template_data,
        c.created_at, c.updated_at, c.sent_at, c.message_id, c.trying_since, c.locale, c.not_before,
-       c.provider, c.provider_pinned, c.unsettled_since, c.handover_batch, c.from_status, 'claimed'::text AS verdict
+       c.provider, c.provider_pinned, c.unsettled_since, c.handover_batch, c.test, c.from_status, 'claimed'::text AS verdict
 FROM claimed c
 UNION ALL
 SELECT j.id, j.order_id, j.template, j.recipient, j.idempotency_key, j.status, j.attempts, j.last_error,
        j.lease_token, j.lease_expires_at, j.handed_over_at, j.provider_message_id, j.template_data,
        j.created_at, j.updated_at, j.sent_at, j.message_id, j.trying_since, j.locale, j.not_before,
-       j.provider, j.provider_pinned, j.unsettled_since, j.handover_batch, j.status, j.verdict
+       j.provider, j.provider_pinned, j.unsettled_since, j.handover_batch, j.test, j.status, j.verdict
 FROM judged j
 WHERE NOT EXISTS (SELECT 1 FROM claimed c WHERE c.id = j.id);
 
@@ -437,7 +437,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
 FROM upd;
 
 -- name: CancelPendingOfTemplate :execrows
@@ -493,7 +493,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -515,7 +515,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired. ----

@@ -87,6 +87,24 @@ func (e DeliveryStatus) Valid() bool {
 	}
 }
 
+// Defines values for KeyMode.
+const (
+	Live KeyMode = "live"
+	Test KeyMode = "test"
+)
+
+// Valid indicates whether the value is a known member of the KeyMode enum.
+func (e KeyMode) Valid() bool {
+	switch e {
+	case Live:
+		return true
+	case Test:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OperatorActionAction.
 const (
 	APIKeyCreate                OperatorActionAction = "api_key.create"
@@ -437,7 +455,10 @@ type AdminDelivery struct {
 
 	// TemplateData The snapshot the template renders, frozen when the delivery was recorded.
 	TemplateData map[string]interface{} `json:"template_data"`
-	UpdatedAt    time.Time              `json:"updated_at"`
+
+	// Test A test key's notification (test mode): only the test provider takes it. Absent for a live one.
+	Test      bool      `json:"test,omitempty,omitzero"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Amount Integer minor units of the order's currency.
@@ -447,7 +468,10 @@ type Amount = int
 type APIKey struct {
 	CreatedAt time.Time          `json:"created_at"`
 	ID        openapi_types.UUID `json:"id"`
-	Name      string             `json:"name"`
+
+	// Mode `live`: the shop's real orders; `test`: a test key's, which never reach a provider.
+	Mode KeyMode `json:"mode"`
+	Name string  `json:"name"`
 
 	// Owner Whose line of keys this is: the key's own id, or, for a key made to replace another (`replaces`), that key's owner. The notifications a key makes belong to its owner: only keys of that owner cancel them.
 	Owner openapi_types.UUID `json:"owner"`
@@ -581,6 +605,9 @@ type Item struct {
 	UnitPrice Amount `json:"unit_price"`
 }
 
+// KeyMode `live`: the shop's real orders; `test`: a test key's, which never reach a provider.
+type KeyMode string
+
 // Note Free text for the delivery's history; it may run over lines, but takes no other control characters and no bidirectional controls.
 type Note = string
 
@@ -669,6 +696,9 @@ type Order struct {
 
 	// Notifications The e-mails about the order, oldest first.
 	Notifications []Notification `json:"notifications"`
+
+	// Test Placed with a test key: its notifications never reach a provider (test mode). Absent for a live order.
+	Test bool `json:"test,omitempty,omitzero"`
 
 	// Total Integer minor units of the order's currency.
 	Total Amount `json:"total"`
@@ -950,6 +980,9 @@ type WebhookEventData struct {
 
 	// Template Examples: order-confirmation
 	Template string `json:"template"`
+
+	// Test The notification is a test key's (test mode): nothing was sent to anyone, and a report is the test provider's. Absent for a live notification.
+	Test bool `json:"test,omitempty,omitzero"`
 }
 
 // WebhookEventType defines model for WebhookEventType.

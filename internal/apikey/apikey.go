@@ -54,9 +54,36 @@ var Scopes = []Scope{ScopeCheckout, ScopeOrdersRead, ScopeOrdersWrite, ScopeNoti
 // operators'.
 var BackendScopes = Scopes[:len(Scopes)-1]
 
-// Prefix starts every key, so that a leaked one is recognizable (secret
-// scanners look for such prefixes).
+// Prefix starts every live key, so that a leaked one is recognizable
+// (secret scanners look for such prefixes).
 const Prefix = "sekali_key_"
+
+// TestPrefix starts every test key (ModeTest): a key whose orders and
+// notifications run the whole pipeline but never reach a provider
+// (docs/testmode.md). A glance at a configuration tells it from a live
+// one, and so does a secret scanner.
+const TestPrefix = "sekali_test_"
+
+// Mode is whether a key's orders are real (live) or a shop's tests
+// (test). It is the key's for good: a key made to replace another has
+// that key's mode.
+type Mode string
+
+const (
+	ModeLive Mode = "live"
+	ModeTest Mode = "test"
+)
+
+// ParseMode reads a mode's name; "" is live.
+func ParseMode(s string) (Mode, error) {
+	switch Mode(strings.TrimSpace(s)) {
+	case "", ModeLive:
+		return ModeLive, nil
+	case ModeTest:
+		return ModeTest, nil
+	}
+	return "", fmt.Errorf("%w %q: want live or test", ErrBadMode, s)
+}
 
 var (
 	// ErrInvalid is returned for a token that is no live key.
@@ -65,6 +92,10 @@ var (
 	ErrNotFound = errors.New("apikey: not found")
 	// ErrBadScope is returned for a scope that does not exist.
 	ErrBadScope = errors.New("apikey: unknown scope")
+	// ErrBadMode is returned for a mode that does not exist, for a test
+	// key with the operators' scope (operators act on live data), and for
+	// a key that would replace a key of the other mode.
+	ErrBadMode = errors.New("apikey: bad mode")
 )
 
 // Key is one credential, without its secret.
@@ -77,10 +108,16 @@ type Key struct {
 	// replace another (rotation), that key's owner. What a key makes (an
 	// order, a notification) belongs to its owner: only keys of that line
 	// may call it off.
-	Owner     uuid.UUID  `json:"owner"`
+	Owner uuid.UUID `json:"owner"`
+	// Mode: a test key's orders and notifications never reach a
+	// provider, and it sees only test orders (docs/testmode.md).
+	Mode      Mode       `json:"mode"`
 	CreatedAt time.Time  `json:"created_at"`
 	RevokedAt *time.Time `json:"revoked_at,omitempty"`
 }
+
+// Test reports whether k is a test key.
+func (k Key) Test() bool { return k.Mode == ModeTest }
 
 // Has reports whether k carries scope.
 func (k Key) Has(scope Scope) bool { return slices.Contains(k.Scopes, scope) }
@@ -151,11 +188,11 @@ func CheckName(raw string) (name, problem string) {
 	return name, textrule.OneLine(name, 100)
 }
 
-// Create makes a key of a new line (its own owner), by actor (as the
-// operators' actions name people: an operator, admin:<request id>,
+// Create makes a live key of a new line (its own owner), by actor (as
+// the operators' actions name people: an operator, admin:<request id>,
 // cli:<user>@<host>); secret is the whole key, shown this once.
 func (s *Service) Create(ctx context.Context, actor, name string, scopes []Scope) (k Key, secret string, err error) {
-	return s.CreateReplacing(ctx, actor, name, scopes, uuid.Nil)
+	return s.CreateReplacing(ctx, actor, name, scopes, uuid.Nil, ModeLive)
 }
 
 // CreateReplacing makes a key that replaces the key replaces (uuid.Nil:
@@ -163,9 +200,18 @@ func (s *Service) Create(ctx context.Context, actor, name string, scopes []Scope
 // the old key made stay the new one's to cancel once the old one is
 // revoked. Replacing revokes nothing; a key that does not exist is
 // ErrNotFound. Revoked keys may be replaced (a key revoked in a hurry).
-// The key and the record of who made it (operator_actions) commit
-// together.
-func (s *Service) CreateReplacing(ctx context.Context, actor, name string, scopes []Scope, replaces uuid.UUID) (k Key, secret string, err error) {
+// mode is the new key's (ModeTest: a test key, sekali_test_…); a key
+// replaces only a key of its own mode, and a test key never has the
+// operators' scope (both ErrBadMode). The key and the record of who made
+// it (operator_actions) commit together.
+func (s *Service) CreateReplacing(ctx context.Context, actor, name string, scopes []Scope, replaces uuid.UUID, mode Mode) (k Key, secret string, err error) {
+	mode, err = ParseMode(string(mode))
+	if err != nil {
+		return Key{}, "", err
+	}
+	if mode == ModeTest && slices.Contains(scopes, ScopeAdmin) {
+		return Key{}, "", fmt.Errorf("%w: a test key cannot have the admin scope: operators act on live data", ErrBadMode)
+	}
 	id := uuid.Must(uuid.NewV7())
 	owner := id
 	if replaces != uuid.Nil {
@@ -176,11 +222,18 @@ func (s *Service) CreateReplacing(ctx context.Context, actor, name string, scope
 		if err != nil {
 			return Key{}, "", fmt.Errorf("replace api key %s: %w", replaces, err)
 		}
+		if old.Test != (mode == ModeTest) {
+			return Key{}, "", fmt.Errorf("%w: api key %s is of the other mode; a key replaces only a key of its own", ErrBadMode, replaces)
+		}
 		owner = old.OwnerID
 	}
 	var idPart [10]byte
 	_, _ = rand.Read(idPart[:]) // crypto/rand.Read never fails on supported platforms
-	prefix := Prefix + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(idPart[:]))
+	start := Prefix
+	if mode == ModeTest {
+		start = TestPrefix
+	}
+	prefix := start + strings.ToLower(base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(idPart[:]))
 	secret = prefix + "_" + randomToken()
 	hash := sha256.Sum256([]byte(secret))
 	names := make([]string, len(scopes))
@@ -190,13 +243,13 @@ func (s *Service) CreateReplacing(ctx context.Context, actor, name string, scope
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
 		row, err := q.InsertAPIKey(ctx, dbsqlc.InsertAPIKeyParams{
-			ID: id, Name: name, Prefix: prefix, SecretHash: hash[:], Scopes: names, OwnerID: owner,
+			ID: id, Name: name, Prefix: prefix, SecretHash: hash[:], Scopes: names, OwnerID: owner, Test: mode == ModeTest,
 		})
 		if err != nil {
 			return err
 		}
 		k = fromRow(row)
-		detail := map[string]any{"name": k.Name, "scopes": k.Scopes}
+		detail := map[string]any{"name": k.Name, "scopes": k.Scopes, "mode": k.Mode}
 		if replaces != uuid.Nil {
 			detail["replaces"] = replaces.String()
 		}
@@ -297,8 +350,14 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Key, error) {
 // token whose SHA-256 is a key's hash is that key, so its format needs
 // no check of its own, which would be a path of its own.
 func (s *Service) authenticate(ctx context.Context, token string, have [sha256.Size]byte) (Key, error) {
-	prefix, _, _ := strings.Cut(strings.TrimPrefix(token, Prefix), "_")
-	row, err := dbsqlc.New(s.db).CheckAPIKey(ctx, dbsqlc.CheckAPIKeyParams{Prefix: Prefix + prefix, StandInHash: dummyHash[:]})
+	// A test key's prefix is looked up as such, anything else as a live
+	// key's: the same statement either way.
+	start := Prefix
+	if strings.HasPrefix(token, TestPrefix) {
+		start = TestPrefix
+	}
+	prefix, _, _ := strings.Cut(strings.TrimPrefix(token, start), "_")
+	row, err := dbsqlc.New(s.db).CheckAPIKey(ctx, dbsqlc.CheckAPIKeyParams{Prefix: start + prefix, StandInHash: dummyHash[:]})
 	if err != nil {
 		return Key{}, fmt.Errorf("look up api key: %w", err)
 	}
@@ -307,7 +366,7 @@ func (s *Service) authenticate(ctx context.Context, token string, have [sha256.S
 		return Key{}, ErrInvalid
 	}
 	return fromRow(dbsqlc.ApiKey{ID: row.ID, Name: row.Name, Prefix: row.Prefix, SecretHash: row.SecretHash,
-		Scopes: row.Scopes, CreatedAt: row.CreatedAt, RevokedAt: row.RevokedAt, OwnerID: row.OwnerID}), nil
+		Scopes: row.Scopes, CreatedAt: row.CreatedAt, RevokedAt: row.RevokedAt, OwnerID: row.OwnerID, Test: row.Test}), nil
 }
 
 // isTrue is b as 1 or 0, for combining checks without cutting any short.
@@ -319,7 +378,10 @@ func isTrue(b bool) int {
 }
 
 func fromRow(r dbsqlc.ApiKey) Key {
-	k := Key{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Owner: r.OwnerID, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt}
+	k := Key{ID: r.ID, Name: r.Name, Prefix: r.Prefix, Owner: r.OwnerID, Mode: ModeLive, CreatedAt: r.CreatedAt, RevokedAt: r.RevokedAt}
+	if r.Test {
+		k.Mode = ModeTest
+	}
 	for _, s := range r.Scopes {
 		k.Scopes = append(k.Scopes, Scope(s))
 	}

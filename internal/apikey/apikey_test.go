@@ -36,7 +36,7 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 	}
 	// A second key is valid at the same time: rotation without downtime.
 	// It replaces the first, whose owner it takes.
-	_, next, err := keys.CreateReplacing(ctx, "test", "shop backend, next", []apikey.Scope{apikey.ScopeOrdersWrite}, k.ID)
+	_, next, err := keys.CreateReplacing(ctx, "test", "shop backend, next", []apikey.Scope{apikey.ScopeOrdersWrite}, k.ID, apikey.ModeLive)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,8 @@ SELECT (k.id IS NOT NULL)::boolean AS found,
        coalesce(k.scopes, '{none}'::text[])::text[] AS scopes,
        coalesce(k.created_at, now())::timestamptz AS created_at,
        k.revoked_at,
-       coalesce(k.owner_id, '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS owner_id
+       coalesce(k.owner_id, '00000000-0000-0000-0000-000000000000'::uuid)::uuid AS owner_id,
+       coalesce(k.test, false)::boolean AS test
 FROM (VALUES (1)) AS one (n)
 LEFT JOIN api_keys k ON k.prefix = $1::text
 `
@@ -41,6 +42,7 @@ type CheckAPIKeyRow struct {
 	CreatedAt  time.Time
 	RevokedAt  *time.Time
 	OwnerID    uuid.UUID
+	Test       bool
 }
 
 // One row whatever the prefix: the key that has it (found), or, when no
@@ -61,12 +63,13 @@ func (q *Queries) CheckAPIKey(ctx context.Context, arg CheckAPIKeyParams) (Check
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.OwnerID,
+		&i.Test,
 	)
 	return i, err
 }
 
 const getAPIKey = `-- name: GetAPIKey :one
-SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id FROM api_keys WHERE id = $1
+SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id, test FROM api_keys WHERE id = $1
 `
 
 func (q *Queries) GetAPIKey(ctx context.Context, id uuid.UUID) (ApiKey, error) {
@@ -81,14 +84,15 @@ func (q *Queries) GetAPIKey(ctx context.Context, id uuid.UUID) (ApiKey, error) {
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.OwnerID,
+		&i.Test,
 	)
 	return i, err
 }
 
 const insertAPIKey = `-- name: InsertAPIKey :one
-INSERT INTO api_keys (id, name, prefix, secret_hash, scopes, owner_id)
-VALUES ($1, $2, $3, $4, $5::text[], $6::uuid)
-RETURNING id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id
+INSERT INTO api_keys (id, name, prefix, secret_hash, scopes, owner_id, test)
+VALUES ($1, $2, $3, $4, $5::text[], $6::uuid, $7::boolean)
+RETURNING id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id, test
 `
 
 type InsertAPIKeyParams struct {
@@ -98,6 +102,7 @@ type InsertAPIKeyParams struct {
 	SecretHash []byte
 	Scopes     []string
 	OwnerID    uuid.UUID
+	Test       bool
 }
 
 // owner_id: the key's own id for a new line of keys, or the owner of
@@ -110,6 +115,7 @@ func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) (Api
 		arg.SecretHash,
 		arg.Scopes,
 		arg.OwnerID,
+		arg.Test,
 	)
 	var i ApiKey
 	err := row.Scan(
@@ -121,12 +127,13 @@ func (q *Queries) InsertAPIKey(ctx context.Context, arg InsertAPIKeyParams) (Api
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.OwnerID,
+		&i.Test,
 	)
 	return i, err
 }
 
 const listAPIKeys = `-- name: ListAPIKeys :many
-SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id FROM api_keys ORDER BY created_at, id
+SELECT id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id, test FROM api_keys ORDER BY created_at, id
 `
 
 func (q *Queries) ListAPIKeys(ctx context.Context) ([]ApiKey, error) {
@@ -147,6 +154,7 @@ func (q *Queries) ListAPIKeys(ctx context.Context) ([]ApiKey, error) {
 			&i.CreatedAt,
 			&i.RevokedAt,
 			&i.OwnerID,
+			&i.Test,
 		); err != nil {
 			return nil, err
 		}
@@ -161,7 +169,7 @@ func (q *Queries) ListAPIKeys(ctx context.Context) ([]ApiKey, error) {
 const revokeAPIKey = `-- name: RevokeAPIKey :one
 UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
 WHERE id = $1
-RETURNING id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id
+RETURNING id, name, prefix, secret_hash, scopes, created_at, revoked_at, owner_id, test
 `
 
 func (q *Queries) RevokeAPIKey(ctx context.Context, id uuid.UUID) (ApiKey, error) {
@@ -176,6 +184,7 @@ func (q *Queries) RevokeAPIKey(ctx context.Context, id uuid.UUID) (ApiKey, error
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.OwnerID,
+		&i.Test,
 	)
 	return i, err
 }

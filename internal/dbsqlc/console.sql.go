@@ -23,6 +23,7 @@ FROM delivery_events
 WHERE at >= $1::timestamptz AND at < $2::timestamptz
   AND from_status IS DISTINCT FROM to_status AND to_status <> 'sending'
   AND event <> 'operator_retry'
+  AND NOT EXISTS (SELECT 1 FROM notification_deliveries t WHERE t.test AND t.id = delivery_events.delivery_id)
 GROUP BY 1
 ORDER BY 1
 `
@@ -59,7 +60,9 @@ type CountHistoryByMinuteRow struct {
 // An operator's retry (→ pending) is in the activity, not here; rows
 // that change no status (a note, feedback) and claims and hand-overs
 // (→ sending) are not drawn. The WHERE repeats the predicate of
-// delivery_events_flow_idx, so the hour is a range of that index.
+// delivery_events_flow_idx, so the hour is a range of that index. Test
+// mode's notifications are not drawn (CountTestRecordedSince counts
+// them apart): the anti-join reads the test rows' own small index.
 func (q *Queries) CountHistoryByMinute(ctx context.Context, arg CountHistoryByMinuteParams) ([]CountHistoryByMinuteRow, error) {
 	rows, err := q.db.Query(ctx, countHistoryByMinute, arg.Since, arg.Until)
 	if err != nil {
@@ -87,4 +90,17 @@ func (q *Queries) CountHistoryByMinute(ctx context.Context, arg CountHistoryByMi
 		return nil, err
 	}
 	return items, nil
+}
+
+const countTestRecordedSince = `-- name: CountTestRecordedSince :one
+SELECT count(*)::int AS n FROM notification_deliveries WHERE test AND created_at >= $1::timestamptz
+`
+
+// Test mode's notifications recorded since @since: what the console's
+// last hour shows apart from its curves. The test rows' own index.
+func (q *Queries) CountTestRecordedSince(ctx context.Context, since time.Time) (int32, error) {
+	row := q.db.QueryRow(ctx, countTestRecordedSince, since)
+	var n int32
+	err := row.Scan(&n)
+	return n, err
 }

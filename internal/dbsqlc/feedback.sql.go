@@ -78,7 +78,7 @@ func (q *Queries) AddUnsubscribe(ctx context.Context, arg AddUnsubscribeParams) 
 }
 
 const findDeliveryForFeedback = `-- name: FindDeliveryForFeedback :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test FROM notification_deliveries
 WHERE ($1::text IS NOT NULL AND provider_message_id = $1::text)
    OR ($2::text IS NOT NULL AND message_id IS NOT NULL
        AND split_part(message_id, '@', 1) = split_part($2::text, '@', 1)
@@ -124,12 +124,13 @@ func (q *Queries) FindDeliveryForFeedback(ctx context.Context, arg FindDeliveryF
 		&i.UnsettledSince,
 		&i.OwnerID,
 		&i.HandoverBatch,
+		&i.Test,
 	)
 	return i, err
 }
 
 const findDeliveryForFeedbackByKeyHash = `-- name: FindDeliveryForFeedbackByKeyHash :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test FROM notification_deliveries
 WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = $1::text
 ORDER BY created_at DESC
 LIMIT 1
@@ -167,6 +168,7 @@ func (q *Queries) FindDeliveryForFeedbackByKeyHash(ctx context.Context, keyHash 
 		&i.UnsettledSince,
 		&i.OwnerID,
 		&i.HandoverBatch,
+		&i.Test,
 	)
 	return i, err
 }
@@ -264,6 +266,71 @@ func (q *Queries) ListSuppressions(ctx context.Context, maxRows int32) ([]Suppre
 			&i.Source,
 			&i.Reason,
 			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listTestFeedbackDue = `-- name: ListTestFeedbackDue :many
+SELECT d.id, d.recipient, d.message_id, d.provider_message_id
+FROM notification_deliveries d
+WHERE d.test
+  AND d.created_at > now() - interval '1 day'
+  AND d.status = 'sent'
+  AND d.provider = 'test'
+  AND split_part(d.recipient, '@', 2) = $1::text
+  AND split_part(split_part(d.recipient, '@', 1), '+', 1) = ANY($2::text[])
+  AND NOT EXISTS (SELECT 1 FROM provider_events e
+                  WHERE e.provider = 'test' AND e.event_id = $3::text || d.id::text)
+ORDER BY d.created_at
+LIMIT $4
+`
+
+type ListTestFeedbackDueParams struct {
+	Domain      string
+	LocalParts  []string
+	EventPrefix string
+	MaxRows     int32
+}
+
+type ListTestFeedbackDueRow struct {
+	ID                uuid.UUID
+	Recipient         string
+	MessageID         *string
+	ProviderMessageID *string
+}
+
+// The test provider's feedback (docs/testmode.md): test deliveries sent
+// to a magic address of @domain (a local part of @local_parts, before
+// any +label) in the last day whose event
+// (@event_prefix || id, the test provider's event id) is not recorded
+// yet, oldest first. The test rows only, through their own index; the
+// event ids are the provider_events primary key.
+func (q *Queries) ListTestFeedbackDue(ctx context.Context, arg ListTestFeedbackDueParams) ([]ListTestFeedbackDueRow, error) {
+	rows, err := q.db.Query(ctx, listTestFeedbackDue,
+		arg.Domain,
+		arg.LocalParts,
+		arg.EventPrefix,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListTestFeedbackDueRow
+	for rows.Next() {
+		var i ListTestFeedbackDueRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Recipient,
+			&i.MessageID,
+			&i.ProviderMessageID,
 		); err != nil {
 			return nil, err
 		}

@@ -20,6 +20,7 @@ type ApiKey struct {
 	CreatedAt  time.Time
 	RevokedAt  *time.Time
 	OwnerID    uuid.UUID
+	Test       bool
 }
 
 type ConsoleSession struct {
@@ -93,6 +94,7 @@ type NotificationDelivery struct {
 	UnsettledSince    *time.Time
 	OwnerID           *uuid.UUID
 	HandoverBatch     *string
+	Test              bool
 }
 
 type OperatorAction struct {
@@ -114,6 +116,7 @@ type Order struct {
 	AccessTokenHash []byte
 	Locale          *string
 	OwnerID         *uuid.UUID
+	Test            bool
 }
 
 type OrderItem struct {

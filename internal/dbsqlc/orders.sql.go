@@ -13,7 +13,7 @@ import (
 )
 
 const getOrder = `-- name: GetOrder :one
-SELECT id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id FROM orders WHERE id = $1
+SELECT id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test FROM orders WHERE id = $1
 `
 
 func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
@@ -29,25 +29,26 @@ func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
 		&i.AccessTokenHash,
 		&i.Locale,
 		&i.OwnerID,
+		&i.Test,
 	)
 	return i, err
 }
 
 const insertCheckout = `-- name: InsertCheckout :exec
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
-    VALUES ($7, $8, $9, $10, $11, $12, $13, $14::text, $15::uuid)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
+    VALUES ($7, $8, $9, $10, $11, $12, $13, $14::text, $15::uuid, $16::boolean)
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
     SELECT $7::uuid,
-           unnest($16::integer[]),
-           unnest($17::text[]),
+           unnest($17::integer[]),
            unnest($18::text[]),
-           unnest($19::integer[]),
-           unnest($20::bigint[])
+           unnest($19::text[]),
+           unnest($20::integer[]),
+           unnest($21::bigint[])
 ), d AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id)
-    VALUES ($21, $7, $22, $23, $24, $25, $12, $12, $12, $14::text, $15::uuid)
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id, test)
+    VALUES ($22, $7, $23, $24, $25, $26, $12, $12, $12, $14::text, $15::uuid, $16::boolean)
     RETURNING id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
@@ -74,6 +75,7 @@ type InsertCheckoutParams struct {
 	AccessTokenHash []byte
 	Locale          *string
 	OwnerID         uuid.UUID
+	Test            bool
 	LineNos         []int32
 	Skus            []string
 	Names           []string
@@ -111,6 +113,7 @@ func (q *Queries) InsertCheckout(ctx context.Context, arg InsertCheckoutParams) 
 		arg.AccessTokenHash,
 		arg.Locale,
 		arg.OwnerID,
+		arg.Test,
 		arg.LineNos,
 		arg.Skus,
 		arg.Names,
@@ -135,21 +138,21 @@ WITH lk AS (
 ), go AS (
     SELECT 1 AS one FROM lk WHERE lk.locked AND NOT EXISTS (SELECT 1 FROM prior)
 ), o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
-    SELECT $3, $4, $5, $6, $7, $8, $9, $10::text, $11::uuid
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
+    SELECT $3, $4, $5, $6, $7, $8, $9, $10::text, $11::uuid, $12::boolean
     FROM go
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
     SELECT $3::uuid,
-           unnest($12::integer[]),
-           unnest($13::text[]),
+           unnest($13::integer[]),
            unnest($14::text[]),
-           unnest($15::integer[]),
-           unnest($16::bigint[])
+           unnest($15::text[]),
+           unnest($16::integer[]),
+           unnest($17::bigint[])
     FROM go
 ), d AS (
-    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id)
-    SELECT $17, $3, $18, $19, $20, $21, $8, $8, $8, $10::text, $11::uuid
+    INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id, test)
+    SELECT $18, $3, $19, $20, $21, $22, $8, $8, $8, $10::text, $11::uuid, $12::boolean
     FROM go
     RETURNING id
 ), ev AS (
@@ -157,7 +160,7 @@ WITH lk AS (
     SELECT d.id, 'received', NULL, 'pending', 0, 'api' FROM d
 ), k AS (
     INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at)
-    SELECT $1::text, $2::text, $22::bytea, $23::bytea, $24::timestamptz
+    SELECT $1::text, $2::text, $23::bytea, $24::bytea, $25::timestamptz
     FROM go
     RETURNING 1 AS one
 )
@@ -179,6 +182,7 @@ type InsertKeyedCheckoutParams struct {
 	AccessTokenHash []byte
 	Locale          *string
 	OwnerID         uuid.UUID
+	Test            bool
 	LineNos         []int32
 	Skus            []string
 	Names           []string
@@ -224,6 +228,7 @@ func (q *Queries) InsertKeyedCheckout(ctx context.Context, arg InsertKeyedChecko
 		arg.AccessTokenHash,
 		arg.Locale,
 		arg.OwnerID,
+		arg.Test,
 		arg.LineNos,
 		arg.Skus,
 		arg.Names,
@@ -251,8 +256,8 @@ func (q *Queries) InsertKeyedCheckout(ctx context.Context, arg InsertKeyedChecko
 
 const insertOrder = `-- name: InsertOrder :exec
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id)
-    VALUES ($1, $7, $8, $9, $10, $11, $12, $13::text, $14::uuid)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
+    VALUES ($1, $7, $8, $9, $10, $11, $12, $13::text, $14::uuid, $15::boolean)
 )
 INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
 SELECT $1::uuid,
@@ -278,6 +283,7 @@ type InsertOrderParams struct {
 	AccessTokenHash []byte
 	Locale          *string
 	OwnerID         uuid.UUID
+	Test            bool
 }
 
 // The order and all its lines in one statement: one round trip. The
@@ -299,6 +305,7 @@ func (q *Queries) InsertOrder(ctx context.Context, arg InsertOrderParams) error 
 		arg.AccessTokenHash,
 		arg.Locale,
 		arg.OwnerID,
+		arg.Test,
 	)
 	return err
 }

@@ -59,6 +59,74 @@ func (q *Queries) DeleteOldBatches(ctx context.Context, arg DeleteOldBatchesPara
 	return result.RowsAffected(), nil
 }
 
+const deleteOldTestOrders = `-- name: DeleteOldTestOrders :execrows
+WITH old AS (
+    SELECT o.id FROM orders o
+    WHERE o.test AND o.created_at < now() - make_interval(secs => $1::float8)
+      AND NOT EXISTS (SELECT 1 FROM notification_deliveries d
+                      WHERE d.order_id = o.id
+                        AND (d.status IN ('pending', 'sending')
+                             OR d.updated_at >= now() - make_interval(secs => $1::float8)))
+    ORDER BY o.created_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+), deliveries AS (
+    DELETE FROM notification_deliveries d USING old WHERE d.order_id = old.id AND d.test
+)
+DELETE FROM orders o USING old WHERE o.id = old.id
+`
+
+type DeleteOldTestOrdersParams struct {
+	OlderThanSeconds float64
+	Batch            int32
+}
+
+// Test retention (TEST_RETENTION): test orders older than it whose
+// notifications are all settled (neither pending nor sending) and
+// untouched as long, with those notifications (their history goes with
+// them), a batch at a time. No tombstone: the order goes too, so no
+// trigger can name its keys again. Live rows are never read (the test
+// index). The orders' foreign key is checked at the statement's end,
+// when their deliveries are gone.
+func (q *Queries) DeleteOldTestOrders(ctx context.Context, arg DeleteOldTestOrdersParams) (int64, error) {
+	result, err := q.db.Exec(ctx, deleteOldTestOrders, arg.OlderThanSeconds, arg.Batch)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const deleteOldTestSuppressions = `-- name: DeleteOldTestSuppressions :one
+WITH old AS (
+    DELETE FROM suppressions s
+    WHERE s.recipient LIKE '%@' || $1::text
+      AND s.created_at < now() - make_interval(secs => $2::float8)
+    RETURNING s.recipient
+), ev AS (
+    DELETE FROM suppression_events e USING old WHERE e.recipient = old.recipient
+), un AS (
+    DELETE FROM unsubscribes u
+    WHERE u.recipient LIKE '%@' || $1::text
+      AND u.created_at < now() - make_interval(secs => $2::float8)
+)
+SELECT count(*) FROM old
+`
+
+type DeleteOldTestSuppressionsParams struct {
+	Domain           string
+	OlderThanSeconds float64
+}
+
+// Test retention of the suppression list: the magic addresses of
+// @domain (which only test keys reach) listed longer than TEST_RETENTION,
+// with their history.
+func (q *Queries) DeleteOldTestSuppressions(ctx context.Context, arg DeleteOldTestSuppressionsParams) (int64, error) {
+	row := q.db.QueryRow(ctx, deleteOldTestSuppressions, arg.Domain, arg.OlderThanSeconds)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const deleteRetiredDeliveries = `-- name: DeleteRetiredDeliveries :many
 DELETE FROM notification_deliveries d
 WHERE d.id = ANY($1::uuid[])
@@ -118,7 +186,7 @@ func (q *Queries) GetDeliveryBatch(ctx context.Context, key string) (GetDelivery
 }
 
 const getStaleSending = `-- name: GetStaleSending :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test FROM notification_deliveries
 WHERE id = $1 AND status = 'sending' AND lease_expires_at < now()
 `
 
@@ -153,6 +221,7 @@ func (q *Queries) GetStaleSending(ctx context.Context, id uuid.UUID) (Notificati
 		&i.UnsettledSince,
 		&i.OwnerID,
 		&i.HandoverBatch,
+		&i.Test,
 	)
 	return i, err
 }
@@ -205,7 +274,7 @@ WITH picked AS (
 UPDATE notification_deliveries d SET updated_at = now()
 FROM picked
 WHERE d.id = picked.id AND d.status = 'pending'
-RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch
+RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test
 `
 
 type PickOrphanedPendingParams struct {
@@ -253,6 +322,7 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 			&i.UnsettledSince,
 			&i.OwnerID,
 			&i.HandoverBatch,
+			&i.Test,
 		); err != nil {
 			return nil, err
 		}

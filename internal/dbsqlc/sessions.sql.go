@@ -34,7 +34,7 @@ func (q *Queries) DeleteExpiredConsoleSessions(ctx context.Context) (int64, erro
 }
 
 const getConsoleSession = `-- name: GetConsoleSession :one
-SELECT s.csrf_token, s.expires_at, k.id, k.name, k.prefix, k.secret_hash, k.scopes, k.created_at, k.revoked_at, k.owner_id
+SELECT s.csrf_token, s.expires_at, k.id, k.name, k.prefix, k.secret_hash, k.scopes, k.created_at, k.revoked_at, k.owner_id, k.test
 FROM console_sessions s JOIN api_keys k ON k.id = s.key_id
 WHERE s.token_hash = $1 AND s.expires_at > now() AND k.revoked_at IS NULL
 `
@@ -50,6 +50,7 @@ type GetConsoleSessionRow struct {
 	CreatedAt  time.Time
 	RevokedAt  *time.Time
 	OwnerID    uuid.UUID
+	Test       bool
 }
 
 // A live session of a live key, with the key.
@@ -67,6 +68,7 @@ func (q *Queries) GetConsoleSession(ctx context.Context, tokenHash []byte) (GetC
 		&i.CreatedAt,
 		&i.RevokedAt,
 		&i.OwnerID,
+		&i.Test,
 	)
 	return i, err
 }

@@ -58,6 +58,7 @@ type adminDelivery struct {
 	CreatedAt         time.Time       `json:"created_at"`
 	UpdatedAt         time.Time       `json:"updated_at"`
 	SentAt            *time.Time      `json:"sent_at,omitempty"`
+	Test              bool            `json:"test,omitempty"` // a test key's: it never reaches a provider
 }
 
 func toAdmin(d notify.Delivery) adminDelivery {
@@ -67,7 +68,7 @@ func toAdmin(d notify.Delivery) adminDelivery {
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
 		Provider: d.Provider, ProviderPinned: d.ProviderPinned, MayHaveBeenSent: d.MayHaveBeenSent(), Owner: d.Owner,
 		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, SendAt: d.NotBefore, TemplateData: d.Data,
-		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt,
+		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt, Test: d.Test,
 	}
 }
 
@@ -594,11 +595,16 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			Name     string    `json:"name"`
 			Scopes   []string  `json:"scopes"`
 			Replaces uuid.UUID `json:"replaces"`
+			Mode     string    `json:"mode"`
 		}
 		if !decodeJSON(w, r, &req) {
 			return
 		}
 		var fields []fieldError
+		mode, err := apikey.ParseMode(req.Mode)
+		if err != nil {
+			fields = append(fields, fieldError{Pointer: "/mode", Detail: "must be live or test"})
+		}
 		name, problem := apikey.CheckName(req.Name)
 		if name == "" {
 			problem = "must say whose key this is, e.g. shop-backend-2026-12"
@@ -614,9 +620,13 @@ func handleAdminCreateKey(a Admin) http.Handler {
 			validationFailed(w, r, fields...)
 			return
 		}
-		k, secret, err := a.Keys.CreateReplacing(r.Context(), actorOf(r), name, scopes, req.Replaces)
+		k, secret, err := a.Keys.CreateReplacing(r.Context(), actorOf(r), name, scopes, req.Replaces, mode)
 		if errors.Is(err, apikey.ErrNotFound) {
 			validationFailed(w, r, fieldError{Pointer: "/replaces", Detail: "is no API key's id (GET /admin/v1/api-keys lists them)"})
+			return
+		}
+		if errors.Is(err, apikey.ErrBadMode) {
+			validationFailed(w, r, fieldError{Pointer: "/mode", Detail: strings.TrimPrefix(err.Error(), apikey.ErrBadMode.Error()+": ")})
 			return
 		}
 		if err != nil {

@@ -53,7 +53,7 @@ func TestAnotherKeyCannotCancel(t *testing.T) {
 	}
 
 	// Rotation: the next key replaces the shop's, which is revoked.
-	next, nextSecret, err := s.keys.CreateReplacing(ctx, "test", "test backend 2", apikey.BackendScopes, s.backendKeyID)
+	next, nextSecret, err := s.keys.CreateReplacing(ctx, "test", "test backend 2", apikey.BackendScopes, s.backendKeyID, apikey.ModeLive)
 	if err != nil {
 		t.Fatal(err)
 	}

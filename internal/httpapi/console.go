@@ -56,6 +56,7 @@ type page struct {
 	Data         notify.QueueState // overview
 	Held, Failed count
 	LastHour     *lastHour // nil when the history could not be read
+	TestLastHour int       // test notifications recorded in the last hour, not in LastHour
 	QueueNow     *queueNow // nil when the queue could not be read
 	Paces        []paceRow // the paced providers' budgets
 
@@ -271,6 +272,9 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 		} else {
 			h := newLastHour(minutes, now, p.Data.Provider.Workers, queueErr)
 			p.LastHour = &h
+		}
+		if p.TestLastHour, err = ops.TestRecordedSince(ctx, now.Add(-time.Hour)); err != nil {
+			errs = append(errs, err)
 		}
 		if err := errors.Join(errs...); err != nil {
 			setLogError(ctx, err)

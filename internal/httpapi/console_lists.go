@@ -171,7 +171,15 @@ func handleConsoleCreateKey(keys *apikey.Service) http.Handler {
 			renderKeys(w, r, keys, http.StatusUnprocessableEntity, "", "Scopes: choose at least one.")
 			return
 		}
-		k, secret, err := keys.Create(r.Context(), sessionOf(r).Actor(), name, scopes)
+		mode := apikey.ModeLive
+		if r.PostFormValue("mode") == string(apikey.ModeTest) {
+			mode = apikey.ModeTest
+		}
+		k, secret, err := keys.CreateReplacing(r.Context(), sessionOf(r).Actor(), name, scopes, uuid.Nil, mode)
+		if errors.Is(err, apikey.ErrBadMode) {
+			renderKeys(w, r, keys, http.StatusUnprocessableEntity, "", "Test key: a test key cannot have the admin scope.")
+			return
+		}
 		if err != nil {
 			setLogError(r.Context(), err)
 			consoleError(w, r, http.StatusInternalServerError, "The key could not be created: "+err.Error())

@@ -80,7 +80,7 @@ func handleGetOrder(orders *order.Service) http.Handler {
 		if !ok {
 			return
 		}
-		o, err := orders.Get(r.Context(), id)
+		o, err := orders.Get(r.Context(), id, callerOf(r))
 		if err != nil {
 			writeError(w, r, err)
 			return
@@ -276,7 +276,7 @@ func idempotencyKeyOf(r *http.Request) (string, *problem) {
 // or nobody.
 func callerOf(r *http.Request) order.Caller {
 	k, _ := keyFrom(r.Context())
-	return order.Caller{Key: k.ID, Owner: k.Owner}
+	return order.Caller{Key: k.ID, Owner: k.Owner, Test: k.Test()}
 }
 
 // anonymousKeyProblem refuses an anonymous caller's Idempotency-Key that

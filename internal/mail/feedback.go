@@ -15,6 +15,10 @@ const (
 	FeedbackDeferred   FeedbackKind = "deferred"   // a temporary failure; the provider keeps trying
 	FeedbackBounced    FeedbackKind = "bounced"    // a permanent failure (hard bounce): the address is dead
 	FeedbackComplained FeedbackKind = "complained" // the recipient marked it as spam
+	// FeedbackUnsubscribed: the recipient left the sender's subscription
+	// mail, as our own one-click link does (only test mode's provider
+	// reports it so far: unsubscribed@ mail.TestDomain).
+	FeedbackUnsubscribed FeedbackKind = "unsubscribed"
 )
 
 // Feedback is one provider event, its signature or credentials verified,

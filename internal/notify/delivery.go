@@ -93,6 +93,9 @@ type Delivery struct {
 	// a checkout's confirmation: the order's), PublicOwner for the public
 	// checkout's, nil when it was recorded before owners were.
 	Owner *uuid.UUID
+	// Test: a test key's (its order's mode, docs/testmode.md). Only the
+	// worker's test provider ever takes it; it never reaches a real one.
+	Test bool
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.
@@ -131,6 +134,9 @@ type Intent struct {
 	// Owner is the owner of the API key that asks (apikey.Key.Owner), or
 	// PublicOwner for an anonymous caller: who may cancel it (CanCancel).
 	Owner uuid.UUID
+	// Test: the order is a test key's; so is the notification, which
+	// then never reaches a provider. Always the order's mode.
+	Test bool
 }
 
 // PublicOwner owns what anonymous callers make (the public checkout's
@@ -212,7 +218,7 @@ func (in Intent) prepare(now time.Time) (PreparedIntent, error) {
 	d := Delivery{
 		ID: uuid.Must(uuid.NewV7()), OrderID: in.OrderID, Template: in.Template, Recipient: in.Recipient,
 		IdempotencyKey: in.key(), Status: StatusPending, Data: data,
-		CreatedAt: now, UpdatedAt: now, TryingSince: now, Locale: in.Locale, Owner: &in.Owner,
+		CreatedAt: now, UpdatedAt: now, TryingSince: now, Locale: in.Locale, Owner: &in.Owner, Test: in.Test,
 	}
 	if in.NotBefore.After(now) {
 		at := in.NotBefore.UTC().Truncate(time.Microsecond)
@@ -261,6 +267,7 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		ProviderPinned: r.ProviderPinned,
 		UnsettledSince: r.UnsettledSince,
 		Owner:          r.OwnerID,
+		Test:           r.Test,
 		leaseToken:     r.LeaseToken,
 		// The nullable text columns: "" for NULL.
 		Provider:          orEmpty(r.Provider),

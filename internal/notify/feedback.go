@@ -12,6 +12,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
@@ -70,6 +71,12 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (Fee
 		if err != nil {
 			return fmt.Errorf("find the delivery of a %s event: %w", f.Provider, err)
 		}
+		// Test mode's provider reports only about test deliveries, and a
+		// real provider never had one: either way the event names no
+		// message that provider was given.
+		if d.Test != (f.Provider == mail.TestProvider) {
+			return ErrUnknownMessage
+		}
 		out.DeliveryID = d.ID
 		n, err := q.InsertProviderEvent(ctx, dbsqlc.InsertProviderEventParams{Provider: f.Provider, EventID: f.EventID, Kind: string(f.Kind), DeliveryID: &d.ID})
 		if err != nil {
@@ -83,6 +90,14 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (Fee
 			"at": f.At.UTC().Format(time.RFC3339)}
 		if err := recordEvent(ctx, q, d, string(f.Kind), f.Provider, detail); err != nil {
 			return fmt.Errorf("record %s event in the history: %w", f.Provider, err)
+		}
+		if f.Kind == mail.FeedbackUnsubscribed {
+			// As our one-click link does (Operator.Unsubscribe): the
+			// recipient leaves the subscription mail, never an order's.
+			if _, err := q.AddUnsubscribe(ctx, dbsqlc.AddUnsubscribeParams{Recipient: d.Recipient, Category: mailtemplate.CategorySubscription}); err != nil {
+				return fmt.Errorf("unsubscribe the recipient of delivery %s: %w", d.ID, err)
+			}
+			return nil
 		}
 		source := map[mail.FeedbackKind]string{mail.FeedbackBounced: "bounce", mail.FeedbackComplained: "complaint"}[f.Kind]
 		if source == "" {
@@ -99,6 +114,39 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (Fee
 		return nil
 	})
 	return out, err
+}
+
+// TestFeedbackDue lists, oldest first and at most limit, the test
+// deliveries the test provider took in the last day for a magic
+// recipient (a local part of localParts, before any +label, at
+// mail.TestDomain) whose event (eventPrefix and the delivery's id) is
+// not recorded yet: what the reconciler reports through RecordFeedback.
+func TestFeedbackDue(ctx context.Context, db DB, localParts []string, eventPrefix string, limit int) ([]TestSent, error) {
+	rows, err := dbsqlc.New(db).ListTestFeedbackDue(ctx, dbsqlc.ListTestFeedbackDueParams{
+		Domain: mail.TestDomain, LocalParts: localParts, EventPrefix: eventPrefix, MaxRows: int32(limit),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list the test provider's feedback: %w", err)
+	}
+	out := make([]TestSent, len(rows))
+	for i, r := range rows {
+		out[i] = TestSent{DeliveryID: r.ID, Recipient: r.Recipient}
+		if r.MessageID != nil {
+			out[i].MessageID = *r.MessageID
+		}
+		if r.ProviderMessageID != nil {
+			out[i].ProviderMessageID = *r.ProviderMessageID
+		}
+	}
+	return out, nil
+}
+
+// TestSent is a test delivery the test provider took (TestFeedbackDue).
+type TestSent struct {
+	DeliveryID        uuid.UUID
+	Recipient         string
+	MessageID         string
+	ProviderMessageID string
 }
 
 // RememberWebhookToken records the token of a verified webhook signature
@@ -137,4 +185,16 @@ type SuppressionEvent struct {
 	Source string    `json:"source"`
 	Actor  string    `json:"actor"`
 	Note   string    `json:"note"`
+}
+
+// DeleteOldTestSuppressions lifts the suppressions (and unsubscribes) of
+// test mode's magic addresses (mail.TestDomain, which only test keys
+// reach) older than retention, with their history: the test retention.
+// No live address is ever touched.
+func DeleteOldTestSuppressions(ctx context.Context, db DB, retention time.Duration) (int, error) {
+	n, err := dbsqlc.New(db).DeleteOldTestSuppressions(ctx, dbsqlc.DeleteOldTestSuppressionsParams{Domain: mail.TestDomain, OlderThanSeconds: retention.Seconds()})
+	if err != nil {
+		return 0, fmt.Errorf("delete old test suppressions: %w", err)
+	}
+	return int(n), nil
 }

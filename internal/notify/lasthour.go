@@ -65,3 +65,13 @@ func LastHour(ctx context.Context, db DB, now time.Time) ([]Minute, error) {
 func (o *Operator) LastHour(ctx context.Context, now time.Time) ([]Minute, error) {
 	return LastHour(ctx, o.db, now)
 }
+
+// TestRecordedSince counts test mode's notifications recorded since
+// since, which LastHour leaves out.
+func (o *Operator) TestRecordedSince(ctx context.Context, since time.Time) (int, error) {
+	n, err := dbsqlc.New(o.db).CountTestRecordedSince(ctx, since)
+	if err != nil {
+		return 0, fmt.Errorf("count test notifications: %w", err)
+	}
+	return int(n), nil
+}

@@ -94,7 +94,7 @@ func recordIntent(ctx context.Context, q *dbsqlc.Queries, d Delivery) (dbsqlc.No
 	row, err := q.InsertDelivery(ctx, dbsqlc.InsertDeliveryParams{
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
 		IdempotencyKey: d.IdempotencyKey, TemplateData: d.Data, CreatedAt: d.CreatedAt, Actor: "api", Locale: locale,
-		NotBefore: d.NotBefore, OwnerID: d.Owner,
+		NotBefore: d.NotBefore, OwnerID: d.Owner, Test: d.Test,
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return dbsqlc.NotificationDelivery{}, false, nil
@@ -215,7 +215,7 @@ func fromJudged(r dbsqlc.ClaimDeliveriesRow) Delivery {
 		TemplateData: r.TemplateData, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, SentAt: r.SentAt,
 		MessageID: r.MessageID, TryingSince: r.TryingSince, Locale: r.Locale, NotBefore: r.NotBefore,
 		Provider: r.Provider, ProviderPinned: r.ProviderPinned, UnsettledSince: r.UnsettledSince,
-		HandoverBatch: r.HandoverBatch,
+		HandoverBatch: r.HandoverBatch, Test: r.Test,
 	})
 }
 

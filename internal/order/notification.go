@@ -86,13 +86,16 @@ func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, call
 				return nil
 			}
 		}
-		o, err := getOrder(ctx, q, orderID)
+		o, err := getOrderFor(ctx, q, orderID, caller)
 		if err != nil {
 			return err
 		}
 		recipient := o.CustomerEmail
 		if t.Recipient != "" {
 			recipient = t.Recipient
+			if err := checkRecipientMode(o.Test, "/recipient", recipient); err != nil {
+				return err
+			}
 		}
 		d, created, err = recordAbout(ctx, tx, o, caller, t.Template, t.EventID, recipient, t.Data, sendAt, now)
 		if err != nil {
@@ -193,6 +196,35 @@ func canonicalJSON(data []byte) (json.RawMessage, error) {
 	return json.Marshal(v)
 }
 
+// getOrderFor reads an order row for caller: ErrNotFound when there is
+// none, and when it is of the other mode than caller's key (a test key
+// sees only test orders, a live key only live ones). An anonymous
+// caller (an order's access token, which proves the order) is not held
+// to a mode.
+func getOrderFor(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID, caller Caller) (dbsqlc.Order, error) {
+	o, err := getOrder(ctx, q, id)
+	if err != nil {
+		return dbsqlc.Order{}, err
+	}
+	if !caller.Anonymous() && o.Test != caller.Test {
+		return dbsqlc.Order{}, ErrNotFound
+	}
+	return o, nil
+}
+
+// checkRecipientMode refuses a live order's notification to a test
+// mode's magic address (mail.TestDomain): no real provider can deliver
+// it, and only test keys' notifications, which never reach one, may go
+// there.
+func checkRecipientMode(test bool, pointer, recipient string) error {
+	if test || !mail.IsTestAddress(recipient) {
+		return nil
+	}
+	var verr ValidationError
+	verr.add(pointer, "%s is test mode's domain: only a test key's orders may send to it (docs/testmode.md)", mail.TestDomain)
+	return &verr
+}
+
 // getOrder reads an order row, ErrNotFound when there is none.
 func getOrder(ctx context.Context, q *dbsqlc.Queries, id uuid.UUID) (dbsqlc.Order, error) {
 	o, err := q.GetOrder(ctx, id)
@@ -220,6 +252,7 @@ func recordAbout(ctx context.Context, tx pgx.Tx, o dbsqlc.Order, caller Caller, 
 		Locale:    derefString(o.Locale),
 		EventID:   eventID,
 		NotBefore: sendAt,
+		Test:      o.Test,
 	}, now)
 }
 
@@ -242,6 +275,13 @@ func (c Caller) canceller() notify.Canceller {
 // notify.ErrMayHaveBeenSent, each with the notification as it stands; a
 // missing one, or one another key's owner made, ErrNotificationNotFound.
 func (s *Service) CancelNotification(ctx context.Context, id uuid.UUID, caller Caller) (Notification, error) {
+	// The other mode's notification is not there for caller (its mode
+	// never changes, so this read cannot race the cancel).
+	if d, err := notify.Get(ctx, s.pool, id); errors.Is(err, notify.ErrNotFound) || err == nil && d.Test != caller.Test {
+		return Notification{}, ErrNotificationNotFound
+	} else if err != nil {
+		return Notification{}, err
+	}
 	d, err := notify.Cancel(ctx, s.pool, id, caller.canceller(), "")
 	if errors.Is(err, notify.ErrNotFound) {
 		return Notification{}, ErrNotificationNotFound
@@ -263,7 +303,7 @@ func (s *Service) CancelTemplate(ctx context.Context, orderID uuid.UUID, templat
 		verr.add("/template", "must name the template whose pending notifications to cancel")
 		return nil, nil, &verr
 	}
-	if _, err := getOrder(ctx, dbsqlc.New(s.pool), orderID); err != nil {
+	if _, err := getOrderFor(ctx, dbsqlc.New(s.pool), orderID, caller); err != nil {
 		return nil, nil, err
 	}
 	c := caller.canceller()

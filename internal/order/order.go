@@ -41,6 +41,11 @@ type Caller struct {
 	// is its owner's, which alone (an operator aside) may cancel it.
 	// uuid.Nil for an anonymous caller: notify.PublicOwner.
 	Owner uuid.UUID
+	// Test: the key is a test key (apikey.ModeTest). Its orders are test
+	// orders, and it sees no other: a live order is not there for it, as
+	// a test order is not for a live key (docs/testmode.md). An anonymous
+	// caller is live.
+	Test bool
 	// Client is the address the request came from as the API's rate
 	// limiter names it (an IPv6 client by its /64, behind a trusted proxy
 	// the address it forwarded for): the public checkout's cap per client
@@ -81,6 +86,9 @@ type Order struct {
 	// storefront that shows the order to its customer. Only the checkout
 	// that created the order answers with it; it is stored as a hash.
 	AccessToken string `json:"access_token,omitempty"`
+	// Test: placed with a test key; its notifications never reach a
+	// provider (docs/testmode.md). Absent for a live order.
+	Test bool `json:"test,omitempty"`
 }
 
 // Item is one line of an order. Amounts are integer minor units.

@@ -113,6 +113,9 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 	if err != nil {
 		return Placed{}, err
 	}
+	if err := checkRecipientMode(caller.Test, "/customer_email", v.Email); err != nil {
+		return Placed{}, err
+	}
 	// The request's fingerprint matters only to an Idempotency-Key.
 	var hash []byte
 	if idempotencyKey != "" {
@@ -159,6 +162,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 		Locale:        v.Locale,
 		CreatedAt:     now,
 		AccessToken:   newAccessToken(),
+		Test:          caller.Test,
 	}
 	intent, err := notify.Intent{
 		OrderID:   o.ID,
@@ -174,6 +178,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 		},
 		Locale: o.Locale,
 		Owner:  caller.Owner,
+		Test:   caller.Test,
 	}.Prepare(now)
 	if err != nil {
 		return Placed{}, err
@@ -321,6 +326,7 @@ func checkoutParams(o Order, intent notify.PreparedIntent) dbsqlc.InsertCheckout
 		IdempotencyKey: intent.Delivery.IdempotencyKey,
 		TemplateData:   intent.Data,
 		OwnerID:        *intent.Delivery.Owner,
+		Test:           intent.Delivery.Test,
 	}
 	sum := sha256.Sum256([]byte(o.AccessToken))
 	p.AccessTokenHash = sum[:]
@@ -345,7 +351,7 @@ func keyedParams(p dbsqlc.InsertCheckoutParams) dbsqlc.InsertKeyedCheckoutParams
 		CreatedAt: p.CreatedAt, AccessTokenHash: p.AccessTokenHash, Locale: p.Locale,
 		LineNos: p.LineNos, Skus: p.Skus, Names: p.Names, Quantities: p.Quantities, UnitPricesMinor: p.UnitPricesMinor,
 		DeliveryID: p.DeliveryID, Template: p.Template, Recipient: p.Recipient, IdempotencyKey: p.IdempotencyKey, TemplateData: p.TemplateData,
-		OwnerID: p.OwnerID,
+		OwnerID: p.OwnerID, Test: p.Test,
 	}
 }
 
@@ -404,10 +410,11 @@ func (s *Service) rememberKey(ctx context.Context, q *dbsqlc.Queries, scope, key
 	return nil
 }
 
-// Get returns an order with the current state of its notifications.
-func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
+// Get returns an order with the current state of its notifications, for
+// caller: an order of the other mode than caller's key is ErrNotFound.
+func (s *Service) Get(ctx context.Context, id uuid.UUID, caller Caller) (Order, error) {
 	q := dbsqlc.New(s.pool)
-	row, err := getOrder(ctx, q, id)
+	row, err := getOrderFor(ctx, q, id, caller)
 	if err != nil {
 		return Order{}, err
 	}
@@ -429,6 +436,7 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID) (Order, error) {
 		Items:         make([]Item, len(items)),
 		Locale:        derefString(row.Locale),
 		Notifications: notificationsOf(deliveries),
+		Test:          row.Test,
 	}
 	for i, it := range items {
 		o.Items[i] = Item{
@@ -488,4 +496,16 @@ func derefString(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// DeleteOldTestOrders deletes up to batch test orders (docs/testmode.md)
+// older than retention whose notifications are all settled and untouched
+// as long, with their notifications and history (the reconciler's test
+// retention, TEST_RETENTION). Live orders are never touched.
+func DeleteOldTestOrders(ctx context.Context, db *pgxpool.Pool, retention time.Duration, batch int) (int, error) {
+	n, err := dbsqlc.New(db).DeleteOldTestOrders(ctx, dbsqlc.DeleteOldTestOrdersParams{OlderThanSeconds: retention.Seconds(), Batch: int32(batch)})
+	if err != nil {
+		return 0, fmt.Errorf("delete old test orders: %w", err)
+	}
+	return int(n), nil
 }

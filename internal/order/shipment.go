@@ -63,7 +63,7 @@ func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment, call
 	var d notify.Delivery
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		q := dbsqlc.New(tx)
-		o, err := getOrder(ctx, q, orderID)
+		o, err := getOrderFor(ctx, q, orderID, caller)
 		if err != nil {
 			return err
 		}

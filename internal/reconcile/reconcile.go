@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 	"github.com/sekali-dev/sekali/internal/queue"
+	"github.com/sekali-dev/sekali/internal/testmail"
 )
 
 // Policy says what to do with a delivery whose outcome is unknown and
@@ -73,8 +75,13 @@ type Config struct {
 	MaxAge time.Duration
 	// Providers are the workers' providers (PROVIDERS), in their order:
 	// an ambiguous send is settled at the provider that had it, and one
-	// handed over before the provider was recorded at the first.
+	// handed over before the provider was recorded at the first. New adds
+	// the workers' test provider (test mode) after them.
 	Providers []Provider
+	// TestRetention deletes test orders (docs/testmode.md) settled and
+	// untouched for that long, with their notifications and history, and
+	// test mode's suppressions as old (TEST_RETENTION). Zero keeps them.
+	TestRetention time.Duration
 }
 
 // Provider is what the reconciler knows of one of the workers'
@@ -109,10 +116,16 @@ type Reconciler struct {
 	decisions *prometheus.CounterVec
 	passes    prometheus.Histogram
 	cleaned   *prometheus.CounterVec
+	// testFeedback counts the test provider's events (testFeedback).
+	testFeedback *prometheus.CounterVec
 }
 
 // New returns a Reconciler.
 func New(db *pgxpool.Pool, enq *queue.Enqueuer, ins *asynq.Inspector, cfg Config, log *slog.Logger, reg prometheus.Registerer) *Reconciler {
+	// A test delivery whose worker stopped after its hand-over is judged
+	// at the test provider, which never has it: it is sent to the test
+	// provider again, which mails nobody.
+	cfg.Providers = append(slices.Clip(cfg.Providers), Provider{Name: mail.TestProvider, Lookup: testmail.Lookup{}})
 	r := &Reconciler{
 		db: db, enqueuer: enq, inspector: ins, cfg: cfg, log: log,
 		stale: metric.Gauge(reg, "sekali_stale_processing_records",
@@ -123,7 +136,10 @@ func New(db *pgxpool.Pool, enq *queue.Enqueuer, ins *asynq.Inspector, cfg Config
 		passes: metric.Histogram(reg, "sekali_reconciler_pass_duration_seconds", "Time one reconciliation pass took.", prometheus.DefBuckets),
 		cleaned: metric.CounterVec(reg, "sekali_cleanup_deleted_total",
 			"Rows the retention clean-up deleted: expired idempotency keys, and finished deliveries past DELIVERY_RETENTION.",
-			[]string{"table"}, []string{"idempotency_keys", "notification_deliveries"}),
+			[]string{"table"}, []string{"idempotency_keys", "notification_deliveries", "test_orders", "test_suppressions"}),
+		testFeedback: metric.CounterVec(reg, "sekali_test_feedback_total",
+			"Events the test provider reported about test deliveries to magic recipients, through the providers' feedback path: delivered, deferred, bounced, complained, unsubscribed.",
+			[]string{"kind"}, []string{"delivered", "deferred", "bounced", "complained", "unsubscribed"}),
 	}
 	return r
 }
@@ -135,12 +151,16 @@ type Report struct {
 	Decisions map[string]int // by decision
 	// Cleaned counts what the retention clean-up deleted.
 	CleanedKeys, CleanedDeliveries int
+	// CleanedTestOrders, CleanedTestSuppressions: the test retention's.
+	CleanedTestOrders, CleanedTestSuppressions int
+	// TestFeedback counts the test provider's events reported.
+	TestFeedback int
 }
 
 func (rep Report) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "stale_sending=%d held=%d cleaned_idempotency_keys=%d cleaned_deliveries=%d",
-		rep.Stale, rep.Held, rep.CleanedKeys, rep.CleanedDeliveries)
+	fmt.Fprintf(&b, "stale_sending=%d held=%d cleaned_idempotency_keys=%d cleaned_deliveries=%d cleaned_test_orders=%d cleaned_test_suppressions=%d test_feedback=%d",
+		rep.Stale, rep.Held, rep.CleanedKeys, rep.CleanedDeliveries, rep.CleanedTestOrders, rep.CleanedTestSuppressions, rep.TestFeedback)
 	for _, d := range allDecisions {
 		fmt.Fprintf(&b, " %s=%d", d, rep.Decisions[d])
 	}
@@ -183,6 +203,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	if err := r.requeueOrphans(ctx, &rep); err != nil {
 		return rep, err
 	}
+	if err := r.reportTestFeedback(ctx, &rep); err != nil {
+		return rep, err
+	}
 
 	held, err := notify.CountHeld(ctx, r.db)
 	if err != nil {
@@ -204,6 +227,18 @@ func (r *Reconciler) cleanUp(ctx context.Context, rep *Report) error {
 	}
 	rep.CleanedKeys = n
 	r.cleaned.WithLabelValues("idempotency_keys").Add(float64(n))
+	if r.cfg.TestRetention > 0 {
+		if n, err = order.DeleteOldTestOrders(ctx, r.db, r.cfg.TestRetention, r.cfg.Batch); err != nil {
+			return err
+		}
+		rep.CleanedTestOrders = n
+		r.cleaned.WithLabelValues("test_orders").Add(float64(n))
+		if n, err = notify.DeleteOldTestSuppressions(ctx, r.db, r.cfg.TestRetention); err != nil {
+			return err
+		}
+		rep.CleanedTestSuppressions = n
+		r.cleaned.WithLabelValues("test_suppressions").Add(float64(n))
+	}
 	if r.cfg.DeliveryRetention <= 0 {
 		return nil
 	}
@@ -213,6 +248,37 @@ func (r *Reconciler) cleanUp(ctx context.Context, rep *Report) error {
 	}
 	rep.CleanedDeliveries = n
 	r.cleaned.WithLabelValues("notification_deliveries").Add(float64(n))
+	return nil
+}
+
+// reportTestFeedback is the test provider's webhook (docs/testmode.md):
+// for each test delivery it took for a magic recipient (bounced@ the
+// test domain, ...), a batch a pass, the event that recipient asks for,
+// recorded through notify.RecordFeedback, the path every provider's
+// verified webhook event takes, so that its history, suppression and
+// outbound webhook are what a real provider's report would make. After
+// the send, as a provider's report comes; once per delivery, by the
+// event's id, however many reconcilers run.
+func (r *Reconciler) reportTestFeedback(ctx context.Context, rep *Report) error {
+	due, err := notify.TestFeedbackDue(ctx, r.db, testmail.MagicLocalParts, testmail.EventPrefix, r.cfg.Batch)
+	if err != nil {
+		return err
+	}
+	for _, d := range due {
+		f, ok := testmail.FeedbackOf(d.DeliveryID.String(), d.Recipient, d.MessageID, d.ProviderMessageID, time.Now())
+		if !ok {
+			continue
+		}
+		out, err := notify.RecordFeedback(ctx, r.db, f)
+		if err != nil {
+			return fmt.Errorf("report the test provider's %s of delivery %s: %w", f.Kind, d.DeliveryID, err)
+		}
+		if !out.Duplicate {
+			rep.TestFeedback++
+			r.testFeedback.WithLabelValues(string(f.Kind)).Inc()
+			r.log.Info("test feedback", "delivery_id", d.DeliveryID.String(), "kind", string(f.Kind), "suppressed", out.Suppressed)
+		}
+	}
 	return nil
 }
 

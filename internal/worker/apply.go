@@ -34,7 +34,7 @@ func (w *Worker) apply(ctx context.Context, l *taskLog, d notify.Delivery, a *at
 	}
 
 	if s.outcome != "" {
-		w.metrics.deliveries.WithLabelValues(d.Template, s.outcome).Inc()
+		w.metrics.deliveries.WithLabelValues(d.Template, s.outcome, modeOf(d)).Inc()
 	}
 	if s.retry != "" {
 		w.metrics.retries.WithLabelValues(s.retry).Inc()
@@ -144,6 +144,15 @@ func (w *Worker) write(ctx context.Context, l *taskLog, d notify.Delivery, a *at
 // replyAttrs are the log fields of a provider's answer, named for its
 // protocol: smtp_code and smtp_enhanced for an SMTP reply, http_status
 // for an HTTP one, none for no answer.
+// modeOf is d's mode, the mode label of sekali_deliveries_total: test
+// mode's attempts are counted apart from the live ones.
+func modeOf(d notify.Delivery) string {
+	if d.Test {
+		return "test"
+	}
+	return "live"
+}
+
 func replyAttrs(r mail.Reply) []slog.Attr {
 	switch {
 	case r.Code == 0:

@@ -54,6 +54,9 @@ func (w *Worker) anyAvailable() bool {
 
 // hasRoute reports whether this worker sends through provider name.
 func (w *Worker) hasRoute(name string) bool {
+	if name == w.test.name {
+		return true
+	}
 	for _, r := range w.routes {
 		if r.name == name {
 			return true
@@ -63,9 +66,10 @@ func (w *Worker) hasRoute(name string) bool {
 }
 
 // usable names the providers that are up, for the claim: a delivery
-// pinned to another waits without being claimed.
+// pinned to another waits without being claimed. The test provider is
+// always among them (a test delivery is never anywhere else).
 func (w *Worker) usable() []string {
-	var names []string
+	names := []string{w.test.name}
 	for _, r := range w.routes {
 		if r.health.available() {
 			names = append(names, r.name)

@@ -47,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		processing: metric.Histogram(reg, "sekali_job_processing_duration_seconds", "Time to handle one delivery task, whatever its outcome.", metric.Latency),
 		// Its series, by template, are made known by New.
 		deliveries: metric.CounterVec(reg, "sekali_deliveries_total",
-			"Delivery attempts by template and outcome: sent, failed, retried, ambiguous.", []string{"template", "outcome"}),
+			"Delivery attempts by template, outcome (sent, failed, retried, ambiguous, ...) and mode: live, or test (a test key's, which never reach a provider).", []string{"template", "outcome", "mode"}),
 		batchSize: metric.HistogramVec(reg, "sekali_statement_batch_size",
 			"Attempts served by one statement, by statement (claim, hand_over, sent): those that reached it while the previous one ran.",
 			[]float64{1, 2, 4, 8, 16, 32, 64}, []string{"statement"}),
@@ -82,7 +82,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 var deliveryOutcomes = []string{"sent", "failed", "retried", "held", "ambiguous", "suppressed"}
 
 // knowTemplates creates the series of every template and outcome, at zero.
-func (m *Metrics) knowTemplates(names []string) { metric.Known(m.deliveries, names, deliveryOutcomes) }
+func (m *Metrics) knowTemplates(names []string) {
+	metric.Known(m.deliveries, names, deliveryOutcomes, []string{"live", "test"})
+}
 
 // knowProviders creates the series of every provider, at zero.
 func (m *Metrics) knowProviders(ps []NamedProvider) {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -27,6 +28,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/postgres"
 	"github.com/sekali-dev/sekali/internal/queue"
 	"github.com/sekali-dev/sekali/internal/smartbatch"
+	"github.com/sekali-dev/sekali/internal/testmail"
 	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
@@ -119,9 +121,14 @@ func MinShutdownTimeout(sendTimeout time.Duration) time.Duration {
 // Worker drives deliveries pending → sending → sent. It is the asynq
 // handler for TaskTypeDeliver; wrap it in Middleware.
 type Worker struct {
-	db        *pgxpool.Pool
-	lock      redisLock
-	routes    []*route // PROVIDERS, in order: each attempt takes the first that is up
+	db     *pgxpool.Pool
+	lock   redisLock
+	routes []*route // PROVIDERS, in order: each attempt takes the first that is up
+	// test is test mode's provider (internal/testmail), which takes every
+	// test delivery and nothing else; it is in no list, so no
+	// configuration can route a test delivery to a real provider, or a
+	// live one to it.
+	test      *route
 	templates *mailtemplate.Templates
 	// templateNames are the templates this worker may claim deliveries
 	// of; subscriptions those of the subscription category.
@@ -198,9 +205,12 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 			line: &line{budget: p.Budget, maxWait: cfg.PaceWait}}
 	}
 	w := &Worker{
-		db:            db,
-		lock:          redisLock{rdb: rdb, ttl: cfg.LockTTL},
-		routes:        routes,
+		db:     db,
+		lock:   redisLock{rdb: rdb, ttl: cfg.LockTTL},
+		routes: routes,
+		test: &route{name: mail.TestProvider, provider: testmail.New(), line: &line{maxWait: cfg.PaceWait},
+			// Never registered: the test provider is always up.
+			health: newHealth(prometheus.NewGauge(prometheus.GaugeOpts{Name: "sekali_test_provider_up", Help: "The test provider takes every test delivery."}))},
 		templates:     templates,
 		templateNames: names,
 		subscriptions: templates.Subscriptions(),
@@ -363,8 +373,9 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p queue.Payload) er
 		return w.apply(ctx, l, a.row, a, decideDraining())
 	}
 	// The provider whose token the task took, or the one the row is
-	// pinned to (with a token of its own).
-	route, s := w.routeAfterPace(ctx, a.row, paced)
+	// pinned to (with a token of its own); a test delivery's is the test
+	// provider, always.
+	route, s := w.routeOf(ctx, a.row, paced)
 	if s != nil {
 		return w.apply(ctx, l, a.row, a, *s)
 	}
@@ -421,6 +432,22 @@ func (w *Worker) processOne(ctx context.Context, l *taskLog, p queue.Payload) er
 	}
 	return w.apply(rctx, l, a.row, a, decideOutcome(a.row, providerID, sendErr, time.Now(), w.cfg.MaxAge, a.route.resend > 0 && !a.batched))
 }
+
+// routeOf is the provider an attempt at the claimed row d sends
+// through: the test provider for a test delivery (test mode:
+// docs/testmode.md), otherwise routeAfterPace's.
+func (w *Worker) routeOf(ctx context.Context, d notify.Delivery, paced *route) (*route, *step) {
+	if d.Test {
+		return w.test, nil
+	}
+	return w.routeAfterPace(ctx, d, paced)
+}
+
+// errWrongMode refuses, before anything is sent, an attempt whose route
+// is not its delivery's mode's: a test delivery anywhere but at the test
+// provider, or a live one there. routeOf never makes one; this is the
+// last line should a change ever do.
+var errWrongMode = errors.New("a test delivery goes to the test provider alone, and only a test delivery does")
 
 // claim takes the row for this attempt: one conditional UPDATE that
 // judges the row under its row lock and takes it only when the attempt
@@ -498,6 +525,9 @@ func (e *renderError) Error() string {
 // no outcome; record does.
 func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, err error) {
 	d := a.row
+	if d.Test != (a.route == w.test) {
+		return "", &mail.SendError{Outcome: mail.OutcomeAborted, Stage: mail.StageConnect, Err: errWrongMode}
+	}
 	_, renderSpan := w.tracer.Start(ctx, "render", trace.WithAttributes(attribute.String("sekali.template", d.Template)))
 	r, err := w.templates.RenderLocale(d.Template, d.Data, d.Locale)
 	renderSpan.End()

@@ -143,7 +143,14 @@ func (f *Factory) TakenOver(d notify.Delivery) Attempt {
 // providerID (MarkSentDeliveries).
 func (f *Factory) Sent(d notify.Delivery, providerID string) notify.Delivery {
 	f.t.Helper()
-	a := f.HandedOver(d, time.Minute)
+	return f.SentBy(d, "", providerID)
+}
+
+// SentBy is Sent through a named provider ("test": test mode's, as a
+// worker sends a test delivery).
+func (f *Factory) SentBy(d notify.Delivery, provider, providerID string) notify.Delivery {
+	f.t.Helper()
+	a := f.HandedOverTo(d, time.Minute, provider)
 	rows, err := dbsqlc.New(f.db).MarkSentDeliveries(context.Background(), dbsqlc.MarkSentDeliveriesParams{
 		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, ProviderMessageIds: []string{providerID}, Languages: []string{"en"}, Actor: Actor,
 	})
