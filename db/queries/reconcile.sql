@@ -100,10 +100,6 @@ WHERE key IN (SELECT b.key FROM delivery_batches b
               ORDER BY b.created_at
               LIMIT @batch);
 
--- name: GetDeliveryBatch :one
--- A batch at the provider: its provider and its members in order.
-SELECT key, provider, members FROM delivery_batches WHERE key = @key;
-
 -- name: DeleteOldTestOrders :execrows
 -- Test retention (TEST_RETENTION): test orders older than it whose
 -- notifications are all settled (neither pending nor sending) and

@@ -21,7 +21,6 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/httpprovider/httpprovidertest"
 	"github.com/sekali-dev/sekali/internal/mail"
-	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/postmark/postmarktest"
 	"github.com/sekali-dev/sekali/internal/reconcile"
@@ -99,26 +98,21 @@ type recordedBatch struct {
 // handed over.
 func (c *cluster) batches() []recordedBatch {
 	c.t.Helper()
-	rows, err := c.db.Pool.Query(context.Background(), "SELECT key FROM delivery_batches ORDER BY created_at, key")
+	rows, err := c.db.Pool.Query(context.Background(), "SELECT key, members FROM delivery_batches ORDER BY created_at, key")
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	var keys []string
+	defer rows.Close()
+	var out []recordedBatch
 	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
+		var b recordedBatch
+		if err := rows.Scan(&b.key, &b.members); err != nil {
 			c.t.Fatal(err)
 		}
-		keys = append(keys, k)
+		out = append(out, b)
 	}
-	rows.Close()
-	out := make([]recordedBatch, len(keys))
-	for i, k := range keys {
-		_, members, err := notify.BatchOf(context.Background(), c.db.Pool, k)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		out[i] = recordedBatch{key: k, members: members}
+	if err := rows.Err(); err != nil {
+		c.t.Fatal(err)
 	}
 	return out
 }

@@ -167,24 +167,6 @@ func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetired
 	return items, nil
 }
 
-const getDeliveryBatch = `-- name: GetDeliveryBatch :one
-SELECT key, provider, members FROM delivery_batches WHERE key = $1
-`
-
-type GetDeliveryBatchRow struct {
-	Key      string
-	Provider string
-	Members  []uuid.UUID
-}
-
-// A batch at the provider: its provider and its members in order.
-func (q *Queries) GetDeliveryBatch(ctx context.Context, key string) (GetDeliveryBatchRow, error) {
-	row := q.db.QueryRow(ctx, getDeliveryBatch, key)
-	var i GetDeliveryBatchRow
-	err := row.Scan(&i.Key, &i.Provider, &i.Members)
-	return i, err
-}
-
 const getStaleSending = `-- name: GetStaleSending :one
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test FROM notification_deliveries
 WHERE id = $1 AND status = 'sending' AND lease_expires_at < now()

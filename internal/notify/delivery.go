@@ -69,7 +69,7 @@ type Delivery struct {
 	LeaseExpiresAt    *time.Time // while sending: when the worker's lease ends
 	HandedOverAt      *time.Time // while sending: when the data went to the provider
 	// HandoverBatch is the key of the batch at the provider its last
-	// hand-over went in (BatchOf says its members), "" when it went
+	// hand-over went in (BatchMembers lists them), "" when it went
 	// alone: while its outcome is unknown, it is never sent alone under a
 	// key of its own, only again in that batch, identical.
 	HandoverBatch string

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
@@ -103,23 +102,6 @@ func (o *Operator) SentEmail(ctx context.Context, d Delivery, h HandOver) (mailt
 		return mailtemplate.Rendered{}, fmt.Errorf("%w: version %s no longer renders this delivery's data: %w", ErrVersionUnknown, h.Version, err)
 	}
 	return r, nil
-}
-
-// ErrNoSuchBatch: no batch of that key is recorded (never, or deleted
-// with the retention).
-var ErrNoSuchBatch = errors.New("notify: no such batch")
-
-// BatchOf is a recorded batch at the provider (HandOverArgs.Batch): its
-// provider and its members, in the order the request carried them.
-func BatchOf(ctx context.Context, db DB, key string) (provider string, members []uuid.UUID, err error) {
-	b, err := dbsqlc.New(db).GetDeliveryBatch(ctx, key)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil, ErrNoSuchBatch
-	}
-	if err != nil {
-		return "", nil, fmt.Errorf("read batch %s: %w", key, err)
-	}
-	return b.Provider, b.Members, nil
 }
 
 // BatchMembers are the deliveries of a recorded batch, in the order its

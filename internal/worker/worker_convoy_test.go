@@ -66,7 +66,8 @@ func (e *env) batchOf(t *testing.T, ds []notify.Delivery) (key string, members [
 		}
 		key = got.HandoverBatch
 	}
-	provider, members, err := notify.BatchOf(context.Background(), e.db.Pool, key)
+	var provider string
+	err := e.db.Pool.QueryRow(context.Background(), "SELECT provider, members FROM delivery_batches WHERE key = $1", key).Scan(&provider, &members)
 	if err != nil || provider != "resend" {
 		t.Fatalf("batch %s: %s, %v", key, provider, err)
 	}
