@@ -141,9 +141,6 @@ func (w *Worker) write(ctx context.Context, l *taskLog, d notify.Delivery, a *at
 	}
 }
 
-// replyAttrs are the log fields of a provider's answer, named for its
-// protocol: smtp_code and smtp_enhanced for an SMTP reply, http_status
-// for an HTTP one, none for no answer.
 // modeOf is d's mode, the mode label of sekali_deliveries_total: test
 // mode's attempts are counted apart from the live ones.
 func modeOf(d notify.Delivery) string {
@@ -153,6 +150,9 @@ func modeOf(d notify.Delivery) string {
 	return "live"
 }
 
+// replyAttrs are the log fields of a provider's answer, named for its
+// protocol: smtp_code and smtp_enhanced for an SMTP reply, http_status
+// for an HTTP one, none for no answer.
 func replyAttrs(r mail.Reply) []slog.Attr {
 	switch {
 	case r.Code == 0:
