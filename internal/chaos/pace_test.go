@@ -1,0 +1,293 @@
+package chaos_test
+
+import (
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/sekali-dev/sekali/internal/testenv"
+)
+
+// A flash sale at the provider's pace (issue 33): Resend allows 5
+// requests a second in all and answers 429 with its ratelimit-* and
+// retry-after headers beyond; two worker processes share one budget
+// (internal/pace) and must send at that pace, not beyond it and not far
+// below it. The checkouts are placed through the API in a few seconds,
+// many more than the provider's pace sends in that time.
+//
+// Sizes: make test places 60 orders (behind 30 newsletters); make
+// chaos-long places the issue's 300 (behind 100), which at 5 a second,
+// one request an e-mail, is the issue's "at least 60 s, within 66 s" —
+// a minute and a half of sending with the backlog. Its "2-minute flash
+// sale" is that: 300 checkouts arriving at once is the harder case for
+// the pace (the whole sale waits for tokens from the first second), and
+// the one the issue measured before (162 s, 38% refused).
+
+// flashRate is the stand-in's limit and the workers' RESEND_RATE.
+const flashRate = 5
+
+// flashSale is one run's measure at the stand-in.
+type flashSale struct {
+	requests, refused int           // POST /emails and /emails/batch received; of them answered 429 rate_limit_exceeded
+	sending           int           // requests that sent e-mails (distinct idempotency keys: a batch's or a lone e-mail's)
+	span              time.Duration // from the first request that sent to the last
+	confirmations     time.Duration // from the first checkout of the sale to its last confirmation at the stand-in
+	perRequest        float64       // e-mails a request that sent
+}
+
+// pace is the requests that sent a second over their span, as a share of
+// the limit: n requests evenly spaced at the limit span (n-1)/limit.
+func (f flashSale) pace() float64 {
+	if f.sending < 2 || f.span <= 0 {
+		return 0
+	}
+	return float64(f.sending-1) / f.span.Seconds() / flashRate
+}
+
+func (f flashSale) refusedShare() float64 {
+	if f.requests == 0 {
+		return 0
+	}
+	return float64(f.refused) / float64(f.requests)
+}
+
+func (f flashSale) String() string {
+	return fmt.Sprintf("pace %.0f%% of the limit, %d of %d requests refused (%.1f%%), %.1f e-mails a request, the sale's confirmations sent in %.1f s",
+		100*f.pace(), f.refused, f.requests, 100*f.refusedShare(), f.perRequest, f.confirmations.Seconds())
+}
+
+// newFlashCluster is a Resend cluster (newResendCluster) whose stand-in
+// allows flashRate requests a second and whose workers are paced at it,
+// with PROVIDER_BATCHES as batches says, and which knows a subscription
+// template, newsletter, whose deliveries travel the later lane.
+func newFlashCluster(t *testing.T, batches string) *cluster {
+	t.Helper()
+	c := newResendCluster(t)
+	c.resend.SetRateLimit(flashRate)
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"newsletter/schema.json":  `{"type": "object", "required": ["customer_name"], "properties": {"customer_name": {"type": "string"}}}`,
+		"newsletter/sample.json":  `{"customer_name": "Ana"}`,
+		"newsletter/meta.json":    `{"from_name": "Toko Ana Kabar", "category": "subscription"}`,
+		"newsletter/subject.tmpl": "Kabar dari Toko Ana",
+		"newsletter/text.tmpl":    "Halo {{.customer_name}}",
+		"newsletter/html.tmpl":    "<p>Halo {{.customer_name}}</p>",
+	} {
+		testenv.WriteFile(t, filepath.Join(dir, filepath.FromSlash(name)), body)
+	}
+	const secret = "chaos-unsubscribe-secret-0123456789abcdef"
+	c.smtpEnv = append(c.smtpEnv, "RESEND_RATE", strconv.Itoa(flashRate), "PROVIDER_BATCHES", batches,
+		"TEMPLATES_DIR", dir, "UNSUBSCRIBE_URL", "https://shop.example/sekali", "UNSUBSCRIBE_SECRET", secret)
+	c.recEnv = append(c.recEnv, "TEMPLATES_DIR", dir)
+	c.startAPI("TEMPLATES_DIR", dir, "UNSUBSCRIBE_SECRET", secret)
+	c.startWorker()
+	c.startWorker()
+	c.startReconciler()
+	return c
+}
+
+// queueNewsletters queues n newsletters about one order, each to a
+// recipient of its own: a backlog of subscription mail.
+func (c *cluster) queueNewsletters(n int) {
+	c.t.Helper()
+	c.placeOrders("backlog-order", 1)
+	o := c.orders[len(c.orders)-1]
+	for i := range n {
+		status, body := c.post(c.backendKey, "/v1/orders/"+o.OrderID.String()+"/notifications",
+			fmt.Sprintf(`{"template":"newsletter","event_id":"news-%d","recipient":"news-%d@example.com","data":{"customer_name":"Pelanggan"}}`, i, i))
+		if status != http.StatusCreated {
+			c.t.Fatalf("queue newsletter %d: %d %s", i, status, body)
+		}
+	}
+}
+
+// measureFlash reads the run's measure off the stand-in: the requests,
+// the refusals, the requests that sent and their span, and when the
+// confirmations of the orders placed from sale on (their recipients
+// start with prefix) reached it.
+func (c *cluster) measureFlash(sale time.Time, prefix string) flashSale {
+	c.t.Helper()
+	counts := c.resend.Counts()
+	f := flashSale{requests: counts.Emails + counts.Batches, refused: counts.RateLimited}
+	first := map[string]time.Time{} // by idempotency key: when the request that sent it came
+	var msgs int
+	var last time.Time
+	for _, m := range c.resend.Messages() {
+		msgs++
+		if at, ok := first[m.IdempotencyKey]; !ok || m.SentAt.Before(at) {
+			first[m.IdempotencyKey] = m.SentAt
+		}
+		if strings.HasPrefix(m.To[0], prefix) && m.SentAt.After(last) {
+			last = m.SentAt
+		}
+	}
+	times := make([]time.Time, 0, len(first))
+	for _, at := range first {
+		times = append(times, at)
+	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	f.sending = len(times)
+	if len(times) > 0 {
+		f.span = times[len(times)-1].Sub(times[0])
+		f.perRequest = float64(msgs) / float64(len(times))
+	}
+	f.confirmations = last.Sub(sale)
+	return f
+}
+
+// checkPace asserts what the issue's "done when" says of any flash
+// sale: fewer than 2% of the requests refused, and the requests that
+// sent at 90% of the limit or more.
+func checkPace(t *testing.T, f flashSale) {
+	t.Helper()
+	if f.refusedShare() >= 0.02 {
+		t.Errorf("%d of %d requests refused with 429 (%.1f%%), want fewer than 2%%", f.refused, f.requests, 100*f.refusedShare())
+	}
+	if f.pace() < 0.9 {
+		t.Errorf("%d requests sent in %v: %.2f a second, %.0f%% of the limit of %d, want 90%% or more",
+			f.sending, f.span.Round(time.Millisecond), f.pace()*flashRate, 100*f.pace(), flashRate)
+	}
+}
+
+// One request an e-mail (PROVIDER_BATCHES off, the issue's measure):
+// with a newsletter backlog queued first, the sale's confirmations go
+// out at the provider's pace, exactly once each, ahead of the backlog.
+func TestFlashSaleOneRequestAnEmail(t *testing.T) {
+	t.Parallel()
+	orders, backlog := size(60, 300), size(30, 100)
+	c := newFlashCluster(t, "off")
+	c.queueNewsletters(backlog)
+	testenv.WaitFor(t, "the backlog to be going out", 30*time.Second, func() bool { return c.emailCount() >= 3 })
+	sale := time.Now()
+	c.start = sale
+	c.placeAtOnce("flash", orders, 8)
+	placing := time.Since(sale)
+	c.settled(time.Duration(orders+backlog)*time.Second/flashRate + 2*time.Minute)
+	f := c.measureFlash(sale, "flash-")
+	r := c.verdict(fmt.Sprintf("flash sale at Resend's %d/s, one request an e-mail: %d orders (placed in %.1f s) behind %d newsletters; %s",
+		flashRate, orders, placing.Seconds(), backlog, f), expect{})
+	if r.Emails != orders+backlog+1 {
+		t.Errorf("%d e-mails at Resend, want %d: one for each order and newsletter", r.Emails, orders+backlog+1)
+	}
+	checkPace(t, f)
+	if orders >= 300 && f.confirmations > 66*time.Second {
+		t.Errorf("the sale's %d confirmations all sent %.1f s after its first checkout, want within 66 s (at least 90%% of the limit)", orders, f.confirmations.Seconds())
+	}
+	confirmationsFirst(t, c, sale, backlog)
+}
+
+// confirmationsFirst asserts that the sale's confirmations never waited
+// behind the backlog: between the sale's first checkout and its last
+// confirmation at Resend, only the newsletters already in the workers'
+// hands when the sale began went out (at most each worker's
+// concurrency, 4, and each one's line), and most of the backlog was
+// still waiting when the last confirmation went.
+func confirmationsFirst(t *testing.T, c *cluster, sale time.Time, backlog int) {
+	t.Helper()
+	var lastConfirmation time.Time
+	var news []time.Time
+	for _, m := range c.resend.Messages() {
+		switch {
+		case strings.HasPrefix(m.To[0], "flash-") && m.SentAt.After(lastConfirmation):
+			lastConfirmation = m.SentAt
+		case strings.HasPrefix(m.To[0], "news-"):
+			news = append(news, m.SentAt)
+		}
+	}
+	var before, during int
+	for _, at := range news {
+		switch {
+		case at.Before(sale):
+			before++
+		case !at.After(lastConfirmation):
+			during++
+		}
+	}
+	t.Logf("newsletters: %d of %d sent before the sale, %d during its confirmations, %d after the last", before, len(news), during, len(news)-before-during)
+	const inHand = 2 * 4 // two workers, WORKER_CONCURRENCY 4 each
+	if during > inHand {
+		t.Errorf("%d newsletters went out between the sale's first checkout and its last confirmation, want at most the %d the workers held when it began: confirmations waited behind the backlog",
+			during, inHand)
+	}
+	if after := len(news) - before - during; after < backlog/2 {
+		t.Errorf("only %d of %d newsletters were still waiting when the last confirmation went: the backlog was not there to wait behind", after, backlog)
+	}
+}
+
+// Batches (PROVIDER_BATCHES on, the default, issue 34): the sale's
+// confirmations ride together, a request carrying whoever waited for
+// the token, so the orders go out about as fast as they are placed.
+// No backlog here: at a hundred e-mails a request it drains in a second,
+// before the sale begins.
+func TestFlashSaleInBatches(t *testing.T) {
+	t.Parallel()
+	orders := size(60, 300)
+	c := newFlashCluster(t, "on")
+	sale := time.Now()
+	c.start = sale
+	c.placeAtOnce("flash", orders, 8)
+	placing := time.Since(sale)
+	c.settled(2 * time.Minute)
+	f := c.measureFlash(sale, "flash-")
+	r := c.verdict(fmt.Sprintf("flash sale at Resend's %d/s, in batches: %d orders (placed in %.1f s); %s",
+		flashRate, orders, placing.Seconds(), f), expect{})
+	if r.Emails != orders {
+		t.Errorf("%d e-mails at Resend, want %d", r.Emails, orders)
+	}
+	if f.refusedShare() >= 0.02 {
+		t.Errorf("%d of %d requests refused with 429 (%.1f%%), want fewer than 2%%", f.refused, f.requests, 100*f.refusedShare())
+	}
+	if f.perRequest < 2 {
+		t.Errorf("%.1f e-mails a request: the sale did not go in batches", f.perRequest)
+	}
+	// The pace is the limit's while anything waits, which with batches
+	// is while the orders are being placed: measured where that spans
+	// a few tokens at least.
+	if f.sending >= 10 {
+		checkPace(t, f)
+	}
+	if orders >= 300 && f.confirmations > 5*time.Second {
+		t.Errorf("the sale's %d confirmations all sent %.1f s after its first checkout (placed in %.1f s), want within 5 s", orders, f.confirmations.Seconds(), placing.Seconds())
+	}
+}
+
+// placeAtOnce places n orders through the API from clients at a time,
+// as a flash sale's shoppers do, and remembers them.
+func (c *cluster) placeAtOnce(prefix string, n, clients int) {
+	c.t.Helper()
+	out := make([]placed, n)
+	errs := make([]string, n)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range clients {
+		wg.Go(func() {
+			for i := range next {
+				email := fmt.Sprintf("%s-%d@example.com", prefix, i)
+				status, p, err := c.checkout(email, uuid.NewString())
+				if err != nil || status != http.StatusCreated {
+					errs[i] = fmt.Sprintf("checkout %s: %d %v", email, status, err)
+				}
+				out[i] = p
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for _, e := range errs {
+		if e != "" {
+			c.t.Fatal(e)
+		}
+	}
+	c.orders = append(c.orders, out...)
+}
