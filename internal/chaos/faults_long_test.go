@@ -10,4 +10,4 @@ func fault(_, long time.Duration) time.Duration { return long }
 
 // size is how many of something a scenario places: as many as the issue
 // that asked for the scenario measured, in make chaos-long.
-func size(_, long int) int { return long }
+func size[T any](_, long T) T { return long }
