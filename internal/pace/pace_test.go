@@ -475,3 +475,53 @@ func TestNewRefusesWhatCannotPace(t *testing.T) {
 func interval(rate float64) time.Duration {
 	return time.Duration(float64(time.Second) / (rate * (1 - Headroom)))
 }
+
+// Depart spaces the requests' departures at the rate, in every process:
+// two requests that would leave together (the first slow from its token
+// to the door, the second quick) leave an interval apart, and one after
+// a quiet spell leaves at once.
+func TestDepartSpacesRequestsAsTheirTokens(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	cfg := Config{Rate: 10}
+	a, b := s.budget("resend", cfg), s.budget("resend", cfg)
+	ctx := context.Background()
+	start := time.Now()
+	if err := a.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := time.Since(start)
+	if err := b.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := time.Since(start)
+	if first > 20*time.Millisecond || second < interval(10)-5*time.Millisecond || second > interval(10)+50*time.Millisecond {
+		t.Errorf("departures after %s and %s, want the first at once and the second an interval (%s) later", first, second, interval(10))
+	}
+	time.Sleep(interval(10))
+	start = time.Now()
+	if err := a.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 20*time.Millisecond {
+		t.Errorf("after a quiet interval a departure waited %s, want none", d)
+	}
+
+	// Departures do not spend the budget's tokens.
+	if turn := take(t, a, 1); !turn.Go() {
+		t.Errorf("a token after departures: %+v, want go", turn)
+	}
+
+	// Slow: at 0.5/s an interval is 2 s, past DepartWait: the second goes at once.
+	slow := s.budget("slow", Config{Rate: 0.5})
+	if err := slow.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := slow.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 20*time.Millisecond {
+		t.Errorf("a departure at 0.5/s waited %s, want none: an interval is past DepartWait (%s)", d, DepartWait)
+	}
+}
