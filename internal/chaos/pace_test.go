@@ -24,13 +24,14 @@ import (
 // below it. The checkouts are placed through the API in a few seconds,
 // many more than the provider's pace sends in that time.
 //
-// Sizes: make test places 60 orders (behind 30 newsletters); make
-// chaos-long places the issue's 300 (behind 100), which at 5 a second,
-// one request an e-mail, is the issue's "at least 60 s, within 66 s" —
-// a minute and a half of sending with the backlog. Its "2-minute flash
-// sale" is that: 300 checkouts arriving at once is the harder case for
-// the pace (the whole sale waits for tokens from the first second), and
-// the one the issue measured before (162 s, 38% refused).
+// Sizes: make test places 60 orders, and 30 behind 30 newsletters; make
+// chaos-long places the issue's 300, which at 5 a second, one request an
+// e-mail, is its "at least 60 s, within 66 s", and 100 behind 100. Its
+// "2-minute flash sale" is that: 300 checkouts arriving at once is the
+// harder case for the pace (the whole sale waits for tokens from the
+// first second, and the checkouts load the machine while the first
+// requests leave), and the one the issue measured before (162 s, 38%
+// refused).
 
 // flashRate is the stand-in's limit and the workers' RESEND_RATE
 // (CHAOS_FLASH_RATE sets another RESEND_RATE, to see what pacing above
@@ -179,12 +180,37 @@ func checkPace(t *testing.T, f flashSale) {
 	}
 }
 
-// One request an e-mail (PROVIDER_BATCHES off, the issue's measure):
-// with a newsletter backlog queued first, the sale's confirmations go
-// out at the provider's pace, exactly once each, ahead of the backlog.
+// One request an e-mail (PROVIDER_BATCHES off): the issue's measure,
+// the sale's confirmations at the provider's pace, exactly once each; in
+// make chaos-long its 300 all sent within 66 s.
 func TestFlashSaleOneRequestAnEmail(t *testing.T) {
 	t.Parallel()
-	orders, backlog := size(60, 300), size(30, 100)
+	orders := size(60, 300)
+	c := newFlashCluster(t, "off")
+	sale := time.Now()
+	c.start = sale
+	c.placeAtOnce("flash", orders, 8)
+	placing := time.Since(sale)
+	c.settled(time.Duration(orders)*time.Second/flashRate + 2*time.Minute)
+	f := c.measureFlash(sale, "flash-")
+	r := c.verdict(fmt.Sprintf("flash sale at Resend's %d/s, one request an e-mail: %d orders (placed in %.1f s); %s",
+		flashRate, orders, placing.Seconds(), f), expect{})
+	if r.Emails != orders {
+		t.Errorf("%d e-mails at Resend, want %d", r.Emails, orders)
+	}
+	checkPace(t, f)
+	if orders >= 300 && f.confirmations > 66*time.Second {
+		t.Errorf("the sale's %d confirmations all sent %.1f s after its first checkout, want within 66 s (at least 90%% of the limit)", orders, f.confirmations.Seconds())
+	}
+}
+
+// Confirmations first: with a newsletter backlog queued and going out
+// before the sale, one request an e-mail, the sale's confirmations go
+// ahead of what is left of it, at the provider's pace, exactly once
+// each, and the backlog after them.
+func TestFlashSaleBehindANewsletterBacklog(t *testing.T) {
+	t.Parallel()
+	orders, backlog := size(30, 100), size(30, 100)
 	c := newFlashCluster(t, "off")
 	c.queueNewsletters(backlog)
 	testenv.WaitFor(t, "the backlog to be going out", 30*time.Second, func() bool { return c.emailCount() >= 3 })
@@ -200,9 +226,6 @@ func TestFlashSaleOneRequestAnEmail(t *testing.T) {
 		t.Errorf("%d e-mails at Resend, want %d: one for each order and newsletter", r.Emails, orders+backlog+1)
 	}
 	checkPace(t, f)
-	if orders >= 300 && f.confirmations > 66*time.Second {
-		t.Errorf("the sale's %d confirmations all sent %.1f s after its first checkout, want within 66 s (at least 90%% of the limit)", orders, f.confirmations.Seconds())
-	}
 	confirmationsFirst(t, c, backlog)
 }
 
