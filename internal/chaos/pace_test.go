@@ -180,11 +180,26 @@ func checkPace(t *testing.T, f flashSale) {
 	}
 }
 
+// timedAlone runs a scenario in parallel with the others in make test;
+// in make chaos-long, where it asserts the issue's bound in seconds, it
+// runs alone, before the parallel scenarios begin, as the issue measured
+// it. Its bound has about 4% to spare (300 requests at 95% of 5 a
+// second are 63 s of the 66), and a refusal costs a second (Resend's
+// retry-after): beside another scenario's four processes on a 2-core
+// machine, a worker stalled between its request's turn at the door and
+// its write is refused now and then (3 of 309 in one such run, 69 s;
+// alone, none of 300 and 63.5 s).
+func timedAlone(t *testing.T) {
+	if size(true, false) {
+		t.Parallel()
+	}
+}
+
 // One request an e-mail (PROVIDER_BATCHES off): the issue's measure,
 // the sale's confirmations at the provider's pace, exactly once each; in
 // make chaos-long its 300 all sent within 66 s.
 func TestFlashSaleOneRequestAnEmail(t *testing.T) {
-	t.Parallel()
+	timedAlone(t)
 	orders := size(60, 300)
 	c := newFlashCluster(t, "off")
 	sale := time.Now()
@@ -280,7 +295,7 @@ func confirmationsFirst(t *testing.T, c *cluster, backlog int) {
 // No backlog here: at a hundred e-mails a request it drains in a second,
 // before the sale begins.
 func TestFlashSaleInBatches(t *testing.T) {
-	t.Parallel()
+	timedAlone(t)
 	orders := size(60, 300)
 	c := newFlashCluster(t, "on")
 	sale := time.Now()
