@@ -8,7 +8,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 VNU_VERSION := 26.9.27
 GO ?= go
 
-.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer vnu bench bench-go chaos chaos-long sqlc sqlc-check client client-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer vnu bench bench-provider bench-go chaos chaos-long sqlc sqlc-check client client-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -45,6 +45,10 @@ fuzz: ## fuzz the checkout decoder and validator, the Idempotency-Key parser and
 bench: preflight ## run the whole stack natively under open-loop load; prints the report (bench.md) and draws bench.png
 	$(GO) build -o bin/ ./cmd/api ./cmd/worker ./cmd/reconciler ./cmd/bench
 	bin/bench -bin bin -out bench.md -plot bench.png $(BENCH_FLAGS)
+
+bench-provider: preflight ## the stack bound by the provider's pace: Resend's stand-in at 5 requests/s, 300 checkouts at once, 2 workers, batches off then on; prints the report (bench-provider.md)
+	$(GO) build -o bin/ ./cmd/api ./cmd/worker ./cmd/reconciler ./cmd/bench
+	bin/bench -bin bin -out bench-provider.md -provider resend -provider-rate 5 -orders 300 -workers 2 -concurrency 10 -provider-batches off,on $(BENCH_FLAGS)
 
 bench-go: preflight ## the hot-path Go benchmarks, 6 times each, for benchstat
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./internal/notify ./internal/order ./internal/postgres | tee bench-go.txt

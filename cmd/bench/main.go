@@ -76,6 +76,13 @@ type options struct {
 	riverWorkers       int // MaxWorkers of each River worker; 0: -concurrency
 	riverFetchCooldown time.Duration
 	riverFetchPoll     time.Duration
+
+	// The provider-bound mode (provider.go): with provider set, the
+	// only thing run.
+	provider        string   // "resend"; "": the CPU-bound bench
+	providerRate    int      // the stand-in's limit, requests a second, and RESEND_RATE
+	orders          int      // checkouts placed at once
+	providerBatches []string // PROVIDER_BATCHES settings, a run each
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -107,7 +114,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs.IntVar(&o.riverWorkers, "river-workers", 0, "MaxWorkers of each River worker process (0: the same as -concurrency)")
 	fs.DurationVar(&o.riverFetchCooldown, "river-fetch-cooldown", 5*time.Millisecond, "River's FetchCooldown in the reference's processes (River's default is 100ms)")
 	fs.DurationVar(&o.riverFetchPoll, "river-fetch-poll", 100*time.Millisecond, "River's FetchPollInterval in the reference's processes (River's default is 1s)")
+	fs.StringVar(&o.provider, "provider", "", "provider-bound mode: the workers send through this provider's API (resend) to a stand-in limited to -provider-rate, instead of the CPU-bound bench")
+	fs.IntVar(&o.providerRate, "provider-rate", 5, "provider-bound mode: requests a second the stand-in allows in all, and the workers' RESEND_RATE")
+	fs.IntVar(&o.orders, "orders", 300, "provider-bound mode: checkouts placed at once")
+	batches := fs.String("provider-batches", "off,on", "provider-bound mode: PROVIDER_BATCHES, on, off, or both (a run each)")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := o.checkProvider(*batches); err != nil {
 		return err
 	}
 	b := &bench{o: o, log: stderr, client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 0}}}
@@ -159,6 +173,9 @@ type step struct {
 }
 
 func (b *bench) run(ctx context.Context) (string, error) {
+	if b.o.provider != "" {
+		return b.runProvider(ctx)
+	}
 	if b.o.onlyCeiling {
 		c, err := b.ceiling(ctx, b.o.step)
 		if err != nil {

@@ -92,8 +92,15 @@ type deployment struct {
 	redis    *redis.Client
 	// redisBase is Redis's used_memory before the first order.
 	redisBase int64
-	offers    int // rates offered so far
+	offers    int        // rates offered so far
+	mail      *mailSetup // where the workers send; nil: the sink, over SMTP
 	cleanup   []func()
+}
+
+// mailSetup is a deployment's mail provider other than the SMTP sink:
+// the workers' and the reconciler's settings for it.
+type mailSetup struct {
+	worker, reconciler map[string]string
 }
 
 // stop ends the processes, then the rest, last started first.
@@ -104,9 +111,10 @@ func (d *deployment) stop() {
 	d.cleanup = nil
 }
 
-// deploy creates the pipeline's database and sink and starts it.
-func (b *bench) deploy(ctx context.Context, p pipeline) (_ *deployment, err error) {
-	d := &deployment{pipeline: p}
+// deploy creates the pipeline's database and sink and starts it, its
+// workers sending to the sink or, with mail, where mail says.
+func (b *bench) deploy(ctx context.Context, p pipeline, mail *mailSetup) (_ *deployment, err error) {
+	d := &deployment{pipeline: p, mail: mail}
 	defer func() {
 		if err != nil {
 			d.stop()
@@ -184,17 +192,29 @@ func (b *bench) startSekali(ctx context.Context, d *deployment, dbURL string) er
 	if _, d.apiKey, err = apikey.NewService(d.pool).Create(ctx, "cli:bench", "bench", []apikey.Scope{apikey.ScopeCheckout}); err != nil {
 		return err
 	}
+	mail := map[string]string{"SMTP_HOST": d.sink.Host(), "SMTP_PORT": strconv.Itoa(d.sink.Port()), "SMTP_TLS": "none"}
+	var recMail map[string]string
+	if d.mail != nil {
+		// At info, to be waited for: the run's time counts from the
+		// first checkout, not from the workers' start.
+		mail, recMail = with(d.mail.worker, map[string]string{"LOG_LEVEL": "info"}), d.mail.reconciler
+	}
 	for i := 0; i < b.o.workers; i++ {
-		if _, err := b.startProc(ctx, d, "worker", "worker", bin("worker"), with(common, map[string]string{
+		w, err := b.startProc(ctx, d, "worker", "worker", bin("worker"), with(with(common, map[string]string{
 			"DATABASE_URL": withParam(dbURL, "pool_max_conns", strconv.Itoa(b.o.concurrency)), "METRICS_ADDR": "127.0.0.1:0",
-			"SMTP_HOST": d.sink.Host(), "SMTP_PORT": strconv.Itoa(d.sink.Port()), "SMTP_TLS": "none",
 			"WORKER_CONCURRENCY": strconv.Itoa(b.o.concurrency),
-		})); err != nil {
+		}), mail))
+		if err != nil {
 			return err
 		}
+		if d.mail != nil {
+			if _, err := w.waitLog("worker started", "worker_id", 60*time.Second); err != nil {
+				return err
+			}
+		}
 	}
-	_, err = b.startProc(ctx, d, "reconciler", "reconciler", bin("reconciler"), with(common, map[string]string{
-		"DATABASE_URL": withParam(dbURL, "pool_max_conns", "2"), "METRICS_ADDR": "127.0.0.1:0"}))
+	_, err = b.startProc(ctx, d, "reconciler", "reconciler", bin("reconciler"), with(with(common, map[string]string{
+		"DATABASE_URL": withParam(dbURL, "pool_max_conns", "2"), "METRICS_ADDR": "127.0.0.1:0"}), recMail))
 	return err
 }
 
@@ -272,7 +292,7 @@ type procResult struct {
 // docs/performance.md describes, counts its e-mails, and stops it.
 func (b *bench) measure(ctx context.Context, p pipeline) (outcome, error) {
 	b.logf("%s: starting", p.name)
-	d, err := b.deploy(ctx, p)
+	d, err := b.deploy(ctx, p, nil)
 	if err != nil {
 		return outcome{}, err
 	}

@@ -88,9 +88,10 @@ func state(t *testing.T, b *Budget) State {
 
 // Two worker processes (two budgets, two clients) that take as fast as
 // they are let share one rate: together they get at most what a GCRA of
-// 5/s with a burst of 1 grants over the time Redis saw them take (burst
-// + rate × span), and not much less, so the rate is reached, not just
-// kept under. Separate budgets, or a burst that grew, would grant twice.
+// 5/s less the Headroom with a burst of 1 grants over the time Redis saw
+// them take (burst + rate × span), and not much less, so the rate is
+// reached, not just kept under. Separate budgets, or a burst that grew,
+// would grant twice.
 func TestRateIsSharedByProcesses(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
@@ -116,8 +117,8 @@ func TestRateIsSharedByProcesses(t *testing.T) {
 					mu.Unlock()
 					continue
 				}
-				if turn.By != ByRate || turn.Wait > time.Second/5+time.Millisecond {
-					t.Errorf("held by %s for %s, want the rate's at most 200ms", turn.By, turn.Wait)
+				if turn.By != ByRate || turn.Wait > interval(5)+time.Millisecond {
+					t.Errorf("held by %s for %s, want the rate's at most %s", turn.By, turn.Wait, interval(5))
 				}
 				time.Sleep(min(turn.Wait, time.Until(deadline))) // pacing, as a worker would wait
 			}
@@ -126,7 +127,7 @@ func TestRateIsSharedByProcesses(t *testing.T) {
 	wg.Wait()
 	span := redisNow(t, s.rdb).Sub(start)
 	total := granted[a] + granted[b]
-	most := 1 + int(math.Floor(5*span.Seconds()))
+	most := 1 + int(math.Floor(5*(1-Headroom)*span.Seconds()))
 	least := int(0.75 * 5 * run.Seconds())
 	t.Logf("granted %d (%d + %d) over %s on Redis' clock: at most %d, at least %d", total, granted[a], granted[b], span, most, least)
 	if total > most {
@@ -208,8 +209,9 @@ func TestProviderLimitLowersTheRateForEveryone(t *testing.T) {
 	s := setup(t)
 	cfg := Config{Rate: 10}
 	a, b := s.budget("resend", cfg), s.budget("resend", cfg)
-	// interval is the wait after one token for the next: 1/rate.
-	interval := func(p *Budget) time.Duration {
+	// next is the wait after one token for the next: 1/rate, less the
+	// headroom.
+	next := func(p *Budget) time.Duration {
 		t.Helper()
 		var turn Turn
 		testenv.WaitFor(t, "a token", 5*time.Second, func() bool { return take(t, p, 1).Go() })
@@ -218,7 +220,7 @@ func TestProviderLimitLowersTheRateForEveryone(t *testing.T) {
 		}
 		return turn.Wait
 	}
-	if d := interval(b); d > 101*time.Millisecond {
+	if d := next(b); d > interval(10)+time.Millisecond {
 		t.Fatalf("at 10/s the next token is %s away", d)
 	}
 
@@ -227,8 +229,8 @@ func TestProviderLimitLowersTheRateForEveryone(t *testing.T) {
 	if st := state(t, b); st.Rate != 2 || time.Until(st.LearnedUntil) < LearnFor-time.Minute {
 		t.Errorf("the other process: rate %v until %s, want 2 for about %s", st.Rate, st.LearnedUntil, LearnFor)
 	}
-	if d := interval(b); d <= 250*time.Millisecond || d > 501*time.Millisecond {
-		t.Errorf("at the provider's 2/s the next token is %s away, want nearly 500ms", d)
+	if d := next(b); d <= 250*time.Millisecond || d > interval(2)+time.Millisecond {
+		t.Errorf("at the provider's 2/s the next token is %s away, want nearly %s", d, interval(2))
 	}
 
 	// b has read the lower rate; the provider now says more than the
@@ -237,8 +239,8 @@ func TestProviderLimitLowersTheRateForEveryone(t *testing.T) {
 	if st := state(t, a); st.Rate != 10 || !st.LearnedUntil.IsZero() {
 		t.Errorf("after ratelimit-limit 50: rate %v until %s, want the configured 10", st.Rate, st.LearnedUntil)
 	}
-	if d := interval(a); d > 101*time.Millisecond {
-		t.Errorf("after ratelimit-limit 50 the next token is %s away, want at most the configured 100ms", d)
+	if d := next(a); d > interval(10)+time.Millisecond {
+		t.Errorf("after ratelimit-limit 50 the next token is %s away, want at most the configured %s", d, interval(10))
 	}
 
 	// A process configured lower than the rate another learned (a
@@ -465,5 +467,61 @@ func TestNewRefusesWhatCannotPace(t *testing.T) {
 	b, err := New(rdb, "q", "resend", Config{Rate: 2})
 	if err != nil || b.Config().Burst != 1 || b.Config().String() != "2/s, burst 1" {
 		t.Errorf("New with the defaults: %v %+v", err, b)
+	}
+}
+
+// interval is the budget's wait between two tokens at rate requests a
+// second: 1/rate, less the Headroom.
+func interval(rate float64) time.Duration {
+	return time.Duration(float64(time.Second) / (rate * (1 - Headroom)))
+}
+
+// Depart spaces the requests' departures at the rate, in every process:
+// two requests that would leave together (the first slow from its token
+// to the door, the second quick) leave an interval apart, and one after
+// a quiet spell leaves at once.
+func TestDepartSpacesRequestsAsTheirTokens(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	cfg := Config{Rate: 10}
+	a, b := s.budget("resend", cfg), s.budget("resend", cfg)
+	ctx := context.Background()
+	start := time.Now()
+	if err := a.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := time.Since(start)
+	if err := b.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := time.Since(start)
+	if first > 20*time.Millisecond || second < interval(10)-5*time.Millisecond || second > interval(10)+50*time.Millisecond {
+		t.Errorf("departures after %s and %s, want the first at once and the second an interval (%s) later", first, second, interval(10))
+	}
+	time.Sleep(interval(10))
+	start = time.Now()
+	if err := a.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 20*time.Millisecond {
+		t.Errorf("after a quiet interval a departure waited %s, want none", d)
+	}
+
+	// Departures do not spend the budget's tokens.
+	if turn := take(t, a, 1); !turn.Go() {
+		t.Errorf("a token after departures: %+v, want go", turn)
+	}
+
+	// Slow: at 0.5/s an interval is 2 s, past DepartWait: the second goes at once.
+	slow := s.budget("slow", Config{Rate: 0.5})
+	if err := slow.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if err := slow.Depart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 20*time.Millisecond {
+		t.Errorf("a departure at 0.5/s waited %s, want none: an interval is past DepartWait (%s)", d, DepartWait)
 	}
 }

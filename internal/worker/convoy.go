@@ -262,6 +262,7 @@ func (c *convoy) sendAs(ctx context.Context, riders []*rider, key string, replay
 	failpoint.Inject("after-handover")
 	w.metrics.providerBatch.WithLabelValues(c.route.name).Observe(float64(len(members)))
 
+	w.depart(members[0].ctx, c.route)
 	var ok okAnswer
 	sctx := mail.WithAnswerObserver(ctx, ok.observe)
 	start := time.Now()

@@ -225,6 +225,20 @@ func (w *Worker) firstAvailable() *route {
 	return nil
 }
 
+// depart holds a request whose token was taken until its provider's
+// budget lets it leave (pace.Budget.Depart): right before it goes, after
+// the claim, the render and the hand-over, so that the provider sees the
+// requests spaced as their tokens were. A budget that cannot be read
+// lets it go, said in its log line.
+func (w *Worker) depart(ctx context.Context, r *route) {
+	if r.budget == nil {
+		return
+	}
+	if err := r.budget.Depart(ctx); err != nil {
+		taskLogFrom(ctx).set(slog.String("pace_error", err.Error()))
+	}
+}
+
 // paced is the hand-back of a task that has no token yet: counted, said
 // in its log line, and back in the queue after the expected wait.
 func (w *Worker) paced(l *taskLog, r *route, turn pace.Turn) error {

@@ -578,6 +578,7 @@ func (w *Worker) deliver(ctx context.Context, a *attempt) (providerID string, er
 			return notify.ErrLeaseLost
 		}
 		failpoint.Inject("after-handover")
+		w.depart(ctx, a.route)
 		return nil
 	}
 	sendStart := time.Now()

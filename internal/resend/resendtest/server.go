@@ -92,6 +92,13 @@ type Counts struct {
 	QuotaExceeded int // answered 429 daily_quota_exceeded
 }
 
+// Arrival is one request the rate limit counted (SetRateLimit): when it
+// came, and whether it was refused for rate.
+type Arrival struct {
+	At      time.Time
+	Refused bool
+}
+
 // Server is a running fake Resend API.
 type Server struct {
 	URL            string // e.g. http://127.0.0.1:38421, for resend.Config.BaseURL
@@ -114,6 +121,7 @@ type Server struct {
 	keys        map[string]*keyEntry // by endpoint and key
 	msgs        []Message
 	counts      Counts
+	arrivals    []Arrival
 	closed      bool
 }
 
@@ -284,6 +292,14 @@ func (s *Server) CountByMessageID(id string) int {
 // Requests counts the POST /emails requests received, answered or not.
 func (s *Server) Requests() int { return s.Counts().Emails }
 
+// Arrivals are the requests the rate limit counted while one was set,
+// in the order they came: what a test measures the pace by.
+func (s *Server) Arrivals() []Arrival {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.arrivals)
+}
+
 // Counts returns the requests received so far.
 func (s *Server) Counts() Counts {
 	s.mu.Lock()
@@ -344,10 +360,17 @@ func (s *Server) auth(w http.ResponseWriter, r *http.Request, sending bool) (sen
 // beyond the limit it answers 429 rate_limit_exceeded with retry-after
 // and reports false.
 func (s *Server) admit(w http.ResponseWriter) bool {
-	v := s.rate.Take(s.clock())
+	now := s.clock()
+	v := s.rate.Take(now)
 	if !v.Limited {
 		return true
 	}
+	s.mu.Lock()
+	s.arrivals = append(s.arrivals, Arrival{At: now, Refused: !v.OK})
+	if !v.OK {
+		s.counts.RateLimited++
+	}
+	s.mu.Unlock()
 	h := w.Header()
 	h.Set("Ratelimit-Limit", strconv.Itoa(v.Limit))
 	h.Set("Ratelimit-Remaining", strconv.Itoa(v.Remaining))
@@ -355,9 +378,6 @@ func (s *Server) admit(w http.ResponseWriter) bool {
 	if v.OK {
 		return true
 	}
-	s.mu.Lock()
-	s.counts.RateLimited++
-	s.mu.Unlock()
 	h.Set("Retry-After", strconv.Itoa(max(httpprovidertest.Seconds(v.Reset), 1)))
 	writeError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "Too many requests. Please limit the number of requests per second.")
 	return false
