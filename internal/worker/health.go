@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/pace"
@@ -99,7 +97,7 @@ type health struct {
 	down   bool
 	reason string
 	since  time.Time
-	up     prometheus.Gauge
+	up     upGauge
 	// A probe can pass while sending fails (an API whose sending
 	// endpoint alone is down; a key that may only send, which the probe
 	// cannot tell from a working one). Each such pass lets one attempt
@@ -117,7 +115,17 @@ type health struct {
 // intervals (5 s: about 5 minutes).
 const maxFlapBackoff = 6
 
-func newHealth(up prometheus.Gauge) *health {
+// upGauge is where a breaker shows its state: its provider's series of
+// sekali_provider_up, or nowhere (noUp: the test provider, always up,
+// which no dashboard needs to see).
+type upGauge interface{ Set(float64) }
+
+// noUp shows a breaker's state nowhere.
+type noUp struct{}
+
+func (noUp) Set(float64) {}
+
+func newHealth(up upGauge) *health {
 	up.Set(1)
 	return &health{since: time.Now(), up: up}
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/hibiken/asynq"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -209,8 +208,8 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 		lock:   redisLock{rdb: rdb, ttl: cfg.LockTTL},
 		routes: routes,
 		test: &route{name: mail.TestProvider, provider: testmail.New(), line: &line{maxWait: cfg.PaceWait},
-			// Never registered: the test provider is always up.
-			health: newHealth(prometheus.NewGauge(prometheus.GaugeOpts{Name: "sekali_test_provider_up", Help: "The test provider takes every test delivery."}))},
+			// Always up, and shown nowhere.
+			health: newHealth(noUp{})},
 		templates:     templates,
 		templateNames: names,
 		subscriptions: templates.Subscriptions(),
