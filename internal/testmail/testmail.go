@@ -10,6 +10,8 @@ package testmail
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,8 +78,9 @@ var magic = map[string]struct {
 	"unsubscribed": {mail.FeedbackUnsubscribed, "test mode: the recipient unsubscribed"},
 }
 
-// MagicLocalParts are the local parts of the magic recipients, in order.
-var MagicLocalParts = []string{"delivered", "bounced", "complained", "delayed", "unsubscribed"}
+// MagicLocalParts are the local parts of the magic recipients (magic's
+// keys, sorted).
+var MagicLocalParts = slices.Sorted(maps.Keys(magic))
 
 // EventPrefix starts the id of every event the test provider reports:
 // its id is EventPrefix and the delivery's id, one event per delivery.
