@@ -19,14 +19,14 @@ WITH upd AS (
     SET status = 'cancelled', updated_at = now()
     WHERE d.id = $1 AND d.status = 'pending'
       AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR ($2::boolean AND $3::boolean))
-      AND ($2::boolean OR d.owner_id IS NULL
-           OR (d.owner_id = $4::uuid AND $4::uuid <> '00000000-0000-0000-0000-000000000000'))
+      AND ($2::boolean OR (d.test = $4::boolean AND (d.owner_id IS NULL
+           OR (d.owner_id = $5::uuid AND $5::uuid <> '00000000-0000-0000-0000-000000000000'))))
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $5::text,
+    SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $6::text,
            nullif(jsonb_strip_nulls(jsonb_build_object(
-               'note', nullif($6::text, ''),
+               'note', nullif($7::text, ''),
                'not_at_provider', CASE WHEN upd.provider_pinned OR upd.unsettled_since IS NOT NULL THEN coalesce(upd.provider, '') END)),
                '{}'::jsonb)
     FROM upd
@@ -41,6 +41,7 @@ type CancelDeliveryParams struct {
 	ID            uuid.UUID
 	ByOperator    bool
 	NotAtProvider bool
+	Test          bool
 	Owner         uuid.UUID
 	Actor         string
 	Note          string
@@ -84,8 +85,9 @@ type CancelDeliveryRow struct {
 // reconciler while pinned) is not cancelled on our word — only on an
 // operator's, who checked the provider's log (not_at_provider, as a
 // retry's unpin; the history names the provider checked). by_operator:
-// an operator may cancel any; an API key only what its owner line made
-// (owner_id), or what was recorded before owners were (NULL); nobody but
+// an operator may cancel any; an API key only rows of its own mode
+// (test: docs/testmode.md) that its owner line made (owner_id) or that
+// were recorded before owners were (NULL); nobody but
 // an operator the public checkout's (the all-zero owner). No row: not
 // pending, not cancellable, not the caller's, or not there (notify.Cancel
 // tells which).
@@ -94,6 +96,7 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		arg.ID,
 		arg.ByOperator,
 		arg.NotAtProvider,
+		arg.Test,
 		arg.Owner,
 		arg.Actor,
 		arg.Note,
@@ -136,8 +139,8 @@ WITH upd AS (
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = $2 AND d.template = $3 AND d.status = 'pending'
       AND NOT d.provider_pinned AND d.unsettled_since IS NULL
-      AND ($4::boolean OR d.owner_id IS NULL
-           OR (d.owner_id = $5::uuid AND $5::uuid <> '00000000-0000-0000-0000-000000000000'))
+      AND ($4::boolean OR (d.test = $5::boolean AND (d.owner_id IS NULL
+           OR (d.owner_id = $6::uuid AND $6::uuid <> '00000000-0000-0000-0000-000000000000'))))
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
@@ -150,6 +153,7 @@ type CancelPendingOfTemplateParams struct {
 	OrderID    uuid.UUID
 	Template   string
 	ByOperator bool
+	Test       bool
 	Owner      uuid.UUID
 }
 
@@ -162,6 +166,7 @@ func (q *Queries) CancelPendingOfTemplate(ctx context.Context, arg CancelPending
 		arg.OrderID,
 		arg.Template,
 		arg.ByOperator,
+		arg.Test,
 		arg.Owner,
 	)
 	if err != nil {

@@ -423,6 +423,7 @@ type Canceller struct {
 	Actor    string    // the history's name for it
 	Operator bool      // an operator: any delivery
 	Owner    uuid.UUID // an API key's owner (apikey.Key.Owner)
+	Test     bool      // the key's mode: a test key calls off only test deliveries, a live one only live ones
 	// NotAtProvider: the operator checked the log of the provider a
 	// delivery is pinned to, and it does not hold the message, so one
 	// that may have been sent is cancelled all the same (a retry's unpin,
@@ -430,11 +431,13 @@ type Canceller struct {
 	NotAtProvider bool
 }
 
-// Owns reports whether c may call d off, whatever d's status: nobody but
-// an operator owns the public checkout's. The statements CancelDelivery
-// and CancelPendingOfTemplate hold the same rule.
+// Owns reports whether c may call d off, whatever d's status: a
+// delivery of c's mode that c's owner made, or one recorded before owners
+// were; nobody but an operator owns the public checkout's. The
+// statements CancelDelivery and CancelPendingOfTemplate hold the same
+// rule.
 func (c Canceller) Owns(d Delivery) bool {
-	return c.Operator || d.Owner == nil || (*d.Owner == c.Owner && c.Owner != PublicOwner)
+	return c.Operator || d.Test == c.Test && (d.Owner == nil || (*d.Owner == c.Owner && c.Owner != PublicOwner))
 }
 
 // Cancel calls a pending delivery off, for c with note (may be empty),
@@ -447,7 +450,7 @@ func (c Canceller) Owns(d Delivery) bool {
 // one, or one that is not c's to cancel, ErrNotFound.
 func Cancel(ctx context.Context, db DB, id uuid.UUID, c Canceller, note string) (Delivery, error) {
 	row, err := dbsqlc.New(db).CancelDelivery(ctx, dbsqlc.CancelDeliveryParams{
-		ID: id, Actor: c.Actor, Note: note, ByOperator: c.Operator, Owner: c.Owner, NotAtProvider: c.NotAtProvider,
+		ID: id, Actor: c.Actor, Note: note, ByOperator: c.Operator, Owner: c.Owner, Test: c.Test, NotAtProvider: c.NotAtProvider,
 	})
 	if err == nil {
 		return fromRow(dbsqlc.NotificationDelivery(row)), nil
@@ -476,7 +479,7 @@ func Cancel(ctx context.Context, db DB, id uuid.UUID, c Canceller, note string) 
 // and says how many it cancelled.
 func CancelTemplate(ctx context.Context, db DB, orderID uuid.UUID, template string, c Canceller) (int, error) {
 	n, err := dbsqlc.New(db).CancelPendingOfTemplate(ctx, dbsqlc.CancelPendingOfTemplateParams{
-		OrderID: orderID, Template: template, Actor: c.Actor, ByOperator: c.Operator, Owner: c.Owner,
+		OrderID: orderID, Template: template, Actor: c.Actor, ByOperator: c.Operator, Owner: c.Owner, Test: c.Test,
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cancel %s of order %s: %w", template, orderID, err)

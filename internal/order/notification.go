@@ -266,7 +266,7 @@ func (c Caller) actor() string {
 
 // canceller is caller as notify.Cancel knows it: the owner of its key.
 func (c Caller) canceller() notify.Canceller {
-	return notify.Canceller{Actor: c.actor(), Owner: c.Owner}
+	return notify.Canceller{Actor: c.actor(), Owner: c.Owner, Test: c.Test}
 }
 
 // CancelNotification calls off a pending notification for caller. One
@@ -275,13 +275,6 @@ func (c Caller) canceller() notify.Canceller {
 // notify.ErrMayHaveBeenSent, each with the notification as it stands; a
 // missing one, or one another key's owner made, ErrNotificationNotFound.
 func (s *Service) CancelNotification(ctx context.Context, id uuid.UUID, caller Caller) (Notification, error) {
-	// The other mode's notification is not there for caller (its mode
-	// never changes, so this read cannot race the cancel).
-	if d, err := notify.Get(ctx, s.pool, id); errors.Is(err, notify.ErrNotFound) || err == nil && d.Test != caller.Test {
-		return Notification{}, ErrNotificationNotFound
-	} else if err != nil {
-		return Notification{}, err
-	}
 	d, err := notify.Cancel(ctx, s.pool, id, caller.canceller(), "")
 	if errors.Is(err, notify.ErrNotFound) {
 		return Notification{}, ErrNotificationNotFound
