@@ -84,7 +84,7 @@ func (c *cluster) gather(provider string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if _, err := b.Take(context.Background(), 1); err != nil {
+	if _, err := b.Take(context.Background(), pace.Urgent, 1); err != nil {
 		c.t.Fatal(err)
 	}
 }

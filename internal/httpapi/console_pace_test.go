@@ -34,7 +34,7 @@ func TestConsoleOverviewShowsThePace(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.startPacedWorker(t, nil, smtpsink.Config{}, budget)
-	if turn, err := budget.Take(ctx, 3); err != nil || !turn.Go() { // one request of three messages
+	if turn, err := budget.Take(ctx, pace.Urgent, 3); err != nil || !turn.Go() { // one request of three messages
 		t.Fatalf("take: %+v, %v", turn, err)
 	}
 	refusal := pace.FromHTTP(http.StatusTooManyRequests, http.Header{"Retry-After": {"600"}, "Ratelimit-Limit": {"2"}}, time.Now())

@@ -13,8 +13,13 @@
 //
 // Take answers at once, go or wait: it never blocks, so that a caller
 // who would wait long hands its task back to the queue (asynq's
-// ProcessIn) and holds nothing meanwhile; Wait waits a short while for a
-// token.
+// ProcessIn) and holds nothing meanwhile, and one that waits a short
+// while asks again when its token is due.
+//
+// Requests travel in two lanes (Lane): while an urgent request waits
+// for the budget, in any process, the later lane's requests are given
+// no token, so that when the budget is scarce a flash sale's
+// confirmations never share it with a newsletter's backlog.
 //
 // Keys, for a budget named name of the deployment whose queue is queue;
 // the hash tag {queue:name} keeps them in one slot of a Redis Cluster, so
@@ -25,6 +30,7 @@
 //	sekali:pace:{queue:name}:limit  a rate the provider said, lower than the configuration; expires after LearnFor
 //	sekali:pace:{queue:name}:quota  the quota's counts, one hash field per slice of its window
 //	rate:sekali:pace:{queue:name}:depart  Depart's GCRA: when the requests leave
+//	sekali:pace:{queue:name}:urgent  urgent requests wait for the budget; the later lane yields until its TTL
 package pace
 
 import (
@@ -103,8 +109,9 @@ type Budget struct {
 	limit   string
 	quota   string
 	depart  string // Depart's GCRA, without redis_rate's "rate:"
+	urgent  string
 	// rate is the rate in force when Take last read it (math.Float64bits),
-	// for Depart; 0 before the first Take.
+	// for Depart and the urgent hold; 0 before the first Take.
 	rate atomic.Uint64
 	// learned is whether the last read of the limit key found one: when
 	// not, a provider announcing the configured rate or more changes
@@ -138,6 +145,7 @@ func New(rdb redis.UniversalClient, queue, name string, cfg Config) (*Budget, er
 	return &Budget{
 		rdb: rdb, limiter: redis_rate.NewLimiter(rdb), name: name, cfg: cfg,
 		key: base, pause: base + ":pause", limit: base + ":limit", quota: base + ":quota", depart: base + ":depart",
+		urgent: base + ":urgent",
 	}, nil
 }
 
@@ -151,9 +159,23 @@ func (b *Budget) Config() Config { return b.cfg }
 type Hold string
 
 const (
-	ByPause Hold = "pause" // the provider asked every sender to wait (a 429, ratelimit-remaining 0, an SMTP rate reply)
-	ByRate  Hold = "rate"  // the budget's rate: the next token is not due yet
-	ByQuota Hold = "quota" // the quota of the window is spent
+	ByPause  Hold = "pause"  // the provider asked every sender to wait (a 429, ratelimit-remaining 0, an SMTP rate reply)
+	ByRate   Hold = "rate"   // the budget's rate: the next token is not due yet
+	ByQuota  Hold = "quota"  // the quota of the window is spent
+	ByUrgent Hold = "urgent" // a request of the later lane: urgent ones wait for the budget
+)
+
+// Lane is which requests a scarce budget serves first.
+type Lane int
+
+const (
+	// Urgent is transactional mail: an order's confirmation, a password
+	// reset. An urgent request that has to wait for its token keeps the
+	// later lane from the budget, in every process, until it has had it.
+	Urgent Lane = iota
+	// Later is subscription mail and scheduled reminders: given a token
+	// only while no urgent request waits for one.
+	Later
 )
 
 // A Turn is Take's answer: go (Wait is zero, and the token is taken), or
@@ -170,8 +192,11 @@ func (t Turn) Go() bool { return t.Wait == 0 }
 // Take asks for one request's token, for a request carrying messages
 // messages (1 for a single send; what the quota counts). It answers at
 // once: go, or the time until a token is expected. In one round trip it
-// reads the pause and the rate the provider said, then takes the rate's
-// token (a second), then the quota's (a third, with a quota). When the
+// reads the pause and the rate the provider said (and, for the later
+// lane, whether urgent requests wait), then takes the rate's token (a
+// second), then the quota's (a third, with a quota). An urgent request
+// told to wait says so for the later lane, for its wait and one
+// interval more (a fourth; only when it waits). When the
 // quota refuses, the rate's token is spent all the same: a token too few
 // costs a moment's pace, a message of the quota too few could cost a day.
 //
@@ -186,24 +211,54 @@ func (t Turn) Go() bool { return t.Wait == 0 }
 // restart without persistence) forgets the pauses, the learned rates and
 // the quota's counts: the provider's next answers teach the first two
 // again, the quota starts afresh.
-func (b *Budget) Take(ctx context.Context, messages int) (Turn, error) {
+func (b *Budget) Take(ctx context.Context, lane Lane, messages int) (Turn, error) {
 	if messages < 1 || (b.cfg.Quota > 0 && messages > b.cfg.Quota) {
 		return Turn{}, fmt.Errorf("pace %s: a request of %d messages, want 1 to the quota (%d)", b.name, messages, b.cfg.Quota)
 	}
-	var pttl *redis.DurationCmd
+	var pttl, uttl *redis.DurationCmd
 	var limit *redis.StringCmd
 	_, _ = b.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		pttl = p.PTTL(ctx, b.pause)
 		limit = p.Get(ctx, b.limit)
+		if lane == Later {
+			uttl = p.PTTL(ctx, b.urgent)
+		}
 		return nil
 	})
 	if err := cmdErr(pttl, limit); err != nil {
 		return Turn{}, fmt.Errorf("pace %s: read the pause: %w", b.name, err)
 	}
-	if d := pttl.Val(); d > 0 {
-		return Turn{Wait: d, By: ByPause}, nil
+	var held time.Duration
+	if uttl != nil {
+		if err := cmdErr(uttl); err != nil {
+			return Turn{}, fmt.Errorf("pace %s: read the urgent hold: %w", b.name, err)
+		}
+		held = uttl.Val()
 	}
-	res, err := b.limiter.Allow(ctx, b.key, b.gcra(b.effective(limit)))
+	turn, err := b.take(ctx, pttl.Val(), held, b.effective(limit), messages)
+	if err != nil || turn.Go() || lane != Urgent {
+		return turn, err
+	}
+	// An urgent request waits: the later lane yields until it has had its
+	// token, and an interval more for the next urgent one to ask.
+	hold := turn.Wait + min(b.interval(), DepartWait)
+	if err := holdScript.Run(ctx, b.rdb, []string{b.urgent}, max(hold.Milliseconds(), 1), string(turn.By)).Err(); err != nil {
+		return Turn{}, fmt.Errorf("pace %s: hold the later lane: %w", b.name, err)
+	}
+	return turn, nil
+}
+
+// take is Take's verdict once the pause and, for the later lane, the
+// urgent requests' hold are read (how long each still lasts; 0 for
+// none): the pause's, the hold's, or the tokens' at rate.
+func (b *Budget) take(ctx context.Context, pause, held time.Duration, rate float64, messages int) (Turn, error) {
+	if pause > 0 {
+		return Turn{Wait: pause, By: ByPause}, nil
+	}
+	if held > 0 {
+		return Turn{Wait: held, By: ByUrgent}, nil
+	}
+	res, err := b.limiter.Allow(ctx, b.key, b.gcra(rate))
 	if err != nil {
 		return Turn{}, fmt.Errorf("pace %s: take a token: %w", b.name, err)
 	}
@@ -221,30 +276,6 @@ func (b *Budget) Take(ctx context.Context, messages int) (Turn, error) {
 		return Turn{Wait: max(q.wait, time.Millisecond), By: ByQuota}, nil
 	}
 	return Turn{}, nil
-}
-
-// Wait takes a token as Take does, waiting for it while the wait Take
-// answers fits in within (the short wait a caller may spend holding
-// nothing, before it would rather hand its task back). It returns the
-// go, or the last Turn whose wait did not fit (the wait to hand the task
-// back with); a context that ends first ends it with the context's error.
-// Waiters wake when their token is due, and the one whose Take comes
-// first has it; the others are told the next one's time.
-func (b *Budget) Wait(ctx context.Context, within time.Duration, messages int) (Turn, error) {
-	deadline := time.Now().Add(within)
-	for {
-		turn, err := b.Take(ctx, messages)
-		if err != nil || turn.Go() || time.Until(deadline) < turn.Wait {
-			return turn, err
-		}
-		timer := time.NewTimer(turn.Wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return turn, ctx.Err()
-		case <-timer.C:
-		}
-	}
 }
 
 // effective is the rate in force: the configured one, or a lower one the
@@ -285,11 +316,7 @@ const DepartWait = time.Second
 // does not answer, the request goes: its token was taken, and Depart
 // only smooths.
 func (b *Budget) Depart(ctx context.Context) error {
-	rate := math.Float64frombits(b.rate.Load())
-	if rate == 0 {
-		rate = b.cfg.Rate
-	}
-	limit := b.gcra(rate)
+	limit := b.gcra(b.rateNow())
 	for {
 		res, err := b.limiter.Allow(ctx, b.depart, limit)
 		if err != nil {
@@ -332,8 +359,25 @@ const Headroom = 0.05
 // Headroom: its Rate and Period count only as their ratio, the emission
 // interval, so a fractional rate is one request per 1/rate seconds.
 func (b *Budget) gcra(rate float64) redis_rate.Limit {
-	return redis_rate.Limit{Rate: 1, Burst: b.cfg.Burst, Period: time.Duration(float64(time.Second) / (rate * (1 - Headroom)))}
+	return redis_rate.Limit{Rate: 1, Burst: b.cfg.Burst, Period: emission(rate)}
 }
+
+// emission is the interval between tokens at rate, less the Headroom.
+func emission(rate float64) time.Duration {
+	return time.Duration(float64(time.Second) / (rate * (1 - Headroom)))
+}
+
+// rateNow is the rate in force when Take last read it, the configured
+// one before the first Take.
+func (b *Budget) rateNow() float64 {
+	if rate := math.Float64frombits(b.rate.Load()); rate > 0 {
+		return rate
+	}
+	return b.cfg.Rate
+}
+
+// interval is the interval between tokens at the rate in force.
+func (b *Budget) interval() time.Duration { return emission(b.rateNow()) }
 
 // cmdErr is the first error of cmds, a missing key (redis.Nil) being none.
 func cmdErr(cmds ...redis.Cmder) error {

@@ -2,7 +2,6 @@ package pace
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -63,7 +62,7 @@ func redisNow(t *testing.T, rdb redis.UniversalClient) time.Time {
 
 func take(t *testing.T, b *Budget, messages int) Turn {
 	t.Helper()
-	turn, err := b.Take(context.Background(), messages)
+	turn, err := b.Take(context.Background(), Urgent, messages)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +105,7 @@ func TestRateIsSharedByProcesses(t *testing.T) {
 	for _, p := range []*Budget{a, b} {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				turn, err := p.Take(context.Background(), 1)
+				turn, err := p.Take(context.Background(), Urgent, 1)
 				if err != nil {
 					t.Error(err)
 					return
@@ -274,7 +273,7 @@ func TestQuotaHoldsUntilTheWindowFrees(t *testing.T) {
 	if turn.By != ByQuota || turn.Wait <= 0 || turn.Wait > time.Second+20*time.Millisecond {
 		t.Fatalf("a 4th of 3: %+v, want held by the quota for at most its window and a slice", turn)
 	}
-	if _, err := a.Take(context.Background(), 4); err == nil {
+	if _, err := a.Take(context.Background(), Urgent, 4); err == nil {
 		t.Error("a request of 4 messages against a quota of 3 was not refused")
 	}
 	var went time.Time
@@ -291,29 +290,45 @@ func TestQuotaHoldsUntilTheWindowFrees(t *testing.T) {
 	}
 }
 
-// Wait waits for a token while the wait fits, and otherwise takes
-// nothing and says how long.
-func TestWaitWaitsOnlyWithin(t *testing.T) {
+// While an urgent request waits for a token, in any process, the later
+// lane is given none: it is told to wait (ByUrgent) for as long as the
+// urgent one does and an interval more, for the next urgent request to
+// ask; then it takes tokens again. An urgent request that did not wait
+// holds nothing: the later lane shares a budget that is not scarce.
+func TestLaterLaneYieldsToAWaitingUrgentRequest(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
-	p := s.budget("resend", Config{Rate: 5})
+	cfg := Config{Rate: 5}
+	shop, news := s.budget("resend", cfg), s.budget("resend", cfg) // two processes
 	ctx := context.Background()
-	if turn, err := p.Wait(ctx, time.Second, 1); err != nil || !turn.Go() {
-		t.Fatalf("first: %+v %v", turn, err)
+	lane := func(b *Budget, l Lane) Turn {
+		t.Helper()
+		turn, err := b.Take(ctx, l, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return turn
 	}
-	turn, err := p.Wait(ctx, 50*time.Millisecond, 1)
-	if err != nil || turn.Go() || turn.By != ByRate || turn.Wait <= 50*time.Millisecond {
-		t.Fatalf("within 50ms at 5/s: %+v %v, want no token and the wait", turn, err)
+	if turn := lane(shop, Urgent); !turn.Go() {
+		t.Fatalf("the first urgent request: %+v", turn)
 	}
-	if turn, err := p.Wait(ctx, time.Second, 1); err != nil || !turn.Go() {
-		t.Fatalf("within 1s at 5/s: %+v %v, want a token", turn, err)
+	if turn := lane(news, Later); turn.By != ByRate {
+		t.Fatalf("the later lane after an urgent request that did not wait: %+v, want the rate's wait only", turn)
 	}
-	observe(t, p, Signal{Pause: time.Minute})
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	if turn, err := p.Wait(short, 2*time.Minute, 1); !errors.Is(err, context.DeadlineExceeded) || turn.By != ByPause {
-		t.Errorf("a wait whose context ends first: %+v %v", turn, err)
+	waited := lane(shop, Urgent)
+	if waited.By != ByRate {
+		t.Fatalf("an urgent request before its token is due: %+v", waited)
 	}
+	held := lane(news, Later)
+	if held.By != ByUrgent || held.Wait <= waited.Wait || held.Wait > waited.Wait+interval(5)+5*time.Millisecond {
+		t.Fatalf("the later lane while an urgent request waits %s: %+v, want held for that and an interval (%s) more", waited.Wait, held, interval(5))
+	}
+	time.Sleep(waited.Wait)
+	testenv.WaitFor(t, "the urgent request's token", time.Second, func() bool { return lane(shop, Urgent).Go() })
+	if turn := lane(news, Later); turn.By != ByUrgent {
+		t.Errorf("the later lane right after the urgent request went: %+v, want still held for the next urgent one", turn)
+	}
+	testenv.WaitFor(t, "the later lane's token", 2*time.Second, func() bool { return lane(news, Later).Go() })
 }
 
 // The gauges say what every process shares, from the first scrape.
@@ -367,7 +382,7 @@ func TestRedisDownIsAnError(t *testing.T) {
 	p := budgetsOver(t, opt, "test-down")("resend", Config{Rate: 2, Quota: 10})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if turn, err := p.Take(ctx, 1); err == nil {
+	if turn, err := p.Take(ctx, Urgent, 1); err == nil {
 		t.Errorf("Take without Redis: %+v %v, want an error", turn, err)
 	} else if !strings.Contains(err.Error(), "pace resend") {
 		t.Errorf("Take's error does not say whose budget: %v", err)
@@ -402,7 +417,7 @@ func TestRedisRestartForgetsThePause(t *testing.T) {
 	}
 	srv.Restart(t)
 	testenv.WaitFor(t, "the budget to go after the restart", 10*time.Second, func() bool {
-		turn, err := p.Take(context.Background(), 1)
+		turn, err := p.Take(context.Background(), Urgent, 1)
 		return err == nil && turn.Go()
 	})
 }
@@ -424,7 +439,7 @@ func TestBudgetOnARedisCluster(t *testing.T) {
 		}
 		return n
 	}
-	for _, key := range []string{a.pause, a.limit, a.quota} {
+	for _, key := range []string{a.pause, a.limit, a.quota, a.urgent, "rate:" + a.depart} {
 		if slot(key) != slot("rate:"+a.key) {
 			t.Errorf("%s is in slot %d, the GCRA's rate:%s in %d", key, slot(key), a.key, slot("rate:"+a.key))
 		}

@@ -129,10 +129,11 @@ func FromSMTP(code int, enhanced, text string) Signal {
 	return s
 }
 
-// pauseScript pauses a budget for ARGV[1] milliseconds, saying why
-// (ARGV[2]), unless it is already paused for longer: the longest pause
-// wins, a shorter one never shortens it. One key.
-var pauseScript = redis.NewScript(`
+// holdScript holds a budget (pauses it, or holds its later lane) for
+// ARGV[1] milliseconds, saying why (ARGV[2]), unless it is already held
+// for longer: the longest hold wins, a shorter one never shortens it.
+// One key.
+var holdScript = redis.NewScript(`
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
   return 1
@@ -154,7 +155,7 @@ func (b *Budget) Observe(ctx context.Context, s Signal) error {
 		if reason == "" {
 			reason = "paused"
 		}
-		if err := pauseScript.Run(ctx, b.rdb, []string{b.pause}, ms, reason).Err(); err != nil {
+		if err := holdScript.Run(ctx, b.rdb, []string{b.pause}, ms, reason).Err(); err != nil {
 			return fmt.Errorf("pace %s: pause: %w", b.name, err)
 		}
 	}

@@ -26,6 +26,7 @@ type Metrics struct {
 	providerBatch *prometheus.HistogramVec
 	batchResent   *prometheus.CounterVec
 	paceWait      *prometheus.HistogramVec
+	departWait    *prometheus.HistogramVec
 	throttled     *prometheus.CounterVec
 	spilled       *prometheus.CounterVec
 }
@@ -62,13 +63,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		blocked: metric.Counter(reg, "sekali_deliveries_blocked_total",
 			"Tasks not sent because an operator's block on the key or recipient applied."),
 		handedBack: metric.CounterVec(reg, "sekali_tasks_handed_back_total",
-			"Tasks this worker gave back to the queue without an attempt: provider_unavailable (the provider refuses us, or the one a delivery is pinned to does), unknown_template (an older worker during a rolling deploy), pinned_to_missing_provider (a delivery pinned to a provider not in PROVIDERS: an operator must decide), shutdown, paced (the provider's budget had no request to spare: back for its turn).",
-			[]string{"reason"}, []string{"provider_unavailable", "unknown_template", string(resultPinnedMissing), "shutdown", "paced"}),
+			"Tasks this worker gave back to the queue without an attempt: provider_unavailable (the provider refuses us, or the one a delivery is pinned to does), unknown_template (an older worker during a rolling deploy), pinned_to_missing_provider (a delivery pinned to a provider not in PROVIDERS: an operator must decide), shutdown, paced (the provider's budget had no request to spare: back for its turn), yielded (mail that may wait, held back while confirmations wait for the provider's budget).",
+			[]string{"reason"}, []string{"provider_unavailable", "unknown_template", string(resultPinnedMissing), "shutdown", "paced", "yielded"}),
 		providerUp: metric.GaugeVec(reg, "sekali_provider_up",
 			"1 while this provider takes mail from this worker, 0 while it refuses our session (connect, TLS, AUTH, sender, throttling) and the worker only probes it; with PROVIDERS, the next provider that is up takes the mail meanwhile.",
 			[]string{"provider"}),
 		paceWait: metric.HistogramVec(reg, "sekali_pace_wait_seconds",
 			"Time a task waited in its goroutine for its provider's token (at most PACE_WAIT), by provider.", metric.Latency, []string{"provider"}),
+		departWait: metric.HistogramVec(reg, "sekali_pace_depart_wait_seconds",
+			"Time a request waited after its hand-over for its provider's departures to space it (at most a second), by provider.", metric.Latency, []string{"provider"}),
 		throttled: metric.CounterVec(reg, "sekali_provider_throttled_total",
 			"Requests the provider refused for pace (a 429, SES's throttling, an SMTP rate reply), by provider: nothing was taken; its budget was paused for every worker.",
 			[]string{"provider"}),

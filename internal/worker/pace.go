@@ -31,12 +31,17 @@ import (
 // for every worker at once (Budget.Observe).
 
 // line is one worker's queue for one provider's tokens. Only the task
-// at its head asks the budget (Budget.Wait); the others wait their turn
-// in this process, urgent tasks (of the queue itself) before those of
-// its later lane, each lane first come first served. Without it every
-// waiting goroutine would ask, and whichever asked first after a token
-// was due would have it: a confirmation could wait behind newsletters
-// that came after it.
+// at its head asks the budget; the others wait their turn in this
+// process, urgent tasks (of the queue itself) before those of its later
+// lane, each lane first come first served. Without it every waiting
+// goroutine would ask, and whichever asked first after a token was due
+// would have it: a confirmation could wait behind newsletters that came
+// after it. Across processes the budget itself keeps the order: while an
+// urgent request waits for a token anywhere, the later lane is given
+// none (pace.Later): a later task at the head of its line that is told
+// so (pace.ByUrgent) is handed back, freeing its slot, and one that
+// waits for the rate steps aside the moment an urgent task joins its
+// line.
 type line struct {
 	budget  *pace.Budget
 	maxWait time.Duration // Config.PaceWait
@@ -46,17 +51,27 @@ type line struct {
 	asker         *waiter   // the one asking the budget now, nil if none
 }
 
-type waiter struct{ turn chan struct{} } // told once: ask
+type waiter struct {
+	urgent bool
+	turn   chan struct{} // told: ask
+	yield  chan struct{} // told, while a later one asks: an urgent one came; step aside
+}
 
 // take waits for a token in line, urgent or not, for at most l.maxWait
 // from now: the token (a Turn that goes), or the Turn to hand the task
 // back with.
 func (l *line) take(ctx context.Context, urgent bool) (pace.Turn, error) {
 	deadline := time.Now().Add(l.maxWait)
-	w := &waiter{turn: make(chan struct{}, 1)}
+	w := &waiter{urgent: urgent, turn: make(chan struct{}, 1), yield: make(chan struct{}, 1)}
 	l.mu.Lock()
 	if urgent {
 		l.urgent = append(l.urgent, w)
+		if l.asker != nil && !l.asker.urgent {
+			select {
+			case l.asker.yield <- struct{}{}:
+			default:
+			}
+		}
 	} else {
 		l.later = append(l.later, w)
 	}
@@ -65,20 +80,75 @@ func (l *line) take(ctx context.Context, urgent bool) (pace.Turn, error) {
 
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	select {
-	case <-w.turn:
-		turn, err := l.budget.Wait(ctx, time.Until(deadline), 1)
-		l.done(w)
-		return turn, err
-	case <-ctx.Done():
-		l.done(w)
-		return pace.Turn{Wait: time.Second, By: pace.ByRate}, ctx.Err()
-	case <-timer.C:
-		// The line ahead is longer than the wait: back for a turn about
-		// as far off as the line is long.
-		ahead := l.done(w)
-		return pace.Turn{Wait: time.Duration(float64(ahead+1) / l.budget.Config().Rate * float64(time.Second)), By: pace.ByRate}, nil
+	for {
+		select {
+		case <-w.turn:
+			turn, err, yielded := l.ask(ctx, w, deadline)
+			if yielded {
+				l.stepAside(w)
+				continue
+			}
+			l.done(w)
+			return turn, err
+		case <-ctx.Done():
+			l.done(w)
+			return pace.Turn{Wait: time.Second, By: pace.ByRate}, ctx.Err()
+		case <-timer.C:
+			// The line ahead is longer than the wait: back for a turn about
+			// as far off as the line is long.
+			ahead := l.done(w)
+			return pace.Turn{Wait: time.Duration(float64(ahead+1) / l.budget.Config().Rate * float64(time.Second)), By: pace.ByRate}, nil
+		}
 	}
+}
+
+// laterHandBack is the least a task of the later lane held back for
+// urgent ones (pace.ByUrgent) is handed back for: it frees its slot for
+// the urgent tasks another process's confirmations may be queued behind,
+// and a second is nothing to a newsletter.
+const laterHandBack = time.Second
+
+// ask asks the budget for w, the head of the line, until it has the
+// token, its wait would end past deadline (that Turn, to hand the task
+// back with), or, w being of the later lane, an urgent task joins the
+// line (yielded: w steps aside, having taken nothing). A later task held
+// back because urgent ones wait elsewhere is handed back at once.
+func (l *line) ask(ctx context.Context, w *waiter, deadline time.Time) (turn pace.Turn, err error, yielded bool) {
+	lane := pace.Later
+	if w.urgent {
+		lane = pace.Urgent
+	}
+	for {
+		turn, err := l.budget.Take(ctx, lane, 1)
+		if turn.By == pace.ByUrgent {
+			turn.Wait = max(turn.Wait, laterHandBack)
+			return turn, err, false
+		}
+		if err != nil || turn.Go() || time.Until(deadline) < turn.Wait {
+			return turn, err, false
+		}
+		timer := time.NewTimer(turn.Wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return turn, ctx.Err(), false
+		case <-w.yield:
+			timer.Stop()
+			return turn, nil, true
+		case <-timer.C:
+		}
+	}
+}
+
+// stepAside ends w's asking, leaving it at its place in the line, and
+// lets the head of the line (the urgent task that came) ask.
+func (l *line) stepAside(w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.asker == w {
+		l.asker = nil
+	}
+	l.promote()
 }
 
 // done takes w out of the line, letting the next ask if w was asking,
@@ -170,7 +240,7 @@ func (w *Worker) spill(ctx context.Context, first *route) *route {
 		if r.budget == nil {
 			return r
 		}
-		if turn, err := r.budget.Take(ctx, 1); err == nil && turn.Go() {
+		if turn, err := r.budget.Take(ctx, w.lane(ctx), 1); err == nil && turn.Go() {
 			return r
 		}
 	}
@@ -196,7 +266,7 @@ func (w *Worker) routeAfterPace(ctx context.Context, d notify.Delivery, paced *r
 	if r.budget == nil || r == paced || r.convoy != nil {
 		return r, nil
 	}
-	turn, err := r.budget.Take(ctx, 1)
+	turn, err := r.budget.Take(ctx, w.lane(ctx), 1)
 	if err != nil {
 		// Its budget could not be read: the row goes back, for later.
 		turn = pace.Turn{Wait: time.Second, By: pace.Hold("unread: " + err.Error())}
@@ -213,6 +283,14 @@ func (w *Worker) routeAfterPace(ctx context.Context, d notify.Delivery, paced *r
 func urgent(ctx context.Context, queue string) bool {
 	name, ok := asynq.GetQueueName(ctx)
 	return !ok || name != notify.LaterQueue(queue)
+}
+
+// lane is the budget's lane of the task of ctx.
+func (w *Worker) lane(ctx context.Context) pace.Lane {
+	if urgent(ctx, w.cfg.Queue) {
+		return pace.Urgent
+	}
+	return pace.Later
 }
 
 // firstAvailable is the first provider that is up, nil if none is.
@@ -234,9 +312,11 @@ func (w *Worker) depart(ctx context.Context, r *route) {
 	if r.budget == nil {
 		return
 	}
+	start := time.Now()
 	if err := r.budget.Depart(ctx); err != nil {
 		taskLogFrom(ctx).set(slog.String("pace_error", err.Error()))
 	}
+	w.metrics.departWait.WithLabelValues(r.name).Observe(time.Since(start).Seconds())
 }
 
 // paced is the hand-back of a task that has no token yet: counted, said
@@ -244,7 +324,7 @@ func (w *Worker) depart(ctx context.Context, r *route) {
 func (w *Worker) paced(l *taskLog, r *route, turn pace.Turn) error {
 	l.result = resultPaced
 	l.set(slog.String("provider", r.name), slog.String("paced_by", string(turn.By)), slog.Duration("pace_wait", turn.Wait))
-	w.metrics.handedBack.WithLabelValues("paced").Inc()
+	w.metrics.handedBack.WithLabelValues(pacedReason(turn)).Inc()
 	return wait(errPaced, turn.Wait, paceSpread(turn.Wait))
 }
 
@@ -254,6 +334,16 @@ func (w *Worker) paceError(l *taskLog, r *route, err error) error {
 	l.result = resultRedisError
 	w.metrics.retries.WithLabelValues("redis").Inc()
 	return fmt.Errorf("pace %s: %w", r.name, err)
+}
+
+// pacedReason is the sekali_tasks_handed_back_total reason of a task
+// handed back for turn: yielded when it is of the later lane and urgent
+// ones wait for the budget, paced otherwise.
+func pacedReason(turn pace.Turn) string {
+	if turn.By == pace.ByUrgent {
+		return "yielded"
+	}
+	return "paced"
 }
 
 // paceSpread spreads the tasks handed back for the same wait over part
@@ -269,7 +359,7 @@ func paceSpread(wait time.Duration) time.Duration {
 func decidePaced(provider string, turn pace.Turn) step {
 	reason := fmt.Sprintf("waiting for provider %q's pace (%s, about %s)", provider, turn.By, turn.Wait.Round(time.Millisecond))
 	return step{write: writeRetry, to: notify.StatusPending, reason: reason, refund: true, result: resultPaced, outcome: "retried",
-		retry: "paced", handedBack: "paced", answer: answerWait, err: fmt.Errorf("%w: %s", errPaced, reason),
+		retry: "paced", handedBack: pacedReason(turn), answer: answerWait, err: fmt.Errorf("%w: %s", errPaced, reason),
 		waitBase: turn.Wait, waitSpread: paceSpread(turn.Wait)}
 }
 
