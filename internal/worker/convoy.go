@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -205,8 +206,14 @@ func (c *convoy) token(l *rider) error {
 	if c.route.budget == nil {
 		return nil
 	}
+	// The request carries whoever waits: urgent when any of them is, so
+	// that a newsletter leading confirmations does not hold them back
+	// with the later lane.
+	c.mu.Lock()
+	urgent := slices.ContainsFunc(c.queue, func(r *rider) bool { return r.urgent })
+	c.mu.Unlock()
 	start := time.Now()
-	turn, err := c.route.line.take(l.ctx, l.urgent)
+	turn, err := c.route.line.take(l.ctx, urgent)
 	c.w.metrics.paceWait.WithLabelValues(c.route.name).Observe(time.Since(start).Seconds())
 	switch {
 	case err != nil:

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -123,5 +125,30 @@ func TestNewslettersInAnotherProcessWaitForTheConfirmations(t *testing.T) {
 	}
 	if len(g.got) != 24 || between > 1 {
 		t.Errorf("tokens went %v: %d newsletters between the first confirmation and the last, want at most 1", g.got, between)
+	}
+}
+
+// A convoy's request carries whoever waits for it: led by a newsletter,
+// it asks in the urgent lane when confirmations ride with it, so that
+// the later lane's hold (another process's confirmations waiting) does
+// not send the confirmations back with the newsletter.
+func TestAConvoyCarryingConfirmationsAsksAsUrgent(t *testing.T) {
+	t.Parallel()
+	ls := lines(t, 2, 5, 5*time.Second)
+	other, mine := ls[0], ls[1]
+	var g grants
+	g.take(t, other, true, "elsewhere")
+	if turn, err := other.budget.Take(context.Background(), pace.Urgent, 1); err != nil || turn.Go() {
+		t.Fatalf("another process's second confirmation: %+v %v, want it to wait", turn, err)
+	} // it waits: the later lane is held
+	c := &convoy{w: &Worker{metrics: NewMetrics(prometheus.NewRegistry())}, route: &route{name: "resend", budget: mine.budget, line: mine}}
+	newsletter := &rider{ctx: context.Background()}
+	c.queue = []*rider{newsletter}
+	if _, ok := c.token(newsletter).(*pacedSend); !ok {
+		t.Fatal("a convoy of a newsletter alone, while confirmations wait elsewhere: want it handed back for its turn")
+	}
+	c.queue = []*rider{newsletter, {ctx: context.Background(), urgent: true}}
+	if err := c.token(newsletter); err != nil {
+		t.Errorf("a convoy led by a newsletter with a confirmation aboard: %v, want its token", err)
 	}
 }
