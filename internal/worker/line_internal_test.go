@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -144,7 +145,7 @@ func TestAConvoyCarryingConfirmationsAsksAsUrgent(t *testing.T) {
 	c := &convoy{w: &Worker{metrics: NewMetrics(prometheus.NewRegistry())}, route: &route{name: "resend", budget: mine.budget, line: mine}}
 	newsletter := &rider{ctx: context.Background()}
 	c.queue = []*rider{newsletter}
-	if _, ok := c.token(newsletter).(*pacedSend); !ok {
+	if _, ok := errors.AsType[*pacedSend](c.token(newsletter)); !ok {
 		t.Fatal("a convoy of a newsletter alone, while confirmations wait elsewhere: want it handed back for its turn")
 	}
 	c.queue = []*rider{newsletter, {ctx: context.Background(), urgent: true}}
