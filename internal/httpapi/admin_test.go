@@ -6,10 +6,13 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -561,4 +564,50 @@ func TestAdminWithAnOperatorKeyNamesTheOperator(t *testing.T) {
 	if last.Event != "operator_retry" || last.Actor != "operator:Budi ("+k.Prefix+")" {
 		t.Errorf("the retry's history row: %+v", last)
 	}
+}
+
+// An operator's retry while a task for the delivery is running queues
+// another task: the running one may have read the row before the retry
+// (held) and will end without sending it, which would leave the
+// delivery pending without a task until the reconciler's next pass. The
+// claim fences whichever of the two runs second.
+func TestAdminRetryWhileItsTaskRunsQueuesAnother(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	running, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	releaseOnce := func() { once.Do(func() { close(release) }) }
+	var runs atomic.Int32
+	srv := asynq.NewServer(s.redis.Opt, asynq.Config{Queues: map[string]int{s.redis.Queue: 1}, Concurrency: 1, LogLevel: asynq.FatalLevel})
+	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
+		if runs.Add(1) == 1 { // a worker that read the row as it was, and ends its task
+			running <- struct{}{}
+			<-release
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	t.Cleanup(releaseOnce)
+
+	var o order.Order
+	s.postOrder(t, validCheckout, nil).decode(t, &o)
+	id := o.Notifications[0].ID
+	select {
+	case <-running:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delivery's task never ran")
+	}
+	s.f.HeldAt(s.f.Get(id), "postmark")
+	var out struct {
+		Queued bool `json:"queued"`
+	}
+	res := s.admin(t, http.MethodPost, "/admin/v1/deliveries/"+id.String()+"/retry", `{"note": "not in postmark's log", "unpin": true}`)
+	res.decode(t, &out)
+	if res.status != http.StatusOK || !out.Queued {
+		t.Errorf("retry while its task runs = %d %s, want 200 and a task queued", res.status, res.body)
+	}
+	releaseOnce()
+	testenv.WaitFor(t, "a second task for the retried delivery", 10*time.Second, func() bool { return runs.Load() >= 2 })
 }

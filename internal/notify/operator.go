@@ -56,7 +56,8 @@ type Operator struct {
 
 // Requeuer is what the operator needs of the enqueuer (queue.Enqueuer):
 // its queue's name, and a task for a delivery put back to pending unless
-// one stands.
+// one stands that has yet to read it (deadAttempt: a running one may have
+// read it before).
 type Requeuer interface {
 	Queue() string
 	EnsureQueued(ctx context.Context, ins *asynq.Inspector, d Delivery, deadAttempt bool) (created bool, err error)
@@ -199,7 +200,11 @@ func (o *Operator) retry(ctx context.Context, id uuid.UUID, actor, note string, 
 	if err != nil {
 		return Delivery{}, false, nil, err
 	}
-	queued, enqueueErr = o.enqueuer.EnsureQueued(ctx, o.inspector, d, false)
+	// A task running now may have read the row before this retry (held,
+	// failed) and will end without sending it: the retry queues another
+	// beside it, as for a dead attempt, and the claim fences whichever of
+	// the two runs second.
+	queued, enqueueErr = o.enqueuer.EnsureQueued(ctx, o.inspector, d, true)
 	return d, queued, enqueueErr, nil
 }
 

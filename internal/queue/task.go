@@ -318,8 +318,9 @@ func (e *Enqueuer) enqueueAs(ctx context.Context, d notify.Delivery, taskID stri
 // An active task is normally left alone; but when its worker has died
 // (asynq reports it orphaned), or when the caller knows the attempt behind
 // it is over (deadAttempt: the reconciler took the row back after its
-// lease expired), a recovery task is queued at once rather than after
-// asynq's own recovery, which takes up to a minute and a half.
+// lease expired; an operator's retry put the row back, which a running
+// task may have read before), a recovery task is queued at once rather
+// than after asynq's own recovery, which takes up to a minute and a half.
 func (e *Enqueuer) EnsureQueued(ctx context.Context, ins *asynq.Inspector, d notify.Delivery, deadAttempt bool) (created bool, err error) {
 	markers, err := e.readMarkers(ctx, []notify.Delivery{d})
 	if err != nil {
