@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"image"
 	"image/color"
 	"image/png"
 	"os"
@@ -104,8 +105,17 @@ func galleryFrames(t *testing.T, url string) []galleryFrame {
 		if err := chromedp.Do(ctx, chromedp.ScrollIntoView(sel)); err != nil {
 			t.Fatalf("%s: scroll to it: %v", f, err)
 		}
-		if f.PNG, err = chromedp.Run(ctx, chromedp.ScreenshotNodes([]*chromedp.Node{n}, 1)); err != nil {
-			t.Fatalf("%s: screenshot: %v", f, err)
+		// A frame just scrolled to may not be painted yet: photograph it
+		// again, for a few seconds, until it shows more than its border
+		// and background (checkFrame fails it if it never does).
+		for deadline := time.Now().Add(3 * time.Second); ; {
+			if f.PNG, err = chromedp.Run(ctx, chromedp.ScreenshotNodes([]*chromedp.Node{n}, 1)); err != nil {
+				t.Fatalf("%s: screenshot: %v", f, err)
+			}
+			if img, err := png.Decode(bytes.NewReader(f.PNG)); err != nil || painted(img) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 		frames = append(frames, f)
 	}
@@ -127,13 +137,7 @@ func checkFrame(t *testing.T, f galleryFrame) {
 	if w := img.Bounds().Dx(); w != f.Width+2 {
 		t.Errorf("%s: the screenshot is %d px wide, want %d and the border", f, w, f.Width)
 	}
-	colors := map[color.Color]bool{}
-	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y && len(colors) < 3; y += 4 {
-		for x := img.Bounds().Min.X; x < img.Bounds().Max.X && len(colors) < 3; x += 4 {
-			colors[img.At(x, y)] = true
-		}
-	}
-	if len(colors) < 3 { // the frame's border and background only
+	if !painted(img) {
 		t.Errorf("%s: the screenshot is blank", f)
 	}
 	if dir := os.Getenv("GALLERY_FRAMES"); dir != "" {
@@ -142,6 +146,18 @@ func checkFrame(t *testing.T, f galleryFrame) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// painted reports whether img shows more than a frame's border and
+// background: three colours at least.
+func painted(img image.Image) bool {
+	colors := map[color.Color]bool{}
+	for y := img.Bounds().Min.Y; y < img.Bounds().Max.Y && len(colors) < 3; y += 4 {
+		for x := img.Bounds().Min.X; x < img.Bounds().Max.X && len(colors) < 3; x += 4 {
+			colors[img.At(x, y)] = true
+		}
+	}
+	return len(colors) >= 3
 }
 
 // Every e-mail of the gallery, the built-in ones and deploy/templates',
