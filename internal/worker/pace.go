@@ -114,12 +114,8 @@ const laterHandBack = time.Second
 // line (yielded: w steps aside, having taken nothing). A later task held
 // back because urgent ones wait elsewhere is handed back at once.
 func (l *line) ask(ctx context.Context, w *waiter, deadline time.Time) (turn pace.Turn, err error, yielded bool) {
-	lane := pace.Later
-	if w.urgent {
-		lane = pace.Urgent
-	}
 	for {
-		turn, err := l.budget.Take(ctx, lane, 1)
+		turn, err := l.budget.Take(ctx, laneOf(w.urgent), 1)
 		if turn.By == pace.ByUrgent {
 			turn.Wait = max(turn.Wait, laterHandBack)
 			return turn, err, false
@@ -286,8 +282,11 @@ func urgent(ctx context.Context, queue string) bool {
 }
 
 // lane is the budget's lane of the task of ctx.
-func (w *Worker) lane(ctx context.Context) pace.Lane {
-	if urgent(ctx, w.cfg.Queue) {
+func (w *Worker) lane(ctx context.Context) pace.Lane { return laneOf(urgent(ctx, w.cfg.Queue)) }
+
+// laneOf is the budget's lane of a task urgent or not.
+func laneOf(urgent bool) pace.Lane {
+	if urgent {
 		return pace.Urgent
 	}
 	return pace.Later
