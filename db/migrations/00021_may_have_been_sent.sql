@@ -24,12 +24,12 @@ ALTER TABLE notification_deliveries
 -- while an attempt's outcome was unknown (the fault issue 40 found) is
 -- held for an operator, who alone can tell what the provider has.
 UPDATE notification_deliveries
-SET unsettled_since = NULL, provider_pinned = false
-WHERE status = 'sent' AND (unsettled_since IS NOT NULL OR provider_pinned);
+SET unsettled_since = NULL
+WHERE status = 'sent' AND unsettled_since IS NOT NULL;
 UPDATE notification_deliveries
 SET unsettled_since = coalesce(unsettled_since, handed_over_at, created_at)
 WHERE (status = 'sending' AND handed_over_at IS NOT NULL AND unsettled_since IS NULL)
-   OR (provider_pinned AND unsettled_since IS NULL);
+   OR (provider_pinned AND unsettled_since IS NULL AND status <> 'sent');
 UPDATE notification_deliveries
 SET unsettled_since = NULL, provider_pinned = false, settled_by = 'operator', settled_at = updated_at
 WHERE status = 'cancelled' AND (unsettled_since IS NOT NULL OR provider_pinned);
@@ -47,12 +47,13 @@ FROM reopened r
 CROSS JOIN LATERAL (SELECT to_status FROM delivery_events WHERE delivery_id = r.id ORDER BY id DESC LIMIT 1) e;
 
 -- A status that says "not sent" never stands beside an unknown outcome,
--- and a pin (the next attempts go to that provider alone) always has one.
+-- and a pin (the next attempts go to that provider alone) always has
+-- one, until it is sent (a sent row keeps its pin: it was sent there).
 ALTER TABLE notification_deliveries
     ADD CONSTRAINT delivery_unknown_is_not_final
         CHECK (unsettled_since IS NULL OR status IN ('pending', 'sending', 'held')),
     ADD CONSTRAINT delivery_pin_is_unknown
-        CHECK (NOT provider_pinned OR unsettled_since IS NOT NULL);
+        CHECK (NOT provider_pinned OR unsettled_since IS NOT NULL OR status = 'sent');
 
 -- Every update passes here. A hand-over makes the outcome unknown from
 -- its time (the earliest unknown attempt's stays); the provider's
@@ -67,7 +68,6 @@ BEGIN
     END IF;
     IF NEW.status = 'sent' THEN
         NEW.unsettled_since := NULL;
-        NEW.provider_pinned := false;
     ELSIF OLD.unsettled_since IS NOT NULL AND NEW.unsettled_since IS NULL
           AND (NEW.settled_by IS NULL OR NEW.settled_at IS NOT DISTINCT FROM OLD.settled_at) THEN
         RAISE EXCEPTION 'delivery %: an attempt handed over at % may have reached the provider; only its acceptance or evidence that it was not taken (settled_by) settles it',

@@ -200,6 +200,14 @@ func TestSuppressionOrExpiryDuringALostAnswer(t *testing.T) {
 			c := newResendCluster(t)
 			const n = 6
 			c.resend.SetOutage(&resendtest.Fault{Status: 500, Name: "application_error", Message: "An unexpected error occurred.", Sent: true})
+			// Each first attempt is held at Resend until all have come, so
+			// that no 500 opens a worker's breaker before every delivery
+			// has had its one attempt.
+			arrivals := make([]<-chan struct{}, n)
+			releases := make([]func(), n)
+			for i := range n {
+				arrivals[i], releases[i] = c.resend.HoldNext()
+			}
 			var maxAge []string
 			if by == "expiry" {
 				maxAge = []string{"DELIVERY_MAX_AGE", "15s"}
@@ -209,6 +217,16 @@ func TestSuppressionOrExpiryDuringALostAnswer(t *testing.T) {
 			c.startWorker(maxAge...)
 			c.startReconciler(maxAge...)
 			c.placeOrders("doubt-"+by, n)
+			for _, arrived := range arrivals {
+				select {
+				case <-arrived:
+				case <-time.After(60 * time.Second):
+					t.Fatal("not every first attempt reached Resend")
+				}
+			}
+			for _, release := range releases {
+				release()
+			}
 			testenv.WaitFor(t, "every delivery in doubt", 30*time.Second, func() bool {
 				var inDoubt int
 				err := c.db.Pool.QueryRow(context.Background(),
