@@ -188,6 +188,7 @@ const (
 	UrnSekaliProblemMayHaveBeenSent        ProblemType = "urn:sekali:problem:may-have-been-sent"
 	UrnSekaliProblemMethodNotAllowed       ProblemType = "urn:sekali:problem:method-not-allowed"
 	UrnSekaliProblemNotFound               ProblemType = "urn:sekali:problem:not-found"
+	UrnSekaliProblemNotificationConflict   ProblemType = "urn:sekali:problem:notification-conflict"
 	UrnSekaliProblemOverloaded             ProblemType = "urn:sekali:problem:overloaded"
 	UrnSekaliProblemQuotaUnavailable       ProblemType = "urn:sekali:problem:quota-unavailable"
 	UrnSekaliProblemRateLimited            ProblemType = "urn:sekali:problem:rate-limited"
@@ -224,6 +225,8 @@ func (e ProblemType) Valid() bool {
 	case UrnSekaliProblemMethodNotAllowed:
 		return true
 	case UrnSekaliProblemNotFound:
+		return true
+	case UrnSekaliProblemNotificationConflict:
 		return true
 	case UrnSekaliProblemOverloaded:
 		return true
@@ -694,8 +697,11 @@ type Order struct {
 	// Locale The customer's language, as given at checkout.
 	Locale string `json:"locale,omitempty,omitzero"`
 
-	// Notifications The e-mails about the order, oldest first.
+	// Notifications The e-mails about the order, oldest first, whichever key made them.
 	Notifications []Notification `json:"notifications"`
+
+	// Shipments The order's shipments as recorded, oldest first; absent before the first.
+	Shipments []ShipmentRecord `json:"shipments,omitempty,omitzero"`
 
 	// Test Placed with a test key: its notifications never reach a provider (test mode). Absent for a live order.
 	Test bool `json:"test,omitempty,omitzero"`
@@ -726,7 +732,7 @@ type Problem struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -891,6 +897,21 @@ type Shipment struct {
 	TrackingNumber string `json:"tracking_number"`
 }
 
+// ShipmentRecord A shipment as `POST /v1/orders/{id}/shipments` recorded it.
+type ShipmentRecord struct {
+	Carrier string `json:"carrier"`
+
+	// ID The shipment's id, which its e-mail's idempotency key carries as the event id (but for a shipment recorded before shipments were).
+	ID openapi_types.UUID `json:"id"`
+
+	// NotificationID Its order-shipped e-mail (`notifications[].id`).
+	NotificationID openapi_types.UUID `json:"notification_id,omitempty,omitzero"`
+
+	// ShippedAt When it was recorded.
+	ShippedAt      time.Time `json:"shipped_at"`
+	TrackingNumber string    `json:"tracking_number"`
+}
+
 // Suppression defines model for Suppression.
 type Suppression struct {
 	CreatedAt time.Time         `json:"created_at"`
@@ -1024,7 +1045,7 @@ type BodyTimeout struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1041,7 +1062,7 @@ type BodyTooLarge struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1058,7 +1079,7 @@ type Forbidden struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1075,7 +1096,7 @@ type Internal struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1092,7 +1113,7 @@ type InvalidBody struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1109,7 +1130,7 @@ type InvalidQuery struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1126,7 +1147,7 @@ type KeyUnauthorized struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1143,7 +1164,7 @@ type NotFound struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1160,7 +1181,7 @@ type OperatorRateLimited struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1177,7 +1198,7 @@ type Overloaded struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1200,7 +1221,7 @@ type RateLimited struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1222,7 +1243,7 @@ type Unauthorized struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1239,7 +1260,7 @@ type UnknownMessage struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1256,7 +1277,7 @@ type UnsupportedMediaType struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1273,7 +1294,7 @@ type Validation struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1290,7 +1311,7 @@ type WebhookUnauthorized struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1307,7 +1328,7 @@ type WrongState struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1570,8 +1591,9 @@ type ClientInterface interface {
 	// recorded sent. Calling it again on a cancelled one answers `200`
 	// with it. Needs an API key with `notifications:write`, of the owner
 	// that made the notification (the key that made it, or a key made to
-	// replace that one); another key's notification answers `404`, as one
-	// that does not exist.
+	// replace that one) or of the owner that placed its order (whichever
+	// key made the notification); any other key's cancel answers `404`,
+	// as for one that does not exist.
 	//
 	// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
 	CancelNotification(ctx context.Context, id openapi_types.UUID, params *CancelNotificationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1631,15 +1653,22 @@ type ClientInterface interface {
 
 	// CreateNotificationWithBody Send any template about an order, once.
 	//
-	// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-	// the data is checked against the template's JSON Schema, the
-	// intent is recorded in one transaction and queued. Its idempotency
-	// key is `<template>:<order id>:<recipient>`, or, with an
-	// `event_id` for an event that can happen more than once per order,
-	// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-	// again answers `200` with the same notification and sends nothing.
-	// The e-mail is written in the order's language (`locale` at
-	// checkout). Needs an API key with `notifications:write`.
+	// The one trigger for any template from `TEMPLATES_DIR`, and any
+	// built-in one but those a route of their own sends
+	// (`order-confirmation`: the checkout; `order-shipped`: the
+	// shipments), which are `422`: the data is checked against the
+	// template's JSON Schema, the intent is recorded in one transaction
+	// and queued. Its idempotency key is
+	// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+	// event that can happen more than once per order,
+	// `<template>:<order id>:<event id>:<recipient>`: the business
+	// event, whichever key triggers it. The same trigger again (the
+	// same data and `send_at`) answers `200` with the same notification
+	// and sends nothing; a trigger of an event that has a notification
+	// with other data or another `send_at` answers `409`
+	// `notification-conflict` with that notification and changes
+	// nothing. The e-mail is written in the order's language (`locale`
+	// at checkout). Needs an API key with `notifications:write`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1648,15 +1677,22 @@ type ClientInterface interface {
 
 	// CreateNotification Send any template about an order, once.
 	//
-	// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-	// the data is checked against the template's JSON Schema, the
-	// intent is recorded in one transaction and queued. Its idempotency
-	// key is `<template>:<order id>:<recipient>`, or, with an
-	// `event_id` for an event that can happen more than once per order,
-	// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-	// again answers `200` with the same notification and sends nothing.
-	// The e-mail is written in the order's language (`locale` at
-	// checkout). Needs an API key with `notifications:write`.
+	// The one trigger for any template from `TEMPLATES_DIR`, and any
+	// built-in one but those a route of their own sends
+	// (`order-confirmation`: the checkout; `order-shipped`: the
+	// shipments), which are `422`: the data is checked against the
+	// template's JSON Schema, the intent is recorded in one transaction
+	// and queued. Its idempotency key is
+	// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+	// event that can happen more than once per order,
+	// `<template>:<order id>:<event id>:<recipient>`: the business
+	// event, whichever key triggers it. The same trigger again (the
+	// same data and `send_at`) answers `200` with the same notification
+	// and sends nothing; a trigger of an event that has a notification
+	// with other data or another `send_at` answers `409`
+	// `notification-conflict` with that notification and changes
+	// nothing. The e-mail is written in the order's language (`locale`
+	// at checkout). Needs an API key with `notifications:write`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1670,8 +1706,10 @@ type ClientInterface interface {
 	// yet claimed) and that no provider may have becomes `cancelled`, in
 	// one statement; the answer says where each of the template's
 	// notifications stands. Calling it again answers the same. Needs an
-	// API key with `notifications:write`; only the notifications its owner
-	// made are considered (another key's are in neither list).
+	// API key with `notifications:write`; only the notifications it may
+	// cancel are considered (the others are in neither list): those its
+	// owner made, and every one on an order its owner placed, whichever
+	// key made it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1685,26 +1723,46 @@ type ClientInterface interface {
 	// yet claimed) and that no provider may have becomes `cancelled`, in
 	// one statement; the answer says where each of the template's
 	// notifications stands. Calling it again answers the same. Needs an
-	// API key with `notifications:write`; only the notifications its owner
-	// made are considered (another key's are in neither list).
+	// API key with `notifications:write`; only the notifications it may
+	// cancel are considered (the others are in neither list): those its
+	// owner made, and every one on an order its owner placed, whichever
+	// key made it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/orders/{id}/notifications/cancel (the `CancelOrderNotifications` operationId).
 	CancelOrderNotifications(ctx context.Context, id OrderID, params *CancelOrderNotificationsParams, body CancelOrderNotificationsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateShipmentWithBody Record the shipment and queue the order-shipped e-mail.
+	// CreateShipmentWithBody Record a shipment and queue its order-shipped e-mail.
 	//
-	// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+	// Records the shipment (carrier, tracking number, when, which key;
+	// `shipments` of the order) and queues its e-mail, built from the
+	// order and the shipment, to the customer. Each shipment is its own
+	// event: another carrier or tracking number (a second parcel) is
+	// another shipment with an e-mail of its own, keyed
+	// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+	// shipment again answers `200` with the e-mail recorded the first
+	// time and queues nothing. No other route sends `order-shipped`, so
+	// no key can send one with other data or take a shipment's e-mail
+	// first. Needs an API key with `orders:write`.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/orders/{id}/shipments (the `CreateShipment` operationId).
 	CreateShipmentWithBody(ctx context.Context, id OrderID, params *CreateShipmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateShipment Record the shipment and queue the order-shipped e-mail.
+	// CreateShipment Record a shipment and queue its order-shipped e-mail.
 	//
-	// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+	// Records the shipment (carrier, tracking number, when, which key;
+	// `shipments` of the order) and queues its e-mail, built from the
+	// order and the shipment, to the customer. Each shipment is its own
+	// event: another carrier or tracking number (a second parcel) is
+	// another shipment with an e-mail of its own, keyed
+	// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+	// shipment again answers `200` with the e-mail recorded the first
+	// time and queues nothing. No other route sends `order-shipped`, so
+	// no key can send one with other data or take a shipment's e-mail
+	// first. Needs an API key with `orders:write`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1725,8 +1783,9 @@ type ClientInterface interface {
 // recorded sent. Calling it again on a cancelled one answers `200`
 // with it. Needs an API key with `notifications:write`, of the owner
 // that made the notification (the key that made it, or a key made to
-// replace that one); another key's notification answers `404`, as one
-// that does not exist.
+// replace that one) or of the owner that placed its order (whichever
+// key made the notification); any other key's cancel answers `404`,
+// as for one that does not exist.
 //
 // Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
 func (c *Client) CancelNotification(ctx context.Context, id openapi_types.UUID, params *CancelNotificationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1826,15 +1885,22 @@ func (c *Client) GetOrder(ctx context.Context, id OrderID, params *GetOrderParam
 
 // CreateNotificationWithBody Send any template about an order, once.
 //
-// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-// the data is checked against the template's JSON Schema, the
-// intent is recorded in one transaction and queued. Its idempotency
-// key is `<template>:<order id>:<recipient>`, or, with an
-// `event_id` for an event that can happen more than once per order,
-// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-// again answers `200` with the same notification and sends nothing.
-// The e-mail is written in the order's language (`locale` at
-// checkout). Needs an API key with `notifications:write`.
+// The one trigger for any template from `TEMPLATES_DIR`, and any
+// built-in one but those a route of their own sends
+// (`order-confirmation`: the checkout; `order-shipped`: the
+// shipments), which are `422`: the data is checked against the
+// template's JSON Schema, the intent is recorded in one transaction
+// and queued. Its idempotency key is
+// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+// event that can happen more than once per order,
+// `<template>:<order id>:<event id>:<recipient>`: the business
+// event, whichever key triggers it. The same trigger again (the
+// same data and `send_at`) answers `200` with the same notification
+// and sends nothing; a trigger of an event that has a notification
+// with other data or another `send_at` answers `409`
+// `notification-conflict` with that notification and changes
+// nothing. The e-mail is written in the order's language (`locale`
+// at checkout). Needs an API key with `notifications:write`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1853,15 +1919,22 @@ func (c *Client) CreateNotificationWithBody(ctx context.Context, id OrderID, par
 
 // CreateNotification Send any template about an order, once.
 //
-// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-// the data is checked against the template's JSON Schema, the
-// intent is recorded in one transaction and queued. Its idempotency
-// key is `<template>:<order id>:<recipient>`, or, with an
-// `event_id` for an event that can happen more than once per order,
-// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-// again answers `200` with the same notification and sends nothing.
-// The e-mail is written in the order's language (`locale` at
-// checkout). Needs an API key with `notifications:write`.
+// The one trigger for any template from `TEMPLATES_DIR`, and any
+// built-in one but those a route of their own sends
+// (`order-confirmation`: the checkout; `order-shipped`: the
+// shipments), which are `422`: the data is checked against the
+// template's JSON Schema, the intent is recorded in one transaction
+// and queued. Its idempotency key is
+// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+// event that can happen more than once per order,
+// `<template>:<order id>:<event id>:<recipient>`: the business
+// event, whichever key triggers it. The same trigger again (the
+// same data and `send_at`) answers `200` with the same notification
+// and sends nothing; a trigger of an event that has a notification
+// with other data or another `send_at` answers `409`
+// `notification-conflict` with that notification and changes
+// nothing. The e-mail is written in the order's language (`locale`
+// at checkout). Needs an API key with `notifications:write`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1885,8 +1958,10 @@ func (c *Client) CreateNotification(ctx context.Context, id OrderID, params *Cre
 // yet claimed) and that no provider may have becomes `cancelled`, in
 // one statement; the answer says where each of the template's
 // notifications stands. Calling it again answers the same. Needs an
-// API key with `notifications:write`; only the notifications its owner
-// made are considered (another key's are in neither list).
+// API key with `notifications:write`; only the notifications it may
+// cancel are considered (the others are in neither list): those its
+// owner made, and every one on an order its owner placed, whichever
+// key made it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1910,8 +1985,10 @@ func (c *Client) CancelOrderNotificationsWithBody(ctx context.Context, id OrderI
 // yet claimed) and that no provider may have becomes `cancelled`, in
 // one statement; the answer says where each of the template's
 // notifications stands. Calling it again answers the same. Needs an
-// API key with `notifications:write`; only the notifications its owner
-// made are considered (another key's are in neither list).
+// API key with `notifications:write`; only the notifications it may
+// cancel are considered (the others are in neither list): those its
+// owner made, and every one on an order its owner placed, whichever
+// key made it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1928,9 +2005,18 @@ func (c *Client) CancelOrderNotifications(ctx context.Context, id OrderID, param
 	return c.Client.Do(req)
 }
 
-// CreateShipmentWithBody Record the shipment and queue the order-shipped e-mail.
+// CreateShipmentWithBody Record a shipment and queue its order-shipped e-mail.
 //
-// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+// Records the shipment (carrier, tracking number, when, which key;
+// `shipments` of the order) and queues its e-mail, built from the
+// order and the shipment, to the customer. Each shipment is its own
+// event: another carrier or tracking number (a second parcel) is
+// another shipment with an e-mail of its own, keyed
+// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+// shipment again answers `200` with the e-mail recorded the first
+// time and queues nothing. No other route sends `order-shipped`, so
+// no key can send one with other data or take a shipment's e-mail
+// first. Needs an API key with `orders:write`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1947,9 +2033,18 @@ func (c *Client) CreateShipmentWithBody(ctx context.Context, id OrderID, params 
 	return c.Client.Do(req)
 }
 
-// CreateShipment Record the shipment and queue the order-shipped e-mail.
+// CreateShipment Record a shipment and queue its order-shipped e-mail.
 //
-// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+// Records the shipment (carrier, tracking number, when, which key;
+// `shipments` of the order) and queues its e-mail, built from the
+// order and the shipment, to the customer. Each shipment is its own
+// event: another carrier or tracking number (a second parcel) is
+// another shipment with an e-mail of its own, keyed
+// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+// shipment again answers `200` with the e-mail recorded the first
+// time and queues nothing. No other route sends `order-shipped`, so
+// no key can send one with other data or take a shipment's e-mail
+// first. Needs an API key with `orders:write`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2368,8 +2463,9 @@ type ClientWithResponsesInterface interface {
 	// recorded sent. Calling it again on a cancelled one answers `200`
 	// with it. Needs an API key with `notifications:write`, of the owner
 	// that made the notification (the key that made it, or a key made to
-	// replace that one); another key's notification answers `404`, as one
-	// that does not exist.
+	// replace that one) or of the owner that placed its order (whichever
+	// key made the notification); any other key's cancel answers `404`,
+	// as for one that does not exist.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2433,15 +2529,22 @@ type ClientWithResponsesInterface interface {
 
 	// CreateNotificationWithBodyWithResponse Send any template about an order, once.
 	//
-	// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-	// the data is checked against the template's JSON Schema, the
-	// intent is recorded in one transaction and queued. Its idempotency
-	// key is `<template>:<order id>:<recipient>`, or, with an
-	// `event_id` for an event that can happen more than once per order,
-	// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-	// again answers `200` with the same notification and sends nothing.
-	// The e-mail is written in the order's language (`locale` at
-	// checkout). Needs an API key with `notifications:write`.
+	// The one trigger for any template from `TEMPLATES_DIR`, and any
+	// built-in one but those a route of their own sends
+	// (`order-confirmation`: the checkout; `order-shipped`: the
+	// shipments), which are `422`: the data is checked against the
+	// template's JSON Schema, the intent is recorded in one transaction
+	// and queued. Its idempotency key is
+	// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+	// event that can happen more than once per order,
+	// `<template>:<order id>:<event id>:<recipient>`: the business
+	// event, whichever key triggers it. The same trigger again (the
+	// same data and `send_at`) answers `200` with the same notification
+	// and sends nothing; a trigger of an event that has a notification
+	// with other data or another `send_at` answers `409`
+	// `notification-conflict` with that notification and changes
+	// nothing. The e-mail is written in the order's language (`locale`
+	// at checkout). Needs an API key with `notifications:write`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2450,15 +2553,22 @@ type ClientWithResponsesInterface interface {
 
 	// CreateNotificationWithResponse Send any template about an order, once.
 	//
-	// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-	// the data is checked against the template's JSON Schema, the
-	// intent is recorded in one transaction and queued. Its idempotency
-	// key is `<template>:<order id>:<recipient>`, or, with an
-	// `event_id` for an event that can happen more than once per order,
-	// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-	// again answers `200` with the same notification and sends nothing.
-	// The e-mail is written in the order's language (`locale` at
-	// checkout). Needs an API key with `notifications:write`.
+	// The one trigger for any template from `TEMPLATES_DIR`, and any
+	// built-in one but those a route of their own sends
+	// (`order-confirmation`: the checkout; `order-shipped`: the
+	// shipments), which are `422`: the data is checked against the
+	// template's JSON Schema, the intent is recorded in one transaction
+	// and queued. Its idempotency key is
+	// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+	// event that can happen more than once per order,
+	// `<template>:<order id>:<event id>:<recipient>`: the business
+	// event, whichever key triggers it. The same trigger again (the
+	// same data and `send_at`) answers `200` with the same notification
+	// and sends nothing; a trigger of an event that has a notification
+	// with other data or another `send_at` answers `409`
+	// `notification-conflict` with that notification and changes
+	// nothing. The e-mail is written in the order's language (`locale`
+	// at checkout). Needs an API key with `notifications:write`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2472,8 +2582,10 @@ type ClientWithResponsesInterface interface {
 	// yet claimed) and that no provider may have becomes `cancelled`, in
 	// one statement; the answer says where each of the template's
 	// notifications stands. Calling it again answers the same. Needs an
-	// API key with `notifications:write`; only the notifications its owner
-	// made are considered (another key's are in neither list).
+	// API key with `notifications:write`; only the notifications it may
+	// cancel are considered (the others are in neither list): those its
+	// owner made, and every one on an order its owner placed, whichever
+	// key made it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2487,26 +2599,46 @@ type ClientWithResponsesInterface interface {
 	// yet claimed) and that no provider may have becomes `cancelled`, in
 	// one statement; the answer says where each of the template's
 	// notifications stands. Calling it again answers the same. Needs an
-	// API key with `notifications:write`; only the notifications its owner
-	// made are considered (another key's are in neither list).
+	// API key with `notifications:write`; only the notifications it may
+	// cancel are considered (the others are in neither list): those its
+	// owner made, and every one on an order its owner placed, whichever
+	// key made it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/orders/{id}/notifications/cancel (the `CancelOrderNotifications` operationId).
 	CancelOrderNotificationsWithResponse(ctx context.Context, id OrderID, params *CancelOrderNotificationsParams, body CancelOrderNotificationsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelOrderNotificationsResponse, error)
 
-	// CreateShipmentWithBodyWithResponse Record the shipment and queue the order-shipped e-mail.
+	// CreateShipmentWithBodyWithResponse Record a shipment and queue its order-shipped e-mail.
 	//
-	// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+	// Records the shipment (carrier, tracking number, when, which key;
+	// `shipments` of the order) and queues its e-mail, built from the
+	// order and the shipment, to the customer. Each shipment is its own
+	// event: another carrier or tracking number (a second parcel) is
+	// another shipment with an e-mail of its own, keyed
+	// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+	// shipment again answers `200` with the e-mail recorded the first
+	// time and queues nothing. No other route sends `order-shipped`, so
+	// no key can send one with other data or take a shipment's e-mail
+	// first. Needs an API key with `orders:write`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/orders/{id}/shipments (the `CreateShipment` operationId).
 	CreateShipmentWithBodyWithResponse(ctx context.Context, id OrderID, params *CreateShipmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateShipmentResponse, error)
 
-	// CreateShipmentWithResponse Record the shipment and queue the order-shipped e-mail.
+	// CreateShipmentWithResponse Record a shipment and queue its order-shipped e-mail.
 	//
-	// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+	// Records the shipment (carrier, tracking number, when, which key;
+	// `shipments` of the order) and queues its e-mail, built from the
+	// order and the shipment, to the customer. Each shipment is its own
+	// event: another carrier or tracking number (a second parcel) is
+	// another shipment with an e-mail of its own, keyed
+	// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+	// shipment again answers `200` with the e-mail recorded the first
+	// time and queues nothing. No other route sends `order-shipped`, so
+	// no key can send one with other data or take a shipment's e-mail
+	// first. Needs an API key with `orders:write`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2570,7 +2702,7 @@ type CancelNotificationResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2626,7 +2758,7 @@ func (r CancelNotificationResponse) GetApplicationProblemJSON409() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -2755,7 +2887,7 @@ type CreateOrderResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2777,7 +2909,7 @@ type CreateOrderResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2797,7 +2929,7 @@ type CreateOrderResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2817,7 +2949,7 @@ type CreateOrderResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2864,7 +2996,7 @@ func (r CreateOrderResponse) GetApplicationProblemJSON400() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -2898,7 +3030,7 @@ func (r CreateOrderResponse) GetApplicationProblemJSON409() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -2927,7 +3059,7 @@ func (r CreateOrderResponse) GetApplicationProblemJSON422() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -2956,7 +3088,7 @@ func (r CreateOrderResponse) GetApplicationProblemJSON503() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -3195,7 +3327,7 @@ type CreateNotificationResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -3217,7 +3349,7 @@ type CreateNotificationResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -3237,7 +3369,7 @@ type CreateNotificationResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -3293,7 +3425,7 @@ func (r CreateNotificationResponse) GetApplicationProblemJSON400() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -3327,7 +3459,7 @@ func (r CreateNotificationResponse) GetApplicationProblemJSON409() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -3356,7 +3488,7 @@ func (r CreateNotificationResponse) GetApplicationProblemJSON422() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -3788,8 +3920,9 @@ func (r CreateShipmentResponse) ContentType() string {
 // recorded sent. Calling it again on a cancelled one answers `200`
 // with it. Needs an API key with `notifications:write`, of the owner
 // that made the notification (the key that made it, or a key made to
-// replace that one); another key's notification answers `404`, as one
-// that does not exist.
+// replace that one) or of the owner that placed its order (whichever
+// key made the notification); any other key's cancel answers `404`,
+// as for one that does not exist.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3877,15 +4010,22 @@ func (c *ClientWithResponses) GetOrderWithResponse(ctx context.Context, id Order
 
 // CreateNotificationWithBodyWithResponse Send any template about an order, once.
 //
-// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-// the data is checked against the template's JSON Schema, the
-// intent is recorded in one transaction and queued. Its idempotency
-// key is `<template>:<order id>:<recipient>`, or, with an
-// `event_id` for an event that can happen more than once per order,
-// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-// again answers `200` with the same notification and sends nothing.
-// The e-mail is written in the order's language (`locale` at
-// checkout). Needs an API key with `notifications:write`.
+// The one trigger for any template from `TEMPLATES_DIR`, and any
+// built-in one but those a route of their own sends
+// (`order-confirmation`: the checkout; `order-shipped`: the
+// shipments), which are `422`: the data is checked against the
+// template's JSON Schema, the intent is recorded in one transaction
+// and queued. Its idempotency key is
+// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+// event that can happen more than once per order,
+// `<template>:<order id>:<event id>:<recipient>`: the business
+// event, whichever key triggers it. The same trigger again (the
+// same data and `send_at`) answers `200` with the same notification
+// and sends nothing; a trigger of an event that has a notification
+// with other data or another `send_at` answers `409`
+// `notification-conflict` with that notification and changes
+// nothing. The e-mail is written in the order's language (`locale`
+// at checkout). Needs an API key with `notifications:write`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3900,15 +4040,22 @@ func (c *ClientWithResponses) CreateNotificationWithBodyWithResponse(ctx context
 
 // CreateNotificationWithResponse Send any template about an order, once.
 //
-// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-// the data is checked against the template's JSON Schema, the
-// intent is recorded in one transaction and queued. Its idempotency
-// key is `<template>:<order id>:<recipient>`, or, with an
-// `event_id` for an event that can happen more than once per order,
-// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-// again answers `200` with the same notification and sends nothing.
-// The e-mail is written in the order's language (`locale` at
-// checkout). Needs an API key with `notifications:write`.
+// The one trigger for any template from `TEMPLATES_DIR`, and any
+// built-in one but those a route of their own sends
+// (`order-confirmation`: the checkout; `order-shipped`: the
+// shipments), which are `422`: the data is checked against the
+// template's JSON Schema, the intent is recorded in one transaction
+// and queued. Its idempotency key is
+// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+// event that can happen more than once per order,
+// `<template>:<order id>:<event id>:<recipient>`: the business
+// event, whichever key triggers it. The same trigger again (the
+// same data and `send_at`) answers `200` with the same notification
+// and sends nothing; a trigger of an event that has a notification
+// with other data or another `send_at` answers `409`
+// `notification-conflict` with that notification and changes
+// nothing. The e-mail is written in the order's language (`locale`
+// at checkout). Needs an API key with `notifications:write`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3928,8 +4075,10 @@ func (c *ClientWithResponses) CreateNotificationWithResponse(ctx context.Context
 // yet claimed) and that no provider may have becomes `cancelled`, in
 // one statement; the answer says where each of the template's
 // notifications stands. Calling it again answers the same. Needs an
-// API key with `notifications:write`; only the notifications its owner
-// made are considered (another key's are in neither list).
+// API key with `notifications:write`; only the notifications it may
+// cancel are considered (the others are in neither list): those its
+// owner made, and every one on an order its owner placed, whichever
+// key made it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3949,8 +4098,10 @@ func (c *ClientWithResponses) CancelOrderNotificationsWithBodyWithResponse(ctx c
 // yet claimed) and that no provider may have becomes `cancelled`, in
 // one statement; the answer says where each of the template's
 // notifications stands. Calling it again answers the same. Needs an
-// API key with `notifications:write`; only the notifications its owner
-// made are considered (another key's are in neither list).
+// API key with `notifications:write`; only the notifications it may
+// cancel are considered (the others are in neither list): those its
+// owner made, and every one on an order its owner placed, whichever
+// key made it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3963,9 +4114,18 @@ func (c *ClientWithResponses) CancelOrderNotificationsWithResponse(ctx context.C
 	return ParseCancelOrderNotificationsResponse(rsp)
 }
 
-// CreateShipmentWithBodyWithResponse Record the shipment and queue the order-shipped e-mail.
+// CreateShipmentWithBodyWithResponse Record a shipment and queue its order-shipped e-mail.
 //
-// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+// Records the shipment (carrier, tracking number, when, which key;
+// `shipments` of the order) and queues its e-mail, built from the
+// order and the shipment, to the customer. Each shipment is its own
+// event: another carrier or tracking number (a second parcel) is
+// another shipment with an e-mail of its own, keyed
+// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+// shipment again answers `200` with the e-mail recorded the first
+// time and queues nothing. No other route sends `order-shipped`, so
+// no key can send one with other data or take a shipment's e-mail
+// first. Needs an API key with `orders:write`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3978,9 +4138,18 @@ func (c *ClientWithResponses) CreateShipmentWithBodyWithResponse(ctx context.Con
 	return ParseCreateShipmentResponse(rsp)
 }
 
-// CreateShipmentWithResponse Record the shipment and queue the order-shipped e-mail.
+// CreateShipmentWithResponse Record a shipment and queue its order-shipped e-mail.
 //
-// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+// Records the shipment (carrier, tracking number, when, which key;
+// `shipments` of the order) and queues its e-mail, built from the
+// order and the shipment, to the customer. Each shipment is its own
+// event: another carrier or tracking number (a second parcel) is
+// another shipment with an e-mail of its own, keyed
+// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+// shipment again answers `200` with the e-mail recorded the first
+// time and queues nothing. No other route sends `order-shipped`, so
+// no key can send one with other data or take a shipment's e-mail
+// first. Needs an API key with `orders:write`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4042,7 +4211,7 @@ func ParseCancelNotificationResponse(rsp *http.Response) (*CancelNotificationRes
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4197,7 +4366,7 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4239,7 +4408,7 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4274,7 +4443,7 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4309,7 +4478,7 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4673,7 +4842,7 @@ func ParseCreateNotificationResponse(rsp *http.Response) (*CreateNotificationRes
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4715,7 +4884,7 @@ func ParseCreateNotificationResponse(rsp *http.Response) (*CreateNotificationRes
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4750,7 +4919,7 @@ func ParseCreateNotificationResponse(rsp *http.Response) (*CreateNotificationRes
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
