@@ -94,7 +94,9 @@ func (t ProblemType) Error() string { return "sekali: problem " + string(t) }
 // backend branches on: ProblemValidation (Errors names each field),
 // ProblemNotFound, ProblemUnauthorized and ProblemForbidden (the key, or
 // its scopes), ProblemRateLimited (RetryAfter), ProblemWrongState and
-// ProblemMayHaveBeenSent (a cancel too late; Notification), and
+// ProblemMayHaveBeenSent (a cancel too late; Notification),
+// ProblemNotificationConflict (a trigger of an event that has a
+// notification with other data; Notification is that one), and
 // ProblemIdempotencyKeyReused (the key of another checkout).
 const (
 	ProblemInvalidBody            ProblemType = "urn:sekali:problem:invalid-body"
@@ -114,6 +116,7 @@ const (
 	ProblemRateLimited            ProblemType = "urn:sekali:problem:rate-limited"
 	ProblemWrongState             ProblemType = "urn:sekali:problem:wrong-state"
 	ProblemMayHaveBeenSent        ProblemType = "urn:sekali:problem:may-have-been-sent"
+	ProblemNotificationConflict   ProblemType = "urn:sekali:problem:notification-conflict"
 	ProblemUnknownMessage         ProblemType = "urn:sekali:problem:unknown-message"
 	ProblemOverloaded             ProblemType = "urn:sekali:problem:overloaded"
 	ProblemQuotaUnavailable       ProblemType = "urn:sekali:problem:quota-unavailable"

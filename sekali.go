@@ -58,6 +58,8 @@ type (
 	DeliveryStatus = apiclient.DeliveryStatus
 	// Shipment is what RecordShipment records.
 	Shipment = apiclient.Shipment
+	// ShipmentRecord is a shipment as recorded (Order.Shipments).
+	ShipmentRecord = apiclient.ShipmentRecord
 	// Trigger is what Notify sends: a template, its data, and optionally an
 	// event id, another recipient and when to send it (SendAt).
 	Trigger = apiclient.NotificationTrigger
@@ -193,9 +195,10 @@ func (c *Client) GetOrder(ctx context.Context, id uuid.UUID, opts ...CallOption)
 	}, http.StatusOK)
 }
 
-// RecordShipment records that the order shipped and returns its
-// order-shipped e-mail; an order ships once, so a repeat returns the
-// notification recorded the first time.
+// RecordShipment records a shipment of the order and returns its
+// order-shipped e-mail. Each shipment (carrier and tracking number) is
+// its own e-mail, a second parcel another; the same shipment again
+// returns the notification recorded the first time.
 func (c *Client) RecordShipment(ctx context.Context, orderID uuid.UUID, s Shipment, opts ...CallOption) (*Notification, error) {
 	return request[Notification](ctx, c, "record shipment", callOf(opts, false), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.CreateShipment(ctx, orderID, nil, s, ed)
@@ -205,7 +208,10 @@ func (c *Client) RecordShipment(ctx context.Context, orderID uuid.UUID, s Shipme
 // Notify sends a template about the order, once per event (the API keeps
 // one notification per template, order, event id and recipient), now or
 // at t.SendAt; until then CancelNotification or CancelNotifications stops
-// it. Its retries reuse one Idempotency-Key, as PlaceOrder's do.
+// it. An event that has a notification with other data (or another
+// SendAt), whichever key made it, is a *Problem ProblemNotificationConflict
+// whose Notification is that one. Its retries reuse one Idempotency-Key,
+// as PlaceOrder's do.
 func (c *Client) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, opts ...CallOption) (*Notification, error) {
 	return request[Notification](ctx, c, "notify", callOf(opts, true), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.CreateNotification(ctx, orderID, nil, t, ed)

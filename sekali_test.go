@@ -191,7 +191,7 @@ func TestClientPlacesReadsShipsRemindsAndCancels(t *testing.T) {
 	_, err = storefront.GetOrder(ctx, o.ID, sekali.WithOrderToken(other.AccessToken))
 	problem(t, "another order's token", err, sekali.ProblemNotFound, http.StatusNotFound)
 
-	// A shipment is recorded once.
+	// A shipment is recorded once, and the order shows it.
 	shipped, err := s.client.RecordShipment(ctx, o.ID, sekali.Shipment{Carrier: "JNE", TrackingNumber: "JNE-1001"})
 	if err != nil {
 		t.Fatal(err)
@@ -202,6 +202,10 @@ func TestClientPlacesReadsShipsRemindsAndCancels(t *testing.T) {
 	}
 	if shipped.Template != "order-shipped" || !reflect.DeepEqual(again, shipped) {
 		t.Errorf("shipment = %+v, again %+v", shipped, again)
+	}
+	if got, err := s.client.GetOrder(ctx, o.ID); err != nil || len(got.Shipments) != 1 ||
+		got.Shipments[0].TrackingNumber != "JNE-1001" || got.Shipments[0].NotificationID != shipped.ID {
+		t.Errorf("the order's shipments = %+v, %v; want JNE-1001 with its e-mail", got, err)
 	}
 
 	// A reminder in an hour, once per event, then cancelled.
@@ -285,6 +289,17 @@ func TestClientProblemsAreTyped(t *testing.T) {
 	p = problem(t, "a reminder without its data", err, sekali.ProblemValidation, http.StatusUnprocessableEntity)
 	if len(p.Errors) == 0 || !strings.HasPrefix(p.Errors[0].Pointer, "/data") {
 		t.Errorf("the reminder's errors = %+v, want pointers under /data", p.Errors)
+	}
+
+	at := time.Now().Add(2 * time.Hour).Truncate(time.Second)
+	first, err := s.client.Notify(ctx, o.ID, reminder(o.ID, "due-1", at))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.client.Notify(ctx, o.ID, reminder(o.ID, "due-1", at.Add(time.Hour)))
+	p = problem(t, "an event that has a notification with other data", err, sekali.ProblemNotificationConflict, http.StatusConflict)
+	if p.Notification == nil || p.Notification.ID != first.ID {
+		t.Errorf("the problem's notification = %+v, want the first reminder %s", p.Notification, first.ID)
 	}
 
 	_, err = s.client.GetOrder(ctx, uuid.New())
@@ -676,7 +691,8 @@ func TestConstantsAreTheDocumentsEnums(t *testing.T) {
 		sekali.ProblemBodyTimeout, sekali.ProblemUnsupportedMediaType, sekali.ProblemValidation, sekali.ProblemIdempotencyKeyReused,
 		sekali.ProblemIdempotencyKeyInFlight, sekali.ProblemNotFound, sekali.ProblemInvalidQuery, sekali.ProblemMethodNotAllowed,
 		sekali.ProblemInternal, sekali.ProblemUnauthorized, sekali.ProblemForbidden, sekali.ProblemRateLimited, sekali.ProblemWrongState,
-		sekali.ProblemMayHaveBeenSent, sekali.ProblemUnknownMessage, sekali.ProblemOverloaded, sekali.ProblemQuotaUnavailable}
+		sekali.ProblemMayHaveBeenSent, sekali.ProblemNotificationConflict, sekali.ProblemUnknownMessage, sekali.ProblemOverloaded,
+		sekali.ProblemQuotaUnavailable}
 	var ps []string
 	for _, p := range problems {
 		ps = append(ps, string(p))

@@ -28,3 +28,17 @@ CROSS JOIN LATERAL unnest(b.members) WITH ORDINALITY AS m(id, ord)
 JOIN notification_deliveries d ON d.id = m.id
 WHERE b.key = @key
 ORDER BY m.ord;
+
+-- name: GetDeliveryFor :one
+-- A delivery, if the caller may cancel it (may_cancel: the one rule of
+-- the cancel statements), whatever its status.
+SELECT * FROM notification_deliveries d
+WHERE d.id = @id AND may_cancel(d.owner_id, d.order_id, d.test, @by_operator::boolean, @owner::uuid, @test::boolean);
+
+-- name: ListDeliveriesOfTemplateFor :many
+-- An order's deliveries of one template that the caller may cancel
+-- (may_cancel), whatever their status, oldest first.
+SELECT * FROM notification_deliveries d
+WHERE d.order_id = @order_id AND d.template = @template
+  AND may_cancel(d.owner_id, d.order_id, d.test, @by_operator::boolean, @owner::uuid, @test::boolean)
+ORDER BY d.created_at, d.id;

@@ -101,3 +101,22 @@ SELECT (SELECT lk.locked FROM lk) AS locked,
        p.request_hash AS prior_request_hash, p.response_body AS prior_response_body, p.expires_at AS prior_expires_at,
        EXISTS (SELECT 1 FROM k) AS inserted
 FROM (SELECT 1) AS one LEFT JOIN prior p ON true;
+
+-- name: InsertShipment :one
+-- A shipment of an order, unless the order has one of the same carrier
+-- and tracking number: then nothing is written and no row returned (a
+-- twin in flight is waited for), and GetShipment reads that one.
+INSERT INTO shipments (id, order_id, carrier, tracking_number, shipped_at, key_id, owner_id, event_id)
+VALUES (@id, @order_id, @carrier, @tracking_number, @shipped_at, @key_id, @owner_id, @event_id)
+ON CONFLICT (order_id, carrier, tracking_number) DO NOTHING
+RETURNING *;
+
+-- name: GetShipment :one
+SELECT * FROM shipments WHERE order_id = @order_id AND carrier = @carrier AND tracking_number = @tracking_number;
+
+-- name: SetShipmentDelivery :exec
+-- The e-mail a new shipment's transaction recorded.
+UPDATE shipments SET delivery_id = @delivery_id WHERE id = @id;
+
+-- name: ListShipments :many
+SELECT * FROM shipments WHERE order_id = @order_id ORDER BY shipped_at, id;

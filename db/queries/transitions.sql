@@ -433,11 +433,8 @@ FROM upd;
 -- unknown (pinned after a provider's 5xx, or put back to pending by the
 -- reconciler while pinned) is not cancelled on our word — only on an
 -- operator's, who checked the provider's log (not_at_provider, as a
--- retry's unpin; the history names the provider checked). by_operator:
--- an operator may cancel any; an API key only rows of its own mode
--- (test: docs/testmode.md) that its owner line made (owner_id) or that
--- were recorded before owners were (NULL); nobody but
--- an operator the public checkout's (the all-zero owner). No row: not
+-- retry's unpin; the history names the provider checked). Who may:
+-- may_cancel (migration 22), the one rule of every cancel. No row: not
 -- pending, not cancellable, not the caller's, or not there (notify.Cancel
 -- tells which).
 WITH upd AS (
@@ -450,8 +447,7 @@ WITH upd AS (
         updated_at      = now()
     WHERE d.id = @id AND d.status = 'pending'
       AND (d.unsettled_since IS NULL OR (@by_operator::boolean AND @not_at_provider::boolean))
-      AND (@by_operator::boolean OR (d.test = @test::boolean AND (d.owner_id IS NULL
-           OR (d.owner_id = @owner::uuid AND @owner::uuid <> '00000000-0000-0000-0000-000000000000'))))
+      AND may_cancel(d.owner_id, d.order_id, d.test, @by_operator::boolean, @owner::uuid, @test::boolean)
     RETURNING d.*
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -476,8 +472,7 @@ WITH upd AS (
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = @order_id AND d.template = @template AND d.status = 'pending'
       AND d.unsettled_since IS NULL
-      AND (@by_operator::boolean OR (d.test = @test::boolean AND (d.owner_id IS NULL
-           OR (d.owner_id = @owner::uuid AND @owner::uuid <> '00000000-0000-0000-0000-000000000000'))))
+      AND may_cancel(d.owner_id, d.order_id, d.test, @by_operator::boolean, @owner::uuid, @test::boolean)
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)

@@ -209,6 +209,7 @@ const (
 	UrnSekaliProblemMayHaveBeenSent        ProblemType = "urn:sekali:problem:may-have-been-sent"
 	UrnSekaliProblemMethodNotAllowed       ProblemType = "urn:sekali:problem:method-not-allowed"
 	UrnSekaliProblemNotFound               ProblemType = "urn:sekali:problem:not-found"
+	UrnSekaliProblemNotificationConflict   ProblemType = "urn:sekali:problem:notification-conflict"
 	UrnSekaliProblemOverloaded             ProblemType = "urn:sekali:problem:overloaded"
 	UrnSekaliProblemQuotaUnavailable       ProblemType = "urn:sekali:problem:quota-unavailable"
 	UrnSekaliProblemRateLimited            ProblemType = "urn:sekali:problem:rate-limited"
@@ -245,6 +246,8 @@ func (e ProblemType) Valid() bool {
 	case UrnSekaliProblemMethodNotAllowed:
 		return true
 	case UrnSekaliProblemNotFound:
+		return true
+	case UrnSekaliProblemNotificationConflict:
 		return true
 	case UrnSekaliProblemOverloaded:
 		return true
@@ -724,8 +727,11 @@ type Order struct {
 	// Locale The customer's language, as given at checkout.
 	Locale string `json:"locale,omitempty,omitzero"`
 
-	// Notifications The e-mails about the order, oldest first.
+	// Notifications The e-mails about the order, oldest first, whichever key made them.
 	Notifications []Notification `json:"notifications"`
+
+	// Shipments The order's shipments as recorded, oldest first; absent before the first.
+	Shipments []ShipmentRecord `json:"shipments,omitempty,omitzero"`
 
 	// Test Placed with a test key: its notifications never reach a provider (test mode). Absent for a live order.
 	Test bool `json:"test,omitempty,omitzero"`
@@ -756,7 +762,7 @@ type Problem struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -921,6 +927,21 @@ type Shipment struct {
 	TrackingNumber string `json:"tracking_number"`
 }
 
+// ShipmentRecord A shipment as `POST /v1/orders/{id}/shipments` recorded it.
+type ShipmentRecord struct {
+	Carrier string `json:"carrier"`
+
+	// ID The shipment's id, which its e-mail's idempotency key carries as the event id (but for a shipment recorded before shipments were).
+	ID openapi_types.UUID `json:"id"`
+
+	// NotificationID Its order-shipped e-mail (`notifications[].id`).
+	NotificationID openapi_types.UUID `json:"notification_id,omitempty,omitzero"`
+
+	// ShippedAt When it was recorded.
+	ShippedAt      time.Time `json:"shipped_at"`
+	TrackingNumber string    `json:"tracking_number"`
+}
+
 // Suppression defines model for Suppression.
 type Suppression struct {
 	CreatedAt time.Time         `json:"created_at"`
@@ -1054,7 +1075,7 @@ type BodyTimeout struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1071,7 +1092,7 @@ type BodyTooLarge struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1088,7 +1109,7 @@ type Forbidden struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1105,7 +1126,7 @@ type Internal struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1122,7 +1143,7 @@ type InvalidBody struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1139,7 +1160,7 @@ type InvalidQuery struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1156,7 +1177,7 @@ type KeyUnauthorized struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1173,7 +1194,7 @@ type NotFound struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1190,7 +1211,7 @@ type OperatorRateLimited struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1207,7 +1228,7 @@ type Overloaded struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1230,7 +1251,7 @@ type RateLimited struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1252,7 +1273,7 @@ type Unauthorized struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1269,7 +1290,7 @@ type UnknownMessage struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1286,7 +1307,7 @@ type UnsupportedMediaType struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1303,7 +1324,7 @@ type Validation struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1320,7 +1341,7 @@ type WebhookUnauthorized struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1337,7 +1358,7 @@ type WrongState struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -1600,8 +1621,9 @@ type ClientInterface interface {
 	// recorded sent. Calling it again on a cancelled one answers `200`
 	// with it. Needs an API key with `notifications:write`, of the owner
 	// that made the notification (the key that made it, or a key made to
-	// replace that one); another key's notification answers `404`, as one
-	// that does not exist.
+	// replace that one) or of the owner that placed its order (whichever
+	// key made the notification); any other key's cancel answers `404`,
+	// as for one that does not exist.
 	//
 	// Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
 	CancelNotification(ctx context.Context, id openapi_types.UUID, params *CancelNotificationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1661,15 +1683,22 @@ type ClientInterface interface {
 
 	// CreateNotificationWithBody Send any template about an order, once.
 	//
-	// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-	// the data is checked against the template's JSON Schema, the
-	// intent is recorded in one transaction and queued. Its idempotency
-	// key is `<template>:<order id>:<recipient>`, or, with an
-	// `event_id` for an event that can happen more than once per order,
-	// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-	// again answers `200` with the same notification and sends nothing.
-	// The e-mail is written in the order's language (`locale` at
-	// checkout). Needs an API key with `notifications:write`.
+	// The one trigger for any template from `TEMPLATES_DIR`, and any
+	// built-in one but those a route of their own sends
+	// (`order-confirmation`: the checkout; `order-shipped`: the
+	// shipments), which are `422`: the data is checked against the
+	// template's JSON Schema, the intent is recorded in one transaction
+	// and queued. Its idempotency key is
+	// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+	// event that can happen more than once per order,
+	// `<template>:<order id>:<event id>:<recipient>`: the business
+	// event, whichever key triggers it. The same trigger again (the
+	// same data and `send_at`) answers `200` with the same notification
+	// and sends nothing; a trigger of an event that has a notification
+	// with other data or another `send_at` answers `409`
+	// `notification-conflict` with that notification and changes
+	// nothing. The e-mail is written in the order's language (`locale`
+	// at checkout). Needs an API key with `notifications:write`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1678,15 +1707,22 @@ type ClientInterface interface {
 
 	// CreateNotification Send any template about an order, once.
 	//
-	// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-	// the data is checked against the template's JSON Schema, the
-	// intent is recorded in one transaction and queued. Its idempotency
-	// key is `<template>:<order id>:<recipient>`, or, with an
-	// `event_id` for an event that can happen more than once per order,
-	// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-	// again answers `200` with the same notification and sends nothing.
-	// The e-mail is written in the order's language (`locale` at
-	// checkout). Needs an API key with `notifications:write`.
+	// The one trigger for any template from `TEMPLATES_DIR`, and any
+	// built-in one but those a route of their own sends
+	// (`order-confirmation`: the checkout; `order-shipped`: the
+	// shipments), which are `422`: the data is checked against the
+	// template's JSON Schema, the intent is recorded in one transaction
+	// and queued. Its idempotency key is
+	// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+	// event that can happen more than once per order,
+	// `<template>:<order id>:<event id>:<recipient>`: the business
+	// event, whichever key triggers it. The same trigger again (the
+	// same data and `send_at`) answers `200` with the same notification
+	// and sends nothing; a trigger of an event that has a notification
+	// with other data or another `send_at` answers `409`
+	// `notification-conflict` with that notification and changes
+	// nothing. The e-mail is written in the order's language (`locale`
+	// at checkout). Needs an API key with `notifications:write`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1700,8 +1736,10 @@ type ClientInterface interface {
 	// yet claimed) and that no provider may have becomes `cancelled`, in
 	// one statement; the answer says where each of the template's
 	// notifications stands. Calling it again answers the same. Needs an
-	// API key with `notifications:write`; only the notifications its owner
-	// made are considered (another key's are in neither list).
+	// API key with `notifications:write`; only the notifications it may
+	// cancel are considered (the others are in neither list): those its
+	// owner made, and every one on an order its owner placed, whichever
+	// key made it.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1715,26 +1753,46 @@ type ClientInterface interface {
 	// yet claimed) and that no provider may have becomes `cancelled`, in
 	// one statement; the answer says where each of the template's
 	// notifications stands. Calling it again answers the same. Needs an
-	// API key with `notifications:write`; only the notifications its owner
-	// made are considered (another key's are in neither list).
+	// API key with `notifications:write`; only the notifications it may
+	// cancel are considered (the others are in neither list): those its
+	// owner made, and every one on an order its owner placed, whichever
+	// key made it.
 	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /v1/orders/{id}/notifications/cancel (the `CancelOrderNotifications` operationId).
 	CancelOrderNotifications(ctx context.Context, id OrderID, params *CancelOrderNotificationsParams, body CancelOrderNotificationsJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateShipmentWithBody Record the shipment and queue the order-shipped e-mail.
+	// CreateShipmentWithBody Record a shipment and queue its order-shipped e-mail.
 	//
-	// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+	// Records the shipment (carrier, tracking number, when, which key;
+	// `shipments` of the order) and queues its e-mail, built from the
+	// order and the shipment, to the customer. Each shipment is its own
+	// event: another carrier or tracking number (a second parcel) is
+	// another shipment with an e-mail of its own, keyed
+	// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+	// shipment again answers `200` with the e-mail recorded the first
+	// time and queues nothing. No other route sends `order-shipped`, so
+	// no key can send one with other data or take a shipment's e-mail
+	// first. Needs an API key with `orders:write`.
 	//
 	// Takes any type of body and a specified content type.
 	//
 	// Corresponds with POST /v1/orders/{id}/shipments (the `CreateShipment` operationId).
 	CreateShipmentWithBody(ctx context.Context, id OrderID, params *CreateShipmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// CreateShipment Record the shipment and queue the order-shipped e-mail.
+	// CreateShipment Record a shipment and queue its order-shipped e-mail.
 	//
-	// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+	// Records the shipment (carrier, tracking number, when, which key;
+	// `shipments` of the order) and queues its e-mail, built from the
+	// order and the shipment, to the customer. Each shipment is its own
+	// event: another carrier or tracking number (a second parcel) is
+	// another shipment with an e-mail of its own, keyed
+	// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+	// shipment again answers `200` with the e-mail recorded the first
+	// time and queues nothing. No other route sends `order-shipped`, so
+	// no key can send one with other data or take a shipment's e-mail
+	// first. Needs an API key with `orders:write`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1755,8 +1813,9 @@ type ClientInterface interface {
 // recorded sent. Calling it again on a cancelled one answers `200`
 // with it. Needs an API key with `notifications:write`, of the owner
 // that made the notification (the key that made it, or a key made to
-// replace that one); another key's notification answers `404`, as one
-// that does not exist.
+// replace that one) or of the owner that placed its order (whichever
+// key made the notification); any other key's cancel answers `404`,
+// as for one that does not exist.
 //
 // Corresponds with POST /v1/notifications/{id}/cancel (the `CancelNotification` operationId).
 func (c *Client) CancelNotification(ctx context.Context, id openapi_types.UUID, params *CancelNotificationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1856,15 +1915,22 @@ func (c *Client) GetOrder(ctx context.Context, id OrderID, params *GetOrderParam
 
 // CreateNotificationWithBody Send any template about an order, once.
 //
-// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-// the data is checked against the template's JSON Schema, the
-// intent is recorded in one transaction and queued. Its idempotency
-// key is `<template>:<order id>:<recipient>`, or, with an
-// `event_id` for an event that can happen more than once per order,
-// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-// again answers `200` with the same notification and sends nothing.
-// The e-mail is written in the order's language (`locale` at
-// checkout). Needs an API key with `notifications:write`.
+// The one trigger for any template from `TEMPLATES_DIR`, and any
+// built-in one but those a route of their own sends
+// (`order-confirmation`: the checkout; `order-shipped`: the
+// shipments), which are `422`: the data is checked against the
+// template's JSON Schema, the intent is recorded in one transaction
+// and queued. Its idempotency key is
+// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+// event that can happen more than once per order,
+// `<template>:<order id>:<event id>:<recipient>`: the business
+// event, whichever key triggers it. The same trigger again (the
+// same data and `send_at`) answers `200` with the same notification
+// and sends nothing; a trigger of an event that has a notification
+// with other data or another `send_at` answers `409`
+// `notification-conflict` with that notification and changes
+// nothing. The e-mail is written in the order's language (`locale`
+// at checkout). Needs an API key with `notifications:write`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1883,15 +1949,22 @@ func (c *Client) CreateNotificationWithBody(ctx context.Context, id OrderID, par
 
 // CreateNotification Send any template about an order, once.
 //
-// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-// the data is checked against the template's JSON Schema, the
-// intent is recorded in one transaction and queued. Its idempotency
-// key is `<template>:<order id>:<recipient>`, or, with an
-// `event_id` for an event that can happen more than once per order,
-// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-// again answers `200` with the same notification and sends nothing.
-// The e-mail is written in the order's language (`locale` at
-// checkout). Needs an API key with `notifications:write`.
+// The one trigger for any template from `TEMPLATES_DIR`, and any
+// built-in one but those a route of their own sends
+// (`order-confirmation`: the checkout; `order-shipped`: the
+// shipments), which are `422`: the data is checked against the
+// template's JSON Schema, the intent is recorded in one transaction
+// and queued. Its idempotency key is
+// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+// event that can happen more than once per order,
+// `<template>:<order id>:<event id>:<recipient>`: the business
+// event, whichever key triggers it. The same trigger again (the
+// same data and `send_at`) answers `200` with the same notification
+// and sends nothing; a trigger of an event that has a notification
+// with other data or another `send_at` answers `409`
+// `notification-conflict` with that notification and changes
+// nothing. The e-mail is written in the order's language (`locale`
+// at checkout). Needs an API key with `notifications:write`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1915,8 +1988,10 @@ func (c *Client) CreateNotification(ctx context.Context, id OrderID, params *Cre
 // yet claimed) and that no provider may have becomes `cancelled`, in
 // one statement; the answer says where each of the template's
 // notifications stands. Calling it again answers the same. Needs an
-// API key with `notifications:write`; only the notifications its owner
-// made are considered (another key's are in neither list).
+// API key with `notifications:write`; only the notifications it may
+// cancel are considered (the others are in neither list): those its
+// owner made, and every one on an order its owner placed, whichever
+// key made it.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1940,8 +2015,10 @@ func (c *Client) CancelOrderNotificationsWithBody(ctx context.Context, id OrderI
 // yet claimed) and that no provider may have becomes `cancelled`, in
 // one statement; the answer says where each of the template's
 // notifications stands. Calling it again answers the same. Needs an
-// API key with `notifications:write`; only the notifications its owner
-// made are considered (another key's are in neither list).
+// API key with `notifications:write`; only the notifications it may
+// cancel are considered (the others are in neither list): those its
+// owner made, and every one on an order its owner placed, whichever
+// key made it.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1958,9 +2035,18 @@ func (c *Client) CancelOrderNotifications(ctx context.Context, id OrderID, param
 	return c.Client.Do(req)
 }
 
-// CreateShipmentWithBody Record the shipment and queue the order-shipped e-mail.
+// CreateShipmentWithBody Record a shipment and queue its order-shipped e-mail.
 //
-// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+// Records the shipment (carrier, tracking number, when, which key;
+// `shipments` of the order) and queues its e-mail, built from the
+// order and the shipment, to the customer. Each shipment is its own
+// event: another carrier or tracking number (a second parcel) is
+// another shipment with an e-mail of its own, keyed
+// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+// shipment again answers `200` with the e-mail recorded the first
+// time and queues nothing. No other route sends `order-shipped`, so
+// no key can send one with other data or take a shipment's e-mail
+// first. Needs an API key with `orders:write`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -1977,9 +2063,18 @@ func (c *Client) CreateShipmentWithBody(ctx context.Context, id OrderID, params 
 	return c.Client.Do(req)
 }
 
-// CreateShipment Record the shipment and queue the order-shipped e-mail.
+// CreateShipment Record a shipment and queue its order-shipped e-mail.
 //
-// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+// Records the shipment (carrier, tracking number, when, which key;
+// `shipments` of the order) and queues its e-mail, built from the
+// order and the shipment, to the customer. Each shipment is its own
+// event: another carrier or tracking number (a second parcel) is
+// another shipment with an e-mail of its own, keyed
+// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+// shipment again answers `200` with the e-mail recorded the first
+// time and queues nothing. No other route sends `order-shipped`, so
+// no key can send one with other data or take a shipment's e-mail
+// first. Needs an API key with `orders:write`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -2398,8 +2493,9 @@ type ClientWithResponsesInterface interface {
 	// recorded sent. Calling it again on a cancelled one answers `200`
 	// with it. Needs an API key with `notifications:write`, of the owner
 	// that made the notification (the key that made it, or a key made to
-	// replace that one); another key's notification answers `404`, as one
-	// that does not exist.
+	// replace that one) or of the owner that placed its order (whichever
+	// key made the notification); any other key's cancel answers `404`,
+	// as for one that does not exist.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -2463,15 +2559,22 @@ type ClientWithResponsesInterface interface {
 
 	// CreateNotificationWithBodyWithResponse Send any template about an order, once.
 	//
-	// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-	// the data is checked against the template's JSON Schema, the
-	// intent is recorded in one transaction and queued. Its idempotency
-	// key is `<template>:<order id>:<recipient>`, or, with an
-	// `event_id` for an event that can happen more than once per order,
-	// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-	// again answers `200` with the same notification and sends nothing.
-	// The e-mail is written in the order's language (`locale` at
-	// checkout). Needs an API key with `notifications:write`.
+	// The one trigger for any template from `TEMPLATES_DIR`, and any
+	// built-in one but those a route of their own sends
+	// (`order-confirmation`: the checkout; `order-shipped`: the
+	// shipments), which are `422`: the data is checked against the
+	// template's JSON Schema, the intent is recorded in one transaction
+	// and queued. Its idempotency key is
+	// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+	// event that can happen more than once per order,
+	// `<template>:<order id>:<event id>:<recipient>`: the business
+	// event, whichever key triggers it. The same trigger again (the
+	// same data and `send_at`) answers `200` with the same notification
+	// and sends nothing; a trigger of an event that has a notification
+	// with other data or another `send_at` answers `409`
+	// `notification-conflict` with that notification and changes
+	// nothing. The e-mail is written in the order's language (`locale`
+	// at checkout). Needs an API key with `notifications:write`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2480,15 +2583,22 @@ type ClientWithResponsesInterface interface {
 
 	// CreateNotificationWithResponse Send any template about an order, once.
 	//
-	// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-	// the data is checked against the template's JSON Schema, the
-	// intent is recorded in one transaction and queued. Its idempotency
-	// key is `<template>:<order id>:<recipient>`, or, with an
-	// `event_id` for an event that can happen more than once per order,
-	// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-	// again answers `200` with the same notification and sends nothing.
-	// The e-mail is written in the order's language (`locale` at
-	// checkout). Needs an API key with `notifications:write`.
+	// The one trigger for any template from `TEMPLATES_DIR`, and any
+	// built-in one but those a route of their own sends
+	// (`order-confirmation`: the checkout; `order-shipped`: the
+	// shipments), which are `422`: the data is checked against the
+	// template's JSON Schema, the intent is recorded in one transaction
+	// and queued. Its idempotency key is
+	// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+	// event that can happen more than once per order,
+	// `<template>:<order id>:<event id>:<recipient>`: the business
+	// event, whichever key triggers it. The same trigger again (the
+	// same data and `send_at`) answers `200` with the same notification
+	// and sends nothing; a trigger of an event that has a notification
+	// with other data or another `send_at` answers `409`
+	// `notification-conflict` with that notification and changes
+	// nothing. The e-mail is written in the order's language (`locale`
+	// at checkout). Needs an API key with `notifications:write`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2502,8 +2612,10 @@ type ClientWithResponsesInterface interface {
 	// yet claimed) and that no provider may have becomes `cancelled`, in
 	// one statement; the answer says where each of the template's
 	// notifications stands. Calling it again answers the same. Needs an
-	// API key with `notifications:write`; only the notifications its owner
-	// made are considered (another key's are in neither list).
+	// API key with `notifications:write`; only the notifications it may
+	// cancel are considered (the others are in neither list): those its
+	// owner made, and every one on an order its owner placed, whichever
+	// key made it.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2517,26 +2629,46 @@ type ClientWithResponsesInterface interface {
 	// yet claimed) and that no provider may have becomes `cancelled`, in
 	// one statement; the answer says where each of the template's
 	// notifications stands. Calling it again answers the same. Needs an
-	// API key with `notifications:write`; only the notifications its owner
-	// made are considered (another key's are in neither list).
+	// API key with `notifications:write`; only the notifications it may
+	// cancel are considered (the others are in neither list): those its
+	// owner made, and every one on an order its owner placed, whichever
+	// key made it.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/orders/{id}/notifications/cancel (the `CancelOrderNotifications` operationId).
 	CancelOrderNotificationsWithResponse(ctx context.Context, id OrderID, params *CancelOrderNotificationsParams, body CancelOrderNotificationsJSONRequestBody, reqEditors ...RequestEditorFn) (*CancelOrderNotificationsResponse, error)
 
-	// CreateShipmentWithBodyWithResponse Record the shipment and queue the order-shipped e-mail.
+	// CreateShipmentWithBodyWithResponse Record a shipment and queue its order-shipped e-mail.
 	//
-	// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+	// Records the shipment (carrier, tracking number, when, which key;
+	// `shipments` of the order) and queues its e-mail, built from the
+	// order and the shipment, to the customer. Each shipment is its own
+	// event: another carrier or tracking number (a second parcel) is
+	// another shipment with an e-mail of its own, keyed
+	// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+	// shipment again answers `200` with the e-mail recorded the first
+	// time and queues nothing. No other route sends `order-shipped`, so
+	// no key can send one with other data or take a shipment's e-mail
+	// first. Needs an API key with `orders:write`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /v1/orders/{id}/shipments (the `CreateShipment` operationId).
 	CreateShipmentWithBodyWithResponse(ctx context.Context, id OrderID, params *CreateShipmentParams, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*CreateShipmentResponse, error)
 
-	// CreateShipmentWithResponse Record the shipment and queue the order-shipped e-mail.
+	// CreateShipmentWithResponse Record a shipment and queue its order-shipped e-mail.
 	//
-	// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+	// Records the shipment (carrier, tracking number, when, which key;
+	// `shipments` of the order) and queues its e-mail, built from the
+	// order and the shipment, to the customer. Each shipment is its own
+	// event: another carrier or tracking number (a second parcel) is
+	// another shipment with an e-mail of its own, keyed
+	// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+	// shipment again answers `200` with the e-mail recorded the first
+	// time and queues nothing. No other route sends `order-shipped`, so
+	// no key can send one with other data or take a shipment's e-mail
+	// first. Needs an API key with `orders:write`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -2600,7 +2732,7 @@ type CancelNotificationResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2656,7 +2788,7 @@ func (r CancelNotificationResponse) GetApplicationProblemJSON409() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -2785,7 +2917,7 @@ type CreateOrderResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2807,7 +2939,7 @@ type CreateOrderResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2827,7 +2959,7 @@ type CreateOrderResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2847,7 +2979,7 @@ type CreateOrderResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -2894,7 +3026,7 @@ func (r CreateOrderResponse) GetApplicationProblemJSON400() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -2928,7 +3060,7 @@ func (r CreateOrderResponse) GetApplicationProblemJSON409() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -2957,7 +3089,7 @@ func (r CreateOrderResponse) GetApplicationProblemJSON422() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -2986,7 +3118,7 @@ func (r CreateOrderResponse) GetApplicationProblemJSON503() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -3225,7 +3357,7 @@ type CreateNotificationResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -3247,7 +3379,7 @@ type CreateNotificationResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -3267,7 +3399,7 @@ type CreateNotificationResponse struct {
 		// Errors Each invalid field (or query parameter), for invalid input.
 		Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+		// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 		Notification Notification `json:"notification,omitempty,omitzero"`
 
 		// RequestID The response's `X-Request-Id`.
@@ -3323,7 +3455,7 @@ func (r CreateNotificationResponse) GetApplicationProblemJSON400() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -3357,7 +3489,7 @@ func (r CreateNotificationResponse) GetApplicationProblemJSON409() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -3386,7 +3518,7 @@ func (r CreateNotificationResponse) GetApplicationProblemJSON422() *struct {
 	// Errors Each invalid field (or query parameter), for invalid input.
 	Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+	// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 	Notification Notification `json:"notification,omitempty,omitzero"`
 
 	// RequestID The response's `X-Request-Id`.
@@ -3818,8 +3950,9 @@ func (r CreateShipmentResponse) ContentType() string {
 // recorded sent. Calling it again on a cancelled one answers `200`
 // with it. Needs an API key with `notifications:write`, of the owner
 // that made the notification (the key that made it, or a key made to
-// replace that one); another key's notification answers `404`, as one
-// that does not exist.
+// replace that one) or of the owner that placed its order (whichever
+// key made the notification); any other key's cancel answers `404`,
+// as for one that does not exist.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -3907,15 +4040,22 @@ func (c *ClientWithResponses) GetOrderWithResponse(ctx context.Context, id Order
 
 // CreateNotificationWithBodyWithResponse Send any template about an order, once.
 //
-// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-// the data is checked against the template's JSON Schema, the
-// intent is recorded in one transaction and queued. Its idempotency
-// key is `<template>:<order id>:<recipient>`, or, with an
-// `event_id` for an event that can happen more than once per order,
-// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-// again answers `200` with the same notification and sends nothing.
-// The e-mail is written in the order's language (`locale` at
-// checkout). Needs an API key with `notifications:write`.
+// The one trigger for any template from `TEMPLATES_DIR`, and any
+// built-in one but those a route of their own sends
+// (`order-confirmation`: the checkout; `order-shipped`: the
+// shipments), which are `422`: the data is checked against the
+// template's JSON Schema, the intent is recorded in one transaction
+// and queued. Its idempotency key is
+// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+// event that can happen more than once per order,
+// `<template>:<order id>:<event id>:<recipient>`: the business
+// event, whichever key triggers it. The same trigger again (the
+// same data and `send_at`) answers `200` with the same notification
+// and sends nothing; a trigger of an event that has a notification
+// with other data or another `send_at` answers `409`
+// `notification-conflict` with that notification and changes
+// nothing. The e-mail is written in the order's language (`locale`
+// at checkout). Needs an API key with `notifications:write`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3930,15 +4070,22 @@ func (c *ClientWithResponses) CreateNotificationWithBodyWithResponse(ctx context
 
 // CreateNotificationWithResponse Send any template about an order, once.
 //
-// The one trigger for any template, built-in or from `TEMPLATES_DIR`:
-// the data is checked against the template's JSON Schema, the
-// intent is recorded in one transaction and queued. Its idempotency
-// key is `<template>:<order id>:<recipient>`, or, with an
-// `event_id` for an event that can happen more than once per order,
-// `<template>:<order id>:<event id>:<recipient>`: the same trigger
-// again answers `200` with the same notification and sends nothing.
-// The e-mail is written in the order's language (`locale` at
-// checkout). Needs an API key with `notifications:write`.
+// The one trigger for any template from `TEMPLATES_DIR`, and any
+// built-in one but those a route of their own sends
+// (`order-confirmation`: the checkout; `order-shipped`: the
+// shipments), which are `422`: the data is checked against the
+// template's JSON Schema, the intent is recorded in one transaction
+// and queued. Its idempotency key is
+// `<template>:<order id>:<recipient>`, or, with an `event_id` for an
+// event that can happen more than once per order,
+// `<template>:<order id>:<event id>:<recipient>`: the business
+// event, whichever key triggers it. The same trigger again (the
+// same data and `send_at`) answers `200` with the same notification
+// and sends nothing; a trigger of an event that has a notification
+// with other data or another `send_at` answers `409`
+// `notification-conflict` with that notification and changes
+// nothing. The e-mail is written in the order's language (`locale`
+// at checkout). Needs an API key with `notifications:write`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3958,8 +4105,10 @@ func (c *ClientWithResponses) CreateNotificationWithResponse(ctx context.Context
 // yet claimed) and that no provider may have becomes `cancelled`, in
 // one statement; the answer says where each of the template's
 // notifications stands. Calling it again answers the same. Needs an
-// API key with `notifications:write`; only the notifications its owner
-// made are considered (another key's are in neither list).
+// API key with `notifications:write`; only the notifications it may
+// cancel are considered (the others are in neither list): those its
+// owner made, and every one on an order its owner placed, whichever
+// key made it.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3979,8 +4128,10 @@ func (c *ClientWithResponses) CancelOrderNotificationsWithBodyWithResponse(ctx c
 // yet claimed) and that no provider may have becomes `cancelled`, in
 // one statement; the answer says where each of the template's
 // notifications stands. Calling it again answers the same. Needs an
-// API key with `notifications:write`; only the notifications its owner
-// made are considered (another key's are in neither list).
+// API key with `notifications:write`; only the notifications it may
+// cancel are considered (the others are in neither list): those its
+// owner made, and every one on an order its owner placed, whichever
+// key made it.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3993,9 +4144,18 @@ func (c *ClientWithResponses) CancelOrderNotificationsWithResponse(ctx context.C
 	return ParseCancelOrderNotificationsResponse(rsp)
 }
 
-// CreateShipmentWithBodyWithResponse Record the shipment and queue the order-shipped e-mail.
+// CreateShipmentWithBodyWithResponse Record a shipment and queue its order-shipped e-mail.
 //
-// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+// Records the shipment (carrier, tracking number, when, which key;
+// `shipments` of the order) and queues its e-mail, built from the
+// order and the shipment, to the customer. Each shipment is its own
+// event: another carrier or tracking number (a second parcel) is
+// another shipment with an e-mail of its own, keyed
+// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+// shipment again answers `200` with the e-mail recorded the first
+// time and queues nothing. No other route sends `order-shipped`, so
+// no key can send one with other data or take a shipment's e-mail
+// first. Needs an API key with `orders:write`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4008,9 +4168,18 @@ func (c *ClientWithResponses) CreateShipmentWithBodyWithResponse(ctx context.Con
 	return ParseCreateShipmentResponse(rsp)
 }
 
-// CreateShipmentWithResponse Record the shipment and queue the order-shipped e-mail.
+// CreateShipmentWithResponse Record a shipment and queue its order-shipped e-mail.
 //
-// An order ships once. A repeated request returns the notification recorded the first time with `200` and queues nothing. Needs an API key with `orders:write`.
+// Records the shipment (carrier, tracking number, when, which key;
+// `shipments` of the order) and queues its e-mail, built from the
+// order and the shipment, to the customer. Each shipment is its own
+// event: another carrier or tracking number (a second parcel) is
+// another shipment with an e-mail of its own, keyed
+// `order-shipped:<order id>:<shipment id>:<recipient>`; the same
+// shipment again answers `200` with the e-mail recorded the first
+// time and queues nothing. No other route sends `order-shipped`, so
+// no key can send one with other data or take a shipment's e-mail
+// first. Needs an API key with `orders:write`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -4072,7 +4241,7 @@ func ParseCancelNotificationResponse(rsp *http.Response) (*CancelNotificationRes
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4227,7 +4396,7 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4269,7 +4438,7 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4304,7 +4473,7 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4339,7 +4508,7 @@ func ParseCreateOrderResponse(rsp *http.Response) (*CreateOrderResponse, error) 
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4703,7 +4872,7 @@ func ParseCreateNotificationResponse(rsp *http.Response) (*CreateNotificationRes
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4745,7 +4914,7 @@ func ParseCreateNotificationResponse(rsp *http.Response) (*CreateNotificationRes
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.
@@ -4780,7 +4949,7 @@ func ParseCreateNotificationResponse(rsp *http.Response) (*CreateNotificationRes
 			// Errors Each invalid field (or query parameter), for invalid input.
 			Errors []FieldError `json:"errors,omitempty,omitzero"`
 
-			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it).
+			// Notification Where the notification stands, when that is why the request could not be done (a cancel after a worker claimed it; a trigger of an event that notification holds with other data).
 			Notification Notification `json:"notification,omitempty,omitzero"`
 
 			// RequestID The response's `X-Request-Id`.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -34,20 +35,26 @@ func TestCancelRacesTheWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.startAPI()
-	c.startWorker()
-	c.startWorker()
-	c.startReconciler()
+	// The reminders are a shop's own template (deploy/templates): the
+	// generic trigger sends none of the built-in ones.
+	templates, err := filepath.Abs("../../deploy/templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.startAPI("TEMPLATES_DIR", templates)
+	c.startWorker("TEMPLATES_DIR", templates)
+	c.startWorker("TEMPLATES_DIR", templates)
+	c.startReconciler("TEMPLATES_DIR", templates)
 	const n = 30
 	c.placeOrders("cancel", n)
 
 	due := time.Now().Add(3 * time.Second)
 	reminders := make([]uuid.UUID, n)
 	for i, o := range c.orders {
-		data := fmt.Sprintf(`{"order_id":%q,"customer_name":"Chaos","carrier":"JNE","tracking_number":"R%d",`+
-			`"items":[{"sku":"K1","name":"Kopi","quantity":1}],"shipped_at":"2026-12-01T10:00:00Z"}`, o.OrderID, i)
+		data := fmt.Sprintf(`{"order_id":%q,"customer_name":"Chaos","currency":"IDR","amount_due":%d,`+
+			`"due_at":"2026-12-03T17:00:00Z","payment_url":"https://shop.example/pay/%d"}`, o.OrderID, 1000+i, i)
 		status, body := c.post(key, "/v1/orders/"+o.OrderID.String()+"/notifications",
-			`{"template":"order-shipped","event_id":"reminder","send_at":"`+due.Format(time.RFC3339Nano)+`","data":`+data+`}`)
+			`{"template":"payment-reminder","event_id":"reminder","send_at":"`+due.Format(time.RFC3339Nano)+`","data":`+data+`}`)
 		var got struct {
 			ID uuid.UUID `json:"id"`
 		}

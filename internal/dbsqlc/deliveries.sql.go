@@ -92,6 +92,61 @@ func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (
 	return i, err
 }
 
+const getDeliveryFor = `-- name: GetDeliveryFor :one
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries d
+WHERE d.id = $1 AND may_cancel(d.owner_id, d.order_id, d.test, $2::boolean, $3::uuid, $4::boolean)
+`
+
+type GetDeliveryForParams struct {
+	ID         uuid.UUID
+	ByOperator bool
+	Owner      uuid.UUID
+	Test       bool
+}
+
+// A delivery, if the caller may cancel it (may_cancel: the one rule of
+// the cancel statements), whatever its status.
+func (q *Queries) GetDeliveryFor(ctx context.Context, arg GetDeliveryForParams) (NotificationDelivery, error) {
+	row := q.db.QueryRow(ctx, getDeliveryFor,
+		arg.ID,
+		arg.ByOperator,
+		arg.Owner,
+		arg.Test,
+	)
+	var i NotificationDelivery
+	err := row.Scan(
+		&i.ID,
+		&i.OrderID,
+		&i.Template,
+		&i.Recipient,
+		&i.IdempotencyKey,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.LeaseToken,
+		&i.LeaseExpiresAt,
+		&i.HandedOverAt,
+		&i.ProviderMessageID,
+		&i.TemplateData,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.SentAt,
+		&i.MessageID,
+		&i.TryingSince,
+		&i.Locale,
+		&i.NotBefore,
+		&i.Provider,
+		&i.ProviderPinned,
+		&i.UnsettledSince,
+		&i.OwnerID,
+		&i.HandoverBatch,
+		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
+	)
+	return i, err
+}
+
 const getRetiredDelivery = `-- name: GetRetiredDelivery :one
 SELECT key_hash, delivery_id, order_id, template, status, sent_at, retired_at FROM retired_deliveries
 WHERE key_hash = sha256(convert_to($1::text, 'UTF8'))
@@ -178,6 +233,78 @@ SELECT id, order_id, template, recipient, idempotency_key, status, attempts, las
 
 func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) ([]NotificationDelivery, error) {
 	rows, err := q.db.Query(ctx, listDeliveriesByOrder, orderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []NotificationDelivery
+	for rows.Next() {
+		var i NotificationDelivery
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrderID,
+			&i.Template,
+			&i.Recipient,
+			&i.IdempotencyKey,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.LeaseToken,
+			&i.LeaseExpiresAt,
+			&i.HandedOverAt,
+			&i.ProviderMessageID,
+			&i.TemplateData,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.SentAt,
+			&i.MessageID,
+			&i.TryingSince,
+			&i.Locale,
+			&i.NotBefore,
+			&i.Provider,
+			&i.ProviderPinned,
+			&i.UnsettledSince,
+			&i.OwnerID,
+			&i.HandoverBatch,
+			&i.Test,
+			&i.SettledBy,
+			&i.SettledAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listDeliveriesOfTemplateFor = `-- name: ListDeliveriesOfTemplateFor :many
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries d
+WHERE d.order_id = $1 AND d.template = $2
+  AND may_cancel(d.owner_id, d.order_id, d.test, $3::boolean, $4::uuid, $5::boolean)
+ORDER BY d.created_at, d.id
+`
+
+type ListDeliveriesOfTemplateForParams struct {
+	OrderID    uuid.UUID
+	Template   string
+	ByOperator bool
+	Owner      uuid.UUID
+	Test       bool
+}
+
+// An order's deliveries of one template that the caller may cancel
+// (may_cancel), whatever their status, oldest first.
+func (q *Queries) ListDeliveriesOfTemplateFor(ctx context.Context, arg ListDeliveriesOfTemplateForParams) ([]NotificationDelivery, error) {
+	rows, err := q.db.Query(ctx, listDeliveriesOfTemplateFor,
+		arg.OrderID,
+		arg.Template,
+		arg.ByOperator,
+		arg.Owner,
+		arg.Test,
+	)
 	if err != nil {
 		return nil, err
 	}

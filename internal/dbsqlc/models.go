@@ -148,6 +148,18 @@ type RetiredDelivery struct {
 	RetiredAt  time.Time
 }
 
+type Shipment struct {
+	ID             uuid.UUID
+	OrderID        uuid.UUID
+	Carrier        string
+	TrackingNumber string
+	ShippedAt      time.Time
+	KeyID          *uuid.UUID
+	OwnerID        *uuid.UUID
+	EventID        *string
+	DeliveryID     *uuid.UUID
+}
+
 type Suppression struct {
 	Recipient string
 	Source    string

@@ -34,6 +34,33 @@ func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
 	return i, err
 }
 
+const getShipment = `-- name: GetShipment :one
+SELECT id, order_id, carrier, tracking_number, shipped_at, key_id, owner_id, event_id, delivery_id FROM shipments WHERE order_id = $1 AND carrier = $2 AND tracking_number = $3
+`
+
+type GetShipmentParams struct {
+	OrderID        uuid.UUID
+	Carrier        string
+	TrackingNumber string
+}
+
+func (q *Queries) GetShipment(ctx context.Context, arg GetShipmentParams) (Shipment, error) {
+	row := q.db.QueryRow(ctx, getShipment, arg.OrderID, arg.Carrier, arg.TrackingNumber)
+	var i Shipment
+	err := row.Scan(
+		&i.ID,
+		&i.OrderID,
+		&i.Carrier,
+		&i.TrackingNumber,
+		&i.ShippedAt,
+		&i.KeyID,
+		&i.OwnerID,
+		&i.EventID,
+		&i.DeliveryID,
+	)
+	return i, err
+}
+
 const insertCheckout = `-- name: InsertCheckout :exec
 WITH o AS (
     INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
@@ -310,6 +337,53 @@ func (q *Queries) InsertOrder(ctx context.Context, arg InsertOrderParams) error 
 	return err
 }
 
+const insertShipment = `-- name: InsertShipment :one
+INSERT INTO shipments (id, order_id, carrier, tracking_number, shipped_at, key_id, owner_id, event_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (order_id, carrier, tracking_number) DO NOTHING
+RETURNING id, order_id, carrier, tracking_number, shipped_at, key_id, owner_id, event_id, delivery_id
+`
+
+type InsertShipmentParams struct {
+	ID             uuid.UUID
+	OrderID        uuid.UUID
+	Carrier        string
+	TrackingNumber string
+	ShippedAt      time.Time
+	KeyID          *uuid.UUID
+	OwnerID        *uuid.UUID
+	EventID        *string
+}
+
+// A shipment of an order, unless the order has one of the same carrier
+// and tracking number: then nothing is written and no row returned (a
+// twin in flight is waited for), and GetShipment reads that one.
+func (q *Queries) InsertShipment(ctx context.Context, arg InsertShipmentParams) (Shipment, error) {
+	row := q.db.QueryRow(ctx, insertShipment,
+		arg.ID,
+		arg.OrderID,
+		arg.Carrier,
+		arg.TrackingNumber,
+		arg.ShippedAt,
+		arg.KeyID,
+		arg.OwnerID,
+		arg.EventID,
+	)
+	var i Shipment
+	err := row.Scan(
+		&i.ID,
+		&i.OrderID,
+		&i.Carrier,
+		&i.TrackingNumber,
+		&i.ShippedAt,
+		&i.KeyID,
+		&i.OwnerID,
+		&i.EventID,
+		&i.DeliveryID,
+	)
+	return i, err
+}
+
 const listOrderItems = `-- name: ListOrderItems :many
 SELECT order_id, line_no, sku, name, quantity, unit_price_minor FROM order_items WHERE order_id = $1 ORDER BY line_no
 `
@@ -339,4 +413,53 @@ func (q *Queries) ListOrderItems(ctx context.Context, orderID uuid.UUID) ([]Orde
 		return nil, err
 	}
 	return items, nil
+}
+
+const listShipments = `-- name: ListShipments :many
+SELECT id, order_id, carrier, tracking_number, shipped_at, key_id, owner_id, event_id, delivery_id FROM shipments WHERE order_id = $1 ORDER BY shipped_at, id
+`
+
+func (q *Queries) ListShipments(ctx context.Context, orderID uuid.UUID) ([]Shipment, error) {
+	rows, err := q.db.Query(ctx, listShipments, orderID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Shipment
+	for rows.Next() {
+		var i Shipment
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrderID,
+			&i.Carrier,
+			&i.TrackingNumber,
+			&i.ShippedAt,
+			&i.KeyID,
+			&i.OwnerID,
+			&i.EventID,
+			&i.DeliveryID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const setShipmentDelivery = `-- name: SetShipmentDelivery :exec
+UPDATE shipments SET delivery_id = $1 WHERE id = $2
+`
+
+type SetShipmentDeliveryParams struct {
+	DeliveryID *uuid.UUID
+	ID         uuid.UUID
+}
+
+// The e-mail a new shipment's transaction recorded.
+func (q *Queries) SetShipmentDelivery(ctx context.Context, arg SetShipmentDeliveryParams) error {
+	_, err := q.db.Exec(ctx, setShipmentDelivery, arg.DeliveryID, arg.ID)
+	return err
 }

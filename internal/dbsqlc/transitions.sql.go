@@ -24,8 +24,7 @@ WITH upd AS (
         updated_at      = now()
     WHERE d.id = $1 AND d.status = 'pending'
       AND (d.unsettled_since IS NULL OR ($2::boolean AND $3::boolean))
-      AND ($2::boolean OR (d.test = $4::boolean AND (d.owner_id IS NULL
-           OR (d.owner_id = $5::uuid AND $5::uuid <> '00000000-0000-0000-0000-000000000000'))))
+      AND may_cancel(d.owner_id, d.order_id, d.test, $2::boolean, $4::uuid, $5::boolean)
     RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -46,8 +45,8 @@ type CancelDeliveryParams struct {
 	ID            uuid.UUID
 	ByOperator    bool
 	NotAtProvider bool
-	Test          bool
 	Owner         uuid.UUID
+	Test          bool
 	Actor         string
 	Note          string
 }
@@ -91,11 +90,8 @@ type CancelDeliveryRow struct {
 // unknown (pinned after a provider's 5xx, or put back to pending by the
 // reconciler while pinned) is not cancelled on our word — only on an
 // operator's, who checked the provider's log (not_at_provider, as a
-// retry's unpin; the history names the provider checked). by_operator:
-// an operator may cancel any; an API key only rows of its own mode
-// (test: docs/testmode.md) that its owner line made (owner_id) or that
-// were recorded before owners were (NULL); nobody but
-// an operator the public checkout's (the all-zero owner). No row: not
+// retry's unpin; the history names the provider checked). Who may:
+// may_cancel (migration 22), the one rule of every cancel. No row: not
 // pending, not cancellable, not the caller's, or not there (notify.Cancel
 // tells which).
 func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) (CancelDeliveryRow, error) {
@@ -103,8 +99,8 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		arg.ID,
 		arg.ByOperator,
 		arg.NotAtProvider,
-		arg.Test,
 		arg.Owner,
+		arg.Test,
 		arg.Actor,
 		arg.Note,
 	)
@@ -148,8 +144,7 @@ WITH upd AS (
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = $2 AND d.template = $3 AND d.status = 'pending'
       AND d.unsettled_since IS NULL
-      AND ($4::boolean OR (d.test = $5::boolean AND (d.owner_id IS NULL
-           OR (d.owner_id = $6::uuid AND $6::uuid <> '00000000-0000-0000-0000-000000000000'))))
+      AND may_cancel(d.owner_id, d.order_id, d.test, $4::boolean, $5::uuid, $6::boolean)
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
@@ -162,8 +157,8 @@ type CancelPendingOfTemplateParams struct {
 	OrderID    uuid.UUID
 	Template   string
 	ByOperator bool
-	Test       bool
 	Owner      uuid.UUID
+	Test       bool
 }
 
 // Every pending delivery of one template for one order that the caller
@@ -175,8 +170,8 @@ func (q *Queries) CancelPendingOfTemplate(ctx context.Context, arg CancelPending
 		arg.OrderID,
 		arg.Template,
 		arg.ByOperator,
-		arg.Test,
 		arg.Owner,
+		arg.Test,
 	)
 	if err != nil {
 		return 0, err

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/order"
 )
@@ -23,14 +24,14 @@ import (
 // cancel any.
 func TestAnotherKeyCannotCancel(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	s := setup(t, setupOpts{templates: shopTemplates(t)})
 	ctx := context.Background()
 	var o order.Order
 	s.postOrder(t, validCheckout, nil).decode(t, &o)
 	confirmation := o.Notifications[0]
 	var reminder order.Notification
 	s.do(t, http.MethodPost, "/v1/orders/"+o.ID.String()+"/notifications", "application/json", strings.NewReader(
-		`{"template":"order-shipped","event_id":"later","send_at":"`+time.Now().Add(24*time.Hour).Format(time.RFC3339)+`","data":`+shippedData(o.ID)+`}`), nil).decode(t, &reminder)
+		`{"template":"payment-reminder","event_id":"later","send_at":"`+time.Now().Add(24*time.Hour).Format(time.RFC3339)+`","data":`+reminderData(o.ID)+`}`), nil).decode(t, &reminder)
 
 	_, marketing, err := s.keys.Create(ctx, "test", "marketing tool", []apikey.Scope{apikey.ScopeNotificationsWrite})
 	if err != nil {
@@ -44,7 +45,7 @@ func TestAnotherKeyCannotCancel(t *testing.T) {
 		}
 	}
 	res := s.do(t, http.MethodPost, "/v1/orders/"+o.ID.String()+"/notifications/cancel", "application/json",
-		strings.NewReader(`{"template":"order-shipped"}`), as(marketing))
+		strings.NewReader(`{"template":"payment-reminder"}`), as(marketing))
 	if res.status != http.StatusOK || string(res.body) != `{"cancelled":[],"not_cancelled":[]}`+"\n" {
 		t.Errorf("another key's cancel by template: %d %s; want both lists empty", res.status, res.body)
 	}
@@ -141,8 +142,20 @@ func TestCancelRefusesWhatAProviderMayHave(t *testing.T) {
 	}
 }
 
-// shippedData is order-shipped's data about order id.
-func shippedData(id uuid.UUID) string {
-	return `{"order_id":"` + id.String() + `","customer_name":"Ana","carrier":"SiCepat","tracking_number":"SC-2",` +
-		`"items":[{"sku":"TEA-01","name":"Teh","quantity":1}],"shipped_at":"2026-12-01T10:00:00Z"}`
+// shopTemplates are the built-in templates and a shop's own,
+// payment-reminder (deploy/templates, as the compose stack mounts it):
+// the generic trigger's, which sends none of the built-in ones.
+func shopTemplates(t *testing.T) *mailtemplate.Templates {
+	t.Helper()
+	templates, err := mailtemplate.Load(mailtemplate.Config{Dir: "../../deploy/templates", DefaultLanguage: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return templates
+}
+
+// reminderData is payment-reminder's data about order id.
+func reminderData(id uuid.UUID) string {
+	return `{"order_id":"` + id.String() + `","customer_name":"Ana","currency":"IDR","amount_due":21500050,` +
+		`"due_at":"2026-12-03T17:00:00Z","payment_url":"https://shop.example/pay/1"}`
 }

@@ -88,15 +88,13 @@ func TestTriggerATemplateFromADirectory(t *testing.T) {
 // it, and records nothing.
 func TestTriggerWithARecipient(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	s := setup(t, setupOpts{templates: shopTemplates(t)})
 	sink := s.startWorker(t, nil)
 	var o order.Order
 	s.postOrder(t, validCheckout, nil).decode(t, &o)
 	path := "/v1/orders/" + o.ID.String() + "/notifications"
 	post := func(recipient string) response {
-		body := `{"template": "order-shipped", "event_id": "gift", "data": {"order_id": "` + o.ID.String() + `",` +
-			`"customer_name": "Ana", "carrier": "SiCepat", "tracking_number": "SC-7", "items": [{"sku": "TEA-01", "name": "Teh", "quantity": 1}],` +
-			`"shipped_at": "2026-12-01T10:00:00Z"}`
+		body := `{"template": "payment-reminder", "event_id": "gift", "data": ` + reminderData(o.ID)
 		if recipient != "" {
 			body += `, "recipient": ` + recipient
 		}
@@ -106,7 +104,7 @@ func TestTriggerWithARecipient(t *testing.T) {
 	res := post(`" Budi.Santoso@Example.com "`)
 	var n order.Notification
 	res.decode(t, &n)
-	if want := "order-shipped:" + o.ID.String() + ":gift:budi.santoso@example.com"; res.status != http.StatusCreated || n.IdempotencyKey != want {
+	if want := "payment-reminder:" + o.ID.String() + ":gift:budi.santoso@example.com"; res.status != http.StatusCreated || n.IdempotencyKey != want {
 		t.Fatalf("with a recipient: %d %s, want 201 with key %s", res.status, res.body, want)
 	}
 	var again order.Notification
@@ -117,12 +115,12 @@ func TestTriggerWithARecipient(t *testing.T) {
 	}
 	var forCustomer order.Notification
 	post("").decode(t, &forCustomer)
-	if want := "order-shipped:" + o.ID.String() + ":gift:ana.maria@example.com"; forCustomer.IdempotencyKey != want || forCustomer.ID == n.ID {
+	if want := "payment-reminder:" + o.ID.String() + ":gift:ana.maria@example.com"; forCustomer.IdempotencyKey != want || forCustomer.ID == n.ID {
 		t.Errorf("the trigger without a recipient: %+v, want a notification of its own with key %s", forCustomer, want)
 	}
 
-	// The confirmation and the shipped e-mail go to the customer; the one
-	// with a recipient goes to that address alone.
+	// The confirmation and the reminder go to the customer; the one with
+	// a recipient goes to that address alone.
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := sink.WaitForCount(ctx, 3); err != nil {
@@ -134,7 +132,7 @@ func TestTriggerWithARecipient(t *testing.T) {
 		t.Errorf("to the recipient: %d messages, %+v", len(toBudi), toBudi)
 	}
 	if toAna := sink.ByRecipient("ana.maria@example.com"); len(toAna) != 2 {
-		t.Errorf("%d messages to the customer, want the confirmation and her shipped e-mail", len(toAna))
+		t.Errorf("%d messages to the customer, want the confirmation and her reminder", len(toAna))
 	}
 	var recipient string
 	if err := s.db.Pool.QueryRow(ctx, "SELECT recipient FROM notification_deliveries WHERE id = $1", n.ID).Scan(&recipient); err != nil || recipient != "budi.santoso@example.com" {

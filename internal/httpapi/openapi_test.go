@@ -190,7 +190,7 @@ func (c *contract) check(method, path string, res response) {
 // the document, and every documented operation is among them.
 func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	t.Parallel()
-	s, secret := hookStack(t, setupOpts{bodyTimeout: 2 * time.Second})
+	s, secret := hookStack(t, setupOpts{bodyTimeout: 2 * time.Second, templates: shopTemplates(t)})
 	c := newContract(t, s)
 	ctx := context.Background()
 	jsonCT := "application/json"
@@ -279,24 +279,25 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(403, "POST", orderPath+"/shipments", jsonCT, shipment, map[string]string{"Authorization": "Bearer " + readOnly})
 	c.do(200, "GET", orderPath, "", "", nil)
 
-	// The one trigger for any template, here a built-in one with an event id.
-	data := `{"order_id":"` + o.ID.String() + `","customer_name":"Ana","carrier":"SiCepat","tracking_number":"SC-2",` +
-		`"items":[{"sku":"TEA-01","name":"Teh","quantity":1}],"shipped_at":"2026-12-01T10:00:00Z"}`
-	trigger := `{"template": "order-shipped", "event_id": "second-parcel", "data": ` + data + `}`
+	// The one trigger for any template, here a shop's own with an event id.
+	data := reminderData(o.ID)
+	trigger := `{"template": "payment-reminder", "event_id": "reminder-1", "data": ` + data + `}`
 	triggered := c.do(201, "POST", orderPath+"/notifications", jsonCT, trigger, nil)
 	if again := c.do(200, "POST", orderPath+"/notifications", jsonCT, trigger, nil); !bytes.Equal(again.body, triggered.body) {
 		t.Errorf("the same trigger again answered %s, want %s", again.body, triggered.body)
 	}
+	c.do(409, "POST", orderPath+"/notifications", jsonCT, strings.Replace(trigger, `"amount_due":21500050`, `"amount_due":1`, 1), nil)
 	replayKey := map[string]string{"Idempotency-Key": "trigger-1"}
-	c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "third-parcel", "data": `+data+`}`, replayKey)
-	if res := c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "third-parcel", "data": `+data+`}`, replayKey); res.header.Get("Idempotent-Replayed") != "true" {
+	c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "event_id": "reminder-2", "data": `+data+`}`, replayKey)
+	if res := c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "event_id": "reminder-2", "data": `+data+`}`, replayKey); res.header.Get("Idempotent-Replayed") != "true" {
 		t.Error("a repeated trigger with its Idempotency-Key was not replayed")
 	}
-	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "fourth-parcel", "data": `+data+`}`, replayKey)
-	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "data": {"carrier": ""}}`, nil)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "event_id": "reminder-3", "data": `+data+`}`, replayKey)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "data": {"currency": ""}}`, nil)
 	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "no-such-template", "data": {}}`, nil)
-	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "a:b", "data": `+data+`}`, nil)
-	c.do(400, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "template": "x", "data": {}}`, nil)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "data": {}}`, nil)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "event_id": "a:b", "data": `+data+`}`, nil)
+	c.do(400, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "template": "x", "data": {}}`, nil)
 	c.do(404, "POST", "/v1/orders/00000000-0000-4000-8000-000000000000/notifications", jsonCT, trigger, nil)
 	c.do(401, "POST", orderPath+"/notifications", jsonCT, trigger, map[string]string{"Authorization": ""})
 	c.do(403, "POST", orderPath+"/notifications", jsonCT, trigger, map[string]string{"Authorization": "Bearer " + writeOnly})
@@ -304,12 +305,12 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	// Send later, and cancel: one notification, and a template's for an order.
 	later := time.Now().Add(2 * time.Hour).In(time.FixedZone("WIB", 7*3600)).Format(time.RFC3339)
 	var scheduled order.Notification
-	c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "later-parcel", "send_at": "`+later+`", "data": `+data+`}`, nil).decode(t, &scheduled)
+	c.do(201, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "event_id": "later", "send_at": "`+later+`", "data": `+data+`}`, nil).decode(t, &scheduled)
 	if scheduled.SendAt == nil {
 		t.Error("a scheduled notification's answer has no send_at")
 	}
-	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "p5", "send_at": "tomorrow", "data": `+data+`}`, nil)
-	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "order-shipped", "event_id": "p5", "send_at": "`+time.Now().Add(40*24*time.Hour).Format(time.RFC3339)+`", "data": `+data+`}`, nil)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "event_id": "p5", "send_at": "tomorrow", "data": `+data+`}`, nil)
+	c.do(422, "POST", orderPath+"/notifications", jsonCT, `{"template": "payment-reminder", "event_id": "p5", "send_at": "`+time.Now().Add(40*24*time.Hour).Format(time.RFC3339)+`", "data": `+data+`}`, nil)
 	cancelPath := "/v1/notifications/" + scheduled.ID.String() + "/cancel"
 	c.do(200, "POST", cancelPath, "", "", nil)
 	c.do(200, "POST", cancelPath, "", "", nil)
@@ -327,7 +328,7 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(409, "POST", "/v1/notifications/"+lostAnswer.Notifications[0].ID.String()+"/cancel", "", "", nil)
 	c.do(200, "GET", "/v1/orders/"+lostAnswer.ID.String(), "", "", nil)
 	c.admin(409, "POST", "/admin/v1/deliveries/"+lostAnswer.Notifications[0].ID.String()+"/cancel", `{"note": "paid"}`)
-	c.do(200, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "order-shipped"}`, nil)
+	c.do(200, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": "payment-reminder"}`, nil)
 	c.do(422, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": ""}`, nil)
 	c.do(400, "POST", orderPath+"/notifications/cancel", jsonCT, `{"template": 1}`, nil)
 	c.do(415, "POST", orderPath+"/notifications/cancel", "text/plain", `x`, nil)
@@ -346,8 +347,8 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(410, "POST", expired, "application/x-www-form-urlencoded", "List-Unsubscribe=One-Click", map[string]string{"Authorization": ""})
 
 	// Previews with custom data, in a language, and the gallery.
-	c.do(200, "POST", "/v1/templates/order-shipped/preview?lang=en-GB", jsonCT, data, nil)
-	c.do(200, "POST", "/v1/templates/order-shipped/preview?format=text", jsonCT, data, nil)
+	c.do(200, "POST", "/v1/templates/payment-reminder/preview?lang=en-GB", jsonCT, data, nil)
+	c.do(200, "POST", "/v1/templates/payment-reminder/preview?format=text", jsonCT, data, nil)
 	c.do(422, "POST", "/v1/templates/order-shipped/preview", jsonCT, `{"carrier": 5}`, nil)
 	c.do(400, "POST", "/v1/templates/order-shipped/preview", jsonCT, `[1]`, nil)
 	c.do(404, "POST", "/v1/templates/nope/preview", jsonCT, data, nil)

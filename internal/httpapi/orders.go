@@ -95,9 +95,10 @@ type shipmentRequest struct {
 	TrackingNumber string `json:"tracking_number"`
 }
 
-// handleCreateShipment records that an order shipped and queues the
-// order-shipped e-mail: 201 the first time, 200 with the same
-// notification when the shipment was already recorded.
+// handleCreateShipment records a shipment of an order and queues its
+// order-shipped e-mail: 201 for a new shipment (a second parcel is one),
+// 200 with the same notification when this carrier and tracking number
+// were recorded already.
 func handleCreateShipment(orders *order.Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := orderIDOf(w, r)
@@ -131,10 +132,13 @@ type notificationRequest struct {
 	SendAt    string          `json:"send_at"` // RFC 3339, with its offset
 }
 
-// handleCreateNotification is the one trigger for any template: it
-// records the intent (validated against the template's schema) and queues
-// it; 201 the first time, 200 with the same notification when that event
-// was already recorded. It honours Idempotency-Key like the checkout.
+// handleCreateNotification is the one trigger for any template but those
+// an endpoint of their own sends (the checkout, the shipments): it
+// records the intent (validated against the template's schema) and
+// queues it; 201 the first time, 200 with the same notification when
+// that event was already recorded with the same data, 409
+// notification-conflict when with other data. It honours
+// Idempotency-Key like the checkout.
 func handleCreateNotification(orders *order.Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := orderIDOf(w, r)
@@ -173,7 +177,8 @@ func handleCreateNotification(orders *order.Service) http.Handler {
 // handleCancelNotification calls a pending notification off: 200 with it
 // cancelled, the same again for a second call; 409 with where it stands
 // once a worker has claimed it, or when a provider may already have it;
-// 404 for one another key's owner made, as for one that does not exist.
+// 404 for one the key may not cancel (another owner's, on an order
+// another owner placed), as for one that does not exist.
 func handleCancelNotification(orders *order.Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, ok := uuidParam(w, r, "No notification has this id: notification ids are UUIDs.")

@@ -65,6 +65,9 @@ const (
 	typeUnknownMessage  = "urn:sekali:problem:unknown-message"
 	typeConflict        = "urn:sekali:problem:wrong-state"
 	typeMayHaveBeenSent = "urn:sekali:problem:may-have-been-sent"
+	// typeNotificationConflict: a trigger of a business event that has a
+	// notification with other data; never the other's as if it were its own.
+	typeNotificationConflict = "urn:sekali:problem:notification-conflict"
 )
 
 // mayHaveBeenSent is the answer to a cancel of a notification a provider
@@ -119,6 +122,7 @@ func notFoundDetail(err error) string {
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var verr *order.ValidationError
 	var quota *order.QuotaError
+	var conflict *order.ConflictError
 	notFound := notFoundDetail(err)
 	switch {
 	case errors.As(err, &verr):
@@ -138,6 +142,13 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, notify.ErrWrongState):
 		writeProblem(w, r, problem{Type: typeConflict, Status: http.StatusConflict, Title: "Not possible in the delivery's current state",
 			Detail: err.Error() + ". Retry applies to failed and held deliveries; mark-sent to held ones; cancel to pending ones; a sent delivery is never sent again."})
+	case errors.As(err, &conflict):
+		writeProblem(w, r, problem{Type: typeNotificationConflict, Status: http.StatusConflict,
+			Title: "This event already has a notification, with other data",
+			Detail: "Its idempotency key " + conflict.Notification.IdempotencyKey + " (template, order, event_id, recipient) names a notification recorded with another " +
+				strings.Join(conflict.Fields, " and ") + ", which notification is; nothing was recorded or changed. The same trigger again answers 200 with it; " +
+				"another e-mail about the order needs an event_id of its own (a cancelled notification keeps its key).",
+			Notification: &conflict.Notification})
 	case errors.As(err, &quota):
 		tooMany(w, r, quota.RetryAfter, quotaReason[quota.Limit])
 	case errors.Is(err, order.ErrQuotaUnavailable):

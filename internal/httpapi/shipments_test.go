@@ -11,7 +11,11 @@ import (
 	"github.com/sekali-dev/sekali/internal/queue"
 )
 
-func TestShipmentRecordsTheShippedEmailOnce(t *testing.T) {
+// Each shipment is recorded and sends its order-shipped e-mail, keyed by
+// the shipment: the same shipment again is the same e-mail (200), a
+// second parcel another (201), and the order shows both shipments with
+// their e-mails.
+func TestEachShipmentRecordsItsShippedEmail(t *testing.T) {
 	t.Parallel()
 	s := setup(t)
 	res := s.postOrder(t, validCheckout, nil)
@@ -26,28 +30,40 @@ func TestShipmentRecordsTheShippedEmailOnce(t *testing.T) {
 	}
 	var n order.Notification
 	first.decode(t, &n)
-	if want := "order-shipped:" + o.ID.String() + ":ana.maria@example.com"; n.IdempotencyKey != want || n.Template != "order-shipped" || n.Status != "pending" {
-		t.Errorf("notification = %+v, want key %s", n, want)
+	if n.Template != "order-shipped" || n.Status != "pending" {
+		t.Errorf("notification = %+v, want order-shipped pending", n)
 	}
 	if _, err := s.inspector.GetTaskInfo(s.redis.Queue, queue.TaskID(n.ID)); err != nil {
 		t.Errorf("no task for the shipped e-mail: %v", err)
 	}
 
-	again := s.do(t, http.MethodPost, path, "application/json", strings.NewReader(`{"carrier": "JNE", "tracking_number": "other"}`), nil)
+	again := s.do(t, http.MethodPost, path, "application/json", strings.NewReader(body), nil)
 	var n2 order.Notification
 	again.decode(t, &n2)
 	if again.status != http.StatusOK || n2.ID != n.ID {
-		t.Errorf("second shipment = %d %s, want 200 with the first notification", again.status, again.body)
+		t.Errorf("the same shipment again = %d %s, want 200 with the first notification", again.status, again.body)
 	}
-	if c := s.count(t, "notification_deliveries"); c != 2 {
-		t.Errorf("%d deliveries, want confirmation + shipped", c)
+	second := s.do(t, http.MethodPost, path, "application/json", strings.NewReader(`{"carrier": "JNE", "tracking_number": "JNE-0042-7782"}`), nil)
+	var n3 order.Notification
+	second.decode(t, &n3)
+	if second.status != http.StatusCreated || n3.ID == n.ID {
+		t.Errorf("a second parcel = %d %s, want 201 with an e-mail of its own", second.status, second.body)
+	}
+	if c := s.count(t, "notification_deliveries"); c != 3 {
+		t.Errorf("%d deliveries, want the confirmation and two shipped", c)
 	}
 
 	got := s.do(t, http.MethodGet, "/v1/orders/"+o.ID.String(), "", nil, nil)
 	var after order.Order
 	got.decode(t, &after)
-	if len(after.Notifications) != 2 || after.Notifications[1].Template != "order-shipped" {
+	if len(after.Notifications) != 3 || after.Notifications[1].Template != "order-shipped" {
 		t.Errorf("order notifications = %+v", after.Notifications)
+	}
+	if len(after.Shipments) != 2 || after.Shipments[0].TrackingNumber != "JNE-0042-7781" || *after.Shipments[0].NotificationID != n.ID ||
+		after.Shipments[1].TrackingNumber != "JNE-0042-7782" || *after.Shipments[1].NotificationID != n3.ID {
+		t.Errorf("order shipments = %s", got.body)
+	} else if want := "order-shipped:" + o.ID.String() + ":" + after.Shipments[0].ID.String() + ":ana.maria@example.com"; n.IdempotencyKey != want {
+		t.Errorf("the shipped e-mail's key %s, want %s", n.IdempotencyKey, want)
 	}
 
 	for _, tc := range []struct {

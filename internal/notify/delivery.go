@@ -139,7 +139,7 @@ type Intent struct {
 	// DELIVERY_MAX_AGE counts from it. Zero, or a time past: at once.
 	NotBefore time.Time
 	// Owner is the owner of the API key that asks (apikey.Key.Owner), or
-	// PublicOwner for an anonymous caller: who may cancel it (CanCancel).
+	// PublicOwner for an anonymous caller: who may cancel it (Canceller).
 	Owner uuid.UUID
 	// Test: the order is a test key's; so is the notification, which
 	// then never reaches a provider. Always the order's mode.

@@ -417,8 +417,11 @@ func operatorMarkSent(ctx context.Context, db DB, id uuid.UUID, providerMessageI
 }
 
 // Canceller is who calls deliveries off: an operator, who may call off
-// any, or an API key, which may call off only what its owner made
-// (Delivery.Owner), and what was recorded before owners were.
+// any, or an API key, which may call off what its owner made
+// (Delivery.Owner), whatever is on an order its owner placed, and what
+// was recorded before owners were. The rule is PostgreSQL's may_cancel
+// (migration 22), which every cancel statement and every read of what a
+// canceller may cancel (getFor, ListOfTemplateFor) applies.
 type Canceller struct {
 	Actor    string    // the history's name for it
 	Operator bool      // an operator: any delivery
@@ -431,13 +434,29 @@ type Canceller struct {
 	NotAtProvider bool
 }
 
-// Owns reports whether c may call d off, whatever d's status: a
-// delivery of c's mode that c's owner made, or one recorded before owners
-// were; nobody but an operator owns the public checkout's. The
-// statements CancelDelivery and CancelPendingOfTemplate hold the same
-// rule.
-func (c Canceller) Owns(d Delivery) bool {
-	return c.Operator || d.Test == c.Test && (d.Owner == nil || (*d.Owner == c.Owner && c.Owner != PublicOwner))
+// getFor reads delivery id if c may call it off, whatever its status;
+// ErrNotFound when it is not there or not c's.
+func getFor(ctx context.Context, db DB, id uuid.UUID, c Canceller) (Delivery, error) {
+	row, err := dbsqlc.New(db).GetDeliveryFor(ctx, dbsqlc.GetDeliveryForParams{ID: id, ByOperator: c.Operator, Owner: c.Owner, Test: c.Test})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Delivery{}, ErrNotFound
+	}
+	if err != nil {
+		return Delivery{}, fmt.Errorf("get delivery %s: %w", id, err)
+	}
+	return fromRow(row), nil
+}
+
+// ListOfTemplateFor returns the deliveries of template for one order
+// that c may call off, whatever their status, oldest first.
+func ListOfTemplateFor(ctx context.Context, db DB, orderID uuid.UUID, template string, c Canceller) ([]Delivery, error) {
+	rows, err := dbsqlc.New(db).ListDeliveriesOfTemplateFor(ctx, dbsqlc.ListDeliveriesOfTemplateForParams{
+		OrderID: orderID, Template: template, ByOperator: c.Operator, Owner: c.Owner, Test: c.Test,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s of order %s: %w", template, orderID, err)
+	}
+	return mapRows(rows, fromRow), nil
 }
 
 // Cancel calls a pending delivery off, for c with note (may be empty),
@@ -458,12 +477,10 @@ func Cancel(ctx context.Context, db DB, id uuid.UUID, c Canceller, note string) 
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, fmt.Errorf("cancel delivery %s: %w", id, err)
 	}
-	d, err := Get(ctx, db, id)
+	d, err := getFor(ctx, db, id, c)
 	switch {
 	case err != nil:
 		return Delivery{}, err
-	case !c.Owns(d):
-		return Delivery{}, ErrNotFound
 	case d.Status == StatusCancelled:
 		return d, nil
 	case d.Status == StatusPending && d.MayHaveBeenSent():

@@ -220,10 +220,10 @@ func TestPlaceKeyExpires(t *testing.T) {
 	}
 }
 
-// shipped is order-shipped's data about order id, for the trigger.
-func shipped(id uuid.UUID) json.RawMessage {
-	return json.RawMessage(`{"order_id":"` + id.String() + `","customer_name":"Ana Maria","carrier":"SiCepat","tracking_number":"SC-2",` +
-		`"items":[{"sku":"TEA-01","name":"Teh melati 250 g","quantity":1}],"shipped_at":"2026-12-01T10:00:00Z"}`)
+// reminder is payment-reminder's data about order id, for the trigger.
+func reminder(id uuid.UUID) json.RawMessage {
+	return json.RawMessage(`{"order_id":"` + id.String() + `","customer_name":"Ana Maria","currency":"IDR","amount_due":21500050,` +
+		`"due_at":"2026-12-03T17:00:00Z","payment_url":"https://shop.example/pay/1"}`)
 }
 
 // The trigger (Notify) under an Idempotency-Key replays its first answer,
@@ -239,7 +239,7 @@ func TestNotifyReplaysTheFirstAnswer(t *testing.T) {
 	o := e.place(t, basket(), a)
 	t0 := e.now
 	parcel := func(event string) Trigger {
-		return Trigger{Template: TemplateShipped, EventID: event, Data: shipped(o.ID)}
+		return Trigger{Template: templateReminder, EventID: event, Data: reminder(o.ID)}
 	}
 	trigger := func(tr Trigger, c Caller, key string) (Notification, bool, bool, error) {
 		return e.svc.Notify(t.Context(), o.ID, tr, c, key)
@@ -260,7 +260,7 @@ func TestNotifyReplaysTheFirstAnswer(t *testing.T) {
 		t.Errorf("another trigger under the key: %v, want ErrKeyReused", err)
 	}
 	if n := e.count(t, "notification_deliveries"); n != 2 {
-		t.Errorf("%d deliveries, want the confirmation and one shipped", n)
+		t.Errorf("%d deliveries, want the confirmation and one reminder", n)
 	}
 
 	// Another caller's same key: not a replay of a's, and its own answer
@@ -284,7 +284,7 @@ func TestNotifyReplaysTheFirstAnswer(t *testing.T) {
 		t.Errorf("another trigger at the expiry: %s created %v replayed %v, %v; want a new notification", third.ID, created, replayed, err)
 	}
 	if n := e.count(t, "notification_deliveries"); n != 4 {
-		t.Errorf("%d deliveries, want two confirmations and two shipped", n)
+		t.Errorf("%d deliveries, want two confirmations and two reminders", n)
 	}
 }
 
@@ -305,7 +305,7 @@ func TestNotifyWhileItsKeyIsInFlight(t *testing.T) {
 	if err != nil || !locked {
 		t.Fatalf("lock: %v %v", locked, err)
 	}
-	tr := Trigger{Template: TemplateShipped, Data: shipped(o.ID)}
+	tr := Trigger{Template: templateReminder, Data: reminder(o.ID)}
 	if _, _, _, err := e.svc.Notify(t.Context(), o.ID, tr, caller, "busy"); !errors.Is(err, ErrRequestInFlight) {
 		t.Errorf("while in flight: %v, want ErrRequestInFlight", err)
 	}
@@ -331,17 +331,16 @@ func TestNotifyReplaysTheSameTriggerHoweverItIsSpelt(t *testing.T) {
 	caller := keyed()
 	o := e.place(t, basket(), caller)
 	sendAt := e.now.Add(2 * time.Hour).Truncate(time.Second)
-	first, created, _, err := e.svc.Notify(t.Context(), o.ID, Trigger{Template: TemplateShipped, EventID: "parcel-2", Data: shipped(o.ID),
+	first, created, _, err := e.svc.Notify(t.Context(), o.ID, Trigger{Template: templateReminder, EventID: "parcel-2", Data: reminder(o.ID),
 		Recipient: "budi@example.com", SendAt: sendAt.Format(time.RFC3339Nano)}, caller, "k")
 	if err != nil || !created {
 		t.Fatalf("first: created %v, %v", created, err)
 	}
 	respelt := json.RawMessage(`{
-		"shipped_at": "2026-12-01T10:00:00Z",
-		"items": [{"quantity": 1, "name": "Teh melati 250 g", "sku": "TEA-01"}],
-		"tracking_number": "SC-2", "carrier": "SiCepat", "customer_name": "Ana Maria", "order_id": "` + o.ID.String() + `"
+		"payment_url": "https://shop.example/pay/1", "due_at": "2026-12-03T17:00:00Z",
+		"amount_due": 21500050, "currency": "IDR", "customer_name": "Ana Maria", "order_id": "` + o.ID.String() + `"
 	}`)
-	n, _, replayed, err := e.svc.Notify(t.Context(), o.ID, Trigger{Template: TemplateShipped, EventID: "parcel-2", Data: respelt,
+	n, _, replayed, err := e.svc.Notify(t.Context(), o.ID, Trigger{Template: templateReminder, EventID: "parcel-2", Data: respelt,
 		Recipient: " Budi@Example.COM", SendAt: sendAt.In(time.FixedZone("WIB", 7*3600)).Format(time.RFC3339)}, caller, "k")
 	if have, want := asJSON(t, n), asJSON(t, first); err != nil || !replayed || have != want {
 		t.Errorf("the same trigger respelt: %s replayed %v, %v; want the first answer %s replayed", have, replayed, err, want)

@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -50,10 +53,14 @@ const DefaultSendAtHorizon = 30 * 24 * time.Hour
 // Notify records the intent to send t's template about order orderID in
 // one transaction, with the same guarantees as the built-in triggers,
 // and queues it. Its idempotency key is <template>:<orderId>:<email>, or
-// <template>:<orderId>:<eventId>:<email> with an EventID, so the same
-// trigger again returns the same notification (created=false) and sends
-// nothing. With an idempotencyKey, a repeat of the same request by the
-// same caller replays the first answer (replayed=true), like the checkout.
+// <template>:<orderId>:<eventId>:<email> with an EventID: the business
+// event, whichever key triggers it. The same trigger again returns the
+// same notification (created=false) and sends nothing; a trigger of an
+// event that has a notification with other data (template data, send_at)
+// is a *ConflictError, and changes nothing. The templates an endpoint of
+// their own sends (dedicated) are refused. With an idempotencyKey, a
+// repeat of the same request by the same caller replays the first answer
+// (replayed=true), like the checkout.
 func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, caller Caller, idempotencyKey string) (n Notification, created, replayed bool, err error) {
 	now := s.now().UTC().Truncate(time.Microsecond)
 	sendAt, err := s.validateTrigger(&t, now)
@@ -102,6 +109,12 @@ func (s *Service) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, call
 			return err
 		}
 		n = notificationsOf([]notify.Delivery{d})[0]
+		// A retired one kept no data to compare: answered as it stands.
+		if !created && !d.Retired {
+			if differ := differences(d, t.Data, sendAt); len(differ) > 0 {
+				return &ConflictError{Notification: n, Fields: differ}
+			}
+		}
 		if idempotencyKey != "" {
 			body, _ := json.Marshal(rememberedNotification{Notification: n, Created: created}) // plain fields
 			return s.rememberKey(ctx, q, caller.scope(notifyScope), idempotencyKey, hash, body, now)
@@ -123,9 +136,21 @@ type rememberedNotification struct {
 	Created      bool         `json:"created"`
 }
 
+// dedicated are the built-in templates an endpoint of their own sends,
+// with the data it builds from the order, and what that endpoint is. The
+// generic trigger refuses them, to every key: otherwise a key could send
+// one with data of its own (another carrier, another tracking number),
+// or take its idempotency key first, and the shop's own shipment or
+// checkout would answer with that e-mail.
+var dedicated = map[string]string{
+	TemplateConfirmation: "POST /v1/orders (the checkout)",
+	TemplateShipped:      "POST /v1/orders/{id}/shipments",
+}
+
 // validateTrigger checks t and puts it in canonical form: every problem,
-// the schema's included, as one *ValidationError. It returns when to send
-// (zero: now).
+// the schema's included, as one *ValidationError. It returns the send_at
+// asked for, to the microsecond PostgreSQL keeps (zero: none; a time past
+// sends at once).
 func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) {
 	var verr ValidationError
 	var sendAt time.Time
@@ -136,8 +161,8 @@ func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) 
 			verr.add("/send_at", "must be a time in RFC 3339 with its offset, e.g. 2026-12-02T09:00:00+07:00")
 		case at.After(now.Add(horizon)):
 			verr.add("/send_at", "is more than %s ahead; the furthest is %s", horizon, now.Add(horizon).Format(time.RFC3339))
-		case at.After(now):
-			sendAt = at
+		default:
+			sendAt = at.UTC().Truncate(time.Microsecond)
 		}
 		if err == nil {
 			t.SendAt = at.UTC().Format(time.RFC3339Nano) // one spelling of the instant, whatever its offset
@@ -146,6 +171,8 @@ func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) 
 	switch {
 	case t.Template == "":
 		verr.add("/template", "must name a template (GET /v1/templates lists them)")
+	case dedicated[t.Template] != "":
+		verr.add("/template", "is sent by %s, from the order's own data; the generic trigger cannot send it", dedicated[t.Template])
 	case s.templates == nil || !s.templates.Has(t.Template):
 		verr.add("/template", "is not a template this service knows (GET /v1/templates lists them)")
 	case len(bytes.TrimSpace(t.Data)) == 0:
@@ -180,6 +207,119 @@ func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) 
 	return sendAt, nil
 }
 
+// differences names what of a trigger differs from existing, the
+// notification recorded under its idempotency key: its data (the same
+// JSON value, however spelt: numbers by value) and when it is sent
+// (sendAt: the trigger's, zero for none). Nothing: the same trigger
+// again. A send_at at or before existing's creation asks for "at once",
+// as existing was recorded without one.
+func differences(existing notify.Delivery, data json.RawMessage, sendAt time.Time) []string {
+	var out []string
+	if !sameJSON(existing.Data, data) {
+		out = append(out, "data")
+	}
+	same := sendAt.IsZero() || !sendAt.After(existing.CreatedAt)
+	if existing.NotBefore != nil {
+		same = sendAt.Equal(*existing.NotBefore)
+	}
+	if !same {
+		out = append(out, "send_at")
+	}
+	return out
+}
+
+// sameJSON reports whether a and b are the same JSON value: objects with
+// the same members in any order, numbers equal by value (1.0 is 1, 1e3 is
+// 1000, as PostgreSQL's jsonb compares and keeps them). Either invalid is
+// not the same.
+func sameJSON(a, b []byte) bool {
+	va, errA := decodeNumbers(a)
+	vb, errB := decodeNumbers(b)
+	return errA == nil && errB == nil && equalJSON(va, vb)
+}
+
+// decodeNumbers decodes data with its numbers as json.Number.
+func decodeNumbers(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
+}
+
+// equalJSON compares two values decodeNumbers made.
+func equalJSON(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, va := range a {
+			vb, ok := b[k]
+			if !ok || !equalJSON(va, vb) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		return ok && slices.EqualFunc(a, b, equalJSON)
+	case json.Number:
+		b, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		da, okA := decimalOf(string(a))
+		db, okB := decimalOf(string(b))
+		if !okA || !okB {
+			return a == b
+		}
+		return da == db
+	default: // string, bool, nil
+		return a == b
+	}
+}
+
+// decimal is a number by value: its sign, its significant digits
+// without leading or trailing zeros, and where the decimal point goes
+// (the value is 0.<digits> × 10^point). Zero is the zero decimal.
+type decimal struct {
+	neg    bool
+	digits string
+	point  int64
+}
+
+// decimalOf reads a JSON number (valid, as the decoder left it) by value,
+// without ever expanding its exponent: 1e999999999 costs what its
+// characters do. ok is false for an exponent past int64.
+func decimalOf(n string) (d decimal, ok bool) {
+	mantissa, exp, _ := strings.Cut(strings.ToLower(n), "e")
+	var e int64
+	if exp != "" {
+		var err error
+		if e, err = strconv.ParseInt(exp, 10, 64); err != nil {
+			return decimal{}, false
+		}
+	}
+	d.neg = strings.HasPrefix(mantissa, "-")
+	whole, frac, _ := strings.Cut(strings.TrimPrefix(mantissa, "-"), ".")
+	digits := whole + frac
+	point := int64(len(whole))
+	for len(digits) > 0 && digits[0] == '0' {
+		digits, point = digits[1:], point-1
+	}
+	d.digits = strings.TrimRight(digits, "0")
+	if d.digits == "" {
+		return decimal{}, true
+	}
+	if (e > 0 && point > math.MaxInt64-e) || (e < 0 && point < math.MinInt64-e) {
+		return decimal{}, false
+	}
+	d.point = point + e
+	return d, true
+}
+
 // canonicalJSON is data, valid JSON, in one spelling: compact, object
 // keys sorted, strings escaped one way, numbers as written. A client that
 // re-serializes its request on a retry (another key order, other spacing
@@ -187,10 +327,8 @@ func (s *Service) validateTrigger(t *Trigger, now time.Time) (time.Time, error) 
 // the validated checkout; stored as JSONB, the data reads back the same
 // either way.
 func canonicalJSON(data []byte) (json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, err := decodeNumbers(data)
+	if err != nil {
 		return nil, err
 	}
 	return json.Marshal(v)
@@ -273,7 +411,8 @@ func (c Caller) canceller() notify.Canceller {
 // already cancelled is answered as it is; one a worker has claimed (or
 // that is settled) is notify.ErrWrongState, and one a provider may hold
 // notify.ErrMayHaveBeenSent, each with the notification as it stands; a
-// missing one, or one another key's owner made, ErrNotificationNotFound.
+// missing one, or one caller may not cancel (another owner's, on an order
+// another owner placed), ErrNotificationNotFound.
 func (s *Service) CancelNotification(ctx context.Context, id uuid.UUID, caller Caller) (Notification, error) {
 	d, err := notify.Cancel(ctx, s.pool, id, caller.canceller(), "")
 	if errors.Is(err, notify.ErrNotFound) {
@@ -286,10 +425,11 @@ func (s *Service) CancelNotification(ctx context.Context, id uuid.UUID, caller C
 }
 
 // CancelTemplate calls off every pending notification of template for
-// an order that caller's owner made, in one statement, and says where
-// each of those stands: cancelled (now or before), or not (claimed, sent,
-// may have been sent, ...). Other owners' notifications are in neither
-// list: for this caller they are not there.
+// an order that caller may cancel (its owner made it, or placed the
+// order), in one statement, and says where each of those stands:
+// cancelled (now or before), or not (claimed, sent, may have been sent,
+// ...). Notifications caller may not cancel are in neither list: for
+// this caller they are not there.
 func (s *Service) CancelTemplate(ctx context.Context, orderID uuid.UUID, template string, caller Caller) (cancelled, notCancelled []Notification, err error) {
 	if template == "" {
 		var verr ValidationError
@@ -303,12 +443,11 @@ func (s *Service) CancelTemplate(ctx context.Context, orderID uuid.UUID, templat
 	if _, err := notify.CancelTemplate(ctx, s.pool, orderID, template, c); err != nil {
 		return nil, nil, err
 	}
-	ds, err := notify.ListByOrder(ctx, s.pool, orderID)
+	ds, err := notify.ListOfTemplateFor(ctx, s.pool, orderID, template, c)
 	if err != nil {
 		return nil, nil, err
 	}
 	cancelled, notCancelled = []Notification{}, []Notification{}
-	ds = slices.DeleteFunc(ds, func(d notify.Delivery) bool { return d.Template != template || !c.Owns(d) })
 	for _, n := range notificationsOf(ds) {
 		switch {
 		case n.Status == string(notify.StatusCancelled):

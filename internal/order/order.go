@@ -4,6 +4,8 @@ package order
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -81,6 +83,9 @@ type Order struct {
 	Locale        string         `json:"locale,omitempty"` // the customer's language, as given at checkout
 	CreatedAt     time.Time      `json:"created_at"`
 	Notifications []Notification `json:"notifications"`
+	// Shipments are the order's shipments as the shop recorded them,
+	// oldest first; absent before the first.
+	Shipments []ShipmentRecord `json:"shipments,omitempty"`
 	// AccessToken is the capability to read this order (GET
 	// /v1/orders/{id} with Authorization: Bearer <token>), for a
 	// storefront that shows the order to its customer. Only the checkout
@@ -111,6 +116,31 @@ type Notification struct {
 	// does not say sent (an attempt was handed over and its outcome is
 	// not known yet): it cannot be cancelled, and may yet turn out sent.
 	MayHaveBeenSent bool `json:"may_have_been_sent,omitempty"`
+}
+
+// ShipmentRecord is a shipment as recorded: what the shop said, when,
+// and the e-mail it sent.
+type ShipmentRecord struct {
+	ID             uuid.UUID `json:"id"`
+	Carrier        string    `json:"carrier"`
+	TrackingNumber string    `json:"tracking_number"`
+	ShippedAt      time.Time `json:"shipped_at"`
+	// NotificationID is its order-shipped e-mail.
+	NotificationID *uuid.UUID `json:"notification_id,omitempty"`
+}
+
+// ConflictError refuses a trigger whose business event (its idempotency
+// key: template, order, event id, recipient) already has a notification
+// with other data: nothing is recorded or changed, and the caller is
+// told which notification holds the event, whichever key made it.
+type ConflictError struct {
+	Notification Notification
+	// Fields are what differs: "data", "send_at".
+	Fields []string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("order: %s already has a notification with another %s", e.Notification.IdempotencyKey, strings.Join(e.Fields, " and "))
 }
 
 // confirmationData is the snapshot the order-confirmation template renders,

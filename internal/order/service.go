@@ -426,6 +426,10 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID, caller Caller) (Order, 
 	if err != nil {
 		return Order{}, err
 	}
+	shipments, err := q.ListShipments(ctx, id)
+	if err != nil {
+		return Order{}, fmt.Errorf("list shipments of order %s: %w", id, err)
+	}
 	o := Order{
 		ID:            row.ID,
 		CustomerEmail: row.CustomerEmail,
@@ -436,6 +440,7 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID, caller Caller) (Order, 
 		Items:         make([]Item, len(items)),
 		Locale:        derefString(row.Locale),
 		Notifications: notificationsOf(deliveries),
+		Shipments:     shipmentsOf(shipments),
 		Test:          row.Test,
 	}
 	for i, it := range items {

@@ -32,7 +32,7 @@ type env struct {
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	e := &env{db: testenv.NewDB(t), redis: testenv.NewRedis(t), templates: builtin(t), now: time.Now().UTC().Truncate(time.Microsecond)}
+	e := &env{db: testenv.NewDB(t), redis: testenv.NewRedis(t), templates: shopTemplates(t), now: time.Now().UTC().Truncate(time.Microsecond)}
 	rdb := redisconn.NewClient(e.redis.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	e.inspector = asynq.NewInspector(e.redis.Opt)

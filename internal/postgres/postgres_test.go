@@ -471,3 +471,114 @@ func TestMigration21HoldsWhatWasToldNotSentInDoubt(t *testing.T) {
 		t.Errorf("%d reopened events, %v; want one for each held", reopened, err)
 	}
 }
+
+// Migration 22 records the shipments made before it from their e-mails:
+// an order-shipped e-mail keyed order-shipped:<orderId>:<email> to the
+// order's customer, whose data names a carrier and a tracking number,
+// becomes a shipment (so that the same shipment sent again after the
+// upgrade is the same e-mail, not a second); an e-mail under an event id,
+// to another address or without the two is not one. And its may_cancel
+// is the one rule of who may cancel what. The rows are written with the
+// schema before it, as a release before it left them: raw SQL on
+// purpose.
+func TestMigration22RecordsShipmentsAndWhoMayCancel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := emptyDB(t)
+	fsys, err := fs.Sub(db.Migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDBFromPool(d.Pool)
+	defer sqlDB.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 21); err != nil {
+		t.Fatal(err)
+	}
+	shop, other := uuid.New(), uuid.New()
+	order, unshipped := uuid.New(), uuid.New()
+	for _, id := range []uuid.UUID{order, unshipped} {
+		if _, err := d.Pool.Exec(ctx, `INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, owner_id)
+			VALUES ($1, 'a@example.com', 'A', 'IDR', 1, $2)`, id, shop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shipped := `{"carrier": "JNE", "tracking_number": "JNE-1"}`
+	rows := map[string]struct {
+		key, recipient, data string
+		want                 bool
+	}{
+		"the shipment's e-mail":  {"order-shipped:" + order.String() + ":a@example.com", "a@example.com", shipped, true},
+		"under an event id":      {"order-shipped:" + order.String() + ":parcel-2:a@example.com", "a@example.com", `{"carrier": "SiCepat", "tracking_number": "SC-2"}`, false},
+		"to another address":     {"order-shipped:" + order.String() + ":b@example.com", "b@example.com", `{"carrier": "TIKI", "tracking_number": "T-3"}`, false},
+		"without a carrier":      {"order-shipped:" + unshipped.String() + ":a@example.com", "a@example.com", `{"tracking_number": "X"}`, false},
+		"another template's key": {"order-confirmation:" + order.String() + ":a@example.com", "a@example.com", `{"carrier": "POS", "tracking_number": "P-4"}`, false},
+	}
+	ids := map[string]uuid.UUID{}
+	for name, r := range rows {
+		ids[name] = uuid.New()
+		template, rest, _ := strings.Cut(r.key, ":")
+		orderID := uuid.MustParse(rest[:36])
+		if _, err := d.Pool.Exec(ctx, `INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, owner_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)`, ids[name], orderID, template, r.recipient, r.key, r.data, other); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.UpTo(ctx, 22); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range rows {
+		var carrier, tracking string
+		var keyID, owner *uuid.UUID
+		var event *string
+		err := d.Pool.QueryRow(ctx, `SELECT carrier, tracking_number, key_id, owner_id, event_id FROM shipments WHERE delivery_id = $1`, ids[name]).
+			Scan(&carrier, &tracking, &keyID, &owner, &event)
+		switch {
+		case !r.want && errors.Is(err, pgx.ErrNoRows):
+		case !r.want || err != nil:
+			t.Errorf("%s: recorded as a shipment %v, %v; want %v", name, err == nil, err, r.want)
+		case carrier != "JNE" || tracking != "JNE-1" || keyID != nil || owner == nil || *owner != other || event != nil:
+			t.Errorf("%s: recorded as %s %s by key %v of %v, event %v; want JNE-1 by the migration, of the e-mail's owner, no event", name, carrier, tracking, keyID, owner, event)
+		}
+	}
+
+	// may_cancel(delivery's owner, its order, its mode, by an operator, the key's owner, the key's mode).
+	public := uuid.Nil
+	var publicOrder = uuid.New()
+	if _, err := d.Pool.Exec(ctx, `INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, owner_id)
+		VALUES ($1, 'a@example.com', 'A', 'IDR', 1, $2)`, publicOrder, public); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name     string
+		owner    *uuid.UUID
+		order    uuid.UUID
+		test     bool
+		operator bool
+		key      uuid.UUID
+		keyTest  bool
+		want     bool
+	}{
+		{"its owner's key", &other, order, false, false, other, false, true},
+		{"the order's owner's key, another's notification", &other, order, false, false, shop, false, true},
+		{"a third key", &other, order, false, false, uuid.New(), false, false},
+		{"its owner's key of the other mode", &other, order, false, false, other, true, false},
+		{"the order's owner's key of the other mode", &other, order, true, false, shop, false, false},
+		{"an operator", &other, order, true, true, uuid.New(), false, true},
+		{"recorded before owners, any key", nil, order, false, false, uuid.New(), false, true},
+		{"the public checkout's, as its owner", &public, publicOrder, false, false, public, false, false},
+		{"another's on a public order, as the public owner", &other, publicOrder, false, false, public, false, false},
+		{"another's on a public order, as its owner", &other, publicOrder, false, false, other, false, true},
+	} {
+		var got bool
+		if err := d.Pool.QueryRow(ctx, `SELECT may_cancel($1, $2, $3, $4, $5, $6)`, tt.owner, tt.order, tt.test, tt.operator, tt.key, tt.keyTest).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		if got != tt.want {
+			t.Errorf("may_cancel: %s = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

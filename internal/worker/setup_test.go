@@ -58,7 +58,9 @@ func setup(t testing.TB, sinkCfg smtpsink.Config) *env {
 	}
 	t.Cleanup(func() { sink.Close() })
 	e.sink = sink
-	if e.templates, err = mailtemplate.LoadBuiltin(); err != nil {
+	// The built-in templates and a shop's own, payment-reminder: what
+	// the generic trigger sends (schedule).
+	if e.templates, err = mailtemplate.Load(mailtemplate.Config{Dir: "../../deploy/templates"}); err != nil {
 		t.Fatal(err)
 	}
 	e.metrics = worker.NewMetrics(e.reg)

@@ -22,10 +22,14 @@ import (
 // Send later and cancel: what the claim does with a delivery's time and
 // with a delivery called off.
 
-// schedule triggers a shipment e-mail about d's order, to be sent at.
+// reminder is the template of the tests' triggers: a shop's own, as the
+// generic trigger sends.
+const reminder = "payment-reminder"
+
+// schedule triggers a payment reminder about d's order, to be sent at.
 func (e *env) schedule(t *testing.T, d notify.Delivery, event string, at time.Time) notify.Delivery {
 	t.Helper()
-	sample, err := e.templates.Sample(order.TemplateShipped)
+	sample, err := e.templates.Sample(reminder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +40,7 @@ func (e *env) schedule(t *testing.T, d notify.Delivery, event string, at time.Ti
 	data["order_id"] = d.OrderID.String()
 	raw, _ := json.Marshal(data)
 	n, created, _, err := e.orders.Notify(context.Background(), d.OrderID, order.Trigger{
-		Template: order.TemplateShipped, Data: raw, EventID: event, SendAt: at.Format(time.RFC3339Nano),
+		Template: reminder, Data: raw, EventID: event, SendAt: at.Format(time.RFC3339Nano),
 	}, order.Caller{}, "")
 	if err != nil || !created {
 		t.Fatalf("schedule: %+v, created %v, %v", n, created, err)
@@ -186,7 +190,7 @@ func TestCancelRacesTheClaim(t *testing.T) {
 // scheduleAs is schedule for an API key of owner.
 func (e *env) scheduleAs(t *testing.T, d notify.Delivery, event string, owner uuid.UUID) notify.Delivery {
 	t.Helper()
-	sample, err := e.templates.Sample(order.TemplateShipped)
+	sample, err := e.templates.Sample(reminder)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +201,7 @@ func (e *env) scheduleAs(t *testing.T, d notify.Delivery, event string, owner uu
 	data["order_id"] = d.OrderID.String()
 	raw, _ := json.Marshal(data)
 	n, _, _, err := e.orders.Notify(context.Background(), d.OrderID, order.Trigger{
-		Template: order.TemplateShipped, Data: raw, EventID: event, SendAt: time.Now().Add(time.Hour).Format(time.RFC3339Nano),
+		Template: reminder, Data: raw, EventID: event, SendAt: time.Now().Add(time.Hour).Format(time.RFC3339Nano),
 	}, order.Caller{Key: owner, Owner: owner}, "")
 	if err != nil {
 		t.Fatal(err)
