@@ -30,7 +30,8 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -52,7 +53,7 @@ FROM ins;
 --   not_yet           pending, to be sent later (not_before)
 --   unknown_template  a template this worker does not have
 --   too_old           pending longer than the max age
---   suppressed        the recipient is on the suppression list
+--   suppressed        the recipient is on the suppression list (of its mode)
 --   unsubscribed      a subscription template, and the recipient left
 --                     subscription mail (one-click unsubscribe)
 --   blocked           an operator's block holds it back
@@ -82,10 +83,10 @@ WITH nosync AS (
                WHEN n.status = 'pending' AND n.not_before > now() THEN 'not_yet'
                WHEN NOT (n.template = ANY(@templates::text[])) THEN 'unknown_template'
                WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => @max_age_seconds::float8) THEN 'too_old'
-               WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient) THEN 'suppressed'
+               WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient AND s.test = n.test) THEN 'suppressed'
                WHEN n.template = ANY(@subscription_templates::text[])
                     AND EXISTS (SELECT 1 FROM unsubscribes u
-                                WHERE u.recipient = n.recipient AND u.category = 'subscription') THEN 'unsubscribed'
+                                WHERE u.recipient = n.recipient AND u.category = 'subscription' AND u.test = n.test) THEN 'unsubscribed'
                WHEN EXISTS (SELECT 1 FROM delivery_blocks b
                             WHERE b.expires_at > now()
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
@@ -370,7 +371,7 @@ WITH prev AS (
     FROM prev, suppressions s
     WHERE d.id = prev.id
       AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND s.recipient = d.recipient
+      AND s.recipient = d.recipient AND s.test = d.test
     RETURNING d.id, d.attempts, prev.status AS from_status, s.source, s.reason
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -394,7 +395,7 @@ WITH prev AS (
     FROM prev
     WHERE d.id = prev.id
       AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription')
+      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription' AND u.test = d.test)
     RETURNING d.id, d.attempts, prev.status AS from_status
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -438,7 +439,8 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
 -- name: CancelPendingOfTemplate :execrows
@@ -494,7 +496,8 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -516,7 +519,8 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired. ----

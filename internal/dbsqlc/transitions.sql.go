@@ -21,7 +21,7 @@ WITH upd AS (
       AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR ($2::boolean AND $3::boolean))
       AND ($2::boolean OR (d.test = $4::boolean AND (d.owner_id IS NULL
            OR (d.owner_id = $5::uuid AND $5::uuid <> '00000000-0000-0000-0000-000000000000'))))
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $6::text,
@@ -33,7 +33,8 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
 
@@ -48,32 +49,35 @@ type CancelDeliveryParams struct {
 }
 
 type CancelDeliveryRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 // ---- The shop or an operator: called off before it was sent. ----
@@ -129,6 +133,9 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -183,7 +190,7 @@ WITH nosync AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), judged AS (
-    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, n.handover_batch, n.test, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, n.handover_batch, n.test, n.provider_event, n.provider_event_at, n.bounced_or_complained_at, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
            CASE
                WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
@@ -192,10 +199,10 @@ WITH nosync AS (
                WHEN n.status = 'pending' AND n.not_before > now() THEN 'not_yet'
                WHEN NOT (n.template = ANY($6::text[])) THEN 'unknown_template'
                WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => $7::float8) THEN 'too_old'
-               WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient) THEN 'suppressed'
+               WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient AND s.test = n.test) THEN 'suppressed'
                WHEN n.template = ANY($8::text[])
                     AND EXISTS (SELECT 1 FROM unsubscribes u
-                                WHERE u.recipient = n.recipient AND u.category = 'subscription') THEN 'unsubscribed'
+                                WHERE u.recipient = n.recipient AND u.category = 'subscription' AND u.test = n.test) THEN 'unsubscribed'
                WHEN EXISTS (SELECT 1 FROM delivery_blocks b
                             WHERE b.expires_at > now()
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
@@ -220,7 +227,7 @@ WITH nosync AS (
     FROM judged j
     WHERE d.id = j.id
       AND j.verdict = 'claim'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, j.status AS from_status, j.task_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $11::text,
@@ -302,7 +309,7 @@ type ClaimDeliveriesRow struct {
 //	not_yet           pending, to be sent later (not_before)
 //	unknown_template  a template this worker does not have
 //	too_old           pending longer than the max age
-//	suppressed        the recipient is on the suppression list
+//	suppressed        the recipient is on the suppression list (of its mode)
 //	unsubscribed      a subscription template, and the recipient left
 //	                  subscription mail (one-click unsubscribe)
 //	blocked           an operator's block holds it back
@@ -598,14 +605,15 @@ WITH ins AS (
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT ins.id, 'received', NULL, 'pending', 0, $12::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM ins
 `
 
@@ -625,32 +633,35 @@ type InsertDeliveryParams struct {
 }
 
 type InsertDeliveryRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 // Every write that changes a delivery's status, grouped as the state
@@ -709,6 +720,9 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -916,7 +930,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -925,7 +939,8 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
 
@@ -937,32 +952,35 @@ type OperatorMarkSentParams struct {
 }
 
 type OperatorMarkSentRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 // A held delivery the operator found at the provider.
@@ -1001,6 +1019,9 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -1022,7 +1043,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, prev.status AS from_status, prev.provider_pinned AS was_pinned
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, prev.status AS from_status, prev.provider_pinned AS was_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $3::text,
@@ -1032,7 +1053,8 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
 
@@ -1044,32 +1066,35 @@ type OperatorRetryParams struct {
 }
 
 type OperatorRetryRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 // ---- An operator (admin API). ----
@@ -1116,6 +1141,9 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -1391,7 +1419,7 @@ WITH prev AS (
     FROM prev, suppressions s
     WHERE d.id = prev.id
       AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND s.recipient = d.recipient
+      AND s.recipient = d.recipient AND s.test = d.test
     RETURNING d.id, d.attempts, prev.status AS from_status, s.source, s.reason
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -1429,7 +1457,7 @@ WITH prev AS (
     FROM prev
     WHERE d.id = prev.id
       AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription')
+      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription' AND u.test = d.test)
     RETURNING d.id, d.attempts, prev.status AS from_status
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)

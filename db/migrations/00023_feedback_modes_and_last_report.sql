@@ -1,0 +1,65 @@
+-- +goose Up
+-- Issue 40: what a provider's feedback leaves, each where it belongs.
+--
+-- 1. Test and live apart in the suppression list and the unsubscribes
+-- (docs/testmode.md). An entry has the mode of what put it there: the
+-- test provider's report about a test notification makes a test entry;
+-- a real provider's report, an operator and a one-click link make live
+-- ones. A delivery meets only the entries of its own mode
+-- (ClaimDeliveries, SuppressPending, SuppressUnsubscribed): a test key
+-- learns nothing of the live list, and writes nothing to it. The same
+-- address may be on both. The entries already there of test mode's
+-- magic addresses (its domain, which only test keys reach) are test
+-- mode's, as its retention already took them to be.
+ALTER TABLE suppressions ADD COLUMN test BOOLEAN NOT NULL DEFAULT false;
+UPDATE suppressions SET test = true WHERE recipient LIKE '%@sekali.test';
+ALTER TABLE suppressions DROP CONSTRAINT suppressions_pkey, ADD PRIMARY KEY (recipient, test);
+ALTER TABLE suppression_events ADD COLUMN test BOOLEAN NOT NULL DEFAULT false;
+UPDATE suppression_events SET test = true WHERE recipient LIKE '%@sekali.test';
+ALTER TABLE unsubscribes ADD COLUMN test BOOLEAN NOT NULL DEFAULT false;
+UPDATE unsubscribes SET test = true WHERE recipient LIKE '%@sekali.test';
+ALTER TABLE unsubscribes DROP CONSTRAINT unsubscribes_pkey, ADD PRIMARY KEY (recipient, category, test);
+
+-- 2. What the provider reported last about a message it took
+-- (RecordFeedback): delivered, deferred, bounced or complained, and when
+-- by the provider's clock, shown beside the status to the shop and to
+-- operators; and when it first reported a bounce or a complaint, which
+-- the console filters by. NULL on every existing row (no rewrite); the
+-- CHECK is NOT VALID because those rows have nothing to validate and a
+-- scan would hold the table's lock for it: every write from now on is
+-- checked.
+ALTER TABLE notification_deliveries
+    ADD COLUMN provider_event TEXT,
+    ADD COLUMN provider_event_at TIMESTAMPTZ,
+    ADD COLUMN bounced_or_complained_at TIMESTAMPTZ,
+    ADD CONSTRAINT notification_deliveries_provider_event_check
+        CHECK ((provider_event IN ('delivered', 'deferred', 'bounced', 'complained') AND provider_event_at IS NOT NULL)
+               OR (provider_event IS NULL AND provider_event_at IS NULL AND bounced_or_complained_at IS NULL)) NOT VALID;
+
+-- The console's bounced or complained deliveries, by the order its list
+-- has (updated_at): a page is a page of this index. Nothing indexes the
+-- last report itself: a delivered report arrives for nearly every
+-- delivery, and its update is HOT only while it changes no indexed
+-- column (an index on provider_event made every report's update write an
+-- entry into each of the table's indexes: docs/performance.md). A bounce
+-- or a complaint, rare, pays that. Empty when built (the column is new).
+CREATE INDEX notification_deliveries_bounced_idx ON notification_deliveries (updated_at)
+    WHERE bounced_or_complained_at IS NOT NULL;
+
+-- +goose Down
+DROP INDEX IF EXISTS notification_deliveries_bounced_idx;
+ALTER TABLE notification_deliveries
+    DROP CONSTRAINT IF EXISTS notification_deliveries_provider_event_check,
+    DROP COLUMN IF EXISTS bounced_or_complained_at,
+    DROP COLUMN IF EXISTS provider_event_at,
+    DROP COLUMN IF EXISTS provider_event;
+-- An address on both lists keeps its live entry.
+DELETE FROM unsubscribes u WHERE u.test
+    AND EXISTS (SELECT 1 FROM unsubscribes l WHERE l.recipient = u.recipient AND l.category = u.category AND NOT l.test);
+ALTER TABLE unsubscribes DROP CONSTRAINT unsubscribes_pkey, ADD PRIMARY KEY (recipient, category);
+ALTER TABLE unsubscribes DROP COLUMN test;
+ALTER TABLE suppression_events DROP COLUMN test;
+DELETE FROM suppressions s WHERE s.test
+    AND EXISTS (SELECT 1 FROM suppressions l WHERE l.recipient = s.recipient AND NOT l.test);
+ALTER TABLE suppressions DROP CONSTRAINT suppressions_pkey, ADD PRIMARY KEY (recipient);
+ALTER TABLE suppressions DROP COLUMN test;
