@@ -7,18 +7,21 @@
 -- a real provider's report, an operator and a one-click link make live
 -- ones. A delivery meets only the entries of its own mode
 -- (ClaimDeliveries, SuppressPending, SuppressUnsubscribed): a test key
--- learns nothing of the live list, and writes nothing to it. The same
--- address may be on both. The entries already there of test mode's
--- magic addresses (its domain, which only test keys reach) are test
--- mode's, as its retention already took them to be.
+-- learns nothing of the live list, and writes nothing to it.
+--
+-- The keys stay as they were, so that the previous release's statements
+-- (ON CONFLICT (recipient)) still run during a roll: an address is on
+-- one list, the first to take it. Only test mode reports about its magic
+-- addresses, and only test keys reach them, so the lists meet only where
+-- an operator put a magic address on the live list by hand. The entries
+-- already there of those addresses (its domain) are test mode's, as its
+-- retention already took them to be.
 ALTER TABLE suppressions ADD COLUMN test BOOLEAN NOT NULL DEFAULT false;
 UPDATE suppressions SET test = true WHERE recipient LIKE '%@sekali.test';
-ALTER TABLE suppressions DROP CONSTRAINT suppressions_pkey, ADD PRIMARY KEY (recipient, test);
 ALTER TABLE suppression_events ADD COLUMN test BOOLEAN NOT NULL DEFAULT false;
 UPDATE suppression_events SET test = true WHERE recipient LIKE '%@sekali.test';
 ALTER TABLE unsubscribes ADD COLUMN test BOOLEAN NOT NULL DEFAULT false;
 UPDATE unsubscribes SET test = true WHERE recipient LIKE '%@sekali.test';
-ALTER TABLE unsubscribes DROP CONSTRAINT unsubscribes_pkey, ADD PRIMARY KEY (recipient, category, test);
 
 -- 2. What the provider reported last about a message it took
 -- (RecordFeedback): delivered, deferred, bounced or complained, and when
@@ -42,8 +45,11 @@ ALTER TABLE notification_deliveries
 -- delivery, and its update is HOT only while it changes no indexed
 -- column (an index on provider_event made every report's update write an
 -- entry into each of the table's indexes: docs/performance.md). A bounce
--- or a complaint, rare, pays that. Empty when built (the column is new).
-CREATE INDEX notification_deliveries_bounced_idx ON notification_deliveries (updated_at)
+-- or a complaint, rare, pays that. Empty when built (the column is new),
+-- but building it reads the table in the migration's transaction, which
+-- holds the deliveries' writes meanwhile: one to two seconds per million
+-- deliveries on the development machine (docs/deploy.md, Upgrading).
+CREATE INDEX IF NOT EXISTS notification_deliveries_bounced_idx ON notification_deliveries (updated_at)
     WHERE bounced_or_complained_at IS NOT NULL;
 
 -- +goose Down
@@ -53,13 +59,6 @@ ALTER TABLE notification_deliveries
     DROP COLUMN IF EXISTS bounced_or_complained_at,
     DROP COLUMN IF EXISTS provider_event_at,
     DROP COLUMN IF EXISTS provider_event;
--- An address on both lists keeps its live entry.
-DELETE FROM unsubscribes u WHERE u.test
-    AND EXISTS (SELECT 1 FROM unsubscribes l WHERE l.recipient = u.recipient AND l.category = u.category AND NOT l.test);
-ALTER TABLE unsubscribes DROP CONSTRAINT unsubscribes_pkey, ADD PRIMARY KEY (recipient, category);
 ALTER TABLE unsubscribes DROP COLUMN test;
 ALTER TABLE suppression_events DROP COLUMN test;
-DELETE FROM suppressions s WHERE s.test
-    AND EXISTS (SELECT 1 FROM suppressions l WHERE l.recipient = s.recipient AND NOT l.test);
-ALTER TABLE suppressions DROP CONSTRAINT suppressions_pkey, ADD PRIMARY KEY (recipient);
 ALTER TABLE suppressions DROP COLUMN test;

@@ -47,12 +47,12 @@ LIMIT 1;
 
 -- name: AddSuppression :one
 -- Adds a recipient to the list of a mode, live or @test's (a second
--- addition keeps the first reason), and writes the list's history in the
--- same statement.
+-- addition keeps the first, and its mode: an address is on one list),
+-- and writes the list's history in the same statement.
 WITH ins AS (
     INSERT INTO suppressions (recipient, source, reason, test)
     VALUES (@recipient, @source, @reason, @test)
-    ON CONFLICT (recipient, test) DO NOTHING
+    ON CONFLICT (recipient) DO NOTHING
     RETURNING *
 ), ev AS (
     INSERT INTO suppression_events (recipient, action, source, actor, note, test)
@@ -61,7 +61,6 @@ WITH ins AS (
 SELECT recipient, source, reason, created_at, test FROM ins;
 
 -- name: RemoveSuppression :execrows
--- Takes a recipient off the list, live and test mode's alike.
 WITH del AS (
     DELETE FROM suppressions s WHERE s.recipient = @recipient RETURNING s.recipient, s.source, s.test
 )
@@ -69,20 +68,19 @@ INSERT INTO suppression_events (recipient, action, source, actor, note, test)
 SELECT del.recipient, 'removed', del.source, @actor::text, @note::text, del.test FROM del;
 
 -- name: GetSuppression :one
--- The recipient's entry: the live one when it is on both lists.
-SELECT * FROM suppressions WHERE recipient = @recipient ORDER BY test LIMIT 1;
+SELECT * FROM suppressions WHERE recipient = @recipient;
 
 -- name: ListSuppressions :many
-SELECT * FROM suppressions ORDER BY created_at DESC, recipient, test LIMIT @max_rows;
+SELECT * FROM suppressions ORDER BY created_at DESC, recipient LIMIT @max_rows;
 
 -- name: ListSuppressionEvents :many
 SELECT * FROM suppression_events WHERE recipient = @recipient ORDER BY id;
 
 -- name: AddUnsubscribe :execrows
--- 0 rows: the recipient had left this category already, in this mode
--- (live, or @test's).
+-- 0 rows: the recipient had left this category already (in the mode it
+-- left it in: live, or @test's).
 INSERT INTO unsubscribes (recipient, category, test) VALUES (@recipient, @category, @test)
-ON CONFLICT (recipient, category, test) DO NOTHING;
+ON CONFLICT (recipient, category) DO NOTHING;
 
 -- name: RecordProviderEvent :exec
 -- A provider's report about a delivery's message: its last report, by

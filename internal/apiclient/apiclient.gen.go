@@ -967,7 +967,7 @@ type Suppression struct {
 	Recipient string            `json:"recipient"`
 	Source    SuppressionSource `json:"source"`
 
-	// Test On test mode's list, which only test deliveries meet: written by the test provider's reports about test notifications. The live list, which only live deliveries meet, has no `test`. An address may be on both; looked up alone, its live entry is shown.
+	// Test On test mode's list, which only test deliveries meet: written by the test provider's reports about test notifications. An entry of the live list, which only live deliveries meet, has no `test`. An address has one entry, of the mode that listed it first.
 	Test bool `json:"test,omitempty,omitzero"`
 }
 

@@ -16,7 +16,7 @@ const addSuppression = `-- name: AddSuppression :one
 WITH ins AS (
     INSERT INTO suppressions (recipient, source, reason, test)
     VALUES ($1, $2, $3, $4)
-    ON CONFLICT (recipient, test) DO NOTHING
+    ON CONFLICT (recipient) DO NOTHING
     RETURNING recipient, source, reason, created_at, test
 ), ev AS (
     INSERT INTO suppression_events (recipient, action, source, actor, note, test)
@@ -42,8 +42,8 @@ type AddSuppressionRow struct {
 }
 
 // Adds a recipient to the list of a mode, live or @test's (a second
-// addition keeps the first reason), and writes the list's history in the
-// same statement.
+// addition keeps the first, and its mode: an address is on one list),
+// and writes the list's history in the same statement.
 func (q *Queries) AddSuppression(ctx context.Context, arg AddSuppressionParams) (AddSuppressionRow, error) {
 	row := q.db.QueryRow(ctx, addSuppression,
 		arg.Recipient,
@@ -65,7 +65,7 @@ func (q *Queries) AddSuppression(ctx context.Context, arg AddSuppressionParams) 
 
 const addUnsubscribe = `-- name: AddUnsubscribe :execrows
 INSERT INTO unsubscribes (recipient, category, test) VALUES ($1, $2, $3)
-ON CONFLICT (recipient, category, test) DO NOTHING
+ON CONFLICT (recipient, category) DO NOTHING
 `
 
 type AddUnsubscribeParams struct {
@@ -74,8 +74,8 @@ type AddUnsubscribeParams struct {
 	Test      bool
 }
 
-// 0 rows: the recipient had left this category already, in this mode
-// (live, or @test's).
+// 0 rows: the recipient had left this category already (in the mode it
+// left it in: live, or @test's).
 func (q *Queries) AddUnsubscribe(ctx context.Context, arg AddUnsubscribeParams) (int64, error) {
 	result, err := q.db.Exec(ctx, addUnsubscribe, arg.Recipient, arg.Category, arg.Test)
 	if err != nil {
@@ -187,10 +187,9 @@ func (q *Queries) FindDeliveryForFeedbackByKeyHash(ctx context.Context, keyHash 
 }
 
 const getSuppression = `-- name: GetSuppression :one
-SELECT recipient, source, reason, created_at, test FROM suppressions WHERE recipient = $1 ORDER BY test LIMIT 1
+SELECT recipient, source, reason, created_at, test FROM suppressions WHERE recipient = $1
 `
 
-// The recipient's entry: the live one when it is on both lists.
 func (q *Queries) GetSuppression(ctx context.Context, recipient string) (Suppression, error) {
 	row := q.db.QueryRow(ctx, getSuppression, recipient)
 	var i Suppression
@@ -265,7 +264,7 @@ func (q *Queries) ListSuppressionEvents(ctx context.Context, recipient string) (
 }
 
 const listSuppressions = `-- name: ListSuppressions :many
-SELECT recipient, source, reason, created_at, test FROM suppressions ORDER BY created_at DESC, recipient, test LIMIT $1
+SELECT recipient, source, reason, created_at, test FROM suppressions ORDER BY created_at DESC, recipient LIMIT $1
 `
 
 func (q *Queries) ListSuppressions(ctx context.Context, maxRows int32) ([]Suppression, error) {
@@ -435,7 +434,6 @@ type RemoveSuppressionParams struct {
 	Recipient string
 }
 
-// Takes a recipient off the list, live and test mode's alike.
 func (q *Queries) RemoveSuppression(ctx context.Context, arg RemoveSuppressionParams) (int64, error) {
 	result, err := q.db.Exec(ctx, removeSuppression, arg.Actor, arg.Note, arg.Recipient)
 	if err != nil {

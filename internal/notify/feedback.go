@@ -185,8 +185,9 @@ func RememberWebhookToken(ctx context.Context, db *pgxpool.Pool, provider, token
 }
 
 // Suppression is one address the service does not send to: live
-// deliveries, or with Test, test mode's (docs/testmode.md). Each mode
-// has a list of its own; a delivery meets only its mode's.
+// deliveries, or with Test, test mode's (docs/testmode.md). A delivery
+// meets only its mode's entries; an address has one, of the mode that
+// listed it first.
 type Suppression struct {
 	Recipient string    `json:"recipient"`
 	Source    string    `json:"source"` // bounce, complaint or operator

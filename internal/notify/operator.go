@@ -610,8 +610,7 @@ func (o *Operator) Suppressions(ctx context.Context, limit int) ([]Suppression, 
 	return mapRows(rows, suppressionFromRow), nil
 }
 
-// Suppression returns one entry of the list with its history: the live
-// entry when the address is on test mode's list too.
+// Suppression returns one entry of the list with its history.
 func (o *Operator) Suppression(ctx context.Context, recipient string) (Suppression, []SuppressionEvent, error) {
 	recipient, err := mail.NormalizeAddress(recipient)
 	if err != nil {
@@ -688,9 +687,9 @@ func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) 
 	return s, added, nil
 }
 
-// Unsuppress takes a recipient off the list, live and test mode's alike,
-// with a note for the record. Deliveries already suppressed stay so until
-// an operator retries them.
+// Unsuppress takes a recipient off the list (live or test mode's), with
+// a note for the record. Deliveries already suppressed stay so until an
+// operator retries them.
 func (o *Operator) Unsuppress(ctx context.Context, recipient, note, actor string) error {
 	recipient, err := mail.NormalizeAddress(recipient)
 	if err != nil {
