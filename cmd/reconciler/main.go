@@ -94,6 +94,7 @@ func loadConfig(getenv func(string) string, templates *mailtemplate.Templates) (
 		Timeout:  env.Duration("WEBHOOK_TIMEOUT", 10*time.Second),
 		MaxAge:   env.Duration("WEBHOOK_MAX_AGE", 72*time.Hour),
 	}
+	cfg.Reconcile.Subscriptions = templates.Subscriptions()
 	cfg.Reconcile.Policies, err = parsePolicies(env.String("RECONCILE_POLICIES", ""), templates)
 	env.Check("RECONCILE_POLICIES", err)
 	return cfg, env.Err()

@@ -23,6 +23,28 @@ UPDATE suppression_events SET test = true WHERE recipient LIKE '%@sekali.test';
 ALTER TABLE unsubscribes ADD COLUMN test BOOLEAN NOT NULL DEFAULT false;
 UPDATE unsubscribes SET test = true WHERE recipient LIKE '%@sekali.test';
 
+-- The one judgement of what holds a delivery back (00021), now of the
+-- delivery's mode: its list entries only. A seventh argument, so that
+-- the six-argument one stays for the previous release's statements
+-- during a roll (it reads both modes' entries, as that release did); a
+-- later migration drops it.
+-- +goose StatementBegin
+CREATE FUNCTION delivery_held_back(status TEXT, recipient TEXT, template TEXT, trying_since TIMESTAMPTZ,
+                                   max_age_seconds FLOAT8, subscription_templates TEXT[], test BOOLEAN)
+RETURNS TABLE (reason TEXT) LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN delivery_held_back.status = 'pending' AND delivery_held_back.max_age_seconds > 0
+             AND delivery_held_back.trying_since <= now() - make_interval(secs => delivery_held_back.max_age_seconds) THEN 'too_old'
+        WHEN EXISTS (SELECT 1 FROM suppressions s
+                     WHERE s.recipient = delivery_held_back.recipient AND s.test = delivery_held_back.test) THEN 'suppressed'
+        WHEN delivery_held_back.template = ANY(delivery_held_back.subscription_templates)
+             AND EXISTS (SELECT 1 FROM unsubscribes u
+                         WHERE u.recipient = delivery_held_back.recipient AND u.category = 'subscription'
+                           AND u.test = delivery_held_back.test) THEN 'unsubscribed'
+    END
+$$;
+-- +goose StatementEnd
+
 -- 2. What the provider reported last about a message it took
 -- (RecordFeedback): delivered, deferred, bounced or complained, and when
 -- by the provider's clock, shown beside the status to the shop and to
@@ -53,6 +75,7 @@ CREATE INDEX IF NOT EXISTS notification_deliveries_bounced_idx ON notification_d
     WHERE bounced_or_complained_at IS NOT NULL;
 
 -- +goose Down
+DROP FUNCTION delivery_held_back(TEXT, TEXT, TEXT, TIMESTAMPTZ, FLOAT8, TEXT[], BOOLEAN);
 DROP INDEX IF EXISTS notification_deliveries_bounced_idx;
 ALTER TABLE notification_deliveries
     DROP CONSTRAINT IF EXISTS notification_deliveries_provider_event_check,

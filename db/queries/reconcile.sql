@@ -21,6 +21,25 @@ LIMIT @batch;
 SELECT * FROM notification_deliveries
 WHERE id = @id AND status = 'sending' AND lease_expires_at < now();
 
+-- name: ListHeldBackUnsettled :many
+-- Pending rows that may have been sent (an attempt's outcome at their
+-- provider is unknown) and that are held back from another attempt (too
+-- old, recipient suppressed or unsubscribed: delivery_held_back, as the
+-- claim judges): the worker leaves them, and only the provider's answer
+-- settles them, which the reconciler asks for. Oldest first, at most
+-- batch; a plain read, each write fenced on it. Through the status
+-- index's pending rows: such rows are few, and an index on
+-- unsettled_since would cost every hand-over its HOT update.
+SELECT sqlc.embed(d), h.reason::text AS held_back
+FROM notification_deliveries d
+     CROSS JOIN LATERAL delivery_held_back(d.status, d.recipient, d.template, d.trying_since,
+                                           @max_age_seconds::float8, @subscription_templates::text[], d.test) AS h (reason)
+WHERE d.status = 'pending'
+  AND d.unsettled_since IS NOT NULL
+  AND h.reason IS NOT NULL
+ORDER BY d.updated_at
+LIMIT @batch;
+
 -- name: PickOrphanedPending :many
 -- Pending rows nobody has looked at for a while and no block holds back;
 -- one to be sent later counts from its time (not_before), before which

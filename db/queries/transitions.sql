@@ -5,6 +5,13 @@
 -- and each is conditional on the status (and, for an attempt, on the
 -- lease) it moves from: a transition that no longer applies changes
 -- nothing.
+--
+-- Whether a provider may hold a delivery's message is unsettled_since,
+-- and PostgreSQL keeps it (migration 00021, trigger delivery_settlement):
+-- a hand-over sets it, sent clears it, and nothing else clears it without
+-- naming its evidence (settled_by: 'answer', 'lookup' or 'operator'); no
+-- status that says "not sent" (failed, suppressed, cancelled) can stand
+-- beside it. A statement below that would break that fails.
 
 -- ---- The API: an intent is recorded (-> pending). ----
 
@@ -30,7 +37,7 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
        provider_event, provider_event_at, bounced_or_complained_at
 FROM ins;
 
@@ -56,6 +63,7 @@ FROM ins;
 --   suppressed        the recipient is on the suppression list (of its mode)
 --   unsubscribed      a subscription template, and the recipient left
 --                     subscription mail (one-click unsubscribe)
+--                     (these three: delivery_held_back, 00021; by mode, 00023)
 --   blocked           an operator's block holds it back
 --   pinned_elsewhere  pinned to a provider (its outcome there unknown)
 --                     that is not among the worker's usable ones now
@@ -82,11 +90,7 @@ WITH nosync AS (
                WHEN n.status = 'sending' AND n.handed_over_at IS NOT NULL THEN 'handed_over'
                WHEN n.status = 'pending' AND n.not_before > now() THEN 'not_yet'
                WHEN NOT (n.template = ANY(@templates::text[])) THEN 'unknown_template'
-               WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => @max_age_seconds::float8) THEN 'too_old'
-               WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient AND s.test = n.test) THEN 'suppressed'
-               WHEN n.template = ANY(@subscription_templates::text[])
-                    AND EXISTS (SELECT 1 FROM unsubscribes u
-                                WHERE u.recipient = n.recipient AND u.category = 'subscription' AND u.test = n.test) THEN 'unsubscribed'
+               WHEN h.reason IS NOT NULL THEN h.reason
                WHEN EXISTS (SELECT 1 FROM delivery_blocks b
                             WHERE b.expires_at > now()
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
@@ -96,6 +100,8 @@ WITH nosync AS (
                ELSE 'claim'
            END AS verdict
     FROM nosync, input i JOIN notification_deliveries n ON n.id = i.id
+         CROSS JOIN LATERAL delivery_held_back(n.status, n.recipient, n.template, n.trying_since,
+                                               @max_age_seconds::float8, @subscription_templates::text[], n.test) AS h (reason)
     WHERE n.id = ANY(@ids::uuid[])
     ORDER BY n.id
     FOR UPDATE OF n
@@ -235,13 +241,17 @@ SELECT id, lease_token FROM upd;
 -- from attempts, which counts only the tries the recipient's side saw;
 -- when to give up is DELIVERY_MAX_AGE's business, not this count's. pin:
 -- the provider may have taken it all the same (an HTTP 5xx after the
--- request went out), so the next attempts go to it alone.
+-- request went out), so the next attempts go to it alone. Without pin,
+-- the answer settles this attempt (settled_by 'answer'); an earlier
+-- unknown one (pinned) stays unknown.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
         attempts         = d.attempts - CASE WHEN @refund_attempt::boolean THEN 1 ELSE 0 END,
         provider_pinned  = d.provider_pinned OR @pin::boolean,
-        unsettled_since  = CASE WHEN @pin::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) ELSE d.unsettled_since END,
+        unsettled_since  = CASE WHEN d.provider_pinned OR @pin::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
+        settled_by       = CASE WHEN d.provider_pinned OR @pin::boolean OR d.unsettled_since IS NULL THEN d.settled_by ELSE 'answer' END,
+        settled_at       = CASE WHEN d.provider_pinned OR @pin::boolean OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
         last_error       = @last_error::text,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -258,11 +268,18 @@ SELECT id, 'retry_scheduled', 'sending', 'pending', attempts, @actor::text,
 FROM upd;
 
 -- name: MarkFailed :execrows
+-- Refused for good, or deferred past DELIVERY_MAX_AGE: the answer
+-- settles this attempt (settled_by 'answer'). An earlier attempt whose
+-- outcome is unknown (pinned) is not settled by it: such a row is held
+-- (HoldAttempt), and this statement fails on it.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'failed',
         last_error       = @last_error::text,
         lease_expires_at = NULL,
+        unsettled_since  = CASE WHEN d.provider_pinned THEN d.unsettled_since END,
+        settled_by       = CASE WHEN d.provider_pinned OR d.unsettled_since IS NULL THEN d.settled_by ELSE 'answer' END,
+        settled_at       = CASE WHEN d.provider_pinned OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
         updated_at       = now()
     WHERE d.id = @id
       AND d.status = 'sending'
@@ -339,7 +356,9 @@ FROM upd;
 -- name: ExpirePending :execrows
 -- A pending delivery whose tries began longer ago than DELIVERY_MAX_AGE
 -- (the provider refused us, or no worker knew its template, all that
--- time): given up without another try.
+-- time): given up without another try. Not one that may have been sent:
+-- its expiry waits for the reconciler's settlement (the database refuses
+-- failed beside an unknown outcome).
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status     = 'failed',
@@ -358,7 +377,8 @@ FROM upd;
 -- name: SuppressPending :execrows
 -- A delivery to a recipient on the suppression list, pending or left
 -- sending by an attempt that died before its hand-over (nothing was
--- sent): not sent, and kept visible with the reason.
+-- sent): not sent, and kept visible with the reason. Not one that may
+-- have been sent: that waits for the reconciler's settlement.
 WITH prev AS (
     SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
 ), upd AS (
@@ -382,7 +402,8 @@ FROM upd;
 -- name: SuppressUnsubscribed :execrows
 -- A delivery of a subscription template to a recipient who unsubscribed
 -- from that mail, pending or left sending by an attempt that died before
--- its hand-over: not sent, kept visible with the reason.
+-- its hand-over: not sent, kept visible with the reason. Not one that
+-- may have been sent, as SuppressPending.
 WITH prev AS (
     SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = @id FOR UPDATE
 ), upd AS (
@@ -422,9 +443,14 @@ FROM upd;
 -- tells which).
 WITH upd AS (
     UPDATE notification_deliveries d
-    SET status = 'cancelled', updated_at = now()
+    SET status          = 'cancelled',
+        unsettled_since = NULL,
+        provider_pinned = false,
+        settled_by      = CASE WHEN d.unsettled_since IS NULL THEN d.settled_by ELSE 'operator' END,
+        settled_at      = CASE WHEN d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
+        updated_at      = now()
     WHERE d.id = @id AND d.status = 'pending'
-      AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR (@by_operator::boolean AND @not_at_provider::boolean))
+      AND (d.unsettled_since IS NULL OR (@by_operator::boolean AND @not_at_provider::boolean))
       AND (@by_operator::boolean OR (d.test = @test::boolean AND (d.owner_id IS NULL
            OR (d.owner_id = @owner::uuid AND @owner::uuid <> '00000000-0000-0000-0000-000000000000'))))
     RETURNING d.*
@@ -433,13 +459,13 @@ WITH upd AS (
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, @actor::text,
            nullif(jsonb_strip_nulls(jsonb_build_object(
                'note', nullif(@note::text, ''),
-               'not_at_provider', CASE WHEN upd.provider_pinned OR upd.unsettled_since IS NOT NULL THEN coalesce(upd.provider, '') END)),
+               'not_at_provider', CASE WHEN upd.settled_at = now() AND upd.settled_by = 'operator' THEN coalesce(upd.provider, '') END)),
                '{}'::jsonb)
     FROM upd
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
        provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
@@ -451,7 +477,7 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = @order_id AND d.template = @template AND d.status = 'pending'
-      AND NOT d.provider_pinned AND d.unsettled_since IS NULL
+      AND d.unsettled_since IS NULL
       AND (@by_operator::boolean OR (d.test = @test::boolean AND (d.owner_id IS NULL
            OR (d.owner_id = @owner::uuid AND @owner::uuid <> '00000000-0000-0000-0000-000000000000'))))
     RETURNING d.id, d.attempts
@@ -478,6 +504,8 @@ WITH prev AS (
     SET status           = 'pending',
         provider_pinned  = d.provider_pinned AND NOT @unpin::boolean,
         unsettled_since  = CASE WHEN @unpin::boolean THEN NULL ELSE d.unsettled_since END,
+        settled_by       = CASE WHEN @unpin::boolean AND d.unsettled_since IS NOT NULL THEN 'operator' ELSE d.settled_by END,
+        settled_at       = CASE WHEN @unpin::boolean AND d.unsettled_since IS NOT NULL THEN now() ELSE d.settled_at END,
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -496,7 +524,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
        provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
@@ -519,23 +547,27 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
        provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
--- ---- The reconciler: a sending row whose lease expired. ----
+-- ---- The reconciler: a sending row whose lease expired, or a pending
+-- ---- one that may have been sent and is held back (its settlement). ----
 
 -- name: ReconcileToPending :execrows
 -- The reconciler's three writes are each fenced on the row as it read
--- it (GetStaleSending), before it asked the provider, holding no lock in
--- between: still sending, under the lease it saw expire and still
--- expired, with updated_at and every column its decision read (the
+-- it (GetStaleSending, ListHeldBackUnsettled), before it asked the
+-- provider, holding no lock in between: in the status it was read in,
+-- under the lease it saw expire and still expired (a pending row has
+-- none), with updated_at and every column its decision read (the
 -- hand-over, the provider and its pin, the earliest unknown attempt) as
 -- they were. A row that changed meanwhile (a late worker recorded its
 -- outcome, another reconciler decided first) is left as it is: no row,
 -- no history. provider is the one the reconciler judged the row at;
 -- pinned, whether its next attempts must go there alone (the outcome
--- there is still unknown).
+-- there is still unknown). Unpinning a row whose outcome was unknown
+-- names its evidence ('lookup': the provider's search has no such
+-- message); without it the database refuses the write.
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status           = 'pending',
@@ -545,12 +577,14 @@ WITH upd AS (
         provider         = nullif(@provider::text, ''),
         provider_pinned  = @pinned::boolean,
         unsettled_since  = CASE WHEN @pinned::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
+        settled_by       = CASE WHEN @pinned::boolean OR d.unsettled_since IS NULL THEN d.settled_by ELSE nullif(@evidence::text, '') END,
+        settled_at       = CASE WHEN @pinned::boolean OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
         last_error       = @reason::text,
         updated_at       = now()
     WHERE d.id = @id
-      AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
-      AND d.lease_expires_at < now()
+      AND d.status = @seen_status::text
+      AND d.lease_token IS NOT DISTINCT FROM sqlc.narg(seen_lease_token)::uuid
+      AND (d.status = 'pending' OR d.lease_expires_at < now())
       AND d.updated_at = @seen_updated_at::timestamptz
       AND d.handed_over_at IS NOT DISTINCT FROM sqlc.narg(seen_handed_over_at)::timestamptz
       AND coalesce(d.provider, '') = @seen_provider::text
@@ -559,7 +593,7 @@ WITH upd AS (
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'reconciled', 'sending', 'pending', attempts, @actor::text,
+SELECT id, 'reconciled', @seen_status::text, 'pending', attempts, @actor::text,
        jsonb_build_object('decision', @decision::text, 'reason', @reason::text, 'provider', @provider::text, 'pinned', @pinned::boolean)
 FROM upd;
 
@@ -574,9 +608,9 @@ WITH upd AS (
         lease_expires_at    = NULL,
         updated_at          = now()
     WHERE d.id = @id
-      AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
-      AND d.lease_expires_at < now()
+      AND d.status = @seen_status::text
+      AND d.lease_token IS NOT DISTINCT FROM sqlc.narg(seen_lease_token)::uuid
+      AND (d.status = 'pending' OR d.lease_expires_at < now())
       AND d.updated_at = @seen_updated_at::timestamptz
       AND d.handed_over_at IS NOT DISTINCT FROM sqlc.narg(seen_handed_over_at)::timestamptz
       AND coalesce(d.provider, '') = @seen_provider::text
@@ -585,7 +619,7 @@ WITH upd AS (
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'reconciled', 'sending', 'sent', attempts, @actor::text,
+SELECT id, 'reconciled', @seen_status::text, 'sent', attempts, @actor::text,
        jsonb_build_object('decision', @decision::text, 'provider_message_id', @provider_message_id::text, 'provider', @provider::text)
 FROM upd;
 
@@ -603,9 +637,9 @@ WITH upd AS (
         last_error       = @reason::text,
         updated_at       = now()
     WHERE d.id = @id
-      AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
-      AND d.lease_expires_at < now()
+      AND d.status = @seen_status::text
+      AND d.lease_token IS NOT DISTINCT FROM sqlc.narg(seen_lease_token)::uuid
+      AND (d.status = 'pending' OR d.lease_expires_at < now())
       AND d.updated_at = @seen_updated_at::timestamptz
       AND d.handed_over_at IS NOT DISTINCT FROM sqlc.narg(seen_handed_over_at)::timestamptz
       AND coalesce(d.provider, '') = @seen_provider::text
@@ -614,6 +648,6 @@ WITH upd AS (
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'reconciled', 'sending', 'held', attempts, @actor::text,
+SELECT id, 'reconciled', @seen_status::text, 'held', attempts, @actor::text,
        jsonb_build_object('decision', @decision::text, 'reason', @reason::text, 'provider', @provider::text)
 FROM upd;

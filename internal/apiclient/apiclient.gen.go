@@ -18,6 +18,27 @@ import (
 	openapi_types "github.com/oapi-codegen/runtime/types"
 )
 
+// Defines values for AdminDeliverySettledBy.
+const (
+	AdminDeliverySettledByAnswer   AdminDeliverySettledBy = "answer"
+	AdminDeliverySettledByLookup   AdminDeliverySettledBy = "lookup"
+	AdminDeliverySettledByOperator AdminDeliverySettledBy = "operator"
+)
+
+// Valid indicates whether the value is a known member of the AdminDeliverySettledBy enum.
+func (e AdminDeliverySettledBy) Valid() bool {
+	switch e {
+	case AdminDeliverySettledByAnswer:
+		return true
+	case AdminDeliverySettledByLookup:
+		return true
+	case AdminDeliverySettledByOperator:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for BlockKind.
 const (
 	BlockKindKey       BlockKind = "key"
@@ -338,19 +359,19 @@ func (e Scope) Valid() bool {
 
 // Defines values for SuppressionSource.
 const (
-	Bounce    SuppressionSource = "bounce"
-	Complaint SuppressionSource = "complaint"
-	Operator  SuppressionSource = "operator"
+	SuppressionSourceBounce    SuppressionSource = "bounce"
+	SuppressionSourceComplaint SuppressionSource = "complaint"
+	SuppressionSourceOperator  SuppressionSource = "operator"
 )
 
 // Valid indicates whether the value is a known member of the SuppressionSource enum.
 func (e SuppressionSource) Valid() bool {
 	switch e {
-	case Bounce:
+	case SuppressionSourceBounce:
 		return true
-	case Complaint:
+	case SuppressionSourceComplaint:
 		return true
-	case Operator:
+	case SuppressionSourceOperator:
 		return true
 	default:
 		return false
@@ -450,7 +471,7 @@ type AdminDelivery struct {
 	LastError      string    `json:"last_error,omitempty,omitzero"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at,omitempty,omitzero"`
 
-	// MayHaveBeenSent A provider may hold this e-mail although the status does not say sent: an attempt was handed over and its outcome is not known. It cannot be cancelled. Absent when false.
+	// MayHaveBeenSent A provider may hold this e-mail although the status does not say sent: an attempt was handed over and its outcome is not known. It cannot be cancelled, and is only ever `pending`, `sending` or `held` until the provider's answer settles it. Absent when false.
 	MayHaveBeenSent bool               `json:"may_have_been_sent,omitempty,omitzero"`
 	OrderID         openapi_types.UUID `json:"order_id"`
 
@@ -484,6 +505,12 @@ type AdminDelivery struct {
 	SendAt time.Time `json:"send_at,omitempty,omitzero"`
 	SentAt time.Time `json:"sent_at,omitempty,omitzero"`
 
+	// SettledAt When `settled_by` settled it.
+	SettledAt time.Time `json:"settled_at,omitempty,omitzero"`
+
+	// SettledBy What last settled an unknown outcome as "not taken": `answer` (the provider's answer to the request refused it), `lookup` (the provider's search has no such message) or `operator` (an operator checked the provider's log). Absent if none did.
+	SettledBy AdminDeliverySettledBy `json:"settled_by,omitempty,omitzero"`
+
 	// Status `pending`: recorded, not yet claimed by a worker. `sending`: claimed
 	// under a lease. `sent`: the provider accepted it; never sent again.
 	// `failed`: given up; only an operator retries it. `held`: the
@@ -502,6 +529,9 @@ type AdminDelivery struct {
 	Test      bool      `json:"test,omitempty,omitzero"`
 	UpdatedAt time.Time `json:"updated_at"`
 }
+
+// AdminDeliverySettledBy What last settled an unknown outcome as "not taken": `answer` (the provider's answer to the request refused it), `lookup` (the provider's search has no such message) or `operator` (an operator checked the provider's log). Absent if none did.
+type AdminDeliverySettledBy string
 
 // Amount Integer minor units of the order's currency.
 type Amount = int
@@ -661,7 +691,7 @@ type Notification struct {
 	// IdempotencyKey `<template>:<order id>:<recipient>` (with the trigger's event id before the recipient when it has one); unique, so the e-mail is recorded once.
 	IdempotencyKey string `json:"idempotency_key"`
 
-	// MayHaveBeenSent A provider may already have this e-mail although `status` does not say `sent`: an attempt was handed over and its outcome is not known yet (its answer was lost, or was a server error). Such a notification cannot be cancelled, and may yet become `sent`. Absent when false.
+	// MayHaveBeenSent A provider may already have this e-mail although `status` does not say `sent`: an attempt was handed over and its outcome is not known yet (its answer was lost, or was a server error). Such a notification cannot be cancelled, and may yet become `sent`; it is never `failed`, `suppressed` or `cancelled` while this holds (the database refuses it): it is `pending`, `sending` or `held` until the provider's answer settles it. Absent when false.
 	MayHaveBeenSent bool `json:"may_have_been_sent,omitempty,omitzero"`
 
 	// ProviderEvent What the mail provider last reported about the e-mail after it took

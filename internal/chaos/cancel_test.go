@@ -18,6 +18,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/resend"
 	"github.com/sekali-dev/sekali/internal/resend/resendtest"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // The shop cancels its reminders at the very moment they fall due, while
@@ -179,4 +180,104 @@ func (c *cluster) post(key, path, body string) (int, []byte) {
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	return res.StatusCode, raw
+}
+
+// Resend takes every confirmation and answers 500 (its answer lost),
+// and its probe fails too, so that each delivery waits, pinned to Resend
+// and in doubt, for its retry under the same key. Meanwhile an operator
+// suppresses the recipients (one run), or the deliveries pass
+// DELIVERY_MAX_AGE (the other). Neither may tell the shop "not sent" of
+// a message Resend holds: a delivery in doubt is never suppressed or
+// failed. Resend has no look-up that could tell, and sending again
+// under the key would mail a suppressed or expired recipient if Resend
+// did not have it, so each is held for an operator, and Resend holds
+// the one e-mail it took.
+func TestSuppressionOrExpiryDuringALostAnswer(t *testing.T) {
+	t.Parallel()
+	for _, by := range []string{"suppression", "expiry"} {
+		t.Run(by, func(t *testing.T) {
+			t.Parallel()
+			c := newResendCluster(t)
+			const n = 6
+			c.resend.SetOutage(&resendtest.Fault{Status: 500, Name: "application_error", Message: "An unexpected error occurred.", Sent: true})
+			// Each first attempt is held at Resend until all have come, so
+			// that no 500 opens a worker's breaker before every delivery
+			// has had its one attempt.
+			arrivals := make([]<-chan struct{}, n)
+			releases := make([]func(), n)
+			for i := range n {
+				arrivals[i], releases[i] = c.resend.HoldNext()
+			}
+			var maxAge []string
+			if by == "expiry" {
+				maxAge = []string{"DELIVERY_MAX_AGE", "15s"}
+			}
+			c.startAPI()
+			c.startWorker(maxAge...)
+			c.startWorker(maxAge...)
+			c.startReconciler(maxAge...)
+			c.placeOrders("doubt-"+by, n)
+			for _, arrived := range arrivals {
+				select {
+				case <-arrived:
+				case <-time.After(60 * time.Second):
+					t.Fatal("not every first attempt reached Resend")
+				}
+			}
+			for _, release := range releases {
+				release()
+			}
+			testenv.WaitFor(t, "every delivery in doubt", 30*time.Second, func() bool {
+				var inDoubt int
+				err := c.db.Pool.QueryRow(context.Background(),
+					"SELECT count(*) FROM notification_deliveries WHERE unsettled_since IS NOT NULL").Scan(&inDoubt)
+				return err == nil && inDoubt == n
+			})
+			switch by {
+			case "suppression":
+				for _, o := range c.orders {
+					if status, body := c.postAdmin("/admin/v1/suppressions", `{"recipient":"`+o.Email+`","note":"complaint from customer"}`); status != http.StatusCreated && status != http.StatusOK {
+						t.Fatalf("suppress %s: %d %s", o.Email, status, body)
+					}
+				}
+			case "expiry":
+				time.Sleep(16 * time.Second) // past DELIVERY_MAX_AGE, still down
+			}
+			testenv.WaitFor(t, "every delivery held", 60*time.Second, func() bool {
+				var held int
+				err := c.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM notification_deliveries WHERE status = 'held'").Scan(&held)
+				return err == nil && held == n
+			})
+			c.resend.SetOutage(nil)
+			time.Sleep(3 * time.Second) // Resend back: nothing may now send the held ones again
+			var notSent int
+			if err := c.db.Pool.QueryRow(context.Background(),
+				"SELECT count(*) FROM delivery_events WHERE to_status IN ('suppressed', 'failed', 'cancelled')").Scan(&notSent); err != nil {
+				t.Fatal(err)
+			}
+			if notSent != 0 {
+				t.Errorf("%d deliveries were told the shop as not sent while Resend may have held them", notSent)
+			}
+			taken := 0
+			for _, o := range c.orders {
+				got := c.resend.CountByIdempotencyKey(resend.IdempotencyKey(o.Key))
+				if got > 1 {
+					t.Errorf("%s: %d e-mails at Resend", o.Email, got)
+				}
+				taken += got
+				var status, lastError string
+				if err := c.db.Pool.QueryRow(context.Background(), "SELECT status, last_error FROM notification_deliveries WHERE id = $1",
+					o.DeliveryID).Scan(&status, &lastError); err != nil {
+					t.Fatal(err)
+				}
+				if status != "held" || !strings.Contains(lastError, "no look-up") {
+					t.Errorf("%s: %s (%s), want held for an operator: Resend cannot be asked", o.Email, status, lastError)
+				}
+			}
+			if want := n; taken != want {
+				t.Errorf("Resend holds %d e-mails, want the %d it took with the answers lost", taken, want)
+			}
+			t.Logf("%s during a lost answer: %d held, %d of them taken by Resend, none told as not sent", by, n, taken)
+		})
+	}
 }

@@ -115,7 +115,7 @@ func (q *Queries) ListActiveBlocks(ctx context.Context) ([]DeliveryBlock, error)
 }
 
 const listDeliveries = `-- name: ListDeliveries :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR template = $2::text)
   AND ($3::uuid IS NULL OR order_id = $3::uuid)
@@ -201,6 +201,8 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 			&i.OwnerID,
 			&i.HandoverBatch,
 			&i.Test,
+			&i.SettledBy,
+			&i.SettledAt,
 			&i.ProviderEvent,
 			&i.ProviderEventAt,
 			&i.BouncedOrComplainedAt,

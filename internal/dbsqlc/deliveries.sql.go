@@ -13,7 +13,7 @@ import (
 )
 
 const getDelivery = `-- name: GetDelivery :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE id = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE id = $1
 `
 
 func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDelivery, error) {
@@ -46,6 +46,8 @@ func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDe
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,
@@ -54,7 +56,7 @@ func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDe
 }
 
 const getDeliveryByKey = `-- name: GetDeliveryByKey :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE idempotency_key = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE idempotency_key = $1
 `
 
 func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (NotificationDelivery, error) {
@@ -87,6 +89,8 @@ func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,
@@ -116,7 +120,7 @@ func (q *Queries) GetRetiredDelivery(ctx context.Context, idempotencyKey string)
 }
 
 const listBatchMembers = `-- name: ListBatchMembers :many
-SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at FROM delivery_batches b
+SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at FROM delivery_batches b
 CROSS JOIN LATERAL unnest(b.members) WITH ORDINALITY AS m(id, ord)
 JOIN notification_deliveries d ON d.id = m.id
 WHERE b.key = $1
@@ -161,6 +165,8 @@ func (q *Queries) ListBatchMembers(ctx context.Context, key string) ([]Notificat
 			&i.OwnerID,
 			&i.HandoverBatch,
 			&i.Test,
+			&i.SettledBy,
+			&i.SettledAt,
 			&i.ProviderEvent,
 			&i.ProviderEventAt,
 			&i.BouncedOrComplainedAt,
@@ -176,7 +182,7 @@ func (q *Queries) ListBatchMembers(ctx context.Context, key string) ([]Notificat
 }
 
 const listDeliveriesByOrder = `-- name: ListDeliveriesByOrder :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) ([]NotificationDelivery, error) {
@@ -215,6 +221,8 @@ func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) 
 			&i.OwnerID,
 			&i.HandoverBatch,
 			&i.Test,
+			&i.SettledBy,
+			&i.SettledAt,
 			&i.ProviderEvent,
 			&i.ProviderEventAt,
 			&i.BouncedOrComplainedAt,

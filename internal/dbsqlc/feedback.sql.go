@@ -85,7 +85,7 @@ func (q *Queries) AddUnsubscribe(ctx context.Context, arg AddUnsubscribeParams) 
 }
 
 const findDeliveryForFeedback = `-- name: FindDeliveryForFeedback :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
 WHERE ($1::text IS NOT NULL AND provider_message_id = $1::text)
    OR ($2::text IS NOT NULL AND message_id IS NOT NULL
        AND split_part(message_id, '@', 1) = split_part($2::text, '@', 1)
@@ -132,6 +132,8 @@ func (q *Queries) FindDeliveryForFeedback(ctx context.Context, arg FindDeliveryF
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,
@@ -140,7 +142,7 @@ func (q *Queries) FindDeliveryForFeedback(ctx context.Context, arg FindDeliveryF
 }
 
 const findDeliveryForFeedbackByKeyHash = `-- name: FindDeliveryForFeedbackByKeyHash :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
 WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = $1::text
 ORDER BY created_at DESC
 LIMIT 1
@@ -179,6 +181,8 @@ func (q *Queries) FindDeliveryForFeedbackByKeyHash(ctx context.Context, keyHash 
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,

@@ -95,6 +95,8 @@ type NotificationDelivery struct {
 	OwnerID               *uuid.UUID
 	HandoverBatch         *string
 	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
 	ProviderEvent         *string
 	ProviderEventAt       *time.Time
 	BouncedOrComplainedAt *time.Time

@@ -163,7 +163,7 @@ func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetired
 }
 
 const getStaleSending = `-- name: GetStaleSending :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
 WHERE id = $1 AND status = 'sending' AND lease_expires_at < now()
 `
 
@@ -199,11 +199,97 @@ func (q *Queries) GetStaleSending(ctx context.Context, id uuid.UUID) (Notificati
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,
 	)
 	return i, err
+}
+
+const listHeldBackUnsettled = `-- name: ListHeldBackUnsettled :many
+SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, h.reason::text AS held_back
+FROM notification_deliveries d
+     CROSS JOIN LATERAL delivery_held_back(d.status, d.recipient, d.template, d.trying_since,
+                                           $1::float8, $2::text[], d.test) AS h (reason)
+WHERE d.status = 'pending'
+  AND d.unsettled_since IS NOT NULL
+  AND h.reason IS NOT NULL
+ORDER BY d.updated_at
+LIMIT $3
+`
+
+type ListHeldBackUnsettledParams struct {
+	MaxAgeSeconds         float64
+	SubscriptionTemplates []string
+	Batch                 int32
+}
+
+type ListHeldBackUnsettledRow struct {
+	NotificationDelivery NotificationDelivery
+	HeldBack             string
+}
+
+// Pending rows that may have been sent (an attempt's outcome at their
+// provider is unknown) and that are held back from another attempt (too
+// old, recipient suppressed or unsubscribed: delivery_held_back, as the
+// claim judges): the worker leaves them, and only the provider's answer
+// settles them, which the reconciler asks for. Oldest first, at most
+// batch; a plain read, each write fenced on it. Through the status
+// index's pending rows: such rows are few, and an index on
+// unsettled_since would cost every hand-over its HOT update.
+func (q *Queries) ListHeldBackUnsettled(ctx context.Context, arg ListHeldBackUnsettledParams) ([]ListHeldBackUnsettledRow, error) {
+	rows, err := q.db.Query(ctx, listHeldBackUnsettled, arg.MaxAgeSeconds, arg.SubscriptionTemplates, arg.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListHeldBackUnsettledRow
+	for rows.Next() {
+		var i ListHeldBackUnsettledRow
+		if err := rows.Scan(
+			&i.NotificationDelivery.ID,
+			&i.NotificationDelivery.OrderID,
+			&i.NotificationDelivery.Template,
+			&i.NotificationDelivery.Recipient,
+			&i.NotificationDelivery.IdempotencyKey,
+			&i.NotificationDelivery.Status,
+			&i.NotificationDelivery.Attempts,
+			&i.NotificationDelivery.LastError,
+			&i.NotificationDelivery.LeaseToken,
+			&i.NotificationDelivery.LeaseExpiresAt,
+			&i.NotificationDelivery.HandedOverAt,
+			&i.NotificationDelivery.ProviderMessageID,
+			&i.NotificationDelivery.TemplateData,
+			&i.NotificationDelivery.CreatedAt,
+			&i.NotificationDelivery.UpdatedAt,
+			&i.NotificationDelivery.SentAt,
+			&i.NotificationDelivery.MessageID,
+			&i.NotificationDelivery.TryingSince,
+			&i.NotificationDelivery.Locale,
+			&i.NotificationDelivery.NotBefore,
+			&i.NotificationDelivery.Provider,
+			&i.NotificationDelivery.ProviderPinned,
+			&i.NotificationDelivery.UnsettledSince,
+			&i.NotificationDelivery.OwnerID,
+			&i.NotificationDelivery.HandoverBatch,
+			&i.NotificationDelivery.Test,
+			&i.NotificationDelivery.SettledBy,
+			&i.NotificationDelivery.SettledAt,
+			&i.NotificationDelivery.ProviderEvent,
+			&i.NotificationDelivery.ProviderEventAt,
+			&i.NotificationDelivery.BouncedOrComplainedAt,
+			&i.HeldBack,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listStaleSending = `-- name: ListStaleSending :many
@@ -254,7 +340,7 @@ WITH picked AS (
 UPDATE notification_deliveries d SET updated_at = now()
 FROM picked
 WHERE d.id = picked.id AND d.status = 'pending'
-RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
+RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
 `
 
 type PickOrphanedPendingParams struct {
@@ -303,6 +389,8 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 			&i.OwnerID,
 			&i.HandoverBatch,
 			&i.Test,
+			&i.SettledBy,
+			&i.SettledAt,
 			&i.ProviderEvent,
 			&i.ProviderEventAt,
 			&i.BouncedOrComplainedAt,

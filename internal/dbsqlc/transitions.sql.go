@@ -16,24 +16,29 @@ const cancelDelivery = `-- name: CancelDelivery :one
 
 WITH upd AS (
     UPDATE notification_deliveries d
-    SET status = 'cancelled', updated_at = now()
+    SET status          = 'cancelled',
+        unsettled_since = NULL,
+        provider_pinned = false,
+        settled_by      = CASE WHEN d.unsettled_since IS NULL THEN d.settled_by ELSE 'operator' END,
+        settled_at      = CASE WHEN d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
+        updated_at      = now()
     WHERE d.id = $1 AND d.status = 'pending'
-      AND ((NOT d.provider_pinned AND d.unsettled_since IS NULL) OR ($2::boolean AND $3::boolean))
+      AND (d.unsettled_since IS NULL OR ($2::boolean AND $3::boolean))
       AND ($2::boolean OR (d.test = $4::boolean AND (d.owner_id IS NULL
            OR (d.owner_id = $5::uuid AND $5::uuid <> '00000000-0000-0000-0000-000000000000'))))
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $6::text,
            nullif(jsonb_strip_nulls(jsonb_build_object(
                'note', nullif($7::text, ''),
-               'not_at_provider', CASE WHEN upd.provider_pinned OR upd.unsettled_since IS NOT NULL THEN coalesce(upd.provider, '') END)),
+               'not_at_provider', CASE WHEN upd.settled_at = now() AND upd.settled_by = 'operator' THEN coalesce(upd.provider, '') END)),
                '{}'::jsonb)
     FROM upd
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
        provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
@@ -75,6 +80,8 @@ type CancelDeliveryRow struct {
 	OwnerID               *uuid.UUID
 	HandoverBatch         *string
 	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
 	ProviderEvent         *string
 	ProviderEventAt       *time.Time
 	BouncedOrComplainedAt *time.Time
@@ -133,6 +140,8 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,
@@ -145,7 +154,7 @@ WITH upd AS (
     UPDATE notification_deliveries d
     SET status = 'cancelled', updated_at = now()
     WHERE d.order_id = $2 AND d.template = $3 AND d.status = 'pending'
-      AND NOT d.provider_pinned AND d.unsettled_since IS NULL
+      AND d.unsettled_since IS NULL
       AND ($4::boolean OR (d.test = $5::boolean AND (d.owner_id IS NULL
            OR (d.owner_id = $6::uuid AND $6::uuid <> '00000000-0000-0000-0000-000000000000'))))
     RETURNING d.id, d.attempts
@@ -190,7 +199,7 @@ WITH nosync AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), judged AS (
-    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, n.handover_batch, n.test, n.provider_event, n.provider_event_at, n.bounced_or_complained_at, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, n.handover_batch, n.test, n.settled_by, n.settled_at, n.provider_event, n.provider_event_at, n.bounced_or_complained_at, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
            CASE
                WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
@@ -198,20 +207,18 @@ WITH nosync AS (
                WHEN n.status = 'sending' AND n.handed_over_at IS NOT NULL THEN 'handed_over'
                WHEN n.status = 'pending' AND n.not_before > now() THEN 'not_yet'
                WHEN NOT (n.template = ANY($6::text[])) THEN 'unknown_template'
-               WHEN n.status = 'pending' AND n.trying_since <= now() - make_interval(secs => $7::float8) THEN 'too_old'
-               WHEN EXISTS (SELECT 1 FROM suppressions s WHERE s.recipient = n.recipient AND s.test = n.test) THEN 'suppressed'
-               WHEN n.template = ANY($8::text[])
-                    AND EXISTS (SELECT 1 FROM unsubscribes u
-                                WHERE u.recipient = n.recipient AND u.category = 'subscription' AND u.test = n.test) THEN 'unsubscribed'
+               WHEN h.reason IS NOT NULL THEN h.reason
                WHEN EXISTS (SELECT 1 FROM delivery_blocks b
                             WHERE b.expires_at > now()
                               AND ((b.kind = 'key' AND b.value = n.idempotency_key)
                                 OR (b.kind = 'recipient' AND b.value = n.recipient))) THEN 'blocked'
                WHEN n.provider_pinned AND n.provider IS NOT NULL
-                    AND NOT (n.provider = ANY(coalesce($9::text[], '{}'))) THEN 'pinned_elsewhere'
+                    AND NOT (n.provider = ANY(coalesce($7::text[], '{}'))) THEN 'pinned_elsewhere'
                ELSE 'claim'
            END AS verdict
     FROM nosync, input i JOIN notification_deliveries n ON n.id = i.id
+         CROSS JOIN LATERAL delivery_held_back(n.status, n.recipient, n.template, n.trying_since,
+                                               $8::float8, $9::text[], n.test) AS h (reason)
     WHERE n.id = ANY($1::uuid[])
     ORDER BY n.id
     FOR UPDATE OF n
@@ -227,7 +234,7 @@ WITH nosync AS (
     FROM judged j
     WHERE d.id = j.id
       AND j.verdict = 'claim'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, j.status AS from_status, j.task_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $11::text,
@@ -255,9 +262,9 @@ type ClaimDeliveriesParams struct {
 	MessageIds            []string
 	TaskIds               []string
 	Templates             []string
+	UsableProviders       []string
 	MaxAgeSeconds         float64
 	SubscriptionTemplates []string
-	UsableProviders       []string
 	LeaseSeconds          float64
 	Actor                 string
 }
@@ -312,6 +319,7 @@ type ClaimDeliveriesRow struct {
 //	suppressed        the recipient is on the suppression list (of its mode)
 //	unsubscribed      a subscription template, and the recipient left
 //	                  subscription mail (one-click unsubscribe)
+//	                  (these three: delivery_held_back, 00021; by mode, 00023)
 //	blocked           an operator's block holds it back
 //	pinned_elsewhere  pinned to a provider (its outcome there unknown)
 //	                  that is not among the worker's usable ones now
@@ -332,9 +340,9 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 		arg.MessageIds,
 		arg.TaskIds,
 		arg.Templates,
+		arg.UsableProviders,
 		arg.MaxAgeSeconds,
 		arg.SubscriptionTemplates,
-		arg.UsableProviders,
 		arg.LeaseSeconds,
 		arg.Actor,
 	)
@@ -410,7 +418,9 @@ type ExpirePendingParams struct {
 
 // A pending delivery whose tries began longer ago than DELIVERY_MAX_AGE
 // (the provider refused us, or no worker knew its template, all that
-// time): given up without another try.
+// time): given up without another try. Not one that may have been sent:
+// its expiry waits for the reconciler's settlement (the database refuses
+// failed beside an unknown outcome).
 func (q *Queries) ExpirePending(ctx context.Context, arg ExpirePendingParams) (int64, error) {
 	result, err := q.db.Exec(ctx, expirePending,
 		arg.Actor,
@@ -605,14 +615,14 @@ WITH ins AS (
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, provider_event, provider_event_at, bounced_or_complained_at
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT ins.id, 'received', NULL, 'pending', 0, $12::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
        provider_event, provider_event_at, bounced_or_complained_at
 FROM ins
 `
@@ -659,6 +669,8 @@ type InsertDeliveryRow struct {
 	OwnerID               *uuid.UUID
 	HandoverBatch         *string
 	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
 	ProviderEvent         *string
 	ProviderEventAt       *time.Time
 	BouncedOrComplainedAt *time.Time
@@ -671,6 +683,13 @@ type InsertDeliveryRow struct {
 // and each is conditional on the status (and, for an attempt, on the
 // lease) it moves from: a transition that no longer applies changes
 // nothing.
+//
+// Whether a provider may hold a delivery's message is unsettled_since,
+// and PostgreSQL keeps it (migration 00021, trigger delivery_settlement):
+// a hand-over sets it, sent clears it, and nothing else clears it without
+// naming its evidence (settled_by: 'answer', 'lookup' or 'operator'); no
+// status that says "not sent" (failed, suppressed, cancelled) can stand
+// beside it. A statement below that would break that fails.
 // ---- The API: an intent is recorded (-> pending). ----
 // A second intent for the same event meets the unique key and changes
 // nothing; the caller then reads the row that was there first. A key
@@ -720,6 +739,8 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,
@@ -778,6 +799,9 @@ WITH upd AS (
     SET status           = 'failed',
         last_error       = $2::text,
         lease_expires_at = NULL,
+        unsettled_since  = CASE WHEN d.provider_pinned THEN d.unsettled_since END,
+        settled_by       = CASE WHEN d.provider_pinned OR d.unsettled_since IS NULL THEN d.settled_by ELSE 'answer' END,
+        settled_at       = CASE WHEN d.provider_pinned OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
         updated_at       = now()
     WHERE d.id = $4
       AND d.status = 'sending'
@@ -798,6 +822,10 @@ type MarkFailedParams struct {
 	LeaseToken uuid.UUID
 }
 
+// Refused for good, or deferred past DELIVERY_MAX_AGE: the answer
+// settles this attempt (settled_by 'answer'). An earlier attempt whose
+// outcome is unknown (pinned) is not settled by it: such a row is held
+// (HoldAttempt), and this statement fails on it.
 func (q *Queries) MarkFailed(ctx context.Context, arg MarkFailedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, markFailed,
 		arg.Actor,
@@ -930,7 +958,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -939,7 +967,7 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
        provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
@@ -978,6 +1006,8 @@ type OperatorMarkSentRow struct {
 	OwnerID               *uuid.UUID
 	HandoverBatch         *string
 	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
 	ProviderEvent         *string
 	ProviderEventAt       *time.Time
 	BouncedOrComplainedAt *time.Time
@@ -1019,6 +1049,8 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,
@@ -1035,6 +1067,8 @@ WITH prev AS (
     SET status           = 'pending',
         provider_pinned  = d.provider_pinned AND NOT $2::boolean,
         unsettled_since  = CASE WHEN $2::boolean THEN NULL ELSE d.unsettled_since END,
+        settled_by       = CASE WHEN $2::boolean AND d.unsettled_since IS NOT NULL THEN 'operator' ELSE d.settled_by END,
+        settled_at       = CASE WHEN $2::boolean AND d.unsettled_since IS NOT NULL THEN now() ELSE d.settled_at END,
         attempts         = 0,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -1043,7 +1077,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, prev.status AS from_status, prev.provider_pinned AS was_pinned
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, prev.status AS from_status, prev.provider_pinned AS was_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $3::text,
@@ -1053,7 +1087,7 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test,
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
        provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
@@ -1092,6 +1126,8 @@ type OperatorRetryRow struct {
 	OwnerID               *uuid.UUID
 	HandoverBatch         *string
 	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
 	ProviderEvent         *string
 	ProviderEventAt       *time.Time
 	BouncedOrComplainedAt *time.Time
@@ -1141,6 +1177,8 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.OwnerID,
 		&i.HandoverBatch,
 		&i.Test,
+		&i.SettledBy,
+		&i.SettledAt,
 		&i.ProviderEvent,
 		&i.ProviderEventAt,
 		&i.BouncedOrComplainedAt,
@@ -1154,35 +1192,36 @@ WITH upd AS (
     SET status           = 'held',
         lease_token      = NULL,
         lease_expires_at = NULL,
-        provider         = nullif($4::text, ''),
+        provider         = nullif($5::text, ''),
         provider_pinned  = true,
         unsettled_since  = coalesce(d.unsettled_since, d.handed_over_at),
-        last_error       = $3::text,
+        last_error       = $4::text,
         updated_at       = now()
-    WHERE d.id = $5
-      AND d.status = 'sending'
-      AND d.lease_token = $6::uuid
-      AND d.lease_expires_at < now()
-      AND d.updated_at = $7::timestamptz
-      AND d.handed_over_at IS NOT DISTINCT FROM $8::timestamptz
-      AND coalesce(d.provider, '') = $9::text
-      AND d.provider_pinned = $10::boolean
-      AND d.unsettled_since IS NOT DISTINCT FROM $11::timestamptz
+    WHERE d.id = $6
+      AND d.status = $1::text
+      AND d.lease_token IS NOT DISTINCT FROM $7::uuid
+      AND (d.status = 'pending' OR d.lease_expires_at < now())
+      AND d.updated_at = $8::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM $9::timestamptz
+      AND coalesce(d.provider, '') = $10::text
+      AND d.provider_pinned = $11::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM $12::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'reconciled', 'sending', 'held', attempts, $1::text,
-       jsonb_build_object('decision', $2::text, 'reason', $3::text, 'provider', $4::text)
+SELECT id, 'reconciled', $1::text, 'held', attempts, $2::text,
+       jsonb_build_object('decision', $3::text, 'reason', $4::text, 'provider', $5::text)
 FROM upd
 `
 
 type ReconcileToHeldParams struct {
+	SeenStatus         string
 	Actor              string
 	Decision           string
 	Reason             string
 	Provider           string
 	ID                 uuid.UUID
-	LeaseToken         uuid.UUID
+	SeenLeaseToken     *uuid.UUID
 	SeenUpdatedAt      time.Time
 	SeenHandedOverAt   *time.Time
 	SeenProvider       string
@@ -1194,12 +1233,13 @@ type ReconcileToHeldParams struct {
 // alone (pinned).
 func (q *Queries) ReconcileToHeld(ctx context.Context, arg ReconcileToHeldParams) (int64, error) {
 	result, err := q.db.Exec(ctx, reconcileToHeld,
+		arg.SeenStatus,
 		arg.Actor,
 		arg.Decision,
 		arg.Reason,
 		arg.Provider,
 		arg.ID,
-		arg.LeaseToken,
+		arg.SeenLeaseToken,
 		arg.SeenUpdatedAt,
 		arg.SeenHandedOverAt,
 		arg.SeenProvider,
@@ -1220,36 +1260,40 @@ WITH upd AS (
         lease_token      = NULL,
         lease_expires_at = NULL,
         handed_over_at   = NULL,
-        provider         = nullif($4::text, ''),
-        provider_pinned  = $5::boolean,
-        unsettled_since  = CASE WHEN $5::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
-        last_error       = $3::text,
+        provider         = nullif($5::text, ''),
+        provider_pinned  = $6::boolean,
+        unsettled_since  = CASE WHEN $6::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
+        settled_by       = CASE WHEN $6::boolean OR d.unsettled_since IS NULL THEN d.settled_by ELSE nullif($7::text, '') END,
+        settled_at       = CASE WHEN $6::boolean OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
+        last_error       = $4::text,
         updated_at       = now()
-    WHERE d.id = $6
-      AND d.status = 'sending'
-      AND d.lease_token = $7::uuid
-      AND d.lease_expires_at < now()
-      AND d.updated_at = $8::timestamptz
-      AND d.handed_over_at IS NOT DISTINCT FROM $9::timestamptz
-      AND coalesce(d.provider, '') = $10::text
-      AND d.provider_pinned = $11::boolean
-      AND d.unsettled_since IS NOT DISTINCT FROM $12::timestamptz
+    WHERE d.id = $8
+      AND d.status = $1::text
+      AND d.lease_token IS NOT DISTINCT FROM $9::uuid
+      AND (d.status = 'pending' OR d.lease_expires_at < now())
+      AND d.updated_at = $10::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM $11::timestamptz
+      AND coalesce(d.provider, '') = $12::text
+      AND d.provider_pinned = $13::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM $14::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'reconciled', 'sending', 'pending', attempts, $1::text,
-       jsonb_build_object('decision', $2::text, 'reason', $3::text, 'provider', $4::text, 'pinned', $5::boolean)
+SELECT id, 'reconciled', $1::text, 'pending', attempts, $2::text,
+       jsonb_build_object('decision', $3::text, 'reason', $4::text, 'provider', $5::text, 'pinned', $6::boolean)
 FROM upd
 `
 
 type ReconcileToPendingParams struct {
+	SeenStatus         string
 	Actor              string
 	Decision           string
 	Reason             string
 	Provider           string
 	Pinned             bool
+	Evidence           string
 	ID                 uuid.UUID
-	LeaseToken         uuid.UUID
+	SeenLeaseToken     *uuid.UUID
 	SeenUpdatedAt      time.Time
 	SeenHandedOverAt   *time.Time
 	SeenProvider       string
@@ -1257,26 +1301,32 @@ type ReconcileToPendingParams struct {
 	SeenUnsettledSince *time.Time
 }
 
-// ---- The reconciler: a sending row whose lease expired. ----
+// ---- The reconciler: a sending row whose lease expired, or a pending
+// ---- one that may have been sent and is held back (its settlement). ----
 // The reconciler's three writes are each fenced on the row as it read
-// it (GetStaleSending), before it asked the provider, holding no lock in
-// between: still sending, under the lease it saw expire and still
-// expired, with updated_at and every column its decision read (the
+// it (GetStaleSending, ListHeldBackUnsettled), before it asked the
+// provider, holding no lock in between: in the status it was read in,
+// under the lease it saw expire and still expired (a pending row has
+// none), with updated_at and every column its decision read (the
 // hand-over, the provider and its pin, the earliest unknown attempt) as
 // they were. A row that changed meanwhile (a late worker recorded its
 // outcome, another reconciler decided first) is left as it is: no row,
 // no history. provider is the one the reconciler judged the row at;
 // pinned, whether its next attempts must go there alone (the outcome
-// there is still unknown).
+// there is still unknown). Unpinning a row whose outcome was unknown
+// names its evidence ('lookup': the provider's search has no such
+// message); without it the database refuses the write.
 func (q *Queries) ReconcileToPending(ctx context.Context, arg ReconcileToPendingParams) (int64, error) {
 	result, err := q.db.Exec(ctx, reconcileToPending,
+		arg.SeenStatus,
 		arg.Actor,
 		arg.Decision,
 		arg.Reason,
 		arg.Provider,
 		arg.Pinned,
+		arg.Evidence,
 		arg.ID,
-		arg.LeaseToken,
+		arg.SeenLeaseToken,
 		arg.SeenUpdatedAt,
 		arg.SeenHandedOverAt,
 		arg.SeenProvider,
@@ -1293,36 +1343,37 @@ const reconcileToSent = `-- name: ReconcileToSent :execrows
 WITH upd AS (
     UPDATE notification_deliveries d
     SET status              = 'sent',
-        provider_message_id = $3::text,
-        provider            = nullif($4::text, ''),
+        provider_message_id = $4::text,
+        provider            = nullif($5::text, ''),
         sent_at             = now(),
         last_error          = NULL,
         lease_expires_at    = NULL,
         updated_at          = now()
-    WHERE d.id = $5
-      AND d.status = 'sending'
-      AND d.lease_token = $6::uuid
-      AND d.lease_expires_at < now()
-      AND d.updated_at = $7::timestamptz
-      AND d.handed_over_at IS NOT DISTINCT FROM $8::timestamptz
-      AND coalesce(d.provider, '') = $9::text
-      AND d.provider_pinned = $10::boolean
-      AND d.unsettled_since IS NOT DISTINCT FROM $11::timestamptz
+    WHERE d.id = $6
+      AND d.status = $1::text
+      AND d.lease_token IS NOT DISTINCT FROM $7::uuid
+      AND (d.status = 'pending' OR d.lease_expires_at < now())
+      AND d.updated_at = $8::timestamptz
+      AND d.handed_over_at IS NOT DISTINCT FROM $9::timestamptz
+      AND coalesce(d.provider, '') = $10::text
+      AND d.provider_pinned = $11::boolean
+      AND d.unsettled_since IS NOT DISTINCT FROM $12::timestamptz
     RETURNING d.id, d.attempts
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'reconciled', 'sending', 'sent', attempts, $1::text,
-       jsonb_build_object('decision', $2::text, 'provider_message_id', $3::text, 'provider', $4::text)
+SELECT id, 'reconciled', $1::text, 'sent', attempts, $2::text,
+       jsonb_build_object('decision', $3::text, 'provider_message_id', $4::text, 'provider', $5::text)
 FROM upd
 `
 
 type ReconcileToSentParams struct {
+	SeenStatus         string
 	Actor              string
 	Decision           string
 	ProviderMessageID  string
 	Provider           string
 	ID                 uuid.UUID
-	LeaseToken         uuid.UUID
+	SeenLeaseToken     *uuid.UUID
 	SeenUpdatedAt      time.Time
 	SeenHandedOverAt   *time.Time
 	SeenProvider       string
@@ -1332,12 +1383,13 @@ type ReconcileToSentParams struct {
 
 func (q *Queries) ReconcileToSent(ctx context.Context, arg ReconcileToSentParams) (int64, error) {
 	result, err := q.db.Exec(ctx, reconcileToSent,
+		arg.SeenStatus,
 		arg.Actor,
 		arg.Decision,
 		arg.ProviderMessageID,
 		arg.Provider,
 		arg.ID,
-		arg.LeaseToken,
+		arg.SeenLeaseToken,
 		arg.SeenUpdatedAt,
 		arg.SeenHandedOverAt,
 		arg.SeenProvider,
@@ -1356,7 +1408,9 @@ WITH upd AS (
     SET status           = 'pending',
         attempts         = d.attempts - CASE WHEN $4::boolean THEN 1 ELSE 0 END,
         provider_pinned  = d.provider_pinned OR $5::boolean,
-        unsettled_since  = CASE WHEN $5::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) ELSE d.unsettled_since END,
+        unsettled_since  = CASE WHEN d.provider_pinned OR $5::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
+        settled_by       = CASE WHEN d.provider_pinned OR $5::boolean OR d.unsettled_since IS NULL THEN d.settled_by ELSE 'answer' END,
+        settled_at       = CASE WHEN d.provider_pinned OR $5::boolean OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
         last_error       = $2::text,
         lease_token      = NULL,
         lease_expires_at = NULL,
@@ -1389,7 +1443,9 @@ type ReleaseForRetryParams struct {
 // from attempts, which counts only the tries the recipient's side saw;
 // when to give up is DELIVERY_MAX_AGE's business, not this count's. pin:
 // the provider may have taken it all the same (an HTTP 5xx after the
-// request went out), so the next attempts go to it alone.
+// request went out), so the next attempts go to it alone. Without pin,
+// the answer settles this attempt (settled_by 'answer'); an earlier
+// unknown one (pinned) stays unknown.
 func (q *Queries) ReleaseForRetry(ctx context.Context, arg ReleaseForRetryParams) (int64, error) {
 	result, err := q.db.Exec(ctx, releaseForRetry,
 		arg.Actor,
@@ -1435,7 +1491,8 @@ type SuppressPendingParams struct {
 
 // A delivery to a recipient on the suppression list, pending or left
 // sending by an attempt that died before its hand-over (nothing was
-// sent): not sent, and kept visible with the reason.
+// sent): not sent, and kept visible with the reason. Not one that may
+// have been sent: that waits for the reconciler's settlement.
 func (q *Queries) SuppressPending(ctx context.Context, arg SuppressPendingParams) (int64, error) {
 	result, err := q.db.Exec(ctx, suppressPending, arg.Actor, arg.ID)
 	if err != nil {
@@ -1473,7 +1530,8 @@ type SuppressUnsubscribedParams struct {
 
 // A delivery of a subscription template to a recipient who unsubscribed
 // from that mail, pending or left sending by an attempt that died before
-// its hand-over: not sent, kept visible with the reason.
+// its hand-over: not sent, kept visible with the reason. Not one that
+// may have been sent, as SuppressPending.
 func (q *Queries) SuppressUnsubscribed(ctx context.Context, arg SuppressUnsubscribedParams) (int64, error) {
 	result, err := q.db.Exec(ctx, suppressUnsubscribed, arg.Actor, arg.ID)
 	if err != nil {

@@ -50,6 +50,8 @@ type adminDelivery struct {
 	Provider          string          `json:"provider,omitempty"`
 	ProviderPinned    bool            `json:"provider_pinned,omitempty"`
 	MayHaveBeenSent   bool            `json:"may_have_been_sent,omitempty"`
+	SettledBy         string          `json:"settled_by,omitempty"`
+	SettledAt         *time.Time      `json:"settled_at,omitempty"`
 	Owner             *uuid.UUID      `json:"owner,omitempty"`
 	LeaseExpiresAt    *time.Time      `json:"lease_expires_at,omitempty"`
 	HandedOverAt      *time.Time      `json:"handed_over_at,omitempty"`
@@ -72,6 +74,7 @@ func toAdmin(d notify.Delivery) adminDelivery {
 		IdempotencyKey: d.IdempotencyKey, KeyHash: mail.KeyHash(d.IdempotencyKey), Status: d.Status,
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
 		Provider: d.Provider, ProviderPinned: d.ProviderPinned, MayHaveBeenSent: d.MayHaveBeenSent(), Owner: d.Owner,
+		SettledBy: d.SettledBy, SettledAt: d.SettledAt,
 		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, SendAt: d.NotBefore, TemplateData: d.Data,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt, Test: d.Test,
 		BouncedOrComplainedAt: d.BouncedOrComplainedAt,

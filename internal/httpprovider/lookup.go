@@ -43,15 +43,16 @@ func CheckMiss(name string, at, now time.Time, settle time.Duration, errTooRecen
 }
 
 // Search is a look-up's Find around search, the provider's own: a send
-// handed over before w's retention is refused without one (CheckRetention,
-// errOutside), and a miss is believed only once the send is w's settle
-// margin old (CheckMiss, errTooRecent; name begins its other error).
+// whose earliest unknown attempt (q.From) was handed over before w's
+// retention is refused without one (CheckRetention, errOutside), and a
+// miss is believed only once the latest is w's settle margin old
+// (CheckMiss, errTooRecent; name begins its other error).
 // search is given the time both checks count from.
 func Search(ctx context.Context, name string, q mail.Query, w Window, errOutside, errTooRecent error,
 	search func(ctx context.Context, q mail.Query, now time.Time) (id string, found bool, err error),
 ) (string, bool, error) {
 	now := time.Now()
-	if err := CheckRetention(q.HandedOverAt, now, w.Retention, errOutside); err != nil {
+	if err := CheckRetention(q.From(), now, w.Retention, errOutside); err != nil {
 		return "", false, err
 	}
 	id, found, err := search(ctx, q, now)

@@ -57,7 +57,22 @@ var ErrCannotTell = errors.New("the provider's search cannot tell")
 
 // Query describes the message of one ambiguous send.
 type Query struct {
-	MessageID    string    // the delivery's stored Message-ID, without angle brackets
-	KeyHash      string    // KeyHash of its idempotency key, as sent in provider metadata
-	HandedOverAt time.Time // when the data went to the provider
+	MessageID string // the delivery's stored Message-ID, without angle brackets
+	KeyHash   string // KeyHash of its idempotency key, as sent in provider metadata
+	// HandedOverAt is when the data went to the provider, the latest
+	// attempt's (or a time no earlier): a miss is believed only once it
+	// is old enough to be searchable.
+	HandedOverAt time.Time
+	// Since is when the earliest attempt whose outcome is unknown was
+	// handed over (zero: HandedOverAt): the search covers from there, so
+	// that a miss speaks for every unknown attempt.
+	Since time.Time
+}
+
+// From is the earliest hand-over a search for q must cover.
+func (q Query) From() time.Time {
+	if q.Since.IsZero() || q.Since.After(q.HandedOverAt) {
+		return q.HandedOverAt
+	}
+	return q.Since
 }

@@ -77,12 +77,12 @@ func (l *Lookup) Find(ctx context.Context, q mail.Query) (string, bool, error) {
 }
 
 // search pages through the domain's events for q's Message-ID, from
-// shortly before its hand-over (not known: the whole retention before
-// now).
+// shortly before its earliest unknown hand-over (not known: the whole
+// retention before now).
 func (l *Lookup) search(ctx context.Context, q mail.Query, now time.Time) (string, bool, error) {
 	begin := now.Add(-l.window.Retention)
-	if !q.HandedOverAt.IsZero() {
-		begin = q.HandedOverAt.Add(-searchSkew)
+	if from := q.From(); !from.IsZero() {
+		begin = from.Add(-searchSkew)
 	}
 	v := url.Values{}
 	v.Set("message-id", q.MessageID)

@@ -100,8 +100,15 @@ type Delivery struct {
 	Provider       string
 	ProviderPinned bool
 	// UnsettledSince is when the earliest attempt whose outcome is still
-	// unknown was handed over; nil if none is.
+	// unknown was handed over; nil if none is. PostgreSQL keeps it
+	// (migration 00021): set by a hand-over, cleared by sent or by
+	// evidence (SettledBy), never beside failed, suppressed or cancelled.
 	UnsettledSince *time.Time
+	// SettledBy is the evidence that last settled an unknown outcome as
+	// not taken ("answer", "lookup", "operator"), at SettledAt; "" if
+	// none did.
+	SettledBy string
+	SettledAt *time.Time
 	// Owner is the owner of the API key that made it (apikey.Key.Owner;
 	// a checkout's confirmation: the order's), PublicOwner for the public
 	// checkout's, nil when it was recorded before owners were.
@@ -286,6 +293,7 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		NotBefore:      r.NotBefore,
 		ProviderPinned: r.ProviderPinned,
 		UnsettledSince: r.UnsettledSince,
+		SettledAt:      r.SettledAt,
 		Owner:          r.OwnerID,
 		Test:           r.Test,
 		leaseToken:     r.LeaseToken,
@@ -296,6 +304,7 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		Locale:            orEmpty(r.Locale),
 		LastError:         orEmpty(r.LastError),
 		ProviderMessageID: orEmpty(r.ProviderMessageID),
+		SettledBy:         orEmpty(r.SettledBy),
 		// What the provider reported after it took the message.
 		ProviderEvent:         providerEventOf(r.ProviderEvent, r.ProviderEventAt),
 		BouncedOrComplainedAt: r.BouncedOrComplainedAt,
@@ -343,22 +352,20 @@ func GetByKey(ctx context.Context, db DB, key string) (Delivery, error) {
 	return fromRow(row), nil
 }
 
-// unknownSince is the earliest a delivery's attempt whose outcome is
-// still unknown can have been handed over: unsettled_since, or for a
-// pinned delivery without it (pinned by a release before that column,
-// during a roll) its creation, as early as it can be; or the latest
-// hand-over, when that is earlier or all there is. ok is false when
-// the delivery has no unknown attempt.
-func unknownSince(pinned bool, unsettled, handedOver *time.Time, created time.Time) (since time.Time, ok bool) {
+// UnknownSince is when d's earliest attempt whose outcome is still
+// unknown was handed over (UnsettledSince; a sending row's hand-over
+// makes it so, in a row built without it too); ok is false when it has
+// none.
+func (d Delivery) UnknownSince() (since time.Time, ok bool) {
 	var known []time.Time
 	switch {
-	case unsettled != nil:
-		known = append(known, *unsettled)
-	case pinned:
-		known = append(known, created)
+	case d.UnsettledSince != nil:
+		known = append(known, *d.UnsettledSince)
+	case d.ProviderPinned: // pinned before unsettled_since was kept (00015): as early as it can be
+		known = append(known, d.CreatedAt)
 	}
-	if handedOver != nil {
-		known = append(known, *handedOver)
+	if d.Status == StatusSending && d.HandedOverAt != nil {
+		known = append(known, *d.HandedOverAt)
 	}
 	if len(known) == 0 {
 		return time.Time{}, false
@@ -366,25 +373,13 @@ func unknownSince(pinned bool, unsettled, handedOver *time.Time, created time.Ti
 	return slices.MinFunc(known, time.Time.Compare), true
 }
 
-// UnknownSince is unknownSince for d: how long ago its earliest unknown
-// attempt may have reached the provider.
-func (d Delivery) UnknownSince() (time.Time, bool) {
-	return unknownSince(d.ProviderPinned, d.UnsettledSince, d.HandedOverAt, d.CreatedAt)
-}
-
 // MayHaveBeenSent reports whether a provider may hold d's e-mail though
 // its status does not say sent: an attempt was handed over and its
-// outcome is not known — pinned to its provider (UnsettledSince), or
-// sending past its hand-over. (A final row keeps its last hand-over's
-// time, which says nothing unknown by itself: a refusal after the data
-// is an answer.) Such a delivery is never cancelled on our word, and
-// the shop is told (order.Notification's may_have_been_sent).
+// outcome is not known. PostgreSQL keeps this true of every row
+// (UnsettledSince), so it is never beside a status that says "not
+// sent"; such a delivery is never cancelled on our word, and the shop
+// is told (order.Notification's may_have_been_sent).
 func (d Delivery) MayHaveBeenSent() bool {
-	switch {
-	case d.Status == StatusSent:
-		return false
-	case d.Status == StatusSending && d.HandedOverAt != nil:
-		return true
-	}
-	return d.ProviderPinned || d.UnsettledSince != nil
+	_, unknown := d.UnknownSince()
+	return unknown
 }

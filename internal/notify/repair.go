@@ -46,6 +46,32 @@ func StaleSending(ctx context.Context, db DB, batch int) ([]uuid.UUID, error) {
 	return ids, nil
 }
 
+// HeldBack is a pending delivery that may have been sent and is held
+// back from another attempt, and why (Verdict: too_old, suppressed or
+// unsubscribed).
+type HeldBack struct {
+	Delivery Delivery
+	Reason   Verdict
+}
+
+// HeldBackUnsettled lists, oldest change first, up to batch pending
+// deliveries that may have been sent and that the claim would hold back
+// (older than maxAge, the recipient suppressed, or unsubscribed from one
+// of the subscription templates): the worker leaves them, and only the
+// provider's answer settles them. A plain read; the reconciler's write
+// is fenced on it.
+func HeldBackUnsettled(ctx context.Context, db DB, maxAge time.Duration, subscriptions []string, batch int) ([]HeldBack, error) {
+	rows, err := dbsqlc.New(db).ListHeldBackUnsettled(ctx, dbsqlc.ListHeldBackUnsettledParams{
+		MaxAgeSeconds: maxAge.Seconds(), SubscriptionTemplates: subscriptions, Batch: int32(batch),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list held-back deliveries that may have been sent: %w", err)
+	}
+	return mapRows(rows, func(r dbsqlc.ListHeldBackUnsettledRow) HeldBack {
+		return HeldBack{Delivery: fromRow(r.NotificationDelivery), Reason: Verdict(r.HeldBack)}
+	}), nil
+}
+
 // GetStaleSending reads delivery id as it stands, if it is still sending
 // with an expired lease; found is false when it is not (settled since,
 // or taken by a worker again). The reconciler decides on this read, and

@@ -55,17 +55,17 @@ var Transitions = []Transition{
 	{[]Status{StatusSending}, StatusSending, "worker", "the last lease check before the data (handed_over_at), with what the message is: its subject, language and template version", []string{"HandOverAll"}},
 	{[]Status{StatusSending}, StatusSent, "worker", "the provider accepted the message", []string{"MarkSentAll"}},
 	{[]Status{StatusSending}, StatusPending, "worker", "refused before the data, the provider refusing us, or deferred: try later; pinned to the provider when it may have taken it (a 5xx after the request, at a provider that refuses a second message under our key)", []string{"Release"}},
-	{[]Status{StatusSending}, StatusFailed, "worker", "refused for good for this recipient, or deferred past DELIVERY_MAX_AGE", []string{"MarkFailed"}},
-	{[]Status{StatusSending}, StatusHeld, "worker", "the template cannot render the stored data, or the provider's window for a second message under our key has passed since an attempt whose outcome is unknown", []string{"HoldAttempt"}},
+	{[]Status{StatusSending}, StatusFailed, "worker", "refused for good for this recipient, or deferred past DELIVERY_MAX_AGE, and no earlier attempt's outcome is unknown", []string{"MarkFailed"}},
+	{[]Status{StatusSending}, StatusHeld, "worker", "the template cannot render the stored data, the provider's window for a second message under our key has passed since an attempt whose outcome is unknown, or it is refused now while an earlier attempt's outcome is unknown", []string{"HoldAttempt"}},
 	{[]Status{StatusSending}, StatusSending, "worker", "no answer after the data (ambiguous), or a dead attempt found that had handed over: left for the reconciler", []string{"MarkAmbiguous", "NoteAmbiguous"}},
-	{[]Status{StatusPending}, StatusFailed, "worker", "tries began more than DELIVERY_MAX_AGE ago (expired)", []string{"ExpirePending"}},
-	{[]Status{StatusPending, StatusSending}, StatusSuppressed, "worker", "the recipient is on the suppression list (a hard bounce, a complaint, an operator), or left a subscription template's mail; a sending row only if its attempt died before its hand-over", []string{"SuppressPending", "SuppressUnsubscribed"}},
+	{[]Status{StatusPending}, StatusFailed, "worker", "tries began more than DELIVERY_MAX_AGE ago (expired), and no attempt may have reached a provider", []string{"ExpirePending"}},
+	{[]Status{StatusPending, StatusSending}, StatusSuppressed, "worker", "the recipient is on the suppression list (a hard bounce, a complaint, an operator), or left a subscription template's mail; a sending row only if its attempt died before its hand-over; never one that may have been sent", []string{"SuppressPending", "SuppressUnsubscribed"}},
 	{[]Status{StatusPending}, StatusCancelled, "API (the notification's owner), operator", "called off before a worker claimed it, and no attempt of it may have reached a provider (an operator may say it did not, having checked)", []string{"Cancel", "CancelTemplate"}},
 	{[]Status{StatusFailed, StatusHeld, StatusSuppressed}, StatusPending, "operator", "retry: same key, a new DELIVERY_MAX_AGE; suppressed once the recipient is off the list", []string{"operatorRetry"}},
 	{[]Status{StatusHeld}, StatusSent, "operator", "found at the provider (mark-sent)", []string{"operatorMarkSent"}},
-	{[]Status{StatusSending}, StatusPending, "reconciler", "expired lease: not handed over, not at the provider, or policy resend (pinned where the outcome stays unknown)", []string{"ReconcileToPending"}},
-	{[]Status{StatusSending}, StatusSent, "reconciler", "expired lease, and the provider has the message", []string{"ReconcileToSent"}},
-	{[]Status{StatusSending}, StatusHeld, "reconciler", "expired lease, no look-up (or one that can never tell), policy hold", []string{"ReconcileToHeld"}},
+	{[]Status{StatusSending, StatusPending}, StatusPending, "reconciler", "expired lease: not handed over, not at the provider, or policy resend (pinned where the outcome stays unknown); a pending row that may have been sent and is held back (too old, suppressed): not at the provider, unpinned on that evidence", []string{"ReconcileToPending"}},
+	{[]Status{StatusSending, StatusPending}, StatusSent, "reconciler", "expired lease, or held back while it may have been sent, and the provider has the message", []string{"ReconcileToSent"}},
+	{[]Status{StatusSending, StatusPending}, StatusHeld, "reconciler", "expired lease, no look-up (or one that can never tell), policy hold; held back while it may have been sent, and nothing can tell", []string{"ReconcileToHeld"}},
 }
 
 // ErrLeaseLost: the row's lease is no longer ours: another worker (or the
@@ -496,63 +496,95 @@ func stateError(ctx context.Context, db DB, id uuid.UUID) error {
 	return fmt.Errorf("%w: it is %s", ErrWrongState, d.Status)
 }
 
-// The reconciler's three transitions take a sending delivery whose lease
-// expired, as GetStaleSending read it, and are fenced on that read: they
-// change nothing (ok false) when the row changed meanwhile — its lease
-// renewed or taken, its status, its hand-over, provider, pin or earliest
-// unknown attempt, or anything else that moves updated_at. The reconciler
-// holds no lock between the read and the write (it asks the provider in
-// between), so this fence is what keeps a late worker's outcome, or
-// another reconciler's decision, from being overwritten.
+// Evidence is what settles an attempt whose outcome at a provider was
+// unknown as "not taken" (settled_by): PostgreSQL refuses to clear an
+// unknown outcome without it, except by the provider's acceptance.
+type Evidence string
 
-// ReconcileToPending takes back a sending delivery whose lease expired,
-// so that it is sent (again).
+const (
+	// EvidenceAnswer: the provider's answer to the request (or the
+	// request never written) says nothing was taken.
+	EvidenceAnswer Evidence = "answer"
+	// EvidenceLookup: the provider's search has no such message.
+	EvidenceLookup Evidence = "lookup"
+	// EvidenceOperator: an operator checked the provider's log.
+	EvidenceOperator Evidence = "operator"
+)
+
+// The reconciler's three transitions take a delivery as it read it — a
+// sending one whose lease expired (GetStaleSending), or a pending one
+// that may have been sent and is held back (HeldBackUnsettled) — and
+// are fenced on that read: they change nothing (ok false) when the row
+// changed meanwhile — its status, its lease renewed or taken, its
+// hand-over, provider, pin or earliest unknown attempt, or anything else
+// that moves updated_at. The reconciler holds no lock between the read
+// and the write (it asks the provider in between), so this fence is
+// what keeps a late worker's outcome, or another reconciler's decision,
+// from being overwritten.
+
+// ReconcileToPending takes back a delivery so that it is sent (again).
 //
 // at is the provider the reconciler judged it at (its latest hand-over's,
 // or the first of the list); pinned, whether the delivery must go there
-// alone from now on, because the outcome there is still unknown.
-func ReconcileToPending(ctx context.Context, db DB, d Delivery, at string, pinned bool, decision, reason, actor string) (ok bool, err error) {
-	return reconciled(d, "reset", func(lease uuid.UUID) (int64, error) {
+// alone from now on, because the outcome there is still unknown. A
+// delivery that may have been sent is unpinned only on evidence (the
+// database refuses the write without it); "" when there is none.
+func ReconcileToPending(ctx context.Context, db DB, d Delivery, at string, pinned bool, evidence Evidence, decision, reason, actor string) (ok bool, err error) {
+	return reconciled(d, "reset", func(s seenRow) (int64, error) {
 		return dbsqlc.New(db).ReconcileToPending(ctx, dbsqlc.ReconcileToPendingParams{
-			ID: d.ID, LeaseToken: lease, Provider: at, Pinned: pinned, Reason: reason, Decision: decision, Actor: actor,
-			SeenUpdatedAt: d.UpdatedAt, SeenHandedOverAt: d.HandedOverAt, SeenProvider: d.Provider,
-			SeenPinned: d.ProviderPinned, SeenUnsettledSince: d.UnsettledSince,
+			ID: d.ID, Provider: at, Pinned: pinned, Evidence: string(evidence), Reason: reason, Decision: decision, Actor: actor,
+			SeenStatus: s.status, SeenLeaseToken: s.lease, SeenUpdatedAt: s.updatedAt, SeenHandedOverAt: s.handedOverAt,
+			SeenProvider: s.provider, SeenPinned: s.pinned, SeenUnsettledSince: s.unsettledSince,
 		})
 	})
 }
 
-// ReconcileToSent records a sending delivery whose lease expired as sent:
-// the provider holds the message.
+// ReconcileToSent records a delivery as sent: the provider holds the
+// message.
 func ReconcileToSent(ctx context.Context, db DB, d Delivery, at, providerID, decision, actor string) (ok bool, err error) {
-	return reconciled(d, "mark sent", func(lease uuid.UUID) (int64, error) {
+	return reconciled(d, "mark sent", func(s seenRow) (int64, error) {
 		return dbsqlc.New(db).ReconcileToSent(ctx, dbsqlc.ReconcileToSentParams{
-			ID: d.ID, LeaseToken: lease, ProviderMessageID: providerIDText(providerID), Provider: at, Decision: decision, Actor: actor,
-			SeenUpdatedAt: d.UpdatedAt, SeenHandedOverAt: d.HandedOverAt, SeenProvider: d.Provider,
-			SeenPinned: d.ProviderPinned, SeenUnsettledSince: d.UnsettledSince,
+			ID: d.ID, ProviderMessageID: providerIDText(providerID), Provider: at, Decision: decision, Actor: actor,
+			SeenStatus: s.status, SeenLeaseToken: s.lease, SeenUpdatedAt: s.updatedAt, SeenHandedOverAt: s.handedOverAt,
+			SeenProvider: s.provider, SeenPinned: s.pinned, SeenUnsettledSince: s.unsettledSince,
 		})
 	})
 }
 
-// ReconcileToHeld parks a sending delivery whose lease expired and whose
-// outcome nobody can tell, for an operator; an operator's retry goes to
-// provider at alone (pinned).
+// ReconcileToHeld parks a delivery whose outcome nobody can tell, for an
+// operator; an operator's retry goes to provider at alone (pinned).
 func ReconcileToHeld(ctx context.Context, db DB, d Delivery, at, decision, reason, actor string) (ok bool, err error) {
-	return reconciled(d, "hold", func(lease uuid.UUID) (int64, error) {
+	return reconciled(d, "hold", func(s seenRow) (int64, error) {
 		return dbsqlc.New(db).ReconcileToHeld(ctx, dbsqlc.ReconcileToHeldParams{
-			ID: d.ID, LeaseToken: lease, Provider: at, Reason: reason, Decision: decision, Actor: actor,
-			SeenUpdatedAt: d.UpdatedAt, SeenHandedOverAt: d.HandedOverAt, SeenProvider: d.Provider,
-			SeenPinned: d.ProviderPinned, SeenUnsettledSince: d.UnsettledSince,
+			ID: d.ID, Provider: at, Reason: reason, Decision: decision, Actor: actor,
+			SeenStatus: s.status, SeenLeaseToken: s.lease, SeenUpdatedAt: s.updatedAt, SeenHandedOverAt: s.handedOverAt,
+			SeenProvider: s.provider, SeenPinned: s.pinned, SeenUnsettledSince: s.unsettledSince,
 		})
 	})
+}
+
+// seenRow is what a reconciler's write is fenced on: the row as read.
+type seenRow struct {
+	status                       string
+	lease                        *uuid.UUID
+	updatedAt                    time.Time
+	handedOverAt, unsettledSince *time.Time
+	provider                     string
+	pinned                       bool
 }
 
 // reconciled runs one of the reconciler's writes, fenced on the delivery
-// as it was read.
-func reconciled(d Delivery, what string, write func(lease uuid.UUID) (int64, error)) (bool, error) {
-	if d.leaseToken == nil {
+// as it was read: a sending one (with its expired lease) or a pending one
+// that may have been sent.
+func reconciled(d Delivery, what string, write func(seenRow) (int64, error)) (bool, error) {
+	switch {
+	case d.Status == StatusSending && d.leaseToken == nil:
 		return false, fmt.Errorf("%s delivery %s: it has no lease", what, d.ID)
+	case d.Status != StatusSending && !(d.Status == StatusPending && d.MayHaveBeenSent()):
+		return false, fmt.Errorf("%s delivery %s: the reconciler takes sending rows and pending ones that may have been sent, not %s", what, d.ID, d.Status)
 	}
-	n, err := write(*d.leaseToken)
+	n, err := write(seenRow{status: string(d.Status), lease: d.leaseToken, updatedAt: d.UpdatedAt, handedOverAt: d.HandedOverAt,
+		unsettledSince: d.UnsettledSince, provider: d.Provider, pinned: d.ProviderPinned})
 	if err != nil {
 		return false, fmt.Errorf("%s delivery %s: %w", what, d.ID, err)
 	}

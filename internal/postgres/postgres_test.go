@@ -387,3 +387,87 @@ func TestMigration15BackfillsPinnedDeliveries(t *testing.T) {
 		}
 	}
 }
+
+// Migration 21 makes "may have been sent" a state the database keeps,
+// and first makes the rows true of it: a sent row has nothing unknown; a
+// hand-over not yet settled is unknown from its time; an operator's
+// cancel of a pinned row was settled by the operator; and a row failed
+// or suppressed while an attempt's outcome was unknown — told to the shop
+// as not sent while the provider may have had it — is held for an
+// operator, with a history event that says why. The rows are written
+// with the schema of migration 20: raw SQL on purpose.
+func TestMigration21HoldsWhatWasToldNotSentInDoubt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := emptyDB(t)
+	fsys, err := fs.Sub(db.Migrations, "migrations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sqlDB := stdlib.OpenDBFromPool(d.Pool)
+	defer sqlDB.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, sqlDB, fsys, goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 20); err != nil {
+		t.Fatal(err)
+	}
+	order := uuid.New()
+	if _, err := d.Pool.Exec(ctx, `INSERT INTO orders (id, customer_email, customer_name, currency, total_minor) VALUES ($1, 'a@example.com', 'A', 'IDR', 1)`, order); err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		status    string
+		inDoubt   bool
+		settledBy string
+	}
+	rows := map[string]struct {
+		status, extra string
+		want          want
+	}{
+		"suppressed in doubt":    {"suppressed", "provider_pinned = true, unsettled_since = now() - interval '1 hour'", want{"held", true, ""}},
+		"failed, pinned":         {"failed", "provider_pinned = true, unsettled_since = now() - interval '1 hour'", want{"held", true, ""}},
+		"cancelled on the word":  {"cancelled", "provider_pinned = true, unsettled_since = now() - interval '1 hour'", want{"cancelled", false, "operator"}},
+		"sent, pinned":           {"sent", "provider_pinned = true, unsettled_since = now() - interval '1 hour', sent_at = now()", want{"sent", false, ""}},
+		"sending, handed over":   {"sending", "lease_token = gen_random_uuid(), lease_expires_at = now(), handed_over_at = now() - interval '5 minutes'", want{"sending", true, ""}},
+		"pending, pinned":        {"pending", "provider_pinned = true", want{"pending", true, ""}},
+		"failed, never in doubt": {"failed", "handed_over_at = now() - interval '1 hour'", want{"failed", false, ""}},
+	}
+	ids := map[string]uuid.UUID{}
+	for name, r := range rows {
+		ids[name] = uuid.New()
+		if _, err := d.Pool.Exec(ctx, `INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, status, provider, template_data)
+			VALUES ($1, $2, 'order-confirmation', 'a@example.com', $3, 'pending', 'resend', '{}')`, ids[name], order, "order-confirmation:"+ids[name].String()); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Pool.Exec(ctx, `INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor) VALUES ($1, 'x', 'pending', $2, 1, 'old')`,
+			ids[name], r.status); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.Pool.Exec(ctx, `UPDATE notification_deliveries SET status = $2, `+r.extra+` WHERE id = $1`, ids[name], r.status); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.UpTo(ctx, 21); err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range rows {
+		var got want
+		var settledBy *string
+		if err := d.Pool.QueryRow(ctx, `SELECT status, unsettled_since IS NOT NULL, settled_by FROM notification_deliveries WHERE id = $1`,
+			ids[name]).Scan(&got.status, &got.inDoubt, &settledBy); err != nil {
+			t.Fatal(err)
+		}
+		if settledBy != nil {
+			got.settledBy = *settledBy
+		}
+		if got != r.want {
+			t.Errorf("%s: %+v, want %+v", name, got, r.want)
+		}
+	}
+	var reopened int
+	if err := d.Pool.QueryRow(ctx, `SELECT count(*) FROM delivery_events WHERE event = 'reopened' AND to_status = 'held'`).Scan(&reopened); err != nil || reopened != 2 {
+		t.Errorf("%d reopened events, %v; want one for each held", reopened, err)
+	}
+}

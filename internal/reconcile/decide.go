@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -9,11 +10,12 @@ import (
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
-// What a sending row whose lease expired calls for, decided without I/O:
-// the pass reads the row, decide says whether to ask its provider first
-// and, with the answer, what to write; apply (reconcile.go) writes it,
-// fenced on the row as read. decide is called once without an answer and,
-// when its step asks, once more with the answer.
+// What a sending row whose lease expired, or a pending one that may have
+// been sent and is held back, calls for, decided without I/O: the pass
+// reads the row, decide (decideHeldBack) says whether to ask its
+// provider first and, with the answer, what to write; apply
+// (reconcile.go) writes it, fenced on the row as read. Each is called
+// once without an answer and, when its step asks, once more with it.
 
 // answer is what a provider's look-up said about one message.
 type answer struct {
@@ -30,12 +32,13 @@ type step struct {
 	ask   mail.Lookup
 	query mail.Query
 
-	decision   string        // one of the Decision constants
-	to         notify.Status // pending, sent or held; "" writes nothing (lookup_failed)
-	at         string        // the provider the row is judged at, for the row and its history
-	pinned     bool          // to pending: the next attempts go to at alone
-	providerID string        // to sent: the provider's id for the message
-	reason     string        // the log line's, and (pending, held) last_error and the history's
+	decision   string          // one of the Decision constants
+	to         notify.Status   // pending, sent or held; "" writes nothing (lookup_failed)
+	at         string          // the provider the row is judged at, for the row and its history
+	pinned     bool            // to pending: the next attempts go to at alone
+	evidence   notify.Evidence // to pending unpinned: what says an unknown attempt was not taken
+	providerID string          // to sent: the provider's id for the message
+	reason     string          // the log line's, and (pending, held) last_error and the history's
 }
 
 // decide turns a stale sending row, as read, into a step. providers are
@@ -76,7 +79,7 @@ func decide(d notify.Delivery, providers []Provider, policy Policy, messageID st
 	}
 	if ans == nil {
 		return step{ask: p.Lookup, at: p.Name,
-			query: mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt}}
+			query: mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(d.IdempotencyKey), HandedOverAt: *d.HandedOverAt, Since: earliestOf(d)}}
 	}
 	switch {
 	case errors.Is(ans.err, mail.ErrCannotTell):
@@ -96,10 +99,71 @@ func decide(d notify.Delivery, providers []Provider, policy Policy, messageID st
 		// unknown attempt: any provider may take the next. A pinned one
 		// stays pinned: its earlier unknown attempts there may lie outside
 		// what this search covers.
-		return toPending(p, DecisionNotFound, d.ProviderPinned, "provider "+p.Name+" has no message with Message-ID "+messageID)
+		s := toPending(p, DecisionNotFound, d.ProviderPinned, "provider "+p.Name+" has no message with Message-ID "+messageID)
+		s.evidence = notify.EvidenceLookup
+		return s
 	}
 	return step{decision: DecisionFound, to: notify.StatusSent, at: p.Name, providerID: ans.providerID,
 		reason: "provider " + p.Name + " holds Message-ID " + messageID}
+}
+
+// decideHeldBack turns a pending row that may have been sent and that
+// the claim holds back (why: too old, suppressed, unsubscribed) into a
+// step: it must not be sent again, so only its provider's answer settles
+// it — found, it is sent; not there, it goes back to pending unpinned on
+// that evidence, and the worker's next claim expires or suppresses it
+// through the one door for that; where nothing can tell, it is held for
+// an operator. Its latest attempt ended no later than its last change
+// (UpdatedAt), from which a miss is judged.
+func decideHeldBack(d notify.Delivery, why notify.Verdict, providers []Provider, messageID string, ans *answer) step {
+	p, known := providerOf(providers, d)
+	since := earliestOf(d)
+	unknown := fmt.Sprintf("%s while an attempt handed over to provider %s at %s has no known outcome", heldBackText(why), p.Name,
+		since.UTC().Format(time.RFC3339))
+	switch {
+	case !known:
+		return heldBack(p, unknown+", and that provider is not in this reconciler's PROVIDERS: check with it, then mark sent, or retry with unpin")
+	case p.Lookup == nil:
+		return heldBack(p, unknown+", and it has no look-up: check its log, then mark sent, or retry with unpin")
+	case ans == nil:
+		return step{ask: p.Lookup, at: p.Name,
+			query: mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(d.IdempotencyKey), HandedOverAt: d.UpdatedAt, Since: since}}
+	case errors.Is(ans.err, mail.ErrCannotTell):
+		return heldBack(p, unknown+", and its look-up cannot tell ("+redactAddresses(ans.err.Error(), messageID)+"): check its log, then mark sent, or retry with unpin")
+	case ans.err != nil:
+		return step{decision: DecisionLookupFailed, at: p.Name, reason: redactAddresses(ans.err.Error(), messageID)}
+	case !ans.found:
+		return step{decision: DecisionNotFound, to: notify.StatusPending, at: p.Name, evidence: notify.EvidenceLookup,
+			reason: unknown + "; provider " + p.Name + " has no message with Message-ID " + messageID + ": not sent"}
+	}
+	return step{decision: DecisionFound, to: notify.StatusSent, at: p.Name, providerID: ans.providerID,
+		reason: unknown + "; provider " + p.Name + " holds Message-ID " + messageID + ": sent"}
+}
+
+// heldBack parks a held-back row that may have been sent for an
+// operator, pinned to p.
+func heldBack(p Provider, reason string) step {
+	return step{decision: DecisionHeldBackUnknown, to: notify.StatusHeld, at: p.Name, reason: "held: " + reason}
+}
+
+// heldBackText says why the claim holds a delivery back.
+func heldBackText(why notify.Verdict) string {
+	switch why {
+	case notify.VerdictTooOld:
+		return "past DELIVERY_MAX_AGE"
+	case notify.VerdictSuppressed:
+		return "the recipient is on the suppression list"
+	case notify.VerdictUnsubscribed:
+		return "the recipient left subscription mail"
+	}
+	return string(why)
+}
+
+// earliestOf is when d's earliest unknown attempt was handed over, or
+// zero.
+func earliestOf(d notify.Delivery) time.Time {
+	since, _ := d.UnknownSince()
+	return since
 }
 
 // byPolicy settles an unknown outcome at p that no look-up can, by the

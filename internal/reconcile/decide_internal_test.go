@@ -204,3 +204,55 @@ func inBatch(d notify.Delivery) notify.Delivery {
 	d.HandoverBatch = "batch:1"
 	return d
 }
+
+// Every way a pending row that may have been sent and is held back (too
+// old, suppressed) can be settled, decided from a table: it is never
+// sent again, so only its provider's answer settles it; where nothing can
+// tell, an operator must look. No database, no provider.
+func TestDecideHeldBack(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	since, changed := now.Add(-2*time.Hour), now.Add(-time.Minute)
+	const messageID = "0123abcd@shop.example"
+	at := func(provider string) notify.Delivery {
+		return notify.Delivery{Status: notify.StatusPending, Provider: provider, ProviderPinned: true, UnsettledSince: &since,
+			UpdatedAt: changed, IdempotencyKey: "payment-reminder:o:e:ana@example.com", MessageID: messageID}
+	}
+	postmark := searchable{"postmark"}
+	ps := []Provider{{Name: "resend", DedupWindow: 24 * time.Hour}, {Name: "postmark", Lookup: postmark}}
+	for _, tt := range []struct {
+		name string
+		d    notify.Delivery
+		why  notify.Verdict
+		ans  *answer
+		want want
+	}{
+		{"a look-up: asked first", at("postmark"), notify.VerdictSuppressed, nil, want{ask: true, at: "postmark"}},
+		{"found: sent, whatever holds it back", at("postmark"), notify.VerdictSuppressed, &answer{found: true, providerID: "pm-1"},
+			want{decision: DecisionFound, to: notify.StatusSent, at: "postmark", providerID: "pm-1", reason: "suppression list"}},
+		{"not there: back to pending, unpinned on that evidence", at("postmark"), notify.VerdictTooOld, &answer{},
+			want{decision: DecisionNotFound, to: notify.StatusPending, at: "postmark", reason: "DELIVERY_MAX_AGE"}},
+		{"the look-up failed: asked again next pass", at("postmark"), notify.VerdictSuppressed, &answer{err: errors.New("503")},
+			want{decision: DecisionLookupFailed, at: "postmark", reason: "503"}},
+		{"the look-up can never tell: held", at("postmark"), notify.VerdictSuppressed, &answer{err: mail.ErrCannotTell},
+			want{decision: DecisionHeldBackUnknown, to: notify.StatusHeld, at: "postmark", reason: "cannot tell"}},
+		// Resend refuses a second message under the key, but sending
+		// again is not asking: the recipient is suppressed.
+		{"no look-up, even at a provider that deduplicates: held", at("resend"), notify.VerdictSuppressed, nil,
+			want{decision: DecisionHeldBackUnknown, to: notify.StatusHeld, at: "resend", reason: "no look-up"}},
+		{"a provider not in the list: held", at("mailgun"), notify.VerdictUnsubscribed, nil,
+			want{decision: DecisionHeldBackUnknown, to: notify.StatusHeld, at: "mailgun", reason: "not in this reconciler's PROVIDERS"}},
+	} {
+		s := decideHeldBack(tt.d, tt.why, ps, messageID, tt.ans)
+		tt.want.check(t, tt.name, s)
+		if s.to == notify.StatusPending && (s.pinned || s.evidence != notify.EvidenceLookup) {
+			t.Errorf("%s: pinned %v, evidence %q; want unpinned on the look-up's evidence", tt.name, s.pinned, s.evidence)
+		}
+	}
+	// The search covers every unknown attempt, from the earliest; a miss
+	// is believed from the row's last change, after its latest attempt.
+	s := decideHeldBack(at("postmark"), notify.VerdictSuppressed, ps, messageID, nil)
+	if want := (mail.Query{MessageID: messageID, KeyHash: mail.KeyHash(at("postmark").IdempotencyKey), HandedOverAt: changed, Since: since}); s.ask != postmark || s.query != want {
+		t.Errorf("asks %v with %+v, want postmark's look-up with %+v", s.ask, s.query, want)
+	}
+}

@@ -52,11 +52,15 @@ const (
 	DecisionDedupResend   = "provider_dedupes"      // no look-up, but the provider deduplicates by key: back to pending
 	DecisionBatchReplay   = "batch_replay"          // the same, for a member of a batch: back to pending, sent again in its batch under the batch's key
 	DecisionChanged       = "changed_meanwhile"     // the row changed between the read and the write: nothing written, judged again next pass
+	// DecisionHeldBackUnknown: a pending row that may have been sent is
+	// held back (too old, suppressed) and nothing can tell whether its
+	// provider has it: held for an operator.
+	DecisionHeldBackUnknown = "held_back_unknown"
 )
 
 // allDecisions lists every decision, in the order reports print them.
 var allDecisions = []string{DecisionRequeued, DecisionAlreadyQueued, DecisionNotHandedOver, DecisionFound, DecisionNotFound,
-	DecisionDedupResend, DecisionBatchReplay, DecisionPolicyResend, DecisionPolicyHold, DecisionLookupFailed, DecisionEnqueueFailed, DecisionChanged}
+	DecisionDedupResend, DecisionBatchReplay, DecisionPolicyResend, DecisionPolicyHold, DecisionHeldBackUnknown, DecisionLookupFailed, DecisionEnqueueFailed, DecisionChanged}
 
 // Config tunes a Reconciler.
 type Config struct {
@@ -71,8 +75,12 @@ type Config struct {
 	// that keeps their idempotency keys refused. Zero keeps them.
 	DeliveryRetention time.Duration
 	// MaxAge is the workers' DELIVERY_MAX_AGE: retention never deletes a
-	// delivery whose tries began less than this long ago.
+	// delivery whose tries began less than this long ago, and a pending
+	// one that may have been sent and is older is settled, not sent.
 	MaxAge time.Duration
+	// Subscriptions are the subscription templates (their recipients can
+	// unsubscribe), as the workers judge them.
+	Subscriptions []string
 	// Providers are the workers' providers (PROVIDERS), in their order:
 	// an ambiguous send is settled at the provider that had it, and one
 	// handed over before the provider was recorded at the first. New adds
@@ -198,6 +206,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (Report, error) {
 	r.stale.Set(float64(stale))
 
 	if err := r.settleStale(ctx, &rep); err != nil {
+		return rep, err
+	}
+	if err := r.settleHeldBack(ctx, &rep); err != nil {
 		return rep, err
 	}
 	if err := r.requeueOrphans(ctx, &rep); err != nil {
@@ -334,10 +345,40 @@ func (r *Reconciler) settleOne(ctx context.Context, rep *Report, id uuid.UUID) e
 		return err
 	}
 	policy, messageID, now := policyOf(r.cfg, d.Template), r.messageID(d), time.Now()
-	s := decide(d, r.cfg.Providers, policy, messageID, nil, now)
+	return r.settle(ctx, rep, d, func(ans *answer) step { return decide(d, r.cfg.Providers, policy, messageID, ans, now) })
+}
+
+// settleHeldBack settles the pending rows that may have been sent and
+// that the claim holds back (too old, suppressed, unsubscribed), up to a
+// batch, as settleStale does the stale ones: the worker leaves them, and
+// they must not be sent again, so their provider is asked.
+func (r *Reconciler) settleHeldBack(ctx context.Context, rep *Report) error {
+	hs, err := notify.HeldBackUnsettled(ctx, r.db, r.cfg.MaxAge, r.cfg.Subscriptions, r.cfg.Batch)
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		messageID := r.messageID(h.Delivery)
+		err := r.settle(ctx, rep, h.Delivery, func(ans *answer) step {
+			return decideHeldBack(h.Delivery, h.Reason, r.cfg.Providers, messageID, ans)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// settle decides about d (asking its provider first when the decision
+// needs it) and applies the decision, fenced on d as read.
+func (r *Reconciler) settle(ctx context.Context, rep *Report, d notify.Delivery, decide func(*answer) step) error {
+	s := decide(nil)
 	if s.ask != nil {
 		ans := lookUp(ctx, s.ask, s.query)
-		s = decide(d, r.cfg.Providers, policy, messageID, &ans, now)
+		s = decide(&ans)
 	}
 	applied, err := r.apply(ctx, d, s)
 	if err != nil {
@@ -375,7 +416,7 @@ func lookUp(ctx context.Context, l mail.Lookup, q mail.Query) answer {
 func (r *Reconciler) apply(ctx context.Context, d notify.Delivery, s step) (applied bool, err error) {
 	switch s.to {
 	case notify.StatusPending:
-		return notify.ReconcileToPending(ctx, r.db, d, s.at, s.pinned, s.decision, s.reason, r.cfg.Actor)
+		return notify.ReconcileToPending(ctx, r.db, d, s.at, s.pinned, s.evidence, s.decision, s.reason, r.cfg.Actor)
 	case notify.StatusSent:
 		return notify.ReconcileToSent(ctx, r.db, d, s.at, s.providerID, s.decision, r.cfg.Actor)
 	case notify.StatusHeld:

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -81,6 +82,7 @@ type recOpts struct {
 	dedup     time.Duration
 	// pendingAfter is PENDING_REENQUEUE_AFTER: a minute unless set.
 	pendingAfter time.Duration
+	maxAge       time.Duration // DELIVERY_MAX_AGE; none unless set
 }
 
 func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
@@ -94,7 +96,7 @@ func (e *env) reconciler(t *testing.T, o recOpts) *reconcile.Reconciler {
 	return reconcile.New(e.db.Pool, e.enq, e.inspector, reconcile.Config{
 		PendingAfter: cmp.Or(o.pendingAfter, time.Minute), Batch: 50, DefaultPolicy: o.policy, Policies: o.policies,
 		MessageIDDomain: mailDomain, Actor: "reconciler-" + uuid.NewString()[:8], DeliveryRetention: o.retention,
-		Providers: o.providers,
+		Providers: o.providers, MaxAge: o.maxAge,
 	}, slog.New(slog.NewJSONHandler(e.logs, nil)), prometheus.NewRegistry())
 }
 
@@ -365,6 +367,85 @@ func TestEachSendIsSettledAtItsOwnProvider(t *testing.T) {
 		}
 		if last := events[len(events)-1]; last.Event != "reconciled" || !strings.Contains(string(last.Detail), `"provider": "`+c.provider+`"`) {
 			t.Errorf("%s: last event %s %s, want reconciled at %s", got.Recipient, last.Event, last.Detail, c.provider)
+		}
+	}
+}
+
+// A suppression or an expiry that comes while an attempt's outcome is
+// unknown (its answer lost) waits for the provider's answer, which the
+// reconciler asks for: the worker meanwhile neither suppresses nor
+// expires it, nor sends it again. Taken, it is sent; not taken, it goes
+// back to pending on that evidence and the worker suppresses it; at a
+// provider nothing can ask, it is held. Never suppressed or failed
+// while the provider has it.
+func TestASuppressionOrExpiryDuringALostAnswerWaitsForTheProvider(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := setup(t, testenv.NewRedis(t), smtpsink.Config{})
+	e.startWorker(t)
+	r := e.reconciler(t, recOpts{maxAge: time.Hour, providers: []reconcile.Provider{
+		{Name: "smtp", Lookup: e.lookup(t, smtp.APIMailpit)},
+		{Name: "resend", DedupWindow: time.Hour}, // no look-up
+	}})
+	taken, notTaken, old := e.pending(t, "taken@example.com"), e.pending(t, "not-taken@example.com"), e.pending(t, "old@example.com")
+	unaskable := e.pending(t, "unaskable@example.com")
+	for _, d := range []*notify.Delivery{&taken, &notTaken, &old} {
+		*d = e.f.MaybeAccepted(*d, "smtp") // a 5xx after the data: pending, pinned, in doubt
+	}
+	unaskable = e.f.MaybeAccepted(unaskable, "resend")
+	e.deliverToSink(t, taken)
+	e.deliverToSink(t, old)
+	for _, d := range []notify.Delivery{taken, notTaken, unaskable} {
+		if _, err := dbsqlc.New(e.db.Pool).AddSuppression(ctx, dbsqlc.AddSuppressionParams{
+			Recipient: d.Recipient, Source: "operator", Reason: "complaint from customer", Actor: "operator:Ana"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old = e.f.Aged(old, 2*time.Hour)
+
+	// The worker, given their tasks, leaves all four as they are.
+	for _, d := range []notify.Delivery{taken, notTaken, old, unaskable} {
+		if _, err := e.enq.EnsureQueued(ctx, e.inspector, d, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.WaitFor(t, "the worker to finish their four tasks", 10*time.Second, func() bool {
+		info, err := e.inspector.GetQueueInfo(e.redis.Queue)
+		return err == nil && info.Processed >= 4 && info.Pending+info.Active+info.Scheduled+info.Retry == 0
+	})
+	for _, d := range []notify.Delivery{taken, notTaken, old, unaskable} {
+		if got := e.get(t, d.ID); got.Status != notify.StatusPending || !got.MayHaveBeenSent() {
+			t.Fatalf("%s before the reconciler: %s, may have been sent %v; want left pending, in doubt", d.Recipient, got.Status, got.MayHaveBeenSent())
+		}
+	}
+
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Decisions[reconcile.DecisionFound] != 2 || rep.Decisions[reconcile.DecisionNotFound] != 1 || rep.Decisions[reconcile.DecisionHeldBackUnknown] != 1 {
+		t.Errorf("decisions %v, want two found, one not found, one held", rep.Decisions)
+	}
+	for _, c := range []struct {
+		d    notify.Delivery
+		want notify.Status
+	}{{taken, notify.StatusSent}, {old, notify.StatusSent}, {unaskable, notify.StatusHeld}} {
+		if got := e.get(t, c.d.ID); got.Status != c.want {
+			t.Errorf("%s: %s (%s), want %s", c.d.Recipient, got.Status, got.LastError, c.want)
+		}
+	}
+	// Not taken: settled on the look-up's word, then suppressed by the
+	// worker, and never sent.
+	testenv.WaitFor(t, "the worker to suppress what was not taken", 10*time.Second, func() bool { return e.get(t, notTaken.ID).Status == notify.StatusSuppressed })
+	if got := e.get(t, notTaken.ID); got.SettledBy != string(notify.EvidenceLookup) || got.MayHaveBeenSent() {
+		t.Errorf("not taken: settled by %q, may have been sent %v; want settled by the look-up", got.SettledBy, got.MayHaveBeenSent())
+	}
+	if n := len(e.sink.ByRecipient(notTaken.Recipient)); n != 0 {
+		t.Errorf("not taken: %d messages at the sink, want none", n)
+	}
+	for _, d := range []notify.Delivery{taken, old} {
+		if n := len(e.sink.ByRecipient(d.Recipient)); n != 1 {
+			t.Errorf("%s: %d messages at the sink, want the one the provider had", d.Recipient, n)
 		}
 	}
 }

@@ -49,6 +49,10 @@ const (
 	resultDone                 result = "done"                 // a task of many: each delivery done, or back in a task of its own
 	resultReplayPutOff         result = "batch_replay_put_off" // its batch cannot be sent again whole now
 	resultLeftToBatch          result = "left_to_its_batch"    // sent again in its batch, by the attempt at the batch's first member
+	// resultAwaitingSettlement: held back (too old, suppressed) while it
+	// may have been sent: only the provider's answer, which the
+	// reconciler asks for, settles it.
+	resultAwaitingSettlement result = "awaiting_settlement"
 )
 
 // duplicateResult is the result of a duplicate caught by layer (cache,
@@ -161,17 +165,13 @@ func decideUnclaimed(v notify.Verdict, d notify.Delivery, keyHash string, maxAge
 		// this worker's to fail. It waits for one that knows the template.
 		return step{result: resultUnknownTemplate, handedBack: "unknown_template",
 			answer: answerWait, err: errUnknownTemplate, waitBase: unknownTemplateWait, waitSpread: 2 * unknownTemplateWait}
-	case notify.VerdictTooOld:
-		reason := fmt.Sprintf("expired: not sent within DELIVERY_MAX_AGE (%s)", maxAge)
-		if d.LastError != "" {
-			reason += "; last error: " + textrule.Clip(d.LastError, 900)
+	case notify.VerdictTooOld, notify.VerdictSuppressed, notify.VerdictUnsubscribed:
+		if d.MayHaveBeenSent() {
+			// Expiring or suppressing it would tell the shop "not sent" of
+			// a message its provider may hold; the reconciler asks it.
+			return step{result: resultAwaitingSettlement, attrs: []slog.Attr{slog.String("held_back", string(v))}}
 		}
-		return step{write: writeExpired, to: notify.StatusFailed, reason: reason, result: resultExpired, outcome: "failed",
-			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
-	case notify.VerdictSuppressed:
-		return step{write: writeSuppressed, to: notify.StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
-	case notify.VerdictUnsubscribed:
-		return step{write: writeUnsubscribed, to: notify.StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
+		return decideHeldBack(v, d, maxAge)
 	case notify.VerdictBlocked:
 		// The row stays pending; the reconciler queues it again once the
 		// block has expired.
@@ -196,6 +196,24 @@ func decideUnclaimed(v notify.Verdict, d notify.Delivery, keyHash string, maxAge
 		return step{result: resultRaced, answer: answerWait, err: fmt.Errorf("claim verdict %q unknown to this worker", v),
 			waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}
 	}
+}
+
+// decideHeldBack is what a delivery the claim holds back (v: too old,
+// suppressed, unsubscribed) and that no provider may hold calls for:
+// it is expired or suppressed.
+func decideHeldBack(v notify.Verdict, d notify.Delivery, maxAge time.Duration) step {
+	switch v {
+	case notify.VerdictTooOld:
+		reason := fmt.Sprintf("expired: not sent within DELIVERY_MAX_AGE (%s)", maxAge)
+		if d.LastError != "" {
+			reason += "; last error: " + textrule.Clip(d.LastError, 900)
+		}
+		return step{write: writeExpired, to: notify.StatusFailed, reason: reason, result: resultExpired, outcome: "failed",
+			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
+	case notify.VerdictSuppressed:
+		return step{write: writeSuppressed, to: notify.StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
+	}
+	return step{write: writeUnsubscribed, to: notify.StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}
 }
 
 // decideOutcome is what a finished send calls for: its error (nil: the
@@ -227,6 +245,16 @@ func decideOutcome(d notify.Delivery, providerID string, sendErr error, now time
 			outcome: "retried", retry: label, answer: answerRetry, err: sendErr, attrs: attrs}
 	}
 	failed := func(reason string) step {
+		if d.ProviderPinned {
+			// This answer speaks for this attempt alone: an earlier one's
+			// outcome at the provider is unknown, and "failed" would say
+			// none was sent. An operator checks.
+			since, _ := d.UnknownSince()
+			reason = fmt.Sprintf("held: refused now (%s), but an attempt handed over to provider %q at %s has no known outcome: check its log, then mark sent, or retry with unpin",
+				reason, d.Provider, since.UTC().Format(time.RFC3339))
+			return step{write: writeHeld, to: notify.StatusHeld, reason: reason, result: resultHeld, outcome: "held",
+				answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry), attrs: attrs}
+		}
 		return step{write: writeFailed, to: notify.StatusFailed, reason: reason, result: resultFailed, outcome: "failed",
 			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry), attrs: attrs}
 	}

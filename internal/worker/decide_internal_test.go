@@ -49,6 +49,11 @@ func TestDecideOutcome(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	young := notify.Delivery{Template: "order-confirmation", TryingSince: now.Add(-time.Minute)}
 	old := notify.Delivery{Template: "order-confirmation", TryingSince: now.Add(-49 * time.Hour)}
+	unknownSince := now.Add(-time.Hour)
+	inDoubt := young
+	inDoubt.Provider, inDoubt.ProviderPinned, inDoubt.UnsettledSince = "resend", true, &unknownSince
+	oldInDoubt := inDoubt
+	oldInDoubt.TryingSince = old.TryingSince
 	smtpErr := func(o mail.Outcome, stage mail.Stage, code int, enhanced string) error {
 		return &mail.SendError{Outcome: o, Stage: stage, Reply: mail.SMTPReply(code, enhanced), Err: fmt.Errorf("%d", code)}
 	}
@@ -86,6 +91,14 @@ func TestDecideOutcome(t *testing.T) {
 			want{write: writeFailed, to: notify.StatusFailed, result: resultFailed, outcome: "failed", answer: answerSkip, skip: true}},
 		{"no such mailbox", young, smtpErr(mail.OutcomePermanent, mail.StageRecipient, 550, "5.1.1"),
 			want{write: writeFailed, to: notify.StatusFailed, result: resultFailed, outcome: "failed", answer: answerSkip, skip: true}},
+		// Refused now, but an earlier attempt's outcome is unknown: the
+		// refusal speaks for this attempt alone, and "failed" would say
+		// none reached a provider.
+		{"refused for good while an earlier attempt is unknown", inDoubt, &mail.SendError{Outcome: mail.OutcomePermanent, Stage: mail.StageData,
+			Reply: mail.HTTPStatus(422), HandedOver: true, Err: errors.New("422")},
+			want{write: writeHeld, to: notify.StatusHeld, result: resultHeld, outcome: "held", answer: answerSkip, skip: true}},
+		{"deferred past the max age while an earlier attempt is unknown", oldInDoubt, smtpErr(mail.OutcomeTemporary, mail.StageData, 452, ""),
+			want{write: writeHeld, to: notify.StatusHeld, result: resultHeld, outcome: "held", answer: answerSkip, skip: true}},
 		{"no reply after the data", young, smtpErr(mail.OutcomeAmbiguous, mail.StageData, 0, ""),
 			want{write: writeAmbiguous, result: resultLeftForReconciler, outcome: "ambiguous"}},
 		{"an error nobody classified", young, errors.New("something odd"),
@@ -143,6 +156,8 @@ func TestDecideUnclaimed(t *testing.T) {
 	pending := notify.Delivery{ID: id, Status: notify.StatusPending, LastError: lastError}
 	sent := notify.Delivery{ID: id, Status: notify.StatusSent}
 	failed := notify.Delivery{ID: id, Status: notify.StatusFailed}
+	unknownSince := time.Now().Add(-time.Hour)
+	inDoubt := notify.Delivery{ID: id, Status: notify.StatusPending, Provider: "resend", ProviderPinned: true, UnsettledSince: &unknownSince}
 	for _, tt := range []struct {
 		v    notify.Verdict
 		d    notify.Delivery
@@ -159,6 +174,12 @@ func TestDecideUnclaimed(t *testing.T) {
 		{notify.VerdictSuppressed, pending, want{write: writeSuppressed, to: notify.StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}},
 		{notify.VerdictBlocked, pending, want{write: writeBlocked, result: resultBlocked}},
 		{notify.VerdictUnsubscribed, pending, want{write: writeUnsubscribed, to: notify.StatusSuppressed, result: resultSuppressed, outcome: "suppressed"}},
+		// Held back while an attempt's outcome is unknown: expiring or
+		// suppressing it would say "not sent" of what a provider may
+		// hold. Nothing is written; the reconciler asks the provider.
+		{notify.VerdictTooOld, inDoubt, want{result: resultAwaitingSettlement}},
+		{notify.VerdictSuppressed, inDoubt, want{result: resultAwaitingSettlement}},
+		{notify.VerdictUnsubscribed, inDoubt, want{result: resultAwaitingSettlement}},
 		{notify.VerdictNotYet, pending, want{result: resultNotYet, answer: answerWait}},
 		{notify.VerdictPinnedElsewhere, pending, want{result: resultProviderUnavailable, handedBack: "provider_unavailable", answer: answerProviderWait}},
 		{verdictPinnedMissing, pending, want{result: resultPinnedMissing, handedBack: "pinned_to_missing_provider", answer: answerWait}},

@@ -143,7 +143,7 @@ func TestAPinnedDeliveryWaitsForItsProvider(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("no stale row: %v", err)
 	}
-	if ok, err := notify.ReconcileToPending(ctx, e.db.Pool, stale, "primary", true, "provider_dedupes", "primary refuses a second copy under its key", "test"); err != nil || !ok {
+	if ok, err := notify.ReconcileToPending(ctx, e.db.Pool, stale, "primary", true, "", "provider_dedupes", "primary refuses a second copy under its key", "test"); err != nil || !ok {
 		t.Fatalf("reconcile the stale row: applied %v, %v", ok, err)
 	}
 

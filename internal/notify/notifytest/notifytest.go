@@ -134,7 +134,7 @@ func (f *Factory) TakenOver(d notify.Delivery) Attempt {
 	}
 	if d.HandedOverAt != nil {
 		f.reconciled("reconcile delivery", d)(notify.ReconcileToPending(context.Background(), f.db, d, "", false,
-			"not_found_at_provider", "taken over", Actor))
+			notify.EvidenceLookup, "not_found_at_provider", "taken over", Actor))
 	}
 	return f.Claimed(d, time.Minute)
 }
