@@ -146,3 +146,39 @@ func TestTestAndLiveHaveSuppressionListsOfTheirOwn(t *testing.T) {
 		t.Errorf("the suppressions %+v; want ana's live and budi's test mode's", list)
 	}
 }
+
+// The reconciler's settlement of a delivery that may have been sent and
+// is held back (notify.HeldBackUnsettled, on the claim's own judgement,
+// delivery_held_back) meets only its mode's list too: a live entry holds
+// back the live delivery in doubt, not a test one to the same address.
+func TestTheSettlementOfADeliveryInDoubtMeetsItsModesListOnly(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	ctx := context.Background()
+	price := int64(150000)
+	inDoubt := map[bool]notify.Delivery{}
+	for _, test := range []bool{false, true} {
+		o, err := e.orders.Place(ctx, order.Checkout{
+			CustomerEmail: "ana@example.com", CustomerName: "Ana", Currency: "IDR",
+			Items: []order.CheckoutItem{{SKU: "KOPI-1", Name: "Kopi Toraja", Quantity: 1, UnitPrice: &price}},
+		}, order.Caller{Key: uuid.New(), Owner: uuid.New(), Test: test}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		provider := "smtp"
+		if test {
+			provider = mail.TestProvider
+		}
+		inDoubt[test] = e.f.MaybeAccepted(e.delivery(t, o.Notifications[0].IdempotencyKey), provider)
+	}
+	if _, _, err := e.ops.Suppress(ctx, "ana@example.com", "complaint from customer", "ops@shop"); err != nil {
+		t.Fatal(err)
+	}
+	held, err := notify.HeldBackUnsettled(ctx, e.db.Pool, time.Hour, nil, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(held) != 1 || held[0].Delivery.ID != inDoubt[false].ID || held[0].Reason != notify.VerdictSuppressed {
+		t.Errorf("held back in doubt: %+v; want the live delivery alone, suppressed", held)
+	}
+}
