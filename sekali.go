@@ -56,6 +56,11 @@ type (
 	Notification = apiclient.Notification
 	// DeliveryStatus is where a notification stands: StatusPending, ...
 	DeliveryStatus = apiclient.DeliveryStatus
+	// ProviderEvent is what the mail provider last reported about a
+	// notification's e-mail after it took it (Notification's
+	// ProviderEvent, at ProviderEventAt): ProviderBounced, ... A bounced
+	// notification's status stays StatusSent.
+	ProviderEvent = apiclient.ProviderEvent
 	// Shipment is what RecordShipment records.
 	Shipment = apiclient.Shipment
 	// ShipmentRecord is a shipment as recorded (Order.Shipments).
@@ -79,6 +84,15 @@ const (
 	StatusHeld       DeliveryStatus = "held"
 	StatusSuppressed DeliveryStatus = "suppressed"
 	StatusCancelled  DeliveryStatus = "cancelled"
+)
+
+// What a provider reports about an e-mail it took (ProviderEvent in the
+// document); "" before any report.
+const (
+	ProviderDelivered  ProviderEvent = "delivered"  // the receiving server took it
+	ProviderDeferred   ProviderEvent = "deferred"   // a temporary failure: the provider keeps trying
+	ProviderBounced    ProviderEvent = "bounced"    // a permanent failure: the address is dead
+	ProviderComplained ProviderEvent = "complained" // the recipient marked it as spam
 )
 
 // Client calls the API. It is safe for concurrent use.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -28,6 +29,8 @@ import (
 	"github.com/sekali-dev/sekali"
 	"github.com/sekali-dev/sekali/api"
 	"github.com/sekali-dev/sekali/internal/apikey"
+	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/notify/notifytest"
 	"github.com/sekali-dev/sekali/internal/testenv"
 	"github.com/sekali-dev/sekali/internal/webhookout"
@@ -331,6 +334,43 @@ func TestClientProblemsAreTyped(t *testing.T) {
 	}
 	if errors.Is(err, sekali.ProblemWrongState) {
 		t.Error("errors.Is takes may-have-been-sent for wrong-state")
+	}
+}
+
+// What the provider reported after it took an e-mail reaches the shop
+// that polls (issue 40: a bounce read sent, and nothing else): a sent
+// confirmation the provider reports delivered, then bounced, reads sent
+// with the bounce and its time; a deferral the provider's retry brings
+// late, older than the bounce, changes nothing.
+func TestClientReadsWhatTheProviderReportedAfterSent(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	ctx := t.Context()
+	o, err := s.client.PlaceOrder(ctx, anaCheckout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := o.Notifications[0]; n.ProviderEvent != "" || !n.ProviderEventAt.IsZero() {
+		t.Errorf("a new order's confirmation = %+v, want no report", n)
+	}
+	f := notifytest.New(t, s.db.Pool)
+	d := f.Sent(f.Get(o.Notifications[0].ID), "re_4711")
+	sent := time.Now().UTC().Truncate(time.Second)
+	for i, r := range []struct {
+		kind mail.FeedbackKind
+		at   time.Time
+	}{{mail.FeedbackDelivered, sent.Add(time.Second)}, {mail.FeedbackBounced, sent.Add(time.Minute)}, {mail.FeedbackDeferred, sent}} {
+		if _, err := notify.RecordFeedback(ctx, s.db.Pool, mail.Feedback{Provider: "resend", EventID: fmt.Sprint("evt-", i), Kind: r.kind,
+			ProviderMessageID: d.ProviderMessageID, At: r.at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read, err := s.client.GetOrder(ctx, o.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := read.Notifications[0]; n.Status != sekali.StatusSent || n.ProviderEvent != sekali.ProviderBounced || !n.ProviderEventAt.Equal(sent.Add(time.Minute)) {
+		t.Errorf("the confirmation = %+v, want sent, and bounced at %s", n, sent.Add(time.Minute))
 	}
 }
 
@@ -709,10 +749,14 @@ func TestConstantsAreTheDocumentsEnums(t *testing.T) {
 	for _, s := range statuses {
 		ss = append(ss, string(s))
 	}
+	var rs []string
+	for _, r := range []sekali.ProviderEvent{sekali.ProviderDelivered, sekali.ProviderDeferred, sekali.ProviderBounced, sekali.ProviderComplained} {
+		rs = append(rs, string(r))
+	}
 	for _, tt := range []struct {
 		schema string
 		consts []string
-	}{{"Problem", strs(ps...)}, {"WebhookEventType", strs(es...)}, {"DeliveryStatus", strs(ss...)}} {
+	}{{"Problem", strs(ps...)}, {"WebhookEventType", strs(es...)}, {"DeliveryStatus", strs(ss...)}, {"ProviderEvent", strs(rs...)}} {
 		if want := enum(tt.schema); !slices.Equal(tt.consts, want) {
 			t.Errorf("the constants of %s = %q\nthe document's enum = %q", tt.schema, tt.consts, want)
 		}

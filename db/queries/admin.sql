@@ -2,7 +2,8 @@
 -- Operators' view; every filter is optional. Least recently updated
 -- first, or most recently with newest; skip rows for the next page.
 -- No index serves recipient: operators' searches are rare, and every
--- checkout would pay for one.
+-- checkout would pay for one. Those a provider reported a bounce or a
+-- complaint of: a range of notification_deliveries_bounced_idx.
 SELECT * FROM notification_deliveries
 WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(template)::text IS NULL OR template = sqlc.narg(template)::text)
@@ -13,6 +14,7 @@ WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(created_before)::timestamptz IS NULL OR created_at < sqlc.narg(created_before)::timestamptz)
   AND (sqlc.narg(older_than_seconds)::float8 IS NULL
        OR updated_at < now() - make_interval(secs => sqlc.narg(older_than_seconds)::float8))
+  AND (NOT @bounced_or_complained::bool OR bounced_or_complained_at IS NOT NULL)
 ORDER BY CASE WHEN @newest::bool THEN updated_at END DESC,
          CASE WHEN NOT @newest::bool THEN updated_at END,
          id

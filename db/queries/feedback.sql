@@ -46,25 +46,26 @@ ORDER BY created_at DESC
 LIMIT 1;
 
 -- name: AddSuppression :one
--- Adds a recipient (a second addition keeps the first reason) and writes
--- the list's history in the same statement.
+-- Adds a recipient to the list of a mode, live or @test's (a second
+-- addition keeps the first, and its mode: an address is on one list),
+-- and writes the list's history in the same statement.
 WITH ins AS (
-    INSERT INTO suppressions (recipient, source, reason)
-    VALUES (@recipient, @source, @reason)
+    INSERT INTO suppressions (recipient, source, reason, test)
+    VALUES (@recipient, @source, @reason, @test)
     ON CONFLICT (recipient) DO NOTHING
     RETURNING *
 ), ev AS (
-    INSERT INTO suppression_events (recipient, action, source, actor, note)
-    SELECT recipient, 'added', source, @actor::text, @reason::text FROM ins
+    INSERT INTO suppression_events (recipient, action, source, actor, note, test)
+    SELECT recipient, 'added', source, @actor::text, @reason::text, test FROM ins
 )
-SELECT recipient, source, reason, created_at FROM ins;
+SELECT recipient, source, reason, created_at, test FROM ins;
 
 -- name: RemoveSuppression :execrows
 WITH del AS (
-    DELETE FROM suppressions s WHERE s.recipient = @recipient RETURNING s.recipient, s.source
+    DELETE FROM suppressions s WHERE s.recipient = @recipient RETURNING s.recipient, s.source, s.test
 )
-INSERT INTO suppression_events (recipient, action, source, actor, note)
-SELECT del.recipient, 'removed', del.source, @actor::text, @note::text FROM del;
+INSERT INTO suppression_events (recipient, action, source, actor, note, test)
+SELECT del.recipient, 'removed', del.source, @actor::text, @note::text, del.test FROM del;
 
 -- name: GetSuppression :one
 SELECT * FROM suppressions WHERE recipient = @recipient;
@@ -76,9 +77,25 @@ SELECT * FROM suppressions ORDER BY created_at DESC, recipient LIMIT @max_rows;
 SELECT * FROM suppression_events WHERE recipient = @recipient ORDER BY id;
 
 -- name: AddUnsubscribe :execrows
--- 0 rows: the recipient had left this category already.
-INSERT INTO unsubscribes (recipient, category) VALUES (@recipient, @category)
+-- 0 rows: the recipient had left this category already (in the mode it
+-- left it in: live, or @test's).
+INSERT INTO unsubscribes (recipient, category, test) VALUES (@recipient, @category, @test)
 ON CONFLICT (recipient, category) DO NOTHING;
+
+-- name: RecordProviderEvent :exec
+-- A provider's report about a delivery's message: its last report, by
+-- the provider's clock (a report older than the one kept, as a
+-- provider's retry brings a deferral after the delivery, is not the
+-- last), and for a bounce or a complaint, the earliest of those. A
+-- delivered or deferred report writes no indexed column, not even
+-- updated_at: a HOT update.
+UPDATE notification_deliveries
+SET provider_event    = CASE WHEN provider_event_at IS NULL OR provider_event_at <= @at::timestamptz THEN @kind::text ELSE provider_event END,
+    provider_event_at = CASE WHEN provider_event_at IS NULL OR provider_event_at <= @at::timestamptz THEN @at::timestamptz ELSE provider_event_at END,
+    bounced_or_complained_at = CASE WHEN @kind::text IN ('bounced', 'complained')
+                                    THEN least(bounced_or_complained_at, @at::timestamptz)
+                                    ELSE bounced_or_complained_at END
+WHERE id = @id;
 
 -- name: ListTestFeedbackDue :many
 -- The test provider's feedback (docs/testmode.md): test deliveries sent

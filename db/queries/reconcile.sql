@@ -33,7 +33,7 @@ WHERE id = @id AND status = 'sending' AND lease_expires_at < now();
 SELECT sqlc.embed(d), h.reason::text AS held_back
 FROM notification_deliveries d
      CROSS JOIN LATERAL delivery_held_back(d.status, d.recipient, d.template, d.trying_since,
-                                           @max_age_seconds::float8, @subscription_templates::text[]) AS h (reason)
+                                           @max_age_seconds::float8, @subscription_templates::text[], d.test) AS h (reason)
 WHERE d.status = 'pending'
   AND d.unsettled_since IS NOT NULL
   AND h.reason IS NOT NULL
@@ -143,19 +143,19 @@ WITH old AS (
 DELETE FROM orders o USING old WHERE o.id = old.id;
 
 -- name: DeleteOldTestSuppressions :one
--- Test retention of the suppression list: the magic addresses of
--- @domain (which only test keys reach) listed longer than TEST_RETENTION,
--- with their history.
+-- Test retention of the suppression list: test mode's entries (its
+-- magic addresses', which only test keys reach) listed longer than
+-- TEST_RETENTION, with their history, and its unsubscribes as old.
 WITH old AS (
     DELETE FROM suppressions s
-    WHERE s.recipient LIKE '%@' || @domain::text
+    WHERE s.test
       AND s.created_at < now() - make_interval(secs => @older_than_seconds::float8)
     RETURNING s.recipient
 ), ev AS (
-    DELETE FROM suppression_events e USING old WHERE e.recipient = old.recipient
+    DELETE FROM suppression_events e USING old WHERE e.recipient = old.recipient AND e.test
 ), un AS (
     DELETE FROM unsubscribes u
-    WHERE u.recipient LIKE '%@' || @domain::text
+    WHERE u.test
       AND u.created_at < now() - make_interval(secs => @older_than_seconds::float8)
 )
 SELECT count(*) FROM old;

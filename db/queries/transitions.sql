@@ -37,7 +37,8 @@ WITH ins AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM ins;
 
 -- ---- The worker: one attempt (pending -> sending -> sent, pending, failed or held). ----
@@ -59,10 +60,10 @@ FROM ins;
 --   not_yet           pending, to be sent later (not_before)
 --   unknown_template  a template this worker does not have
 --   too_old           pending longer than the max age
---   suppressed        the recipient is on the suppression list
+--   suppressed        the recipient is on the suppression list (of its mode)
 --   unsubscribed      a subscription template, and the recipient left
 --                     subscription mail (one-click unsubscribe)
---                     (these three: delivery_held_back, migration 00021)
+--                     (these three: delivery_held_back, 00021; by mode, 00023)
 --   blocked           an operator's block holds it back
 --   pinned_elsewhere  pinned to a provider (its outcome there unknown)
 --                     that is not among the worker's usable ones now
@@ -100,7 +101,7 @@ WITH nosync AS (
            END AS verdict
     FROM nosync, input i JOIN notification_deliveries n ON n.id = i.id
          CROSS JOIN LATERAL delivery_held_back(n.status, n.recipient, n.template, n.trying_since,
-                                               @max_age_seconds::float8, @subscription_templates::text[]) AS h (reason)
+                                               @max_age_seconds::float8, @subscription_templates::text[], n.test) AS h (reason)
     WHERE n.id = ANY(@ids::uuid[])
     ORDER BY n.id
     FOR UPDATE OF n
@@ -390,7 +391,7 @@ WITH prev AS (
     FROM prev, suppressions s
     WHERE d.id = prev.id
       AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND s.recipient = d.recipient
+      AND s.recipient = d.recipient AND s.test = d.test
     RETURNING d.id, d.attempts, prev.status AS from_status, s.source, s.reason
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -415,7 +416,7 @@ WITH prev AS (
     FROM prev
     WHERE d.id = prev.id
       AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription')
+      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription' AND u.test = d.test)
     RETURNING d.id, d.attempts, prev.status AS from_status
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -460,7 +461,8 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
 -- name: CancelPendingOfTemplate :execrows
@@ -517,7 +519,8 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
 -- name: OperatorMarkSent :one
@@ -539,7 +542,8 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd;
 
 -- ---- The reconciler: a sending row whose lease expired, or a pending

@@ -270,6 +270,30 @@ func (e ProblemType) Valid() bool {
 	}
 }
 
+// Defines values for ProviderEvent.
+const (
+	Bounced    ProviderEvent = "bounced"
+	Complained ProviderEvent = "complained"
+	Deferred   ProviderEvent = "deferred"
+	Delivered  ProviderEvent = "delivered"
+)
+
+// Valid indicates whether the value is a known member of the ProviderEvent enum.
+func (e ProviderEvent) Valid() bool {
+	switch e {
+	case Bounced:
+		return true
+	case Complained:
+		return true
+	case Deferred:
+		return true
+	case Delivered:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for QueueSwitchLane.
 const (
 	All   QueueSwitchLane = "all"
@@ -434,8 +458,11 @@ func (e PreviewFormat) Valid() bool {
 
 // AdminDelivery A delivery as operators see it, recipient and template data included.
 type AdminDelivery struct {
-	Attempts  int       `json:"attempts"`
-	CreatedAt time.Time `json:"created_at"`
+	Attempts int `json:"attempts"`
+
+	// BouncedOrComplainedAt When the provider reported a bounce or a complaint of the message, the earliest by its clock (the console's filter); absent if never.
+	BouncedOrComplainedAt time.Time `json:"bounced_or_complained_at,omitempty,omitzero"`
+	CreatedAt             time.Time `json:"created_at"`
 
 	// HandedOverAt When the message was handed to the provider, if it was.
 	HandedOverAt   time.Time          `json:"handed_over_at,omitempty,omitzero"`
@@ -455,8 +482,23 @@ type AdminDelivery struct {
 	Owner openapi_types.UUID `json:"owner,omitempty,omitzero"`
 
 	// Provider The provider the message was last handed to (PROVIDERS); absent if none was recorded.
-	Provider          string `json:"provider,omitempty,omitzero"`
-	ProviderMessageID string `json:"provider_message_id,omitempty,omitzero"`
+	Provider string `json:"provider,omitempty,omitzero"`
+
+	// ProviderEvent What the mail provider last reported about the e-mail after it took
+	// it, beside `status`, which stays `sent`: it was sent. `delivered`:
+	// the receiving server took it. `deferred`: a temporary failure, the
+	// provider keeps trying (Resend's `delivery_delayed`). `bounced`: a
+	// permanent failure, the address is dead (and now suppressed).
+	// `complained`: the recipient marked it as spam (and the address is
+	// now suppressed). The last by the provider's clock: a report older
+	// than the one kept, as a provider's retry can bring, does not
+	// replace it. Absent until the provider reports anything (only a
+	// provider whose webhooks are configured reports; docs/providers.md).
+	ProviderEvent ProviderEvent `json:"provider_event,omitempty,omitzero"`
+
+	// ProviderEventAt When the provider's last report happened, by its clock.
+	ProviderEventAt   time.Time `json:"provider_event_at,omitempty,omitzero"`
+	ProviderMessageID string    `json:"provider_message_id,omitempty,omitzero"`
 
 	// ProviderPinned The outcome at that provider is unknown, so every later attempt goes to it alone, waiting for it while it is down (failover never moves it). Absent when false.
 	ProviderPinned bool   `json:"provider_pinned,omitempty,omitzero"`
@@ -655,6 +697,21 @@ type Notification struct {
 	// MayHaveBeenSent A provider may already have this e-mail although `status` does not say `sent`: an attempt was handed over and its outcome is not known yet (its answer was lost, or was a server error). Such a notification cannot be cancelled, and may yet become `sent`; it is never `failed`, `suppressed` or `cancelled` while this holds (the database refuses it): it is `pending`, `sending` or `held` until the provider's answer settles it. Absent when false.
 	MayHaveBeenSent bool `json:"may_have_been_sent,omitempty,omitzero"`
 
+	// ProviderEvent What the mail provider last reported about the e-mail after it took
+	// it, beside `status`, which stays `sent`: it was sent. `delivered`:
+	// the receiving server took it. `deferred`: a temporary failure, the
+	// provider keeps trying (Resend's `delivery_delayed`). `bounced`: a
+	// permanent failure, the address is dead (and now suppressed).
+	// `complained`: the recipient marked it as spam (and the address is
+	// now suppressed). The last by the provider's clock: a report older
+	// than the one kept, as a provider's retry can bring, does not
+	// replace it. Absent until the provider reports anything (only a
+	// provider whose webhooks are configured reports; docs/providers.md).
+	ProviderEvent ProviderEvent `json:"provider_event,omitempty,omitzero"`
+
+	// ProviderEventAt When the provider's last report happened, by the provider's clock; absent with `provider_event`.
+	ProviderEventAt time.Time `json:"provider_event_at,omitempty,omitzero"`
+
 	// SendAt Not sent before this time (`send_at` of the trigger); absent, at once.
 	SendAt time.Time `json:"send_at,omitempty,omitzero"`
 
@@ -776,6 +833,18 @@ type Problem struct {
 
 // ProblemType What went wrong, as a URN; the README's API section explains each.
 type ProblemType string
+
+// ProviderEvent What the mail provider last reported about the e-mail after it took
+// it, beside `status`, which stays `sent`: it was sent. `delivered`:
+// the receiving server took it. `deferred`: a temporary failure, the
+// provider keeps trying (Resend's `delivery_delayed`). `bounced`: a
+// permanent failure, the address is dead (and now suppressed).
+// `complained`: the recipient marked it as spam (and the address is
+// now suppressed). The last by the provider's clock: a report older
+// than the one kept, as a provider's retry can bring, does not
+// replace it. Absent until the provider reports anything (only a
+// provider whose webhooks are configured reports; docs/providers.md).
+type ProviderEvent string
 
 // ProviderHealth Whether the mail provider takes mail from us, as the live workers last saw it. While a worker's provider refuses our session (connection, TLS, AUTH, sender, throttling), that worker sends nothing, probes every PROVIDER_PROBE_INTERVAL, and its deliveries wait without using up anything. Runbook: "The provider refuses us".
 type ProviderHealth struct {
@@ -948,6 +1017,9 @@ type Suppression struct {
 	Reason    string            `json:"reason"`
 	Recipient string            `json:"recipient"`
 	Source    SuppressionSource `json:"source"`
+
+	// Test On test mode's list, which only test deliveries meet: written by the test provider's reports about test notifications. An entry of the live list, which only live deliveries meet, has no `test`. An address has one entry, of the mode that listed it first.
+	Test bool `json:"test,omitempty,omitzero"`
 }
 
 // SuppressionSource defines model for Suppression.Source.
@@ -962,6 +1034,9 @@ type SuppressionEvent struct {
 	At     time.Time `json:"at"`
 	Note   string    `json:"note"`
 	Source string    `json:"source"`
+
+	// Test A change of test mode's list.
+	Test bool `json:"test,omitempty,omitzero"`
 }
 
 // SuppressionEventAction defines model for SuppressionEvent.Action.

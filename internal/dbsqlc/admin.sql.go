@@ -115,7 +115,7 @@ func (q *Queries) ListActiveBlocks(ctx context.Context) ([]DeliveryBlock, error)
 }
 
 const listDeliveries = `-- name: ListDeliveries :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
 WHERE ($1::text IS NULL OR status = $1::text)
   AND ($2::text IS NULL OR template = $2::text)
   AND ($3::uuid IS NULL OR order_id = $3::uuid)
@@ -125,30 +125,33 @@ WHERE ($1::text IS NULL OR status = $1::text)
   AND ($7::timestamptz IS NULL OR created_at < $7::timestamptz)
   AND ($8::float8 IS NULL
        OR updated_at < now() - make_interval(secs => $8::float8))
-ORDER BY CASE WHEN $9::bool THEN updated_at END DESC,
-         CASE WHEN NOT $9::bool THEN updated_at END,
+  AND (NOT $9::bool OR bounced_or_complained_at IS NOT NULL)
+ORDER BY CASE WHEN $10::bool THEN updated_at END DESC,
+         CASE WHEN NOT $10::bool THEN updated_at END,
          id
-LIMIT $11 OFFSET $10
+LIMIT $12 OFFSET $11
 `
 
 type ListDeliveriesParams struct {
-	Status           *string
-	Template         *string
-	OrderID          *uuid.UUID
-	IdempotencyKey   *string
-	Recipient        *string
-	CreatedAfter     *time.Time
-	CreatedBefore    *time.Time
-	OlderThanSeconds *float64
-	Newest           bool
-	Skip             int32
-	MaxRows          int32
+	Status              *string
+	Template            *string
+	OrderID             *uuid.UUID
+	IdempotencyKey      *string
+	Recipient           *string
+	CreatedAfter        *time.Time
+	CreatedBefore       *time.Time
+	OlderThanSeconds    *float64
+	BouncedOrComplained bool
+	Newest              bool
+	Skip                int32
+	MaxRows             int32
 }
 
 // Operators' view; every filter is optional. Least recently updated
 // first, or most recently with newest; skip rows for the next page.
 // No index serves recipient: operators' searches are rare, and every
-// checkout would pay for one.
+// checkout would pay for one. Those a provider reported a bounce or a
+// complaint of: a range of notification_deliveries_bounced_idx.
 func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) ([]NotificationDelivery, error) {
 	rows, err := q.db.Query(ctx, listDeliveries,
 		arg.Status,
@@ -159,6 +162,7 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 		arg.CreatedAfter,
 		arg.CreatedBefore,
 		arg.OlderThanSeconds,
+		arg.BouncedOrComplained,
 		arg.Newest,
 		arg.Skip,
 		arg.MaxRows,
@@ -199,6 +203,9 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 			&i.Test,
 			&i.SettledBy,
 			&i.SettledAt,
+			&i.ProviderEvent,
+			&i.ProviderEventAt,
+			&i.BouncedOrComplainedAt,
 		); err != nil {
 			return nil, err
 		}

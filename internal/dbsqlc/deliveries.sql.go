@@ -13,7 +13,7 @@ import (
 )
 
 const getDelivery = `-- name: GetDelivery :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries WHERE id = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE id = $1
 `
 
 func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDelivery, error) {
@@ -48,12 +48,15 @@ func (q *Queries) GetDelivery(ctx context.Context, id uuid.UUID) (NotificationDe
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
 
 const getDeliveryByKey = `-- name: GetDeliveryByKey :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries WHERE idempotency_key = $1
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE idempotency_key = $1
 `
 
 func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (NotificationDelivery, error) {
@@ -88,12 +91,15 @@ func (q *Queries) GetDeliveryByKey(ctx context.Context, idempotencyKey string) (
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
 
 const getDeliveryFor = `-- name: GetDeliveryFor :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries d
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries d
 WHERE d.id = $1 AND may_cancel(d.owner_id, d.order_id, d.test, $2::boolean, $3::uuid, $4::boolean)
 `
 
@@ -143,6 +149,9 @@ func (q *Queries) GetDeliveryFor(ctx context.Context, arg GetDeliveryForParams) 
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -169,7 +178,7 @@ func (q *Queries) GetRetiredDelivery(ctx context.Context, idempotencyKey string)
 }
 
 const listBatchMembers = `-- name: ListBatchMembers :many
-SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at FROM delivery_batches b
+SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at FROM delivery_batches b
 CROSS JOIN LATERAL unnest(b.members) WITH ORDINALITY AS m(id, ord)
 JOIN notification_deliveries d ON d.id = m.id
 WHERE b.key = $1
@@ -216,6 +225,9 @@ func (q *Queries) ListBatchMembers(ctx context.Context, key string) ([]Notificat
 			&i.Test,
 			&i.SettledBy,
 			&i.SettledAt,
+			&i.ProviderEvent,
+			&i.ProviderEventAt,
+			&i.BouncedOrComplainedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -228,7 +240,7 @@ func (q *Queries) ListBatchMembers(ctx context.Context, key string) ([]Notificat
 }
 
 const listDeliveriesByOrder = `-- name: ListDeliveriesByOrder :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries WHERE order_id = $1 ORDER BY created_at, id
 `
 
 func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) ([]NotificationDelivery, error) {
@@ -269,6 +281,9 @@ func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) 
 			&i.Test,
 			&i.SettledBy,
 			&i.SettledAt,
+			&i.ProviderEvent,
+			&i.ProviderEventAt,
+			&i.BouncedOrComplainedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -281,7 +296,7 @@ func (q *Queries) ListDeliveriesByOrder(ctx context.Context, orderID uuid.UUID) 
 }
 
 const listDeliveriesOfTemplateFor = `-- name: ListDeliveriesOfTemplateFor :many
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries d
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries d
 WHERE d.order_id = $1 AND d.template = $2
   AND may_cancel(d.owner_id, d.order_id, d.test, $3::boolean, $4::uuid, $5::boolean)
 ORDER BY d.created_at, d.id
@@ -341,6 +356,9 @@ func (q *Queries) ListDeliveriesOfTemplateFor(ctx context.Context, arg ListDeliv
 			&i.Test,
 			&i.SettledBy,
 			&i.SettledAt,
+			&i.ProviderEvent,
+			&i.ProviderEventAt,
+			&i.BouncedOrComplainedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -14,21 +14,22 @@ import (
 
 const addSuppression = `-- name: AddSuppression :one
 WITH ins AS (
-    INSERT INTO suppressions (recipient, source, reason)
-    VALUES ($1, $2, $3)
+    INSERT INTO suppressions (recipient, source, reason, test)
+    VALUES ($1, $2, $3, $4)
     ON CONFLICT (recipient) DO NOTHING
-    RETURNING recipient, source, reason, created_at
+    RETURNING recipient, source, reason, created_at, test
 ), ev AS (
-    INSERT INTO suppression_events (recipient, action, source, actor, note)
-    SELECT recipient, 'added', source, $4::text, $3::text FROM ins
+    INSERT INTO suppression_events (recipient, action, source, actor, note, test)
+    SELECT recipient, 'added', source, $5::text, $3::text, test FROM ins
 )
-SELECT recipient, source, reason, created_at FROM ins
+SELECT recipient, source, reason, created_at, test FROM ins
 `
 
 type AddSuppressionParams struct {
 	Recipient string
 	Source    string
 	Reason    string
+	Test      bool
 	Actor     string
 }
 
@@ -37,15 +38,18 @@ type AddSuppressionRow struct {
 	Source    string
 	Reason    string
 	CreatedAt time.Time
+	Test      bool
 }
 
-// Adds a recipient (a second addition keeps the first reason) and writes
-// the list's history in the same statement.
+// Adds a recipient to the list of a mode, live or @test's (a second
+// addition keeps the first, and its mode: an address is on one list),
+// and writes the list's history in the same statement.
 func (q *Queries) AddSuppression(ctx context.Context, arg AddSuppressionParams) (AddSuppressionRow, error) {
 	row := q.db.QueryRow(ctx, addSuppression,
 		arg.Recipient,
 		arg.Source,
 		arg.Reason,
+		arg.Test,
 		arg.Actor,
 	)
 	var i AddSuppressionRow
@@ -54,23 +58,26 @@ func (q *Queries) AddSuppression(ctx context.Context, arg AddSuppressionParams) 
 		&i.Source,
 		&i.Reason,
 		&i.CreatedAt,
+		&i.Test,
 	)
 	return i, err
 }
 
 const addUnsubscribe = `-- name: AddUnsubscribe :execrows
-INSERT INTO unsubscribes (recipient, category) VALUES ($1, $2)
+INSERT INTO unsubscribes (recipient, category, test) VALUES ($1, $2, $3)
 ON CONFLICT (recipient, category) DO NOTHING
 `
 
 type AddUnsubscribeParams struct {
 	Recipient string
 	Category  string
+	Test      bool
 }
 
-// 0 rows: the recipient had left this category already.
+// 0 rows: the recipient had left this category already (in the mode it
+// left it in: live, or @test's).
 func (q *Queries) AddUnsubscribe(ctx context.Context, arg AddUnsubscribeParams) (int64, error) {
-	result, err := q.db.Exec(ctx, addUnsubscribe, arg.Recipient, arg.Category)
+	result, err := q.db.Exec(ctx, addUnsubscribe, arg.Recipient, arg.Category, arg.Test)
 	if err != nil {
 		return 0, err
 	}
@@ -78,7 +85,7 @@ func (q *Queries) AddUnsubscribe(ctx context.Context, arg AddUnsubscribeParams) 
 }
 
 const findDeliveryForFeedback = `-- name: FindDeliveryForFeedback :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
 WHERE ($1::text IS NOT NULL AND provider_message_id = $1::text)
    OR ($2::text IS NOT NULL AND message_id IS NOT NULL
        AND split_part(message_id, '@', 1) = split_part($2::text, '@', 1)
@@ -127,12 +134,15 @@ func (q *Queries) FindDeliveryForFeedback(ctx context.Context, arg FindDeliveryF
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
 
 const findDeliveryForFeedbackByKeyHash = `-- name: FindDeliveryForFeedbackByKeyHash :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
 WHERE message_id IS NOT NULL AND split_part(message_id, '@', 1) = $1::text
 ORDER BY created_at DESC
 LIMIT 1
@@ -173,12 +183,15 @@ func (q *Queries) FindDeliveryForFeedbackByKeyHash(ctx context.Context, keyHash 
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
 
 const getSuppression = `-- name: GetSuppression :one
-SELECT recipient, source, reason, created_at FROM suppressions WHERE recipient = $1
+SELECT recipient, source, reason, created_at, test FROM suppressions WHERE recipient = $1
 `
 
 func (q *Queries) GetSuppression(ctx context.Context, recipient string) (Suppression, error) {
@@ -189,6 +202,7 @@ func (q *Queries) GetSuppression(ctx context.Context, recipient string) (Suppres
 		&i.Source,
 		&i.Reason,
 		&i.CreatedAt,
+		&i.Test,
 	)
 	return i, err
 }
@@ -221,7 +235,7 @@ func (q *Queries) InsertProviderEvent(ctx context.Context, arg InsertProviderEve
 }
 
 const listSuppressionEvents = `-- name: ListSuppressionEvents :many
-SELECT id, recipient, at, action, source, actor, note FROM suppression_events WHERE recipient = $1 ORDER BY id
+SELECT id, recipient, at, action, source, actor, note, test FROM suppression_events WHERE recipient = $1 ORDER BY id
 `
 
 func (q *Queries) ListSuppressionEvents(ctx context.Context, recipient string) ([]SuppressionEvent, error) {
@@ -241,6 +255,7 @@ func (q *Queries) ListSuppressionEvents(ctx context.Context, recipient string) (
 			&i.Source,
 			&i.Actor,
 			&i.Note,
+			&i.Test,
 		); err != nil {
 			return nil, err
 		}
@@ -253,7 +268,7 @@ func (q *Queries) ListSuppressionEvents(ctx context.Context, recipient string) (
 }
 
 const listSuppressions = `-- name: ListSuppressions :many
-SELECT recipient, source, reason, created_at FROM suppressions ORDER BY created_at DESC, recipient LIMIT $1
+SELECT recipient, source, reason, created_at, test FROM suppressions ORDER BY created_at DESC, recipient LIMIT $1
 `
 
 func (q *Queries) ListSuppressions(ctx context.Context, maxRows int32) ([]Suppression, error) {
@@ -270,6 +285,7 @@ func (q *Queries) ListSuppressions(ctx context.Context, maxRows int32) ([]Suppre
 			&i.Source,
 			&i.Reason,
 			&i.CreatedAt,
+			&i.Test,
 		); err != nil {
 			return nil, err
 		}
@@ -346,6 +362,33 @@ func (q *Queries) ListTestFeedbackDue(ctx context.Context, arg ListTestFeedbackD
 	return items, nil
 }
 
+const recordProviderEvent = `-- name: RecordProviderEvent :exec
+UPDATE notification_deliveries
+SET provider_event    = CASE WHEN provider_event_at IS NULL OR provider_event_at <= $1::timestamptz THEN $2::text ELSE provider_event END,
+    provider_event_at = CASE WHEN provider_event_at IS NULL OR provider_event_at <= $1::timestamptz THEN $1::timestamptz ELSE provider_event_at END,
+    bounced_or_complained_at = CASE WHEN $2::text IN ('bounced', 'complained')
+                                    THEN least(bounced_or_complained_at, $1::timestamptz)
+                                    ELSE bounced_or_complained_at END
+WHERE id = $3
+`
+
+type RecordProviderEventParams struct {
+	At   time.Time
+	Kind string
+	ID   uuid.UUID
+}
+
+// A provider's report about a delivery's message: its last report, by
+// the provider's clock (a report older than the one kept, as a
+// provider's retry brings a deferral after the delivery, is not the
+// last), and for a bounce or a complaint, the earliest of those. A
+// delivered or deferred report writes no indexed column, not even
+// updated_at: a HOT update.
+func (q *Queries) RecordProviderEvent(ctx context.Context, arg RecordProviderEventParams) error {
+	_, err := q.db.Exec(ctx, recordProviderEvent, arg.At, arg.Kind, arg.ID)
+	return err
+}
+
 const rememberWebhookToken = `-- name: RememberWebhookToken :execrows
 WITH pruned AS (
     DELETE FROM webhook_tokens
@@ -383,10 +426,10 @@ func (q *Queries) RememberWebhookToken(ctx context.Context, arg RememberWebhookT
 
 const removeSuppression = `-- name: RemoveSuppression :execrows
 WITH del AS (
-    DELETE FROM suppressions s WHERE s.recipient = $3 RETURNING s.recipient, s.source
+    DELETE FROM suppressions s WHERE s.recipient = $3 RETURNING s.recipient, s.source, s.test
 )
-INSERT INTO suppression_events (recipient, action, source, actor, note)
-SELECT del.recipient, 'removed', del.source, $1::text, $2::text FROM del
+INSERT INTO suppression_events (recipient, action, source, actor, note, test)
+SELECT del.recipient, 'removed', del.source, $1::text, $2::text, del.test FROM del
 `
 
 type RemoveSuppressionParams struct {

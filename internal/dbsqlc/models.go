@@ -69,34 +69,37 @@ type IdempotencyKey struct {
 }
 
 type NotificationDelivery struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
-	SettledBy         *string
-	SettledAt         *time.Time
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 type OperatorAction struct {
@@ -165,6 +168,7 @@ type Suppression struct {
 	Source    string
 	Reason    string
 	CreatedAt time.Time
+	Test      bool
 }
 
 type SuppressionEvent struct {
@@ -175,6 +179,7 @@ type SuppressionEvent struct {
 	Source    string
 	Actor     string
 	Note      string
+	Test      bool
 }
 
 type TemplateVersion struct {
@@ -189,6 +194,7 @@ type Unsubscribe struct {
 	Recipient string
 	Category  string
 	CreatedAt time.Time
+	Test      bool
 }
 
 type WebhookEndpoint struct {

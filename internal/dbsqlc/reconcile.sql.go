@@ -99,29 +99,24 @@ func (q *Queries) DeleteOldTestOrders(ctx context.Context, arg DeleteOldTestOrde
 const deleteOldTestSuppressions = `-- name: DeleteOldTestSuppressions :one
 WITH old AS (
     DELETE FROM suppressions s
-    WHERE s.recipient LIKE '%@' || $1::text
-      AND s.created_at < now() - make_interval(secs => $2::float8)
+    WHERE s.test
+      AND s.created_at < now() - make_interval(secs => $1::float8)
     RETURNING s.recipient
 ), ev AS (
-    DELETE FROM suppression_events e USING old WHERE e.recipient = old.recipient
+    DELETE FROM suppression_events e USING old WHERE e.recipient = old.recipient AND e.test
 ), un AS (
     DELETE FROM unsubscribes u
-    WHERE u.recipient LIKE '%@' || $1::text
-      AND u.created_at < now() - make_interval(secs => $2::float8)
+    WHERE u.test
+      AND u.created_at < now() - make_interval(secs => $1::float8)
 )
 SELECT count(*) FROM old
 `
 
-type DeleteOldTestSuppressionsParams struct {
-	Domain           string
-	OlderThanSeconds float64
-}
-
-// Test retention of the suppression list: the magic addresses of
-// @domain (which only test keys reach) listed longer than TEST_RETENTION,
-// with their history.
-func (q *Queries) DeleteOldTestSuppressions(ctx context.Context, arg DeleteOldTestSuppressionsParams) (int64, error) {
-	row := q.db.QueryRow(ctx, deleteOldTestSuppressions, arg.Domain, arg.OlderThanSeconds)
+// Test retention of the suppression list: test mode's entries (its
+// magic addresses', which only test keys reach) listed longer than
+// TEST_RETENTION, with their history, and its unsubscribes as old.
+func (q *Queries) DeleteOldTestSuppressions(ctx context.Context, olderThanSeconds float64) (int64, error) {
+	row := q.db.QueryRow(ctx, deleteOldTestSuppressions, olderThanSeconds)
 	var count int64
 	err := row.Scan(&count)
 	return count, err
@@ -168,7 +163,7 @@ func (q *Queries) DeleteRetiredDeliveries(ctx context.Context, arg DeleteRetired
 }
 
 const getStaleSending = `-- name: GetStaleSending :one
-SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at FROM notification_deliveries
+SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at FROM notification_deliveries
 WHERE id = $1 AND status = 'sending' AND lease_expires_at < now()
 `
 
@@ -206,15 +201,18 @@ func (q *Queries) GetStaleSending(ctx context.Context, id uuid.UUID) (Notificati
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
 
 const listHeldBackUnsettled = `-- name: ListHeldBackUnsettled :many
-SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, h.reason::text AS held_back
+SELECT d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, h.reason::text AS held_back
 FROM notification_deliveries d
      CROSS JOIN LATERAL delivery_held_back(d.status, d.recipient, d.template, d.trying_since,
-                                           $1::float8, $2::text[]) AS h (reason)
+                                           $1::float8, $2::text[], d.test) AS h (reason)
 WHERE d.status = 'pending'
   AND d.unsettled_since IS NOT NULL
   AND h.reason IS NOT NULL
@@ -279,6 +277,9 @@ func (q *Queries) ListHeldBackUnsettled(ctx context.Context, arg ListHeldBackUns
 			&i.NotificationDelivery.Test,
 			&i.NotificationDelivery.SettledBy,
 			&i.NotificationDelivery.SettledAt,
+			&i.NotificationDelivery.ProviderEvent,
+			&i.NotificationDelivery.ProviderEventAt,
+			&i.NotificationDelivery.BouncedOrComplainedAt,
 			&i.HeldBack,
 		); err != nil {
 			return nil, err
@@ -339,7 +340,7 @@ WITH picked AS (
 UPDATE notification_deliveries d SET updated_at = now()
 FROM picked
 WHERE d.id = picked.id AND d.status = 'pending'
-RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at
+RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
 `
 
 type PickOrphanedPendingParams struct {
@@ -390,6 +391,9 @@ func (q *Queries) PickOrphanedPending(ctx context.Context, arg PickOrphanedPendi
 			&i.Test,
 			&i.SettledBy,
 			&i.SettledAt,
+			&i.ProviderEvent,
+			&i.ProviderEventAt,
+			&i.BouncedOrComplainedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -25,7 +25,7 @@ WITH upd AS (
     WHERE d.id = $1 AND d.status = 'pending'
       AND (d.unsettled_since IS NULL OR ($2::boolean AND $3::boolean))
       AND may_cancel(d.owner_id, d.order_id, d.test, $2::boolean, $4::uuid, $5::boolean)
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'cancelled', 'pending', 'cancelled', upd.attempts, $6::text,
@@ -37,7 +37,8 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
 
@@ -52,34 +53,37 @@ type CancelDeliveryParams struct {
 }
 
 type CancelDeliveryRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
-	SettledBy         *string
-	SettledAt         *time.Time
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 // ---- The shop or an operator: called off before it was sent. ----
@@ -134,6 +138,9 @@ func (q *Queries) CancelDelivery(ctx context.Context, arg CancelDeliveryParams) 
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -187,7 +194,7 @@ WITH nosync AS (
     SELECT unnest($1::uuid[]) AS id, unnest($2::text[]) AS key_hash, unnest($3::uuid[]) AS lease_token,
            unnest($4::text[]) AS message_id, unnest($5::text[]) AS task_id
 ), judged AS (
-    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, n.handover_batch, n.test, n.settled_by, n.settled_at, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
+    SELECT n.id, n.order_id, n.template, n.recipient, n.idempotency_key, n.status, n.attempts, n.last_error, n.lease_token, n.lease_expires_at, n.handed_over_at, n.provider_message_id, n.template_data, n.created_at, n.updated_at, n.sent_at, n.message_id, n.trying_since, n.locale, n.not_before, n.provider, n.provider_pinned, n.unsettled_since, n.owner_id, n.handover_batch, n.test, n.settled_by, n.settled_at, n.provider_event, n.provider_event_at, n.bounced_or_complained_at, i.lease_token AS input_lease, i.message_id AS input_message_id, i.task_id,
            CASE
                WHEN encode(substring(sha256(convert_to(n.idempotency_key, 'UTF8')) FROM 1 FOR 16), 'hex') <> i.key_hash THEN 'not_task'
                WHEN n.status NOT IN ('pending', 'sending') THEN 'settled'
@@ -206,7 +213,7 @@ WITH nosync AS (
            END AS verdict
     FROM nosync, input i JOIN notification_deliveries n ON n.id = i.id
          CROSS JOIN LATERAL delivery_held_back(n.status, n.recipient, n.template, n.trying_since,
-                                               $8::float8, $9::text[]) AS h (reason)
+                                               $8::float8, $9::text[], n.test) AS h (reason)
     WHERE n.id = ANY($1::uuid[])
     ORDER BY n.id
     FOR UPDATE OF n
@@ -222,7 +229,7 @@ WITH nosync AS (
     FROM judged j
     WHERE d.id = j.id
       AND j.verdict = 'claim'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, j.status AS from_status, j.task_id
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, j.status AS from_status, j.task_id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT id, 'claimed', from_status, 'sending', attempts, $11::text,
@@ -304,10 +311,10 @@ type ClaimDeliveriesRow struct {
 //	not_yet           pending, to be sent later (not_before)
 //	unknown_template  a template this worker does not have
 //	too_old           pending longer than the max age
-//	suppressed        the recipient is on the suppression list
+//	suppressed        the recipient is on the suppression list (of its mode)
 //	unsubscribed      a subscription template, and the recipient left
 //	                  subscription mail (one-click unsubscribe)
-//	                  (these three: delivery_held_back, migration 00021)
+//	                  (these three: delivery_held_back, 00021; by mode, 00023)
 //	blocked           an operator's block holds it back
 //	pinned_elsewhere  pinned to a provider (its outcome there unknown)
 //	                  that is not among the worker's usable ones now
@@ -603,14 +610,15 @@ WITH ins AS (
     WHERE NOT EXISTS (SELECT 1 FROM retired_deliveries r
                       WHERE r.key_hash = sha256(convert_to($5::text, 'UTF8')))
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+    RETURNING id, order_id, template, recipient, idempotency_key, status, attempts, last_error, lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data, created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at, provider_event, provider_event_at, bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
     SELECT ins.id, 'received', NULL, 'pending', 0, $12::text FROM ins
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM ins
 `
 
@@ -630,34 +638,37 @@ type InsertDeliveryParams struct {
 }
 
 type InsertDeliveryRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
-	SettledBy         *string
-	SettledAt         *time.Time
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 // Every write that changes a delivery's status, grouped as the state
@@ -725,6 +736,9 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -939,7 +953,7 @@ WITH upd AS (
         last_error          = NULL,
         updated_at          = now()
     WHERE d.id = $2 AND d.status = 'held'
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_mark_sent', 'held', 'sent', upd.attempts, $3::text,
@@ -948,7 +962,8 @@ WITH upd AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
 
@@ -960,34 +975,37 @@ type OperatorMarkSentParams struct {
 }
 
 type OperatorMarkSentRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
-	SettledBy         *string
-	SettledAt         *time.Time
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 // A held delivery the operator found at the provider.
@@ -1028,6 +1046,9 @@ func (q *Queries) OperatorMarkSent(ctx context.Context, arg OperatorMarkSentPara
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -1051,7 +1072,7 @@ WITH prev AS (
         updated_at       = now()
     FROM prev
     WHERE d.id = prev.id AND d.status IN ('failed', 'held', 'suppressed')
-    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, prev.status AS from_status, prev.provider_pinned AS was_pinned
+    RETURNING d.id, d.order_id, d.template, d.recipient, d.idempotency_key, d.status, d.attempts, d.last_error, d.lease_token, d.lease_expires_at, d.handed_over_at, d.provider_message_id, d.template_data, d.created_at, d.updated_at, d.sent_at, d.message_id, d.trying_since, d.locale, d.not_before, d.provider, d.provider_pinned, d.unsettled_since, d.owner_id, d.handover_batch, d.test, d.settled_by, d.settled_at, d.provider_event, d.provider_event_at, d.bounced_or_complained_at, prev.status AS from_status, prev.provider_pinned AS was_pinned
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
     SELECT upd.id, 'operator_retry', upd.from_status, 'pending', 0, $3::text,
@@ -1061,7 +1082,8 @@ WITH prev AS (
 )
 SELECT id, order_id, template, recipient, idempotency_key, status, attempts, last_error,
        lease_token, lease_expires_at, handed_over_at, provider_message_id, template_data,
-       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at
+       created_at, updated_at, sent_at, message_id, trying_since, locale, not_before, provider, provider_pinned, unsettled_since, owner_id, handover_batch, test, settled_by, settled_at,
+       provider_event, provider_event_at, bounced_or_complained_at
 FROM upd
 `
 
@@ -1073,34 +1095,37 @@ type OperatorRetryParams struct {
 }
 
 type OperatorRetryRow struct {
-	ID                uuid.UUID
-	OrderID           uuid.UUID
-	Template          string
-	Recipient         string
-	IdempotencyKey    string
-	Status            string
-	Attempts          int32
-	LastError         *string
-	LeaseToken        *uuid.UUID
-	LeaseExpiresAt    *time.Time
-	HandedOverAt      *time.Time
-	ProviderMessageID *string
-	TemplateData      []byte
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
-	SentAt            *time.Time
-	MessageID         *string
-	TryingSince       time.Time
-	Locale            *string
-	NotBefore         *time.Time
-	Provider          *string
-	ProviderPinned    bool
-	UnsettledSince    *time.Time
-	OwnerID           *uuid.UUID
-	HandoverBatch     *string
-	Test              bool
-	SettledBy         *string
-	SettledAt         *time.Time
+	ID                    uuid.UUID
+	OrderID               uuid.UUID
+	Template              string
+	Recipient             string
+	IdempotencyKey        string
+	Status                string
+	Attempts              int32
+	LastError             *string
+	LeaseToken            *uuid.UUID
+	LeaseExpiresAt        *time.Time
+	HandedOverAt          *time.Time
+	ProviderMessageID     *string
+	TemplateData          []byte
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+	SentAt                *time.Time
+	MessageID             *string
+	TryingSince           time.Time
+	Locale                *string
+	NotBefore             *time.Time
+	Provider              *string
+	ProviderPinned        bool
+	UnsettledSince        *time.Time
+	OwnerID               *uuid.UUID
+	HandoverBatch         *string
+	Test                  bool
+	SettledBy             *string
+	SettledAt             *time.Time
+	ProviderEvent         *string
+	ProviderEventAt       *time.Time
+	BouncedOrComplainedAt *time.Time
 }
 
 // ---- An operator (admin API). ----
@@ -1149,6 +1174,9 @@ func (q *Queries) OperatorRetry(ctx context.Context, arg OperatorRetryParams) (O
 		&i.Test,
 		&i.SettledBy,
 		&i.SettledAt,
+		&i.ProviderEvent,
+		&i.ProviderEventAt,
+		&i.BouncedOrComplainedAt,
 	)
 	return i, err
 }
@@ -1442,7 +1470,7 @@ WITH prev AS (
     FROM prev, suppressions s
     WHERE d.id = prev.id
       AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND s.recipient = d.recipient
+      AND s.recipient = d.recipient AND s.test = d.test
     RETURNING d.id, d.attempts, prev.status AS from_status, s.source, s.reason
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
@@ -1481,7 +1509,7 @@ WITH prev AS (
     FROM prev
     WHERE d.id = prev.id
       AND (d.status = 'pending' OR (d.status = 'sending' AND d.lease_expires_at < now() AND d.handed_over_at IS NULL))
-      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription')
+      AND EXISTS (SELECT 1 FROM unsubscribes u WHERE u.recipient = d.recipient AND u.category = 'subscription' AND u.test = d.test)
     RETURNING d.id, d.attempts, prev.status AS from_status
 )
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)

@@ -61,10 +61,15 @@ type adminDelivery struct {
 	UpdatedAt         time.Time       `json:"updated_at"`
 	SentAt            *time.Time      `json:"sent_at,omitempty"`
 	Test              bool            `json:"test,omitempty"` // a test key's: it never reaches a provider
+	// The provider's last report about the message, and when (its clock);
+	// when it first reported a bounce or a complaint of it.
+	ProviderEvent         mail.FeedbackKind `json:"provider_event,omitempty"`
+	ProviderEventAt       *time.Time        `json:"provider_event_at,omitempty"`
+	BouncedOrComplainedAt *time.Time        `json:"bounced_or_complained_at,omitempty"`
 }
 
 func toAdmin(d notify.Delivery) adminDelivery {
-	return adminDelivery{
+	a := adminDelivery{
 		ID: d.ID, OrderID: d.OrderID, Template: d.Template, Recipient: d.Recipient,
 		IdempotencyKey: d.IdempotencyKey, KeyHash: mail.KeyHash(d.IdempotencyKey), Status: d.Status,
 		Attempts: d.Attempts, LastError: d.LastError, ProviderMessageID: d.ProviderMessageID,
@@ -72,7 +77,12 @@ func toAdmin(d notify.Delivery) adminDelivery {
 		SettledBy: d.SettledBy, SettledAt: d.SettledAt,
 		LeaseExpiresAt: d.LeaseExpiresAt, HandedOverAt: d.HandedOverAt, SendAt: d.NotBefore, TemplateData: d.Data,
 		CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt, SentAt: d.SentAt, Test: d.Test,
+		BouncedOrComplainedAt: d.BouncedOrComplainedAt,
 	}
+	if r := d.ProviderEvent; r != nil {
+		a.ProviderEvent, a.ProviderEventAt = r.Kind, &r.At
+	}
+	return a
 }
 
 // maxBlockTTL is the longest a block may last.
@@ -215,6 +225,14 @@ func handleAdminListDeliveries(a Admin) http.Handler {
 				return
 			}
 			f.OlderThan = d
+		}
+		switch q.Get("bounced_or_complained") {
+		case "", "false":
+		case "true":
+			f.BouncedOrComplained = true
+		default:
+			badRequest(w, r, "bounced_or_complained", "bounced_or_complained must be true or false")
+			return
 		}
 		limit, ok := limitParam(w, r, 100)
 		if !ok {

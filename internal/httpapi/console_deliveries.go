@@ -29,6 +29,9 @@ type deliveryQuery struct {
 	CreatedAfter, CreatedBefore string
 	Newest                      bool
 	Page                        int
+	// BouncedOrComplained: only those a provider reported a bounce or a
+	// complaint of.
+	BouncedOrComplained bool
 }
 
 // consoleTime is the layout of a datetime-local input.
@@ -38,7 +41,7 @@ const consoleTime = "2006-01-02T15:04"
 // problem is said to the operator on the page.
 func (q deliveryQuery) filter() (notify.Filter, string) {
 	f := notify.Filter{Key: q.Key, Template: q.Template, Status: notify.Status(q.Status), Newest: q.Newest,
-		Offset: q.Page * consolePageSize, Limit: consolePageSize + 1}
+		Offset: q.Page * consolePageSize, Limit: consolePageSize + 1, BouncedOrComplained: q.BouncedOrComplained}
 	if q.Recipient != "" {
 		addr, err := mail.NormalizeAddress(q.Recipient)
 		if err != nil {
@@ -89,6 +92,9 @@ func (q deliveryQuery) url(n int) string {
 			v.Set(k, s)
 		}
 	}
+	if q.BouncedOrComplained {
+		v.Set("bounced_or_complained", "yes")
+	}
 	if q.Newest {
 		v.Set("order", "newest")
 	} else {
@@ -105,7 +111,8 @@ func queryFrom(v url.Values) deliveryQuery {
 	q := deliveryQuery{Recipient: strings.TrimSpace(v.Get("recipient")), OrderID: strings.TrimSpace(v.Get("order_id")),
 		Key: strings.TrimSpace(v.Get("key")), Status: v.Get("status"), Template: v.Get("template"),
 		OlderThan: strings.TrimSpace(v.Get("older_than")), Newest: v.Get("order") != "oldest",
-		CreatedAfter: strings.TrimSpace(v.Get("created_after")), CreatedBefore: strings.TrimSpace(v.Get("created_before"))}
+		CreatedAfter: strings.TrimSpace(v.Get("created_after")), CreatedBefore: strings.TrimSpace(v.Get("created_before")),
+		BouncedOrComplained: v.Get("bounced_or_complained") == "yes"}
 	q.Page, _ = strconv.Atoi(v.Get("page"))
 	q.Page = min(max(q.Page, 0), 10_000)
 	return q

@@ -531,6 +531,11 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	}
 	c.do(200, "POST", "/v1/webhooks/resend", jsonCT, bounce, signed("msg_contract", now, bounce))
 	c.do(200, "POST", "/v1/webhooks/resend", jsonCT, bounce, signed("msg_contract", now, bounce))
+	// The bounce beside the status: the shop's read, the operators' list.
+	c.do(200, "GET", "/v1/orders/"+sent.ID.String(), "", "", nil)
+	c.admin(200, "GET", "/admin/v1/deliveries?bounced_or_complained=true", "")
+	c.admin(400, "GET", "/admin/v1/deliveries?bounced_or_complained=maybe", "")
+	c.admin(200, "GET", "/admin/v1/suppressions/ana.maria@example.com", "")
 	c.do(401, "POST", "/v1/webhooks/resend", jsonCT, bounce, signed("msg_old", now.Add(-time.Hour), bounce))
 	c.do(401, "POST", "/v1/webhooks/postmark", jsonCT, `{}`, map[string]string{"Authorization": ""})
 	c.do(400, "POST", "/v1/webhooks/resend", jsonCT, `[]`, signed("msg_array", now, `[]`))

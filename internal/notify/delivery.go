@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
+	"github.com/sekali-dev/sekali/internal/mail"
 )
 
 // Status is where a delivery stands; transitions.go holds every move
@@ -43,6 +44,18 @@ const (
 // Statuses are every status a delivery can have, in the order of its way
 // through them: what operators filter by.
 var Statuses = []Status{StatusPending, StatusSending, StatusSent, StatusFailed, StatusHeld, StatusSuppressed, StatusCancelled}
+
+// ProviderEvent is a provider's report about a message it took: Kind
+// is one of ProviderEventKinds, At the provider's time of it.
+type ProviderEvent struct {
+	Kind mail.FeedbackKind
+	At   time.Time
+}
+
+// ProviderEventKinds are the reports a delivery keeps the last of: where
+// its message went after sent. An unsubscribe is the recipient's act,
+// not the message's fate, and is not one.
+var ProviderEventKinds = []mail.FeedbackKind{mail.FeedbackDelivered, mail.FeedbackDeferred, mail.FeedbackBounced, mail.FeedbackComplained}
 
 // ErrNotFound is returned when no delivery matches.
 var ErrNotFound = errors.New("notify: delivery not found")
@@ -103,6 +116,13 @@ type Delivery struct {
 	// Test: a test key's (its order's mode, docs/testmode.md). Only the
 	// worker's test provider ever takes it; it never reaches a real one.
 	Test bool
+	// ProviderEvent is what the provider last reported about the message
+	// after it took it, nil before any report (RecordFeedback): a sent
+	// delivery that bounced is still sent, and says so here.
+	ProviderEvent *ProviderEvent
+	// BouncedOrComplainedAt is when the provider reported a bounce or a
+	// complaint of the message, the earliest by its clock; nil if never.
+	BouncedOrComplainedAt *time.Time
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.
@@ -285,7 +305,19 @@ func fromRow(r dbsqlc.NotificationDelivery) Delivery {
 		LastError:         orEmpty(r.LastError),
 		ProviderMessageID: orEmpty(r.ProviderMessageID),
 		SettledBy:         orEmpty(r.SettledBy),
+		// What the provider reported after it took the message.
+		ProviderEvent:         providerEventOf(r.ProviderEvent, r.ProviderEventAt),
+		BouncedOrComplainedAt: r.BouncedOrComplainedAt,
 	}
+}
+
+// providerEventOf is the last report's columns as a ProviderEvent, nil
+// when there is none.
+func providerEventOf(kind *string, at *time.Time) *ProviderEvent {
+	if kind == nil || at == nil {
+		return nil
+	}
+	return &ProviderEvent{Kind: mail.FeedbackKind(*kind), At: *at}
 }
 
 // orEmpty is a nullable text column's value, "" for NULL.

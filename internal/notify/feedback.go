@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,8 +32,12 @@ type FeedbackOutcome struct {
 }
 
 // RecordFeedback writes one verified provider event, in one transaction:
-// into the history of the delivery it is about, and, for a hard bounce or
-// a complaint, the recipient onto the suppression list. The delivery is
+// into the history of the delivery it is about, as the delivery's last
+// report (delivered, deferred, bounced, complained: Delivery.ProviderEvent)
+// unless a later one by the provider's clock is there, and, for a hard
+// bounce or a complaint, the recipient onto the suppression list (test
+// mode's, for a test delivery: only the test provider reports about
+// those), for an unsubscribe off the subscription mail. The delivery is
 // the one of the provider's id for the message or of our Message-ID, else
 // the one of the key hash echoed from our metadata. The same event
 // again (by provider and event id) changes nothing; an event that names
@@ -91,10 +96,19 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (Fee
 		if err := recordEvent(ctx, q, d, string(f.Kind), f.Provider, detail); err != nil {
 			return fmt.Errorf("record %s event in the history: %w", f.Provider, err)
 		}
+		if slices.Contains(ProviderEventKinds, f.Kind) {
+			at := f.At
+			if at.IsZero() {
+				at = time.Now()
+			}
+			if err := q.RecordProviderEvent(ctx, dbsqlc.RecordProviderEventParams{ID: d.ID, Kind: string(f.Kind), At: at}); err != nil {
+				return fmt.Errorf("record %s event as delivery %s's last: %w", f.Provider, d.ID, err)
+			}
+		}
 		if f.Kind == mail.FeedbackUnsubscribed {
 			// As our one-click link does (Operator.Unsubscribe): the
 			// recipient leaves the subscription mail, never an order's.
-			if _, err := q.AddUnsubscribe(ctx, dbsqlc.AddUnsubscribeParams{Recipient: d.Recipient, Category: mailtemplate.CategorySubscription}); err != nil {
+			if _, err := q.AddUnsubscribe(ctx, dbsqlc.AddUnsubscribeParams{Recipient: d.Recipient, Category: mailtemplate.CategorySubscription, Test: d.Test}); err != nil {
 				return fmt.Errorf("unsubscribe the recipient of delivery %s: %w", d.ID, err)
 			}
 			return nil
@@ -107,7 +121,7 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (Fee
 		if f.Detail != "" {
 			reason += ": " + textrule.Clip(f.Detail, 500)
 		}
-		if _, err := q.AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: d.Recipient, Source: source, Reason: reason, Actor: f.Provider}); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		if _, err := q.AddSuppression(ctx, dbsqlc.AddSuppressionParams{Recipient: d.Recipient, Source: source, Reason: reason, Actor: f.Provider, Test: d.Test}); err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("suppress the recipient of delivery %s: %w", d.ID, err)
 		}
 		out.Suppressed = true
@@ -170,12 +184,16 @@ func RememberWebhookToken(ctx context.Context, db *pgxpool.Pool, provider, token
 	return nil
 }
 
-// Suppression is one address the service does not send to.
+// Suppression is one address the service does not send to: live
+// deliveries, or with Test, test mode's (docs/testmode.md). A delivery
+// meets only its mode's entries; an address has one, of the mode that
+// listed it first.
 type Suppression struct {
 	Recipient string    `json:"recipient"`
 	Source    string    `json:"source"` // bounce, complaint or operator
 	Reason    string    `json:"reason"`
 	CreatedAt time.Time `json:"created_at"`
+	Test      bool      `json:"test,omitempty"` // test mode's list: the test provider's report about a test delivery
 }
 
 // SuppressionEvent is one change of the list, for the record.
@@ -185,14 +203,14 @@ type SuppressionEvent struct {
 	Source string    `json:"source"`
 	Actor  string    `json:"actor"`
 	Note   string    `json:"note"`
+	Test   bool      `json:"test,omitempty"` // of test mode's list
 }
 
-// DeleteOldTestSuppressions lifts the suppressions (and unsubscribes) of
-// test mode's magic addresses (mail.TestDomain, which only test keys
-// reach) older than retention, with their history: the test retention.
-// No live address is ever touched.
+// DeleteOldTestSuppressions lifts test mode's suppressions (and
+// unsubscribes) older than retention, with their history: the test
+// retention. No live entry is ever touched.
 func DeleteOldTestSuppressions(ctx context.Context, db DB, retention time.Duration) (int, error) {
-	n, err := dbsqlc.New(db).DeleteOldTestSuppressions(ctx, dbsqlc.DeleteOldTestSuppressionsParams{Domain: mail.TestDomain, OlderThanSeconds: retention.Seconds()})
+	n, err := dbsqlc.New(db).DeleteOldTestSuppressions(ctx, retention.Seconds())
 	if err != nil {
 		return 0, fmt.Errorf("delete old test suppressions: %w", err)
 	}

@@ -163,6 +163,10 @@ func maybeSentStatements(seen func(notify.Delivery) dbsqlc.NotificationDelivery)
 				SeenStatus: r.Status, SeenLeaseToken: r.LeaseToken, SeenUpdatedAt: r.UpdatedAt, SeenHandedOverAt: r.HandedOverAt,
 				SeenProvider: orEmpty(r.Provider), SeenPinned: r.ProviderPinned, SeenUnsettledSince: r.UnsettledSince})
 		},
+		"RecordProviderEvent": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, _ uuid.UUID) (int64, error) {
+			// A provider's report: the last one, not the status.
+			return 0, q.RecordProviderEvent(ctx, dbsqlc.RecordProviderEventParams{ID: d.ID, Kind: "bounced", At: time.Now()})
+		},
 		"PickOrphanedPending": func(ctx context.Context, q *dbsqlc.Queries, _ notify.Delivery, _ uuid.UUID) (int64, error) {
 			rows, err := q.PickOrphanedPending(ctx, dbsqlc.PickOrphanedPendingParams{OlderThanSeconds: 0, Batch: 100})
 			return count(len(rows), err)

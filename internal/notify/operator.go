@@ -82,6 +82,10 @@ type Filter struct {
 	Newest                      bool // most recently updated first; else least
 	Offset                      int  // skip this many, for the next page
 	Limit                       int
+
+	// BouncedOrComplained: only those a provider reported a bounce or
+	// a complaint of.
+	BouncedOrComplained bool
 }
 
 // describe is what f selects, its set fields only: the record of a bulk
@@ -105,13 +109,17 @@ func (f Filter) describe() map[string]any {
 	if !f.CreatedBefore.IsZero() {
 		m["created_before"] = f.CreatedBefore
 	}
+	if f.BouncedOrComplained {
+		m["bounced_or_complained"] = true
+	}
 	return m
 }
 
 // List returns the deliveries that match f, least recently updated first
 // (most recently with f.Newest).
 func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
-	p := dbsqlc.ListDeliveriesParams{MaxRows: int32(f.Limit), OrderID: f.OrderID, Newest: f.Newest, Skip: int32(f.Offset)}
+	p := dbsqlc.ListDeliveriesParams{MaxRows: int32(f.Limit), OrderID: f.OrderID, Newest: f.Newest, Skip: int32(f.Offset),
+		BouncedOrComplained: f.BouncedOrComplained}
 	if f.Status != "" {
 		s := string(f.Status)
 		p.Status = &s
@@ -135,11 +143,25 @@ func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 		s := f.OlderThan.Seconds()
 		p.OlderThanSeconds = &s
 	}
-	rows, err := dbsqlc.New(o.db).ListDeliveries(ctx, p)
+	rows, err := dbsqlc.New(customPlans{o.db}).ListDeliveries(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
 	}
 	return mapRows(rows, fromRow), nil
+}
+
+// customPlans plans each query for its own arguments. A search whose
+// filters are optional (@x IS NULL OR column = @x) has a cheap plan for
+// each set of them (the status index for held ones, the bounced index
+// for bounces), but one generic plan for all, a scan of the table, and
+// PostgreSQL keeps to that for a prepared statement once five plans of
+// unfiltered searches, scans too, cost no less. Sent without a prepared
+// statement (pgx.QueryExecModeExec), the query is planned with its
+// values each time: a fraction of a millisecond, for an operator's search.
+type customPlans struct{ DB }
+
+func (c customPlans) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return c.DB.Query(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
 }
 
 // CountUpTo counts the deliveries in status, but no further than upTo:
@@ -262,7 +284,7 @@ func (o *Operator) Cancel(ctx context.Context, id uuid.UUID, actor, note string,
 }
 
 // Unsubscribe records that recipient left category (a one-click
-// unsubscribe): the subscription templates' deliveries to the address
+// unsubscribe): the subscription templates' live deliveries to the address
 // are suppressed from now on; transactional ones still go out. added is
 // false when it had left already.
 func (o *Operator) Unsubscribe(ctx context.Context, recipient, category string) (added bool, err error) {
@@ -615,7 +637,7 @@ func (o *Operator) SuppressionHistory(ctx context.Context, recipient string) ([]
 	}
 	events := make([]SuppressionEvent, len(rows))
 	for i, e := range rows {
-		events[i] = SuppressionEvent{At: e.At, Action: e.Action, Source: e.Source, Actor: e.Actor, Note: e.Note}
+		events[i] = SuppressionEvent{At: e.At, Action: e.Action, Source: e.Source, Actor: e.Actor, Note: e.Note, Test: e.Test}
 	}
 	return events, nil
 }
@@ -633,12 +655,13 @@ func getSuppression(ctx context.Context, q *dbsqlc.Queries, recipient string) (S
 }
 
 func suppressionFromRow(r dbsqlc.Suppression) Suppression {
-	return Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt}
+	return Suppression{Recipient: r.Recipient, Source: r.Source, Reason: r.Reason, CreatedAt: r.CreatedAt, Test: r.Test}
 }
 
-// Suppress puts a recipient on the list by an operator's decision, with
-// a note for the record; added is false when it was there already (its
-// first reason stays). Its pending deliveries are not sent from now on.
+// Suppress puts a recipient on the live list by an operator's decision,
+// with a note for the record; added is false when it was there already
+// (its first reason stays). Its pending live deliveries are not sent from
+// now on; test mode's list is the test provider's reports' alone.
 func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) (s Suppression, added bool, err error) {
 	recipient, err = mail.NormalizeAddress(recipient)
 	if err != nil {
@@ -664,8 +687,9 @@ func (o *Operator) Suppress(ctx context.Context, recipient, note, actor string) 
 	return s, added, nil
 }
 
-// Unsuppress takes a recipient off the list, with a note for the record.
-// Deliveries already suppressed stay so until an operator retries them.
+// Unsuppress takes a recipient off the list (live or test mode's), with
+// a note for the record. Deliveries already suppressed stay so until an
+// operator retries them.
 func (o *Operator) Unsuppress(ctx context.Context, recipient, note, actor string) error {
 	recipient, err := mail.NormalizeAddress(recipient)
 	if err != nil {

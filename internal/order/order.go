@@ -116,6 +116,12 @@ type Notification struct {
 	// does not say sent (an attempt was handed over and its outcome is
 	// not known yet): it cannot be cancelled, and may yet turn out sent.
 	MayHaveBeenSent bool `json:"may_have_been_sent,omitempty"`
+	// ProviderEvent is what the provider last reported about the e-mail
+	// after it took it — delivered, deferred, bounced or complained —
+	// and ProviderEventAt when, by the provider's clock; absent before
+	// any report. A bounced e-mail's status stays sent: it was sent.
+	ProviderEvent   string     `json:"provider_event,omitempty"`
+	ProviderEventAt *time.Time `json:"provider_event_at,omitempty"`
 }
 
 // ShipmentRecord is a shipment as recorded: what the shop said, when,

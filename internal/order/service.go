@@ -460,6 +460,9 @@ func notificationsOf(ds []notify.Delivery) []Notification {
 	for i, d := range ds {
 		out[i] = Notification{ID: d.ID, Template: d.Template, IdempotencyKey: d.IdempotencyKey, Status: string(d.Status), SendAt: d.NotBefore,
 			MayHaveBeenSent: d.MayHaveBeenSent()}
+		if r := d.ProviderEvent; r != nil {
+			out[i].ProviderEvent, out[i].ProviderEventAt = string(r.Kind), &r.At
+		}
 	}
 	return out
 }

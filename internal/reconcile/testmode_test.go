@@ -57,9 +57,9 @@ func TestTestRetentionRemovesTestRowsSooner(t *testing.T) {
 		e.finished(t, c.d, notify.StatusSent, c.ago)
 		ageOrder(c.d, c.ago)
 	}
-	for _, who := range []string{"bounced@sekali.test", "budi@example.com"} {
-		if _, err := e.db.Pool.Exec(ctx, `INSERT INTO suppressions (recipient, source, reason, created_at) VALUES ($1, 'bounce', 'test', now() - interval '8 days')`, who); err != nil {
-			t.Fatal(err) // raw SQL: a suppression listed eight days ago
+	for who, test := range map[string]bool{"bounced@sekali.test": true, "budi@example.com": false} {
+		if _, err := e.db.Pool.Exec(ctx, `INSERT INTO suppressions (recipient, source, reason, created_at, test) VALUES ($1, 'bounce', 'test', now() - interval '8 days', $2)`, who, test); err != nil {
+			t.Fatal(err) // raw SQL: a suppression listed eight days ago, test mode's and a live one
 		}
 	}
 
