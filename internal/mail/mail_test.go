@@ -131,3 +131,17 @@ func TestUnsubscribeTokenLifetime(t *testing.T) {
 		t.Errorf("a token of the first format with a non-canonical signature: %v", err)
 	}
 }
+
+// The whole of test mode's domain is test mode's: its names and the
+// names under it, and nothing that merely ends in its letters.
+func TestIsTestAddress(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"bounced@sekali.test": true, "x@sub.sekali.test": true, "x@a.b.sekali.test": true,
+		"x@notsekali.test": false, "x@sekali.test.example.com": false, "sekali.test@example.com": false, "x@example.com": false,
+	} {
+		if got := IsTestAddress(addr); got != want {
+			t.Errorf("IsTestAddress(%q) = %v, want %v", addr, got, want)
+		}
+	}
+}
