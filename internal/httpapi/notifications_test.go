@@ -79,6 +79,26 @@ func TestTriggerATemplateFromADirectory(t *testing.T) {
 	if n := s.count(t, "notification_deliveries"); n != 3 {
 		t.Errorf("bad data wrote a delivery: %d", n)
 	}
+
+	// Data the schema takes ("integer" takes 1.0 and 1e30) but the
+	// template cannot render (money wants whole minor units) is refused
+	// at the trigger as the preview refuses it, not recorded for the
+	// worker to hold.
+	for _, amount := range []string{"1.0", "1e30"} {
+		unrenderable := strings.Replace(data, "21500050", amount, 1)
+		res := post(`{"template":"payment-reminder","event_id":"reminder-` + amount + `","data":` + unrenderable + `}`)
+		if res.status != http.StatusUnprocessableEntity || !strings.Contains(string(res.body), `"pointer":"/data"`) ||
+			!strings.Contains(string(res.body), "cannot be rendered") {
+			t.Errorf("amount_due %s: %d %s, want 422 at /data", amount, res.status, res.body)
+		}
+		preview := s.do(t, http.MethodPost, "/v1/templates/payment-reminder/preview", "application/json", strings.NewReader(unrenderable), nil)
+		if preview.status != http.StatusUnprocessableEntity || !strings.Contains(string(preview.body), "cannot be rendered") {
+			t.Errorf("the preview of amount_due %s: %d %s, want the trigger's 422", amount, preview.status, preview.body)
+		}
+	}
+	if n := s.count(t, "notification_deliveries"); n != 3 {
+		t.Errorf("data the template cannot render wrote a delivery: %d", n)
+	}
 }
 
 // A trigger with a recipient sends the e-mail to that address, not to
