@@ -75,7 +75,10 @@ func TestUnsubscribeToken(t *testing.T) {
 	payload, sig, _ := strings.Cut(tok, ".")
 	forgedPayload, _, _ := strings.Cut(forged, ".")
 	for _, bad := range []string{forged, forgedPayload + "." + sig, tok + "x", tok + "=", payload + ".\n" + sig,
-		payload + "." + sig[:20] + "\n" + sig[20:], nonCanonical(sig, payload), "nodot", ""} {
+		payload + "." + sig[:20] + "\n" + sig[20:], nonCanonical(sig, payload), "nodot", "",
+		// Signed, but for no address: the worker signs a delivery's recipient.
+		UnsubscribeToken(secret, "ana\x00@example.com", "subscription", now), UnsubscribeToken(secret, "Ana@Example.com", "subscription", now),
+		UnsubscribeToken(secret, "", "subscription", now)} {
 		if _, err := ParseUnsubscribeToken(secret, bad, now, DefaultUnsubscribeTTL); !errors.Is(err, ErrBadUnsubscribeToken) {
 			t.Errorf("ParseUnsubscribeToken(%q) = %v", bad, err)
 		}
