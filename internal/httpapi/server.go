@@ -85,6 +85,7 @@ func NewServer(d Deps) http.Handler {
 	d.Checks = append(slices.Clip(d.Checks), Check{Name: "api", Ping: admit.ping})
 	r.Use(observe(d.Log, latency, tracer))
 	r.Use(bodyFirst(d.BodyTimeout))
+	r.Use(storableText)
 	r.Use(admit.shed)
 	r.Use(middleware.GetHead) // HEAD wherever GET is served
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
