@@ -29,7 +29,7 @@ const (
 
 // hookStack is the API with Resend's and Postmark's webhooks configured
 // as an operator would, through the environment.
-func hookStack(t *testing.T, opts ...setupOpts) (stack, string) {
+func hookStack(t testing.TB, opts ...setupOpts) (stack, string) {
 	t.Helper()
 	key := make([]byte, 24)
 	_, _ = rand.Read(key)
@@ -43,7 +43,7 @@ func hookStack(t *testing.T, opts ...setupOpts) (stack, string) {
 
 // configuredStack is the API with the webhooks these variables configure,
 // read and built as cmd/api does, and opts' other settings.
-func configuredStack(t *testing.T, vars map[string]string, opts ...setupOpts) stack {
+func configuredStack(t testing.TB, vars map[string]string, opts ...setupOpts) stack {
 	t.Helper()
 	env := envconfig.New(func(k string) string { return vars[k] })
 	settings := roster.ReadWebhooks(env)
