@@ -37,10 +37,11 @@ test: preflight ## run every test against the real PostgreSQL, Redis, Mailpit an
 	$(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=20000x
 
-fuzz: ## fuzz the checkout decoder and validator, the Idempotency-Key parser and the strict JSON parser, FUZZTIME each (default 2m)
+fuzz: ## fuzz the checkout decoder and validator, the Idempotency-Key parser, the strict JSON parser and every route (no input makes a 5xx), FUZZTIME each (default 2m)
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckoutBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzIdempotencyKey$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 	$(GO) test -run '^$$' -fuzz '^FuzzJSONBody$$' -fuzztime $(FUZZTIME) ./internal/httpapi
+	$(GO) test -run '^$$' -fuzz '^FuzzEveryRoute$$' -fuzztime $(FUZZTIME) ./internal/httpapi
 
 bench: preflight ## run the whole stack natively under open-loop load; prints the report (bench.md) and draws bench.png
 	$(GO) build -o bin/ ./cmd/api ./cmd/worker ./cmd/reconciler ./cmd/bench

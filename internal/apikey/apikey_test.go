@@ -42,6 +42,8 @@ func TestKeysAuthenticateUntilRevoked(t *testing.T) {
 	}
 	for _, bad := range []string{
 		"", "sekali_key_", secret + "x", lastCharChanged(secret), k.Prefix + "_wrong", "sekali_key_nosuchprefix_" + secret[len(k.Prefix)+1:], "Bearer " + secret,
+		// Text PostgreSQL refuses, in the part looked up: no key either.
+		"sekali_key_\xff_x", "sekali_key_a\x00_x", "sekali_test_\xc3_x", k.Prefix + "\x00" + secret[len(k.Prefix):],
 	} {
 		if _, err := keys.Authenticate(ctx, bad); !errors.Is(err, apikey.ErrInvalid) {
 			t.Errorf("Authenticate(%q) = %v, want ErrInvalid", bad, err)
@@ -101,6 +103,9 @@ func TestConsoleSessions(t *testing.T) {
 	}
 	if _, _, err := keys.SignIn(ctx, lastCharChanged(backend)); !errors.Is(err, apikey.ErrInvalid) {
 		t.Errorf("a wrong key signed in: %v", err)
+	}
+	if _, _, err := keys.SignIn(ctx, "sekali_key_\xff\x00_x"); !errors.Is(err, apikey.ErrInvalid) {
+		t.Errorf("a key of NUL and invalid UTF-8 signed in: %v", err)
 	}
 	ana, token, err := keys.Create(ctx, "test", "Ana", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {

@@ -152,7 +152,8 @@ func TestAdminRetryAndMarkSent(t *testing.T) {
 	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{}`); res.status != http.StatusUnprocessableEntity {
 		t.Errorf("mark-sent without a provider id = %d", res.status)
 	}
-	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "X1", "note": "\u0000"}`); res.status != http.StatusUnprocessableEntity {
+	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "X1", "note": "\u0000"}`); res.status != http.StatusBadRequest ||
+		!strings.Contains(string(res.body), `"pointer":"/note"`) {
 		t.Errorf("mark-sent with a NUL in the note = %d %s", res.status, res.body)
 	}
 	if res := s.admin(t, http.MethodPost, path+"/mark-sent", `{"provider_message_id": "X1", "extra": 1}`); res.status != http.StatusBadRequest {
@@ -421,11 +422,12 @@ func TestAdminBlocks(t *testing.T) {
 			t.Errorf("block %s = %d %s", body, res.status, res.body)
 		}
 	}
-	for _, body := range []string{
-		`{"kind": "key", "value": "k\u0000", "reason": "x", "expires_in": "1h"}`,
-		`{"kind": "key", "value": "k", "reason": "nul \u0000 inside", "expires_in": "1h"}`,
+	// NUL, which PostgreSQL's text refuses, is refused by the decoder.
+	for body, pointer := range map[string]string{
+		`{"kind": "key", "value": "k\u0000", "reason": "x", "expires_in": "1h"}`:           "/value",
+		`{"kind": "key", "value": "k", "reason": "nul \u0000 inside", "expires_in": "1h"}`: "/reason",
 	} {
-		if res := s.admin(t, http.MethodPost, "/admin/v1/blocks", body); res.status != 422 {
+		if res := s.admin(t, http.MethodPost, "/admin/v1/blocks", body); res.status != 400 || !strings.Contains(string(res.body), `"pointer":"`+pointer+`"`) {
 			t.Errorf("block %s = %d %s", body, res.status, res.body)
 		}
 	}

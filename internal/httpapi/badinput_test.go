@@ -86,6 +86,9 @@ func TestBadCheckoutInputIsRefusedAndWritesNothing(t *testing.T) {
 		{"repeated key in mixed case", "", `{"customer_email":"ana@example.com","customer_name":"A","currency":"IDR","Currency":"USD","items":[]}`, nil, 400, "invalid-body", "/Currency"},
 		{"repeated key under Unicode folding", "", body("items", `[{"sku":"A","\u017fku":"B","name":"B","quantity":1,"unit_price":1}]`), nil, 400, "invalid-body", "/items/0/\u017fku"},
 		{"invalid UTF-8", "", strings.Replace(validCheckout, "Ana Maria", "Ana \xff Maria", 1), nil, 400, "invalid-body", ""},
+		{"NUL in a name", "", body("customer_name", `"Ana\u0000"`), nil, 400, "invalid-body", "/customer_name"},
+		{"NUL in an item", "", body("items", `[{"sku":"A\u0000","name":"B","quantity":1,"unit_price":1}]`), nil, 400, "invalid-body", "/items/0/sku"},
+		{"NUL in a key", "", body("coupon\u0000", `1`), nil, 400, "invalid-body", "/coupon\u0000"},
 		{"email at an IP address", "", body("customer_email", `"a@1.2.3.4"`), nil, 422, "validation", "/customer_email"},
 		{"email with a numeric TLD", "", body("customer_email", `"a@example.123"`), nil, 422, "validation", "/customer_email"},
 		{"name with a line separator", "", body("customer_name", `"Ana\u2028Bcc: eve@example.com"`), nil, 422, "validation", "/customer_name"},
@@ -175,5 +178,37 @@ func TestHeadWhereverGet(t *testing.T) {
 		if res.status != http.StatusOK || len(res.body) != 0 || res.header.Get("Content-Type") == "" {
 			t.Errorf("HEAD %s = %d, %d bytes, Content-Type %q", path, res.status, len(res.body), res.header.Get("Content-Type"))
 		}
+	}
+}
+
+// Text PostgreSQL's text refuses (NUL, invalid UTF-8) is refused before
+// any route reads it, in a path (404), a query (400 invalid-query) or a
+// form (400 invalid-body), whatever the route: it never reaches a
+// statement as a 500.
+func TestUnstorableTextIsRefusedForEveryRoute(t *testing.T) {
+	t.Parallel()
+	s := bare(t, nil)
+	for _, tt := range []struct {
+		method, path, contentType, body string
+		status                          int
+		problemType                     string
+	}{
+		{"GET", "/v1/templates/order-shipped%00/preview", "", "", 404, "not-found"},
+		{"GET", "/v1/templates/%ff/preview", "", "", 404, "not-found"},
+		{"GET", "/v1/templates?lang=%00", "", "", 400, "invalid-query"},
+		{"GET", "/v1/templates/order-shipped/preview?lang=en%ff", "", "", 400, "invalid-query"},
+		{"GET", "/admin/v1/deliveries?%00=1", "", "", 400, "invalid-query"},
+		{"POST", "/admin/sign-in", "application/x-www-form-urlencoded", "key=%ff", 400, "invalid-body"},
+		{"POST", "/admin/suppressions", "application/x-www-form-urlencoded", "recipient=a%40b.co&note=a%00b", 400, "invalid-body"},
+	} {
+		res := s.do(t, tt.method, tt.path, tt.contentType, strings.NewReader(tt.body), map[string]string{"Authorization": ""})
+		var p struct{ Type string }
+		if res.status != tt.status || json.Unmarshal(res.body, &p) != nil || p.Type != "urn:sekali:problem:"+tt.problemType {
+			t.Errorf("%s %s %q: %d %s, want %d %s", tt.method, tt.path, tt.body, res.status, res.body, tt.status, tt.problemType)
+		}
+	}
+	// Text that is storable passes on to the route.
+	if res := s.do(t, "GET", "/v1/templates?lang=%C3%A9", "", nil, map[string]string{"Authorization": ""}); res.status != 200 {
+		t.Errorf("a query of valid UTF-8: %d %s", res.status, res.body)
 	}
 }

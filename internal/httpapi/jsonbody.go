@@ -12,11 +12,14 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // The API's JSON bodies are read one way everywhere: JSON media type, at
 // most maxBodyBytes, valid UTF-8, one object, every key once, no unknown
-// field. A proxy or WAF that looks at the first of two equal keys and a
+// field, no NUL (\u0000) in any key or string, which PostgreSQL's text
+// and jsonb refuse: refused here, no handler's statement meets one. A proxy or WAF that looks at the first of two equal keys and a
 // decoder that keeps the last would disagree about what was sent; so
 // would one that replaces invalid UTF-8 and one that refuses it. "Equal"
 // is encoding/json's idea of it: it matches a key to a struct field
@@ -71,11 +74,7 @@ func decodeStrict(raw []byte, dst any, prefix string) *problem {
 	if p := notAnObject(raw, prefix); p != nil {
 		return p
 	}
-	if pointer, first, ok := repeatedKey(raw, prefix); ok {
-		detail := "appears more than once; send each field once"
-		if first != "" {
-			detail = fmt.Sprintf("repeats %q in another case (keys are matched regardless of case); send each field once", first)
-		}
+	if pointer, detail, ok := firstFault(raw, prefix); ok {
 		return invalidBody(pointer, detail)
 	}
 	return decodeChecked(raw, dst, prefix)
@@ -208,29 +207,29 @@ func nestsDeeper(raw []byte, limit int) bool {
 	return false
 }
 
-// repeatedKey finds the first object key that appears twice in the same
-// object of raw, as written or in another case (appendFolded), and returns
-// its JSON pointer as written the second time, and the key as first
-// written when that differs ("" for an exact repeat). raw must nest no
-// deeper than maxJSONDepth (decodeStrict checks that first: the scanner
-// keeps a set of keys per level); malformed JSON is left to the decoder
-// to report. Past the validity check it reads raw once, keeps one set of
-// keys per open level (reused by the next object at that level) and
-// spells a pointer out only for the repeat it reports: its work is
-// linear in len(raw).
-func repeatedKey(raw []byte, prefix string) (pointer, first string, repeated bool) {
+// firstFault finds the first object key that appears twice in the same
+// object of raw, as written or in another case (appendFolded), or the
+// first key or string that holds NUL, and returns its JSON pointer (a
+// repeat's as written the second time) and what is wrong there. raw must
+// nest no deeper than maxJSONDepth (decodeStrict checks that first: the
+// scanner keeps a set of keys per level); malformed JSON is left to the
+// decoder to report. Past the validity check it reads raw once, keeps
+// one set of keys per open level (reused by the next object at that
+// level) and spells a pointer out only for the fault it reports: its
+// work is linear in len(raw).
+func firstFault(raw []byte, prefix string) (pointer, detail string, found bool) {
 	if !json.Valid(raw) {
 		return "", "", false
 	}
 	k := keyScanner{raw: raw}
-	path, first, repeated := k.value(0)
-	if !repeated {
+	path, detail, found := k.value(0)
+	if !found {
 		return "", "", false
 	}
-	return prefix + path, first, true
+	return prefix + path, detail, true
 }
 
-// keyScanner walks a valid JSON value for repeatedKey.
+// keyScanner walks a valid JSON value for firstFault.
 type keyScanner struct {
 	raw    []byte
 	i      int
@@ -238,9 +237,13 @@ type keyScanner struct {
 	folded []byte                          // scratch for appendFolded
 }
 
+// nulDetail is what firstFault says of a key or string that is not
+// textrule.Storable: the body is valid UTF-8, so it holds NUL.
+const nulDetail = "must not contain NUL (\\u0000)"
+
 // value reads the value at k.i, at depth open arrays and objects; on a
-// repeat it returns the pointer below this value.
-func (k *keyScanner) value(depth int) (path, first string, repeated bool) {
+// fault it returns the pointer below this value and what is wrong.
+func (k *keyScanner) value(depth int) (path, detail string, found bool) {
 	k.space()
 	switch k.raw[k.i] {
 	case '{':
@@ -252,15 +255,17 @@ func (k *keyScanner) value(depth int) (path, first string, repeated bool) {
 				k.i++
 				return "", "", false
 			}
-			if path, first, repeated := k.value(depth + 1); repeated {
-				return "/" + strconv.Itoa(index) + path, first, true
+			if path, detail, found := k.value(depth + 1); found {
+				return "/" + strconv.Itoa(index) + path, detail, true
 			}
 			if k.space(); k.raw[k.i] == ',' {
 				k.i++
 			}
 		}
 	case '"':
-		k.str()
+		if !textrule.Storable(k.str()) {
+			return "", nulDetail, true
+		}
 	default: // a number, true, false or null
 		for k.i < len(k.raw) && !strings.ContainsRune(",]} \t\r\n", rune(k.raw[k.i])) {
 			k.i++
@@ -270,7 +275,7 @@ func (k *keyScanner) value(depth int) (path, first string, repeated bool) {
 }
 
 // object reads the object at k.i (see value).
-func (k *keyScanner) object(depth int) (path, first string, repeated bool) {
+func (k *keyScanner) object(depth int) (path, detail string, found bool) {
 	k.i++
 	seen := k.levels[depth]
 	if seen == nil {
@@ -284,20 +289,24 @@ func (k *keyScanner) object(depth int) (path, first string, repeated bool) {
 			return "", "", false
 		}
 		key := k.str()
+		if !textrule.Storable(key) {
+			return "/" + escapePointer(key), "is a key that " + nulDetail, true
+		}
 		k.folded = appendFolded(k.folded[:0], key)
 		if prior, ok := seen[string(k.folded)]; ok {
-			if prior == key {
-				prior = ""
+			detail := "appears more than once; send each field once"
+			if prior != key {
+				detail = fmt.Sprintf("repeats %q in another case (keys are matched regardless of case); send each field once", prior)
 			}
-			return "/" + escapePointer(key), prior, true
+			return "/" + escapePointer(key), detail, true
 		}
 		seen[string(k.folded)] = key
 		k.space()
 		k.i++ // the colon
-		if path, first, repeated := k.value(depth + 1); repeated {
+		if path, detail, found := k.value(depth + 1); found {
 			// The objects inside this one use the maps of deeper
 			// levels: seen is still this object's.
-			return "/" + escapePointer(key) + path, first, true
+			return "/" + escapePointer(key) + path, detail, true
 		}
 		if k.space(); k.raw[k.i] == ',' {
 			k.i++

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/sekali-dev/sekali/internal/textrule"
 )
 
 // A body built to make the parser work costs memory in proportion to its
@@ -111,13 +113,15 @@ func tokenDepth(t testing.TB, raw []byte) int {
 
 // Any body the strict decoder is given, it answers without panicking,
 // refuses with a 400 what nests deeper than maxJSONDepth and never
-// decodes a value with a key repeated in one object. make test runs this
-// briefly; make fuzz runs it longer.
+// decodes a value with a key repeated in one object, nor a key or string
+// that PostgreSQL's text refuses (NUL). make test runs this briefly;
+// make fuzz runs it longer.
 func FuzzJSONBody(f *testing.F) {
 	for _, seed := range []string{
 		`{"a":1}`, `{"a":{"b":[1,2,{"c":"d"}]}}`, `{"a":1,"A":2}`, `[`, `{"a":"[[["}`,
 		strings.Repeat("[", 40), `{"a":` + strings.Repeat("[", 31) + strings.Repeat("]", 31) + `}`,
 		`{"a":[{"b":1,"b":2}]}`, `{"\u017f":1,"S":2}`,
+		`{"a":"\u0000"}`, `{"a\u0000":1}`, `{"a":["b",{"c":"\ud800\u0000"}]}`, `{"a":"\ud800"}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -136,5 +140,33 @@ func FuzzJSONBody(f *testing.F) {
 		if a, b, ok := foldedRepeat(body); ok {
 			t.Fatalf("decoded %q with keys %q and %q in one object", body, a, b)
 		}
+		if s, ok := unstorableString(v); ok {
+			t.Fatalf("decoded %q with %q", body, s)
+		}
 	})
+}
+
+// unstorableString finds a key or string in v, as encoding/json decodes
+// into any, that is not textrule.Storable: an oracle for firstFault's.
+func unstorableString(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, !textrule.Storable(v)
+	case []any:
+		for _, e := range v {
+			if s, ok := unstorableString(e); ok {
+				return s, true
+			}
+		}
+	case map[string]any:
+		for k, e := range v {
+			if !textrule.Storable(k) {
+				return k, true
+			}
+			if s, ok := unstorableString(e); ok {
+				return s, true
+			}
+		}
+	}
+	return "", false
 }

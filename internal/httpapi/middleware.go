@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -92,6 +94,52 @@ func noStore(next http.Handler) http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// storableText refuses a request whose path, query or form holds text
+// that PostgreSQL's text type refuses (textrule.Storable: NUL, invalid
+// UTF-8), before any handler reads it, so that no statement of any route
+// meets it: such a path names nothing (404), such a query or form is
+// not valid (400). JSON bodies are held to the rule by their decoder
+// (jsonbody.go), a key's token by apikey.
+func storableText(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !textrule.Storable(r.URL.Path) {
+			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound,
+				Detail: "No resource has NUL or invalid UTF-8 in its name."})
+			return
+		}
+		if name, ok := unstorableValue(r.URL.Query()); ok {
+			writeProblem(w, r, problem{Type: typeInvalidQuery, Status: http.StatusBadRequest, Detail: "The query holds NUL or invalid UTF-8.",
+				Errors: []fieldError{{Pointer: name, Detail: "must be UTF-8 without NUL"}}})
+			return
+		}
+		if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == "application/x-www-form-urlencoded" {
+			_ = r.ParseForm() // what it cannot parse, PostFormValue does not return either
+			if name, ok := unstorableValue(r.PostForm); ok {
+				writeProblem(w, r, problem{Type: typeInvalidBody, Status: http.StatusBadRequest, Detail: "The form holds NUL or invalid UTF-8.",
+					Errors: []fieldError{{Pointer: name, Detail: "must be UTF-8 without NUL"}}})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// unstorableValue names the first key of v that is not textrule.Storable,
+// or whose values are not.
+func unstorableValue(v url.Values) (string, bool) {
+	for name, values := range v {
+		if !textrule.Storable(name) {
+			return name, true
+		}
+		for _, s := range values {
+			if !textrule.Storable(s) {
+				return name, true
+			}
+		}
+	}
+	return "", false
 }
 
 // observe gives every request an id (the caller's X-Request-Id when it is

@@ -79,6 +79,26 @@ func TestTriggerATemplateFromADirectory(t *testing.T) {
 	if n := s.count(t, "notification_deliveries"); n != 3 {
 		t.Errorf("bad data wrote a delivery: %d", n)
 	}
+
+	// Data the schema takes ("integer" takes 1.0 and 1e30) but the
+	// template cannot render (money wants whole minor units) is refused
+	// at the trigger as the preview refuses it, not recorded for the
+	// worker to hold.
+	for _, amount := range []string{"1.0", "1e30"} {
+		unrenderable := strings.Replace(data, "21500050", amount, 1)
+		res := post(`{"template":"payment-reminder","event_id":"reminder-` + amount + `","data":` + unrenderable + `}`)
+		if res.status != http.StatusUnprocessableEntity || !strings.Contains(string(res.body), `"pointer":"/data"`) ||
+			!strings.Contains(string(res.body), "cannot be rendered") {
+			t.Errorf("amount_due %s: %d %s, want 422 at /data", amount, res.status, res.body)
+		}
+		preview := s.do(t, http.MethodPost, "/v1/templates/payment-reminder/preview", "application/json", strings.NewReader(unrenderable), nil)
+		if preview.status != http.StatusUnprocessableEntity || !strings.Contains(string(preview.body), "cannot be rendered") {
+			t.Errorf("the preview of amount_due %s: %d %s, want the trigger's 422", amount, preview.status, preview.body)
+		}
+	}
+	if n := s.count(t, "notification_deliveries"); n != 3 {
+		t.Errorf("data the template cannot render wrote a delivery: %d", n)
+	}
 }
 
 // A trigger with a recipient sends the e-mail to that address, not to
@@ -331,7 +351,8 @@ func TestOneClickUnsubscribe(t *testing.T) {
 
 // An unsubscribe link is this service's only as it signed it: one whose
 // signature is spelled another way (a set trailing bit in its last
-// character, a line break) is 404. It works for UNSUBSCRIBE_TOKEN_TTL
+// character, a line break) is 404, and so is one signed for a category
+// other than a subscription or for no address. It works for UNSUBSCRIBE_TOKEN_TTL
 // after the day its mail was recorded; past that, the page says the
 // link has expired (410) and nothing changes. A link of the first
 // format, without a day, in mail sent before tokens carried one, keeps
@@ -352,9 +373,19 @@ func TestUnsubscribeLinksAreCanonicalAndExpire(t *testing.T) {
 		"a set trailing bit": payload + "." + sig[:len(sig)-1] + string(alphabet[last^1]),
 		"a line break":       payload + "." + sig[:20] + "\n" + sig[20:],
 		"padding":            good + "=",
+		// Signed, but of nothing the worker signs: a category that is
+		// not a subscription (the one a recipient can leave), a
+		// recipient that is not an address.
+		"another category":    mail.UnsubscribeToken(unsubscribeSecret, "ana@example.com", "newsletter", time.Now()),
+		"transactional":       mail.UnsubscribeToken(unsubscribeSecret, "ana@example.com", "transactional", time.Now()),
+		"NUL in the category": mail.UnsubscribeToken(unsubscribeSecret, "ana@example.com", "subscription\x00", time.Now()),
+		"NUL in the address":  mail.UnsubscribeToken(unsubscribeSecret, "ana\x00@example.com", "subscription", time.Now()),
 	} {
-		if res := post(token); res.status != http.StatusNotFound {
-			t.Errorf("%s: %d %s, want 404", name, res.status, res.body)
+		for _, method := range []string{http.MethodGet, http.MethodPost} {
+			if res := s.do(t, method, "/v1/unsubscribe/"+url.PathEscape(token), "application/x-www-form-urlencoded",
+				strings.NewReader("List-Unsubscribe=One-Click"), anon); res.status != http.StatusNotFound {
+				t.Errorf("%s %s: %d %s, want 404", method, name, res.status, res.body)
+			}
 		}
 	}
 

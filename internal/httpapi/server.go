@@ -85,6 +85,7 @@ func NewServer(d Deps) http.Handler {
 	d.Checks = append(slices.Clip(d.Checks), Check{Name: "api", Ping: admit.ping})
 	r.Use(observe(d.Log, latency, tracer))
 	r.Use(bodyFirst(d.BodyTimeout))
+	r.Use(storableText)
 	r.Use(admit.shed)
 	r.Use(middleware.GetHead) // HEAD wherever GET is served
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
@@ -165,7 +166,11 @@ func (a *admission) shed(next http.Handler) http.Handler {
 // request goes on to take a place (admission.shed): a client that sends
 // a byte a second holds its own connection, not a place others need.
 // With a timeout, the body must have arrived that long after the
-// headers, or the answer is 408 and the connection is closed.
+// headers, or the answer is 408 and the connection is closed. A body
+// whose declared length is over the limit is refused 413 before a byte
+// of it is read, so that a client that asked to (Expect: 100-continue)
+// gets the refusal instead of "100 Continue" (net/http sends that on
+// the first read) and sends nothing more.
 func bodyFirst(timeout time.Duration) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -176,6 +181,12 @@ func bodyFirst(timeout time.Duration) func(http.Handler) http.Handler {
 			limit := int64(maxBodyBytes)
 			if strings.HasPrefix(r.URL.Path, "/v1/webhooks/") {
 				limit = maxWebhookBytes
+			}
+			if r.ContentLength > limit {
+				w.Header().Set("Connection", "close") // the body is not read: the connection cannot carry another request
+				writeProblem(w, r, problem{Type: typeBodyTooLarge, Status: http.StatusRequestEntityTooLarge,
+					Detail: fmt.Sprintf("The body must be at most %d bytes.", limit)})
+				return
 			}
 			rc := http.NewResponseController(w)
 			if timeout > 0 {

@@ -59,6 +59,10 @@ type stack struct {
 	// id.
 	backendKey   string
 	backendKeyID uuid.UUID
+	// handler is the API itself, for tests that call it without a
+	// connection (the fuzz test, whose inputs no client could send
+	// otherwise, and which must stay cheap per request).
+	handler http.Handler
 }
 
 type setupOpts struct {
@@ -72,7 +76,7 @@ type setupOpts struct {
 	public      *order.PublicRules      // CHECKOUT_MODE=public with these rules; keyed by default
 }
 
-func setup(t *testing.T, opts ...setupOpts) stack {
+func setup(t testing.TB, opts ...setupOpts) stack {
 	t.Helper()
 	db := testenv.NewDB(t)
 	rd := testenv.NewRedis(t)
@@ -119,18 +123,19 @@ func setup(t *testing.T, opts ...setupOpts) stack {
 		t.Fatal(err)
 	}
 	operator := notify.NewOperator(db.Pool, enq, inspector, rdb)
-	srv := httptest.NewServer(httpapi.NewServer(httpapi.Deps{
+	handler := httpapi.NewServer(httpapi.Deps{
 		Log: log, Orders: orders, Templates: templates, Checks: checks, Registry: reg, Tracer: tracer,
 		Keys: keys, RateLimits: o.rateLimits, Webhooks: o.webhooks.Open(mail.WebhookDeps{Tokens: operator, Log: log}), MaxInFlight: o.maxInFlight,
 		BodyTimeout: o.bodyTimeout, UnsubscribeSecret: unsubscribeSecret,
 		Admin: httpapi.Admin{Token: adminToken, Ops: operator, Keys: keys,
 			Webhooks: webhookout.NewService(db.Pool, &webhookout.Guard{AllowHTTP: true, Allowed: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}})},
-	}))
+	})
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	f := notifytest.New(t, db.Pool)
 	f.Templates = templates // its hand-overs record what a worker's do
 	return stack{url: srv.URL, f: f, db: db, redis: rd, inspector: inspector, reg: reg, logs: logs, keys: keys, templates: templates,
-		backendKey: backendKey, backendKeyID: backend.ID}
+		backendKey: backendKey, backendKeyID: backend.ID, handler: handler}
 }
 
 // bare is the API with nothing behind it: no database, no Redis, no

@@ -65,8 +65,8 @@ func handlePreviewTemplate(templates *mailtemplate.Templates) http.Handler {
 		}
 		out, err := templates.RenderLocale(name, data, r.URL.Query().Get("lang"))
 		if err != nil {
-			// A schema that lets through data the template cannot render
-			// is the template's fault, said as plainly as a bad field.
+			// Validate rendered the data already, and a template's
+			// sample renders at load; said as plainly as a bad field.
 			writeProblem(w, r, problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
 				Detail: "The template cannot render this data: " + err.Error()})
 			return
@@ -88,8 +88,9 @@ func handlePreviewTemplate(templates *mailtemplate.Templates) http.Handler {
 	})
 }
 
-// schemaProblem turns a template's schema error into a 422 naming each
-// failing JSON pointer under prefix; nil for no error.
+// schemaProblem turns a template's *DataError (mailtemplate.Validate)
+// into a 422 naming each failing JSON pointer under prefix; nil for no
+// error.
 func schemaProblem(err error, prefix string) *problem {
 	var derr *mailtemplate.DataError
 	if !errors.As(err, &derr) {
@@ -100,7 +101,7 @@ func schemaProblem(err error, prefix string) *problem {
 		fields[i] = fieldError{Pointer: prefix + f.Pointer, Detail: f.Detail}
 	}
 	return &problem{Type: typeValidation, Status: http.StatusUnprocessableEntity,
-		Detail: "The data does not match the template's schema; see errors.", Errors: fields}
+		Detail: "The template cannot take this data: its schema refuses it, or it cannot be rendered; see errors.", Errors: fields}
 }
 
 // galleryWidths are the widths the gallery shows every e-mail at: a

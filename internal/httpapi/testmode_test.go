@@ -66,8 +66,18 @@ func TestTestModeThroughTheAPIAndTheConsole(t *testing.T) {
 	if r := s.do(t, http.MethodPost, "/v1/notifications/"+testOrder.Notifications[0].ID.String()+"/cancel", "", nil, nil); r.status != http.StatusNotFound {
 		t.Errorf("the live key cancels the test notification: %d", r.status)
 	}
-	if r := s.postOrder(t, strings.Replace(validCheckout, "  Ana.Maria@Example.COM ", "delivered@sekali.test", 1), nil); r.status != http.StatusUnprocessableEntity {
-		t.Errorf("a live key's checkout to sekali.test: %d, want 422", r.status)
+	for _, to := range []string{"delivered@sekali.test", "x@sub.sekali.test", "X@A.B.SEKALI.TEST"} {
+		if r := s.postOrder(t, strings.Replace(validCheckout, "  Ana.Maria@Example.COM ", to, 1), nil); r.status != http.StatusUnprocessableEntity {
+			t.Errorf("a live key's checkout to %s: %d, want 422", to, r.status)
+		}
+	}
+	shipped, err := s.templates.Sample("order-shipped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.do(t, http.MethodPost, "/v1/orders/"+liveOrder.ID.String()+"/notifications", "application/json", strings.NewReader(
+		`{"template":"order-shipped","recipient":"x@sub.sekali.test","data":`+string(shipped)+`}`), nil); r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), `"/recipient"`) {
+		t.Errorf("a live key's trigger to x@sub.sekali.test: %d %s, want 422 at /recipient", r.status, r.body)
 	}
 
 	b, _ := s.operator(t, "Ana")

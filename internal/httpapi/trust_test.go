@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -389,6 +390,63 @@ func TestSlowBodiesDoNotLockOthersOut(t *testing.T) {
 	}
 	if n := s.count(t, "orders"); n != 10 {
 		t.Errorf("%d orders, want the 10 whole ones", n)
+	}
+}
+
+// A body declared larger than its route takes is refused 413 before a
+// byte of it is read: a client that asks first (Expect: 100-continue,
+// as curl does past 1 MB) is told at once, and is never told to go on
+// only to be cut off mid-upload. A body within the limit still gets its
+// 100 Continue.
+func TestAnOversizedBodyIsRefusedBeforeContinue(t *testing.T) {
+	t.Parallel()
+	s := bare(t, nil)
+	host := strings.TrimPrefix(s.url, "http://")
+	ask := func(path string, length int) (first string, rest *bufio.Reader) {
+		t.Helper()
+		conn, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"+
+			"Content-Length: %d\r\nExpect: 100-continue\r\n\r\n", path, host, length); err != nil {
+			t.Fatal(err)
+		}
+		rest = bufio.NewReader(conn)
+		first, err = rest.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s, %d bytes: no answer: %v", path, length, err)
+		}
+		return first, rest
+	}
+	for _, tt := range []struct {
+		path   string
+		length int
+	}{
+		{"/v1/orders", 2 << 20},
+		{"/v1/orders", 64<<10 + 1},
+		{"/v1/orders/0/notifications", 2 << 20},
+		{"/v1/webhooks/resend", 2 << 20},
+	} {
+		first, rest := ask(tt.path, tt.length)
+		if !strings.HasPrefix(first, "HTTP/1.1 413 ") {
+			t.Errorf("%s, %d bytes declared: the first line is %q, want 413", tt.path, tt.length, first)
+			continue
+		}
+		res, err := http.ReadResponse(bufio.NewReader(io.MultiReader(strings.NewReader(first), rest)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "body-too-large") || !res.Close {
+			t.Errorf("%s: %v %q close=%v", tt.path, res.Header, body, res.Close)
+		}
+	}
+	if first, _ := ask("/v1/orders", 100); !strings.HasPrefix(first, "HTTP/1.1 100 ") {
+		t.Errorf("a body within the limit: the first line is %q, want 100 Continue", first)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
 )
 
@@ -43,7 +44,9 @@ const unsubscribePolicy = "default-src 'none'; form-action 'self'; base-uri 'non
 func handleUnsubscribe(secret string, ttl time.Duration, ops *notify.Operator) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		claim, err := mail.ParseUnsubscribeToken(secret, chi.URLParam(r, "token"), time.Now(), ttl)
-		if secret == "" || ops == nil || errors.Is(err, mail.ErrBadUnsubscribeToken) {
+		// Only a subscription can be left (the worker signs no other
+		// category); a token of another is no link of ours.
+		if secret == "" || ops == nil || errors.Is(err, mail.ErrBadUnsubscribeToken) || claim.Category != mailtemplate.CategorySubscription {
 			writeProblem(w, r, problem{Type: typeNotFound, Status: http.StatusNotFound, Detail: "This unsubscribe link is not valid."})
 			return
 		}

@@ -29,7 +29,7 @@ const (
 
 // hookStack is the API with Resend's and Postmark's webhooks configured
 // as an operator would, through the environment.
-func hookStack(t *testing.T, opts ...setupOpts) (stack, string) {
+func hookStack(t testing.TB, opts ...setupOpts) (stack, string) {
 	t.Helper()
 	key := make([]byte, 24)
 	_, _ = rand.Read(key)
@@ -43,7 +43,7 @@ func hookStack(t *testing.T, opts ...setupOpts) (stack, string) {
 
 // configuredStack is the API with the webhooks these variables configure,
 // read and built as cmd/api does, and opts' other settings.
-func configuredStack(t *testing.T, vars map[string]string, opts ...setupOpts) stack {
+func configuredStack(t testing.TB, vars map[string]string, opts ...setupOpts) stack {
 	t.Helper()
 	env := envconfig.New(func(k string) string { return vars[k] })
 	settings := roster.ReadWebhooks(env)
@@ -154,8 +154,11 @@ func TestResendWebhookRecordsABounceOnce(t *testing.T) {
 	if n := s.count(t, "provider_events") + s.count(t, "suppressions"); n != 0 {
 		t.Fatalf("refused requests wrote %d rows", n)
 	}
-	if n := s.counter(t, "sekali_provider_events_total", "provider", "resend", "result", "rejected"); n != 8 {
-		t.Errorf("rejected = %v, want 8", n)
+	// The body declared too large is refused before the webhook reads
+	// it (bodyFirst, without 100 Continue): the HTTP metrics count it,
+	// not the provider's.
+	if n := s.counter(t, "sekali_provider_events_total", "provider", "resend", "result", "rejected"); n != 7 {
+		t.Errorf("rejected = %v, want 7", n)
 	}
 	if n := s.counter(t, "sekali_provider_events_total", "provider", "resend", "result", "unknown_message"); n != 1 {
 		t.Errorf("unknown_message = %v, want 1", n)

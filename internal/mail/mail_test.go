@@ -75,7 +75,10 @@ func TestUnsubscribeToken(t *testing.T) {
 	payload, sig, _ := strings.Cut(tok, ".")
 	forgedPayload, _, _ := strings.Cut(forged, ".")
 	for _, bad := range []string{forged, forgedPayload + "." + sig, tok + "x", tok + "=", payload + ".\n" + sig,
-		payload + "." + sig[:20] + "\n" + sig[20:], nonCanonical(sig, payload), "nodot", ""} {
+		payload + "." + sig[:20] + "\n" + sig[20:], nonCanonical(sig, payload), "nodot", "",
+		// Signed, but for no address: the worker signs a delivery's recipient.
+		UnsubscribeToken(secret, "ana\x00@example.com", "subscription", now), UnsubscribeToken(secret, "Ana@Example.com", "subscription", now),
+		UnsubscribeToken(secret, "", "subscription", now)} {
 		if _, err := ParseUnsubscribeToken(secret, bad, now, DefaultUnsubscribeTTL); !errors.Is(err, ErrBadUnsubscribeToken) {
 			t.Errorf("ParseUnsubscribeToken(%q) = %v", bad, err)
 		}
@@ -129,5 +132,19 @@ func TestUnsubscribeTokenLifetime(t *testing.T) {
 	}
 	if _, err := ParseUnsubscribeToken(secret, nonCanonical(legacy[len(payload)+1:], payload), sent, DefaultUnsubscribeTTL); !errors.Is(err, ErrBadUnsubscribeToken) {
 		t.Errorf("a token of the first format with a non-canonical signature: %v", err)
+	}
+}
+
+// The whole of test mode's domain is test mode's: its names and the
+// names under it, and nothing that merely ends in its letters.
+func TestIsTestAddress(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]bool{
+		"bounced@sekali.test": true, "x@sub.sekali.test": true, "x@a.b.sekali.test": true,
+		"x@notsekali.test": false, "x@sekali.test.example.com": false, "sekali.test@example.com": false, "x@example.com": false,
+	} {
+		if got := IsTestAddress(addr); got != want {
+			t.Errorf("IsTestAddress(%q) = %v, want %v", addr, got, want)
+		}
 	}
 }

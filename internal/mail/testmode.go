@@ -11,9 +11,13 @@ import "strings"
 // (delivered, bounced, complained, delayed, unsubscribed) asks for.
 const TestDomain = "sekali.test"
 
-// IsTestAddress reports whether a normalized address is at TestDomain.
+// IsTestAddress reports whether a normalized address is at TestDomain
+// or any name under it (x@sub.sekali.test): the whole domain is test
+// mode's, so that no live key mails a name of it through a real
+// provider, which would try to deliver it.
 func IsTestAddress(addr string) bool {
-	return strings.HasSuffix(addr, "@"+TestDomain)
+	_, domain, _ := strings.Cut(addr, "@")
+	return domain == TestDomain || strings.HasSuffix(domain, "."+TestDomain)
 }
 
 // TestProvider is the name of the worker's built-in test provider, which

@@ -72,7 +72,8 @@ var unsubscribeEncoding = base64.RawURLEncoding.Strict()
 // ParseUnsubscribeToken checks token's signature and age at now:
 // ErrBadUnsubscribeToken unless this service signed exactly this token
 // (one that does not re-encode to itself, a signature with trailing
-// bits set for instance, is not), ErrExpiredUnsubscribeToken, with the
+// bits set for instance, is not) for a normalized address
+// (NormalizeAddress), ErrExpiredUnsubscribeToken, with the
 // claim for the log, when now is more than ttl after the end of the day
 // it was issued. A token of the first format has no day, and does not
 // expire.
@@ -102,6 +103,9 @@ func ParseUnsubscribeToken(secret, token string, now time.Time, ttl time.Duratio
 		}
 	default:
 		return UnsubscribeClaim{}, ErrBadUnsubscribeToken
+	}
+	if r, err := NormalizeAddress(c.Recipient); err != nil || r != c.Recipient {
+		return UnsubscribeClaim{}, ErrBadUnsubscribeToken // signed, so never: the worker signs a delivery's recipient
 	}
 	return c, nil
 }

@@ -76,8 +76,9 @@ type FieldError struct {
 	Detail  string `json:"detail"`
 }
 
-// DataError is returned by Validate: the data does not satisfy the
-// template's schema.json, at each of Fields.
+// DataError is returned by Validate: the template cannot take the data,
+// at each of Fields: its schema.json refuses it there, or (at "", the
+// whole) a language of it cannot render it.
 type DataError struct {
 	Template string
 	Fields   []FieldError
@@ -88,7 +89,7 @@ func (e *DataError) Error() string {
 	for i, f := range e.Fields {
 		parts[i] = displayPointer(f.Pointer) + ": " + f.Detail
 	}
-	return fmt.Sprintf("mailtemplate: data for template %s does not match its schema: %s", e.Template, strings.Join(parts, "; "))
+	return fmt.Sprintf("mailtemplate: template %s cannot take this data: %s", e.Template, strings.Join(parts, "; "))
 }
 
 // Without returns a registry that lacks the named templates, as an older
@@ -153,8 +154,12 @@ func (t *Templates) Sample(name string) (json.RawMessage, error) {
 	return et.sample, nil
 }
 
-// Validate checks data against the schema of template name. Data that
-// does not satisfy it is a *DataError naming every failing place.
+// Validate checks that template name can take data: its schema first,
+// then a render in each of its languages, since a schema can let through
+// what the template cannot show (an "integer" 1.0 or 1e30 that money
+// cannot take as minor units). Data it cannot take is a *DataError
+// naming every failing place. The generic trigger and the preview both
+// ask it, so that neither takes data the worker could only hold.
 func (t *Templates) Validate(name string, data json.RawMessage) error {
 	et, ok := t.byName[name]
 	if !ok {
@@ -173,6 +178,12 @@ func (t *Templates) Validate(name string, data json.RawMessage) error {
 			return &DataError{Template: name, Fields: fieldErrors(verr)}
 		}
 		return fmt.Errorf("validate data for template %s: %w", name, err)
+	}
+	for _, variant := range et.variants {
+		if _, part, err := variant.render(v.(map[string]any)); err != nil {
+			return &DataError{Template: name, Fields: []FieldError{{Pointer: "",
+				Detail: fmt.Sprintf("cannot be rendered: its %s in %s: %v", part, variant.lang, variant.locate(err))}}}
+		}
 	}
 	return nil
 }

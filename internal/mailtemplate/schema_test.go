@@ -95,7 +95,7 @@ func TestValidate(t *testing.T) {
 		t.Errorf("unknown template: %v", err)
 	}
 	err = tmpl.Validate("order-cancelled", json.RawMessage(`{"refund":"x"}`))
-	if want := "mailtemplate: data for template order-cancelled does not match its schema: /cancelled_at: is required; /currency: is required; /customer_name: is required; /refund: got string, want integer"; err == nil || err.Error() != want {
+	if want := "mailtemplate: template order-cancelled cannot take this data: /cancelled_at: is required; /currency: is required; /customer_name: is required; /refund: got string, want integer"; err == nil || err.Error() != want {
 		t.Errorf("Error = %v\nwant    %s", err, want)
 	}
 }
@@ -108,5 +108,46 @@ func TestJSONLines(t *testing.T) {
 		if got := lineOf(lines, ptr); got != want {
 			t.Errorf("line of %q = %d, want %d", ptr, got, want)
 		}
+	}
+}
+
+// Data the schema lets through but a language of the template cannot
+// render is refused by Validate as the schema's refusals are, at the
+// whole data, naming the language and the part: JSON Schema's "integer"
+// takes 1.0 and 1e30, which money cannot take as minor units, and a
+// field only one language formats is checked in that language too.
+func TestValidateRendersEveryLanguage(t *testing.T) {
+	t.Parallel()
+	dir := writeDir(t, with(cancelled(), map[string]string{
+		"reminder/schema.json":     `{"type": "object", "properties": {"when": {"type": "string"}}}`,
+		"reminder/sample.json":     `{"when": "2026-12-01T03:00:00Z"}`,
+		"reminder/id/subject.tmpl": "Pengingat",
+		"reminder/id/text.tmpl":    "Segera.",
+		"reminder/id/html.tmpl":    "<p>Segera.</p>",
+		"reminder/en/subject.tmpl": "Reminder",
+		"reminder/en/text.tmpl":    "By {{date .when}}.",
+		"reminder/en/html.tmpl":    "<p>Soon.</p>",
+	}))
+	tmpl, err := Load(Config{Dir: dir, DefaultLanguage: "id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ name, data, want string }{
+		{"order-cancelled", `{"customer_name":"Ana","refund":1.0,"currency":"IDR","cancelled_at":"2026-11-30T09:15:00Z"}`, `parsing "1.0"`},
+		{"order-cancelled", `{"customer_name":"Ana","refund":1e30,"currency":"IDR","cancelled_at":"2026-11-30T09:15:00Z"}`, `parsing "1e30"`},
+		{"reminder", `{"when":"soon"}`, "its text in en"},
+	} {
+		err := tmpl.Validate(tt.name, json.RawMessage(tt.data))
+		var derr *DataError
+		if !errors.As(err, &derr) || len(derr.Fields) != 1 || derr.Fields[0].Pointer != "" ||
+			!strings.Contains(derr.Fields[0].Detail, "cannot be rendered") || !strings.Contains(derr.Fields[0].Detail, tt.want) {
+			t.Errorf("Validate(%s, %s) = %v, want a *DataError at the whole data naming %q", tt.name, tt.data, err, tt.want)
+		}
+		if _, err := tmpl.Render(tt.name, json.RawMessage(tt.data)); tt.name == "order-cancelled" && err == nil {
+			t.Errorf("Render(%s, %s) renders what Validate refuses", tt.name, tt.data)
+		}
+	}
+	if err := tmpl.Validate("reminder", json.RawMessage(`{"when":"2026-12-01T03:00:00Z"}`)); err != nil {
+		t.Errorf("data every language renders: %v", err)
 	}
 }

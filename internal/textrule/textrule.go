@@ -50,6 +50,14 @@ func Problem(s string, maxRunes int, oneLine bool) string {
 	return ""
 }
 
+// Storable reports whether PostgreSQL's text type takes s: valid UTF-8
+// without NUL. What a caller sends is held to it where it is decoded
+// (the API's JSON bodies, paths, queries and forms, a key's token), so
+// that no statement fails on it as a 500.
+func Storable(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
 // Token reports whether s is an id a caller may choose (an X-Request-Id,
 // an event id): 1 to maxLen ASCII letters, digits, '-', '_' and '.', so
 // that it goes unescaped into a key's separators, a header or a log line.

@@ -51,6 +51,17 @@ func TestProblemOverLines(t *testing.T) {
 	}
 }
 
+// Storable is what PostgreSQL's text takes: any valid UTF-8 but NUL.
+func TestStorable(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{"": true, "Ana": true, "a\u2028\u202eb\x07": true, "\uFFFD": true,
+		"a\x00": false, "\xff": false, "a\xc3": false, "\xed\xa0\x80": false /* a surrogate */} {
+		if got := textrule.Storable(in); got != want {
+			t.Errorf("Storable(%+q) = %v, want %v", in, got, want)
+		}
+	}
+}
+
 // Link finds what a mail client would make a link of, and leaves the
 // names people and teas have alone.
 func TestLink(t *testing.T) {
