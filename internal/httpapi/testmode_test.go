@@ -18,7 +18,7 @@ import (
 // curves, counting them apart.
 func TestTestModeThroughTheAPIAndTheConsole(t *testing.T) {
 	t.Parallel()
-	s := setup(t)
+	s := setup(t, setupOpts{templates: shopTemplates(t)})
 	var created struct {
 		APIKey apikey.Key `json:"api_key"`
 		Secret string     `json:"secret"`
@@ -71,12 +71,12 @@ func TestTestModeThroughTheAPIAndTheConsole(t *testing.T) {
 			t.Errorf("a live key's checkout to %s: %d, want 422", to, r.status)
 		}
 	}
-	shipped, err := s.templates.Sample("order-shipped")
+	reminder, err := s.templates.Sample("payment-reminder")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := s.do(t, http.MethodPost, "/v1/orders/"+liveOrder.ID.String()+"/notifications", "application/json", strings.NewReader(
-		`{"template":"order-shipped","recipient":"x@sub.sekali.test","data":`+string(shipped)+`}`), nil); r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), `"/recipient"`) {
+		`{"template":"payment-reminder","event_id":"r1","recipient":"x@sub.sekali.test","data":`+string(reminder)+`}`), nil); r.status != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), `"/recipient"`) {
 		t.Errorf("a live key's trigger to x@sub.sekali.test: %d %s, want 422 at /recipient", r.status, r.body)
 	}
 
