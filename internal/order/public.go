@@ -29,8 +29,9 @@ type PublicRules struct {
 
 // Quota counts anonymous checkouts' confirmations (*quota.Hourly).
 type Quota interface {
-	// Take counts one confirmation to recipient asked for by client (the
-	// caller's address), or refuses it: refused names the limit it is
+	// Take counts one confirmation to recipient, the mailbox it reaches
+	// (mail.Mailbox), asked for by client (the caller's address), or
+	// refuses it: refused names the limit it is
 	// over ("client", "recipient", "domain" or "all"), and retryAfter
 	// says when it has room again. An error says it could not count.
 	Take(ctx context.Context, client, recipient string) (refused string, retryAfter time.Duration, err error)

@@ -87,7 +87,8 @@ end
 return 0
 `)
 
-// Take counts one confirmation to recipient, a normalized address, asked
+// Take counts one confirmation to recipient, the mailbox a normalized
+// address reaches (one key for all its spellings: mail.Mailbox), asked
 // for by client (the caller's address, as the API's rate limiter names
 // it), or says which limit it is over and how long until the next hour.
 // When Redis does not answer it counts the checkout unavailable and
