@@ -1620,7 +1620,9 @@ type ClientInterface interface {
 	// `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 	// random UUID, and the confirmations such checkouts send are capped
 	// per hour (`429`): per client address (the distinct recipients it
-	// has mailed), per recipient, per recipient domain and in all. While
+	// has mailed), per recipient (a mailbox, however its address is
+	// spelled), per recipient domain and in all, the client's network
+	// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 	// those caps cannot be counted (Redis is unreachable) such a
 	// checkout is refused with `503`.
 	//
@@ -1643,7 +1645,9 @@ type ClientInterface interface {
 	// `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 	// random UUID, and the confirmations such checkouts send are capped
 	// per hour (`429`): per client address (the distinct recipients it
-	// has mailed), per recipient, per recipient domain and in all. While
+	// has mailed), per recipient (a mailbox, however its address is
+	// spelled), per recipient domain and in all, the client's network
+	// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 	// those caps cannot be counted (Redis is unreachable) such a
 	// checkout is refused with `503`.
 	//
@@ -1785,7 +1789,9 @@ func (c *Client) CancelNotification(ctx context.Context, id openapi_types.UUID, 
 // `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 // random UUID, and the confirmations such checkouts send are capped
 // per hour (`429`): per client address (the distinct recipients it
-// has mailed), per recipient, per recipient domain and in all. While
+// has mailed), per recipient (a mailbox, however its address is
+// spelled), per recipient domain and in all, the client's network
+// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 // those caps cannot be counted (Redis is unreachable) such a
 // checkout is refused with `503`.
 //
@@ -1818,7 +1824,9 @@ func (c *Client) CreateOrderWithBody(ctx context.Context, params *CreateOrderPar
 // `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 // random UUID, and the confirmations such checkouts send are capped
 // per hour (`429`): per client address (the distinct recipients it
-// has mailed), per recipient, per recipient domain and in all. While
+// has mailed), per recipient (a mailbox, however its address is
+// spelled), per recipient domain and in all, the client's network
+// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 // those caps cannot be counted (Redis is unreachable) such a
 // checkout is refused with `503`.
 //
@@ -2420,7 +2428,9 @@ type ClientWithResponsesInterface interface {
 	// `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 	// random UUID, and the confirmations such checkouts send are capped
 	// per hour (`429`): per client address (the distinct recipients it
-	// has mailed), per recipient, per recipient domain and in all. While
+	// has mailed), per recipient (a mailbox, however its address is
+	// spelled), per recipient domain and in all, the client's network
+	// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 	// those caps cannot be counted (Redis is unreachable) such a
 	// checkout is refused with `503`.
 	//
@@ -2443,7 +2453,9 @@ type ClientWithResponsesInterface interface {
 	// `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 	// random UUID, and the confirmations such checkouts send are capped
 	// per hour (`429`): per client address (the distinct recipients it
-	// has mailed), per recipient, per recipient domain and in all. While
+	// has mailed), per recipient (a mailbox, however its address is
+	// spelled), per recipient domain and in all, the client's network
+	// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 	// those caps cannot be counted (Redis is unreachable) such a
 	// checkout is refused with `503`.
 	//
@@ -3846,7 +3858,9 @@ func (c *ClientWithResponses) CancelNotificationWithResponse(ctx context.Context
 // `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 // random UUID, and the confirmations such checkouts send are capped
 // per hour (`429`): per client address (the distinct recipients it
-// has mailed), per recipient, per recipient domain and in all. While
+// has mailed), per recipient (a mailbox, however its address is
+// spelled), per recipient domain and in all, the client's network
+// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 // those caps cannot be counted (Redis is unreachable) such a
 // checkout is refused with `503`.
 //
@@ -3875,7 +3889,9 @@ func (c *ClientWithResponses) CreateOrderWithBodyWithResponse(ctx context.Contex
 // `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 // random UUID, and the confirmations such checkouts send are capped
 // per hour (`429`): per client address (the distinct recipients it
-// has mailed), per recipient, per recipient domain and in all. While
+// has mailed), per recipient (a mailbox, however its address is
+// spelled), per recipient domain and in all, the client's network
+// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 // those caps cannot be counted (Redis is unreachable) such a
 // checkout is refused with `503`.
 //
