@@ -442,6 +442,8 @@ func TestPublicCheckoutRules(t *testing.T) {
 	}{
 		{"a link in the name", with(`"Ana Maria"`, `"WIN A PRIZE: visit http://evil.test/claim now"`), nil, 422, "/customer_name"},
 		{"a bare domain in an item", with(`"Cangkir"`, `"Cangkir, more at toko-murah.co.id"`), nil, 422, "/items/1/name"},
+		{"a domain with an ideographic dot", with(`"Ana Maria"`, `"Ana, claim at evil。com"`), nil, 422, "/customer_name"},
+		{"a defanged domain in an item", with(`"Cangkir"`, `"Cangkir evil[.]com"`), nil, 422, "/items/1/name"},
 		{"a free item in a paid order", with(`"unit_price": 12500050`, `"unit_price": 0`), nil, 201, ""},
 		{"an order of free items", with(`"unit_price": 4500000`, `"unit_price": 0`), nil, 0, ""},
 		{"a guessable Idempotency-Key", validCheckout, map[string]string{"Idempotency-Key": "order-12"}, 400, "random UUID"},
