@@ -99,6 +99,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 		PerRecipient: env.Int("PUBLIC_CHECKOUT_PER_RECIPIENT", 5, 0, 1_000_000),
 		PerDomain:    env.Int("PUBLIC_CHECKOUT_PER_DOMAIN", 300, 0, 100_000_000),
 		All:          env.Int("PUBLIC_CHECKOUT_PER_HOUR", 3000, 0, 100_000_000),
+		NetworkShare: env.Int("PUBLIC_CHECKOUT_NETWORK_SHARE", 10, 0, 100),
+		Reserve:      env.Int("PUBLIC_CHECKOUT_RESERVE", 20, 0, 100),
 	}
 	cfg.RateLimits.TrustedProxies = env.Prefixes("TRUSTED_PROXIES", "10.0.0.0/8,192.168.1.5/32")
 	if _, port, _ := net.SplitHostPort(cfg.MetricsAddr); cfg.MetricsAddr == cfg.HTTPAddr && port != "0" {
@@ -189,8 +191,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		orders.Public = &rules
 		log.Warn("CHECKOUT_MODE=public: POST /v1/orders takes checkouts without an API key (docs/security.md)",
 			"quota", cfg.PublicQuota.String(), "free_orders", rules.FreeOrders)
-		if len(cfg.RateLimits.TrustedProxies) == 0 && cfg.PublicQuota.PerClient > 0 {
-			log.Warn("TRUSTED_PROXIES is not set: the public checkout's cap per client counts each connection's peer; " +
+		if len(cfg.RateLimits.TrustedProxies) == 0 && (cfg.PublicQuota.PerClient > 0 || cfg.PublicQuota.NetworkShare > 0) {
+			log.Warn("TRUSTED_PROXIES is not set: the public checkout's cap per client and its share per network count each connection's peer; " +
 				"behind a load balancer every shopper would be one client, and the storefront would be refused after PUBLIC_CHECKOUT_PER_CLIENT customers an hour")
 		}
 	}

@@ -50,8 +50,11 @@ func TestRunTakesPublicCheckouts(t *testing.T) {
 		"CHECKOUT_MODE": "public", "PUBLIC_CHECKOUT_PER_RECIPIENT": "1", "PUBLIC_CHECKOUT_PER_CLIENT": "2",
 	})
 	base := "http://" + api.WaitLog(t, "api listening", "addr", 30*time.Second)
-	if !strings.Contains(api.Logs.String(), "TRUSTED_PROXIES is not set: the public checkout's cap per client counts each connection's peer") {
+	if !strings.Contains(api.Logs.String(), "TRUSTED_PROXIES is not set: the public checkout's cap per client and its share per network count each connection's peer") {
 		t.Error("no warning that without TRUSTED_PROXIES the cap per client counts the load balancer")
+	}
+	if !strings.Contains(api.Logs.String(), "a network's share 10%, kept for networks not seen 20%") {
+		t.Error("the start-up line does not name the defaults of the share per network and of the part kept")
 	}
 	for _, tt := range []struct {
 		body   string

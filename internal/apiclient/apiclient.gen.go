@@ -1717,7 +1717,9 @@ type ClientInterface interface {
 	// `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 	// random UUID, and the confirmations such checkouts send are capped
 	// per hour (`429`): per client address (the distinct recipients it
-	// has mailed), per recipient, per recipient domain and in all. While
+	// has mailed), per recipient (a mailbox, however its address is
+	// spelled), per recipient domain and in all, the client's network
+	// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 	// those caps cannot be counted (Redis is unreachable) such a
 	// checkout is refused with `503`.
 	//
@@ -1740,7 +1742,9 @@ type ClientInterface interface {
 	// `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 	// random UUID, and the confirmations such checkouts send are capped
 	// per hour (`429`): per client address (the distinct recipients it
-	// has mailed), per recipient, per recipient domain and in all. While
+	// has mailed), per recipient (a mailbox, however its address is
+	// spelled), per recipient domain and in all, the client's network
+	// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 	// those caps cannot be counted (Redis is unreachable) such a
 	// checkout is refused with `503`.
 	//
@@ -1919,7 +1923,9 @@ func (c *Client) CancelNotification(ctx context.Context, id openapi_types.UUID, 
 // `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 // random UUID, and the confirmations such checkouts send are capped
 // per hour (`429`): per client address (the distinct recipients it
-// has mailed), per recipient, per recipient domain and in all. While
+// has mailed), per recipient (a mailbox, however its address is
+// spelled), per recipient domain and in all, the client's network
+// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 // those caps cannot be counted (Redis is unreachable) such a
 // checkout is refused with `503`.
 //
@@ -1952,7 +1958,9 @@ func (c *Client) CreateOrderWithBody(ctx context.Context, params *CreateOrderPar
 // `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 // random UUID, and the confirmations such checkouts send are capped
 // per hour (`429`): per client address (the distinct recipients it
-// has mailed), per recipient, per recipient domain and in all. While
+// has mailed), per recipient (a mailbox, however its address is
+// spelled), per recipient domain and in all, the client's network
+// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 // those caps cannot be counted (Redis is unreachable) such a
 // checkout is refused with `503`.
 //
@@ -2591,7 +2599,9 @@ type ClientWithResponsesInterface interface {
 	// `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 	// random UUID, and the confirmations such checkouts send are capped
 	// per hour (`429`): per client address (the distinct recipients it
-	// has mailed), per recipient, per recipient domain and in all. While
+	// has mailed), per recipient (a mailbox, however its address is
+	// spelled), per recipient domain and in all, the client's network
+	// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 	// those caps cannot be counted (Redis is unreachable) such a
 	// checkout is refused with `503`.
 	//
@@ -2614,7 +2624,9 @@ type ClientWithResponsesInterface interface {
 	// `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 	// random UUID, and the confirmations such checkouts send are capped
 	// per hour (`429`): per client address (the distinct recipients it
-	// has mailed), per recipient, per recipient domain and in all. While
+	// has mailed), per recipient (a mailbox, however its address is
+	// spelled), per recipient domain and in all, the client's network
+	// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 	// those caps cannot be counted (Redis is unreachable) such a
 	// checkout is refused with `503`.
 	//
@@ -4054,7 +4066,9 @@ func (c *ClientWithResponses) CancelNotificationWithResponse(ctx context.Context
 // `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 // random UUID, and the confirmations such checkouts send are capped
 // per hour (`429`): per client address (the distinct recipients it
-// has mailed), per recipient, per recipient domain and in all. While
+// has mailed), per recipient (a mailbox, however its address is
+// spelled), per recipient domain and in all, the client's network
+// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 // those caps cannot be counted (Redis is unreachable) such a
 // checkout is refused with `503`.
 //
@@ -4083,7 +4097,9 @@ func (c *ClientWithResponses) CreateOrderWithBodyWithResponse(ctx context.Contex
 // `PUBLIC_CHECKOUT_FREE_ORDERS`), its `Idempotency-Key` must be a
 // random UUID, and the confirmations such checkouts send are capped
 // per hour (`429`): per client address (the distinct recipients it
-// has mailed), per recipient, per recipient domain and in all. While
+// has mailed), per recipient (a mailbox, however its address is
+// spelled), per recipient domain and in all, the client's network
+// (an IPv4 /24, an IPv6 /48) having a share of the last two. While
 // those caps cannot be counted (Redis is unreachable) such a
 // checkout is refused with `503`.
 //

@@ -146,6 +146,10 @@ type Service struct {
 
 	mu    sync.Mutex
 	cache map[[sha256.Size]byte]cachedKey // by the SHA-256 of the whole key
+	// operators are the prefixes of the live operator keys as read last,
+	// until operatorsUntil (IsOperator).
+	operators      map[string]bool
+	operatorsUntil time.Time
 }
 
 type cachedKey struct {
@@ -258,7 +262,60 @@ func (s *Service) CreateReplacing(ctx context.Context, actor, name string, scope
 	if err != nil {
 		return Key{}, "", fmt.Errorf("create api key: %w", err)
 	}
+	s.forgetOperators()
 	return k, secret, nil
+}
+
+// PrefixOf is the public part of token that names a key, its prefix
+// (sekali_key_<id>, sekali_test_<id>), if token has a key's shape. It
+// says nothing of whether such a key exists.
+func PrefixOf(token string) (prefix string, ok bool) {
+	for _, start := range []string{Prefix, TestPrefix} {
+		if rest, found := strings.CutPrefix(token, start); found {
+			id, _, secret := strings.Cut(rest, "_")
+			if !secret || id == "" {
+				return "", false
+			}
+			return start + id, true
+		}
+	}
+	return "", false
+}
+
+// IsOperator reports whether prefix names a live operator key (one of
+// the admin scope), as the keys were at most CacheTTL ago (at once after
+// a change made through this Service). The API asks it before any
+// look-up of a token, so that an operator's key gets through from an
+// address that strangers' failed guesses have closed to the others.
+func (s *Service) IsOperator(ctx context.Context, prefix string) (bool, error) {
+	now := s.now()
+	s.mu.Lock()
+	if now.Before(s.operatorsUntil) {
+		defer s.mu.Unlock()
+		return s.operators[prefix], nil
+	}
+	s.mu.Unlock()
+	keys, err := s.List(ctx)
+	if err != nil {
+		return false, err
+	}
+	operators := map[string]bool{}
+	for _, k := range keys {
+		if k.RevokedAt == nil && k.Has(ScopeAdmin) {
+			operators[k.Prefix] = true
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.operators, s.operatorsUntil = operators, now.Add(CacheTTL)
+	return operators[prefix], nil
+}
+
+// forgetOperators makes the next IsOperator read the keys again.
+func (s *Service) forgetOperators() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.operatorsUntil = time.Time{}
 }
 
 // List returns every key, revoked ones included, oldest first.
@@ -298,6 +355,7 @@ func (s *Service) Revoke(ctx context.Context, actor string, id uuid.UUID) (k Key
 			delete(s.cache, h)
 		}
 	}
+	s.operatorsUntil = time.Time{}
 	s.mu.Unlock()
 	return k, nil
 }

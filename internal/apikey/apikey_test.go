@@ -142,3 +142,61 @@ func TestConsoleSessions(t *testing.T) {
 		t.Errorf("after the key's revocation: %v", err)
 	}
 }
+
+// IsOperator knows the prefixes of the live operator keys, from a
+// creation or a revocation through the service at once; PrefixOf reads
+// a key's public part from a token of a key's shape only.
+func TestIsOperator(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	keys := apikey.NewService(db.Pool)
+	ctx := context.Background()
+	op, opSecret, err := keys.Create(ctx, "test", "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backend, _, err := keys.Create(ctx, "test", "shop backend", []apikey.Scope{apikey.ScopeCheckout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	is := func(prefix string) bool {
+		t.Helper()
+		ok, err := keys.IsOperator(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !is(op.Prefix) || is(backend.Prefix) || is("sekali_key_nosuchprefix") {
+		t.Errorf("IsOperator: the operator's %v, the backend's %v, an unknown one %v; want true, false, false",
+			is(op.Prefix), is(backend.Prefix), is("sekali_key_nosuchprefix"))
+	}
+	if _, err := keys.Revoke(ctx, "test", op.ID); err != nil {
+		t.Fatal(err)
+	}
+	if is(op.Prefix) {
+		t.Error("a revoked operator key is still an operator's")
+	}
+	next, _, err := keys.Create(ctx, "test", "Budi", []apikey.Scope{apikey.ScopeAdmin, apikey.ScopeOrdersRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !is(next.Prefix) {
+		t.Error("a new operator key is not known at once")
+	}
+
+	for token, want := range map[string]string{
+		opSecret:                     op.Prefix,
+		"sekali_key_abc_def":         "sekali_key_abc",
+		"sekali_test_abc_def":        "sekali_test_abc",
+		"sekali_key_abc":             "", // no secret part
+		"sekali_key__def":            "",
+		"a-guess-at-the-admin-token": "",
+		"xsekali_key_abc_def":        "",
+		"sekali_order_abc_def":       "",
+	} {
+		if got, ok := apikey.PrefixOf(token); got != want || ok != (want != "") {
+			t.Errorf("PrefixOf(%q) = %q, %v; want %q", token, got, ok, want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -25,7 +26,11 @@ import (
 // the reconciler's passes find nothing to queue and nothing is mailed.
 // (Admitted uncounted, as before, they were queued by the reconciler and
 // all 20 were mailed to the one address.) Mended, the same 20 have the
-// cap per recipient admitted and mailed, 5, and no more.
+// cap per recipient admitted and mailed, 5, and no more; and a mailbox
+// spelled otherwise (a sub-address, Gmail's dots, googlemail.com), from
+// other clients, is the same recipient: its mailbox gets 5, not one per
+// spelling (before: 12 of 12 of ana's sub-addresses and 8 of 8 of
+// victim2's spellings were admitted and mailed).
 func TestPublicCheckoutWithoutRedisMailsNothing(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
@@ -50,7 +55,7 @@ func TestPublicCheckoutWithoutRedisMailsNothing(t *testing.T) {
 		return m
 	}
 	api := testenv.Start(t, "api", testenv.Binary(t, "./cmd/api"), env(u.String(),
-		"HTTP_ADDR", "127.0.0.1:0", "CHECKOUT_MODE", "public", "RATE_LIMIT_PUBLIC", "0"))
+		"HTTP_ADDR", "127.0.0.1:0", "CHECKOUT_MODE", "public", "RATE_LIMIT_PUBLIC", "0", "TRUSTED_PROXIES", "127.0.0.1/32"))
 	apiURL := "http://" + api.WaitLog(t, "api listening", "addr", 60*time.Second)
 	apiMetrics := api.WaitLog(t, "api listening", "metrics_addr", time.Second)
 	worker := testenv.Start(t, "worker", testenv.Binary(t, "./cmd/worker"), env(rd.URL,
@@ -67,26 +72,35 @@ func TestPublicCheckoutWithoutRedisMailsNothing(t *testing.T) {
 		after := passes() + 10
 		testenv.WaitFor(t, "ten passes of the reconciler", 30*time.Second, func() bool { return passes() >= after })
 	}
+	// checkout places an anonymous checkout to email, from the client
+	// the load balancer names ("" for the connection's own address).
+	checkout := func(email, from string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(
+			`{"customer_email":"`+email+`","customer_name":"Ana","currency":"IDR",`+
+				`"items":[{"sku":"S","name":"Sambal","quantity":1,"unit_price":2500050}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", uuid.NewString())
+		if from != "" {
+			req.Header.Set("X-Forwarded-For", from)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode == http.StatusServiceUnavailable && (res.Header.Get("Retry-After") == "" ||
+			res.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "quota-unavailable")) {
+			t.Errorf("refused without Redis: Retry-After %q, %s %s", res.Header.Get("Retry-After"), res.Header.Get("Content-Type"), body)
+		}
+		return res.StatusCode
+	}
 	checkouts := func() map[int]int {
 		t.Helper()
 		statuses := map[int]int{}
 		for range 20 {
-			req, _ := http.NewRequest(http.MethodPost, apiURL+"/v1/orders", strings.NewReader(
-				`{"customer_email":"ana@toko.example","customer_name":"Ana","currency":"IDR",`+
-					`"items":[{"sku":"S","name":"Sambal","quantity":1,"unit_price":2500050}]}`))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Idempotency-Key", uuid.NewString())
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			statuses[res.StatusCode]++
-			if res.StatusCode == http.StatusServiceUnavailable && (res.Header.Get("Retry-After") == "" ||
-				res.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "quota-unavailable")) {
-				t.Errorf("refused without Redis: Retry-After %q, %s %s", res.Header.Get("Retry-After"), res.Header.Get("Content-Type"), body)
-			}
+			statuses[checkout("ana@toko.example", "")]++
 		}
 		return statuses
 	}
@@ -127,6 +141,37 @@ func TestPublicCheckoutWithoutRedisMailsNothing(t *testing.T) {
 	passing()
 	if orders, deliveries := rows(); orders != 5 || deliveries != 5 || sink.Count() != 5 || len(sink.ByRecipient("ana@toko.example")) != 5 {
 		t.Errorf("with Redis back: %d orders, %d deliveries, %d e-mails; want 5 of each, to her", orders, deliveries, sink.Count())
+	}
+
+	// Her mailbox under other spellings, from twelve other clients: the
+	// same recipient, who has had her 5.
+	statuses := map[int]int{}
+	for i := range 12 {
+		statuses[checkout(fmt.Sprintf("ana+%d@toko.example", i+1), fmt.Sprintf("2001:db8:43:%x::1", i+1))]++
+	}
+	if statuses[http.StatusTooManyRequests] != 12 {
+		t.Errorf("ana's sub-addresses from 12 clients were answered %v, want 12 × 429", statuses)
+	}
+	// A Gmail mailbox under eight spellings, from eight clients: 5 admitted.
+	statuses = map[int]int{}
+	for i, email := range []string{"victim2@gmail.com", "v.ictim2@gmail.com", "vi.ctim2@gmail.com", "vic.tim2@gmail.com",
+		"VICT.IM2@gmail.com", "victi.m2+win@gmail.com", "victim2@googlemail.com", "v.i.c.t.i.m.2@googlemail.com"} {
+		statuses[checkout(email, fmt.Sprintf("198.51.100.%d", i+1))]++
+	}
+	if statuses[http.StatusCreated] != 5 || statuses[http.StatusTooManyRequests] != 3 {
+		t.Errorf("8 spellings of one Gmail mailbox were answered %v, want 5 × 201 and 3 × 429", statuses)
+	}
+	testenv.WaitFor(t, "victim2's confirmations to be mailed", 30*time.Second, func() bool { return sink.Count() >= 10 })
+	passing()
+	perMailbox := map[string]int{} // by domain: each test domain here holds one mailbox
+	for _, m := range sink.Messages() {
+		for _, to := range m.To {
+			_, domain, _ := strings.Cut(strings.ToLower(to), "@")
+			perMailbox[strings.Replace(domain, "googlemail.com", "gmail.com", 1)]++
+		}
+	}
+	if perMailbox["toko.example"] != 5 || perMailbox["gmail.com"] != 5 || len(perMailbox) != 2 {
+		t.Errorf("e-mails per mailbox: %v; want 5 to ana's (toko.example), 5 to victim2's (gmail.com)", perMailbox)
 	}
 }
 

@@ -42,11 +42,6 @@ const consolePageSize = 50
 // errNoProviderID: mark-sent without the provider's message id.
 var errNoProviderID = errors.New("say which message at the provider this is")
 
-// operatorRefusalLimit is how many failed sign-ins to the console and
-// failed bearer tokens on the admin API, together, a client address may
-// make: 10 at once, then one every 90 s.
-var operatorRefusalLimit = RateLimit{PerSecond: 1.0 / 90, Burst: 10}
-
 // page is what a console page shows; each page fills its part.
 type page struct {
 	Title   string
@@ -194,27 +189,27 @@ func handleSignInForm() http.Handler {
 	})
 }
 
-// handleSignIn starts a session for an operator key. Failed sign-ins
-// spend the client address's budget in failures (operatorRefusalLimit),
-// which the admin API's failed tokens spend too; past it the answer is
-// 429 before any look-up.
-func handleSignIn(keys *apikey.Service, failures *limiter, addr func(*http.Request) string) http.Handler {
+// handleSignIn starts a session for an operator key. A failed sign-in
+// counts against its client address and the key prefix it names, as the
+// admin API's failed tokens do (operatorGuard); past their backoff the
+// answer is 429 before any look-up.
+func handleSignIn(keys *apikey.Service, guard *operatorGuard, addr func(*http.Request) string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		client := addr(r)
-		if empty, wait := failures.empty(client, time.Now()); empty {
+		client, key := addr(r), strings.TrimSpace(r.PostFormValue("key"))
+		if wait := guard.wait(r.Context(), client, key, time.Now()); wait > 0 {
 			retryAfter(w, wait)
 			render(w, r, http.StatusTooManyRequests, "sign-in", page{Title: "Sign in",
-				Error: "Too many failed sign-ins or admin API tokens from this address; try again in " + wait.Round(time.Second).String() + "."})
+				Error: "Too many failed sign-ins or admin API tokens from this address, or with this key; try again in " + wait.Round(time.Second).String() + "."})
 			return
 		}
 		if !sameOrigin(r) {
 			consoleError(w, r, http.StatusForbidden, "Sign in from the console's own page.")
 			return
 		}
-		s, secret, err := keys.SignIn(r.Context(), strings.TrimSpace(r.PostFormValue("key")))
+		s, secret, err := keys.SignIn(r.Context(), key)
 		switch {
 		case errors.Is(err, apikey.ErrInvalid), errors.Is(err, apikey.ErrNotOperator):
-			failures.spend(client, time.Now())
+			guard.failed(client, key, time.Now())
 			addLogAttrs(r.Context(), slog.String("sign_in", "refused"))
 			render(w, r, http.StatusUnauthorized, "sign-in", page{Title: "Sign in",
 				Error: "That is not an operator key: a live API key of the admin scope."})

@@ -173,17 +173,23 @@ func TestConsoleSignInIsRateLimited(t *testing.T) {
 	}
 }
 
-// Operators' credentials have one refusal budget per client address,
-// spent alike by failed bearer tokens on the admin API and by failed
-// sign-ins to the console: ten failures in one place make the other
-// refuse that address too, with 429 and Retry-After before any look-up,
-// a good credential included; another address is not affected.
-func TestOperatorsShareOneRefusalBudget(t *testing.T) {
+// A stranger's failed guesses cost the stranger, never the operators.
+// Ten bad tokens from an address, of every kind, leave an operator's
+// key working from it, on the admin API and at the console's sign-in,
+// and a session too; but guessing from that address goes no faster:
+// another bad token, a guess at ADMIN_TOKEN or at a key nobody has, is
+// 429 before any look-up (ADMIN_TOKEN itself included: it names nobody,
+// so a guess at it can only be told by its address). Guesses at one
+// operator key's prefix are counted wherever they come from: ten, from
+// ten addresses, and the eleventh waits, from anywhere. Failed sign-ins
+// count as failed tokens do. (Before, ten bad tokens closed the address
+// to every operator: 429 for the key, ADMIN_TOKEN and the sign-in.)
+func TestAStrangerCannotLockOperatorsOut(t *testing.T) {
 	t.Parallel()
 	s := setup(t, setupOpts{rateLimits: httpapi.RateLimits{
 		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")},
 	}})
-	_, opKey, err := s.keys.Create(t.Context(), "test", "Ana", []apikey.Scope{apikey.ScopeAdmin})
+	ana, opKey, err := s.keys.Create(t.Context(), "test", "Ana", []apikey.Scope{apikey.ScopeAdmin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,43 +198,74 @@ func TestOperatorsShareOneRefusalBudget(t *testing.T) {
 		t.Helper()
 		return c.do(want, http.MethodGet, "/admin/v1/queue", "", "", map[string]string{"X-Forwarded-For": addr, "Authorization": "Bearer " + token})
 	}
-	signIn := func(addr, key string) (int, http.Header) {
-		status, h, _ := newBrowser(t, s.url).do(http.MethodPost, "/admin/sign-in", url.Values{"key": {key}}, "X-Forwarded-For", addr)
+	signIn := func(b *browser, addr, key string) (int, http.Header) {
+		t.Helper()
+		status, h, _ := b.do(http.MethodPost, "/admin/sign-in", url.Values{"key": {key}}, "X-Forwarded-For", addr)
 		return status, h
 	}
+	guess := 0
+	randomKey := func() string { guess++; return fmt.Sprintf("sekali_key_guess%06d_secret", guess) }
+	const office = "203.0.113.1"
+	session := newBrowser(t, s.url) // Ana signed in from the office before
+	if status, _ := signIn(session, office, opKey); status != http.StatusSeeOther {
+		t.Fatalf("sign-in = %d", status)
+	}
 
-	// Ten wrong tokens on the admin API, of both kinds ...
+	// A stranger at the office: ten wrong tokens of every kind.
 	for i := range 10 {
-		token := "sekali_key_aaaaaaaaaaaaaaaa_guess"
-		if i%2 == 1 {
+		token := randomKey()
+		switch i % 3 {
+		case 1:
 			token = "a-guess-at-the-admin-token"
+		case 2:
+			token = ana.Prefix + "_a-guess-at-her-secret"
 		}
-		api(http.StatusUnauthorized, "203.0.113.1", token)
+		api(http.StatusUnauthorized, office, token)
 	}
-	// ... and that address may not sign in to the console, even with a
-	// good key (which a look-up would have let in),
-	if status, h := signIn("203.0.113.1", opKey); status != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
-		t.Errorf("a good sign-in after ten wrong admin API tokens: %d, Retry-After %q; want 429 with Retry-After", status, h.Get("Retry-After"))
+	// Ana's key still works from the office, on the API and at the sign-in,
+	// and so does her session;
+	api(http.StatusOK, office, opKey)
+	if status, _ := signIn(newBrowser(t, s.url), office, opKey); status != http.StatusSeeOther {
+		t.Errorf("a good sign-in from the office after ten wrong tokens: %d, want 303", status)
 	}
-	api(http.StatusTooManyRequests, "203.0.113.1", adminToken)
-	// while another address signs in and calls the admin API.
-	if status, _ := signIn("203.0.113.2", opKey); status != http.StatusSeeOther {
-		t.Errorf("a good sign-in from another address: %d, want 303", status)
+	if status, _, _ := session.do(http.MethodGet, "/admin/", nil, "X-Forwarded-For", office); status != http.StatusOK {
+		t.Errorf("her session from the office: %d, want 200", status)
 	}
-	api(http.StatusOK, "203.0.113.2", opKey)
+	// the stranger's next guesses there wait, whatever they guess at;
+	for _, token := range []string{randomKey(), "another-guess", adminToken} {
+		if res := api(http.StatusTooManyRequests, office, token); res.header.Get("Retry-After") != "90" {
+			t.Errorf("a guess from the office after ten: Retry-After %q, want 90", res.header.Get("Retry-After"))
+		}
+	}
+	if status, h := signIn(newBrowser(t, s.url), office, randomKey()); status != http.StatusTooManyRequests || h.Get("Retry-After") == "" {
+		t.Errorf("a wrong sign-in from the office after ten wrong tokens: %d, Retry-After %q; want 429", status, h.Get("Retry-After"))
+	}
+	// and another address is not affected.
+	api(http.StatusOK, "203.0.113.2", adminToken)
 
-	// The other way: ten failed sign-ins close the admin API to the address.
+	// Guesses at Ana's key from ten more addresses: with the three above,
+	// the eleventh from anywhere waits, before any look-up.
+	for i := range 7 {
+		api(http.StatusUnauthorized, fmt.Sprintf("198.51.100.%d", i+1), ana.Prefix+"_guess")
+	}
+	api(http.StatusTooManyRequests, "198.51.100.99", ana.Prefix+"_guess")
+	api(http.StatusOK, "198.51.100.99", adminToken) // the address itself is not closed
+
+	// Failed sign-ins count as failed tokens do: ten close the address to
+	// guesses on the admin API, not to an operator's key.
+	const cafe = "192.0.2.7"
 	for i := range 10 {
-		if status, _ := signIn("203.0.113.3", "sekali_key_aaaaaaaaaaaaaaaa_guess"); status != http.StatusUnauthorized {
+		if status, _ := signIn(newBrowser(t, s.url), cafe, randomKey()); status != http.StatusUnauthorized {
 			t.Fatalf("failed sign-in %d: %d", i, status)
 		}
 	}
-	for _, token := range []string{opKey, adminToken} {
-		if res := api(http.StatusTooManyRequests, "203.0.113.3", token); res.header.Get("Retry-After") == "" {
-			t.Error("a 429 without Retry-After")
-		}
+	api(http.StatusTooManyRequests, cafe, adminToken)
+	api(http.StatusTooManyRequests, cafe, randomKey())
+	_, budi, err := s.keys.Create(t.Context(), "test", "Budi", []apikey.Scope{apikey.ScopeAdmin})
+	if err != nil {
+		t.Fatal(err)
 	}
-	api(http.StatusOK, "203.0.113.4", adminToken)
+	api(http.StatusOK, cafe, budi)
 }
 
 // A form must carry the session's CSRF token and, if the browser says

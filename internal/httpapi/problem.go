@@ -183,6 +183,7 @@ var quotaReason = map[string]string{
 	"recipient": "This address has had as many order confirmations this hour as a checkout without an API key may send it",
 	"domain":    "The addresses of this domain have had as many order confirmations this hour as checkouts without an API key may send them",
 	"all":       "Checkouts without an API key have sent as many order confirmations this hour as this shop allows",
+	"network":   "The client addresses of this network (its /24, or its IPv6 /48) have had their share of the order confirmations a checkout without an API key may send this hour, to this domain or in all",
 }
 
 // writeJSON sends v with the given status.

@@ -84,14 +84,15 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 	})
 
 	// Operators. A guess at an operator key or at ADMIN_TOKEN costs the
-	// same wherever it is tried: failed bearer tokens on the admin API
-	// and failed sign-ins to the console spend one budget per client
-	// address (operatorRefusalLimit), and past it both answer 429 before
-	// any look-up.
-	operators := newLimiter(operatorRefusalLimit)
+	// guesser the same wherever it is tried: failed bearer tokens on the
+	// admin API and failed sign-ins to the console count against their
+	// client address and the key prefix they name (operatorGuard), and
+	// past its backoff both answer 429 before any look-up; an operator's
+	// own key still gets through from an address a stranger has closed.
+	operators := newOperatorGuard(d.Admin.Keys)
 	r.Route("/admin/v1", func(r chi.Router) {
 		r.Use(noStore) // every answer: deliveries, recipients, new keys and webhook secrets
-		r.Use(limitRefusals(operators, addr, requireAdmin(d.Admin.Token, d.Keys)))
+		r.Use(guardOperators(operators, addr, requireAdmin(d.Admin.Token, d.Keys)))
 		r.Method(http.MethodGet, "/deliveries", handleAdminListDeliveries(d.Admin))
 		r.Method(http.MethodGet, "/deliveries/{id}", handleAdminGetDelivery(d.Admin))
 		r.Method(http.MethodPost, "/deliveries/{id}/retry", handleAdminRetry(d.Admin))
@@ -122,7 +123,7 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		r.Method(http.MethodGet, "/actions", handleAdminListActions(d.Admin))
 	})
 	// The operator console (console.go): pages for people, who sign in
-	// with an operator key; failed sign-ins spend the operators' budget.
+	// with an operator key; failed sign-ins count as failed tokens do.
 	if d.Admin.Keys != nil && d.Admin.Ops != nil {
 		addConsole(r, d, addr, operators)
 	}
@@ -131,13 +132,12 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 }
 
 // addConsole adds the operator console's pages under /admin/; failed
-// sign-ins spend refusals, the budget the admin API's failed tokens
-// spend too.
-func addConsole(r chi.Router, d Deps, addr func(*http.Request) string, refusals *limiter) {
+// sign-ins count against guard, as the admin API's failed tokens do.
+func addConsole(r chi.Router, d Deps, addr func(*http.Request) string, guard *operatorGuard) {
 	r.Method(http.MethodGet, "/admin", http.RedirectHandler("/admin/", http.StatusMovedPermanently))
 	r.Method(http.MethodGet, "/admin/console.css", handleConsoleCSS())
 	r.Method(http.MethodGet, "/admin/sign-in", handleSignInForm())
-	r.Method(http.MethodPost, "/admin/sign-in", handleSignIn(d.Admin.Keys, refusals, addr))
+	r.Method(http.MethodPost, "/admin/sign-in", handleSignIn(d.Admin.Keys, guard, addr))
 	r.Group(func(r chi.Router) {
 		r.Use(requireSession(d.Admin.Keys))
 		r.Method(http.MethodPost, "/admin/sign-out", handleSignOut(d.Admin.Keys))

@@ -500,6 +500,8 @@ func TestPublicCheckoutRules(t *testing.T) {
 	}{
 		{"a link in the name", with(`"Ana Maria"`, `"WIN A PRIZE: visit http://evil.test/claim now"`), nil, 422, "/customer_name"},
 		{"a bare domain in an item", with(`"Cangkir"`, `"Cangkir, more at toko-murah.co.id"`), nil, 422, "/items/1/name"},
+		{"a domain with an ideographic dot", with(`"Ana Maria"`, `"Ana, claim at evil。com"`), nil, 422, "/customer_name"},
+		{"a defanged domain in an item", with(`"Cangkir"`, `"Cangkir evil[.]com"`), nil, 422, "/items/1/name"},
 		{"a free item in a paid order", with(`"unit_price": 12500050`, `"unit_price": 0`), nil, 201, ""},
 		{"an order of free items", with(`"unit_price": 4500000`, `"unit_price": 0`), nil, 0, ""},
 		{"a guessable Idempotency-Key", validCheckout, map[string]string{"Idempotency-Key": "order-12"}, 400, "random UUID"},
@@ -582,7 +584,7 @@ func TestOneClientCannotSpendTheCapInAll(t *testing.T) {
 	rdb := redisconn.NewClient(rd.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	reg := prometheus.NewRegistry()
-	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 3000}, rd.Queue, reg)
+	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 3000, NetworkShare: 10, Reserve: 20}, rd.Queue, reg)
 	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}, rateLimits: behindProxy})
 	sink := s.startWorker(t, nil)
 	spam := strings.Replace(validCheckout, `"Ana Maria"`, `"You won a prize call 0800 123 now"`, 1)
@@ -635,6 +637,74 @@ func TestOneClientCannotSpendTheCapInAll(t *testing.T) {
 	}
 	if n, recorded := sink.Count(), s.count(t, "notification_deliveries"); n != 11 || strangers != 10 || recorded != 11 {
 		t.Errorf("%d e-mails mailed (%d to strangers) of %d recorded; want 11: 5 from each flooder, 1 to the shopper", n, strangers, recorded)
+	}
+}
+
+// A crowd of client addresses cannot spend a domain's hour, with the
+// caps at their defaults. 70 clients, each its own IPv6 /64 but all of
+// one /48, check out 5 fresh @gmail.com recipients each: the /48 has
+// its share of gmail.com's 300, 30, and a shopper from another address
+// then checks out. Then a crowd of 70 networks, a /48 each, does the
+// same: they spend the part of the cap open to every network (240), and
+// past it a network not seen this hour still has its first, so a
+// shopper from yet another network checks out too. (Before, the first
+// crowd had 300 admitted and every gmail.com shopper got 429 until the
+// hour turned.)
+func TestACrowdCannotSpendADomainsHour(t *testing.T) {
+	t.Parallel()
+	rd := testenv.NewRedis(t)
+	rdb := redisconn.NewClient(rd.Opt)
+	t.Cleanup(func() { rdb.Close() })
+	reg := prometheus.NewRegistry()
+	caps := quota.NewHourly(rdb, quota.Limits{PerClient: 5, PerRecipient: 5, PerDomain: 300, All: 3000, NetworkShare: 10, Reserve: 20}, rd.Queue, reg)
+	s := setup(t, setupOpts{public: &order.PublicRules{Quota: caps}, rateLimits: behindProxy})
+	n := 0
+	checkout := func(from string) response {
+		t.Helper()
+		n++
+		body := strings.Replace(validCheckout, "Ana.Maria@Example.COM", fmt.Sprintf("fresh%d@gmail.com", n), 1)
+		return s.postOrder(t, body, map[string]string{"Authorization": "", "X-Forwarded-For": from})
+	}
+	crowd := func(from func(c int) string) (admitted int) {
+		t.Helper()
+		for c := range 70 {
+			for range 5 {
+				switch res := checkout(from(c)); res.status {
+				case http.StatusCreated:
+					admitted++
+				case http.StatusTooManyRequests:
+				default:
+					t.Fatalf("a checkout of the crowd from %s: %d %s", from(c), res.status, res.body)
+				}
+			}
+		}
+		return admitted
+	}
+	shopper := func(from string) {
+		t.Helper()
+		if res := checkout(from); res.status != http.StatusCreated {
+			t.Errorf("a shopper from %s after the crowd: %d %s, want 201", from, res.status, res.body)
+		}
+	}
+
+	start := time.Now()
+	if got := crowd(func(c int) string { return fmt.Sprintf("2001:db8:99:%x::1", c) }); got != 30 {
+		t.Errorf("70 /64s of one /48 had %d of 350 checkouts to gmail.com admitted, want the /48's share, 30", got)
+	}
+	t.Logf("the crowd of one /48: %s", time.Since(start).Round(time.Millisecond))
+	shopper("198.51.100.20")
+	if got := testenv.Metric(t, reg, "sekali_public_checkouts_total", "result", "network"); got != 320 {
+		t.Errorf("refusals by a network's share = %v, want 320", got)
+	}
+
+	// 41 networks have their 5 (236), the 42nd 4 (240: the open part is
+	// spent), and the other 28 their first each, from the part kept.
+	if got := crowd(func(c int) string { return fmt.Sprintf("2001:db8:%x::1", 0x100+c) }); got != 237 {
+		t.Errorf("70 networks had %d of 350 checkouts to gmail.com admitted, want 237", got)
+	}
+	shopper("192.0.2.33")
+	if got := s.count(t, "orders"); got != 269 {
+		t.Errorf("%d orders to gmail.com, want 269 of its 300", got)
 	}
 }
 

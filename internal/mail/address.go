@@ -45,6 +45,38 @@ func NormalizeAddress(s string) (string, error) {
 	return strings.ToLower(s), nil
 }
 
+// Mailbox is the mailbox that addr, a normalized address, reaches: a
+// key for counting what one person is sent, never an address to send
+// to (the address typed is the one mailed). The spellings that reach
+// one mailbox are folded into one: the sub-address is dropped, from the
+// first '+' (the delimiter nearly every mail server takes) or, at
+// Yahoo's domains, whose disposable addresses use it, from the first
+// '-'; and Gmail, which ignores the dots of a local part and takes
+// googlemail.com as gmail.com, has them folded too. Folding more than a
+// server does only counts two people as one, which errs on the side of
+// the cap.
+func Mailbox(addr string) string {
+	at := strings.LastIndexByte(addr, '@')
+	if at < 0 {
+		return addr
+	}
+	local, domain := addr[:at], addr[at+1:]
+	delimiters := "+"
+	if strings.HasPrefix(domain, "yahoo.") || domain == "ymail.com" || domain == "rocketmail.com" {
+		delimiters = "+-"
+	}
+	if i := strings.IndexAny(local, delimiters); i > 0 {
+		local = local[:i]
+	}
+	if domain == "gmail.com" || domain == "googlemail.com" {
+		domain = "gmail.com"
+		if l := strings.ReplaceAll(local, ".", ""); l != "" {
+			local = l
+		}
+	}
+	return local + "@" + domain
+}
+
 // validLocalPart accepts an RFC 5322 dot-atom of at most 64 characters.
 func validLocalPart(s string) bool {
 	if s == "" || len(s) > 64 || s[0] == '.' || s[len(s)-1] == '.' || strings.Contains(s, "..") {

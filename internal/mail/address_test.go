@@ -59,6 +59,35 @@ func TestNormalizeAddress(t *testing.T) {
 // MAIL_FROM may carry a display name; the address is held to the same
 // rules as a recipient's, the name to one line of visible text; a
 // non-ASCII name is encoded as RFC 2047 says.
+// The spellings of one mailbox are one key: a sub-address, Gmail's dots
+// and googlemail.com fold; what a server would tell apart is kept apart,
+// if it is not only ever folding too much.
+func TestMailbox(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, want string }{
+		{"victim@example.net", "victim@example.net"},
+		{"victim+1@example.net", "victim@example.net"},
+		{"victim+a+b@example.net", "victim@example.net"},
+		{"vic.tim@example.net", "vic.tim@example.net"},         // dots matter at most servers
+		{"victim-shop@example.net", "victim-shop@example.net"}, // and hyphens
+		{"+tag@example.net", "+tag@example.net"},               // nothing before the tag: kept whole
+		{"victim2@gmail.com", "victim2@gmail.com"},
+		{"v.ictim2@gmail.com", "victim2@gmail.com"},
+		{"v.i.c.t.i.m.2@gmail.com", "victim2@gmail.com"},
+		{"vi.ctim2+shop@gmail.com", "victim2@gmail.com"},
+		{"victim2@googlemail.com", "victim2@gmail.com"},
+		{"v.ictim2+x@googlemail.com", "victim2@gmail.com"},
+		{"ana-shop@yahoo.com", "ana@yahoo.com"},
+		{"ana-shop@yahoo.co.id", "ana@yahoo.co.id"},
+		{"ana+shop@ymail.com", "ana@ymail.com"},
+		{"ana.maria@yahoo.com", "ana.maria@yahoo.com"},
+	} {
+		if got := Mailbox(tt.in); got != tt.want {
+			t.Errorf("Mailbox(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
 func TestParseSender(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]Sender{

@@ -22,16 +22,19 @@ type PublicRules struct {
 	// FreeOrders lets an anonymous checkout total 0.
 	FreeOrders bool
 	// Quota counts the confirmations anonymous checkouts ask for, per
-	// client address, per recipient, per recipient domain and in all;
-	// nil counts none.
+	// client address, per recipient, per recipient domain and in all,
+	// and shares the last two out among the clients' networks; nil
+	// counts none.
 	Quota Quota
 }
 
 // Quota counts anonymous checkouts' confirmations (*quota.Hourly).
 type Quota interface {
-	// Take counts one confirmation to recipient asked for by client (the
-	// caller's address), or refuses it: refused names the limit it is
-	// over ("client", "recipient", "domain" or "all"), and retryAfter
+	// Take counts one confirmation to recipient, the mailbox it reaches
+	// (mail.Mailbox), asked for by client (the caller's address), or
+	// refuses it: refused names the limit it is over ("client",
+	// "recipient", "domain", "all", or "network": the share of the
+	// client's network in the domain's cap or in all), and retryAfter
 	// says when it has room again. An error says it could not count.
 	Take(ctx context.Context, client, recipient string) (refused string, retryAfter time.Duration, err error)
 }
@@ -45,7 +48,7 @@ var ErrQuotaUnavailable = errors.New("order: the public checkout's quota cannot 
 
 // QuotaError refuses an anonymous checkout over a quota.
 type QuotaError struct {
-	Limit      string // "client", "recipient", "domain" or "all"
+	Limit      string // "client", "recipient", "domain", "all" or "network"
 	RetryAfter time.Duration
 }
 

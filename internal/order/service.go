@@ -21,6 +21,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/dbsqlc"
 	"github.com/sekali-dev/sekali/internal/failpoint"
+	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/metric"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -140,7 +141,9 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 					return s.replay(prior, err)
 				}
 			}
-			limit, wait, err := s.Public.Quota.Take(ctx, caller.Client, v.Email)
+			// Counted by mailbox: victim+1@ and v.ictim@gmail.com are
+			// the person that victim@ and victim@gmail.com are.
+			limit, wait, err := s.Public.Quota.Take(ctx, caller.Client, mail.Mailbox(v.Email))
 			if err != nil {
 				return Placed{}, fmt.Errorf("%w: %w", ErrQuotaUnavailable, err)
 			}

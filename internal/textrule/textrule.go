@@ -8,11 +8,15 @@ package textrule
 
 import (
 	"fmt"
+	"net/netip"
+	"regexp"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
+	"golang.org/x/text/unicode/norm"
 )
 
 // OneLine says what keeps s from being one line of visible text of at
@@ -110,14 +114,25 @@ func Visible(r rune) bool {
 		!unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector)
 }
 
-// Link says what in s a mail client would show as a link, "" if
-// nothing: a URL with a scheme (https://..., or javascript:...), an
-// address starting with www., an e-mail address, or a host name whose
-// last label is a top-level domain (example.com, toko.co.id) or that a
-// path follows (evil.test/claim). Text the public can put into an e-mail
-// is held to it, so that a checkout cannot carry an advertisement; a
-// name such as "Dr. Ana" or "Teh.melati" is no link.
+// Link says what in s a mail client would show as a link, or a reader
+// would type into a browser, "" if nothing: a URL with a scheme
+// (https://..., or javascript:...), an address starting with www., an
+// e-mail address, a host name whose last label is a top-level domain
+// (example.com, toko.co.id, пример.рф) or that a path or a port follows
+// (evil.test/claim), or an IP address that a path or a port follows
+// (203.0.113.5/claim, [2001:db8::1]:8080). It looks at s as a reader
+// sees it (readable): evil。com, ｅｖｉｌ．ｃｏｍ, evil\u200b.com,
+// evil .com and evil[.]com are evil.com, and that is what it returns.
+// Text the public can put into an e-mail is held to it, so that a
+// checkout cannot carry an advertisement; a name such as "Dr. Ana",
+// "J. R. R. Tolkien" or "Teh.melati" is no link, nor is a number.
 func Link(s string) string {
+	s = readable(s)
+	if m := bracketedIP.FindStringSubmatch(s); m != nil {
+		if a, err := netip.ParseAddr(m[1]); err == nil && a.Is6() {
+			return m[0]
+		}
+	}
 	for _, token := range strings.FieldsFunc(s, func(r rune) bool {
 		return unicode.IsSpace(r) || strings.ContainsRune(`"'()<>[]{},;|`+"`", r)
 	}) {
@@ -128,22 +143,75 @@ func Link(s string) string {
 	return ""
 }
 
+// bracketedIP is an IPv6 address in a URL's brackets, which Link's
+// tokens would split, with the port or path that makes it a link.
+var bracketedIP = regexp.MustCompile(`\[([0-9A-Fa-f:.]+)\](?::[0-9]+|[/?#\\])`)
+
+// readable is s as Link reads it, the way a reader sees it rather than
+// the way its bytes spell it: without the characters that show as
+// nothing (zero-width spaces and joiners, the soft hyphen, variation
+// selectors), in Unicode's compatibility form (NFKC: full-width and
+// mathematical letters are letters, U+FF0E and U+2024 are dots, the
+// odd spaces are spaces), with the ideographic full stops (。, ｡) as
+// the dots IDNA takes them for, a dot in brackets ([.], (.), {.},
+// [dot]) as a dot, and the spaces around a dot that a space precedes
+// dropped ("evil . com"): no one writes a sentence that way. A dot
+// that only a space follows is left alone, as in "Dr. Ana" or
+// "Mr. Bond" (.bond is a top-level domain).
+func readable(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.In(r, unicode.Cf, unicode.Other_Default_Ignorable_Code_Point, unicode.Variation_Selector) {
+			return -1
+		}
+		return r
+	}, s)
+	s = norm.NFKC.String(s)
+	s = strings.Map(func(r rune) rune {
+		if r == '\u3002' || r == '\uff61' {
+			return '.'
+		}
+		return r
+	}, s)
+	s = bracketedDot.ReplaceAllString(s, ".")
+	return spacedDot.ReplaceAllString(s, ".")
+}
+
+var (
+	// bracketedDot is a dot written in brackets, with the spaces around.
+	bracketedDot = regexp.MustCompile(`(?i)[\s\p{Zs}]*[\[({][\s\p{Zs}]*(?:\.|dot)[\s\p{Zs}]*[\])}][\s\p{Zs}]*`)
+	// spacedDot is a dot that spaces precede, with the spaces after it.
+	spacedDot = regexp.MustCompile(`[\s\p{Zs}]+\.[\s\p{Zs}]*`)
+)
+
 // linkToken reports whether a token of Link's, in lower case, is a link.
 func linkToken(t string) bool {
 	if i := strings.Index(t, ":"); i > 0 && scheme(t[:i]) && (strings.HasPrefix(t[i+1:], "//") || knownScheme(t[:i])) {
 		return true
 	}
+	// What a linkifier starts a link at: a letter or a digit, not the
+	// punctuation before it (//evil.com, *evil.com*, \\evil.com\share).
+	t = strings.TrimLeftFunc(t, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
 	if strings.HasPrefix(t, "www.") {
 		return true
 	}
 	if local, domain, ok := strings.Cut(t, "@"); ok && local != "" && strings.Contains(domain, ".") {
 		return true
 	}
+	// A bare IPv6 address before a path (2001:db8::1/claim), then any
+	// host before a path or a port.
+	if i := strings.IndexAny(t, `/?#\`); i > 0 {
+		if a, err := netip.ParseAddr(t[:i]); err == nil && a.Is6() {
+			return true
+		}
+	}
 	host, rest := t, ""
-	if i := strings.IndexAny(t, "/:?#"); i >= 0 {
+	if i := strings.IndexAny(t, `/:?#\`); i >= 0 {
 		host, rest = t[:i], t[i:]
 	}
-	host = strings.TrimRight(host, ".!")
+	host = strings.TrimRightFunc(host, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) // "example.com.", "*evil.com*"
+	if a, err := netip.ParseAddr(host); err == nil && a.Is4() {
+		return rest != "" && rest != ":" // 203.0.113.5/claim, not "1.2.3.4:"
+	}
 	labels := strings.Split(host, ".")
 	if len(labels) < 2 {
 		return false
@@ -154,11 +222,16 @@ func linkToken(t string) bool {
 		}
 	}
 	tld := labels[len(labels)-1]
-	if strings.ContainsFunc(tld, func(r rune) bool { return !unicode.IsLetter(r) }) || utf8.RuneCountInString(tld) < 2 {
+	punycode := strings.HasPrefix(tld, "xn--")
+	if !punycode && strings.ContainsFunc(tld, func(r rune) bool { return !unicode.IsLetter(r) }) || utf8.RuneCountInString(tld) < 2 {
 		return false // 1.5, v2.0, A.B
 	}
 	if rest != "" && rest != ":" {
 		return true // evil.test/claim, shop.local:8080
+	}
+	// The list of suffixes spells internationalized ones in punycode.
+	if ascii, err := idna.Lookup.ToASCII(host); err == nil {
+		host = ascii
 	}
 	_, icann := publicsuffix.PublicSuffix(host)
 	return icann

@@ -98,6 +98,88 @@ func TestLink(t *testing.T) {
 	}
 }
 
+// Link reads text as its reader sees it, not as its bytes spell it: a
+// host name spelled with other dots, other letters, invisible characters
+// or spaces around its dot is still a host name, and a bare IP address
+// before a path is a link too. These are the forms that got past it, and
+// those that Gmail's and Outlook's linkifiers, or a reader, take for a
+// link. Names with dots, initials and numbers still pass.
+func TestLinkReadsWhatTheReaderSees(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{
+		"evil。com",               // IDEOGRAPHIC FULL STOP
+		"evil｡com",               // HALFWIDTH IDEOGRAPHIC FULL STOP
+		"ｅｖｉｌ．ｃｏｍ",               // full-width letters and FULLWIDTH FULL STOP
+		"𝐞𝐯𝐢𝐥.𝐜𝐨𝐦",               // mathematical bold
+		"ⓔⓥⓘⓛ.ⓒⓞⓜ",               // circled letters
+		"evil﹒com",               // SMALL FULL STOP
+		"evil\u2024com",          // ONE DOT LEADER
+		"evil\u200b.com",         // ZERO WIDTH SPACE
+		"e\u200cvil.c\u200dom",   // zero-width non-joiner and joiner
+		"evil\u2060.\ufeffcom",   // WORD JOINER, BOM
+		"evil\u00ad.com",         // SOFT HYPHEN
+		"evil .com",              // a space before the dot
+		"evil . com",             // around it
+		"evil \u3000.\u00a0 com", // ideographic and no-break spaces
+		"evil[.]com",             // defanged
+		"evil(.)com",             //
+		"evil{.}com",             //
+		"evil [ . ] com",         //
+		"evil[dot]com",           //
+		"evil (DOT) com",         //
+		"203.0.113.5/claim",      // a bare IPv4 address and a path
+		"203.0.113.5:8080",       // and a port
+		"２０３．０．１１３．５/claim",         // full-width
+		"2001:db8::1/claim",         // a bare IPv6 address and a path
+		"[2001:db8::1]:8080",        // in brackets, with a port
+		"go to [2001:db8::1]/claim", //
+		"пример.рф",                 // an internationalized top-level domain
+		"例子.中国",                     //
+		"xn--e1afmkfd.xn--p1ai",     // and in punycode
+		"//evil.com",                // scheme-relative
+		"*evil.com*",                // emphasis around it
+		"\\\\evil.com\\share",       // a UNC path (Outlook links it)
+		"\\\\203.0.113.5\\share",    //
+		"EVIL.COM/Claim",            //
+		"ｗｗｗ．evil",                  // full-width www.
+		"prize＠evil.test",           // FULLWIDTH COMMERCIAL AT
+		"hxxps://evil.test",         // a defanged scheme is still a scheme
+	} {
+		if textrule.Link(in) == "" {
+			t.Errorf("Link(%+q) found no link", in)
+		}
+	}
+	for _, in := range []string{
+		"J. R. R. Tolkien",
+		"Dr. Ana",
+		"Mr. Bond", // .bond is a top-level domain, but no one reads a link here
+		"Co. Ltd",
+		"St. Louis",
+		"Jl. Sudirman No. 12",
+		"U.S.A.",
+		"e.g. teh",
+		"Kopi 1.5 kg",
+		"Kopi 1。5 kg",
+		"Rp 12.500",
+		"3.14159",
+		"Size 10.5 / 11",
+		"Sepatu v2.0.1",
+		"1.2.3.4", // no path: a version as well as an address
+		"at 10:30",
+		"Ana…",
+		"Ana . Maria", // spaced, but maria is no top-level domain
+		"Teh (hijau)",
+		"Ana[1]",
+		"José\u0301 Ñuñez",
+		"王小明",
+		"Thị Ánh",
+	} {
+		if got := textrule.Link(in); got != "" {
+			t.Errorf("Link(%+q) = %q, want no link", in, got)
+		}
+	}
+}
+
 // Clip's result is always valid UTF-8 without NUL, within its bound, and
 // cut only at a character boundary: PostgreSQL refuses anything else in
 // a text column, and the statement that records an outcome would fail.
