@@ -424,6 +424,36 @@ SELECT id, 'suppressed', from_status, 'suppressed', attempts, @actor::text,
        jsonb_build_object('source', 'unsubscribe', 'reason', 'the recipient unsubscribed from subscription mail')
 FROM upd;
 
+-- ---- The provider's report: what it says it has settles the doubt. ----
+
+-- name: SettleByReport :execrows
+-- A provider reported about a delivery's message (delivered, deferred,
+-- bounced, complained): it took it. A delivery in doubt that no attempt
+-- is sending now (pending, waiting to be sent again under its key, or
+-- held for an operator) is sent: what the provider has is the truth,
+-- whatever else holds it back. provider_message_id is the report's, where
+-- the lost answer never gave one.
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status              = 'sent',
+        provider_message_id = coalesce(d.provider_message_id, nullif(@provider_message_id::text, '')),
+        sent_at             = now(),
+        last_error          = NULL,
+        lease_token         = NULL,
+        lease_expires_at    = NULL,
+        updated_at          = now()
+    WHERE d.id = @id
+      AND d.status IN ('pending', 'held')
+      AND d.unsettled_since IS NOT NULL
+    RETURNING d.id, d.attempts, d.provider
+), prev AS (
+    SELECT n.status FROM notification_deliveries n WHERE n.id = @id
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT upd.id, 'reconciled', prev.status, 'sent', upd.attempts, @actor::text,
+       jsonb_build_object('decision', 'reported_by_provider', 'report', @kind::text, 'provider', upd.provider)
+FROM upd, prev;
+
 -- ---- The shop or an operator: called off before it was sent. ----
 
 -- name: CancelDelivery :one

@@ -1457,6 +1457,57 @@ func (q *Queries) ReleaseForRetry(ctx context.Context, arg ReleaseForRetryParams
 	return result.RowsAffected(), nil
 }
 
+const settleByReport = `-- name: SettleByReport :execrows
+
+WITH upd AS (
+    UPDATE notification_deliveries d
+    SET status              = 'sent',
+        provider_message_id = coalesce(d.provider_message_id, nullif($3::text, '')),
+        sent_at             = now(),
+        last_error          = NULL,
+        lease_token         = NULL,
+        lease_expires_at    = NULL,
+        updated_at          = now()
+    WHERE d.id = $4
+      AND d.status IN ('pending', 'held')
+      AND d.unsettled_since IS NOT NULL
+    RETURNING d.id, d.attempts, d.provider
+), prev AS (
+    SELECT n.status FROM notification_deliveries n WHERE n.id = $4
+)
+INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+SELECT upd.id, 'reconciled', prev.status, 'sent', upd.attempts, $1::text,
+       jsonb_build_object('decision', 'reported_by_provider', 'report', $2::text, 'provider', upd.provider)
+FROM upd, prev
+`
+
+type SettleByReportParams struct {
+	Actor             string
+	Kind              string
+	ProviderMessageID string
+	ID                uuid.UUID
+}
+
+// ---- The provider's report: what it says it has settles the doubt. ----
+// A provider reported about a delivery's message (delivered, deferred,
+// bounced, complained): it took it. A delivery in doubt that no attempt
+// is sending now (pending, waiting to be sent again under its key, or
+// held for an operator) is sent: what the provider has is the truth,
+// whatever else holds it back. provider_message_id is the report's, where
+// the lost answer never gave one.
+func (q *Queries) SettleByReport(ctx context.Context, arg SettleByReportParams) (int64, error) {
+	result, err := q.db.Exec(ctx, settleByReport,
+		arg.Actor,
+		arg.Kind,
+		arg.ProviderMessageID,
+		arg.ID,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const suppressPending = `-- name: SuppressPending :execrows
 WITH prev AS (
     SELECT n.id, n.status FROM notification_deliveries n WHERE n.id = $2 FOR UPDATE

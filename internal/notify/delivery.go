@@ -357,6 +357,9 @@ func GetByKey(ctx context.Context, db DB, key string) (Delivery, error) {
 // makes it so, in a row built without it too); ok is false when it has
 // none.
 func (d Delivery) UnknownSince() (since time.Time, ok bool) {
+	if d.Status == StatusSent { // it keeps its pin: it was sent there
+		return time.Time{}, false
+	}
 	var known []time.Time
 	switch {
 	case d.UnsettledSince != nil:

@@ -29,12 +29,15 @@ type FeedbackOutcome struct {
 	DeliveryID uuid.UUID
 	Duplicate  bool // this provider sent this event before: nothing changed
 	Suppressed bool // the recipient was put on the suppression list
+	Settled    bool // the delivery was in doubt, and the report settled it as sent
 }
 
 // RecordFeedback writes one verified provider event, in one transaction:
 // into the history of the delivery it is about, as the delivery's last
 // report (delivered, deferred, bounced, complained: Delivery.ProviderEvent)
-// unless a later one by the provider's clock is there, and, for a hard
+// unless a later one by the provider's clock is there — and such a report
+// settles a delivery in doubt that no attempt is sending as sent (the
+// provider took it: SettleByReport) —, and, for a hard
 // bounce or a complaint, the recipient onto the suppression list (test
 // mode's, for a test delivery: only the test provider reports about
 // those), for an unsubscribe off the subscription mail. The delivery is
@@ -104,6 +107,14 @@ func RecordFeedback(ctx context.Context, db *pgxpool.Pool, f mail.Feedback) (Fee
 			if err := q.RecordProviderEvent(ctx, dbsqlc.RecordProviderEventParams{ID: d.ID, Kind: string(f.Kind), At: at}); err != nil {
 				return fmt.Errorf("record %s event as delivery %s's last: %w", f.Provider, d.ID, err)
 			}
+			// A report about the message says the provider took it: a
+			// delivery in doubt is settled as sent.
+			n, err := q.SettleByReport(ctx, dbsqlc.SettleByReportParams{ID: d.ID, ProviderMessageID: providerIDText(f.ProviderMessageID),
+				Kind: string(f.Kind), Actor: f.Provider})
+			if err != nil {
+				return fmt.Errorf("settle delivery %s by %s's report: %w", d.ID, f.Provider, err)
+			}
+			out.Settled = n == 1
 		}
 		if f.Kind == mail.FeedbackUnsubscribed {
 			// As our one-click link does (Operator.Unsubscribe): the

@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -166,6 +167,9 @@ func maybeSentStatements(seen func(notify.Delivery) dbsqlc.NotificationDelivery)
 		"RecordProviderEvent": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, _ uuid.UUID) (int64, error) {
 			// A provider's report: the last one, not the status.
 			return 0, q.RecordProviderEvent(ctx, dbsqlc.RecordProviderEventParams{ID: d.ID, Kind: "bounced", At: time.Now()})
+		},
+		"SettleByReport": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, _ uuid.UUID) (int64, error) {
+			return q.SettleByReport(ctx, dbsqlc.SettleByReportParams{ID: d.ID, ProviderMessageID: "re_1", Kind: "delivered", Actor: actor})
 		},
 		"PickOrphanedPending": func(ctx context.Context, q *dbsqlc.Queries, _ notify.Delivery, _ uuid.UUID) (int64, error) {
 			rows, err := q.PickOrphanedPending(ctx, dbsqlc.PickOrphanedPendingParams{OlderThanSeconds: 0, Batch: 100})
@@ -340,4 +344,45 @@ func orEmpty(p *string) string {
 		return ""
 	}
 	return *p
+}
+
+// A provider's report about a message (delivered, deferred, bounced,
+// complained) says it took it: a delivery in doubt that no attempt is
+// sending — pending to be sent again under its key, or held because
+// nothing could ask — is settled as sent by it, in the report's own
+// transaction. One being sent now is left to its attempt.
+func TestAProviderReportSettlesADeliveryInDoubt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := testenv.NewDB(t)
+	f := notifytest.New(t, db.Pool)
+	orderID := placeOrder(t, db)
+	newRow := func(who string) notify.Delivery {
+		return f.Scheduled(orderID, "payment-reminder", who+"@example.com", map[string]string{"order_id": orderID.String()}, time.Time{})
+	}
+	pinned := f.MaybeAccepted(newRow("pinned"), "resend")
+	held := f.HeldAt(newRow("held"), "resend")
+	inFlight := f.HandedOverTo(newRow("in-flight"), time.Minute, "resend").Delivery
+	for i, c := range []struct {
+		d    notify.Delivery
+		kind mail.FeedbackKind
+		want notify.Status
+	}{
+		{pinned, mail.FeedbackDelivered, notify.StatusSent},
+		{held, mail.FeedbackBounced, notify.StatusSent},
+		{inFlight, mail.FeedbackDelivered, notify.StatusSending},
+	} {
+		out, err := notify.RecordFeedback(ctx, db.Pool, mail.Feedback{Provider: "resend", EventID: fmt.Sprintf("evt-%d", i), Kind: c.kind,
+			KeyHash: mail.KeyHash(c.d.IdempotencyKey), ProviderMessageID: fmt.Sprintf("re_%d", i), At: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := f.Get(c.d.ID)
+		if got.Status != c.want || out.Settled != (c.want == notify.StatusSent) {
+			t.Errorf("%s after a %s report: %s (settled %v), want %s", c.d.Recipient, c.kind, got.Status, out.Settled, c.want)
+		}
+		if c.want == notify.StatusSent && (got.MayHaveBeenSent() || got.ProviderMessageID != fmt.Sprintf("re_%d", i)) {
+			t.Errorf("%s: may have been sent %v, provider id %q; want settled under the report's id", c.d.Recipient, got.MayHaveBeenSent(), got.ProviderMessageID)
+		}
+	}
 }
