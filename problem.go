@@ -94,8 +94,9 @@ func (t ProblemType) Error() string { return "sekali: problem " + string(t) }
 // backend branches on: ProblemValidation (Errors names each field),
 // ProblemNotFound, ProblemUnauthorized and ProblemForbidden (the key, or
 // its scopes), ProblemRateLimited (RetryAfter), ProblemWrongState and
-// ProblemMayHaveBeenSent (a cancel too late; Notification), and
-// ProblemIdempotencyKeyReused (the key of another checkout).
+// ProblemMayHaveBeenSent (a cancel too late; Notification),
+// ProblemIdempotencyKeyReused (the key of another checkout) and
+// ProblemOrderReferenceTaken (the order number is another order's).
 const (
 	ProblemInvalidBody            ProblemType = "urn:sekali:problem:invalid-body"
 	ProblemInvalidIdempotencyKey  ProblemType = "urn:sekali:problem:invalid-idempotency-key"
@@ -105,6 +106,7 @@ const (
 	ProblemValidation             ProblemType = "urn:sekali:problem:validation"
 	ProblemIdempotencyKeyReused   ProblemType = "urn:sekali:problem:idempotency-key-reused"
 	ProblemIdempotencyKeyInFlight ProblemType = "urn:sekali:problem:idempotency-key-in-flight"
+	ProblemOrderReferenceTaken    ProblemType = "urn:sekali:problem:order-reference-taken"
 	ProblemNotFound               ProblemType = "urn:sekali:problem:not-found"
 	ProblemInvalidQuery           ProblemType = "urn:sekali:problem:invalid-query"
 	ProblemMethodNotAllowed       ProblemType = "urn:sekali:problem:method-not-allowed"

@@ -65,6 +65,7 @@ const (
 	typeUnknownMessage  = "urn:sekali:problem:unknown-message"
 	typeConflict        = "urn:sekali:problem:wrong-state"
 	typeMayHaveBeenSent = "urn:sekali:problem:may-have-been-sent"
+	typeReferenceTaken  = "urn:sekali:problem:order-reference-taken"
 )
 
 // mayHaveBeenSent is the answer to a cancel of a notification a provider
@@ -119,6 +120,7 @@ func notFoundDetail(err error) string {
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var verr *order.ValidationError
 	var quota *order.QuotaError
+	var taken *order.ReferenceTakenError
 	notFound := notFoundDetail(err)
 	switch {
 	case errors.As(err, &verr):
@@ -145,6 +147,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		seconds := retryAfter(w, quotaDownRetry)
 		writeProblem(w, r, problem{Type: typeQuotaDown, Status: http.StatusServiceUnavailable, Title: "The public checkout cannot count its caps",
 			Detail: "A checkout without an API key is taken only once it is counted against the public checkout's hourly caps, and they cannot be counted now. Nothing was recorded; retry after " + strconv.Itoa(seconds) + " s."})
+	case errors.As(err, &taken):
+		writeProblem(w, r, problem{Type: typeReferenceTaken, Status: http.StatusConflict, Title: "This order number is taken",
+			Detail: "The order number " + strconv.Quote(taken.Reference) + " is already order " + taken.Order.String() + "'s: a new order needs a number of its own. " +
+				"Nothing was recorded. A checkout retried with its Idempotency-Key gets its first answer back instead."})
 	case errors.Is(err, order.ErrRequestInFlight):
 		writeProblem(w, r, problem{Type: typeKeyInFlight, Status: http.StatusConflict,
 			Title:  "A request with this Idempotency-Key is in progress",

@@ -103,6 +103,10 @@ type Delivery struct {
 	// Test: a test key's (its order's mode, docs/testmode.md). Only the
 	// worker's test provider ever takes it; it never reaches a real one.
 	Test bool
+	// OrderReference is the shop's own number of its order (the
+	// checkout's reference), "" for none; Operator.Get alone reads it,
+	// for the console.
+	OrderReference string
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.

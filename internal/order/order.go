@@ -4,6 +4,7 @@ package order
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,6 +28,19 @@ var (
 	// ErrTokenInvalid is returned when an access token is not the order's.
 	ErrTokenInvalid = errors.New("order: the access token does not open this order")
 )
+
+// ReferenceTakenError refuses a checkout whose order number (Reference)
+// is already another order's of the same owner. Nothing is written. A
+// checkout retried with its Idempotency-Key is replayed instead, before
+// its number is looked at.
+type ReferenceTakenError struct {
+	Reference string
+	Order     uuid.UUID // the order that has it
+}
+
+func (e *ReferenceTakenError) Error() string {
+	return fmt.Sprintf("order: the order number %q is already order %s's", e.Reference, e.Order)
+}
 
 // Caller is who places a checkout or triggers a notification, as the API
 // authenticated them. Each caller's Idempotency-Keys are its own: the
@@ -72,7 +86,10 @@ const AccessTokenPrefix = "sekali_order_"
 
 // Order is a recorded checkout as the API shows it.
 type Order struct {
-	ID            uuid.UUID      `json:"id"`
+	ID uuid.UUID `json:"id"`
+	// Reference is the shop's own order number, as the checkout gave it;
+	// absent without one.
+	Reference     string         `json:"reference,omitempty"`
 	CustomerEmail string         `json:"customer_email"`
 	CustomerName  string         `json:"customer_name"`
 	Currency      string         `json:"currency"`
@@ -117,6 +134,7 @@ type Notification struct {
 // frozen at checkout so that the e-mail shows the order as it was placed.
 type confirmationData struct {
 	OrderID      uuid.UUID `json:"order_id"`
+	Reference    string    `json:"reference,omitempty"` // the shop's order number: the e-mail's, the short id without one
 	CustomerName string    `json:"customer_name"`
 	Currency     string    `json:"currency"`
 	Items        []Item    `json:"items"`
