@@ -212,6 +212,7 @@ func CheckSpamScores(t testing.TB, most float64, msgs map[string][]byte) {
 	reports := SpamScores(t, msgs)
 	for _, name := range slices.Sorted(maps.Keys(reports)) {
 		r := reports[name]
+		t.Logf("%s: SpamAssassin %s", name, r)
 		if r.Score > most {
 			t.Errorf("%s: SpamAssassin scores it %s; want at most %v", name, r, most)
 		}
