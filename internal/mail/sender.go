@@ -63,14 +63,13 @@ func CheckSenderName(name string) error {
 // comes back as it is, for the provider's check to report; err is the
 // name's problem as a display name (CheckSenderName).
 func NamedSender(from, name string) (string, error) {
-	s, err := ParseSender(from)
-	if err != nil || s.Name != "" || name == "" {
-		return from, nil
+	if s, perr := ParseSender(from); perr == nil && s.Name == "" && name != "" {
+		if err := CheckSenderName(name); err != nil {
+			return from, err
+		}
+		return s.WithName(name).String(), nil
 	}
-	if err := CheckSenderName(name); err != nil {
-		return from, err
-	}
-	return s.WithName(name).String(), nil
+	return from, nil
 }
 
 // WithName is s under another display name; "" keeps s's own.
