@@ -13,7 +13,8 @@ import (
 
 // Every template the service ships — the built-in ones and the example
 // of deploy/templates that `make run` and the compose stack load — in
-// every language, with the shop's settings and without, with an order
+// every language, with the shop's settings and without (its link to the
+// order by its number, or by its id: a UUID in a URL), with an order
 // number and without, is mail SpamAssassin passes: composed as the SMTP
 // provider composes it (mailmime, with MAIL_FROM named after the brand,
 // as the worker names it), each scores at most 1.0 with Debian's
@@ -21,8 +22,10 @@ import (
 // how a message is built (testenv.StructuralSpamRules).
 func TestShippedTemplatesPassSpamAssassin(t *testing.T) {
 	t.Parallel()
+	byID := shopBrand
+	byID.OrderURL = "https://shop.example/orders/{order_id}"
 	msgs := map[string][]byte{}
-	for setting, b := range map[string]Brand{"no settings": {}, "the shop's settings": shopBrand} {
+	for setting, b := range map[string]Brand{"no settings": {}, "the shop's settings": shopBrand, "a link by the order's id": byID} {
 		tmpl, err := Load(Config{Brand: b, Dir: filepath.Join("..", "..", "deploy", "templates")})
 		if err != nil {
 			t.Fatal(err)
@@ -49,8 +52,8 @@ func TestShippedTemplatesPassSpamAssassin(t *testing.T) {
 			}
 		}
 	}
-	if len(msgs) != 24 {
-		t.Errorf("composed %d messages, want 3 templates × 2 languages × 2 settings × 2 kinds of data", len(msgs))
+	if len(msgs) != 36 {
+		t.Errorf("composed %d messages, want 3 templates × 2 languages × 3 settings × 2 kinds of data", len(msgs))
 	}
 	testenv.CheckSpamScores(t, 1.0, msgs)
 }
