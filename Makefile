@@ -6,9 +6,12 @@ MAILPIT_VERSION := v1.33.1
 GOLANGCI_LINT_VERSION := v2.15.0
 # The Nu Html Checker the e-mail HTML tests run (internal/testenv.VnuVersion).
 VNU_VERSION := 26.9.27
+# Debian's SpamAssassin, whose shipped rules the e-mails are scored with
+# (internal/testenv.SpamAssassinVersion is its upstream version).
+SPAMASSASSIN_DEB_VERSION := 4.0.1-1~deb12u1
 GO ?= go
 
-.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer vnu bench bench-provider bench-go chaos chaos-long sqlc sqlc-check client client-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer vnu spamassassin bench bench-provider bench-go chaos chaos-long sqlc sqlc-check client client-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -72,7 +75,7 @@ browser: preflight chromium ## the pages people use (the operator console, the t
 gallery: preflight chromium ## open the template gallery in headless Chromium (installed from Debian's packages if missing) and save docs/templates-gallery.png
 	SCREENSHOT=$(CURDIR)/docs/templates-gallery.png $(GO) test -count=1 -tags browser -run TestGalleryInABrowser -v ./internal/httpapi
 
-preflight: mailpit pgbouncer vnu ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit, PgBouncer and the Nu Html Checker
+preflight: mailpit pgbouncer vnu spamassassin ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit, PgBouncer, the Nu Html Checker and SpamAssassin
 	@$(GO) run ./internal/testenv/preflight
 
 # The tests start PgBouncers of their own (internal/testenv/pgbouncer.go);
@@ -94,6 +97,14 @@ vnu: ## install the Nu Html Checker (npm vnu-jar) into bin/vnu unless that versi
 		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }; }
 	@grep -qs '"version": "$(VNU_VERSION)"' bin/vnu/node_modules/vnu-jar/package.json || \
 		npm install --prefix bin/vnu --no-save --no-audit --no-fund --ignore-scripts --loglevel=error vnu-jar@$(VNU_VERSION)
+
+# The e-mails are scored by Debian's SpamAssassin with the rules its
+# package ships (the tests read /usr/share/spamassassin, never what
+# sa-update fetches): internal/testenv/spamassassin.go.
+spamassassin: ## install Debian's SpamAssassin ($(SPAMASSASSIN_DEB_VERSION)) unless that version is there
+	@test "$$(dpkg-query -W -f '$${Version}' spamassassin 2>/dev/null)" = "$(SPAMASSASSIN_DEB_VERSION)" || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends spamassassin=$(SPAMASSASSIN_DEB_VERSION) || \
+		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends spamassassin=$(SPAMASSASSIN_DEB_VERSION); }; }
 
 # bin/mailpit is the real SMTP server the tests deliver to; go install
 # stamps the module version into it (`mailpit version` itself says "dev").

@@ -96,8 +96,9 @@ func (t ProblemType) Error() string { return "sekali: problem " + string(t) }
 // its scopes), ProblemRateLimited (RetryAfter), ProblemWrongState and
 // ProblemMayHaveBeenSent (a cancel too late; Notification),
 // ProblemNotificationConflict (a trigger of an event that has a
-// notification with other data; Notification is that one), and
-// ProblemIdempotencyKeyReused (the key of another checkout).
+// notification with other data; Notification is that one),
+// ProblemIdempotencyKeyReused (the key of another checkout) and
+// ProblemOrderReferenceTaken (the order number is another order's).
 const (
 	ProblemInvalidBody            ProblemType = "urn:sekali:problem:invalid-body"
 	ProblemInvalidIdempotencyKey  ProblemType = "urn:sekali:problem:invalid-idempotency-key"
@@ -107,6 +108,7 @@ const (
 	ProblemValidation             ProblemType = "urn:sekali:problem:validation"
 	ProblemIdempotencyKeyReused   ProblemType = "urn:sekali:problem:idempotency-key-reused"
 	ProblemIdempotencyKeyInFlight ProblemType = "urn:sekali:problem:idempotency-key-in-flight"
+	ProblemOrderReferenceTaken    ProblemType = "urn:sekali:problem:order-reference-taken"
 	ProblemNotFound               ProblemType = "urn:sekali:problem:not-found"
 	ProblemInvalidQuery           ProblemType = "urn:sekali:problem:invalid-query"
 	ProblemMethodNotAllowed       ProblemType = "urn:sekali:problem:method-not-allowed"

@@ -658,7 +658,9 @@ func TestShopBackendEndToEnd(t *testing.T) {
 	close(ready)
 
 	// The shop's backend.
-	o, err := s.client.PlaceOrder(ctx, anaCheckout(), sekali.WithIdempotencyKey("cart-3003"))
+	numbered := anaCheckout()
+	numbered.Reference = "TA-3003"
+	o, err := s.client.PlaceOrder(ctx, numbered, sekali.WithIdempotencyKey("cart-3003"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -687,8 +689,8 @@ func TestShopBackendEndToEnd(t *testing.T) {
 	})
 	if e.Type != sekali.EventCancelled || !strings.HasPrefix(e.ID, "msg_") || e.Timestamp.IsZero() ||
 		e.Data.NotificationID != r.ID || e.Data.OrderID != o.ID || e.Data.Template != "payment-reminder" ||
-		e.Data.Status != sekali.StatusCancelled || e.Data.IdempotencyKey != r.IdempotencyKey {
-		t.Errorf("event = %+v, want the reminder %s of order %s, cancelled", e, r.ID, o.ID)
+		e.Data.Status != sekali.StatusCancelled || e.Data.IdempotencyKey != r.IdempotencyKey || e.Data.OrderReference != "TA-3003" {
+		t.Errorf("event = %+v, want the reminder %s of order %s (TA-3003), cancelled", e, r.ID, o.ID)
 	}
 }
 
@@ -729,7 +731,7 @@ func TestConstantsAreTheDocumentsEnums(t *testing.T) {
 	strs := func(vs ...string) []string { slices.Sort(vs); return vs }
 	problems := []sekali.ProblemType{sekali.ProblemInvalidBody, sekali.ProblemInvalidIdempotencyKey, sekali.ProblemBodyTooLarge,
 		sekali.ProblemBodyTimeout, sekali.ProblemUnsupportedMediaType, sekali.ProblemValidation, sekali.ProblemIdempotencyKeyReused,
-		sekali.ProblemIdempotencyKeyInFlight, sekali.ProblemNotFound, sekali.ProblemInvalidQuery, sekali.ProblemMethodNotAllowed,
+		sekali.ProblemIdempotencyKeyInFlight, sekali.ProblemOrderReferenceTaken, sekali.ProblemNotFound, sekali.ProblemInvalidQuery, sekali.ProblemMethodNotAllowed,
 		sekali.ProblemInternal, sekali.ProblemUnauthorized, sekali.ProblemForbidden, sekali.ProblemRateLimited, sekali.ProblemWrongState,
 		sekali.ProblemMayHaveBeenSent, sekali.ProblemNotificationConflict, sekali.ProblemUnknownMessage, sekali.ProblemOverloaded,
 		sekali.ProblemQuotaUnavailable}

@@ -222,6 +222,8 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		// refuse is refused here too.
 		"BRAND_LOGO_URL":      "http://shop.example/logo.png",
 		"BRAND_SUPPORT_EMAIL": "help at shop.example",
+		// The previews write times in the shop's zone.
+		"SHOP_TIMEZONE": "Asia/Bandung",
 		// A task of more than 100 deliveries no worker would take.
 		"TASK_BATCH": "101",
 	}
@@ -230,7 +232,7 @@ func TestConfigErrorsAreReportedTogether(t *testing.T) {
 		t.Fatal("run with bad configuration returned nil")
 	}
 	for _, name := range []string{"REDIS_URL", "LOG_LEVEL", "IDEMPOTENCY_KEY_TTL", "METRICS_ADDR", "TRUSTED_PROXIES", "RATE_LIMIT_PUBLIC",
-		"PUBLIC_CHECKOUT_PER_CLIENT", "UNSUBSCRIBE_TOKEN_TTL", "RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS", "BRAND_LOGO_URL", "BRAND_SUPPORT_EMAIL", "TASK_BATCH"} {
+		"PUBLIC_CHECKOUT_PER_CLIENT", "UNSUBSCRIBE_TOKEN_TTL", "RESEND_WEBHOOK_SECRET", "POSTMARK_WEBHOOK_PASSWORD", "SES_SNS_TOPIC_ARNS", "BRAND_LOGO_URL", "BRAND_SUPPORT_EMAIL", "SHOP_TIMEZONE", "TASK_BATCH"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}

@@ -180,7 +180,7 @@ func (s *stack) startAll(ctx context.Context, o options) error {
 			"SHUTDOWN_TIMEOUT=15s"), "api listening", 20 * time.Second},
 		{"worker", []string{filepath.Join(o.bin, "worker")}, o.env(
 			"METRICS_ADDR="+workerMetrics, "SMTP_HOST=127.0.0.1", "SMTP_PORT=1025", "SMTP_TLS=none",
-			"SMTP_IDEMPOTENCY_HEADER=Idempotency-Key", "SHUTDOWN_TIMEOUT=45s"), "worker started", 60 * time.Second},
+			"SHUTDOWN_TIMEOUT=45s"), "worker started", 60 * time.Second},
 		{"reconciler", []string{filepath.Join(o.bin, "reconciler")}, o.env(
 			"METRICS_ADDR="+reconcMetrics, "RECONCILE_INTERVAL=5s", "MAIL_LOOKUP_URL=http://"+mailpitUI, "MAIL_LOOKUP_API=mailpit"),
 			"reconciler started", 20 * time.Second},

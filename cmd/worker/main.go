@@ -43,7 +43,7 @@ type config struct {
 	SendTimeout       time.Duration
 	ShutdownTimeout   time.Duration
 	TaskCheckInterval time.Duration
-	From              string              // MAIL_FROM
+	From              string              // MAIL_FROM, under BRAND_NAME when it has no name of its own (mail.NamedSender)
 	Unsubscribe       worker.Unsubscribe  // UNSUBSCRIBE_URL, UNSUBSCRIBE_SECRET, UNSUBSCRIBE_MAILTO
 	Providers         []mail.Descriptor   // PROVIDERS (or PROVIDER), in order of preference
 	Senders           []mail.SenderConfig // each provider's settings, in the same order
@@ -69,6 +69,11 @@ func loadConfig(getenv func(string) string) (config, error) {
 		From:              env.String("MAIL_FROM", "orders@shop.example"),
 		Providers:         roster.Read(env),
 		Brand:             mailtemplate.ReadBrand(getenv, env.Check),
+	}
+	// A bare MAIL_FROM goes out under BRAND_NAME, for every provider.
+	from, err := mail.NamedSender(cfg.From, cfg.Brand.Name)
+	if env.Check("BRAND_NAME", err) {
+		cfg.From = from
 	}
 	settings := mail.SenderSettings{From: cfg.From, Timeout: env.Duration("PROVIDER_TIMEOUT", 15*time.Second), MaxIdle: cfg.Concurrency}
 	for _, d := range cfg.Providers {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -358,12 +359,22 @@ func TestConfigOfTheBrand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (mailtemplate.Brand{Name: "Toko Ana", LogoURL: "https://shop.example/logo.png", Address: "Jl. Melati 7, Bandung", SupportEmail: "help@shop.example"}); cfg.Brand != want {
+	if want := (mailtemplate.Brand{Name: "Toko Ana", LogoURL: "https://shop.example/logo.png", Address: "Jl. Melati 7, Bandung", SupportEmail: "help@shop.example"}); !reflect.DeepEqual(cfg.Brand, want) {
 		t.Errorf("Brand = %+v, want %+v", cfg.Brand, want)
 	}
-	env = map[string]string{"BRAND_NAME": "Toko\nAna", "BRAND_LOGO_URL": "http://shop.example/logo.png", "BRAND_SUPPORT_EMAIL": "help"}
+	// The default MAIL_FROM, a bare address, goes out under the brand's
+	// name; one with a name of its own keeps it.
+	if want := `"Toko Ana" <orders@shop.example>`; cfg.From != want {
+		t.Errorf("From = %q, want %q", cfg.From, want)
+	}
+	env["MAIL_FROM"] = "Toko Ana Orders <orders@shop.example>"
+	if cfg, err = loadConfig(func(k string) string { return env[k] }); err != nil || cfg.From != env["MAIL_FROM"] {
+		t.Errorf("From = %q, %v; want MAIL_FROM's own name", cfg.From, err)
+	}
+	env = map[string]string{"BRAND_NAME": "Toko\nAna", "BRAND_LOGO_URL": "http://shop.example/logo.png", "BRAND_SUPPORT_EMAIL": "help",
+		"SHOP_TIMEZONE": "Asia/Bandung", "SHOP_ORDER_URL": "http://shop.example/orders/{reference}", "SHOP_TRACKING_URLS": "JNE"}
 	_, err = loadConfig(func(k string) string { return env[k] })
-	for _, name := range []string{"BRAND_NAME", "BRAND_LOGO_URL", "BRAND_SUPPORT_EMAIL"} {
+	for _, name := range []string{"BRAND_NAME", "BRAND_LOGO_URL", "BRAND_SUPPORT_EMAIL", "SHOP_TIMEZONE", "SHOP_ORDER_URL", "SHOP_TRACKING_URLS"} {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("error %v does not name %s", err, name)
 		}

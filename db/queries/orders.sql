@@ -17,6 +17,16 @@ SELECT @id::uuid,
 -- name: GetOrder :one
 SELECT * FROM orders WHERE id = @id;
 
+-- name: GetOrderByReference :one
+-- The order of owner that has the shop's number reference: what a
+-- second checkout with that number is told it clashes with.
+SELECT id FROM orders WHERE owner_id = @owner_id::uuid AND reference = @reference::text;
+
+-- name: GetOrderReference :one
+-- The shop's number of an order (NULL: none), for the operators' view of
+-- its deliveries.
+SELECT reference FROM orders WHERE id = @id;
+
 -- name: ListOrderItems :many
 SELECT * FROM order_items WHERE order_id = @order_id ORDER BY line_no;
 
@@ -30,8 +40,8 @@ SELECT * FROM order_items WHERE order_id = @order_id ORDER BY line_no;
 -- Idempotency-Key's primary key refuses a twin that slipped past the
 -- caller's lock, which rolls all of it back.
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
-    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test, reference)
+    VALUES (@id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean, sqlc.narg(reference)::text)
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
     SELECT @id::uuid,
@@ -71,8 +81,8 @@ WITH lk AS (
 ), go AS (
     SELECT 1 AS one FROM lk WHERE lk.locked AND NOT EXISTS (SELECT 1 FROM prior)
 ), o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
-    SELECT @id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test, reference)
+    SELECT @id, @customer_email, @customer_name, @currency, @total_minor, @created_at, @access_token_hash, sqlc.narg(locale)::text, @owner_id::uuid, @test::boolean, sqlc.narg(reference)::text
     FROM go
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)

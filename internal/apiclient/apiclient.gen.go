@@ -210,6 +210,7 @@ const (
 	UrnSekaliProblemMethodNotAllowed       ProblemType = "urn:sekali:problem:method-not-allowed"
 	UrnSekaliProblemNotFound               ProblemType = "urn:sekali:problem:not-found"
 	UrnSekaliProblemNotificationConflict   ProblemType = "urn:sekali:problem:notification-conflict"
+	UrnSekaliProblemOrderReferenceTaken    ProblemType = "urn:sekali:problem:order-reference-taken"
 	UrnSekaliProblemOverloaded             ProblemType = "urn:sekali:problem:overloaded"
 	UrnSekaliProblemQuotaUnavailable       ProblemType = "urn:sekali:problem:quota-unavailable"
 	UrnSekaliProblemRateLimited            ProblemType = "urn:sekali:problem:rate-limited"
@@ -248,6 +249,8 @@ func (e ProblemType) Valid() bool {
 	case UrnSekaliProblemNotFound:
 		return true
 	case UrnSekaliProblemNotificationConflict:
+		return true
+	case UrnSekaliProblemOrderReferenceTaken:
 		return true
 	case UrnSekaliProblemOverloaded:
 		return true
@@ -612,6 +615,11 @@ type Checkout struct {
 	//
 	// Examples: id-ID
 	Locale string `json:"locale,omitempty,omitzero"`
+
+	// Reference The shop's own order number, one line; trimmed. Its e-mails show it (without it, the order's short id, `0193A5B2`), and so do the order, the console and the webhooks' events (`order_reference`). An API key's owner gives a number to one order only: a second checkout with it is `409` `order-reference-taken`. Not taken without an API key (public mode).
+	//
+	// Examples: TA-2026-0042
+	Reference string `json:"reference,omitempty,omitzero"`
 }
 
 // CheckoutItem One line of a checkout. quantity times unit_price, and the sum of the lines, may not exceed 2^53-1.
@@ -786,6 +794,9 @@ type Order struct {
 
 	// Notifications The e-mails about the order, oldest first, whichever key made them.
 	Notifications []Notification `json:"notifications"`
+
+	// Reference The shop's own order number, as the checkout gave it; absent without one.
+	Reference string `json:"reference,omitempty,omitzero"`
 
 	// Shipments The order's shipments as recorded, oldest first; absent before the first.
 	Shipments []ShipmentRecord `json:"shipments,omitempty,omitzero"`
@@ -1087,6 +1098,11 @@ type WebhookEventData struct {
 	// NotificationID The notification's id (`notifications[].id` of the order).
 	NotificationID openapi_types.UUID `json:"notification_id"`
 	OrderID        openapi_types.UUID `json:"order_id"`
+
+	// OrderReference The shop's own order number (the checkout's `reference`); absent for an order without one.
+	//
+	// Examples: TA-2026-0042
+	OrderReference string `json:"order_reference,omitempty,omitzero"`
 
 	// ProviderMessageID The mail provider's id of the message, once it has one.
 	ProviderMessageID string `json:"provider_message_id,omitempty,omitzero"`

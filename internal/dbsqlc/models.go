@@ -122,6 +122,7 @@ type Order struct {
 	Locale          *string
 	OwnerID         *uuid.UUID
 	Test            bool
+	Reference       *string
 }
 
 type OrderItem struct {

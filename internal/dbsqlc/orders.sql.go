@@ -13,7 +13,7 @@ import (
 )
 
 const getOrder = `-- name: GetOrder :one
-SELECT id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test FROM orders WHERE id = $1
+SELECT id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test, reference FROM orders WHERE id = $1
 `
 
 func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
@@ -30,8 +30,40 @@ func (q *Queries) GetOrder(ctx context.Context, id uuid.UUID) (Order, error) {
 		&i.Locale,
 		&i.OwnerID,
 		&i.Test,
+		&i.Reference,
 	)
 	return i, err
+}
+
+const getOrderByReference = `-- name: GetOrderByReference :one
+SELECT id FROM orders WHERE owner_id = $1::uuid AND reference = $2::text
+`
+
+type GetOrderByReferenceParams struct {
+	OwnerID   uuid.UUID
+	Reference string
+}
+
+// The order of owner that has the shop's number reference: what a
+// second checkout with that number is told it clashes with.
+func (q *Queries) GetOrderByReference(ctx context.Context, arg GetOrderByReferenceParams) (uuid.UUID, error) {
+	row := q.db.QueryRow(ctx, getOrderByReference, arg.OwnerID, arg.Reference)
+	var id uuid.UUID
+	err := row.Scan(&id)
+	return id, err
+}
+
+const getOrderReference = `-- name: GetOrderReference :one
+SELECT reference FROM orders WHERE id = $1
+`
+
+// The shop's number of an order (NULL: none), for the operators' view of
+// its deliveries.
+func (q *Queries) GetOrderReference(ctx context.Context, id uuid.UUID) (*string, error) {
+	row := q.db.QueryRow(ctx, getOrderReference, id)
+	var reference *string
+	err := row.Scan(&reference)
+	return reference, err
 }
 
 const getShipment = `-- name: GetShipment :one
@@ -63,19 +95,19 @@ func (q *Queries) GetShipment(ctx context.Context, arg GetShipmentParams) (Shipm
 
 const insertCheckout = `-- name: InsertCheckout :exec
 WITH o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
-    VALUES ($7, $8, $9, $10, $11, $12, $13, $14::text, $15::uuid, $16::boolean)
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test, reference)
+    VALUES ($7, $8, $9, $10, $11, $12, $13, $14::text, $15::uuid, $16::boolean, $17::text)
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
     SELECT $7::uuid,
-           unnest($17::integer[]),
-           unnest($18::text[]),
+           unnest($18::integer[]),
            unnest($19::text[]),
-           unnest($20::integer[]),
-           unnest($21::bigint[])
+           unnest($20::text[]),
+           unnest($21::integer[]),
+           unnest($22::bigint[])
 ), d AS (
     INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id, test)
-    VALUES ($22, $7, $23, $24, $25, $26, $12, $12, $12, $14::text, $15::uuid, $16::boolean)
+    VALUES ($23, $7, $24, $25, $26, $27, $12, $12, $12, $14::text, $15::uuid, $16::boolean)
     RETURNING id
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor)
@@ -103,6 +135,7 @@ type InsertCheckoutParams struct {
 	Locale          *string
 	OwnerID         uuid.UUID
 	Test            bool
+	Reference       *string
 	LineNos         []int32
 	Skus            []string
 	Names           []string
@@ -141,6 +174,7 @@ func (q *Queries) InsertCheckout(ctx context.Context, arg InsertCheckoutParams) 
 		arg.Locale,
 		arg.OwnerID,
 		arg.Test,
+		arg.Reference,
 		arg.LineNos,
 		arg.Skus,
 		arg.Names,
@@ -165,21 +199,21 @@ WITH lk AS (
 ), go AS (
     SELECT 1 AS one FROM lk WHERE lk.locked AND NOT EXISTS (SELECT 1 FROM prior)
 ), o AS (
-    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test)
-    SELECT $3, $4, $5, $6, $7, $8, $9, $10::text, $11::uuid, $12::boolean
+    INSERT INTO orders (id, customer_email, customer_name, currency, total_minor, created_at, access_token_hash, locale, owner_id, test, reference)
+    SELECT $3, $4, $5, $6, $7, $8, $9, $10::text, $11::uuid, $12::boolean, $13::text
     FROM go
 ), lines AS (
     INSERT INTO order_items (order_id, line_no, sku, name, quantity, unit_price_minor)
     SELECT $3::uuid,
-           unnest($13::integer[]),
-           unnest($14::text[]),
+           unnest($14::integer[]),
            unnest($15::text[]),
-           unnest($16::integer[]),
-           unnest($17::bigint[])
+           unnest($16::text[]),
+           unnest($17::integer[]),
+           unnest($18::bigint[])
     FROM go
 ), d AS (
     INSERT INTO notification_deliveries (id, order_id, template, recipient, idempotency_key, template_data, created_at, updated_at, trying_since, locale, owner_id, test)
-    SELECT $18, $3, $19, $20, $21, $22, $8, $8, $8, $10::text, $11::uuid, $12::boolean
+    SELECT $19, $3, $20, $21, $22, $23, $8, $8, $8, $10::text, $11::uuid, $12::boolean
     FROM go
     RETURNING id
 ), ev AS (
@@ -187,7 +221,7 @@ WITH lk AS (
     SELECT d.id, 'received', NULL, 'pending', 0, 'api' FROM d
 ), k AS (
     INSERT INTO idempotency_keys (scope, key, request_hash, response_body, expires_at)
-    SELECT $1::text, $2::text, $23::bytea, $24::bytea, $25::timestamptz
+    SELECT $1::text, $2::text, $24::bytea, $25::bytea, $26::timestamptz
     FROM go
     RETURNING 1 AS one
 )
@@ -210,6 +244,7 @@ type InsertKeyedCheckoutParams struct {
 	Locale          *string
 	OwnerID         uuid.UUID
 	Test            bool
+	Reference       *string
 	LineNos         []int32
 	Skus            []string
 	Names           []string
@@ -256,6 +291,7 @@ func (q *Queries) InsertKeyedCheckout(ctx context.Context, arg InsertKeyedChecko
 		arg.Locale,
 		arg.OwnerID,
 		arg.Test,
+		arg.Reference,
 		arg.LineNos,
 		arg.Skus,
 		arg.Names,

@@ -545,6 +545,25 @@ func TestConsoleCancel(t *testing.T) {
 	}
 }
 
+// A delivery's page names its order as the shop does, by its number,
+// beside the order's id; an order without one, by its id alone.
+func TestConsoleShowsTheOrderNumber(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	var numbered, plain order.Order
+	s.postOrder(t, strings.Replace(validCheckout, `"currency": "IDR",`, `"currency": "IDR", "reference": "TA-2026-0042",`, 1), nil).decode(t, &numbered)
+	s.postOrder(t, validCheckout, nil).decode(t, &plain)
+	b, _ := s.operator(t, "Ana")
+	_, _, page := b.do(http.MethodGet, "/admin/deliveries/"+numbered.Notifications[0].ID.String(), nil)
+	if !strings.Contains(page, `<strong id="order-reference">TA-2026-0042</strong>`) || !strings.Contains(page, numbered.ID.String()) {
+		t.Errorf("the page of a numbered order's delivery:\n%s", page)
+	}
+	_, _, page = b.do(http.MethodGet, "/admin/deliveries/"+plain.Notifications[0].ID.String(), nil)
+	if strings.Contains(page, `id="order-reference"`) || !strings.Contains(page, plain.ID.String()) {
+		t.Errorf("the page of an order without a number:\n%s", page)
+	}
+}
+
 // The console's e-mail frame loads no remote image unless the operator
 // asks: by default its policy takes images inside the e-mail (data:)
 // only, so a tracking pixel learns nothing of who opened it; the link

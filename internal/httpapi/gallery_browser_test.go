@@ -26,7 +26,9 @@ import (
 // galleryBrand is a shop with every field of the brand set, so that the
 // gallery shows every part of the built-in layout.
 var galleryBrand = mailtemplate.Brand{Name: "Toko Ana", LogoURL: "https://shop.example/logo.png",
-	Address: "Jl. Melati 7, Bandung 40115", SupportEmail: "help@shop.example"}
+	Address: "Jl. Melati 7, Bandung 40115", SupportEmail: "help@shop.example", TimeZone: "Asia/Jakarta",
+	OrderURL:     "https://shop.example/account/orders/{reference}",
+	TrackingURLs: map[string]string{"JNE": "https://www.jne.co.id/tracking?awb={tracking_number}"}}
 
 // galleryFrame is one e-mail of the gallery as Chromium laid it out in
 // its frame.

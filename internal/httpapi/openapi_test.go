@@ -228,6 +228,9 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	}
 	c.do(422, "POST", "/v1/orders", jsonCT, strings.Replace(validCheckout, `"quantity": 2`, `"quantity": 3`, 1), key)
 	c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, nil)
+	numbered := strings.Replace(validCheckout, `"currency": "IDR",`, `"currency": "IDR", "reference": "TA-2026-0042",`, 1)
+	c.do(201, "POST", "/v1/orders", jsonCT, numbered, nil)
+	c.do(409, "POST", "/v1/orders", jsonCT, numbered, nil)
 	c.do(400, "POST", "/v1/orders", jsonCT, validCheckout, map[string]string{"Idempotency-Key": "a b"})
 	c.do(400, "POST", "/v1/orders", jsonCT, `{"customer_email":`, nil)
 	c.do(400, "POST", "/v1/orders", jsonCT, `{"coupon": "FREE"}`, nil)

@@ -27,6 +27,7 @@ type checkoutRequest struct {
 	Currency      string            `json:"currency"`
 	Items         []json.RawMessage `json:"items"`
 	Locale        string            `json:"locale"`
+	Reference     string            `json:"reference"`
 }
 
 type checkoutItemRequest struct {
@@ -316,6 +317,7 @@ func decodeCheckout(w http.ResponseWriter, r *http.Request) (order.Checkout, *pr
 		Currency:      req.Currency,
 		Items:         make([]order.CheckoutItem, len(req.Items)),
 		Locale:        req.Locale,
+		Reference:     req.Reference,
 	}
 	for i, rawItem := range req.Items {
 		var it checkoutItemRequest

@@ -129,6 +129,43 @@ func TestCheckoutRecordsOrderAndIntentAndEnqueuesOnce(t *testing.T) {
 	}
 }
 
+// The shop's order number: the checkout takes it, the order shows it, a
+// second checkout of the owner with it is a 409 that names the order
+// that has it and records nothing, and its retry under the first's
+// Idempotency-Key is the first answer.
+func TestCheckoutWithTheShopsOrderNumber(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	numbered := strings.Replace(validCheckout, `"currency": "IDR",`, `"currency": "IDR", "reference": " TA-2026-0042 ",`, 1)
+	key := map[string]string{"Idempotency-Key": "cart-42"}
+	res := s.postOrder(t, numbered, key)
+	if res.status != http.StatusCreated {
+		t.Fatalf("POST /v1/orders = %d %s", res.status, res.body)
+	}
+	var o order.Order
+	res.decode(t, &o)
+	if o.Reference != "TA-2026-0042" {
+		t.Errorf("reference = %q, want it trimmed", o.Reference)
+	}
+	var got order.Order
+	s.do(t, http.MethodGet, "/v1/orders/"+o.ID.String(), "", nil, nil).decode(t, &got)
+	if got.Reference != "TA-2026-0042" {
+		t.Errorf("GET: reference = %q", got.Reference)
+	}
+	if again := s.postOrder(t, numbered, key); again.status != http.StatusCreated || !bytes.Equal(again.body, res.body) {
+		t.Errorf("the retry under its key = %d %s, want the first answer", again.status, again.body)
+	}
+	second := s.postOrder(t, strings.Replace(numbered, `"quantity": 2`, `"quantity": 5`, 1), nil)
+	var p struct{ Type, Detail string }
+	second.decode(t, &p)
+	if second.status != http.StatusConflict || p.Type != "urn:sekali:problem:order-reference-taken" || !strings.Contains(p.Detail, o.ID.String()) {
+		t.Errorf("a second order with the number = %d %s, want 409 order-reference-taken naming %s", second.status, second.body, o.ID)
+	}
+	if n := s.count(t, "orders"); n != 1 {
+		t.Errorf("orders = %d, want 1", n)
+	}
+}
+
 func TestGetUnknownOrder(t *testing.T) {
 	t.Parallel()
 	s := setup(t)

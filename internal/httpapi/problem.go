@@ -68,6 +68,7 @@ const (
 	// typeNotificationConflict: a trigger of a business event that has a
 	// notification with other data; never the other's as if it were its own.
 	typeNotificationConflict = "urn:sekali:problem:notification-conflict"
+	typeReferenceTaken  = "urn:sekali:problem:order-reference-taken"
 )
 
 // mayHaveBeenSent is the answer to a cancel of a notification a provider
@@ -123,6 +124,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var verr *order.ValidationError
 	var quota *order.QuotaError
 	var conflict *order.ConflictError
+	var taken *order.ReferenceTakenError
 	notFound := notFoundDetail(err)
 	switch {
 	case errors.As(err, &verr):
@@ -156,6 +158,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 		seconds := retryAfter(w, quotaDownRetry)
 		writeProblem(w, r, problem{Type: typeQuotaDown, Status: http.StatusServiceUnavailable, Title: "The public checkout cannot count its caps",
 			Detail: "A checkout without an API key is taken only once it is counted against the public checkout's hourly caps, and they cannot be counted now. Nothing was recorded; retry after " + strconv.Itoa(seconds) + " s."})
+	case errors.As(err, &taken):
+		writeProblem(w, r, problem{Type: typeReferenceTaken, Status: http.StatusConflict, Title: "This order number is taken",
+			Detail: "The order number " + strconv.Quote(taken.Reference) + " is already order " + taken.Order.String() + "'s: a new order needs a number of its own. " +
+				"Nothing was recorded. A checkout retried with its Idempotency-Key gets its first answer back instead."})
 	case errors.Is(err, order.ErrRequestInFlight):
 		writeProblem(w, r, problem{Type: typeKeyInFlight, Status: http.StatusConflict,
 			Title:  "A request with this Idempotency-Key is in progress",

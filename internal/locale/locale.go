@@ -63,25 +63,47 @@ func (f Format) Money(minor int64, code string) string {
 	return f.money.Format(minor, code)
 }
 
-// Date writes the day of t in UTC: "30 November 2026" in both languages,
-// "1 December 2026" and "1 Desember 2026".
+// Date writes the day of t in t's location (t.In converts): "30 November
+// 2026" in both languages, "1 December 2026" and "1 Desember 2026".
 func (f Format) Date(t time.Time) string {
-	t = t.UTC()
 	return strconv.Itoa(t.Day()) + " " + f.months[t.Month()-1] + " " + strconv.Itoa(t.Year())
 }
 
-// DateTime writes t in UTC, to the minute: English
-// "30 November 2026, 09:15 UTC", Indonesian "30 November 2026 pukul 09.15 UTC".
+// DateTime writes t in t's location, to the minute, with the zone as
+// its readers know it (Zone): English "30 November 2026, 16:15 WIB",
+// Indonesian "30 November 2026 pukul 16.15 WIB"; in UTC
+// "30 November 2026, 09:15 UTC".
 func (f Format) DateTime(t time.Time) string {
-	t = t.UTC()
 	var b strings.Builder
 	b.WriteString(f.Date(t))
 	b.WriteString(f.at)
 	b.WriteString(twoDigits(t.Hour()))
 	b.WriteString(f.timeSep)
 	b.WriteString(twoDigits(t.Minute()))
-	b.WriteString(" UTC")
+	b.WriteString(" ")
+	b.WriteString(Zone(t))
 	return b.String()
+}
+
+// Zone names the zone of t as a clock's reader knows it: its usual
+// abbreviation where the time zone database has one (WIB for
+// Asia/Jakarta, CET, UTC), else its offset from UTC, to the minute only
+// where it has minutes: Asia/Singapore's "+08" is "UTC+8", Asia/Kathmandu's
+// "+0545" "UTC+5:45", a zone without a name at -03:00 "UTC-3".
+func Zone(t time.Time) string {
+	name, offset := t.Zone()
+	if name != "" && name[0] != '+' && name[0] != '-' {
+		return name
+	}
+	sign := "+"
+	if offset < 0 {
+		sign, offset = "-", -offset
+	}
+	s := "UTC" + sign + strconv.Itoa(offset/3600)
+	if m := offset % 3600 / 60; m != 0 {
+		s += ":" + twoDigits(m)
+	}
+	return s
 }
 
 func twoDigits(n int) string {

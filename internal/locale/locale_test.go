@@ -3,6 +3,7 @@ package locale
 import (
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones below, whatever the machine has
 
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
@@ -71,6 +72,7 @@ func TestDates(t *testing.T) {
 	id, en := For(language.Indonesian), For(language.English)
 	placed := time.Date(2026, 11, 30, 9, 15, 30, 0, time.UTC)
 	shipped := time.Date(2026, 12, 1, 3, 0, 0, 0, time.FixedZone("WIB", 7*3600)) // 2026-11-30T20:00Z
+	lateUTC := time.Date(2026, 11, 30, 20, 0, 0, 0, time.UTC)
 	tests := []struct {
 		got, want string
 	}{
@@ -78,7 +80,12 @@ func TestDates(t *testing.T) {
 		{en.Date(placed), "30 November 2026"},
 		{id.DateTime(placed), "30 November 2026 pukul 09.15 UTC"},
 		{en.DateTime(placed), "30 November 2026, 09:15 UTC"},
-		{id.DateTime(shipped), "30 November 2026 pukul 20.00 UTC"},
+		// A time is written in its own zone, named: the day is that
+		// zone's, not UTC's.
+		{id.DateTime(shipped), "1 Desember 2026 pukul 03.00 WIB"},
+		{en.DateTime(shipped), "1 December 2026, 03:00 WIB"},
+		{id.Date(shipped), "1 Desember 2026"},
+		{en.DateTime(lateUTC), "30 November 2026, 20:00 UTC"},
 		{id.Date(time.Date(2027, 5, 1, 0, 0, 0, 0, time.UTC)), "1 Mei 2027"},
 		{en.Date(time.Date(2027, 5, 1, 0, 0, 0, 0, time.UTC)), "1 May 2027"},
 		{id.Date(time.Date(2026, 8, 17, 0, 0, 0, 0, time.UTC)), "17 Agustus 2026"},
@@ -88,5 +95,36 @@ func TestDates(t *testing.T) {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)
 		}
+	}
+}
+
+// A zone is named by its abbreviation where the time zone database has
+// one, and by its offset where it has only digits ("+08") or no name.
+func TestZone(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 7, 7, 8, 0, 0, time.UTC)
+	for zone, want := range map[string]string{
+		"Asia/Jakarta":      "WIB",
+		"Asia/Makassar":     "WITA",
+		"Asia/Jayapura":     "WIT",
+		"UTC":               "UTC",
+		"Europe/Berlin":     "CET", // December: winter time
+		"Asia/Singapore":    "UTC+8",
+		"Asia/Kathmandu":    "UTC+5:45",
+		"America/Sao_Paulo": "UTC-3",
+	} {
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Zone(at.In(loc)); got != want {
+			t.Errorf("Zone in %s = %q, want %q", zone, got, want)
+		}
+	}
+	if got := Zone(at.In(time.FixedZone("", -(9*3600 + 30*60)))); got != "UTC-9:30" {
+		t.Errorf("a zone without a name at -09:30: %q, want UTC-9:30", got)
+	}
+	if got := For(language.English).DateTime(at.In(time.FixedZone("", 5*3600+30*60))); got != "7 December 2026, 12:38 UTC+5:30" {
+		t.Errorf("DateTime in a zone without a name: %q", got)
 	}
 }

@@ -122,6 +122,34 @@ func TestParseSender(t *testing.T) {
 	}
 }
 
+// A bare MAIL_FROM takes the shop's name; one with a name of its own
+// keeps it; either way the sender parses back to the name and address.
+func TestNamedSender(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ from, name, want string }{
+		{"orders@shop.example", "Toko Ana", "Toko Ana"},
+		{"orders@shop.example", "Toko Büdi & Co", "Toko Büdi & Co"},
+		{"orders@shop.example", "Ana \"the\" Shop, Bandung", "Ana \"the\" Shop, Bandung"},
+		{"Toko Ana Orders <orders@shop.example>", "Toko Ana", "Toko Ana Orders"},
+		{"orders@shop.example", "", ""},
+	} {
+		got, err := NamedSender(tt.from, tt.name)
+		if err != nil {
+			t.Fatalf("NamedSender(%q, %q): %v", tt.from, tt.name, err)
+		}
+		s, err := ParseSender(got)
+		if err != nil || s.Name != tt.want || s.Address != "orders@shop.example" {
+			t.Errorf("NamedSender(%q, %q) = %q, which parses to %+v, %v; want the name %q", tt.from, tt.name, got, s, err, tt.want)
+		}
+	}
+	if _, err := NamedSender("orders@shop.example", strings.Repeat("n", 101)); err == nil {
+		t.Error("a name too long for a sender was taken")
+	}
+	if got, err := NamedSender("not an address", "Toko Ana"); got != "not an address" || err != nil {
+		t.Errorf("a MAIL_FROM that does not parse: %q, %v; want it back as it is, for the provider to report", got, err)
+	}
+}
+
 // The form HTTP providers' APIs take: UTF-8, quoted only when needed.
 func TestSenderDisplay(t *testing.T) {
 	t.Parallel()

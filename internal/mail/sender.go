@@ -55,6 +55,23 @@ func CheckSenderName(name string) error {
 	return nil
 }
 
+// NamedSender is MAIL_FROM as every provider takes it: from itself, or,
+// when it is a bare address and the shop has a name (BRAND_NAME), that
+// address under the name, so that the shop's mail arrives from "Toko
+// Ana" rather than from a bare address, the built-in templates' too (a
+// template's meta.json still names its own). A from that does not parse
+// comes back as it is, for the provider's check to report; err is the
+// name's problem as a display name (CheckSenderName).
+func NamedSender(from, name string) (string, error) {
+	if s, perr := ParseSender(from); perr == nil && s.Name == "" && name != "" {
+		if err := CheckSenderName(name); err != nil {
+			return from, err
+		}
+		return s.WithName(name).String(), nil
+	}
+	return from, nil
+}
+
 // WithName is s under another display name; "" keeps s's own.
 func (s Sender) WithName(name string) Sender {
 	if name != "" {

@@ -1,6 +1,7 @@
 package mailtemplate
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -17,12 +18,12 @@ func TestReadBrand(t *testing.T) {
 		})
 		return b, problems
 	}
-	if b, p := read(nil); b != (Brand{}) || len(p) != 0 {
+	if b, p := read(nil); !b.isZero() || len(p) != 0 {
 		t.Errorf("unset: %+v, %v; want no brand and no problem", b, p)
 	}
 	b, p := read(map[string]string{"BRAND_NAME": " Toko Ana ", "BRAND_LOGO_URL": "https://cdn.shop.example/logo.png",
 		"BRAND_ADDRESS": "Jl. Melati 7, Bandung 40115", "BRAND_SUPPORT_EMAIL": "Help@Shop.Example"})
-	if want := (Brand{Name: "Toko Ana", LogoURL: "https://cdn.shop.example/logo.png", Address: "Jl. Melati 7, Bandung 40115", SupportEmail: "help@shop.example"}); b != want || len(p) != 0 {
+	if want := (Brand{Name: "Toko Ana", LogoURL: "https://cdn.shop.example/logo.png", Address: "Jl. Melati 7, Bandung 40115", SupportEmail: "help@shop.example"}); !reflect.DeepEqual(b, want) || len(p) != 0 {
 		t.Errorf("read %+v, %v; want %+v", b, p, want)
 	}
 	for env, want := range map[[2]string]string{

@@ -174,7 +174,7 @@ func (l *templateLoader) sharedEntries(s templateSource, dir string) []string {
 // uses it or not: each parses, each layout has its content slot, and a
 // layout's HTML takes its CSS inlined.
 func (l *templateLoader) checkShared() {
-	funcs := templateFuncs(locale.For(l.defaultLang), l.defaultLang, l.brand)
+	funcs := templateFuncs(locale.For(l.defaultLang), l.defaultLang, l.brand, l.shop)
 	for _, name := range sortedKeys(l.shared.layouts) {
 		lay := l.shared.layouts[name]
 		if lay.broken {

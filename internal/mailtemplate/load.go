@@ -139,11 +139,22 @@ func (s templateSource) file(rel string) string {
 type templateLoader struct {
 	defaultLang language.Tag
 	brand       Brand
+	shop        shop // what the template functions need of the brand
 	shared      shared
 	byName      map[string]*emailTemplate
 	builtin     map[string]bool
 	problems    problemList
 	files       map[string][]byte // what the template being loaded read, by path in its source
+}
+
+// newLoader is a loader of templates in defaultLang for brand, whose
+// time zone and links it checks.
+func newLoader(defaultLang language.Tag, brand Brand) (*templateLoader, error) {
+	s, err := newShop(brand)
+	if err != nil {
+		return nil, err
+	}
+	return &templateLoader{defaultLang: defaultLang, brand: brand, shop: s, byName: map[string]*emailTemplate{}, builtin: map[string]bool{}}, nil
 }
 
 // readFile reads rel from s and keeps it among the files of the template
@@ -179,7 +190,10 @@ func (p *problemList) add(pr Problem) {
 }
 
 func loadTemplates(cfg Config) (*Templates, []Problem) {
-	l := &templateLoader{defaultLang: language.English, brand: cfg.Brand, byName: map[string]*emailTemplate{}, builtin: map[string]bool{}}
+	l, err := newLoader(language.English, cfg.Brand)
+	if err != nil {
+		return nil, []Problem{{Message: err.Error()}}
+	}
 	if cfg.DefaultLanguage != "" {
 		tag, err := language.Parse(cfg.DefaultLanguage)
 		if err != nil {
@@ -426,7 +440,7 @@ func (l *templateLoader) parseLanguages(s templateSource, name string, dirs []st
 // variant in language lang, with the partials and, with lay, inside that
 // layout.
 func (l *templateLoader) parseVariant(s templateSource, dir string, lang language.Tag, lay *layout) *templateVariant {
-	funcs := templateFuncs(locale.For(lang), lang, l.brand)
+	funcs := templateFuncs(locale.For(lang), lang, l.brand, l.shop)
 	v := &templateVariant{lang: lang, files: map[string]sourceFile{}}
 	src := map[string]string{}
 	ok := true

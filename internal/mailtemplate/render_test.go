@@ -141,7 +141,7 @@ func TestRenderFormatsForTheLanguage(t *testing.T) {
 		"total":21500050,"placed_at":"2026-12-01T03:00:00Z"}`)
 	for lang, want := range map[string][]string{
 		"id": {"Rp 215.000,50", "1 Desember 2026 pukul 03.00 UTC", "Terima kasih atas pesanan Anda"},
-		"en": {"IDR 215,000.50", "1 December 2026, 03:00 UTC", "thank you for your order"},
+		"en": {"IDR 215,000.50", "1 December 2026, 03:00 UTC", "Thank you for your order"},
 	} {
 		r, err := tmpl.RenderLocale("order-confirmation", data, lang)
 		if err != nil {

@@ -57,8 +57,8 @@ func (l *templateLoader) versionFiles(lay *layout) map[string][]byte {
 			files[f.rel] = []byte(f.src)
 		}
 	}
-	if l.brand != (Brand{}) {
-		files[brandFile], _ = json.Marshal(l.brand) // plain strings
+	if !l.brand.isZero() {
+		files[brandFile], _ = json.Marshal(l.brand) // strings, and a map of them: its keys sorted
 	}
 	return files
 }
@@ -136,7 +136,10 @@ func LoadVersion(v Version, lang string) (*Templates, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mailtemplate: version %s of %s: language %q: %w", v.Digest, v.Template, lang, err)
 	}
-	l := &templateLoader{defaultLang: tag, brand: brand, byName: map[string]*emailTemplate{}, builtin: map[string]bool{}}
+	l, err := newLoader(tag, brand)
+	if err != nil {
+		return nil, fmt.Errorf("mailtemplate: version %s of %s: its brand: %w", v.Digest, v.Template, err)
+	}
 	src := templateSource{fsys: fsys, root: "template " + v.Template + " version " + v.Digest}
 	l.loadShared(src)
 	l.checkShared()

@@ -123,6 +123,10 @@ type Delivery struct {
 	// BouncedOrComplainedAt is when the provider reported a bounce or a
 	// complaint of the message, the earliest by its clock; nil if never.
 	BouncedOrComplainedAt *time.Time
+	// OrderReference is the shop's own number of its order (the
+	// checkout's reference), "" for none; Operator.Get alone reads it,
+	// for the console.
+	OrderReference string
 	// Retired: retention deleted the delivery and kept only its
 	// tombstone; the fields left are ID, OrderID, Template,
 	// IdempotencyKey, Status (sent or failed) and SentAt.

@@ -175,11 +175,19 @@ func (o *Operator) CountUpTo(ctx context.Context, status Status, upTo int) (int,
 	return int(n), nil
 }
 
-// Get returns one delivery and its whole history.
+// Get returns one delivery, with its order's number, and its whole
+// history.
 func (o *Operator) Get(ctx context.Context, id uuid.UUID) (Delivery, []Event, error) {
 	d, err := Get(ctx, o.db, id)
 	if err != nil {
 		return Delivery{}, nil, err
+	}
+	ref, err := dbsqlc.New(o.db).GetOrderReference(ctx, d.OrderID)
+	switch {
+	case err == nil && ref != nil:
+		d.OrderReference = *ref
+	case err != nil && !errors.Is(err, pgx.ErrNoRows): // no row: a test order retention deleted
+		return Delivery{}, nil, fmt.Errorf("read the number of order %s: %w", d.OrderID, err)
 	}
 	events, err := History(ctx, o.db, id)
 	if err != nil {

@@ -16,11 +16,12 @@ import (
 // Limits on a checkout. MaxAmount is the largest integer a JSON client in
 // JavaScript reads exactly (2^53-1); no price or total may exceed it.
 const (
-	MaxItems     = 100
-	MaxQuantity  = 1_000_000
-	MaxAmount    = 1<<53 - 1
-	maxNameRunes = 200
-	maxSKURunes  = 64
+	MaxItems          = 100
+	MaxQuantity       = 1_000_000
+	MaxAmount         = 1<<53 - 1
+	MaxReferenceRunes = 64
+	maxNameRunes      = 200
+	maxSKURunes       = 64
 )
 
 // Checkout is what a customer asks to buy, as received.
@@ -30,6 +31,10 @@ type Checkout struct {
 	Currency      string
 	Items         []CheckoutItem
 	Locale        string // the customer's language, BCP 47 (id-ID, en); "" for the default
+	// Reference is the shop's own order number ("TA-2026-0042"), which
+	// its e-mails show; "" for none (they show the short id). One owner's
+	// orders never share one.
+	Reference string
 }
 
 // CheckoutItem is one requested line. UnitPrice is a pointer so that a
@@ -72,6 +77,9 @@ type validCheckout struct {
 	Items    []Item
 	Total    int64
 	Locale   string `json:",omitempty"` // canonical BCP 47
+	// Reference is left out when empty, so that a checkout without one
+	// has the fingerprint it had before there were references.
+	Reference string `json:",omitempty"`
 }
 
 // Validate reports what is wrong with the checkout (a *ValidationError
@@ -95,6 +103,12 @@ func (c Checkout) validate() (validCheckout, error) {
 
 	v.Name = strings.TrimSpace(c.CustomerName)
 	checkText(&verr, "/customer_name", v.Name, maxNameRunes)
+
+	if v.Reference = strings.TrimSpace(c.Reference); v.Reference != "" {
+		checkText(&verr, "/reference", v.Reference, MaxReferenceRunes)
+	} else if c.Reference != "" {
+		verr.add("/reference", "is blank: leave it out for an order without a number of the shop's")
+	}
 
 	if c.Locale != "" {
 		v.Locale, err = canonicalLocale(c.Locale)

@@ -30,6 +30,19 @@ var (
 	ErrTokenInvalid = errors.New("order: the access token does not open this order")
 )
 
+// ReferenceTakenError refuses a checkout whose order number (Reference)
+// is already another order's of the same owner. Nothing is written. A
+// checkout retried with its Idempotency-Key is replayed instead, before
+// its number is looked at.
+type ReferenceTakenError struct {
+	Reference string
+	Order     uuid.UUID // the order that has it
+}
+
+func (e *ReferenceTakenError) Error() string {
+	return fmt.Sprintf("order: the order number %q is already order %s's", e.Reference, e.Order)
+}
+
 // Caller is who places a checkout or triggers a notification, as the API
 // authenticated them. Each caller's Idempotency-Keys are its own: the
 // same key from another API key is another key, and never replays this
@@ -74,7 +87,10 @@ const AccessTokenPrefix = "sekali_order_"
 
 // Order is a recorded checkout as the API shows it.
 type Order struct {
-	ID            uuid.UUID      `json:"id"`
+	ID uuid.UUID `json:"id"`
+	// Reference is the shop's own order number, as the checkout gave it;
+	// absent without one.
+	Reference     string         `json:"reference,omitempty"`
 	CustomerEmail string         `json:"customer_email"`
 	CustomerName  string         `json:"customer_name"`
 	Currency      string         `json:"currency"`
@@ -153,6 +169,7 @@ func (e *ConflictError) Error() string {
 // frozen at checkout so that the e-mail shows the order as it was placed.
 type confirmationData struct {
 	OrderID      uuid.UUID `json:"order_id"`
+	Reference    string    `json:"reference,omitempty"` // the shop's order number: the e-mail's, the short id without one
 	CustomerName string    `json:"customer_name"`
 	Currency     string    `json:"currency"`
 	Items        []Item    `json:"items"`

@@ -66,6 +66,11 @@ func (r *PublicRules) checkPublic(v validCheckout) error {
 		}
 	}
 	noLink("/customer_name", v.Name)
+	if v.Reference != "" {
+		// Anonymous checkouts share one owner: a number from a browser
+		// would be a stranger's to take, or to probe for.
+		verr.add("/reference", "an order number is the shop's backend's to give: send it with an API key")
+	}
 	for i, it := range v.Items {
 		noLink(fmt.Sprintf("/items/%d/name", i), it.Name)
 		noLink(fmt.Sprintf("/items/%d/sku", i), it.SKU)

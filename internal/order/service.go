@@ -157,6 +157,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 
 	o := Order{
 		ID:            uuid.Must(uuid.NewV7()),
+		Reference:     v.Reference,
 		CustomerEmail: v.Email,
 		CustomerName:  v.Name,
 		Currency:      v.Currency,
@@ -173,6 +174,7 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 		Recipient: o.CustomerEmail,
 		Data: confirmationData{
 			OrderID:      o.ID,
+			Reference:    o.Reference,
 			CustomerName: o.CustomerName,
 			Currency:     o.Currency,
 			Items:        o.Items,
@@ -198,19 +200,34 @@ func (s *Service) Place(ctx context.Context, c Checkout, caller Caller, idempote
 	if idempotencyKey == "" {
 		// One statement: one round trip, one commit.
 		if err := dbsqlc.New(s.pool).InsertCheckout(ctx, p); err != nil {
-			return Placed{}, fmt.Errorf("insert order: %w", err)
+			return Placed{}, s.insertError(ctx, p, err)
 		}
 	} else {
 		p.Remember, p.Scope, p.Key, p.RequestHash, p.ResponseBody, p.ExpiresAt = true, caller.scope(idempotencyScope), idempotencyKey, hash, answer, now.Add(s.keyTTL)
 		prior, found, err := s.placeKeyed(ctx, p, now)
 		if err != nil || found {
-			return s.replay(prior, err)
+			return s.replay(prior, s.insertError(ctx, p, err))
 		}
 	}
 	s.created.Inc()
 	failpoint.Inject("api-after-commit") // a crash here leaves intents without tasks
 	s.enqueuer.EnqueueAfterCommit(ctx, deliveries)
 	return Placed{Order: o, JSON: answer}, nil
+}
+
+// insertError is what a checkout's insert failing with err means: its
+// order number already another order's of its owner (the unique index
+// orders_owner_reference_key, which every write meets), or err.
+func (s *Service) insertError(ctx context.Context, p dbsqlc.InsertCheckoutParams, err error) error {
+	if !isUniqueViolation(err, "orders_owner_reference_key") {
+		return err
+	}
+	taken := &ReferenceTakenError{Reference: *p.Reference}
+	// The order that has it, for the caller to find; its owner's own.
+	if id, lerr := dbsqlc.New(s.pool).GetOrderByReference(ctx, dbsqlc.GetOrderByReferenceParams{OwnerID: p.OwnerID, Reference: *p.Reference}); lerr == nil {
+		taken.Order = id
+	}
+	return taken
 }
 
 // replay answers a checkout with the response its Idempotency-Key's
@@ -336,6 +353,9 @@ func checkoutParams(o Order, intent notify.PreparedIntent) dbsqlc.InsertCheckout
 	if o.Locale != "" {
 		p.Locale = &o.Locale
 	}
+	if o.Reference != "" {
+		p.Reference = &o.Reference
+	}
 	for i, it := range o.Items {
 		p.LineNos = append(p.LineNos, int32(i+1))
 		p.Skus = append(p.Skus, it.SKU)
@@ -351,7 +371,7 @@ func keyedParams(p dbsqlc.InsertCheckoutParams) dbsqlc.InsertKeyedCheckoutParams
 	return dbsqlc.InsertKeyedCheckoutParams{
 		Scope: p.Scope, Key: p.Key, RequestHash: p.RequestHash, ResponseBody: p.ResponseBody, ExpiresAt: p.ExpiresAt,
 		ID: p.ID, CustomerEmail: p.CustomerEmail, CustomerName: p.CustomerName, Currency: p.Currency, TotalMinor: p.TotalMinor,
-		CreatedAt: p.CreatedAt, AccessTokenHash: p.AccessTokenHash, Locale: p.Locale,
+		CreatedAt: p.CreatedAt, AccessTokenHash: p.AccessTokenHash, Locale: p.Locale, Reference: p.Reference,
 		LineNos: p.LineNos, Skus: p.Skus, Names: p.Names, Quantities: p.Quantities, UnitPricesMinor: p.UnitPricesMinor,
 		DeliveryID: p.DeliveryID, Template: p.Template, Recipient: p.Recipient, IdempotencyKey: p.IdempotencyKey, TemplateData: p.TemplateData,
 		OwnerID: p.OwnerID, Test: p.Test,
@@ -435,6 +455,7 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID, caller Caller) (Order, 
 	}
 	o := Order{
 		ID:            row.ID,
+		Reference:     derefString(row.Reference),
 		CustomerEmail: row.CustomerEmail,
 		CustomerName:  row.CustomerName,
 		Currency:      row.Currency,

@@ -27,6 +27,7 @@ type Shipment struct {
 // shippedData is the snapshot the order-shipped template renders.
 type shippedData struct {
 	OrderID        uuid.UUID     `json:"order_id"`
+	Reference      string        `json:"reference,omitempty"`
 	CustomerName   string        `json:"customer_name"`
 	Carrier        string        `json:"carrier"`
 	TrackingNumber string        `json:"tracking_number"`
@@ -98,6 +99,7 @@ func (s *Service) Ship(ctx context.Context, orderID uuid.UUID, sh Shipment, call
 		}
 		d, created, err = recordAbout(ctx, tx, o, caller, TemplateShipped, derefString(row.EventID), o.CustomerEmail, shippedData{
 			OrderID:        o.ID,
+			Reference:      derefString(o.Reference),
 			CustomerName:   o.CustomerName,
 			Carrier:        row.Carrier,
 			TrackingNumber: row.TrackingNumber,

@@ -57,6 +57,7 @@ func TestBuiltinTemplateDataSatisfiesItsSchema(t *testing.T) {
 	e := setup(t)
 	atTheBounds := Checkout{
 		CustomerEmail: "bounds@example.com", CustomerName: strings.Repeat("é", maxNameRunes), Currency: "KWD", Locale: "zh-hant-tw",
+		Reference: strings.Repeat("号", MaxReferenceRunes),
 		Items: append([]CheckoutItem{{SKU: "A", Name: "Satu", Quantity: 1, UnitPrice: price(MaxAmount)}},
 			items(MaxItems-1, CheckoutItem{SKU: strings.Repeat("号", maxSKURunes), Name: strings.Repeat("名", maxNameRunes), Quantity: MaxQuantity, UnitPrice: price(0)})...),
 	}
@@ -66,7 +67,7 @@ func TestBuiltinTemplateDataSatisfiesItsSchema(t *testing.T) {
 		shipment Shipment
 	}{
 		{"several lines, one free, in Indonesian", Checkout{
-			CustomerEmail: "siti@example.co.id", CustomerName: "Siti Nurhaliza binti Ahmad", Currency: "IDR", Locale: "id-ID",
+			Reference: "INV/20261207/MPL/0042", CustomerEmail: "siti@example.co.id", CustomerName: "Siti Nurhaliza binti Ahmad", Currency: "IDR", Locale: "id-ID",
 			Items: []CheckoutItem{
 				{SKU: "KOPI-TRJ-200", Name: "Kopi Toraja – 200 g", Quantity: 2, UnitPrice: price(8500000)},
 				{SKU: "CANGKIR-雪", Name: "Cangkir keramik «雪» & tatakan", Quantity: 1, UnitPrice: price(12500050)},

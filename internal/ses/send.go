@@ -22,12 +22,6 @@ import (
 	"github.com/sekali-dev/sekali/internal/mailmime"
 )
 
-// IdempotencyHeader is the header of the raw message that carries our
-// idempotency key, as over SMTP. SES does not deduplicate by it; it
-// travels with the message for whoever reads it (support, the
-// recipient's server).
-const IdempotencyHeader = "Idempotency-Key"
-
 // Config configures sending through SES's v2 API (SendEmail with raw
 // content). Credentials come from the AWS SDK's default chain:
 // AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE and the shared
@@ -131,17 +125,18 @@ func New(cfg Config) (*Provider, error) {
 // Close closes idle connections.
 func (p *Provider) Close() { p.http.Close() }
 
-// Send implements mail.Provider: our raw MIME message, so that the
-// idempotency key header, Auto-Submitted and List-Unsubscribe go as we
-// built them (SES replaces the Message-ID with its own), tagged with
-// the key's hash (TagKey), which SES's events echo.
+// Send implements mail.Provider: our raw MIME message, so that
+// Auto-Submitted and List-Unsubscribe go as we built them (SES replaces
+// the Message-ID with its own), tagged with the key's hash (TagKey),
+// which SES's events echo. SES deduplicates by no key of ours, so the
+// message carries none: the key names the order and the customer's
+// address, which no server on the way needs.
 func (p *Provider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
 	to, err := httpprovider.CheckMessage(m)
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
 	}
-	raw, err := mailmime.Compose(m, mailmime.Options{From: p.sender,
-		Headers: []mailmime.Header{{Name: IdempotencyHeader, Value: m.IdempotencyKey}}})
+	raw, err := mailmime.Compose(m, mailmime.Options{From: p.sender})
 	if err != nil {
 		return "", httpprovider.ComposeError(err)
 	}

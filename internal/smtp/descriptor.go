@@ -15,9 +15,9 @@ import (
 const Name = "smtp"
 
 // Descriptor is SMTP as the binaries know it (internal/roster lists
-// it): any relay, a provider's SMTP endpoint included. It takes no key
-// of ours by itself (a relay that does is told so by
-// SMTP_IDEMPOTENCY_HEADER); the reconciler asks a relay that can be
+// it): any relay, a provider's SMTP endpoint included. It sends no key
+// of ours by itself (a relay that deduplicates by a header of its own,
+// such as Resend's, is given it by SMTP_IDEMPOTENCY_HEADER); the reconciler asks a relay that can be
 // searched (Mailpit, MailHog: MAIL_LOOKUP_URL) whether it holds a
 // message. It has no webhook: a provider's SMTP endpoint reports
 // through its own (SES's is in internal/ses).
@@ -38,7 +38,7 @@ func ReadEnv(env *envconfig.Reader, s mail.SenderSettings) mail.SenderConfig {
 		From:              s.From,
 		HeloName:          env.String("SMTP_HELO", HeloName()),
 		CAFile:            env.String("SMTP_CA_FILE", ""),
-		IdempotencyHeader: env.String("SMTP_IDEMPOTENCY_HEADER", "Idempotency-Key"),
+		IdempotencyHeader: env.String("SMTP_IDEMPOTENCY_HEADER", ""),
 		MetadataHeader:    env.String("SMTP_METADATA_HEADER", ""),
 		Timeout:           env.Duration("SMTP_TIMEOUT", 15*time.Second),
 		MaxIdle:           s.MaxIdle,

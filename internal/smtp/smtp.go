@@ -45,7 +45,7 @@ type Config struct {
 	From              string // MAIL_FROM: the header sender, with a display name or without; its address is the envelope sender
 	HeloName          string // our name in EHLO: this machine's (HeloName() when empty), never the sender's domain
 	CAFile            string // optional PEM bundle trusted besides the system's roots
-	IdempotencyHeader string // header that carries the idempotency key; Resend-Idempotency-Key carries mail.ProviderKey of it
+	IdempotencyHeader string // header that carries the idempotency key, for a relay that deduplicates by it; "" sends none; Resend-Idempotency-Key carries mail.ProviderKey of it
 	MetadataHeader    string // optional header that carries the key's hash, e.g. X-PM-Metadata-sekali-key for Postmark's look-up
 	Timeout           time.Duration
 	MaxIdle           int  // connections kept open for reuse
@@ -84,8 +84,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("SMTP_CA_FILE: %w", err))
 		}
 	}
-	if textproto.CanonicalMIMEHeaderKey(c.IdempotencyHeader) == "" || strings.ContainsAny(c.IdempotencyHeader, " :\r\n") {
-		errs = append(errs, fmt.Errorf("idempotency header %q is not a header name", c.IdempotencyHeader))
+	if c.IdempotencyHeader != "" && (textproto.CanonicalMIMEHeaderKey(c.IdempotencyHeader) == "" || strings.ContainsAny(c.IdempotencyHeader, " :\r\n")) {
+		errs = append(errs, fmt.Errorf("SMTP_IDEMPOTENCY_HEADER %q is not a header name", c.IdempotencyHeader))
 	}
 	if c.MetadataHeader != "" && strings.ContainsAny(c.MetadataHeader, " :\r\n") {
 		errs = append(errs, fmt.Errorf("SMTP_METADATA_HEADER %q is not a header name", c.MetadataHeader))
@@ -507,15 +507,20 @@ func (s *Provider) dial(ctx context.Context) (*smtpConn, error) {
 	return &smtpConn{Client: c, conn: conn}, nil
 }
 
-// compose builds the MIME message (mailmime.Compose) with the
-// idempotency key header and, when configured, the metadata header and
+// compose builds the MIME message (mailmime.Compose) with, when
+// configured, the idempotency key header (only for a relay that
+// deduplicates by it: elsewhere it would tell every server on the way the
+// order and the customer's address for nothing), the metadata header and
 // the DKIM signature.
 func (s *Provider) compose(m mail.Message) ([]byte, error) {
-	key := m.IdempotencyKey
-	if strings.EqualFold(s.cfg.IdempotencyHeader, "Resend-Idempotency-Key") {
-		key = mail.ProviderKey(key) // what Resend's HTTP API gets too: at most 256 characters, no address
+	o := mailmime.Options{From: s.sender, DKIM: s.dkim}
+	if h := s.cfg.IdempotencyHeader; h != "" {
+		key := m.IdempotencyKey
+		if strings.EqualFold(h, "Resend-Idempotency-Key") {
+			key = mail.ProviderKey(key) // what Resend's HTTP API gets too: at most 256 characters, no address
+		}
+		o.Headers = append(o.Headers, mailmime.Header{Name: h, Value: key})
 	}
-	o := mailmime.Options{From: s.sender, DKIM: s.dkim, Headers: []mailmime.Header{{Name: s.cfg.IdempotencyHeader, Value: key}}}
 	if s.cfg.MetadataHeader != "" {
 		o.Headers = append(o.Headers, mailmime.Header{Name: s.cfg.MetadataHeader, Value: mail.KeyHash(m.IdempotencyKey)})
 	}

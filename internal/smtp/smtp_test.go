@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	gosmtp "github.com/emersion/go-smtp"
 
+	"github.com/sekali-dev/sekali/internal/envconfig"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/smtpsink"
@@ -172,6 +174,40 @@ func TestProviderHeadersOverSMTP(t *testing.T) {
 	}
 	if got := h.Get("X-Pm-Metadata-Sekali-Key"); got != mail.KeyHash(key) {
 		t.Errorf("metadata header %q, want the key hash", got)
+	}
+}
+
+// By default a message carries no idempotency key: the key names the
+// order and the customer's address, and a relay that does not
+// deduplicate by it would only pass them on. SMTP_IDEMPOTENCY_HEADER
+// names the header of a relay that does (above).
+func TestNoIdempotencyHeaderByDefault(t *testing.T) {
+	t.Parallel()
+	s := sink(t, smtpsink.Config{})
+	env := map[string]string{"SMTP_HOST": s.Host(), "SMTP_PORT": strconv.Itoa(s.Port())}
+	r := envconfig.New(func(k string) string { return env[k] })
+	cfg := smtp.ReadEnv(r, mail.SenderSettings{From: "orders@" + mailDomain})
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, done, err := cfg.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(done)
+	key := "order-confirmation:0193a5b2-7c1e-7d4a-9f00-3c2b1a0e9d87:ana@example.com"
+	if _, err := p.Send(context.Background(), mail.Message{To: "ana@example.com", Subject: "s", Text: "t", MessageID: "d@" + mailDomain, IdempotencyKey: key},
+		func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	msg := s.Messages()[0]
+	for name := range msg.Header {
+		if strings.Contains(strings.Join(msg.Header[name], " "), "ana@example.com") && name != "To" {
+			t.Errorf("header %s carries the key: %q", name, msg.Header[name])
+		}
+	}
+	if got := msg.Header.Get("Idempotency-Key"); got != "" {
+		t.Errorf("Idempotency-Key %q by default", got)
 	}
 }
 

@@ -191,6 +191,9 @@ func TestEventIsSignedAndDeliveredOnce(t *testing.T) {
 	if strings.Contains(string(got[0].body), "Teh") {
 		t.Errorf("the event carries the template data: %s", got[0].body)
 	}
+	if strings.Contains(string(got[0].body), "order_reference") {
+		t.Errorf("the event of an order without a number has one: %s", got[0].body)
+	}
 	if n := testenv.Metric(t, e.reg, "sekali_webhook_deliveries_total", "result", "delivered"); n != 1 {
 		t.Errorf("delivered counter = %v", n)
 	}
