@@ -68,7 +68,7 @@ const (
 	// typeNotificationConflict: a trigger of a business event that has a
 	// notification with other data; never the other's as if it were its own.
 	typeNotificationConflict = "urn:sekali:problem:notification-conflict"
-	typeReferenceTaken  = "urn:sekali:problem:order-reference-taken"
+	typeReferenceTaken       = "urn:sekali:problem:order-reference-taken"
 )
 
 // mayHaveBeenSent is the answer to a cancel of a notification a provider
