@@ -20,7 +20,7 @@ type Metrics struct {
 	handedBack   *prometheus.CounterVec
 	providerUp   *prometheus.GaugeVec
 	batchSize    *prometheus.HistogramVec
-	// providerBatch: the messages of each request of many (convoy.go);
+	// providerBatch: the messages of each request of many (send.go);
 	// batchResent: such requests sent again, identical, after a lost
 	// answer.
 	providerBatch *prometheus.HistogramVec

@@ -71,7 +71,7 @@ type Config struct {
 	// never, every delivery waits for the first.
 	SpillAfter time.Duration
 	// Batches: a provider that takes many messages in one request
-	// (mail.Batcher) gets them so (convoy.go; PROVIDER_BATCHES); false:
+	// (mail.Batcher) gets them so (send.go; PROVIDER_BATCHES); false:
 	// one message a request, everywhere.
 	Batches bool
 }
