@@ -157,7 +157,9 @@ func oneOrder(ctx context.Context, pool *pgxpool.Pool, withKey bool) error {
 	if _, err := wq.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: ids, LeaseTokens: leases, LeaseSeconds: 30, Actor: "w"}); err != nil {
 		return fmt.Errorf("ceiling hand-over: %w", err)
 	}
-	if _, err := wq.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{Ids: ids, LeaseTokens: leases, ProviderMessageIds: []string{"p"}, Languages: []string{"id"}, Actor: "w"}); err != nil {
+	if _, err := wq.CompleteDeliveries(ctx, dbsqlc.CompleteDeliveriesParams{Ids: ids, LeaseTokens: leases, Outcomes: []string{"sent"}, Reasons: []string{""},
+		Refunds: []bool{false}, Pins: []bool{false}, ProviderMessageIds: []string{"p"}, Languages: []string{"id"}, Providers: []string{""},
+		Async: true, LeaseSeconds: 30, Actor: "w"}); err != nil {
 		return fmt.Errorf("ceiling sent: %w", err)
 	}
 	return nil

@@ -82,11 +82,11 @@ func TestOncePrintsWhatItDid(t *testing.T) {
 	}
 	queued := map[uuid.UUID]bool{} // in a task of its own or a task of many
 	for _, info := range pending {
-		ps, err := queue.ParseTask(info.Payload)
+		task, err := queue.ParseTask(info.Payload)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range ps {
+		for _, p := range task.Deliveries {
 			queued[p.DeliveryID] = true
 		}
 	}

@@ -42,3 +42,21 @@ SELECT * FROM notification_deliveries d
 WHERE d.order_id = @order_id AND d.template = @template
   AND may_cancel(d.owner_id, d.order_id, d.test, @by_operator::boolean, @owner::uuid, @test::boolean)
 ORDER BY d.created_at, d.id;
+
+-- name: ListReadyToCarry :many
+-- Pending deliveries a request of many to @provider may carry beside a
+-- task's own, as River's producer fetches what is available: due, live,
+-- not pinned to another provider, not @exclude (the task's), oldest
+-- change first, at most @n; with @urgent_only, only the queue's own
+-- (not of @later_templates, not scheduled: what its later lane would
+-- carry). A plain read, through the status index: the claim judges each
+-- again under its row lock.
+SELECT id, idempotency_key FROM notification_deliveries
+WHERE status = 'pending'
+  AND NOT test
+  AND (not_before IS NULL OR not_before <= now())
+  AND (NOT provider_pinned OR provider = @provider::text)
+  AND NOT (id = ANY(@exclude::uuid[]))
+  AND (NOT @urgent_only::boolean OR (not_before IS NULL AND NOT (template = ANY(coalesce(@later_templates::text[], '{}')))))
+ORDER BY updated_at
+LIMIT @n;

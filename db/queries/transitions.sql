@@ -190,150 +190,93 @@ WITH input AS (
 )
 SELECT id, lease_token FROM upd;
 
--- name: ExtendLease :execrows
-UPDATE notification_deliveries
+-- name: ExtendLeases :exec
+-- The heartbeat of a task: every lease it holds renewed in one
+-- statement, each only while it is still its own and unexpired.
+UPDATE notification_deliveries d
 SET lease_expires_at = now() + make_interval(secs => @lease_seconds::float8)
-WHERE id = @id
-  AND status = 'sending'
-  AND lease_token = @lease_token::uuid
-  AND lease_expires_at > now();
+FROM (SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token) i
+WHERE d.id = ANY(@ids::uuid[])
+  AND d.id = i.id
+  AND d.status = 'sending'
+  AND d.lease_token = i.lease_token
+  AND d.lease_expires_at > now();
 
--- name: MarkSentDeliveries :many
--- The provider accepted these messages: every acceptance a worker
--- recorded while its previous one ran. Fenced, each on its own lease:
--- only the worker whose lease it is may record the outcome. Committed
--- without waiting for the WAL flush (synchronous_commit off for this
--- statement's transaction alone): if PostgreSQL crashes before the
--- flush, a row is back to sending and handed over — what a worker crash
--- after the provider's acceptance leaves — and the reconciler settles it
--- by asking the provider. Returns the rows marked; one missing was
--- fenced out.
+-- name: CompleteDeliveries :many
+-- The outcome of every attempt of a task, in one statement: each row on
+-- its own lease (a row another worker or the reconciler took is left as
+-- it is, and not returned), each with its own history event.
+--
+--   sent       the provider accepted it (its id, the language it went in)
+--   retry      back to pending for a later attempt: refused before the
+--              data, the provider refusing us, deferred, paced; refund:
+--              the attempt does not count (it never reached the
+--              recipient's acceptance); pin: the provider may have taken
+--              it all the same (an HTTP 5xx after the request went out),
+--              so the next attempts go there alone. Without pin, the
+--              answer settles this attempt (settled_by 'answer'); an
+--              earlier unknown one (pinned) stays unknown.
+--   failed     refused for good, or deferred past DELIVERY_MAX_AGE: the
+--              answer settles this attempt; an earlier unknown one
+--              (pinned) is not settled by it, and the database refuses
+--              failed beside it (the worker holds such a row instead)
+--   held       it cannot go ahead until an operator acts (the template
+--              cannot render its data; a resend window passed)
+--   ambiguous  no answer after the data: left sending for the
+--              reconciler, its lease one more @lease_seconds long
+--
+-- Committed without waiting for the WAL flush when every outcome is
+-- sent (@async): if PostgreSQL crashes before the flush, a row is back
+-- to sending and handed over — what a worker crash after the provider's
+-- acceptance leaves — and the reconciler settles it by asking the
+-- provider. Any other outcome waits for the flush.
 WITH nosync AS (
-    SELECT set_config('synchronous_commit', 'off', true)
+    SELECT set_config('synchronous_commit', CASE WHEN @async::boolean THEN 'off' ELSE 'on' END, true)
 ), input AS (
-    SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token,
-           unnest(@provider_message_ids::text[]) AS provider_message_id, unnest(@languages::text[]) AS language
+    SELECT unnest(@ids::uuid[]) AS id, unnest(@lease_tokens::uuid[]) AS lease_token, unnest(@outcomes::text[]) AS outcome,
+           unnest(@reasons::text[]) AS reason, unnest(@refunds::boolean[]) AS refund, unnest(@pins::boolean[]) AS pin,
+           unnest(@provider_message_ids::text[]) AS provider_message_id, unnest(@languages::text[]) AS language,
+           unnest(@providers::text[]) AS provider
 ), upd AS (
     UPDATE notification_deliveries d
-    SET status              = 'sent',
-        provider_message_id = i.provider_message_id,
-        sent_at             = now(),
-        last_error          = NULL,
+    SET status              = CASE i.outcome WHEN 'retry' THEN 'pending' WHEN 'ambiguous' THEN 'sending' ELSE i.outcome END,
+        attempts            = d.attempts - CASE WHEN i.outcome = 'retry' AND i.refund THEN 1 ELSE 0 END,
+        provider_pinned     = d.provider_pinned OR (i.outcome = 'retry' AND i.pin),
+        unsettled_since     = CASE i.outcome
+                                  WHEN 'retry' THEN CASE WHEN d.provider_pinned OR i.pin THEN coalesce(d.unsettled_since, d.handed_over_at) END
+                                  WHEN 'failed' THEN CASE WHEN d.provider_pinned THEN d.unsettled_since END
+                                  ELSE d.unsettled_since END,
+        settled_by          = CASE WHEN i.outcome IN ('retry', 'failed') AND d.unsettled_since IS NOT NULL
+                                        AND NOT (d.provider_pinned OR (i.outcome = 'retry' AND i.pin))
+                                   THEN 'answer' ELSE d.settled_by END,
+        settled_at          = CASE WHEN i.outcome IN ('retry', 'failed') AND d.unsettled_since IS NOT NULL
+                                        AND NOT (d.provider_pinned OR (i.outcome = 'retry' AND i.pin))
+                                   THEN now() ELSE d.settled_at END,
+        last_error          = CASE WHEN i.outcome = 'sent' THEN NULL ELSE i.reason END,
+        provider_message_id = CASE WHEN i.outcome = 'sent' THEN i.provider_message_id ELSE d.provider_message_id END,
+        sent_at             = CASE WHEN i.outcome = 'sent' THEN now() ELSE d.sent_at END,
+        lease_token         = CASE WHEN i.outcome IN ('retry', 'held') THEN NULL ELSE d.lease_token END,
+        lease_expires_at    = CASE i.outcome WHEN 'sent' THEN d.lease_expires_at
+                                             WHEN 'ambiguous' THEN now() + make_interval(secs => @lease_seconds::float8) END,
+        handed_over_at      = CASE WHEN i.outcome = 'retry' THEN NULL ELSE d.handed_over_at END,
         updated_at          = now()
     FROM nosync, input i
     WHERE d.id = ANY(@ids::uuid[])
       AND d.id = i.id
       AND d.status = 'sending'
       AND d.lease_token = i.lease_token
-    RETURNING d.id, d.attempts, d.lease_token, i.provider_message_id, i.language, d.provider
+    RETURNING d.id, d.attempts, d.status, d.provider AS handed_to, i.outcome, i.reason, i.provider, i.provider_message_id, i.language
 ), ev AS (
     INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'sent', 'sending', 'sent', attempts, @actor::text,
-           jsonb_build_object('provider_message_id', provider_message_id, 'language', language, 'provider', provider)
+    SELECT id, CASE outcome WHEN 'retry' THEN 'retry_scheduled' ELSE outcome END, 'sending', status, attempts, @actor::text,
+           CASE outcome
+               WHEN 'sent' THEN jsonb_build_object('provider_message_id', provider_message_id, 'language', language, 'provider', handed_to)
+               WHEN 'held' THEN jsonb_build_object('error', reason)
+               ELSE jsonb_strip_nulls(jsonb_build_object('error', reason, 'provider', nullif(provider, '')))
+           END
     FROM upd
 )
-SELECT id, lease_token FROM upd;
-
--- name: ReleaseForRetry :execrows
--- A temporary failure before the provider could have accepted anything:
--- back to pending for the next attempt. An attempt that never reached the
--- provider's acceptance of the recipient (refund_attempt) is taken back
--- from attempts, which counts only the tries the recipient's side saw;
--- when to give up is DELIVERY_MAX_AGE's business, not this count's. pin:
--- the provider may have taken it all the same (an HTTP 5xx after the
--- request went out), so the next attempts go to it alone. Without pin,
--- the answer settles this attempt (settled_by 'answer'); an earlier
--- unknown one (pinned) stays unknown.
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET status           = 'pending',
-        attempts         = d.attempts - CASE WHEN @refund_attempt::boolean THEN 1 ELSE 0 END,
-        provider_pinned  = d.provider_pinned OR @pin::boolean,
-        unsettled_since  = CASE WHEN d.provider_pinned OR @pin::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
-        settled_by       = CASE WHEN d.provider_pinned OR @pin::boolean OR d.unsettled_since IS NULL THEN d.settled_by ELSE 'answer' END,
-        settled_at       = CASE WHEN d.provider_pinned OR @pin::boolean OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
-        last_error       = @last_error::text,
-        lease_token      = NULL,
-        lease_expires_at = NULL,
-        handed_over_at   = NULL,
-        updated_at       = now()
-    WHERE d.id = @id
-      AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'retry_scheduled', 'sending', 'pending', attempts, @actor::text,
-       jsonb_strip_nulls(jsonb_build_object('error', @last_error::text, 'provider', nullif(@provider::text, '')))
-FROM upd;
-
--- name: MarkFailed :execrows
--- Refused for good, or deferred past DELIVERY_MAX_AGE: the answer
--- settles this attempt (settled_by 'answer'). An earlier attempt whose
--- outcome is unknown (pinned) is not settled by it: such a row is held
--- (HoldAttempt), and this statement fails on it.
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET status           = 'failed',
-        last_error       = @last_error::text,
-        lease_expires_at = NULL,
-        unsettled_since  = CASE WHEN d.provider_pinned THEN d.unsettled_since END,
-        settled_by       = CASE WHEN d.provider_pinned OR d.unsettled_since IS NULL THEN d.settled_by ELSE 'answer' END,
-        settled_at       = CASE WHEN d.provider_pinned OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
-        updated_at       = now()
-    WHERE d.id = @id
-      AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'failed', 'sending', 'failed', attempts, @actor::text,
-       jsonb_strip_nulls(jsonb_build_object('error', @last_error::text, 'provider', nullif(@provider::text, '')))
-FROM upd;
-
--- name: HoldAttempt :execrows
--- The attempt cannot go ahead, and trying again cannot help until an
--- operator acts: the template cannot render the data stored with the
--- delivery (fix the template or the data), or an earlier attempt may
--- have been accepted by a provider whose refusal of a second message
--- under our key has lapsed (check its log). Nothing was sent by this
--- attempt. Held, visibly, for an operator.
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET status           = 'held',
-        last_error       = @last_error::text,
-        lease_token      = NULL,
-        lease_expires_at = NULL,
-        updated_at       = now()
-    WHERE d.id = @id
-      AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'held', 'sending', 'held', attempts, @actor::text,
-       jsonb_build_object('error', @last_error::text)
-FROM upd;
-
--- name: MarkAmbiguous :execrows
--- The provider may or may not have accepted the message. The row stays
--- sending with the reason; its lease runs one more LOCK_TTL, so that a
--- provider still busy with the message has time to finish before the
--- reconciler asks it.
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET last_error       = @last_error::text,
-        lease_expires_at = now() + make_interval(secs => @lease_seconds::float8),
-        updated_at       = now()
-    WHERE d.id = @id
-      AND d.status = 'sending'
-      AND d.lease_token = @lease_token::uuid
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'ambiguous', 'sending', 'sending', attempts, @actor::text,
-       jsonb_strip_nulls(jsonb_build_object('error', @last_error::text, 'provider', nullif(@provider::text, '')))
-FROM upd;
+SELECT id FROM upd;
 
 -- name: NoteAmbiguous :execrows
 -- A worker found a row whose previous attempt died after handing the

@@ -404,6 +404,64 @@ func (q *Queries) ListEvents(ctx context.Context, deliveryID uuid.UUID) ([]Deliv
 	return items, nil
 }
 
+const listReadyToCarry = `-- name: ListReadyToCarry :many
+SELECT id, idempotency_key FROM notification_deliveries
+WHERE status = 'pending'
+  AND NOT test
+  AND (not_before IS NULL OR not_before <= now())
+  AND (NOT provider_pinned OR provider = $1::text)
+  AND NOT (id = ANY($2::uuid[]))
+  AND (NOT $3::boolean OR (not_before IS NULL AND NOT (template = ANY(coalesce($4::text[], '{}')))))
+ORDER BY updated_at
+LIMIT $5
+`
+
+type ListReadyToCarryParams struct {
+	Provider       string
+	Exclude        []uuid.UUID
+	UrgentOnly     bool
+	LaterTemplates []string
+	N              int32
+}
+
+type ListReadyToCarryRow struct {
+	ID             uuid.UUID
+	IdempotencyKey string
+}
+
+// Pending deliveries a request of many to @provider may carry beside a
+// task's own, as River's producer fetches what is available: due, live,
+// not pinned to another provider, not @exclude (the task's), oldest
+// change first, at most @n; with @urgent_only, only the queue's own
+// (not of @later_templates, not scheduled: what its later lane would
+// carry). A plain read, through the status index: the claim judges each
+// again under its row lock.
+func (q *Queries) ListReadyToCarry(ctx context.Context, arg ListReadyToCarryParams) ([]ListReadyToCarryRow, error) {
+	rows, err := q.db.Query(ctx, listReadyToCarry,
+		arg.Provider,
+		arg.Exclude,
+		arg.UrgentOnly,
+		arg.LaterTemplates,
+		arg.N,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListReadyToCarryRow
+	for rows.Next() {
+		var i ListReadyToCarryRow
+		if err := rows.Scan(&i.ID, &i.IdempotencyKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const recordEvent = `-- name: RecordEvent :exec
 INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
 VALUES ($1, $2, $3::text, $3::text, $4, $5, $6)

@@ -387,6 +387,131 @@ func (q *Queries) ClaimDeliveries(ctx context.Context, arg ClaimDeliveriesParams
 	return items, nil
 }
 
+const completeDeliveries = `-- name: CompleteDeliveries :many
+WITH nosync AS (
+    SELECT set_config('synchronous_commit', CASE WHEN $1::boolean THEN 'off' ELSE 'on' END, true)
+), input AS (
+    SELECT unnest($2::uuid[]) AS id, unnest($3::uuid[]) AS lease_token, unnest($4::text[]) AS outcome,
+           unnest($5::text[]) AS reason, unnest($6::boolean[]) AS refund, unnest($7::boolean[]) AS pin,
+           unnest($8::text[]) AS provider_message_id, unnest($9::text[]) AS language,
+           unnest($10::text[]) AS provider
+), upd AS (
+    UPDATE notification_deliveries d
+    SET status              = CASE i.outcome WHEN 'retry' THEN 'pending' WHEN 'ambiguous' THEN 'sending' ELSE i.outcome END,
+        attempts            = d.attempts - CASE WHEN i.outcome = 'retry' AND i.refund THEN 1 ELSE 0 END,
+        provider_pinned     = d.provider_pinned OR (i.outcome = 'retry' AND i.pin),
+        unsettled_since     = CASE i.outcome
+                                  WHEN 'retry' THEN CASE WHEN d.provider_pinned OR i.pin THEN coalesce(d.unsettled_since, d.handed_over_at) END
+                                  WHEN 'failed' THEN CASE WHEN d.provider_pinned THEN d.unsettled_since END
+                                  ELSE d.unsettled_since END,
+        settled_by          = CASE WHEN i.outcome IN ('retry', 'failed') AND d.unsettled_since IS NOT NULL
+                                        AND NOT (d.provider_pinned OR (i.outcome = 'retry' AND i.pin))
+                                   THEN 'answer' ELSE d.settled_by END,
+        settled_at          = CASE WHEN i.outcome IN ('retry', 'failed') AND d.unsettled_since IS NOT NULL
+                                        AND NOT (d.provider_pinned OR (i.outcome = 'retry' AND i.pin))
+                                   THEN now() ELSE d.settled_at END,
+        last_error          = CASE WHEN i.outcome = 'sent' THEN NULL ELSE i.reason END,
+        provider_message_id = CASE WHEN i.outcome = 'sent' THEN i.provider_message_id ELSE d.provider_message_id END,
+        sent_at             = CASE WHEN i.outcome = 'sent' THEN now() ELSE d.sent_at END,
+        lease_token         = CASE WHEN i.outcome IN ('retry', 'held') THEN NULL ELSE d.lease_token END,
+        lease_expires_at    = CASE i.outcome WHEN 'sent' THEN d.lease_expires_at
+                                             WHEN 'ambiguous' THEN now() + make_interval(secs => $11::float8) END,
+        handed_over_at      = CASE WHEN i.outcome = 'retry' THEN NULL ELSE d.handed_over_at END,
+        updated_at          = now()
+    FROM nosync, input i
+    WHERE d.id = ANY($2::uuid[])
+      AND d.id = i.id
+      AND d.status = 'sending'
+      AND d.lease_token = i.lease_token
+    RETURNING d.id, d.attempts, d.status, d.provider AS handed_to, i.outcome, i.reason, i.provider, i.provider_message_id, i.language
+), ev AS (
+    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
+    SELECT id, CASE outcome WHEN 'retry' THEN 'retry_scheduled' ELSE outcome END, 'sending', status, attempts, $12::text,
+           CASE outcome
+               WHEN 'sent' THEN jsonb_build_object('provider_message_id', provider_message_id, 'language', language, 'provider', handed_to)
+               WHEN 'held' THEN jsonb_build_object('error', reason)
+               ELSE jsonb_strip_nulls(jsonb_build_object('error', reason, 'provider', nullif(provider, '')))
+           END
+    FROM upd
+)
+SELECT id FROM upd
+`
+
+type CompleteDeliveriesParams struct {
+	Async              bool
+	Ids                []uuid.UUID
+	LeaseTokens        []uuid.UUID
+	Outcomes           []string
+	Reasons            []string
+	Refunds            []bool
+	Pins               []bool
+	ProviderMessageIds []string
+	Languages          []string
+	Providers          []string
+	LeaseSeconds       float64
+	Actor              string
+}
+
+// The outcome of every attempt of a task, in one statement: each row on
+// its own lease (a row another worker or the reconciler took is left as
+// it is, and not returned), each with its own history event.
+//
+//	sent       the provider accepted it (its id, the language it went in)
+//	retry      back to pending for a later attempt: refused before the
+//	           data, the provider refusing us, deferred, paced; refund:
+//	           the attempt does not count (it never reached the
+//	           recipient's acceptance); pin: the provider may have taken
+//	           it all the same (an HTTP 5xx after the request went out),
+//	           so the next attempts go there alone. Without pin, the
+//	           answer settles this attempt (settled_by 'answer'); an
+//	           earlier unknown one (pinned) stays unknown.
+//	failed     refused for good, or deferred past DELIVERY_MAX_AGE: the
+//	           answer settles this attempt; an earlier unknown one
+//	           (pinned) is not settled by it, and the database refuses
+//	           failed beside it (the worker holds such a row instead)
+//	held       it cannot go ahead until an operator acts (the template
+//	           cannot render its data; a resend window passed)
+//	ambiguous  no answer after the data: left sending for the
+//	           reconciler, its lease one more @lease_seconds long
+//
+// Committed without waiting for the WAL flush when every outcome is
+// sent (@async): if PostgreSQL crashes before the flush, a row is back
+// to sending and handed over — what a worker crash after the provider's
+// acceptance leaves — and the reconciler settles it by asking the
+// provider. Any other outcome waits for the flush.
+func (q *Queries) CompleteDeliveries(ctx context.Context, arg CompleteDeliveriesParams) ([]uuid.UUID, error) {
+	rows, err := q.db.Query(ctx, completeDeliveries,
+		arg.Async,
+		arg.Ids,
+		arg.LeaseTokens,
+		arg.Outcomes,
+		arg.Reasons,
+		arg.Refunds,
+		arg.Pins,
+		arg.ProviderMessageIds,
+		arg.Languages,
+		arg.Providers,
+		arg.LeaseSeconds,
+		arg.Actor,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []uuid.UUID
+	for rows.Next() {
+		var id uuid.UUID
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		items = append(items, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const expirePending = `-- name: ExpirePending :execrows
 WITH upd AS (
     UPDATE notification_deliveries d
@@ -429,27 +554,28 @@ func (q *Queries) ExpirePending(ctx context.Context, arg ExpirePendingParams) (i
 	return result.RowsAffected(), nil
 }
 
-const extendLease = `-- name: ExtendLease :execrows
-UPDATE notification_deliveries
+const extendLeases = `-- name: ExtendLeases :exec
+UPDATE notification_deliveries d
 SET lease_expires_at = now() + make_interval(secs => $1::float8)
-WHERE id = $2
-  AND status = 'sending'
-  AND lease_token = $3::uuid
-  AND lease_expires_at > now()
+FROM (SELECT unnest($2::uuid[]) AS id, unnest($3::uuid[]) AS lease_token) i
+WHERE d.id = ANY($2::uuid[])
+  AND d.id = i.id
+  AND d.status = 'sending'
+  AND d.lease_token = i.lease_token
+  AND d.lease_expires_at > now()
 `
 
-type ExtendLeaseParams struct {
+type ExtendLeasesParams struct {
 	LeaseSeconds float64
-	ID           uuid.UUID
-	LeaseToken   uuid.UUID
+	Ids          []uuid.UUID
+	LeaseTokens  []uuid.UUID
 }
 
-func (q *Queries) ExtendLease(ctx context.Context, arg ExtendLeaseParams) (int64, error) {
-	result, err := q.db.Exec(ctx, extendLease, arg.LeaseSeconds, arg.ID, arg.LeaseToken)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+// The heartbeat of a task: every lease it holds renewed in one
+// statement, each only while it is still its own and unexpired.
+func (q *Queries) ExtendLeases(ctx context.Context, arg ExtendLeasesParams) error {
+	_, err := q.db.Exec(ctx, extendLeases, arg.LeaseSeconds, arg.Ids, arg.LeaseTokens)
+	return err
 }
 
 const handOverDeliveries = `-- name: HandOverDeliveries :many
@@ -551,51 +677,6 @@ func (q *Queries) HandOverDeliveries(ctx context.Context, arg HandOverDeliveries
 		return nil, err
 	}
 	return items, nil
-}
-
-const holdAttempt = `-- name: HoldAttempt :execrows
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET status           = 'held',
-        last_error       = $2::text,
-        lease_token      = NULL,
-        lease_expires_at = NULL,
-        updated_at       = now()
-    WHERE d.id = $3
-      AND d.status = 'sending'
-      AND d.lease_token = $4::uuid
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'held', 'sending', 'held', attempts, $1::text,
-       jsonb_build_object('error', $2::text)
-FROM upd
-`
-
-type HoldAttemptParams struct {
-	Actor      string
-	LastError  string
-	ID         uuid.UUID
-	LeaseToken uuid.UUID
-}
-
-// The attempt cannot go ahead, and trying again cannot help until an
-// operator acts: the template cannot render the data stored with the
-// delivery (fix the template or the data), or an earlier attempt may
-// have been accepted by a provider whose refusal of a second message
-// under our key has lapsed (check its log). Nothing was sent by this
-// attempt. Held, visibly, for an operator.
-func (q *Queries) HoldAttempt(ctx context.Context, arg HoldAttemptParams) (int64, error) {
-	result, err := q.db.Exec(ctx, holdAttempt,
-		arg.Actor,
-		arg.LastError,
-		arg.ID,
-		arg.LeaseToken,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const insertDelivery = `-- name: InsertDelivery :one
@@ -741,174 +822,6 @@ func (q *Queries) InsertDelivery(ctx context.Context, arg InsertDeliveryParams) 
 		&i.BouncedOrComplainedAt,
 	)
 	return i, err
-}
-
-const markAmbiguous = `-- name: MarkAmbiguous :execrows
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET last_error       = $2::text,
-        lease_expires_at = now() + make_interval(secs => $4::float8),
-        updated_at       = now()
-    WHERE d.id = $5
-      AND d.status = 'sending'
-      AND d.lease_token = $6::uuid
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'ambiguous', 'sending', 'sending', attempts, $1::text,
-       jsonb_strip_nulls(jsonb_build_object('error', $2::text, 'provider', nullif($3::text, '')))
-FROM upd
-`
-
-type MarkAmbiguousParams struct {
-	Actor        string
-	LastError    string
-	Provider     string
-	LeaseSeconds float64
-	ID           uuid.UUID
-	LeaseToken   uuid.UUID
-}
-
-// The provider may or may not have accepted the message. The row stays
-// sending with the reason; its lease runs one more LOCK_TTL, so that a
-// provider still busy with the message has time to finish before the
-// reconciler asks it.
-func (q *Queries) MarkAmbiguous(ctx context.Context, arg MarkAmbiguousParams) (int64, error) {
-	result, err := q.db.Exec(ctx, markAmbiguous,
-		arg.Actor,
-		arg.LastError,
-		arg.Provider,
-		arg.LeaseSeconds,
-		arg.ID,
-		arg.LeaseToken,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const markFailed = `-- name: MarkFailed :execrows
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET status           = 'failed',
-        last_error       = $2::text,
-        lease_expires_at = NULL,
-        unsettled_since  = CASE WHEN d.provider_pinned THEN d.unsettled_since END,
-        settled_by       = CASE WHEN d.provider_pinned OR d.unsettled_since IS NULL THEN d.settled_by ELSE 'answer' END,
-        settled_at       = CASE WHEN d.provider_pinned OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
-        updated_at       = now()
-    WHERE d.id = $4
-      AND d.status = 'sending'
-      AND d.lease_token = $5::uuid
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'failed', 'sending', 'failed', attempts, $1::text,
-       jsonb_strip_nulls(jsonb_build_object('error', $2::text, 'provider', nullif($3::text, '')))
-FROM upd
-`
-
-type MarkFailedParams struct {
-	Actor      string
-	LastError  string
-	Provider   string
-	ID         uuid.UUID
-	LeaseToken uuid.UUID
-}
-
-// Refused for good, or deferred past DELIVERY_MAX_AGE: the answer
-// settles this attempt (settled_by 'answer'). An earlier attempt whose
-// outcome is unknown (pinned) is not settled by it: such a row is held
-// (HoldAttempt), and this statement fails on it.
-func (q *Queries) MarkFailed(ctx context.Context, arg MarkFailedParams) (int64, error) {
-	result, err := q.db.Exec(ctx, markFailed,
-		arg.Actor,
-		arg.LastError,
-		arg.Provider,
-		arg.ID,
-		arg.LeaseToken,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const markSentDeliveries = `-- name: MarkSentDeliveries :many
-WITH nosync AS (
-    SELECT set_config('synchronous_commit', 'off', true)
-), input AS (
-    SELECT unnest($1::uuid[]) AS id, unnest($2::uuid[]) AS lease_token,
-           unnest($3::text[]) AS provider_message_id, unnest($4::text[]) AS language
-), upd AS (
-    UPDATE notification_deliveries d
-    SET status              = 'sent',
-        provider_message_id = i.provider_message_id,
-        sent_at             = now(),
-        last_error          = NULL,
-        updated_at          = now()
-    FROM nosync, input i
-    WHERE d.id = ANY($1::uuid[])
-      AND d.id = i.id
-      AND d.status = 'sending'
-      AND d.lease_token = i.lease_token
-    RETURNING d.id, d.attempts, d.lease_token, i.provider_message_id, i.language, d.provider
-), ev AS (
-    INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-    SELECT id, 'sent', 'sending', 'sent', attempts, $5::text,
-           jsonb_build_object('provider_message_id', provider_message_id, 'language', language, 'provider', provider)
-    FROM upd
-)
-SELECT id, lease_token FROM upd
-`
-
-type MarkSentDeliveriesParams struct {
-	Ids                []uuid.UUID
-	LeaseTokens        []uuid.UUID
-	ProviderMessageIds []string
-	Languages          []string
-	Actor              string
-}
-
-type MarkSentDeliveriesRow struct {
-	ID         uuid.UUID
-	LeaseToken *uuid.UUID
-}
-
-// The provider accepted these messages: every acceptance a worker
-// recorded while its previous one ran. Fenced, each on its own lease:
-// only the worker whose lease it is may record the outcome. Committed
-// without waiting for the WAL flush (synchronous_commit off for this
-// statement's transaction alone): if PostgreSQL crashes before the
-// flush, a row is back to sending and handed over — what a worker crash
-// after the provider's acceptance leaves — and the reconciler settles it
-// by asking the provider. Returns the rows marked; one missing was
-// fenced out.
-func (q *Queries) MarkSentDeliveries(ctx context.Context, arg MarkSentDeliveriesParams) ([]MarkSentDeliveriesRow, error) {
-	rows, err := q.db.Query(ctx, markSentDeliveries,
-		arg.Ids,
-		arg.LeaseTokens,
-		arg.ProviderMessageIds,
-		arg.Languages,
-		arg.Actor,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []MarkSentDeliveriesRow
-	for rows.Next() {
-		var i MarkSentDeliveriesRow
-		if err := rows.Scan(&i.ID, &i.LeaseToken); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const noteAmbiguous = `-- name: NoteAmbiguous :execrows
@@ -1390,66 +1303,6 @@ func (q *Queries) ReconcileToSent(ctx context.Context, arg ReconcileToSentParams
 		arg.SeenProvider,
 		arg.SeenPinned,
 		arg.SeenUnsettledSince,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
-const releaseForRetry = `-- name: ReleaseForRetry :execrows
-WITH upd AS (
-    UPDATE notification_deliveries d
-    SET status           = 'pending',
-        attempts         = d.attempts - CASE WHEN $4::boolean THEN 1 ELSE 0 END,
-        provider_pinned  = d.provider_pinned OR $5::boolean,
-        unsettled_since  = CASE WHEN d.provider_pinned OR $5::boolean THEN coalesce(d.unsettled_since, d.handed_over_at) END,
-        settled_by       = CASE WHEN d.provider_pinned OR $5::boolean OR d.unsettled_since IS NULL THEN d.settled_by ELSE 'answer' END,
-        settled_at       = CASE WHEN d.provider_pinned OR $5::boolean OR d.unsettled_since IS NULL THEN d.settled_at ELSE now() END,
-        last_error       = $2::text,
-        lease_token      = NULL,
-        lease_expires_at = NULL,
-        handed_over_at   = NULL,
-        updated_at       = now()
-    WHERE d.id = $6
-      AND d.status = 'sending'
-      AND d.lease_token = $7::uuid
-    RETURNING d.id, d.attempts
-)
-INSERT INTO delivery_events (delivery_id, event, from_status, to_status, attempt, actor, detail)
-SELECT id, 'retry_scheduled', 'sending', 'pending', attempts, $1::text,
-       jsonb_strip_nulls(jsonb_build_object('error', $2::text, 'provider', nullif($3::text, '')))
-FROM upd
-`
-
-type ReleaseForRetryParams struct {
-	Actor         string
-	LastError     string
-	Provider      string
-	RefundAttempt bool
-	Pin           bool
-	ID            uuid.UUID
-	LeaseToken    uuid.UUID
-}
-
-// A temporary failure before the provider could have accepted anything:
-// back to pending for the next attempt. An attempt that never reached the
-// provider's acceptance of the recipient (refund_attempt) is taken back
-// from attempts, which counts only the tries the recipient's side saw;
-// when to give up is DELIVERY_MAX_AGE's business, not this count's. pin:
-// the provider may have taken it all the same (an HTTP 5xx after the
-// request went out), so the next attempts go to it alone. Without pin,
-// the answer settles this attempt (settled_by 'answer'); an earlier
-// unknown one (pinned) stays unknown.
-func (q *Queries) ReleaseForRetry(ctx context.Context, arg ReleaseForRetryParams) (int64, error) {
-	result, err := q.db.Exec(ctx, releaseForRetry,
-		arg.Actor,
-		arg.LastError,
-		arg.Provider,
-		arg.RefundAttempt,
-		arg.Pin,
-		arg.ID,
-		arg.LeaseToken,
 	)
 	if err != nil {
 		return 0, err

@@ -92,6 +92,15 @@ const (
 	// budget (internal/pace) is paused for every worker by what the
 	// answer said (SendError.Header, Reply.Text, Pause).
 	OutcomeThrottled
+	// OutcomeKeyInFlight: a provider that deduplicates by our key
+	// (Resend) is still working on an earlier request under this key: it
+	// may take that one. Asking again later gets its answer.
+	OutcomeKeyInFlight
+	// OutcomeKeyTaken: a provider that deduplicates by our key holds an
+	// earlier request under this key, with another body: it took that one
+	// (a key is only ever ours, for this delivery or this batch), so what
+	// it names was sent, though no id says so.
+	OutcomeKeyTaken
 )
 
 func (o Outcome) String() string {
@@ -108,6 +117,10 @@ func (o Outcome) String() string {
 		return "unavailable"
 	case OutcomeThrottled:
 		return "throttled"
+	case OutcomeKeyInFlight:
+		return "key_in_flight"
+	case OutcomeKeyTaken:
+		return "key_taken"
 	default:
 		return "unknown"
 	}
@@ -205,7 +218,8 @@ func (e *SendError) Unwrap() error { return e.Err }
 // which would deliver a second copy. Any other refusal says the message
 // was not taken.
 func (e *SendError) MayHaveAccepted() bool {
-	return e.Outcome == OutcomeAmbiguous || (e.HandedOver && e.Reply.Protocol == ProtocolHTTP && e.Reply.Code >= 500)
+	return e.Outcome == OutcomeAmbiguous || e.Outcome == OutcomeKeyInFlight ||
+		(e.HandedOver && e.Reply.Protocol == ProtocolHTTP && e.Reply.Code >= 500)
 }
 
 // A Batch is messages handed to a provider in one request, in order,

@@ -390,3 +390,25 @@ func (d Delivery) MayHaveBeenSent() bool {
 	_, unknown := d.UnknownSince()
 	return unknown
 }
+
+// Ready is a pending delivery a request of many may carry: its id and
+// idempotency key.
+type Ready struct {
+	ID             uuid.UUID
+	IdempotencyKey string
+}
+
+// ReadyToCarry lists, oldest change first, up to n pending deliveries due
+// now that a request of many to provider may carry beside a task's own
+// (exclude): not pinned to another provider, not test mode's; with
+// urgentOnly, none of laterTemplates and none scheduled. A plain read:
+// the claim judges each again.
+func ReadyToCarry(ctx context.Context, db DB, provider string, exclude []uuid.UUID, urgentOnly bool, laterTemplates []string, n int) ([]Ready, error) {
+	rows, err := dbsqlc.New(db).ListReadyToCarry(ctx, dbsqlc.ListReadyToCarryParams{
+		Provider: provider, Exclude: exclude, UrgentOnly: urgentOnly, LaterTemplates: laterTemplates, N: int32(n),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries ready to carry: %w", err)
+	}
+	return mapRows(rows, func(r dbsqlc.ListReadyToCarryRow) Ready { return Ready(r) }), nil
+}

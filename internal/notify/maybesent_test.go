@@ -78,6 +78,15 @@ func maybeSentStatements(seen func(notify.Delivery) dbsqlc.NotificationDelivery)
 		}
 		return 1, nil
 	}
+	complete := func(o notify.Outcome, reason string, pin bool) statement {
+		return func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, lease uuid.UUID) (int64, error) {
+			ids, err := q.CompleteDeliveries(ctx, dbsqlc.CompleteDeliveriesParams{Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{lease},
+				Outcomes: []string{string(o)}, Reasons: []string{reason}, Refunds: []bool{true}, Pins: []bool{pin},
+				ProviderMessageIds: []string{"re_1"}, Languages: []string{"en"}, Providers: []string{"resend"}, LeaseSeconds: 60, Actor: actor,
+				Async: o == notify.OutcomeSent})
+			return count(len(ids), err)
+		}
+	}
 	return map[string]statement{
 		"ClaimDeliveries": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, _ uuid.UUID) (int64, error) {
 			rows, err := q.ClaimDeliveries(ctx, dbsqlc.ClaimDeliveriesParams{
@@ -99,28 +108,16 @@ func maybeSentStatements(seen func(notify.Delivery) dbsqlc.NotificationDelivery)
 				LeaseSeconds: 60, Actor: actor})
 			return count(len(rows), err)
 		},
-		"ExtendLease": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, lease uuid.UUID) (int64, error) {
-			return q.ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: d.ID, LeaseToken: lease, LeaseSeconds: 60})
+		"ExtendLeases": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, lease uuid.UUID) (int64, error) {
+			return 0, q.ExtendLeases(ctx, dbsqlc.ExtendLeasesParams{Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{lease}, LeaseSeconds: 60})
 		},
-		"MarkSentDeliveries": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, lease uuid.UUID) (int64, error) {
-			rows, err := q.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{lease},
-				ProviderMessageIds: []string{"re_1"}, Languages: []string{"en"}, Actor: actor})
-			return count(len(rows), err)
-		},
-		"ReleaseForRetry": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, lease uuid.UUID) (int64, error) {
-			return q.ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: d.ID, LeaseToken: lease, LastError: "429", Provider: "resend",
-				Actor: actor, RefundAttempt: true})
-		},
-		"MarkFailed": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, lease uuid.UUID) (int64, error) {
-			return q.MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: d.ID, LeaseToken: lease, LastError: "422", Provider: "resend", Actor: actor})
-		},
-		"HoldAttempt": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, lease uuid.UUID) (int64, error) {
-			return q.HoldAttempt(ctx, dbsqlc.HoldAttemptParams{ID: d.ID, LeaseToken: lease, LastError: "cannot render", Actor: actor})
-		},
-		"MarkAmbiguous": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, lease uuid.UUID) (int64, error) {
-			return q.MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: d.ID, LeaseToken: lease, LastError: "no answer", Provider: "resend",
-				LeaseSeconds: 60, Actor: actor})
-		},
+		// CompleteDeliveries, once for each outcome: what a worker's
+		// attempt records with its lease.
+		"CompleteDeliveries/sent":      complete(notify.OutcomeSent, "", false),
+		"CompleteDeliveries/retry":     complete(notify.OutcomeRetry, "429", false),
+		"CompleteDeliveries/failed":    complete(notify.OutcomeFailed, "422", false),
+		"CompleteDeliveries/held":      complete(notify.OutcomeHeld, "cannot render", false),
+		"CompleteDeliveries/ambiguous": complete(notify.OutcomeAmbiguous, "no answer", false),
 		"NoteAmbiguous": func(ctx context.Context, q *dbsqlc.Queries, d notify.Delivery, _ uuid.UUID) (int64, error) {
 			return q.NoteAmbiguous(ctx, dbsqlc.NoteAmbiguousParams{ID: d.ID, LastError: "left", Actor: actor})
 		},
@@ -195,8 +192,12 @@ func TestNoStatementSaysNotSentOfWhatAProviderMayHold(t *testing.T) {
 
 	// Every statement of db/queries that updates a delivery is tried: a
 	// new one fails this test until it is added above.
+	tried := map[string]bool{}
+	for name := range statements {
+		tried[strings.Split(name, "/")[0]] = true
+	}
 	for _, name := range updatesOfDeliveries(t) {
-		if _, ok := statements[name]; !ok {
+		if !tried[name] {
 			t.Errorf("db/queries' %s updates notification_deliveries and is not tried here: add it to maybeSentStatements", name)
 		}
 	}
@@ -234,7 +235,7 @@ func TestNoStatementSaysNotSentOfWhatAProviderMayHold(t *testing.T) {
 				}
 			case after.Status == "sent":
 			case after.SettledBy != nil && *after.SettledBy == string(notify.EvidenceAnswer) && sh.onlyUnknownIsThisAttempt &&
-				(name == "ReleaseForRetry" || name == "MarkFailed"):
+				(name == "CompleteDeliveries/retry" || name == "CompleteDeliveries/failed"):
 				// The provider's own answer to this attempt, its only
 				// unknown one, refused it: settled on that evidence.
 			default:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -24,10 +25,10 @@ import (
 // rows. Each is one conditional statement that also
 // writes the delivery_events row, so a transition that no longer applies
 // (the lease was taken over, an operator got there first) changes
-// nothing and the history cannot disagree with the row. The worker's
-// three statements on the way to a send (ClaimAll, HandOverAll,
-// MarkSentAll) each take many rows, for the attempts that reach them at
-// once (internal/worker's batch.go); each row is still fenced on its own lease.
+// nothing and the history cannot disagree with the row. The worker
+// writes through three statements, each for every delivery of a task at
+// once (ClaimAll, HandOverAll, CompleteAll); each row is still fenced on
+// its own lease.
 //
 // The table is Transitions, below: every status and every move between
 // them, who makes it and the function that writes it. docs/architecture.md
@@ -53,11 +54,11 @@ var Transitions = []Transition{
 	{[]Status{StatusPending}, StatusSending, "worker", "claim: its time has come (not_before, from send_at), no block; a fresh lease and, the first time, the stored Message-ID", []string{"ClaimAll"}},
 	{[]Status{StatusSending}, StatusSending, "worker", "claim of an expired lease that was never handed over (the worker died before the data)", []string{"ClaimAll"}},
 	{[]Status{StatusSending}, StatusSending, "worker", "the last lease check before the data (handed_over_at), with what the message is: its subject, language and template version", []string{"HandOverAll"}},
-	{[]Status{StatusSending}, StatusSent, "worker", "the provider accepted the message", []string{"MarkSentAll"}},
-	{[]Status{StatusSending}, StatusPending, "worker", "refused before the data, the provider refusing us, or deferred: try later; pinned to the provider when it may have taken it (a 5xx after the request, at a provider that refuses a second message under our key)", []string{"Release"}},
-	{[]Status{StatusSending}, StatusFailed, "worker", "refused for good for this recipient, or deferred past DELIVERY_MAX_AGE, and no earlier attempt's outcome is unknown", []string{"MarkFailed"}},
-	{[]Status{StatusSending}, StatusHeld, "worker", "the template cannot render the stored data, the provider's window for a second message under our key has passed since an attempt whose outcome is unknown, or it is refused now while an earlier attempt's outcome is unknown", []string{"HoldAttempt"}},
-	{[]Status{StatusSending}, StatusSending, "worker", "no answer after the data (ambiguous), or a dead attempt found that had handed over: left for the reconciler", []string{"MarkAmbiguous", "NoteAmbiguous"}},
+	{[]Status{StatusSending}, StatusSent, "worker", "the provider accepted the message", []string{"CompleteAll"}},
+	{[]Status{StatusSending}, StatusPending, "worker", "refused before the data, the provider refusing us, or deferred: try later; pinned to the provider when it may have taken it (a 5xx after the request, at a provider that refuses a second message under our key)", []string{"CompleteAll"}},
+	{[]Status{StatusSending}, StatusFailed, "worker", "refused for good for this recipient, or deferred past DELIVERY_MAX_AGE, and no earlier attempt's outcome is unknown", []string{"CompleteAll"}},
+	{[]Status{StatusSending}, StatusHeld, "worker", "the template cannot render the stored data, the provider's window for a second message under our key has passed since an attempt whose outcome is unknown, or it is refused now while an earlier attempt's outcome is unknown", []string{"CompleteAll"}},
+	{[]Status{StatusSending}, StatusSending, "worker", "no answer after the data (ambiguous), or a dead attempt found that had handed over: left for the reconciler", []string{"CompleteAll", "NoteAmbiguous"}},
 	{[]Status{StatusPending}, StatusFailed, "worker", "tries began more than DELIVERY_MAX_AGE ago (expired), and no attempt may have reached a provider", []string{"ExpirePending"}},
 	{[]Status{StatusPending, StatusSending}, StatusSuppressed, "worker", "the recipient is on the suppression list (a hard bounce, a complaint, an operator), or left a subscription template's mail; a sending row only if its attempt died before its hand-over; never one that may have been sent", []string{"SuppressPending", "SuppressUnsubscribed"}},
 	{[]Status{StatusPending}, StatusCancelled, "API (the notification's owner), operator", "called off before a worker claimed it, and no attempt of it may have reached a provider (an operator may say it did not, having checked)", []string{"Cancel", "CancelTemplate"}},
@@ -103,16 +104,13 @@ func recordIntent(ctx context.Context, q *dbsqlc.Queries, d Delivery) (dbsqlc.No
 	return dbsqlc.NotificationDelivery(row), err == nil, err
 }
 
-// ---- The worker (internal/worker): one attempt. ----
+// ---- The worker (internal/worker): a task's attempts. ----
 //
-// Each takes the attempt's lease, which fences its write: a write that no
-// longer applies is ErrLeaseLost (another worker, or the reconciler, took
-// the row), and the attempt writes nothing more. A write on a row the
-// claim did not take is conditional on what the claim saw: ErrRaced when
-// the row changed in between. The three statements on the way to a send
-// (ClaimAll, HandOverAll, MarkSentAll) take many attempts at once: the
-// worker's smart batching shares one statement among the attempts that
-// reach it together; each row keeps its own fence.
+// Each row is written under its attempt's lease, which fences the write:
+// a row another worker, or the reconciler, took is left as it is, and
+// the attempt writes nothing more. A write on a row the claim did not
+// take is conditional on what the claim saw: ErrRaced when the row
+// changed in between.
 
 // Lease is one attempt's hold on a row: its token fences every write.
 type Lease struct {
@@ -261,39 +259,14 @@ func HandOverAll(ctx context.Context, db DB, hs []HandOverArgs) ([]bool, error) 
 	return heldBy(ls, rows), nil
 }
 
-// SentArgs is an acceptance to record: the attempt, the provider's id
-// for the message and the language it was written in.
-type SentArgs struct {
-	Leased
-	ProviderID, Language string
-}
-
-// MarkSentAll records the provider's acceptance of every attempt of ss
-// at once, and in the history the language each e-mail was written in:
-// ok[i] reports whether ss[i] still held its lease (false: fenced out).
-func MarkSentAll(ctx context.Context, db DB, ss []SentArgs) ([]bool, error) {
-	p := dbsqlc.MarkSentDeliveriesParams{Actor: ss[0].Lease.Actor}
-	ls := make([]Leased, len(ss))
-	for i, s := range ss {
-		p.Ids, p.LeaseTokens = append(p.Ids, s.ID), append(p.LeaseTokens, s.Lease.Token)
-		p.ProviderMessageIds, p.Languages = append(p.ProviderMessageIds, providerIDText(s.ProviderID)), append(p.Languages, s.Language)
-		ls[i] = s.Leased
-	}
-	rows, err := dbsqlc.New(db).MarkSentDeliveries(ctx, p)
-	if err != nil {
-		return nil, err
-	}
-	return heldBy(ls, rows), nil
-}
-
 // providerIDText is a provider's id for a message as stored: the
 // provider's own bytes (an SMTP server's "queued as" token, a JSON
 // string) may hold what PostgreSQL's text refuses, and an acceptance
 // must be recorded whatever its id looks like.
 func providerIDText(id string) string { return textrule.Clip(id, 1000) }
 
-// leasedRow is what the hand-over and sent statements return for each
-// row they wrote: the delivery and the lease it was written under.
+// leasedRow is what the hand-over statement returns for each row it
+// wrote: the delivery and the lease it was written under.
 type leasedRow = struct {
 	ID         uuid.UUID
 	LeaseToken *uuid.UUID
@@ -301,7 +274,7 @@ type leasedRow = struct {
 
 // heldBy reports, for each attempt of ls, whether a statement's rows
 // came back with its lease token: whether it still held the row.
-func heldBy[R dbsqlc.HandOverDeliveriesRow | dbsqlc.MarkSentDeliveriesRow](ls []Leased, rows []R) []bool {
+func heldBy(ls []Leased, rows []dbsqlc.HandOverDeliveriesRow) []bool {
 	ok := make([]bool, len(ls))
 	for _, r := range rows {
 		t := leasedRow(r).LeaseToken
@@ -314,40 +287,73 @@ func heldBy[R dbsqlc.HandOverDeliveriesRow | dbsqlc.MarkSentDeliveriesRow](ls []
 	return ok
 }
 
-// ExtendLease renews the lease while a send runs (no status change); a
-// renewal that fails is only a shorter lease.
-func ExtendLease(ctx context.Context, db DB, id uuid.UUID, l Lease) {
-	_, _ = dbsqlc.New(db).ExtendLease(ctx, dbsqlc.ExtendLeaseParams{ID: id, LeaseToken: l.Token, LeaseSeconds: l.TTL.Seconds()})
+// ExtendLeases renews the leases of ls while their sends run (no status
+// change), in one statement; a renewal that fails is only a shorter
+// lease. The leases share the worker's length.
+func ExtendLeases(ctx context.Context, db DB, ls []Leased) {
+	if len(ls) == 0 {
+		return
+	}
+	p := dbsqlc.ExtendLeasesParams{LeaseSeconds: ls[0].Lease.TTL.Seconds()}
+	for _, l := range ls {
+		p.Ids, p.LeaseTokens = append(p.Ids, l.ID), append(p.LeaseTokens, l.Lease.Token)
+	}
+	_ = dbsqlc.New(db).ExtendLeases(ctx, p)
 }
 
-// Release puts the delivery back to pending for a later attempt; with
-// refund the attempt does not count (it never reached the recipient).
-// provider is the one the attempt went to, for the history; "" if none.
-// With pin, the next attempts go to that provider alone: it may have the
-// message.
-func Release(ctx context.Context, db DB, id uuid.UUID, l Lease, provider, reason string, refund, pin bool) error {
-	return fenced(dbsqlc.New(db).ReleaseForRetry(ctx, dbsqlc.ReleaseForRetryParams{ID: id, LeaseToken: l.Token, LastError: reason, Provider: provider,
-		Actor: l.Actor, RefundAttempt: refund, Pin: pin}))
+// Outcome is what an attempt's send ended in, as the worker records it
+// (CompleteAll).
+type Outcome string
+
+const (
+	OutcomeSent      Outcome = "sent"      // the provider accepted the message
+	OutcomeRetry     Outcome = "retry"     // back to pending, for a later attempt
+	OutcomeFailed    Outcome = "failed"    // refused for good, or deferred past DELIVERY_MAX_AGE
+	OutcomeHeld      Outcome = "held"      // for an operator
+	OutcomeAmbiguous Outcome = "ambiguous" // left sending, for the reconciler
+)
+
+// Change is one attempt's outcome to record: the attempt, what it ended
+// in and why (the row's last_error and the history's), and with it what
+// that outcome carries.
+type Change struct {
+	Leased
+	Outcome  Outcome
+	Reason   string
+	Provider string // the provider the attempt went to, for the history; "" if none
+	// Refund (OutcomeRetry): the attempt does not count: it never
+	// reached the recipient's acceptance. Pin: the provider may have the
+	// message; the next attempts go to it alone.
+	Refund, Pin bool
+	// ProviderID, Language (OutcomeSent): the provider's id for the
+	// message and the language it was written in.
+	ProviderID, Language string
 }
 
-// MarkFailed gives the delivery up: the provider refused this recipient
-// for good, or it was deferred past DELIVERY_MAX_AGE.
-func MarkFailed(ctx context.Context, db DB, id uuid.UUID, l Lease, provider, reason string) error {
-	return fenced(dbsqlc.New(db).MarkFailed(ctx, dbsqlc.MarkFailedParams{ID: id, LeaseToken: l.Token, LastError: reason, Provider: provider, Actor: l.Actor}))
-}
-
-// HoldAttempt holds the delivery for an operator: the template cannot
-// render its data, or an unknown attempt's resend window has passed.
-func HoldAttempt(ctx context.Context, db DB, id uuid.UUID, l Lease, reason string) error {
-	return fenced(dbsqlc.New(db).HoldAttempt(ctx, dbsqlc.HoldAttemptParams{ID: id, LeaseToken: l.Token, LastError: reason, Actor: l.Actor}))
-}
-
-// MarkAmbiguous leaves the row sending, with the reason, for the
-// reconciler; its lease runs one more TTL so that a provider still busy
-// with the message has time to finish before it is asked.
-func MarkAmbiguous(ctx context.Context, db DB, id uuid.UUID, l Lease, provider, reason string) error {
-	return fenced(dbsqlc.New(db).MarkAmbiguous(ctx, dbsqlc.MarkAmbiguousParams{ID: id, LeaseToken: l.Token, LastError: reason, Provider: provider,
-		Actor: l.Actor, LeaseSeconds: l.TTL.Seconds()}))
+// CompleteAll records the outcome of every attempt of cs, in one
+// statement (CompleteDeliveries): ok[i] reports whether cs[i] still held
+// its row (false: another worker or the reconciler took it, and nothing
+// was written for it). The attempts share the worker's lease length and
+// actor; ids are distinct.
+func CompleteAll(ctx context.Context, db DB, cs []Change) ([]bool, error) {
+	p := dbsqlc.CompleteDeliveriesParams{Async: true, LeaseSeconds: cs[0].Lease.TTL.Seconds(), Actor: cs[0].Lease.Actor}
+	for _, c := range cs {
+		p.Ids, p.LeaseTokens = append(p.Ids, c.ID), append(p.LeaseTokens, c.Lease.Token)
+		p.Outcomes, p.Reasons = append(p.Outcomes, string(c.Outcome)), append(p.Reasons, textrule.Clip(c.Reason, 1000))
+		p.Refunds, p.Pins = append(p.Refunds, c.Refund), append(p.Pins, c.Pin)
+		p.ProviderMessageIds, p.Languages = append(p.ProviderMessageIds, providerIDText(c.ProviderID)), append(p.Languages, c.Language)
+		p.Providers = append(p.Providers, c.Provider)
+		p.Async = p.Async && c.Outcome == OutcomeSent
+	}
+	ids, err := dbsqlc.New(db).CompleteDeliveries(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	ok := make([]bool, len(cs))
+	for i, c := range cs {
+		ok[i] = slices.Contains(ids, c.ID)
+	}
+	return ok, nil
 }
 
 // NoteAmbiguous records why a worker that found a dead, handed-over

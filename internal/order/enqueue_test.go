@@ -58,7 +58,7 @@ func TestConcurrentCheckoutsShareTasks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a lone checkout's confirmation has no task of its own: %v", err)
 	}
-	if ps, err := queue.ParseTask(info.Payload); err != nil || len(ps) != 1 || strings.Contains(string(info.Payload), "deliveries") {
+	if task, err := queue.ParseTask(info.Payload); err != nil || len(task.Deliveries) != 1 || strings.Contains(string(info.Payload), "deliveries") {
 		t.Errorf("a lone checkout's task: %s, want one delivery's payload", info.Payload)
 	}
 	if _, err := e.inspector.DeleteAllPendingTasks(e.redis.Queue); err != nil {
@@ -99,7 +99,8 @@ func TestConcurrentCheckoutsShareTasks(t *testing.T) {
 	carriers := map[uuid.UUID]int{}
 	sizes := make([]int, len(tasks))
 	for i, info := range tasks {
-		ps, err := queue.ParseTask(info.Payload)
+		task, err := queue.ParseTask(info.Payload)
+		ps := task.Deliveries
 		if err != nil {
 			t.Fatalf("task %s: %v", info.ID, err)
 		}

@@ -248,6 +248,28 @@ func (b *Budget) Take(ctx context.Context, lane Lane, messages int) (Turn, error
 	return turn, nil
 }
 
+// Wait takes one request's token as Take does, waiting for it as long
+// as it is due within `within` of now: go, or the Turn to come back
+// with — one past within, or one of the later lane held back for urgent
+// requests (ByUrgent), which waits for nothing in the caller. Waiting
+// holds nothing: no claim, no lease, no lock.
+func (b *Budget) Wait(ctx context.Context, lane Lane, messages int, within time.Duration) (Turn, error) {
+	deadline := time.Now().Add(within)
+	for {
+		turn, err := b.Take(ctx, lane, messages)
+		if err != nil || turn.Go() || turn.By == ByUrgent || time.Until(deadline) < turn.Wait {
+			return turn, err
+		}
+		timer := time.NewTimer(turn.Wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return turn, ctx.Err()
+		case <-timer.C:
+		}
+	}
+}
+
 // take is Take's verdict once the pause and, for the later lane, the
 // urgent requests' hold are read (how long each still lasts; 0 for
 // none): the pause's, the hold's, or the tokens' at rate.

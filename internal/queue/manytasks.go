@@ -266,11 +266,11 @@ func inspectMany(ins *asynq.Inspector, queue, taskID string) (taskOfMany, error)
 	if err != nil || info == nil {
 		return taskOfMany{}, err
 	}
-	ps, err := ParseTask(info.Payload)
+	task, err := ParseTask(info.Payload)
 	if err != nil {
 		return taskOfMany{}, nil //nolint:nilerr // a payload no worker can read carries no delivery
 	}
-	t := taskOfMany{info: info, members: ps}
+	t := taskOfMany{info: info, members: task.Deliveries}
 	if info.State == asynq.TaskStateActive {
 		t.orphaned = orphaned(ins, queue, info.ID)
 	}

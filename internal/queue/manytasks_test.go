@@ -81,12 +81,12 @@ func (e *queueEnv) tasks(t *testing.T, name string) []queuedTask {
 			t.Fatal(err)
 		}
 		for _, info := range infos {
-			ps, err := queue.ParseTask(info.Payload)
+			task, err := queue.ParseTask(info.Payload)
 			if err != nil {
 				t.Fatalf("task %s: %v", info.ID, err)
 			}
 			qt := queuedTask{id: info.ID, queue: name, state: info.State, payload: string(info.Payload)}
-			for _, p := range ps {
+			for _, p := range task.Deliveries {
 				qt.deliveries = append(qt.deliveries, p.DeliveryID)
 			}
 			out = append(out, qt)

@@ -50,6 +50,17 @@ type Payload struct {
 type taskPayload struct {
 	Payload
 	Deliveries []Payload `json:"deliveries,omitempty"`
+	// Batch: the deliveries are the members, in order, of a batch handed
+	// to a provider whose outcome stayed unknown (its key,
+	// notify.BatchMembers): they go again only together, as that batch.
+	Batch string `json:"batch,omitempty"`
+}
+
+// Task is what a task carries: its deliveries, in order, and, for a
+// batch sent again whole, the batch's key.
+type Task struct {
+	Deliveries []Payload
+	Batch      string
 }
 
 // MaxTaskDeliveries bounds the deliveries of one task: a batch at
@@ -61,34 +72,36 @@ const MaxTaskDeliveries = 100
 // mail.KeyHash's (a value the claim's statement could not take, a NUL,
 // would fail every claim batched with it); a task names a delivery once,
 // and holds one form or the other, not both.
-func ParseTask(b []byte) ([]Payload, error) {
+func ParseTask(b []byte) (Task, error) {
 	var t taskPayload
 	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, err
+		return Task{}, err
 	}
 	ps := t.Deliveries
 	switch {
 	case len(ps) > 0 && (t.DeliveryID != uuid.Nil || t.KeyHash != ""):
-		return nil, errors.New("a task carries delivery_id and key_hash, or deliveries, not both")
+		return Task{}, errors.New("a task carries delivery_id and key_hash, or deliveries, not both")
 	case len(ps) > MaxTaskDeliveries:
-		return nil, fmt.Errorf("%d deliveries, at most %d a task", len(ps), MaxTaskDeliveries)
+		return Task{}, fmt.Errorf("%d deliveries, at most %d a task", len(ps), MaxTaskDeliveries)
 	case len(ps) == 0:
 		ps = []Payload{t.Payload}
+	case len(t.Batch) > 200:
+		return Task{}, errors.New("a batch key of over 200 bytes")
 	}
 	seen := make(map[uuid.UUID]bool, len(ps))
 	for i, p := range ps {
 		if p.DeliveryID == uuid.Nil || p.KeyHash == "" {
-			return nil, fmt.Errorf("%sdelivery_id and key_hash are required", member(i, len(ps)))
+			return Task{}, fmt.Errorf("%sdelivery_id and key_hash are required", member(i, len(ps)))
 		}
 		if !isKeyHash(p.KeyHash) {
-			return nil, fmt.Errorf("%skey_hash is not 32 lowercase hexadecimal digits", member(i, len(ps)))
+			return Task{}, fmt.Errorf("%skey_hash is not 32 lowercase hexadecimal digits", member(i, len(ps)))
 		}
 		if seen[p.DeliveryID] {
-			return nil, fmt.Errorf("%sdelivery %s is named twice", member(i, len(ps)), p.DeliveryID)
+			return Task{}, fmt.Errorf("%sdelivery %s is named twice", member(i, len(ps)), p.DeliveryID)
 		}
 		seen[p.DeliveryID] = true
 	}
-	return ps, nil
+	return Task{Deliveries: ps, Batch: t.Batch}, nil
 }
 
 // member names the i-th of n deliveries in an error, when there are many.
@@ -188,6 +201,40 @@ func Requeue(ctx context.Context, client *asynq.Client, queue string, p Payload,
 		return fmt.Errorf("requeue delivery %s: %w", p.DeliveryID, err)
 	}
 	return nil
+}
+
+// BatchTaskID is the asynq task id of a batch sent again whole: one
+// task for the batch, however many of its members ask for it.
+func BatchTaskID(key string) string { return "batch-replay:" + key }
+
+// EnqueueBatch puts on queue the task that sends the batch of key
+// again whole: its members ms, in the batch's order (notify.BatchMembers),
+// after after. A task of that batch already there will do.
+func EnqueueBatch(ctx context.Context, client *asynq.Client, queue, key string, ms []notify.Delivery, after time.Duration) error {
+	ps := make([]Payload, len(ms))
+	for i, d := range ms {
+		ps[i] = Payload{DeliveryID: d.ID, KeyHash: mail.KeyHash(d.IdempotencyKey)}
+	}
+	payload, _ := json.Marshal(taskPayload{Deliveries: ps, Batch: key}) // cannot fail
+	headers := propagation.MapCarrier{}
+	tracing.Propagator.Inject(ctx, headers)
+	_, err := client.EnqueueContext(ctx, asynq.NewTaskWithHeaders(TaskTypeDeliver, payload, headers),
+		asynq.TaskID(BatchTaskID(key)), asynq.Queue(queue), asynq.MaxRetry(maxTaskRetries), asynq.ProcessIn(after))
+	if err != nil && !errors.Is(err, asynq.ErrTaskIDConflict) {
+		return fmt.Errorf("enqueue batch %s again: %w", key, err)
+	}
+	return nil
+}
+
+// EnqueueBatch puts on the queue the task that sends the batch of key
+// again whole, with its members due (notify.BatchMembers' pending and
+// sending ones that still name it), in the batch's order. A task of that
+// batch already there will do.
+func (e *Enqueuer) EnqueueBatch(ctx context.Context, key string, ms []notify.Delivery) error {
+	if len(ms) == 0 {
+		return nil
+	}
+	return EnqueueBatch(ctx, e.client, e.queueFor(ms[0]), key, ms, 0)
 }
 
 // Enqueuer hands recorded deliveries to the queue.

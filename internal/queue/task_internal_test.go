@@ -30,7 +30,8 @@ func TestParseTask(t *testing.T) {
 		t.Errorf("one delivery's payload %s, want {delivery_id, key_hash} alone", one)
 	}
 	for _, n := range []int{1, 3} {
-		ps, err := ParseTask(NewDeliveriesTask(ds[:n]).Payload())
+		task, err := ParseTask(NewDeliveriesTask(ds[:n]).Payload())
+		ps := task.Deliveries
 		if err != nil || len(ps) != n {
 			t.Fatalf("%d deliveries: %v, %v", n, ps, err)
 		}

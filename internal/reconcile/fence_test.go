@@ -141,9 +141,10 @@ func TestALateWorkersOutcomeIsNotOverwritten(t *testing.T) {
 	// will not show the message yet.
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	marked, err := dbsqlc.New(e.db.Pool).MarkSentDeliveries(wctx, dbsqlc.MarkSentDeliveriesParams{
-		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, ProviderMessageIds: []string{"late-250"}, Languages: []string{"en"},
-		Actor: "frozen-worker",
+	marked, err := dbsqlc.New(e.db.Pool).CompleteDeliveries(wctx, dbsqlc.CompleteDeliveriesParams{
+		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, Outcomes: []string{"sent"}, Reasons: []string{""}, Refunds: []bool{false},
+		Pins: []bool{false}, ProviderMessageIds: []string{"late-250"}, Languages: []string{"en"}, Providers: []string{""}, Async: true,
+		LeaseSeconds: 30, Actor: "frozen-worker",
 	})
 	if err != nil || len(marked) != 1 {
 		t.Fatalf("the late worker's sent while the reconciler asks: %d rows, %v; want it recorded at once", len(marked), err)

@@ -392,10 +392,40 @@ func (r *Reconciler) settle(ctx context.Context, rep *Report, d notify.Delivery,
 		return nil
 	}
 	r.record(rep, d, s.decision, s.reason)
-	if s.to == notify.StatusPending {
+	switch {
+	case s.decision == DecisionBatchReplay:
+		r.queueBatch(ctx, rep, d)
+	case s.to == notify.StatusPending:
 		r.ensureQueued(ctx, rep, d)
 	}
 	return nil
+}
+
+// queueBatch gives the batch d was handed over in its task, once every
+// member still due (pending or sending, naming the batch) is back to
+// pending: the batch goes again only whole, in one task. The last of its
+// members the reconciler takes back queues it.
+func (r *Reconciler) queueBatch(ctx context.Context, rep *Report, d notify.Delivery) {
+	members, err := notify.BatchMembers(ctx, r.db, d.HandoverBatch)
+	if err != nil {
+		r.record(rep, d, DecisionEnqueueFailed, err.Error())
+		return
+	}
+	var due []notify.Delivery
+	for _, m := range members {
+		if m.HandoverBatch != d.HandoverBatch {
+			continue
+		}
+		switch m.Status {
+		case notify.StatusSending:
+			return // not back yet: its turn queues the batch
+		case notify.StatusPending:
+			due = append(due, m)
+		}
+	}
+	if err := r.enqueuer.EnqueueBatch(ctx, d.HandoverBatch, due); err != nil {
+		r.record(rep, d, DecisionEnqueueFailed, err.Error())
+	}
 }
 
 // lookupTimeout bounds one provider look-up.

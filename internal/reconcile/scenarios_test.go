@@ -491,8 +491,8 @@ func TestOrphansAreRequeuedInTasksOfMany(t *testing.T) {
 		t.Errorf("%d tasks for %d orphans, want at most %d", len(tasks), n, 1+n/bound)
 	}
 	for _, info := range tasks {
-		if ps, err := queue.ParseTask(info.Payload); err != nil || len(ps) > bound {
-			t.Errorf("task %s carries %d deliveries (%v), past the bound %d", info.ID, len(ps), err, bound)
+		if task, err := queue.ParseTask(info.Payload); err != nil || len(task.Deliveries) > bound {
+			t.Errorf("task %s carries %d deliveries (%v), past the bound %d", info.ID, len(task.Deliveries), err, bound)
 		}
 	}
 	carriers := e.carriers(t)
@@ -535,7 +535,8 @@ func (e *env) carriers(t *testing.T) map[uuid.UUID]int {
 			t.Fatal(err)
 		}
 		for _, info := range infos {
-			ps, err := queue.ParseTask(info.Payload)
+			task, err := queue.ParseTask(info.Payload)
+			ps := task.Deliveries
 			if err != nil {
 				t.Fatalf("task %s: %v", info.ID, err)
 			}

@@ -50,12 +50,12 @@ func decodeError(body []byte) apiError {
 //	                                         unavailable
 //	404/405 not_found, method_not_allowed     unavailable (a wrong base URL)
 //	400     invalid_idempotency_key          unavailable (our keys are 71 characters: a bug)
-//	409     concurrent_idempotent_requests   temporary: the first request is still running;
-//	                                         trying again later gets its answer
-//	409     invalid_idempotent_request       permanent: Resend holds another body under this
-//	                                         delivery's key, so it was handed over before
-//	                                         (the template changed in between?) and a new
-//	                                         key would send a second e-mail; see the reason
+//	409     concurrent_idempotent_requests   key in flight: the first request under our key
+//	                                         is still running, and may be taken; trying again
+//	                                         later gets its answer
+//	409     invalid_idempotent_request       key taken: Resend holds another body under our
+//	                                         key (a batch's, or the delivery's: the template
+//	                                         changed in between?), so it took that one
 //	400/422 validation_error, invalid_to_address about `to`
 //	                                         permanent (recipient)
 //	400/422 … about `from`                   unavailable (sender)
@@ -80,10 +80,11 @@ func classify(status int, e apiError) *mail.SendError {
 	case e.Name == "invalid_idempotency_key":
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
 	case e.Name == "concurrent_idempotent_requests":
-		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData
+		se.Outcome, se.Stage = mail.OutcomeKeyInFlight, mail.StageData
+		se.Err = fmt.Errorf("%w (an earlier request under this idempotency key is in flight: Resend may have taken it)", se.Err)
 	case e.Name == "invalid_idempotent_request":
-		se.Outcome, se.Stage = mail.OutcomePermanent, mail.StageData
-		se.Err = fmt.Errorf("%w (Resend already took a request with another body under this idempotency key within %s, so it may have sent it: check Resend's log before retrying; a retry after %s sends it again)", se.Err, DedupWindow, DedupWindow)
+		se.Outcome, se.Stage = mail.OutcomeKeyTaken, mail.StageData
+		se.Err = fmt.Errorf("%w (Resend already took a request with another body under this idempotency key within %s: it sent that one)", se.Err, DedupWindow)
 	case e.Name == "missing_required_field" || e.Name == "missing_required_parameter":
 		se.Outcome, se.Stage = mail.OutcomeTemporary, mail.StageData // our request lacks a field: a bug, not the recipient
 	case e.Name == "invalid_to_address" || httpprovider.MentionsField(msg, "to"):

@@ -7,8 +7,7 @@
 // flight, so batches grow with the load. No goroutine of its own: the
 // round trip runs on a caller's.
 //
-// The worker shares its claim, hand-over and sent statements this way;
-// the enqueuer after a checkout's commit shares a queue task among the
+// The enqueuer after a checkout's commit shares a queue task among the
 // deliveries that arrive together.
 package smartbatch
 

@@ -75,8 +75,7 @@ func BenchmarkClaimHandOverSent(b *testing.B) {
 			if rows, err := q.HandOverDeliveries(ctx, dbsqlc.HandOverDeliveriesParams{Ids: one, LeaseTokens: lease, LeaseSeconds: 30, Actor: "bench"}); err != nil || len(rows) != 1 {
 				b.Fatalf("hand-over: %d rows, %v", len(rows), err)
 			}
-			if rows, err := q.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{Ids: one, LeaseTokens: lease,
-				ProviderMessageIds: []string{"p"}, Languages: []string{"id"}, Actor: "bench"}); err != nil || len(rows) != 1 {
+			if rows, err := q.CompleteDeliveries(ctx, sentParams(one, lease)); err != nil || len(rows) != 1 {
 				b.Fatalf("sent: %d rows, %v", len(rows), err)
 			}
 		}

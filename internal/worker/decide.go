@@ -230,15 +230,17 @@ func decideOutcome(d notify.Delivery, providerID string, sendErr error, now time
 	}
 	var re *renderError
 	if errors.As(sendErr, &re) {
-		// An operator's problem (fix the template or the data, then
-		// retry), held in plain sight rather than failed.
-		reason := "held: " + re.Error()
-		return step{write: writeHeld, to: notify.StatusHeld, reason: reason, result: resultHeld, outcome: "held",
-			answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
+		return decideUnrenderable(re)
 	}
 
 	se := sendErrorOf(sendErr)
 	attrs := append([]slog.Attr{slog.String("error_class", se.Outcome.String()), slog.String("stage", string(se.Stage))}, replyAttrs(se.Reply)...)
+	if se.Outcome == mail.OutcomeKeyTaken {
+		// The provider holds a request under this key, with another body:
+		// it took that one (the key was only ever this delivery's, or its
+		// batch's), so the message was sent, though no id says so.
+		return step{write: writeSent, to: notify.StatusSent, result: resultSent, outcome: "sent", attrs: append(attrs, slog.Bool("key_taken", true))}
+	}
 	reason := textrule.Clip(sendErr.Error(), 1000)
 	retried := func(refund bool, label string) step {
 		return step{write: writeRetry, to: notify.StatusPending, reason: reason, refund: refund, pin: se.MayHaveAccepted(), result: resultRetried,
@@ -267,6 +269,13 @@ func decideOutcome(d notify.Delivery, providerID string, sendErr error, now time
 			s.providerDown = se
 		}
 		return s
+	}
+	if se.Outcome == mail.OutcomeKeyInFlight {
+		// An earlier request under its key (its own, or its batch's) is
+		// still in flight at a provider that refuses a second one under
+		// it: asking again later, under the same key, gets that one's
+		// answer. Pinned there: it may be taken.
+		return retried(true, deferredReason(se.Reply))
 	}
 	if se.MayHaveAccepted() && se.Outcome != mail.OutcomeAmbiguous && !dedupes {
 		// Sending it again could deliver a second e-mail: a provider that
@@ -312,6 +321,67 @@ func decideOutcome(d notify.Delivery, providerID string, sendErr error, now time
 	default: // mail.OutcomeAmbiguous
 		return ambiguous()
 	}
+}
+
+// decideCachedSent: the status cache says the delivery is sent; nothing
+// to do, no lock taken.
+func decideCachedSent() step {
+	return step{duplicate: "cache", result: duplicateResult("cache")}
+}
+
+// decideLockBusy: another worker holds the delivery's lock; it comes back
+// shortly.
+func decideLockBusy() step {
+	return step{duplicate: "lock", retry: "lock_busy", result: duplicateResult("lock"), answer: answerWait, err: errLockBusy,
+		waitBase: 500 * time.Millisecond, waitSpread: time.Second}
+}
+
+// decideRedisError: the lock could not be taken or asked: back later.
+func decideRedisError(err error) step {
+	return step{retry: "redis", result: resultRedisError, answer: answerRetry, err: err}
+}
+
+// decideDBError: a statement failed; the delivery comes back.
+func decideDBError(err error) step {
+	return step{retry: "database", result: resultDBError, answer: answerRetry, err: err}
+}
+
+// decideDrainingBeforeClaim: the worker is shutting down and the
+// delivery is not claimed: another worker takes the task.
+func decideDrainingBeforeClaim() step {
+	return step{result: resultHandedBack, handedBack: "shutdown", answer: answerWait, err: errDraining,
+		waitBase: 500 * time.Millisecond, waitSpread: 500 * time.Millisecond}
+}
+
+// decideUnrenderable holds a delivery whose template cannot render its
+// stored data: an operator's problem (fix the template or the data, then
+// retry), held in plain sight rather than failed.
+func decideUnrenderable(err error) step {
+	reason := "held: " + err.Error()
+	return step{write: writeHeld, to: notify.StatusHeld, reason: reason, result: resultHeld, outcome: "held",
+		answer: answerSkip, err: fmt.Errorf("%s: %w", reason, asynq.SkipRetry)}
+}
+
+// errReplayPutOff: the batch could not be sent again whole now.
+var errReplayPutOff = errors.New("its batch cannot be sent again whole now; every member waits for the next try")
+
+// decideReplayPutOff is the step of a member of a batch sent again whose
+// batch cannot go whole now: back to pending, still pinned, the attempt
+// not counted, and the batch's task again after a wait.
+func decideReplayPutOff(why string) step {
+	reason := errReplayPutOff.Error() + ": " + why
+	return step{write: writeRetry, to: notify.StatusPending, reason: reason, refund: true, pin: true, result: resultReplayPutOff,
+		outcome: "retried", retry: "batch_replay", answer: answerWait, err: fmt.Errorf("%w: %s", errReplayPutOff, why),
+		waitBase: 2 * time.Second, waitSpread: 2 * time.Second}
+}
+
+// decideLeftToBatch is the step of a delivery whose outcome is unknown in
+// batch at its provider, met in a task other than the batch's: back to
+// pending, pinned, uncounted, and done here; the batch's own task sends
+// it again, whole.
+func decideLeftToBatch(batch string) step {
+	reason := "sent again only in its batch " + batch + ", whole, by the batch's task"
+	return step{write: writeRetry, to: notify.StatusPending, reason: reason, refund: true, pin: true, result: resultLeftToBatch}
 }
 
 // fencedOut is the step of an attempt whose lease another worker took

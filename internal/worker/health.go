@@ -35,9 +35,23 @@ type route struct {
 	provider mail.Provider
 	resend   time.Duration // NamedProvider.Resend
 	budget   *pace.Budget  // NamedProvider.Budget: nil, unpaced
-	line     *line         // this worker's queue for budget's tokens
-	convoy   *convoy       // its requests of many messages; nil: one message a request
-	health   *health
+	// batcher takes many messages a request (mail.Batcher), with
+	// PROVIDER_BATCHES: a task's messages go to it in requests of up to
+	// max; nil: one message a request.
+	batcher mail.Batcher
+	max     int
+	batches bool // batcher != nil
+	health  *health
+}
+
+// newRoute is the route of p, its requests of many when batches allows
+// and p takes them.
+func newRoute(p NamedProvider, batches bool, h *health) *route {
+	r := &route{name: p.Name, provider: p.Provider, resend: p.Resend, budget: p.Budget, health: h, max: 1}
+	if b, ok := p.Provider.(mail.Batcher); ok && batches && b.MaxBatch() > 1 {
+		r.batcher, r.max, r.batches = b, b.MaxBatch(), true
+	}
+	return r
 }
 
 // anyAvailable reports whether some provider is up.

@@ -6,8 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -118,15 +118,6 @@ func (l redisLock) acquire(ctx context.Context, keyHash string) (token string, g
 	return rs[0].token, rs[0].got, nil
 }
 
-// extend pushes the lock's expiry out by ttl if it is still ours.
-func (l redisLock) extend(ctx context.Context, keyHash, token string) (bool, error) {
-	n, err := extendScript.Run(ctx, l.rdb, []string{LockKey(keyHash)}, token, l.ttl.Milliseconds()).Int()
-	if err != nil {
-		return false, fmt.Errorf("extend lock: %w", err)
-	}
-	return n == 1, nil
-}
-
 // release deletes the lock if it is still ours. With sent, it first
 // writes the status cache, in the same script.
 func (l redisLock) release(ctx context.Context, keyHash, token string, sent bool) (bool, error) {
@@ -134,6 +125,8 @@ func (l redisLock) release(ctx context.Context, keyHash, token string, sent bool
 	return rs[0].released, rs[0].err
 }
 
+// cacheSent writes "sent" into the status cache of a delivery whose lock
+// this worker does not hold (a task that found it sent).
 func (l redisLock) cacheSent(ctx context.Context, keyHash string) error {
 	if err := l.rdb.Set(ctx, SentKey(keyHash), string(notify.StatusSent), sentCacheTTL).Err(); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("cache sent status: %w", err)
@@ -141,19 +134,37 @@ func (l redisLock) cacheSent(ctx context.Context, keyHash string) error {
 	return nil
 }
 
-// heartbeat renews the Redis lock and the row's lease while a send runs.
+// heartbeat renews a task's locks and leases while its sends run: one
+// goroutine, one pipeline to Redis and one statement to PostgreSQL a
+// beat, for all of them.
 type heartbeat struct {
-	lost   atomic.Bool
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-func (w *Worker) startHeartbeat(ctx context.Context, a *attempt) *heartbeat {
+// startHeartbeat renews the locks and leases of the claimed jobs every
+// LockTTL/3 until stop. A lock it finds gone marks its job (lockLost):
+// that job sends nothing more. The lease is renewed even when the lock is
+// gone: while the row's lease is ours, no other worker can claim it.
+func (w *Worker) startHeartbeat(ctx context.Context, jobs []*job) *heartbeat {
+	var held []*job
+	for _, j := range jobs {
+		if j.claimed && j.lockToken != "" {
+			held = append(held, j)
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	hb := &heartbeat{cancel: cancel}
-	hb.wg.Add(1)
-	go func() {
-		defer hb.wg.Done()
+	if len(held) == 0 {
+		return hb
+	}
+	leases := make([]notify.Leased, len(held))
+	locks := make([]lockCall, len(held))
+	for i, j := range held {
+		leases[i] = notify.Leased{ID: j.p.DeliveryID, Lease: j.lease}
+		locks[i] = lockCall{keyHash: j.p.KeyHash, token: j.lockToken}
+	}
+	hb.wg.Go(func() {
 		t := time.NewTicker(w.cfg.LockTTL / 3)
 		defer t.Stop()
 		for {
@@ -162,32 +173,93 @@ func (w *Worker) startHeartbeat(ctx context.Context, a *attempt) *heartbeat {
 				return
 			case <-t.C:
 			}
-			ok, err := w.lock.extend(ctx, a.keyHash, a.lockToken)
+			extended, err := w.lock.extendAll(ctx, locks)
 			if ctx.Err() != nil {
 				return
 			}
-			if err != nil || !ok {
-				hb.lost.Store(true)
+			for i, j := range held {
+				if err != nil || !extended[i] {
+					j.lockLost.Store(true)
+				}
 			}
-			// The lease is renewed even when the lock is gone: while the
-			// row's lease is ours, no other worker can claim it.
-			notify.ExtendLease(ctx, w.db, a.row.ID, a.lease)
+			notify.ExtendLeases(ctx, w.db, leases)
 		}
-	}()
+	})
 	return hb
 }
 
-func (h *heartbeat) lockLost() bool { return h.lost.Load() }
-
+// stop ends the heartbeat and waits for its last beat; again, it does
+// nothing.
 func (h *heartbeat) stop() {
 	h.cancel()
 	h.wg.Wait()
 }
 
-// The lock's round trips, shared among the attempts that make them at
-// once (internal/smartbatch): one pipeline of the same scripts, each
-// still on its own delivery's keys (one slot each on a Redis Cluster,
-// which go-redis sends to each key's node).
+// extend pushes the lock's expiry out by the TTL if it is still ours.
+func (l redisLock) extend(ctx context.Context, keyHash, token string) (bool, error) {
+	ok, err := l.extendAll(ctx, []lockCall{{keyHash: keyHash, token: token}})
+	if err != nil {
+		return false, err
+	}
+	return ok[0], nil
+}
+
+// extendAll pushes the expiry of each of cs' locks out by the TTL if it
+// is still theirs, in one pipeline.
+func (l redisLock) extendAll(ctx context.Context, cs []lockCall) ([]bool, error) {
+	cmds, err := l.pipelined(ctx, extendScript, len(cs), func(i int) ([]string, []any) {
+		return []string{LockKey(cs[i].keyHash)}, []any{cs[i].token, l.ttl.Milliseconds()}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(cs))
+	for i, c := range cmds {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("extend lock: %w", err)
+		}
+		n, _ := c.Int()
+		out[i] = n == 1
+	}
+	return out, nil
+}
+
+// unlockAll releases every lock the task's jobs hold, in one pipeline,
+// caching "sent" for those recorded sent.
+func (w *Worker) unlockAll(ctx context.Context, jobs []*job) {
+	var held []*job
+	var calls []lockCall
+	for _, j := range jobs {
+		if j.lockToken != "" {
+			held = append(held, j)
+			calls = append(calls, lockCall{keyHash: j.p.KeyHash, token: j.lockToken, sent: j.recordedSent})
+		}
+	}
+	if len(calls) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	rs, err := w.lock.releaseAll(rctx, calls)
+	for i, j := range held {
+		r := lockResult{err: err}
+		if err == nil {
+			r = rs[i]
+		}
+		if r.err != nil {
+			j.l.set(slog.String("release_error", r.err.Error()))
+			continue
+		}
+		if !r.released && !j.lockLost.Load() {
+			// The lock expired under us without the heartbeat noticing.
+			w.metrics.lockExpired.Inc()
+		}
+	}
+}
+
+// The lock's round trips for a task's deliveries: one pipeline of the
+// same script, each still on its own delivery's keys (one slot each on a
+// Redis Cluster, which go-redis sends to each key's node).
 
 // lockCall is one attempt's acquire (token "" before) or release.
 type lockCall struct {

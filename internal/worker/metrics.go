@@ -20,7 +20,7 @@ type Metrics struct {
 	handedBack   *prometheus.CounterVec
 	providerUp   *prometheus.GaugeVec
 	batchSize    *prometheus.HistogramVec
-	// providerBatch: the messages of each request of many (convoy.go);
+	// providerBatch: the messages of each request of many (send.go);
 	// batchResent: such requests sent again, identical, after a lost
 	// answer.
 	providerBatch *prometheus.HistogramVec
@@ -50,8 +50,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		deliveries: metric.CounterVec(reg, "sekali_deliveries_total",
 			"Delivery attempts by template, outcome (sent, failed, retried, ambiguous, ...) and mode: live, or test (a test key's, which never reach a provider).", []string{"template", "outcome", "mode"}),
 		batchSize: metric.HistogramVec(reg, "sekali_statement_batch_size",
-			"Attempts served by one statement, by statement (claim, hand_over, sent): those that reached it while the previous one ran.",
-			[]float64{1, 2, 4, 8, 16, 32, 64}, []string{"statement"}),
+			"Deliveries of a task served by one statement, by statement (claim, hand_over, complete): a task's, or one request's of many.",
+			[]float64{1, 2, 4, 8, 16, 32, 64, 100}, []string{"statement"}),
 		providerBatch: metric.HistogramVec(reg, "sekali_provider_batch_size",
 			"Messages carried by each request of many to a provider that takes them (Resend, Postmark), by provider.",
 			[]float64{1, 2, 5, 10, 20, 50, 100, 200, 500}, []string{"provider"}),

@@ -46,7 +46,7 @@ func (w *Worker) Middleware(next asynq.Handler) asynq.Handler {
 		span.End()
 		msg := "delivery attempt"
 		if l.many {
-			// Each delivery said its own line (processMany); this one is
+			// Each delivery said its own line (task.go); this one is
 			// the task's.
 			msg = "task of many deliveries"
 		}

@@ -82,7 +82,7 @@ func (w *Worker) Run(ctx context.Context, cfg ServerConfig) error {
 		return RetryDelay(n, err, nil)
 	}
 	srv := asynq.NewServer(cfg.Redis, asynq.Config{
-		Concurrency: w.tasksAtOnce(concurrency),
+		Concurrency: concurrency,
 		// Urgent mail first: a task of LaterQueue (subscription mail, a
 		// delivery scheduled for later) is taken only while the queue
 		// has none, so that confirmations never wait behind them when

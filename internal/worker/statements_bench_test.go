@@ -193,12 +193,19 @@ func BenchmarkSent(b *testing.B) {
 			b.Fatalf("sent: %v, %v", tag, err)
 		}
 	}, func(b *testing.B, q *dbsqlc.Queries, ids, leases []uuid.UUID) {
-		p := dbsqlc.MarkSentDeliveriesParams{Ids: ids, LeaseTokens: leases, Actor: "bench"}
-		for range ids {
-			p.ProviderMessageIds, p.Languages = append(p.ProviderMessageIds, "p"), append(p.Languages, "id")
-		}
-		if rows, err := q.MarkSentDeliveries(context.Background(), p); err != nil || len(rows) != len(ids) {
+		if rows, err := q.CompleteDeliveries(context.Background(), sentParams(ids, leases)); err != nil || len(rows) != len(ids) {
 			b.Fatalf("sent: %d rows of %d, %v", len(rows), len(ids), err)
 		}
 	})
+}
+
+// sentParams records ids sent under leases, as the worker's completion
+// of accepted attempts does.
+func sentParams(ids, leases []uuid.UUID) dbsqlc.CompleteDeliveriesParams {
+	p := dbsqlc.CompleteDeliveriesParams{Ids: ids, LeaseTokens: leases, Async: true, LeaseSeconds: 30, Actor: "bench"}
+	for range ids {
+		p.Outcomes, p.Reasons, p.Refunds, p.Pins = append(p.Outcomes, "sent"), append(p.Reasons, ""), append(p.Refunds, false), append(p.Pins, false)
+		p.ProviderMessageIds, p.Languages, p.Providers = append(p.ProviderMessageIds, "p"), append(p.Languages, "id"), append(p.Providers, "")
+	}
+	return p
 }

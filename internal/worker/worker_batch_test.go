@@ -96,16 +96,18 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 		t.Fatalf("handed over under leases %v; want exactly %s and %s", handed, got[free.ID], got[other.ID])
 	}
 
-	sent, err := q.MarkSentDeliveries(ctx, dbsqlc.MarkSentDeliveriesParams{
-		Ids:                []uuid.UUID{free.ID, other.ID, held.ID},
-		LeaseTokens:        []uuid.UUID{got[free.ID], loser, uuid.New()},
-		ProviderMessageIds: []string{"p-free", "p-other", "p-held"}, Languages: []string{"id", "id", "id"}, Actor: "batch-test",
+	sent, err := q.CompleteDeliveries(ctx, dbsqlc.CompleteDeliveriesParams{
+		Ids:         []uuid.UUID{free.ID, other.ID, held.ID},
+		LeaseTokens: []uuid.UUID{got[free.ID], loser, uuid.New()},
+		Outcomes:    []string{"sent", "sent", "sent"}, Reasons: []string{"", "", ""}, Refunds: []bool{false, false, false}, Pins: []bool{false, false, false},
+		ProviderMessageIds: []string{"p-free", "p-other", "p-held"}, Languages: []string{"id", "id", "id"}, Providers: []string{"", "", ""},
+		Async: true, LeaseSeconds: 60, Actor: "batch-test",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if marked := leasesOf(sent); len(marked) != 1 || !marked[got[free.ID]] {
-		t.Fatalf("marked sent under leases %v; want only %s (the others are fenced out)", marked, got[free.ID])
+	if len(sent) != 1 || sent[0] != free.ID {
+		t.Fatalf("marked sent %v; want only %s (the others are fenced out)", sent, free.ID)
 	}
 	for d, want := range map[uuid.UUID]notify.Status{free.ID: notify.StatusSent, other.ID: notify.StatusSending, held.ID: notify.StatusSending} {
 		if now := e.f.Get(d); now.Status != want {
@@ -136,7 +138,7 @@ func TestBatchedStatementsDecideEachRowOnItsOwn(t *testing.T) {
 }
 
 // leasesOf is the set of lease tokens a batch statement returned.
-func leasesOf[R dbsqlc.HandOverDeliveriesRow | dbsqlc.MarkSentDeliveriesRow](rows []R) map[uuid.UUID]bool {
+func leasesOf(rows []dbsqlc.HandOverDeliveriesRow) map[uuid.UUID]bool {
 	m := map[uuid.UUID]bool{}
 	for _, r := range rows {
 		if t := (struct {
@@ -149,74 +151,44 @@ func leasesOf[R dbsqlc.HandOverDeliveriesRow | dbsqlc.MarkSentDeliveriesRow](row
 	return m
 }
 
-// Attempts that run together share the worker's statements and each is
-// still recorded once: sixteen deliveries, eight at a time, through a
-// provider that holds every send until eight have reached it, so that
-// their sent statements come together.
-func TestConcurrentAttemptsShareStatementsAndEachIsSentOnce(t *testing.T) {
+// A task's deliveries share the worker's statements and each is still
+// recorded once: a task of sixteen is claimed in one statement and its
+// outcomes written in one, while each message is handed over right
+// before its own data (SMTP: one message a request); two such tasks at
+// once, each its own statements.
+func TestATasksDeliveriesShareStatementsAndEachIsSentOnce(t *testing.T) {
 	e := setup(t, smtpsink.Config{})
-	const n, width = 16, 8
-	gate := &barrierProvider{Provider: e.smtp(t), width: width}
-	w := e.worker(t, workerOpts{provider: gate})
-	ds := make([]notify.Delivery, n)
-	for i := range ds {
-		ds[i] = e.checkout(t, fmt.Sprintf("buyer%d@example.com", i))
+	const n = 16
+	w := e.worker(t, workerOpts{})
+	var tasks [2][]notify.Delivery
+	for i := range 2 * n {
+		tasks[i%2] = append(tasks[i%2], e.checkout(t, fmt.Sprintf("buyer%d@example.com", i)))
 	}
 	var wg sync.WaitGroup
-	errs := make([]error, n)
-	sem := make(chan struct{}, width)
-	for i, d := range ds {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			errs[i] = process(context.Background(), w, d)
-		})
+	errs := make([]error, 2)
+	for i, ds := range tasks {
+		wg.Go(func() { errs[i] = w.ProcessTask(context.Background(), queue.NewDeliveriesTask(ds)) })
 	}
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			t.Errorf("delivery %d: %v", i, err)
+			t.Errorf("task %d: %v", i, err)
 		}
 	}
-	for _, d := range ds {
-		if now := e.f.Get(d.ID); now.Status != notify.StatusSent || now.Attempts != 1 {
-			t.Errorf("delivery %s: %s after %d attempts, want sent after 1", d.ID, now.Status, now.Attempts)
+	for _, ds := range tasks {
+		for _, d := range ds {
+			if now := e.f.Get(d.ID); now.Status != notify.StatusSent || now.Attempts != 1 {
+				t.Errorf("delivery %s: %s after %d attempts, want sent after 1", d.ID, now.Status, now.Attempts)
+			}
 		}
 	}
-	e.emails(t, n, "one e-mail per delivery")
-	statements, attempts := batchTotals(t, e, "sent")
-	t.Logf("sent: %v attempts in %v statements", attempts, statements)
-	if attempts != n {
-		t.Errorf("the sent batches served %v attempts, want %d", attempts, n)
+	e.emails(t, 2*n, "one e-mail per delivery")
+	for statement, want := range map[string][2]float64{"claim": {2, 2 * n}, "complete": {2, 2 * n}, "hand_over": {2 * n, 2 * n}} {
+		statements, served := batchTotals(t, e, statement)
+		if statements != want[0] || served != want[1] {
+			t.Errorf("%s: %v deliveries in %v statements, want %v in %v", statement, served, statements, want[1], want[0])
+		}
 	}
-}
-
-// barrierProvider holds each send until width sends have reached it (or
-// a second has passed), then lets them all go at once.
-type barrierProvider struct {
-	mail.Provider
-	width int
-	mu    sync.Mutex
-	n     int
-	open  chan struct{}
-}
-
-func (p *barrierProvider) Send(ctx context.Context, m mail.Message, handOver func() error) (string, error) {
-	p.mu.Lock()
-	if p.open == nil || p.n == p.width {
-		p.open, p.n = make(chan struct{}), 0
-	}
-	p.n++
-	open := p.open
-	if p.n == p.width {
-		close(open)
-	}
-	p.mu.Unlock()
-	select {
-	case <-open:
-	case <-time.After(time.Second):
-	}
-	return p.Provider.Send(ctx, m, handOver)
 }
 
 // batchTotals reads sekali_statement_batch_size for statement: how many

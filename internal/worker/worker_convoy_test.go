@@ -220,11 +220,11 @@ func TestALostPostmarkBatchIsLeftForTheLookUp(t *testing.T) {
 // past the worker's timeout, every identical re-send refused while it
 // was in flight (or cut before Resend took it) — is left for the
 // reconciler, which puts each member back, pinned, to be sent again in
-// its batch (batch_replay). The members' tasks then send it again whole,
-// identical, under its key, led by the one at its first member: Resend
-// answers the first request's ids (it did take it) or sends it the one
-// time (it did not). Each customer has one e-mail, and every delivery is
-// sent.
+// its batch (batch_replay), and queues the batch's own task once all are
+// back. A member's task alone leaves it to that task; the batch's task
+// sends it again whole, identical, under its key: Resend answers the
+// first request's ids (it did take it) or sends it the one time (it did
+// not). Each customer has one e-mail, and every delivery is sent.
 func TestABatchWhoseOutcomeStayedUnknownIsSentAgainWhole(t *testing.T) {
 	t.Parallel()
 	for _, taken := range []bool{true, false} {
@@ -274,13 +274,17 @@ func TestABatchWhoseOutcomeStayedUnknownIsSentAgainWhole(t *testing.T) {
 			if err != nil || rep.Decisions[reconcile.DecisionBatchReplay] != len(ds) {
 				t.Fatalf("reconciler: %v, %v: want %d batch_replay", rep.Decisions, err, len(ds))
 			}
-			// The members' tasks, the batch's last first: it leaves itself
-			// to the batch's first member, whose attempt sends the batch
-			// whole.
-			for _, id := range slices.Backward(members) {
-				if err := process(context.Background(), w, e.f.Get(id)); err != nil {
-					t.Fatalf("%s: %v", id, err)
-				}
+			// A member's own task leaves it to its batch's.
+			if err := w.ProcessTask(context.Background(), queue.NewDeliverTask(e.f.Get(members[len(members)-1]))); err != nil {
+				t.Fatalf("the last member's task alone: %v", err)
+			}
+			// The batch's task, as the reconciler queued it, sends it whole.
+			info, err := ins.GetTaskInfo(e.redis.Queue, queue.BatchTaskID(key))
+			if err != nil {
+				t.Fatalf("the batch's task: %v", err)
+			}
+			if err := w.ProcessTask(context.Background(), asynq.NewTask(info.Type, info.Payload)); err != nil {
+				t.Fatalf("the batch's task: %v", err)
 			}
 			for _, d := range ds {
 				got := e.f.Get(d.ID)

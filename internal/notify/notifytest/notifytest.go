@@ -140,7 +140,7 @@ func (f *Factory) TakenOver(d notify.Delivery) Attempt {
 }
 
 // Sent takes d through a whole attempt the provider accepted, under
-// providerID (MarkSentDeliveries).
+// providerID (CompleteAll: sent).
 func (f *Factory) Sent(d notify.Delivery, providerID string) notify.Delivery {
 	f.t.Helper()
 	return f.SentBy(d, "", providerID)
@@ -151,60 +151,54 @@ func (f *Factory) Sent(d notify.Delivery, providerID string) notify.Delivery {
 func (f *Factory) SentBy(d notify.Delivery, provider, providerID string) notify.Delivery {
 	f.t.Helper()
 	a := f.HandedOverTo(d, time.Minute, provider)
-	rows, err := dbsqlc.New(f.db).MarkSentDeliveries(context.Background(), dbsqlc.MarkSentDeliveriesParams{
-		Ids: []uuid.UUID{d.ID}, LeaseTokens: []uuid.UUID{a.Lease}, ProviderMessageIds: []string{providerID}, Languages: []string{"en"}, Actor: Actor,
-	})
-	if err != nil || len(rows) != 1 {
-		f.t.Fatalf("notifytest: mark delivery %s sent: %d rows, %v", d.ID, len(rows), err)
-	}
-	return f.Get(d.ID)
+	return f.completed(d, a, notify.Change{Outcome: notify.OutcomeSent, ProviderID: providerID, Language: "en"})
 }
 
 // Deferred takes d through an attempt the provider deferred, with
-// reason as its last error, back to pending (ReleaseForRetry): counted
-// in attempts when the provider had taken the recipient, not when it
-// refused us before (a connection, TLS or AUTH failure).
+// reason as its last error, back to pending (CompleteAll: retry):
+// counted in attempts when the provider had taken the recipient, not
+// when it refused us before (a connection, TLS or AUTH failure).
 func (f *Factory) Deferred(d notify.Delivery, reason string, counted bool) notify.Delivery {
 	f.t.Helper()
 	a := f.Claimed(d, time.Minute)
-	f.applied("defer delivery", d)(dbsqlc.New(f.db).ReleaseForRetry(context.Background(), dbsqlc.ReleaseForRetryParams{
-		ID: d.ID, LeaseToken: a.Lease, LastError: reason, Actor: Actor, RefundAttempt: !counted,
-	}))
-	return f.Get(d.ID)
+	return f.completed(d, a, notify.Change{Outcome: notify.OutcomeRetry, Reason: reason, Refund: !counted})
 }
 
 // MaybeAccepted takes d through an attempt handed over to provider whose
 // answer says nothing certain (an HTTP 5xx after the request went out),
-// back to pending and pinned there (ReleaseForRetry with pin): the
+// back to pending and pinned there (CompleteAll: retry with pin): the
 // attempt's hand-over time becomes the delivery's unsettled_since.
 func (f *Factory) MaybeAccepted(d notify.Delivery, provider string) notify.Delivery {
 	f.t.Helper()
 	a := f.HandedOverTo(d, time.Minute, provider)
-	f.applied("release delivery pinned", d)(dbsqlc.New(f.db).ReleaseForRetry(context.Background(), dbsqlc.ReleaseForRetryParams{
-		ID: d.ID, LeaseToken: a.Lease, LastError: "503 after the request", Actor: Actor, Pin: true, Provider: provider,
-	}))
-	return f.Get(d.ID)
+	return f.completed(d, a, notify.Change{Outcome: notify.OutcomeRetry, Reason: "503 after the request", Pin: true, Provider: provider})
 }
 
 // Failed takes d through an attempt the provider refused for good, with
-// reason as its last error (MarkFailed).
+// reason as its last error (CompleteAll: failed).
 func (f *Factory) Failed(d notify.Delivery, reason string) notify.Delivery {
 	f.t.Helper()
 	a := f.HandedOver(d, time.Minute)
-	f.applied("mark delivery failed", d)(dbsqlc.New(f.db).MarkFailed(context.Background(), dbsqlc.MarkFailedParams{
-		ID: d.ID, LeaseToken: a.Lease, LastError: reason, Actor: Actor,
-	}))
-	return f.Get(d.ID)
+	return f.completed(d, a, notify.Change{Outcome: notify.OutcomeFailed, Reason: reason})
 }
 
 // Held takes d through an attempt that left it for an operator, with
-// reason as its last error (HoldAttempt).
+// reason as its last error (CompleteAll: held).
 func (f *Factory) Held(d notify.Delivery, reason string) notify.Delivery {
 	f.t.Helper()
 	a := f.Claimed(d, time.Minute)
-	f.applied("hold delivery", d)(dbsqlc.New(f.db).HoldAttempt(context.Background(), dbsqlc.HoldAttemptParams{
-		ID: d.ID, LeaseToken: a.Lease, LastError: reason, Actor: Actor,
-	}))
+	return f.completed(d, a, notify.Change{Outcome: notify.OutcomeHeld, Reason: reason})
+}
+
+// completed records attempt a's outcome c (its lease filled in) and
+// fails the test unless it applied.
+func (f *Factory) completed(d notify.Delivery, a Attempt, c notify.Change) notify.Delivery {
+	f.t.Helper()
+	c.Leased = notify.Leased{ID: d.ID, Lease: notify.Lease{Token: a.Lease, TTL: time.Minute, Actor: Actor}}
+	ok, err := notify.CompleteAll(context.Background(), f.db, []notify.Change{c})
+	if err != nil || !ok[0] {
+		f.t.Fatalf("notifytest: record delivery %s %s: applied %v, %v", d.ID, c.Outcome, ok, err)
+	}
 	return f.Get(d.ID)
 }
 
