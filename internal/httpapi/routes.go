@@ -79,6 +79,8 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 			Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
 		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
 			Method(http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersRead)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodGet, "/v1/notifications/{id}", handleGetNotification(d.Orders))
 		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
 			Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
 	})
