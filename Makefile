@@ -66,7 +66,7 @@ chromium:
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium || \
 		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; }
 
-browser: preflight chromium ## the pages people use (the operator console, the template gallery) in headless Chromium; CONSOLE_SCREENSHOT=docs/console.png saves the console's overview there and a delivery's page beside it (console-delivery.png)
+browser: preflight chromium ## the pages people use (the operator console, the template gallery) in headless Chromium; CONSOLE_SCREENSHOT=docs/console.png saves the console's overview there, and beside it the overview at 390 px (console-phone.png) and a delivery's page (console-delivery.png)
 	$(if $(CONSOLE_SCREENSHOT),CONSOLE_SCREENSHOT=$(abspath $(CONSOLE_SCREENSHOT))) $(GO) test -count=1 -tags browser -run 'InABrowser' -v ./internal/httpapi
 
 gallery: preflight chromium ## open the template gallery in headless Chromium (installed from Debian's packages if missing) and save docs/templates-gallery.png

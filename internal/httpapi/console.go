@@ -55,9 +55,11 @@ type page struct {
 	Data         notify.QueueState // overview
 	Held, Failed count
 	LastHour     *lastHour // nil when the history could not be read
-	TestLastHour int       // test notifications recorded in the last hour, not in LastHour
-	QueueNow     *queueNow // nil when the queue could not be read
-	Paces        []paceRow // the paced providers' budgets
+	// LastHourNarrow is the same hour laid out for a phone's width.
+	LastHourNarrow *lastHour
+	TestLastHour   int       // test notifications recorded in the last hour, not in LastHour
+	QueueNow       *queueNow // nil when the queue could not be read
+	Paces          []paceRow // the paced providers' budgets
 
 	Query     deliveryQuery // deliveries
 	Statuses  []notify.Status
@@ -279,7 +281,8 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 			errs = append(errs, err)
 		} else {
 			h := newLastHour(minutes, now, p.Data.Provider.Workers, queueErr)
-			p.LastHour = &h
+			n := newLastHourIn(narrowChart, minutes, now, p.Data.Provider.Workers, queueErr)
+			p.LastHour, p.LastHourNarrow = &h, &n
 		}
 		if p.TestLastHour, err = ops.TestRecordedSince(ctx, now.Add(-time.Hour)); err != nil {
 			errs = append(errs, err)
