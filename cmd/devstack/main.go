@@ -50,6 +50,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
 	stop()
+	if errors.Is(err, flag.ErrHelp) { // asked for its usage
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "devstack:", err)
 		os.Exit(1)
@@ -78,10 +81,17 @@ func parse(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", or("DATABASE_URL", postgres.DefaultURL), "the database of the three binaries (DATABASE_URL)")
 	fs.StringVar(&o.adminURL, "admin-url", or("PG_ADMIN_URL", defaultAdmin), "a PostgreSQL superuser's URL, used only to make the role and database if they are missing (PG_ADMIN_URL)")
 	fs.StringVar(&o.redisURL, "redis-url", or("REDIS_URL", redisconn.DefaultURL), "the Redis of the queue and the locks (REDIS_URL)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: devstack [flags]\n\n"+
+			"What make run starts once the binaries are built: the development database and role if missing,\n"+
+			"Mailpit, and the API, the worker and the reconciler with a development configuration; Ctrl-C stops them.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
+		fs.Usage()
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return o, nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -188,5 +190,15 @@ func TestStackStopsInOrderAndReportsAnExit(t *testing.T) {
 	case p := <-s.exited:
 		t.Errorf("%s reported as exited on its own after stop asked it to", p.name)
 	default:
+	}
+}
+
+// `devstack --help` prints its usage and flags, and asks main to exit 0
+// (flag.ErrHelp), without starting anything.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	_, err := parse([]string{"--help"}, func(string) string { return "" })
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("devstack --help: %v, want flag.ErrHelp", err)
 	}
 }

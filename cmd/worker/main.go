@@ -34,6 +34,20 @@ import (
 
 func main() { binary.Main("worker", run) }
 
+// usage is what `worker --help` prints.
+const usage = `usage: worker [healthcheck]
+
+With no command, the worker sends the e-mails the API recorded until
+SIGINT or SIGTERM, then drains what it holds. It is configured by
+environment variables (README.md, Configuration): DATABASE_URL,
+REDIS_URL, PROVIDER or PROVIDERS and each provider's settings (SMTP_HOST,
+...), MAIL_FROM, WORKER_CONCURRENCY, TEMPLATES_DIR, ...
+
+commands:
+  healthcheck   exit 0 if the running worker answers /healthz (METRICS_ADDR, default :9101)
+  help          this (also -h, --help)
+`
+
 type config struct {
 	binary.Common
 	Concurrency       int
@@ -131,9 +145,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 1 && args[0] == "healthcheck" {
 		return healthcheck.Probe(envconfig.New(getenv).String("METRICS_ADDR", ":9101"))
 	}
+	if binary.IsHelp(args) {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
 	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: worker [healthcheck] (configured by environment variables; see README.md)")
-		return fmt.Errorf("unexpected arguments %q", args)
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unexpected arguments %q (worker --help)", args)
 	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
