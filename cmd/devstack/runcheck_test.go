@@ -5,22 +5,29 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/logbuf"
+	"github.com/sekali-dev/sekali/internal/testenv"
 )
 
 // `make run` as a newcomer meets it (make run-check, a step of make ci):
-// the stack comes up from this checkout, the README's own commands make
-// a key and place an order, its confirmation arrives in Mailpit once, and
-// a Ctrl-C stops everything, the API first, leaving no port taken.
+// the stack comes up from this checkout, saying what it builds and why
+// that may take minutes, the README's own commands make a key and place
+// an order, its confirmation arrives in Mailpit once, docs/testmode.md's
+// recipe for a shop's CI runs as written with make run's values (its
+// receiver here), and a Ctrl-C stops everything, the API first, leaving
+// no port taken.
 func TestMakeRun(t *testing.T) {
 	root := "../.."
 	if err := portsFree(apiAddr, mailpitUI, mailpitSMTP, workerMetrics, reconcMetrics, apiMetrics); err != nil {
@@ -45,9 +52,13 @@ func TestMakeRun(t *testing.T) {
 		t.Logf("make run printed:\n%s", out.String())
 	}()
 
-	waitFor(t, exited, 5*time.Minute, "make run to say it is running", func() bool {
+	waitFor(t, exited, 8*time.Minute, "make run to say it is running", func() bool {
 		return strings.Contains(out.String(), "sekali is running")
 	})
+	if log := out.String(); !strings.Contains(log, "== building the API, the worker, the reconciler and devstack into bin/: the first time") ||
+		!strings.Contains(log, "== done in ") {
+		t.Errorf("make run did not say what it builds, why it may take minutes, and when it is done")
+	}
 
 	snippet := readmeSnippet(t, root+"/README.md")
 	sh := exec.Command("bash", "-euo", "pipefail", "-c", snippet)
@@ -77,6 +88,8 @@ func TestMakeRun(t *testing.T) {
 		t.Fatalf("%d e-mails to %s in Mailpit, want 1", n, order.CustomerEmail)
 	}
 
+	testModeRecipe(t, root)
+
 	if err := syscall.Kill(-mk.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +106,50 @@ func TestMakeRun(t *testing.T) {
 	stoppedInOrder(t, log, "api", "worker", "reconciler", "mailpit")
 	if err := portsFree(apiAddr, mailpitUI, mailpitSMTP, workerMetrics, reconcMetrics, apiMetrics); err != nil {
 		t.Errorf("after the stop: %v", err)
+	}
+}
+
+// testModeRecipe runs docs/testmode.md's recipe for a shop's CI, after
+// the page's definitions, as it is written, against make run (its API,
+// its admin token, bin/api), with HOOKS a receiver of this test's: the
+// receiver gets the signed bounce of the recipe's order.
+func testModeRecipe(t *testing.T, root string) {
+	t.Helper()
+	bounces := make(chan []byte, 10)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"notification.bounced"`) {
+			bounces <- body
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	doc := root + "/docs/testmode.md"
+	script := testenv.ShellBlocks(t, doc, "Test keys")[0] + strings.Join(testenv.ShellBlocks(t, doc, "A recipe for the shop's CI"), "") +
+		`printf '\nthe order: %s\n' "$ORDER"` + "\n"
+	sh := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	sh.Dir = root
+	// make run's values, as the page's definitions default to: none of
+	// this shell's own.
+	env := slices.DeleteFunc(os.Environ(), func(v string) bool {
+		return strings.HasPrefix(v, "API=") || strings.HasPrefix(v, "ADMIN_TOKEN=")
+	})
+	sh.Env = append(env, "HOOKS="+rcv.URL+"/hooks/sekali")
+	out, err := sh.Output()
+	if err != nil {
+		t.Fatalf("docs/testmode.md's recipe failed: %v\n%s\n%s", err, out, errOutput(err))
+	}
+	order := regexp.MustCompile(`the order: ([0-9a-f-]{36})\n`).FindSubmatch(out)
+	if order == nil {
+		t.Fatalf("docs/testmode.md's recipe printed\n%s\nwithout its order", out)
+	}
+	select {
+	case body := <-bounces:
+		if !strings.Contains(string(body), `"order_id":"`+string(order[1])+`"`) || !strings.Contains(string(body), `"test":true`) {
+			t.Errorf("the recipe's receiver got %s, want the bounce of order %s, marked test", body, order[1])
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the recipe's receiver got no notification.bounced within 30 s")
 	}
 }
 
