@@ -87,6 +87,10 @@ func TestMakeRun(t *testing.T) {
 	if n := mailpitCount(t, order.CustomerEmail); n != 1 {
 		t.Fatalf("%d e-mails to %s in Mailpit, want 1", n, order.CustomerEmail)
 	}
+	// In Indonesian, as the README says after its commands.
+	if html := mailpitHTML(t, order.CustomerEmail); !strings.Contains(html, `<html lang="id"`) {
+		t.Errorf("the README's e-mail is not in Indonesian, as the README says:\n%.300s", html)
+	}
 
 	testModeRecipe(t, root)
 
@@ -188,6 +192,35 @@ func mailpitCount(t *testing.T, addr string) int {
 		t.Fatalf("Mailpit's search answered %s: %v", resp.Status, err)
 	}
 	return *res.MessagesCount
+}
+
+// mailpitHTML is the HTML of the newest e-mail to addr in Mailpit.
+func mailpitHTML(t *testing.T, addr string) string {
+	t.Helper()
+	get := func(path string, into any) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+mailpitUI+path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("Mailpit's API: %v", err)
+		}
+		defer resp.Body.Close()
+		if err := json.NewDecoder(resp.Body).Decode(into); err != nil {
+			t.Fatalf("Mailpit's %s answered %s: %v", path, resp.Status, err)
+		}
+	}
+	var found struct {
+		Messages []struct{ ID string } `json:"messages"`
+	}
+	get("/api/v1/search?query=to:"+addr, &found)
+	if len(found.Messages) == 0 {
+		t.Fatalf("no e-mail to %s in Mailpit", addr)
+	}
+	var msg struct{ HTML string }
+	get("/api/v1/message/"+found.Messages[0].ID, &msg)
+	return msg.HTML
 }
 
 // waitFor polls cond until it holds, failing the test if make exits or
