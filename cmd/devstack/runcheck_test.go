@@ -149,8 +149,14 @@ func testModeRecipe(t *testing.T, root string) {
 	}
 	select {
 	case body := <-bounces:
-		if !strings.Contains(string(body), `"order_id":"`+string(order[1])+`"`) || !strings.Contains(string(body), `"test":true`) {
-			t.Errorf("the recipe's receiver got %s, want the bounce of order %s, marked test", body, order[1])
+		var ev struct {
+			Data struct {
+				OrderID string `json:"order_id"`
+				Test    bool   `json:"test"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(body, &ev); err != nil || ev.Data.OrderID != string(order[1]) || !ev.Data.Test {
+			t.Errorf("the recipe's receiver got %s (%v), want the bounce of order %s, marked test", body, err, order[1])
 		}
 	case <-time.After(30 * time.Second):
 		t.Error("the recipe's receiver got no notification.bounced within 30 s")
