@@ -94,6 +94,9 @@ type config struct {
 	// (BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL):
 	// the worker's, so that a preview is the e-mail.
 	Brand mailtemplate.Brand
+	// TemplatesReload is TEMPLATES_RELOAD: TEMPLATES_DIR read again when
+	// its files change, for development (make run).
+	TemplatesReload bool
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -138,6 +141,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.Webhooks = roster.ReadWebhooks(env)
 	cfg.Brand = mailtemplate.ReadBrand(getenv, env.Check)
+	cfg.TemplatesReload = env.OneOf("TEMPLATES_RELOAD", "false", "true", "false") == "true"
 	return cfg, env.Err()
 }
 
@@ -176,6 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if !migrateOnly {
 		tcfg := mailtemplate.FromEnv(getenv)
 		tcfg.Brand = cfg.Brand
+		tcfg.Reload, tcfg.OnReload = cfg.TemplatesReload, logReload(log)
 		if templates, err = mailtemplate.Load(tcfg); err != nil {
 			return err
 		}
@@ -279,6 +284,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return ops.Shutdown(sctx)
 	})
 	return g.Wait()
+}
+
+// logReload says, with TEMPLATES_RELOAD, that TEMPLATES_DIR was read
+// again, or why the templates it had stay.
+func logReload(log *slog.Logger) func(*mailtemplate.Templates, error) {
+	return func(t *mailtemplate.Templates, err error) {
+		if err != nil {
+			log.Warn("templates not reloaded: the previous ones stay", "error", err.Error())
+			return
+		}
+		log.Info("templates reloaded", "templates", strings.Join(t.Names(), ","))
+	}
 }
 
 // createKey is `api keys create`: it makes an API key for the shop's
@@ -386,7 +403,9 @@ func listKeys(ctx context.Context, args []string, getenv func(string) string, st
 func revokeKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("api keys revoke", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(stderr, "usage: api keys revoke KEY (its id or its prefix, as api keys list shows them)") }
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: api keys revoke KEY (its id or its prefix, as api keys list shows them)")
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

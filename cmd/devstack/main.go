@@ -127,6 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	out.say("api", "a key for checkouts: %s keys create --name local --scopes checkout,orders:read,orders:write", api)
 	out.say("api", "the operator console: http://%s/admin/, with a key from %s keys create --name \"Your Name\" --scopes admin", apiAddr, api)
 	out.say("api", "the admin API: Authorization: Bearer %s (development only), or an operator key", adminToken)
+	out.say("api", "the templates of %s are read again when they change: an edit shows on the next preview (http://%s/templates) and send", o.templates, apiAddr)
 	out.say("worker", "sends through Mailpit; metrics http://%s/metrics", workerMetrics)
 	out.say("reconciler", "asks Mailpit about ambiguous sends; metrics http://%s/metrics", reconcMetrics)
 	out.say("devstack", "sekali is running; Ctrl-C stops it")
@@ -150,6 +151,9 @@ func (o options) env(own ...string) []string {
 		"DATABASE_URL=" + o.databaseURL,
 		"REDIS_URL=" + o.redisURL,
 		"TEMPLATES_DIR=" + o.templates,
+		// An edited template shows on the next preview and send, without
+		// a restart: for development only, never a default.
+		"TEMPLATES_RELOAD=true",
 		"TEMPLATES_DEFAULT_LANGUAGE=id",
 		// The shop the e-mails' layout shows: the worker's mail and the
 		// API's previews.

@@ -233,3 +233,12 @@ func TestTheReadmeSaysWhereTheFirstEmailsLanguageComesFrom(t *testing.T) {
 		t.Error("make run's default language is not id, as the README says")
 	}
 }
+
+// make run reads the templates again when they change (TEMPLATES_RELOAD),
+// and only make run: it is no binary's default.
+func TestMakeRunReloadsTemplates(t *testing.T) {
+	t.Parallel()
+	if !slices.Contains(options{}.env(), "TEMPLATES_RELOAD=true") {
+		t.Error("make run's binaries do not read their templates again when they change")
+	}
+}

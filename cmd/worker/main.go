@@ -24,6 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
+	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -67,6 +68,7 @@ type config struct {
 	SpillAfter        time.Duration       // PACE_SPILL_AFTER: past this wait a delivery goes to the next provider; 0: never
 	Batches           bool                // PROVIDER_BATCHES: many messages a request where the provider takes them
 	Brand             mailtemplate.Brand  // BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL: what the layouts show
+	TemplatesReload   bool                // TEMPLATES_RELOAD: TEMPLATES_DIR read again when its files change (make run)
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -95,6 +97,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.PaceWait = env.Duration("PACE_WAIT", 5*time.Second)
 	cfg.SpillAfter = env.DurationOrZero("PACE_SPILL_AFTER", 0)
 	cfg.Batches = env.OneOf("PROVIDER_BATCHES", "on", "on", "off") == "on"
+	cfg.TemplatesReload = env.OneOf("TEMPLATES_RELOAD", "false", "true", "false") == "true"
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := worker.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
@@ -168,6 +171,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	tcfg := mailtemplate.FromEnv(getenv)
 	tcfg.Brand = cfg.Brand
+	// With TEMPLATES_RELOAD, a template edited while the worker runs is
+	// sent from the next delivery on; its version is kept first, as the
+	// worker keeps those it started with, so that the console can show
+	// the e-mail as it was sent.
+	var keepVersions func(*mailtemplate.Templates) error // once the database is open
+	tcfg.Reload = cfg.TemplatesReload
+	tcfg.OnReload = func(t *mailtemplate.Templates, err error) {
+		if err != nil {
+			log.Warn("templates not reloaded: the previous ones stay", "error", err.Error())
+			return
+		}
+		log.Info("templates reloaded", "templates", strings.Join(t.Names(), ","))
+		if keepVersions != nil {
+			if err := keepVersions(t); err != nil {
+				log.Warn("the reloaded templates' versions are not kept: the console cannot show their e-mails as sent", "error", err.Error())
+			}
+		}
+	}
 	templates, err := mailtemplate.Load(tcfg)
 	if err != nil {
 		return err
@@ -185,6 +206,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer pool.Close()
+	keepVersions = func(t *mailtemplate.Templates) error { return notify.KeepTemplateVersions(ctx, pool, t) }
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 	var providers []worker.NamedProvider
