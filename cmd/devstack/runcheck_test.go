@@ -135,10 +135,10 @@ func testModeRecipe(t *testing.T, root string) {
 	sh.Dir = root
 	// make run's values, as the page's definitions default to: none of
 	// this shell's own.
-	env := slices.DeleteFunc(os.Environ(), func(v string) bool {
+	sh.Env = slices.DeleteFunc(os.Environ(), func(v string) bool {
 		return strings.HasPrefix(v, "API=") || strings.HasPrefix(v, "ADMIN_TOKEN=")
 	})
-	sh.Env = append(env, "HOOKS="+rcv.URL+"/hooks/sekali")
+	sh.Env = append(sh.Env, "HOOKS="+rcv.URL+"/hooks/sekali")
 	out, err := sh.Output()
 	if err != nil {
 		t.Fatalf("docs/testmode.md's recipe failed: %v\n%s\n%s", err, out, errOutput(err))

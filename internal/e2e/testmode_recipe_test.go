@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,7 +73,7 @@ func TestTheTestModeRecipeRunsAsWritten(t *testing.T) {
 	out, err := sh.Output()
 	if err != nil {
 		var stderr []byte
-		if ee, ok := err.(*exec.ExitError); ok {
+		if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
 			stderr = ee.Stderr
 		}
 		t.Fatalf("the recipe failed: %v\n%s\n%s\nthe script:\n%s", err, out, stderr, script)
