@@ -175,11 +175,11 @@ func handleConsoleSetWebhook(hooks *webhookout.Service, enabled bool) http.Handl
 	name := map[bool]string{true: "webhook-endpoint-enable", false: "webhook-endpoint-disable"}[enabled]
 	return consoleWebhookAction(hooks, name, func(w http.ResponseWriter, r *http.Request, id uuid.UUID, actor string) error {
 		reason := strings.TrimSpace(r.PostFormValue("reason"))
-		switch {
-		case !enabled && reason == "":
+		if problem := textProblem(reason, 500, false); problem != "" {
+			return fmt.Errorf("%w: reason: %s", errConsoleInput, problem)
+		}
+		if !enabled && reason == "" {
 			return fmt.Errorf("%w: say why in the reason: the endpoint and the activity keep it", errConsoleInput)
-		case textProblem(reason, 500, false) != "":
-			return fmt.Errorf("%w: reason: %s", errConsoleInput, textProblem(reason, 500, false))
 		}
 		if _, err := hooks.SetEnabled(r.Context(), actor, id, enabled, reason); err != nil {
 			return err

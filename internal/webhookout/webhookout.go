@@ -80,9 +80,6 @@ type Message struct {
 	GaveUpAt      *time.Time `json:"gave_up_at,omitempty"`
 }
 
-// Delivered: the receiver took it (a 2xx), at DeliveredAt.
-func (m Message) Delivered() bool { return m.DeliveredAt != nil }
-
 // Service manages the endpoints. Each change is made by an actor (as the
 // operators' actions name people) and recorded in operator_actions in
 // its transaction.
