@@ -20,13 +20,14 @@ help: ## list the targets
 # them with Mailpit (cmd/devstack).
 RUN_BINARIES := ./cmd/api ./cmd/worker ./cmd/reconciler ./cmd/devstack
 
-run: mailpit ## the whole stack on this machine, no Docker: PostgreSQL and Redis (installed, started if missing), Mailpit (UI :8025), API :8080; Ctrl-C stops it
+run: mailpit ## the whole stack on this machine, no Docker: PostgreSQL and Redis (installed, started if missing, unless DATABASE_URL or REDIS_URL names another), Mailpit (UI :8025), API :8080; Ctrl-C stops it
 	@scripts/services.sh postgres redis
-	$(GO) build -o bin/ $(RUN_BINARIES)
+	@scripts/build.sh "building the API, the worker, the reconciler and devstack into bin/: the first time it compiles about 670 packages, a few minutes (4 to 6 on two busy cores); then seconds" \
+		$(GO) build -v -o bin/ $(RUN_BINARIES)
 	bin/devstack -bin bin
 
-run-check: mailpit ## run make run, follow the README against it (a key, an order, its e-mail in Mailpit), then Ctrl-C it
-	$(GO) test -count=1 -tags runcheck -run TestMakeRun -v -timeout 10m ./cmd/devstack
+run-check: mailpit ## run make run, follow the README against it (a key, an order, its e-mail in Mailpit) and docs/testmode.md's recipe, then Ctrl-C it
+	$(GO) test -count=1 -tags runcheck -run TestMakeRun -v -timeout 15m ./cmd/devstack
 
 # A count of executions (20000x), not a duration, in make test: with a
 # duration, Go 1.26's fuzzing coordinator can report the -fuzztime
@@ -69,7 +70,7 @@ chromium:
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium || \
 		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }; }
 
-browser: preflight chromium ## the pages people use (the operator console, the template gallery) in headless Chromium; CONSOLE_SCREENSHOT=docs/console.png saves the console's overview there and a delivery's page beside it (console-delivery.png)
+browser: preflight chromium ## the pages people use (the operator console, the template gallery) in headless Chromium; CONSOLE_SCREENSHOT=docs/console.png saves the console's overview there, and beside it the overview at 390 px (console-phone.png) and a delivery's page (console-delivery.png)
 	$(if $(CONSOLE_SCREENSHOT),CONSOLE_SCREENSHOT=$(abspath $(CONSOLE_SCREENSHOT))) $(GO) test -count=1 -tags browser -run 'InABrowser' -v ./internal/httpapi
 
 gallery: preflight chromium ## open the template gallery in headless Chromium (installed from Debian's packages if missing) and save docs/templates-gallery.png
@@ -110,7 +111,8 @@ spamassassin: ## install Debian's SpamAssassin ($(SPAMASSASSIN_DEB_VERSION)) unl
 # stamps the module version into it (`mailpit version` itself says "dev").
 mailpit: ## install Mailpit, the SMTP server the tests use, into bin/ unless that version is there
 	@test "$$($(GO) version -m bin/mailpit 2>/dev/null | awk '$$1 == "mod" && $$2 == "github.com/axllent/mailpit" { print $$3 }')" = "$(MAILPIT_VERSION)" || \
-		GOBIN=$(CURDIR)/bin $(GO) install github.com/axllent/mailpit@$(MAILPIT_VERSION)
+		GOBIN=$(CURDIR)/bin scripts/build.sh "installing Mailpit $(MAILPIT_VERSION) into bin/: the first time it downloads and compiles it, a few minutes" \
+		$(GO) install -v github.com/axllent/mailpit@$(MAILPIT_VERSION)
 
 $(SQLC):
 	@mkdir -p bin

@@ -14,10 +14,12 @@ import (
 
 // A shop's backend places the order of a cart, schedules a payment
 // reminder and cancels it once the order is paid, and takes sekali's
-// webhooks. (docs/client.md has this code; it is compiled here, not run.)
+// webhooks. (docs/client.md has this code; TestTheExampleRuns runs it
+// against the real API.)
 func Example_shopBackend() {
 	ctx := context.Background()
-	sk, err := sekali.NewClient("https://sekali.shop.example", sekali.WithAPIKey(os.Getenv("SEKALI_API_KEY")))
+	sk, err := sekali.NewClient(os.Getenv("SEKALI_URL"), // e.g. https://sekali.shop.example
+		sekali.WithAPIKey(os.Getenv("SEKALI_API_KEY")))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func Example_shopBackend() {
 
 	// A payment reminder tomorrow, unless the order is paid before.
 	due := time.Now().Add(24 * time.Hour)
-	if _, err := sk.Notify(ctx, order.ID, sekali.Trigger{
+	reminder, err := sk.Notify(ctx, order.ID, sekali.Trigger{
 		Template: "payment-reminder",
 		EventID:  "due-1",
 		SendAt:   due,
@@ -55,12 +57,18 @@ func Example_shopBackend() {
 			"order_id": order.ID, "customer_name": "Ana", "currency": "IDR", "amount_due": order.Total,
 			"due_at": due.Add(48 * time.Hour), "payment_url": "https://shop.example/pay/cart-1001",
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		log.Fatal(err)
 	}
 	// ... paid:
 	if _, err := sk.CancelNotifications(ctx, order.ID, "payment-reminder"); err != nil {
 		log.Fatal(err)
+	}
+	// One notification, where it stands now (or a webhook event's
+	// Data.NotificationID, read again).
+	if n, err := sk.GetNotification(ctx, reminder.ID); err == nil {
+		log.Printf("the reminder to %s is %s", n.Recipient, n.Status) // cancelled
 	}
 
 	// The endpoint sekali posts events to (registered by an operator,
@@ -83,7 +91,7 @@ func Example_shopBackend() {
 		// Events come at least once: drop one whose event.ID was handled.
 		switch event.Type {
 		case sekali.EventBounced, sekali.EventFailed:
-			log.Printf("order %s: %s did not reach the customer: %s", event.Data.OrderID, event.Data.Template, event.Data.Reason)
+			log.Printf("order %s: %s did not reach %s: %s", event.Data.OrderID, event.Data.Template, event.Data.Recipient, event.Data.Reason)
 		case sekali.EventSent:
 			log.Printf("order %s: %s sent", event.Data.OrderID, event.Data.Template)
 		}

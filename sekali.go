@@ -21,7 +21,7 @@
 //     decodes its event.
 //
 // docs/client.md shows it in use, with the code of Example
-// (shopBackend), which go test compiles.
+// (shopBackend), which go test runs against the real API.
 package sekali
 
 import (
@@ -230,6 +230,16 @@ func (c *Client) Notify(ctx context.Context, orderID uuid.UUID, t Trigger, opts 
 	return request[Notification](ctx, c, "notify", callOf(opts, true), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
 		return c.api.CreateNotification(ctx, orderID, nil, t, ed)
 	}, http.StatusCreated, http.StatusOK)
+}
+
+// GetNotification returns one notification as it stands now (its
+// status, what the provider last reported, its recipient), read with an
+// API key of scope orders:read whose owner made it or placed its order:
+// a webhook event's Data.NotificationID, say, read again later.
+func (c *Client) GetNotification(ctx context.Context, id uuid.UUID, opts ...CallOption) (*Notification, error) {
+	return request[Notification](ctx, c, "get notification", callOf(opts, false), func(ctx context.Context, ed apiclient.RequestEditorFn) (*http.Response, error) {
+		return c.api.GetNotification(ctx, id, nil, ed)
+	}, http.StatusOK)
 }
 
 // CancelNotification cancels one pending notification and returns it,

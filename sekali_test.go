@@ -2,10 +2,12 @@ package sekali_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +18,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -233,6 +236,12 @@ func TestClientPlacesReadsShipsRemindsAndCancels(t *testing.T) {
 	if again, err := s.client.CancelNotification(ctx, r.ID); err != nil || !reflect.DeepEqual(again, cancelled) {
 		t.Errorf("cancelled again = %+v, %v", again, err)
 	}
+	// Read again, one notification alone, with its recipient.
+	if got, err := s.client.GetNotification(ctx, r.ID); err != nil || !reflect.DeepEqual(got, cancelled) || got.Recipient != "ana@example.com" {
+		t.Errorf("GetNotification = %+v, %v; want %+v, to ana@example.com", got, err, cancelled)
+	}
+	_, err = s.client.GetNotification(ctx, uuid.New())
+	problem(t, "no such notification", err, sekali.ProblemNotFound, http.StatusNotFound)
 	// By template, once paid: the second reminder and the first, cancelled before.
 	r2, err := s.client.Notify(ctx, o.ID, reminder(o.ID, "due-2", sendAt.Add(time.Hour)))
 	if err != nil {
@@ -689,8 +698,9 @@ func TestShopBackendEndToEnd(t *testing.T) {
 	})
 	if e.Type != sekali.EventCancelled || !strings.HasPrefix(e.ID, "msg_") || e.Timestamp.IsZero() ||
 		e.Data.NotificationID != r.ID || e.Data.OrderID != o.ID || e.Data.Template != "payment-reminder" ||
-		e.Data.Status != sekali.StatusCancelled || e.Data.IdempotencyKey != r.IdempotencyKey || e.Data.OrderReference != "TA-3003" {
-		t.Errorf("event = %+v, want the reminder %s of order %s (TA-3003), cancelled", e, r.ID, o.ID)
+		e.Data.Status != sekali.StatusCancelled || e.Data.IdempotencyKey != r.IdempotencyKey || e.Data.OrderReference != "TA-3003" ||
+		e.Data.Recipient != "ana@example.com" {
+		t.Errorf("event = %+v, want the reminder %s of order %s (TA-3003) to ana@example.com, cancelled", e, r.ID, o.ID)
 	}
 }
 
@@ -835,5 +845,58 @@ func TestTheDocsShowTheExample(t *testing.T) {
 	}
 	if !strings.Contains(string(doc), want) {
 		t.Errorf("docs/client.md does not show Example_shopBackend as it is; its block must read:\n%s", want)
+	}
+}
+
+// Example_shopBackend, the code docs/client.md shows, runs against the
+// real API: it places the cart's order once, schedules the reminder and
+// cancels it, reads it back, and its webhook handler takes a signed
+// event and refuses an unsigned one.
+func TestTheExampleRuns(t *testing.T) {
+	s := setup(t)
+	_, key := s.newKey(t, apikey.ScopeCheckout, apikey.ScopeOrdersRead, apikey.ScopeNotificationsWrite)
+	secret := "whsec_" + base64.StdEncoding.EncodeToString([]byte("the example's endpoint secret 32"))
+	t.Setenv("SEKALI_URL", s.url)
+	t.Setenv("SEKALI_API_KEY", key)
+	t.Setenv("SEKALI_WEBHOOK_SECRET", secret)
+	var logged strings.Builder
+	log.SetOutput(&logged)
+	log.SetFlags(0)
+	defer func() { log.SetOutput(os.Stderr); log.SetFlags(log.LstdFlags) }()
+
+	Example_shopBackend() // log.Fatal on any error: the test binary exits 1
+	var status string
+	if err := s.db.Pool.QueryRow(t.Context(), `SELECT d.status FROM notification_deliveries d
+		WHERE d.template = 'payment-reminder'`).Scan(&status); err != nil || status != "cancelled" || s.orders(t) != 1 {
+		t.Errorf("after the example: %d orders, its reminder %q (%v); want one order and the reminder cancelled", s.orders(t), status, err)
+	}
+	if !strings.Contains(logged.String(), "the reminder to ana@example.com is cancelled") {
+		t.Errorf("the example logged %q, want its reminder read back, cancelled", logged.String())
+	}
+
+	// Its webhook handler, on http.DefaultServeMux.
+	body := []byte(`{"type":"notification.bounced","timestamp":"2026-12-07T07:08:09.000000Z","data":{"notification_id":"` + uuid.NewString() +
+		`","order_id":"` + uuid.NewString() + `","template":"order-confirmation","recipient":"ana@example.com","idempotency_key":"k","status":"sent","reason":"550 5.1.1 no such user"}}`)
+	post := func(sign bool) int {
+		req := httptest.NewRequest(http.MethodPost, "/hooks/sekali", strings.NewReader(string(body)))
+		now := time.Now()
+		req.Header.Set("webhook-id", "msg_1")
+		req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
+		if sign {
+			sig, err := webhookout.Sign(secret, "msg_1", now, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("webhook-signature", sig)
+		}
+		rec := httptest.NewRecorder()
+		http.DefaultServeMux.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := post(true); code != http.StatusNoContent || !strings.Contains(logged.String(), "did not reach ana@example.com: 550 5.1.1 no such user") {
+		t.Errorf("a signed bounce: %d, logged %q; want 204 and the bounce logged with its recipient", code, logged.String())
+	}
+	if code := post(false); code != http.StatusUnauthorized {
+		t.Errorf("an unsigned event: %d, want 401", code)
 	}
 }

@@ -1,9 +1,6 @@
 // Command api is sekali's checkout API: it records orders together with
 // the intent to e-mail their confirmation, and queues the delivery.
-//
-//	api           migrate the schema, then serve HTTP until SIGINT/SIGTERM
-//	api migrate   migrate the schema and exit
-//	api healthcheck   exit 0 if the running API answers /healthz (for container health checks)
+// `api --help` lists its commands (usage, below).
 package main
 
 import (
@@ -18,8 +15,10 @@ import (
 	"net/http"
 	"os"
 	"os/user"
+	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
@@ -46,6 +45,31 @@ import (
 
 func main() { binary.Main("api", run) }
 
+// usage is what `api --help` prints, and a command it does not know.
+const usage = `usage: api [command]
+
+With no command, the API migrates the schema, then serves HTTP until
+SIGINT or SIGTERM. It is configured by environment variables (README.md,
+Configuration): DATABASE_URL, REDIS_URL, HTTP_ADDR (default :8080),
+ADMIN_TOKEN, TEMPLATES_DIR, ...
+
+commands:
+  migrate                     migrate the schema and exit
+  healthcheck                 exit 0 if the running API answers /healthz (HTTP_ADDR)
+  keys create --name NAME --scopes SCOPE,... [--replaces KEY_ID] [--test]
+                              make an API key and print it, the only time it is shown;
+                              scopes: checkout, orders:read, orders:write,
+                              notifications:write, admin (an operator's)
+  keys list                   list the API keys: id, prefix, name, mode, scopes,
+                              when made and revoked; never a secret
+  keys revoke KEY             revoke a key, named by its id or its prefix
+  templates check DIR         check a template directory as every binary does at start
+  help                        this (also -h, --help)
+
+The keys commands use DATABASE_URL, and are recorded as operators'
+actions under cli:<user>@<host>.
+`
+
 type config struct {
 	binary.Common
 	HTTPAddr        string
@@ -70,6 +94,9 @@ type config struct {
 	// (BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL):
 	// the worker's, so that a preview is the e-mail.
 	Brand mailtemplate.Brand
+	// TemplatesReload is TEMPLATES_RELOAD: TEMPLATES_DIR read again when
+	// its files change, for development (make run).
+	TemplatesReload bool
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -114,6 +141,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	cfg.Webhooks = roster.ReadWebhooks(env)
 	cfg.Brand = mailtemplate.ReadBrand(getenv, env.Check)
+	cfg.TemplatesReload = env.OneOf("TEMPLATES_RELOAD", "false", "true", "false") == "true"
 	return cfg, env.Err()
 }
 
@@ -121,17 +149,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	migrateOnly := false
 	switch {
 	case len(args) == 0:
+	case binary.IsHelp(args):
+		fmt.Fprint(stdout, usage)
+		return nil
 	case len(args) == 1 && args[0] == "migrate":
 		migrateOnly = true
 	case len(args) == 1 && args[0] == "healthcheck":
 		return healthcheck.Probe(envconfig.New(getenv).String("HTTP_ADDR", ":8080"))
 	case len(args) >= 2 && args[0] == "keys" && args[1] == "create":
 		return createKey(ctx, args[2:], getenv, stdout, stderr)
+	case len(args) >= 2 && args[0] == "keys" && args[1] == "list":
+		return listKeys(ctx, args[2:], getenv, stdout, stderr)
+	case len(args) >= 2 && args[0] == "keys" && args[1] == "revoke":
+		return revokeKey(ctx, args[2:], getenv, stdout, stderr)
 	case len(args) == 3 && args[0] == "templates" && args[1] == "check":
 		return checkTemplates(args[2], getenv, stdout)
 	default:
-		fmt.Fprintln(stderr, "usage: api [migrate|healthcheck|keys create --name NAME --scopes checkout,orders:read,... [--replaces KEY_ID] [--test]|templates check DIR]")
-		return fmt.Errorf("unexpected arguments %q", args)
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unexpected arguments %q (api --help lists the commands)", args)
 	}
 
 	cfg, err := loadConfig(getenv)
@@ -145,6 +180,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if !migrateOnly {
 		tcfg := mailtemplate.FromEnv(getenv)
 		tcfg.Brand = cfg.Brand
+		tcfg.Reload, tcfg.OnReload = cfg.TemplatesReload, logReload(log)
 		if templates, err = mailtemplate.Load(tcfg); err != nil {
 			return err
 		}
@@ -250,6 +286,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	return g.Wait()
 }
 
+// logReload says, with TEMPLATES_RELOAD, that TEMPLATES_DIR was read
+// again, or why the templates it had stay.
+func logReload(log *slog.Logger) func(*mailtemplate.Templates, error) {
+	return func(t *mailtemplate.Templates, err error) {
+		if err != nil {
+			log.Warn("templates not reloaded: the previous ones stay", "error", err.Error())
+			return
+		}
+		log.Info("templates reloaded", "templates", strings.Join(t.Names(), ","))
+	}
+}
+
 // createKey is `api keys create`: it makes an API key for the shop's
 // backend and prints it, the only time it is shown. Operators can do the
 // same, and list and revoke keys, through POST /admin/v1/api-keys.
@@ -279,25 +327,122 @@ func createKey(ctx context.Context, args []string, getenv func(string) string, s
 	if problem != "" {
 		return fmt.Errorf("--name %s", problem)
 	}
-	env := envconfig.New(getenv)
-	pool, err := postgres.Open(ctx, env.Secret("DATABASE_URL", postgres.DefaultURL))
+	keys, done, err := openKeys(ctx, getenv, stderr)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
-		return err
-	}
+	defer done()
 	mode := apikey.ModeLive
 	if *test {
 		mode = apikey.ModeTest
 	}
-	k, secret, err := apikey.NewService(pool).CreateReplacing(ctx, cliActor(), name, parsed, replaces, mode)
+	k, secret, err := keys.CreateReplacing(ctx, cliActor(), name, parsed, replaces, mode)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "%s\n", secret)
 	fmt.Fprintf(stderr, "created %s API key %s (%s) with scopes %v; it is shown only now\n", k.Mode, k.Prefix, k.Name, k.Scopes)
+	return nil
+}
+
+// openKeys is the keys of DATABASE_URL's database, migrated first (the
+// keys commands may run before the API ever has); done closes it.
+func openKeys(ctx context.Context, getenv func(string) string, stderr io.Writer) (keys *apikey.Service, done func(), err error) {
+	env := envconfig.New(getenv)
+	pool, err := postgres.Open(ctx, env.Secret("DATABASE_URL", postgres.DefaultURL))
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := postgres.Migrate(ctx, pool, slog.New(slog.NewJSONHandler(stderr, nil))); err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return apikey.NewService(pool), pool.Close, nil
+}
+
+// listKeys is `api keys list`: every key, revoked ones too, oldest
+// first, one a line under a header; never a secret.
+func listKeys(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("api keys list", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("api keys list takes no arguments, not %q", fs.Args())
+	}
+	keys, done, err := openKeys(ctx, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ks, err := keys.List(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tPREFIX\tNAME\tMODE\tSCOPES\tCREATED\tREVOKED")
+	for _, k := range ks {
+		revoked := "-"
+		if k.RevokedAt != nil {
+			revoked = k.RevokedAt.UTC().Format(time.RFC3339)
+		}
+		scopes := make([]string, len(k.Scopes))
+		for i, sc := range k.Scopes {
+			scopes[i] = string(sc)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.Name, k.Mode,
+			strings.Join(scopes, ","), k.CreatedAt.UTC().Format(time.RFC3339), revoked)
+	}
+	return tw.Flush()
+}
+
+// revokeKey is `api keys revoke KEY`: the key, named by its id or by its
+// prefix (as keys list shows both), ends at once; revoking a revoked key
+// changes nothing.
+func revokeKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("api keys revoke", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: api keys revoke KEY (its id or its prefix, as api keys list shows them)")
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("name one key to revoke, by its id or its prefix")
+	}
+	keys, done, err := openKeys(ctx, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	defer done()
+	named := strings.TrimSpace(fs.Arg(0))
+	id, err := uuid.Parse(named)
+	if err != nil {
+		ks, err := keys.List(ctx)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(ks, func(k apikey.Key) bool { return k.Prefix == named })
+		if i < 0 {
+			return fmt.Errorf("no API key has the id or prefix %q (api keys list shows them)", named)
+		}
+		id = ks[i].ID
+	}
+	k, err := keys.Revoke(ctx, cliActor(), id)
+	if errors.Is(err, apikey.ErrNotFound) {
+		return fmt.Errorf("no API key has the id %s (api keys list shows them)", id)
+	}
+	if err != nil {
+		return err
+	}
+	at := "now"
+	if k.RevokedAt != nil {
+		at = k.RevokedAt.UTC().Format(time.RFC3339)
+	}
+	fmt.Fprintf(stdout, "revoked %s API key %s (%s) at %s\n", k.Mode, k.Prefix, k.Name, at)
 	return nil
 }
 

@@ -50,6 +50,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout)
 	stop()
+	if errors.Is(err, flag.ErrHelp) { // asked for its usage
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "devstack:", err)
 		os.Exit(1)
@@ -78,10 +81,17 @@ func parse(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.databaseURL, "database-url", or("DATABASE_URL", postgres.DefaultURL), "the database of the three binaries (DATABASE_URL)")
 	fs.StringVar(&o.adminURL, "admin-url", or("PG_ADMIN_URL", defaultAdmin), "a PostgreSQL superuser's URL, used only to make the role and database if they are missing (PG_ADMIN_URL)")
 	fs.StringVar(&o.redisURL, "redis-url", or("REDIS_URL", redisconn.DefaultURL), "the Redis of the queue and the locks (REDIS_URL)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: devstack [flags]\n\n"+
+			"What make run starts once the binaries are built: the development database and role if missing,\n"+
+			"Mailpit, and the API, the worker and the reconciler with a development configuration; Ctrl-C stops them.\n\nflags:\n")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
+		fs.Usage()
 		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return o, nil
@@ -117,6 +127,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	out.say("api", "a key for checkouts: %s keys create --name local --scopes checkout,orders:read,orders:write", api)
 	out.say("api", "the operator console: http://%s/admin/, with a key from %s keys create --name \"Your Name\" --scopes admin", apiAddr, api)
 	out.say("api", "the admin API: Authorization: Bearer %s (development only), or an operator key", adminToken)
+	out.say("api", "the templates of %s are read again when they change: an edit shows on the next preview (http://%s/templates) and send", o.templates, apiAddr)
 	out.say("worker", "sends through Mailpit; metrics http://%s/metrics", workerMetrics)
 	out.say("reconciler", "asks Mailpit about ambiguous sends; metrics http://%s/metrics", reconcMetrics)
 	out.say("devstack", "sekali is running; Ctrl-C stops it")
@@ -140,6 +151,9 @@ func (o options) env(own ...string) []string {
 		"DATABASE_URL=" + o.databaseURL,
 		"REDIS_URL=" + o.redisURL,
 		"TEMPLATES_DIR=" + o.templates,
+		// An edited template shows on the next preview and send, without
+		// a restart: for development only, never a default.
+		"TEMPLATES_RELOAD=true",
 		"TEMPLATES_DEFAULT_LANGUAGE=id",
 		// The shop the e-mails' layout shows: the worker's mail and the
 		// API's previews.

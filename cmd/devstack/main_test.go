@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +192,53 @@ func TestStackStopsInOrderAndReportsAnExit(t *testing.T) {
 	case p := <-s.exited:
 		t.Errorf("%s reported as exited on its own after stop asked it to", p.name)
 	default:
+	}
+}
+
+// `devstack --help` prints its usage and flags, and asks main to exit 0
+// (flag.ErrHelp), without starting anything.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	_, err := parse([]string{"--help"}, func(string) string { return "" })
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("devstack --help: %v, want flag.ErrHelp", err)
+	}
+}
+
+// The README says, right after its first commands, that their e-mail is
+// in Indonesian and why: the checkout it shows has no locale, and make
+// run's default language is id.
+func TestTheReadmeSaysWhereTheFirstEmailsLanguageComesFrom(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	i := strings.Index(readme, "bin/api keys create --name local")
+	if i < 0 {
+		t.Fatal("README.md has no first commands (bin/api keys create --name local)")
+	}
+	block, after, _ := strings.Cut(readme[i:], "```\n")
+	next, _, _ := strings.Cut(after, "```")
+	for _, want := range []string{"in Indonesian", "`locale`", "TEMPLATES_DEFAULT_LANGUAGE", `"locale":"en"`} {
+		if !strings.Contains(next, want) {
+			t.Errorf("the README's paragraph after its first commands does not say %s:\n%s", want, next)
+		}
+	}
+	if strings.Contains(block, "locale") {
+		t.Error("the README's first checkout has a locale: its e-mail is not in the default language")
+	}
+	if !slices.Contains(options{}.env(), "TEMPLATES_DEFAULT_LANGUAGE=id") {
+		t.Error("make run's default language is not id, as the README says")
+	}
+}
+
+// make run reads the templates again when they change (TEMPLATES_RELOAD),
+// and only make run: it is no binary's default.
+func TestMakeRunReloadsTemplates(t *testing.T) {
+	t.Parallel()
+	if !slices.Contains(options{}.env(), "TEMPLATES_RELOAD=true") {
+		t.Error("make run's binaries do not read their templates again when they change")
 	}
 }

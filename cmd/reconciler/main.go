@@ -38,6 +38,22 @@ import (
 
 func main() { binary.Main("reconciler", run) }
 
+// usage is what `reconciler --help` prints, before its flags.
+const usage = `usage: reconciler [--once] [healthcheck]
+
+With no command, the reconciler runs a pass every RECONCILE_INTERVAL
+until SIGINT or SIGTERM: it settles stale sends, queues orphaned
+deliveries, deletes what retention says, and posts the shop's webhooks.
+It is configured by environment variables (README.md, Configuration):
+DATABASE_URL, REDIS_URL, PROVIDER or PROVIDERS, MAIL_LOOKUP_URL, ...
+
+commands:
+  healthcheck   exit 0 if the running reconciler answers /healthz (METRICS_ADDR, default :9102)
+  help          this (also -h, --help)
+
+flags:
+`
+
 type config struct {
 	binary.Common
 	Interval  time.Duration
@@ -126,6 +142,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	fs := flag.NewFlagSet("reconciler", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	once := fs.Bool("once", false, "run one pass, print what it did and exit")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	if binary.IsHelp(args) { // help, -h, --help: the usage on stdout, not a failure
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return nil
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -133,7 +158,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return healthcheck.Probe(envconfig.New(getenv).String("METRICS_ADDR", ":9102"))
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (want --once or healthcheck)", fs.Args())
+		fs.Usage()
+		return fmt.Errorf("unexpected arguments %q (reconciler --help)", fs.Args())
 	}
 	templates, err := mailtemplate.Load(mailtemplate.FromEnv(getenv))
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/sekali-dev/sekali/internal/healthcheck"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
+	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/opsserver"
 	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/redisconn"
@@ -33,6 +34,20 @@ import (
 )
 
 func main() { binary.Main("worker", run) }
+
+// usage is what `worker --help` prints.
+const usage = `usage: worker [healthcheck]
+
+With no command, the worker sends the e-mails the API recorded until
+SIGINT or SIGTERM, then drains what it holds. It is configured by
+environment variables (README.md, Configuration): DATABASE_URL,
+REDIS_URL, PROVIDER or PROVIDERS and each provider's settings (SMTP_HOST,
+...), MAIL_FROM, WORKER_CONCURRENCY, TEMPLATES_DIR, ...
+
+commands:
+  healthcheck   exit 0 if the running worker answers /healthz (METRICS_ADDR, default :9101)
+  help          this (also -h, --help)
+`
 
 type config struct {
 	binary.Common
@@ -53,6 +68,7 @@ type config struct {
 	SpillAfter        time.Duration       // PACE_SPILL_AFTER: past this wait a delivery goes to the next provider; 0: never
 	Batches           bool                // PROVIDER_BATCHES: many messages a request where the provider takes them
 	Brand             mailtemplate.Brand  // BRAND_NAME, BRAND_LOGO_URL, BRAND_ADDRESS, BRAND_SUPPORT_EMAIL: what the layouts show
+	TemplatesReload   bool                // TEMPLATES_RELOAD: TEMPLATES_DIR read again when its files change (make run)
 }
 
 func loadConfig(getenv func(string) string) (config, error) {
@@ -86,6 +102,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	cfg.PaceWait = env.Duration("PACE_WAIT", 5*time.Second)
 	cfg.SpillAfter = env.DurationOrZero("PACE_SPILL_AFTER", 0)
 	cfg.Batches = env.OneOf("PROVIDER_BATCHES", "on", "on", "off") == "on"
+	cfg.TemplatesReload = env.OneOf("TEMPLATES_RELOAD", "false", "true", "false") == "true"
 	// A send may take SEND_TIMEOUT, then recording its outcome and
 	// releasing its lock: SIGTERM must leave time for all of it.
 	if least := worker.MinShutdownTimeout(cfg.SendTimeout); cfg.ShutdownTimeout < least {
@@ -136,9 +153,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) == 1 && args[0] == "healthcheck" {
 		return healthcheck.Probe(envconfig.New(getenv).String("METRICS_ADDR", ":9101"))
 	}
+	if binary.IsHelp(args) {
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
 	if len(args) > 0 {
-		fmt.Fprintln(stderr, "usage: worker [healthcheck] (configured by environment variables; see README.md)")
-		return fmt.Errorf("unexpected arguments %q", args)
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unexpected arguments %q (worker --help)", args)
 	}
 	cfg, err := loadConfig(getenv)
 	if err != nil {
@@ -155,6 +176,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	tcfg := mailtemplate.FromEnv(getenv)
 	tcfg.Brand = cfg.Brand
+	// With TEMPLATES_RELOAD, a template edited while the worker runs is
+	// sent from the next delivery on; its version is kept first, as the
+	// worker keeps those it started with, so that the console can show
+	// the e-mail as it was sent.
+	var keepVersions func(*mailtemplate.Templates) error // once the database is open
+	tcfg.Reload = cfg.TemplatesReload
+	tcfg.OnReload = func(t *mailtemplate.Templates, err error) {
+		if err != nil {
+			log.Warn("templates not reloaded: the previous ones stay", "error", err.Error())
+			return
+		}
+		log.Info("templates reloaded", "templates", strings.Join(t.Names(), ","))
+		if keepVersions != nil {
+			if err := keepVersions(t); err != nil {
+				log.Warn("the reloaded templates' versions are not kept: the console cannot show their e-mails as sent", "error", err.Error())
+			}
+		}
+	}
 	templates, err := mailtemplate.Load(tcfg)
 	if err != nil {
 		return err
@@ -172,6 +211,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer pool.Close()
+	keepVersions = func(t *mailtemplate.Templates) error { return notify.KeepTemplateVersions(ctx, pool, t) }
 	rdb := redisconn.NewClient(cfg.Redis)
 	defer rdb.Close()
 	var providers []worker.NamedProvider

@@ -3,7 +3,8 @@
 -- first, or most recently with newest; skip rows for the next page.
 -- No index serves recipient: operators' searches are rare, and every
 -- checkout would pay for one. Those a provider reported a bounce or a
--- complaint of: a range of notification_deliveries_bounced_idx.
+-- complaint of: a range of notification_deliveries_bounced_idx. test:
+-- a test key's alone (true), or live ones alone (false).
 SELECT * FROM notification_deliveries
 WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(template)::text IS NULL OR template = sqlc.narg(template)::text)
@@ -15,6 +16,7 @@ WHERE (sqlc.narg(status)::text IS NULL OR status = sqlc.narg(status)::text)
   AND (sqlc.narg(older_than_seconds)::float8 IS NULL
        OR updated_at < now() - make_interval(secs => sqlc.narg(older_than_seconds)::float8))
   AND (NOT @bounced_or_complained::bool OR bounced_or_complained_at IS NOT NULL)
+  AND (sqlc.narg(test)::boolean IS NULL OR test = sqlc.narg(test)::boolean)
 ORDER BY CASE WHEN @newest::bool THEN updated_at END DESC,
          CASE WHEN NOT @newest::bool THEN updated_at END,
          id

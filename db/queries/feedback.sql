@@ -71,7 +71,11 @@ SELECT del.recipient, 'removed', del.source, @actor::text, @note::text, del.test
 SELECT * FROM suppressions WHERE recipient = @recipient;
 
 -- name: ListSuppressions :many
-SELECT * FROM suppressions ORDER BY created_at DESC, recipient LIMIT @max_rows;
+-- The newest entries: of both lists, or test mode's alone (test true),
+-- or the live one alone (false).
+SELECT * FROM suppressions
+WHERE sqlc.narg(test)::boolean IS NULL OR test = sqlc.narg(test)::boolean
+ORDER BY created_at DESC, recipient LIMIT @max_rows;
 
 -- name: ListSuppressionEvents :many
 SELECT * FROM suppression_events WHERE recipient = @recipient ORDER BY id;

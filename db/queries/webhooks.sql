@@ -51,7 +51,10 @@ RETURNING m.id, m.msg_id, m.endpoint_id, m.event_type, m.payload, m.created_at, 
           e.url, e.secret, e.previous_secret, e.previous_expires_at;
 
 -- name: MarkWebhookDelivered :exec
-UPDATE webhook_messages SET delivered_at = now(), last_error = NULL WHERE id = @id;
+-- The receiver took it: status is its answer (a 2xx).
+UPDATE webhook_messages
+SET delivered_at = now(), last_error = NULL, last_status = @status::smallint, last_attempt_at = now()
+WHERE id = @id;
 
 -- name: MarkWebhookFailed :one
 -- Another attempt at next_attempt_at, or none: given up once its tries
@@ -62,6 +65,8 @@ UPDATE webhook_messages SET delivered_at = now(), last_error = NULL WHERE id = @
 -- gave the message up.
 UPDATE webhook_messages
 SET last_error = @last_error::text,
+    last_status = sqlc.narg(last_status)::smallint,
+    last_attempt_at = now(),
     next_attempt_at = @next_attempt_at,
     gave_up_at = CASE WHEN coalesce(replayed_at, created_at) < now() - make_interval(secs => @max_age_seconds::float8) THEN now() END
 WHERE id = @id AND attempts = @attempts AND delivered_at IS NULL
@@ -103,5 +108,11 @@ WHERE id IN (SELECT id FROM webhook_messages
              LIMIT @batch);
 
 -- name: ListWebhookMessages :many
--- An endpoint's newest messages, for operators.
-SELECT * FROM webhook_messages WHERE endpoint_id = @endpoint_id ORDER BY id DESC LIMIT @max_rows;
+-- An endpoint's newest messages, for operators: every one, or those of
+-- test notifications (test true) or of live ones (false) alone.
+SELECT id, msg_id, event_type, created_at, attempts, next_attempt_at, last_error, delivered_at, gave_up_at,
+       last_status, last_attempt_at, coalesce((payload->'data'->>'test')::boolean, false)::boolean AS test
+FROM webhook_messages
+WHERE endpoint_id = @endpoint_id
+  AND (sqlc.narg(test)::boolean IS NULL OR coalesce((payload->'data'->>'test')::boolean, false) = sqlc.narg(test)::boolean)
+ORDER BY id DESC LIMIT @max_rows;

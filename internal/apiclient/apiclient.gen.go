@@ -720,6 +720,11 @@ type Notification struct {
 	// ProviderEventAt When the provider's last report happened, by the provider's clock; absent with `provider_event`.
 	ProviderEventAt time.Time `json:"provider_event_at,omitempty,omitzero"`
 
+	// Recipient To whom: the address as recorded (trimmed, in lower case). Absent only from an answer recorded before this field was, replayed by its `Idempotency-Key`.
+	//
+	// Examples: ana@example.com
+	Recipient string `json:"recipient,omitempty,omitzero"`
+
 	// SendAt Not sent before this time (`send_at` of the trigger); absent, at once.
 	SendAt time.Time `json:"send_at,omitempty,omitzero"`
 
@@ -1110,6 +1115,9 @@ type WebhookEventData struct {
 	// Reason Why, for `failed`, `held` and `suppressed` (the last error or the list's reason), `cancelled` (the operator's note, if any) and the provider's reports (its detail).
 	Reason string `json:"reason,omitempty,omitzero"`
 
+	// Recipient The notification's `recipient`: to whom. Absent only from an event written before this field was (a replay of one).
+	Recipient string `json:"recipient,omitempty,omitzero"`
+
 	// Status `pending`: recorded, not yet claimed by a worker. `sending`: claimed
 	// under a lease. `sent`: the provider accepted it; never sent again.
 	// `failed`: given up; only an operator retries it. `held`: the
@@ -1132,13 +1140,24 @@ type WebhookEventType string
 
 // WebhookMessage One event on its way to one endpoint.
 type WebhookMessage struct {
-	Attempts      int              `json:"attempts"`
-	CreatedAt     time.Time        `json:"created_at"`
-	DeliveredAt   time.Time        `json:"delivered_at,omitempty,omitzero"`
-	GaveUpAt      time.Time        `json:"gave_up_at,omitempty,omitzero"`
-	LastError     string           `json:"last_error,omitempty,omitzero"`
-	NextAttemptAt time.Time        `json:"next_attempt_at,omitempty,omitzero"`
-	Type          WebhookEventType `json:"type"`
+	Attempts    int       `json:"attempts"`
+	CreatedAt   time.Time `json:"created_at"`
+	DeliveredAt time.Time `json:"delivered_at,omitempty,omitzero"`
+	GaveUpAt    time.Time `json:"gave_up_at,omitempty,omitzero"`
+
+	// LastAttemptAt When the latest attempt ended.
+	LastAttemptAt time.Time `json:"last_attempt_at,omitempty,omitzero"`
+
+	// LastError Why the latest attempt did not deliver it, with the start of the receiver's answer (`answered 503: …`); absent once delivered.
+	LastError string `json:"last_error,omitempty,omitzero"`
+
+	// LastStatus The HTTP status the receiver answered the latest attempt with; absent when it did not answer (`last_error` says why).
+	LastStatus    int       `json:"last_status,omitempty,omitzero"`
+	NextAttemptAt time.Time `json:"next_attempt_at,omitempty,omitzero"`
+
+	// Test The event is about a test key's notification. Absent for a live one.
+	Test bool             `json:"test,omitempty,omitzero"`
+	Type WebhookEventType `json:"type"`
 
 	// WebhookID The webhook-id header, the same on every attempt.
 	WebhookID string `json:"webhook_id"`
@@ -1459,6 +1478,12 @@ type WrongState struct {
 	Type      interface{} `json:"type"`
 }
 
+// GetNotificationParams defines parameters for GetNotification.
+type GetNotificationParams struct {
+	// XRequestID The caller's request id, echoed in the response and the log when it is 1 to 64 characters of `[A-Za-z0-9._-]`; otherwise replaced.
+	XRequestID RequestID `json:"X-Request-Id,omitempty,omitzero"`
+}
+
 // CancelNotificationParams defines parameters for CancelNotification.
 type CancelNotificationParams struct {
 	// XRequestID The caller's request id, echoed in the response and the log when it is 1 to 64 characters of `[A-Za-z0-9._-]`; otherwise replaced.
@@ -1699,6 +1724,19 @@ func WithRequestEditorFn(fn RequestEditorFn) ClientOption {
 // The interface specification for the client above.
 type ClientInterface interface {
 
+	// GetNotification One notification, where it stands.
+	//
+	// The notification as `notifications[]` of its order shows it: its
+	// status, what the provider last reported, to whom. Needs an API key
+	// with `orders:read`, of the owner that made the notification (the
+	// key that made it, or a key made to replace that one) or of the
+	// owner that placed its order: the keys that may cancel it. Any
+	// other key's read answers `404`, as for one that does not exist;
+	// a test key reads only test notifications, a live key live ones.
+	//
+	// Corresponds with GET /v1/notifications/{id} (the `GetNotification` operationId).
+	GetNotification(ctx context.Context, id openapi_types.UUID, params *GetNotificationParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// CancelNotification Cancel one pending notification.
 	//
 	// A `pending` notification becomes `cancelled` in one conditional
@@ -1893,6 +1931,29 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/orders/{id}/shipments (the `CreateShipment` operationId).
 	CreateShipment(ctx context.Context, id OrderID, params *CreateShipmentParams, body CreateShipmentJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+}
+
+// GetNotification One notification, where it stands.
+//
+// The notification as `notifications[]` of its order shows it: its
+// status, what the provider last reported, to whom. Needs an API key
+// with `orders:read`, of the owner that made the notification (the
+// key that made it, or a key made to replace that one) or of the
+// owner that placed its order: the keys that may cancel it. Any
+// other key's read answers `404`, as for one that does not exist;
+// a test key reads only test notifications, a live key live ones.
+//
+// Corresponds with GET /v1/notifications/{id} (the `GetNotification` operationId).
+func (c *Client) GetNotification(ctx context.Context, id openapi_types.UUID, params *GetNotificationParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetNotificationRequest(c.Server, id, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
 }
 
 // CancelNotification Cancel one pending notification.
@@ -2188,6 +2249,53 @@ func (c *Client) CreateShipment(ctx context.Context, id OrderID, params *CreateS
 		return nil, err
 	}
 	return c.Client.Do(req)
+}
+
+// NewGetNotificationRequest constructs an http.Request for the GetNotification method
+func NewGetNotificationRequest(server string, id openapi_types.UUID, params *GetNotificationParams) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "id", id, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: "uuid"})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/notifications/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+
+		var headerParam0 string
+
+		headerParam0, err = runtime.StyleParamWithOptions("simple", false, "X-Request-Id", params.XRequestID, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationHeader, Type: "string", Format: ""})
+		if err != nil {
+			return nil, err
+		}
+
+		req.Header.Set("X-Request-Id", headerParam0)
+
+	}
+
+	return req, nil
 }
 
 // NewCancelNotificationRequest constructs an http.Request for the CancelNotification method
@@ -2579,6 +2687,21 @@ func WithBaseURL(baseURL string) ClientOption {
 // ClientWithResponsesInterface is the interface specification for the client with responses above.
 type ClientWithResponsesInterface interface {
 
+	// GetNotificationWithResponse One notification, where it stands.
+	//
+	// The notification as `notifications[]` of its order shows it: its
+	// status, what the provider last reported, to whom. Needs an API key
+	// with `orders:read`, of the owner that made the notification (the
+	// key that made it, or a key made to replace that one) or of the
+	// owner that placed its order: the keys that may cancel it. Any
+	// other key's read answers `404`, as for one that does not exist;
+	// a test key reads only test notifications, a live key live ones.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /v1/notifications/{id} (the `GetNotification` operationId).
+	GetNotificationWithResponse(ctx context.Context, id openapi_types.UUID, params *GetNotificationParams, reqEditors ...RequestEditorFn) (*GetNotificationResponse, error)
+
 	// CancelNotificationWithResponse Cancel one pending notification.
 	//
 	// A `pending` notification becomes `cancelled` in one conditional
@@ -2777,6 +2900,127 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /v1/orders/{id}/shipments (the `CreateShipment` operationId).
 	CreateShipmentWithResponse(ctx context.Context, id OrderID, params *CreateShipmentParams, body CreateShipmentJSONRequestBody, reqEditors ...RequestEditorFn) (*CreateShipmentResponse, error)
+}
+
+// GetNotificationResponse200Headers the declared response headers of an HTTP 200 response for GetNotification
+type GetNotificationResponse200Headers struct {
+	XRequestID string
+}
+
+// GetNotificationResponse401Headers the declared response headers of an HTTP 401 response for GetNotification
+type GetNotificationResponse401Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetNotificationResponse403Headers the declared response headers of an HTTP 403 response for GetNotification
+type GetNotificationResponse403Headers struct {
+	WWWAuthenticate string
+	XRequestID      string
+}
+
+// GetNotificationResponse404Headers the declared response headers of an HTTP 404 response for GetNotification
+type GetNotificationResponse404Headers struct {
+	XRequestID string
+}
+
+// GetNotificationResponse429Headers the declared response headers of an HTTP 429 response for GetNotification
+type GetNotificationResponse429Headers struct {
+	RetryAfter string
+	XRequestID string
+}
+
+// GetNotificationResponse500Headers the declared response headers of an HTTP 500 response for GetNotification
+type GetNotificationResponse500Headers struct {
+	XRequestID string
+}
+
+type GetNotificationResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *Notification
+	// ApplicationProblemJSON401 the response for an HTTP 401 `application/problem+json` response
+	ApplicationProblemJSON401 *KeyUnauthorized
+	// ApplicationProblemJSON403 the response for an HTTP 403 `application/problem+json` response
+	ApplicationProblemJSON403 *Forbidden
+	// ApplicationProblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationProblemJSON404 *NotFound
+	// ApplicationProblemJSON429 the response for an HTTP 429 `application/problem+json` response
+	ApplicationProblemJSON429 *RateLimited
+	// ApplicationProblemJSON500 the response for an HTTP 500 `application/problem+json` response
+	ApplicationProblemJSON500 *Internal
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetNotificationResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetNotificationResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetNotificationResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetNotificationResponse404Headers
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *GetNotificationResponse429Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *GetNotificationResponse500Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r GetNotificationResponse) GetJSON200() *Notification {
+	return r.JSON200
+}
+
+// GetApplicationProblemJSON401 returns the response for an HTTP 401 `application/problem+json` response
+func (r GetNotificationResponse) GetApplicationProblemJSON401() *KeyUnauthorized {
+	return r.ApplicationProblemJSON401
+}
+
+// GetApplicationProblemJSON403 returns the response for an HTTP 403 `application/problem+json` response
+func (r GetNotificationResponse) GetApplicationProblemJSON403() *Forbidden {
+	return r.ApplicationProblemJSON403
+}
+
+// GetApplicationProblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetNotificationResponse) GetApplicationProblemJSON404() *NotFound {
+	return r.ApplicationProblemJSON404
+}
+
+// GetApplicationProblemJSON429 returns the response for an HTTP 429 `application/problem+json` response
+func (r GetNotificationResponse) GetApplicationProblemJSON429() *RateLimited {
+	return r.ApplicationProblemJSON429
+}
+
+// GetApplicationProblemJSON500 returns the response for an HTTP 500 `application/problem+json` response
+func (r GetNotificationResponse) GetApplicationProblemJSON500() *Internal {
+	return r.ApplicationProblemJSON500
+}
+
+// GetBody returns the raw response body bytes
+func (r GetNotificationResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetNotificationResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetNotificationResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetNotificationResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
 }
 
 // CancelNotificationResponse200Headers the declared response headers of an HTTP 200 response for CancelNotification
@@ -4040,6 +4284,27 @@ func (r CreateShipmentResponse) ContentType() string {
 	return ""
 }
 
+// GetNotificationWithResponse One notification, where it stands.
+//
+// The notification as `notifications[]` of its order shows it: its
+// status, what the provider last reported, to whom. Needs an API key
+// with `orders:read`, of the owner that made the notification (the
+// key that made it, or a key made to replace that one) or of the
+// owner that placed its order: the keys that may cancel it. Any
+// other key's read answers `404`, as for one that does not exist;
+// a test key reads only test notifications, a live key live ones.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /v1/notifications/{id} (the `GetNotification` operationId).
+func (c *ClientWithResponses) GetNotificationWithResponse(ctx context.Context, id openapi_types.UUID, params *GetNotificationParams, reqEditors ...RequestEditorFn) (*GetNotificationResponse, error) {
+	rsp, err := c.GetNotification(ctx, id, params, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetNotificationResponse(rsp)
+}
+
 // CancelNotificationWithResponse Cancel one pending notification.
 //
 // A `pending` notification becomes `cancelled` in one conditional
@@ -4297,6 +4562,151 @@ func (c *ClientWithResponses) CreateShipmentWithResponse(ctx context.Context, id
 		return nil, err
 	}
 	return ParseCreateShipmentResponse(rsp)
+}
+
+// ParseGetNotificationResponse parses an HTTP response from a GetNotificationWithResponse call
+func ParseGetNotificationResponse(rsp *http.Response) (*GetNotificationResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetNotificationResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest Notification
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest KeyUnauthorized
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest Forbidden
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest RateLimited
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON429 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest Internal
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationProblemJSON500 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers GetNotificationResponse200Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetNotificationResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetNotificationResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers GetNotificationResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 429:
+		var headers GetNotificationResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers429 = &headers
+	case rsp.StatusCode == 500:
+		var headers GetNotificationResponse500Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestID = value
+		}
+		response.Headers500 = &headers
+	}
+
+	return response, nil
 }
 
 // ParseCancelNotificationResponse parses an HTTP response from a CancelNotificationWithResponse call

@@ -6,11 +6,14 @@ package binary
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -32,15 +35,25 @@ type Run func(ctx context.Context, args []string, getenv func(string) string, st
 
 // Main runs run with the process's arguments, environment and streams,
 // its context ending at SIGINT or SIGTERM, and exits 1 with "name: err"
-// on standard error when it fails.
+// on standard error when it fails. A run that printed its usage because
+// it was asked to (flag.ErrHelp) has not failed.
 func Main(name string, run Run) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
+}
+
+// IsHelp reports whether a binary's only argument asks for its usage:
+// help, -h, -help or --help, as a newcomer types them.
+func IsHelp(args []string) bool {
+	return len(args) == 1 && slices.Contains([]string{"help", "-h", "-help", "--help"}, args[0])
 }
 
 // Common are the settings every binary reads the same way.

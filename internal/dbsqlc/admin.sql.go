@@ -126,10 +126,11 @@ WHERE ($1::text IS NULL OR status = $1::text)
   AND ($8::float8 IS NULL
        OR updated_at < now() - make_interval(secs => $8::float8))
   AND (NOT $9::bool OR bounced_or_complained_at IS NOT NULL)
-ORDER BY CASE WHEN $10::bool THEN updated_at END DESC,
-         CASE WHEN NOT $10::bool THEN updated_at END,
+  AND ($10::boolean IS NULL OR test = $10::boolean)
+ORDER BY CASE WHEN $11::bool THEN updated_at END DESC,
+         CASE WHEN NOT $11::bool THEN updated_at END,
          id
-LIMIT $12 OFFSET $11
+LIMIT $13 OFFSET $12
 `
 
 type ListDeliveriesParams struct {
@@ -142,6 +143,7 @@ type ListDeliveriesParams struct {
 	CreatedBefore       *time.Time
 	OlderThanSeconds    *float64
 	BouncedOrComplained bool
+	Test                *bool
 	Newest              bool
 	Skip                int32
 	MaxRows             int32
@@ -151,7 +153,8 @@ type ListDeliveriesParams struct {
 // first, or most recently with newest; skip rows for the next page.
 // No index serves recipient: operators' searches are rare, and every
 // checkout would pay for one. Those a provider reported a bounce or a
-// complaint of: a range of notification_deliveries_bounced_idx.
+// complaint of: a range of notification_deliveries_bounced_idx. test:
+// a test key's alone (true), or live ones alone (false).
 func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) ([]NotificationDelivery, error) {
 	rows, err := q.db.Query(ctx, listDeliveries,
 		arg.Status,
@@ -163,6 +166,7 @@ func (q *Queries) ListDeliveries(ctx context.Context, arg ListDeliveriesParams) 
 		arg.CreatedBefore,
 		arg.OlderThanSeconds,
 		arg.BouncedOrComplained,
+		arg.Test,
 		arg.Newest,
 		arg.Skip,
 		arg.MaxRows,

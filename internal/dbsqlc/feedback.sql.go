@@ -268,11 +268,20 @@ func (q *Queries) ListSuppressionEvents(ctx context.Context, recipient string) (
 }
 
 const listSuppressions = `-- name: ListSuppressions :many
-SELECT recipient, source, reason, created_at, test FROM suppressions ORDER BY created_at DESC, recipient LIMIT $1
+SELECT recipient, source, reason, created_at, test FROM suppressions
+WHERE $1::boolean IS NULL OR test = $1::boolean
+ORDER BY created_at DESC, recipient LIMIT $2
 `
 
-func (q *Queries) ListSuppressions(ctx context.Context, maxRows int32) ([]Suppression, error) {
-	rows, err := q.db.Query(ctx, listSuppressions, maxRows)
+type ListSuppressionsParams struct {
+	Test    *bool
+	MaxRows int32
+}
+
+// The newest entries: of both lists, or test mode's alone (test true),
+// or the live one alone (false).
+func (q *Queries) ListSuppressions(ctx context.Context, arg ListSuppressionsParams) ([]Suppression, error) {
+	rows, err := q.db.Query(ctx, listSuppressions, arg.Test, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}

@@ -224,6 +224,8 @@ type WebhookMessage struct {
 	DeliveredAt   *time.Time
 	GaveUpAt      *time.Time
 	ReplayedAt    *time.Time
+	LastStatus    *int16
+	LastAttemptAt *time.Time
 }
 
 type WebhookToken struct {

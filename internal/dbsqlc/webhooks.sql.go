@@ -232,37 +232,59 @@ func (q *Queries) ListWebhookEndpoints(ctx context.Context) ([]WebhookEndpoint, 
 }
 
 const listWebhookMessages = `-- name: ListWebhookMessages :many
-SELECT id, msg_id, endpoint_id, event_type, payload, created_at, attempts, next_attempt_at, last_error, delivered_at, gave_up_at, replayed_at FROM webhook_messages WHERE endpoint_id = $1 ORDER BY id DESC LIMIT $2
+SELECT id, msg_id, event_type, created_at, attempts, next_attempt_at, last_error, delivered_at, gave_up_at,
+       last_status, last_attempt_at, coalesce((payload->'data'->>'test')::boolean, false)::boolean AS test
+FROM webhook_messages
+WHERE endpoint_id = $1
+  AND ($2::boolean IS NULL OR coalesce((payload->'data'->>'test')::boolean, false) = $2::boolean)
+ORDER BY id DESC LIMIT $3
 `
 
 type ListWebhookMessagesParams struct {
 	EndpointID uuid.UUID
+	Test       *bool
 	MaxRows    int32
 }
 
-// An endpoint's newest messages, for operators.
-func (q *Queries) ListWebhookMessages(ctx context.Context, arg ListWebhookMessagesParams) ([]WebhookMessage, error) {
-	rows, err := q.db.Query(ctx, listWebhookMessages, arg.EndpointID, arg.MaxRows)
+type ListWebhookMessagesRow struct {
+	ID            int64
+	MsgID         string
+	EventType     string
+	CreatedAt     time.Time
+	Attempts      int32
+	NextAttemptAt time.Time
+	LastError     *string
+	DeliveredAt   *time.Time
+	GaveUpAt      *time.Time
+	LastStatus    *int16
+	LastAttemptAt *time.Time
+	Test          bool
+}
+
+// An endpoint's newest messages, for operators: every one, or those of
+// test notifications (test true) or of live ones (false) alone.
+func (q *Queries) ListWebhookMessages(ctx context.Context, arg ListWebhookMessagesParams) ([]ListWebhookMessagesRow, error) {
+	rows, err := q.db.Query(ctx, listWebhookMessages, arg.EndpointID, arg.Test, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []WebhookMessage
+	var items []ListWebhookMessagesRow
 	for rows.Next() {
-		var i WebhookMessage
+		var i ListWebhookMessagesRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.MsgID,
-			&i.EndpointID,
 			&i.EventType,
-			&i.Payload,
 			&i.CreatedAt,
 			&i.Attempts,
 			&i.NextAttemptAt,
 			&i.LastError,
 			&i.DeliveredAt,
 			&i.GaveUpAt,
-			&i.ReplayedAt,
+			&i.LastStatus,
+			&i.LastAttemptAt,
+			&i.Test,
 		); err != nil {
 			return nil, err
 		}
@@ -275,25 +297,36 @@ func (q *Queries) ListWebhookMessages(ctx context.Context, arg ListWebhookMessag
 }
 
 const markWebhookDelivered = `-- name: MarkWebhookDelivered :exec
-UPDATE webhook_messages SET delivered_at = now(), last_error = NULL WHERE id = $1
+UPDATE webhook_messages
+SET delivered_at = now(), last_error = NULL, last_status = $1::smallint, last_attempt_at = now()
+WHERE id = $2
 `
 
-func (q *Queries) MarkWebhookDelivered(ctx context.Context, id int64) error {
-	_, err := q.db.Exec(ctx, markWebhookDelivered, id)
+type MarkWebhookDeliveredParams struct {
+	Status int16
+	ID     int64
+}
+
+// The receiver took it: status is its answer (a 2xx).
+func (q *Queries) MarkWebhookDelivered(ctx context.Context, arg MarkWebhookDeliveredParams) error {
+	_, err := q.db.Exec(ctx, markWebhookDelivered, arg.Status, arg.ID)
 	return err
 }
 
 const markWebhookFailed = `-- name: MarkWebhookFailed :one
 UPDATE webhook_messages
 SET last_error = $1::text,
-    next_attempt_at = $2,
-    gave_up_at = CASE WHEN coalesce(replayed_at, created_at) < now() - make_interval(secs => $3::float8) THEN now() END
-WHERE id = $4 AND attempts = $5 AND delivered_at IS NULL
+    last_status = $2::smallint,
+    last_attempt_at = now(),
+    next_attempt_at = $3,
+    gave_up_at = CASE WHEN coalesce(replayed_at, created_at) < now() - make_interval(secs => $4::float8) THEN now() END
+WHERE id = $5 AND attempts = $6 AND delivered_at IS NULL
 RETURNING (gave_up_at IS NOT NULL)::boolean AS gave_up
 `
 
 type MarkWebhookFailedParams struct {
 	LastError     string
+	LastStatus    *int16
 	NextAttemptAt time.Time
 	MaxAgeSeconds float64
 	ID            int64
@@ -309,6 +342,7 @@ type MarkWebhookFailedParams struct {
 func (q *Queries) MarkWebhookFailed(ctx context.Context, arg MarkWebhookFailedParams) (bool, error) {
 	row := q.db.QueryRow(ctx, markWebhookFailed,
 		arg.LastError,
+		arg.LastStatus,
 		arg.NextAttemptAt,
 		arg.MaxAgeSeconds,
 		arg.ID,

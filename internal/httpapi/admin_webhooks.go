@@ -77,7 +77,7 @@ func handleAdminGetWebhookEndpoint(a Admin) http.Handler {
 		if !ok {
 			return
 		}
-		ep, msgs, err := a.Webhooks.Get(r.Context(), id, 100)
+		ep, msgs, err := a.Webhooks.Get(r.Context(), id, 100, nil)
 		if err != nil {
 			webhookError(w, r, "", err)
 			return

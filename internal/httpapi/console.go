@@ -14,6 +14,7 @@ import (
 
 	"github.com/sekali-dev/sekali/internal/apikey"
 	"github.com/sekali-dev/sekali/internal/notify"
+	"github.com/sekali-dev/sekali/internal/webhookout"
 )
 
 // The operator console: server-rendered pages under /admin/ over
@@ -27,7 +28,10 @@ var consoleFiles embed.FS
 //go:embed console/console.css
 var consoleCSS []byte
 
-var consolePages = htmltemplate.Must(htmltemplate.ParseFS(consoleFiles, "console/console.html"))
+// consolePages are the console's templates; details lays out an
+// action's or a history row's JSON detail as labelled fields.
+var consolePages = htmltemplate.Must(htmltemplate.New("console.html").Funcs(htmltemplate.FuncMap{"details": details}).
+	ParseFS(consoleFiles, "console/console.html"))
 
 // consolePolicy: the console's own style sheet and frames (the e-mail),
 // nothing else; no script at all.
@@ -51,9 +55,11 @@ type page struct {
 	Data         notify.QueueState // overview
 	Held, Failed count
 	LastHour     *lastHour // nil when the history could not be read
-	TestLastHour int       // test notifications recorded in the last hour, not in LastHour
-	QueueNow     *queueNow // nil when the queue could not be read
-	Paces        []paceRow // the paced providers' budgets
+	// LastHourNarrow is the same hour laid out for a phone's width.
+	LastHourNarrow *lastHour
+	TestLastHour   int       // test notifications recorded in the last hour, not in LastHour
+	QueueNow       *queueNow // nil when the queue could not be read
+	Paces          []paceRow // the paced providers' budgets
 
 	Query     deliveryQuery // deliveries
 	Statuses  []notify.Status
@@ -83,6 +89,15 @@ type page struct {
 	NewSecret string // a key just created, shown this once
 
 	Activity []activityRow // what operators did, newest first (Prev, Next: its pages)
+
+	Endpoints  []webhookout.Endpoint // the shop's webhook endpoints
+	EventTypes []string              // the types one may subscribe to
+	Webhook    webhookView           // one endpoint (NewSecret: a new one, shown this once)
+
+	// Mode is a list's live/test filter ("", live, test), ModeLinks its
+	// choices.
+	Mode      string
+	ModeLinks []modeLink
 }
 
 // bulkResult is a bulk retry: counted first, done on confirmation.
@@ -266,7 +281,8 @@ func handleConsoleOverview(ops *notify.Operator) http.Handler {
 			errs = append(errs, err)
 		} else {
 			h := newLastHour(minutes, now, p.Data.Provider.Workers, queueErr)
-			p.LastHour = &h
+			n := newLastHourIn(narrowChart, minutes, now, p.Data.Provider.Workers, queueErr)
+			p.LastHour, p.LastHourNarrow = &h, &n
 		}
 		if p.TestLastHour, err = ops.TestRecordedSince(ctx, now.Add(-time.Hour)); err != nil {
 			errs = append(errs, err)

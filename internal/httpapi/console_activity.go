@@ -50,7 +50,8 @@ func handleConsoleActivity(ops *notify.Operator) http.Handler {
 }
 
 // targetLink is the console's page of what an action was done to, if it
-// has one: a delivery, an address on the suppression list.
+// has one: a delivery, an address on the suppression list, a webhook
+// endpoint.
 func targetLink(target string) string {
 	kind, id, _ := strings.Cut(target, ":")
 	switch kind {
@@ -60,6 +61,10 @@ func targetLink(target string) string {
 		}
 	case "recipient":
 		return "/admin/suppressions?" + url.Values{"recipient": {id}}.Encode()
+	case "webhook_endpoint":
+		if _, err := uuid.Parse(id); err == nil {
+			return "/admin/webhooks/" + id
+		}
 	}
 	return ""
 }

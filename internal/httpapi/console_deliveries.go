@@ -32,6 +32,8 @@ type deliveryQuery struct {
 	// BouncedOrComplained: only those a provider reported a bounce or a
 	// complaint of.
 	BouncedOrComplained bool
+	// Mode: live and test alike (""), or "live" or "test" alone.
+	Mode string
 }
 
 // consoleTime is the layout of a datetime-local input.
@@ -42,6 +44,7 @@ const consoleTime = "2006-01-02T15:04"
 func (q deliveryQuery) filter() (notify.Filter, string) {
 	f := notify.Filter{Key: q.Key, Template: q.Template, Status: notify.Status(q.Status), Newest: q.Newest,
 		Offset: q.Page * consolePageSize, Limit: consolePageSize + 1, BouncedOrComplained: q.BouncedOrComplained}
+	_, f.Test = modeOf(url.Values{"mode": {q.Mode}})
 	if q.Recipient != "" {
 		addr, err := mail.NormalizeAddress(q.Recipient)
 		if err != nil {
@@ -87,7 +90,7 @@ func (q deliveryQuery) url(n int) string {
 	v := url.Values{}
 	for k, s := range map[string]string{"recipient": q.Recipient, "order_id": q.OrderID, "key": q.Key,
 		"status": q.Status, "template": q.Template, "older_than": q.OlderThan,
-		"created_after": q.CreatedAfter, "created_before": q.CreatedBefore} {
+		"created_after": q.CreatedAfter, "created_before": q.CreatedBefore, "mode": q.Mode} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -113,6 +116,7 @@ func queryFrom(v url.Values) deliveryQuery {
 		OlderThan: strings.TrimSpace(v.Get("older_than")), Newest: v.Get("order") != "oldest",
 		CreatedAfter: strings.TrimSpace(v.Get("created_after")), CreatedBefore: strings.TrimSpace(v.Get("created_before")),
 		BouncedOrComplained: v.Get("bounced_or_complained") == "yes"}
+	q.Mode, _ = modeOf(v)
 	q.Page, _ = strconv.Atoi(v.Get("page"))
 	q.Page = min(max(q.Page, 0), 10_000)
 	return q

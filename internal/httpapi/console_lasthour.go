@@ -19,18 +19,35 @@ import (
 
 // The chart's drawing units (its viewBox; CSS scales it to the page).
 const (
-	chartWidth  = 960
-	chartLeft   = 150 // the lanes' names to the left of it
-	chartColumn = 12  // a minute
-	chartRight  = chartLeft + notify.HourMinutes*chartColumn
-	chartTop    = 6
-	flowLaneH   = 34 // a lane of counts: bars up to flowBarH, total and peak on the right
-	flowBarH    = 24
-	laneGap     = 4
-	stateLaneH  = 30 // a provider at a worker
-	stateBarH   = 20
-	axisH       = 30
-	charWidth   = 7 // a generous average width of a character of the chart's 12px text, to cut labels to their room
+	chartTop   = 6
+	flowLaneH  = 34 // a lane of counts: bars up to flowBarH, total and peak on the right
+	flowBarH   = 24
+	laneGap    = 4
+	stateLaneH = 30 // a provider at a worker
+	stateBarH  = 20
+	axisH      = 30
+	charWidth  = 7 // a generous average width of a character of the chart's 12px text, to cut labels to their room
+)
+
+// chartLayout is where a chart's plot lies in its width, in drawing
+// units: the wide chart a desktop shows, and the narrow one a phone
+// shows (console.css shows one or the other by the page's width), each
+// whole: every lane's name, the hour up to now, the totals.
+type chartLayout struct {
+	Suffix              string // of the chart's ids: "" for the wide one
+	Width, Left, Column int    // Left: the lanes' names before it; Column: a minute
+	Empty               string // what an empty hour says, as long as fits
+	Peak                string // a lane's busiest minute, as long as fits: %s the count
+}
+
+func (l chartLayout) right() int { return l.Left + notify.HourMinutes*l.Column }
+
+var (
+	wideChart = chartLayout{Width: 960, Left: 150, Column: 12,
+		Empty: "Nothing in the last hour: no delivery was recorded or changed status.", Peak: "peak %s/min"}
+	// The narrow chart fits a phone 390 px wide at about its own size:
+	// its lanes' names in smaller type (console.css), a minute 4 units.
+	narrowChart = chartLayout{Suffix: "-narrow", Width: 384, Left: 74, Column: 4, Empty: "Nothing in the last hour.", Peak: "peak %s"}
 )
 
 // flowKinds are the lanes of counts, top to bottom, with what each counts.
@@ -49,6 +66,8 @@ var flowKinds = []struct {
 
 // lastHour is the overview's chart, ready to be written.
 type lastHour struct {
+	Narrow        bool   // the phone's layout
+	Suffix        string // of its ids
 	Width, Height int
 	From          string // the hour's first minute, "15:04" UTC
 	Now           string // now, "15:04:05" UTC
@@ -56,6 +75,7 @@ type lastHour struct {
 	Empty         bool   // nothing in the history for the hour
 	EmptyX        int    // the middle of the lanes of counts, where an empty hour says so
 	EmptyY        int
+	EmptyText     string
 	Kinds         []string
 
 	Flow      []flowLane
@@ -129,19 +149,30 @@ type minuteRow struct {
 
 // newLastHour lays out the hour of minutes (notify.LastHour's, oldest
 // first) up to now, and the providers' states as the live workers last
-// published them; providersErr is why those could not be read, if so.
+// published them; providersErr is why those could not be read, if so:
+// the wide chart.
 func newLastHour(minutes []notify.Minute, now time.Time, workers []notify.ProviderState, providersErr string) lastHour {
+	return newLastHourIn(wideChart, minutes, now, workers, providersErr)
+}
+
+// newLastHourIn is newLastHour in the layout l.
+func newLastHourIn(lay chartLayout, minutes []notify.Minute, now time.Time, workers []notify.ProviderState, providersErr string) lastHour {
+	chartWidth, chartLeft, chartColumn, chartRight := lay.Width, lay.Left, lay.Column, lay.right()
 	now = now.UTC()
 	start := minutes[0].Start
-	c := lastHour{Width: chartWidth, Left: chartLeft, Right: chartRight, TotalX: chartWidth - 6, PlotTop: chartTop,
-		From: start.Format("15:04"), Now: now.Format("15:04:05"), Empty: true}
+	c := lastHour{Narrow: lay.Suffix != "", Suffix: lay.Suffix, Width: chartWidth, Left: chartLeft, Right: chartRight, TotalX: chartWidth - 6,
+		PlotTop: chartTop, From: start.Format("15:04"), Now: now.Format("15:04:05"), Empty: true, EmptyText: lay.Empty}
 	x := func(t time.Time) int {
 		d := min(max(t.Sub(start), 0), notify.HourMinutes*time.Minute)
-		return chartLeft + int(d*chartColumn/time.Minute)
+		return chartLeft + int(d*time.Duration(chartColumn)/time.Minute)
 	}
 	c.NowX, c.NowW = x(now.Truncate(time.Minute)), chartColumn
 	c.NowTitle = now.Format("15:04") + " UTC: the minute now is in, so far"
 
+	barX, barW := 1, chartColumn-2 // a gap on each side
+	if chartColumn < 8 {
+		barX, barW = 0, chartColumn-1 // a narrow column: one gap
+	}
 	var summary []string
 	y := chartTop
 	for _, k := range flowKinds {
@@ -163,13 +194,13 @@ func newLastHour(minutes []notify.Minute, now time.Time, workers []notify.Provid
 			if i == len(minutes)-1 {
 				so = " (so far)"
 			}
-			l.Bars = append(l.Bars, bar{X: chartLeft + i*chartColumn + 1, Y: l.BaseY - h, W: chartColumn - 2, H: h,
+			l.Bars = append(l.Bars, bar{X: chartLeft + i*chartColumn + barX, Y: l.BaseY - h, W: barW, H: h,
 				Title: fmt.Sprintf("%s UTC%s: %s %s", m.Start.Format("15:04"), so, thousands(n), k.help)})
 		}
 		l.Total = thousands(total)
 		if total > 0 {
 			c.Empty = false
-			l.Peak = "peak " + thousands(peak) + "/min"
+			l.Peak = fmt.Sprintf(lay.Peak, thousands(peak))
 		}
 		summary = append(summary, thousands(total)+" "+k.help)
 		c.Flow = append(c.Flow, l)
@@ -265,6 +296,7 @@ func newLastHour(minutes []notify.Minute, now time.Time, workers []notify.Provid
 // queueNow is the queue's depth as asynq tells it now, drawn as bars.
 type queueNow struct {
 	Width, Height int
+	Left          int // where the bars begin
 	Bars          []queueBar
 }
 
@@ -276,11 +308,11 @@ type queueBar struct {
 	Title        string
 }
 
-// The queue's chart, in its own drawing units.
+// The queue's chart, in its own drawing units: narrow enough for a phone.
 const (
-	queueWidth = 480
-	queueLeft  = 110
-	queueBarW  = 300 // the longest bar
+	queueWidth = 400
+	queueLeft  = 100
+	queueBarW  = 230 // the longest bar
 	queueRowH  = 24
 )
 
@@ -299,7 +331,7 @@ func newQueueNow(q notify.QueueState) queueNow {
 	for _, r := range rows {
 		most = max(most, r.n)
 	}
-	c := queueNow{Width: queueWidth, Height: len(rows)*queueRowH + 4}
+	c := queueNow{Width: queueWidth, Height: len(rows)*queueRowH + 4, Left: queueLeft}
 	for i, r := range rows {
 		w := 0
 		if r.n > 0 {

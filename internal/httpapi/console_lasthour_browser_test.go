@@ -29,9 +29,10 @@ import (
 // there and of a size, nothing outside the chart, no label running into
 // the plot or out of its span, the down state hatched — with no message
 // of the console's policy refusing anything (a style attribute set on
-// purpose at the end proves such a message would be seen), and at a
-// phone's width the page does not scroll sideways: the chart's own box
-// does. CONSOLE_SCREENSHOT saves the overview (docs/console.png).
+// purpose at the end proves such a message would be seen); and at a
+// phone's width (390 px) the page shows the narrow chart instead, whole
+// and without scrolling sideways, this minute's bars at its right edge
+// in view. CONSOLE_SCREENSHOT saves the overview (docs/console.png).
 func TestConsoleOverviewLastHourInABrowser(t *testing.T) {
 	chromium := chromiumPath(t)
 	s := setup(t)
@@ -96,8 +97,112 @@ func TestConsoleOverviewLastHourInABrowser(t *testing.T) {
 		t.Fatalf("the overview: %v", err)
 	}
 
-	measure := `(() => {
-	  const svg = document.getElementById('last-hour');
+	measure := func(id string) string {
+		return strings.ReplaceAll(measureChart, "CHART", id)
+	}
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[chartMeasure](measure("last-hour")))
+	if err != nil {
+		t.Fatalf("measure the chart: %v", err)
+	}
+	if got.Chart.Width < 700 || got.Chart.Height < 300 {
+		t.Errorf("the chart is %vx%v px", got.Chart.Width, got.Chart.Height)
+	}
+	checkChart(t, "at 1300 px", got, hour)
+	if got.PageOverflow > 0 || got.BoxOverflow > 0 {
+		t.Errorf("at 1300 px the overview scrolls %v px sideways, a chart's box %v px", got.PageOverflow, got.BoxOverflow)
+	}
+	if got.Shown != "last-hour" {
+		t.Errorf("at 1300 px the page shows the chart %q, want the wide one", got.Shown)
+	}
+
+	if shot := os.Getenv("CONSOLE_SCREENSHOT"); shot != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(shot, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot in %s", shot)
+	}
+
+	// A phone 390 px wide: the page keeps to its width and shows the
+	// narrow chart, whole: every lane's name, the hour up to this
+	// minute's bars at its right edge, the totals, in type of a readable
+	// size; no chart's box scrolls.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(390, 844), chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("last-hour-narrow"))); err != nil {
+		t.Fatal(err)
+	}
+	narrow, err := chromedp.Run(ctx, chromedp.Evaluate[chartMeasure](measure("last-hour-narrow")))
+	if err != nil {
+		t.Fatalf("measure the narrow chart: %v", err)
+	}
+	checkChart(t, "at 390 px", narrow, hour)
+	if narrow.Shown != "last-hour-narrow" || narrow.PageOverflow > 0 || narrow.BoxOverflow > 0 {
+		t.Errorf("at 390 px the page shows the chart %q (want the narrow one), scrolls %v px sideways and a chart's box %v px (want 0)",
+			narrow.Shown, narrow.PageOverflow, narrow.BoxOverflow)
+	}
+	// The worker's sends are this minute's bars, or the last one's if
+	// the minute turned since.
+	column := narrow.Now.Right - narrow.Now.Left
+	if narrow.Chart.Left < 0 || narrow.Chart.Right > 390 || narrow.Now.Right > narrow.Chart.Right || narrow.Now.Left < narrow.Chart.Left ||
+		narrow.LastBar.Right > 390 || narrow.LastBar.Right < narrow.Now.Left-column || narrow.TotalsRight > 390 {
+		t.Errorf("at 390 px the chart spans %v to %v px, this minute %v to %v, its last bar ends at %v, the totals at %v: want all within the 390 px, the newest bars drawn",
+			narrow.Chart.Left, narrow.Chart.Right, narrow.Now.Left, narrow.Now.Right, narrow.LastBar.Right, narrow.TotalsRight)
+	}
+	if narrow.SmallestText < 9 {
+		t.Errorf("at 390 px the chart's smallest text is %.1f px high, want 9 or more", narrow.SmallestText)
+	}
+	if shot := os.Getenv("CONSOLE_SCREENSHOT"); shot != "" {
+		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		phone := strings.TrimSuffix(shot, ".png") + "-phone.png"
+		if err := os.WriteFile(phone, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot at 390 px in %s", phone)
+	}
+
+	if refused := policyMessages(seen()); len(refused) > 0 {
+		t.Errorf("the console's policy refused something on the overview:\n%s", strings.Join(refused, "\n"))
+	}
+	// The control: a style attribute, which the policy refuses, set now.
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector('h1').setAttribute('style', 'color: red')`)); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, "the browser to say its policy refused the control's style attribute", 10*time.Second, func() bool {
+		return len(policyMessages(seen())) > 0
+	})
+}
+
+// checkChart checks what the browser measured of a chart: its lanes,
+// bars and provider spans there and of a size, nothing outside it, no
+// label running into the plot or out of its span, the down state
+// hatched, the sent lane's total the hour's.
+func checkChart(t *testing.T, at string, got chartMeasure, hour hourCounts) {
+	t.Helper()
+	if got.Lanes != 7 || got.Bars < 60 || got.Providers != 3 || got.Spans < 4 || got.EmptyNotice != 0 {
+		t.Errorf("%s the chart has %d lanes, %d bars, %d provider lanes with %d spans, %d empty notices", at, got.Lanes, got.Bars, got.Providers, got.Spans, got.EmptyNotice)
+	}
+	for what, marks := range map[string][]string{"without a size": got.Flat, "outside the chart": got.Outside, "running into the plot or out of their span": got.IntoPlot} {
+		if len(marks) > 0 {
+			t.Errorf("%s marks %s:\n%s", at, what, strings.Join(marks, "\n"))
+		}
+	}
+	if want := fmt.Sprint(hour.sent + 3); got.SentTotal != want {
+		t.Errorf("%s the sent lane's total is %q, want %s (the hour's and the worker's three)", at, got.SentTotal, want)
+	}
+	if got.DownFill != `url("#hatch-down")` {
+		t.Errorf("%s the down span is filled with %q, not the hatching", at, got.DownFill)
+	}
+}
+
+// measureChart measures the chart whose id replaces CHART, in CSS
+// pixels (chartMeasure).
+const measureChart = `(() => {
+	  const svg = document.getElementById('CHART');
 	  const b = e => { const r = e.getBoundingClientRect(); return {Left: r.left, Right: r.right, Top: r.top, Bottom: r.bottom, Width: r.width, Height: r.height}; };
 	  const c = b(svg), tag = e => e.outerHTML.slice(0, 120);
 	  const plot = b(svg.querySelector('.lane .baseline'));
@@ -121,74 +226,23 @@ func TestConsoleOverviewLastHourInABrowser(t *testing.T) {
 	    PageOverflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
 	    BoxOverflow: [...document.querySelectorAll('.chart-wrap')].map(w => w.scrollWidth - w.clientWidth).reduce((a, v) => Math.max(a, v), 0),
 	    Providers: svg.querySelectorAll('g.provider').length,
-	    EmptyNotice: svg.querySelectorAll('#last-hour-empty').length,
+	    EmptyNotice: svg.querySelectorAll('.empty-note').length,
+	    Shown: [...document.querySelectorAll('svg.chart[id^="last-hour"]')].filter(e => e.getBoundingClientRect().width > 0).map(e => e.id).join(' '),
+	    Now: b(svg.querySelector('rect.now-column')),
+	    LastBar: [...svg.querySelectorAll('rect.bar')].map(b).reduce((a, r) => r.Right > a.Right ? r : a, {Left: 0, Right: 0, Top: 0, Bottom: 0, Width: 0, Height: 0}),
+	    TotalsRight: Math.max(...[...svg.querySelectorAll('.lane-total, .lane-peak')].map(e => b(e).Right)),
+	    SmallestText: Math.min(...[...svg.querySelectorAll('text')].map(e => b(e).Height)),
 	  };
 	})()`
-	got, err := chromedp.Run(ctx, chromedp.Evaluate[chartMeasure](measure))
-	if err != nil {
-		t.Fatalf("measure the chart: %v", err)
-	}
-	if got.Chart.Width < 700 || got.Chart.Height < 300 {
-		t.Errorf("the chart is %vx%v px", got.Chart.Width, got.Chart.Height)
-	}
-	if got.Lanes != 7 || got.Bars < 60 || got.Providers != 3 || got.Spans < 4 || got.EmptyNotice != 0 {
-		t.Errorf("the chart has %d lanes, %d bars, %d provider lanes with %d spans, %d empty notices", got.Lanes, got.Bars, got.Providers, got.Spans, got.EmptyNotice)
-	}
-	for what, marks := range map[string][]string{"without a size": got.Flat, "outside the chart": got.Outside, "running into the plot or out of their span": got.IntoPlot} {
-		if len(marks) > 0 {
-			t.Errorf("marks %s:\n%s", what, strings.Join(marks, "\n"))
-		}
-	}
-	if want := fmt.Sprint(hour.sent + 3); got.SentTotal != want {
-		t.Errorf("the sent lane's total is %q, want %s (the hour's and the worker's three)", got.SentTotal, want)
-	}
-	if got.DownFill != `url("#hatch-down")` {
-		t.Errorf("the down span is filled with %q, not the hatching", got.DownFill)
-	}
-	if got.PageOverflow > 0 || got.BoxOverflow > 0 {
-		t.Errorf("at 1300 px the overview scrolls %v px sideways, a chart's box %v px", got.PageOverflow, got.BoxOverflow)
-	}
-
-	if shot := os.Getenv("CONSOLE_SCREENSHOT"); shot != "" {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(shot, png, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("screenshot in %s", shot)
-	}
-
-	// A phone: the page keeps to its width; the chart scrolls in its box.
-	if err := chromedp.Do(ctx, chromedp.EmulateViewport(375, 800), chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("last-hour"))); err != nil {
-		t.Fatal(err)
-	}
-	narrow, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[document.documentElement.scrollWidth - document.documentElement.clientWidth,
-	  document.querySelector('.chart-wrap').scrollWidth - document.querySelector('.chart-wrap').clientWidth]`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if narrow[0] > 0 || narrow[1] <= 0 {
-		t.Errorf("at 375 px the page scrolls %v px sideways (want 0) and the chart's box %v px (want some)", narrow[0], narrow[1])
-	}
-
-	if refused := policyMessages(seen()); len(refused) > 0 {
-		t.Errorf("the console's policy refused something on the overview:\n%s", strings.Join(refused, "\n"))
-	}
-	// The control: a style attribute, which the policy refuses, set now.
-	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`document.querySelector('h1').setAttribute('style', 'color: red')`)); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, "the browser to say its policy refused the control's style attribute", 10*time.Second, func() bool {
-		return len(policyMessages(seen())) > 0
-	})
-}
 
 // chartMeasure is what the browser measured of the overview's chart,
 // in CSS pixels.
 type chartMeasure struct {
-	Chart                  struct{ Left, Right, Top, Bottom, Width, Height float64 }
+	Chart                  box
+	Now, LastBar           box     // the minute now is in; the rightmost bar
+	TotalsRight            float64 // where the rightmost total or peak ends
+	SmallestText           float64 // the height of the smallest text
+	Shown                  string  // the ids of the charts the page shows
 	Lanes, Bars, Spans     int
 	Flat                   []string // marks without a size
 	Outside                []string // marks beyond the chart
@@ -198,6 +252,9 @@ type chartMeasure struct {
 	BoxOverflow            float64 // how far a chart scrolls in its box
 	Providers, EmptyNotice int
 }
+
+// box is an element's place on the page, in CSS pixels.
+type box struct{ Left, Right, Top, Bottom, Width, Height float64 }
 
 // policyMessages are the console's messages about the Content Security
 // Policy.

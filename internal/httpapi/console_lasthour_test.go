@@ -142,6 +142,38 @@ func TestConsoleOverviewDrawsTheLastHour(t *testing.T) {
 		}
 	}
 
+	// The same hour for a phone: within a width that a screen 390 px
+	// wide shows at about its size, every mark inside, the same bars and
+	// totals, this minute at the plot's right edge (console.css shows
+	// this chart instead of the wide one on a narrow page).
+	narrow := parseSVG(t, page, "last-hour-narrow")
+	narrow.inside(t)
+	if box := strings.Fields(narrow.attr("viewBox")); len(box) != 4 || atoi(box[2]) > 390 || atoi(box[2]) <= 0 {
+		t.Errorf("the narrow chart's viewBox is %q, want at most 390 wide", narrow.attr("viewBox"))
+	}
+	titles := func(c *svgNode) string {
+		var out []string
+		for _, b := range c.all("rect", "bar") {
+			out = append(out, b.title())
+		}
+		for _, l := range c.all("text", "lane-total") {
+			out = append(out, l.Text)
+		}
+		return strings.Join(out, "; ")
+	}
+	if w, n := titles(chart), titles(narrow); w != n {
+		t.Errorf("the narrow chart's bars and totals differ from the wide one's:\n%s\n%s", n, w)
+	}
+	nowColumn, axis := narrow.find("rect", "now-column"), narrow.find("line", "axis")
+	if right := nowColumn.num(t, "x") + nowColumn.num(t, "width"); right != axis.num(t, "x2") {
+		t.Errorf("in the narrow chart this minute ends at %v, the plot at %v: want it at the right edge", right, axis.num(t, "x2"))
+	}
+	css := string(s.do(t, http.MethodGet, "/admin/console.css", "", nil, nil).body)
+	if _, phone, ok := strings.Cut(css, "@media (max-width: 52rem)"); !ok || !strings.Contains(phone, ".chart-wide { display: none; }") ||
+		!strings.Contains(phone, ".chart-narrow { display: block; }") || !strings.Contains(page, `<div class="chart-wrap chart-narrow">`) {
+		t.Error("console.css does not show the narrow chart instead of the wide one on a narrow page")
+	}
+
 	queue := parseSVG(t, page, "queue-now")
 	queue.inside(t)
 	if bars := queue.all("rect", "bar"); len(bars) != 4 || !strings.HasPrefix(bars[0].title(), "waiting: ") {
@@ -311,4 +343,13 @@ func keys(m map[string]*svgNode) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// atoi is s as an int, or -1.
+func atoi(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return -1
+	}
+	return n
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,8 +38,11 @@ func handleConsoleSuppressions(ops *notify.Operator) http.Handler {
 				p.Suppression, p.SuppressionEvents = &s, events
 			}
 		}
+		var test *bool
+		p.Mode, test = modeOf(r.URL.Query())
+		p.ModeLinks = modeLinks("/admin/suppressions", url.Values{"mode": {p.Mode}})
 		var err error
-		if p.Suppressions, err = ops.Suppressions(r.Context(), 100); err != nil {
+		if p.Suppressions, err = ops.SuppressionsOf(r.Context(), 100, test); err != nil {
 			setLogError(r.Context(), err)
 			consoleError(w, r, http.StatusInternalServerError, "The suppression list could not be read; try again.")
 			return
@@ -146,8 +150,9 @@ func handleConsoleKeys(keys *apikey.Service) http.Handler {
 	})
 }
 
-// renderKeys shows the keys page: secret is a key just made, shown this
-// once; problem what was wrong with a key to make.
+// renderKeys shows the keys page, live and test or of the mode the
+// query asks for: secret is a key just made, shown this once; problem
+// what was wrong with a key to make.
 func renderKeys(w http.ResponseWriter, r *http.Request, keys *apikey.Service, status int, secret, problem string) {
 	ks, err := keys.List(r.Context())
 	if err != nil {
@@ -155,8 +160,12 @@ func renderKeys(w http.ResponseWriter, r *http.Request, keys *apikey.Service, st
 		consoleError(w, r, http.StatusInternalServerError, "The keys could not be read; try again.")
 		return
 	}
+	mode, test := modeOf(r.URL.Query())
+	if test != nil {
+		ks = slices.DeleteFunc(ks, func(k apikey.Key) bool { return k.Test() != *test })
+	}
 	render(w, r, status, "api-keys", page{Title: "API keys", Session: sessionOf(r), Keys: ks, Scopes: apikey.Scopes,
-		NewSecret: secret, Error: problem})
+		NewSecret: secret, Error: problem, Mode: mode, ModeLinks: modeLinks("/admin/api-keys", url.Values{"mode": {mode}})})
 }
 
 func handleConsoleCreateKey(keys *apikey.Service) http.Handler {

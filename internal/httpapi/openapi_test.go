@@ -321,6 +321,11 @@ func TestResponsesMatchOpenAPIDocument(t *testing.T) {
 	c.do(404, "POST", "/v1/notifications/nope/cancel", "", "", nil)
 	c.do(401, "POST", cancelPath, "", "", map[string]string{"Authorization": ""})
 	c.do(403, "POST", cancelPath, "", "", map[string]string{"Authorization": "Bearer " + writeOnly})
+	c.do(200, "GET", "/v1/notifications/"+scheduled.ID.String(), "", "", nil)
+	c.do(404, "GET", "/v1/notifications/00000000-0000-4000-8000-000000000000", "", "", nil)
+	c.do(404, "GET", "/v1/notifications/nope", "", "", nil)
+	c.do(401, "GET", "/v1/notifications/"+scheduled.ID.String(), "", "", map[string]string{"Authorization": ""})
+	c.do(403, "GET", "/v1/notifications/"+scheduled.ID.String(), "", "", map[string]string{"Authorization": "Bearer " + writeOnly})
 	var claimedOrder order.Order
 	c.do(201, "POST", "/v1/orders", jsonCT, validCheckout, nil).decode(t, &claimedOrder)
 	s.f.Claimed(s.f.Get(claimedOrder.Notifications[0].ID), time.Minute)

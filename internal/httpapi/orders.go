@@ -175,6 +175,24 @@ func handleCreateNotification(orders *order.Service) http.Handler {
 	})
 }
 
+// handleGetNotification reads one notification, for the keys that may
+// cancel it: its owner's, or its order's owner's.
+func handleGetNotification(orders *order.Service) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, ok := uuidParam(w, r, "No notification has this id: notification ids are UUIDs.")
+		if !ok {
+			return
+		}
+		addLogAttrs(r.Context(), slog.String("delivery_id", id.String()))
+		n, err := orders.GetNotification(r.Context(), id, callerOf(r))
+		if err != nil {
+			writeError(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, n)
+	})
+}
+
 // handleCancelNotification calls a pending notification off: 200 with it
 // cancelled, the same again for a second call; 409 with where it stands
 // once a worker has claimed it, or when a provider may already have it;

@@ -79,6 +79,8 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 			Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
 		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
 			Method(http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
+		r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersRead)), limit(backend, keyOrAddr(addr))).
+			Method(http.MethodGet, "/v1/notifications/{id}", handleGetNotification(d.Orders))
 		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
 			Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
 	})
@@ -161,6 +163,13 @@ func addConsole(r chi.Router, d Deps, addr func(*http.Request) string, guard *op
 		r.Method(http.MethodPost, "/admin/api-keys", handleConsoleCreateKey(d.Admin.Keys))
 		r.Method(http.MethodPost, "/admin/api-keys/{id}/revoke", handleConsoleRevokeKey(d.Admin.Keys))
 		r.Method(http.MethodGet, "/admin/activity", handleConsoleActivity(d.Admin.Ops))
+		r.Method(http.MethodGet, "/admin/webhooks", handleConsoleWebhooks(d.Admin.Webhooks))
+		r.Method(http.MethodPost, "/admin/webhooks", handleConsoleAddWebhook(d.Admin.Webhooks))
+		r.Method(http.MethodGet, "/admin/webhooks/{id}", handleConsoleWebhook(d.Admin.Webhooks))
+		r.Method(http.MethodPost, "/admin/webhooks/{id}/rotate-secret", handleConsoleRotateWebhook(d.Admin.Webhooks))
+		r.Method(http.MethodPost, "/admin/webhooks/{id}/disable", handleConsoleSetWebhook(d.Admin.Webhooks, false))
+		r.Method(http.MethodPost, "/admin/webhooks/{id}/enable", handleConsoleSetWebhook(d.Admin.Webhooks, true))
+		r.Method(http.MethodPost, "/admin/webhooks/{id}/replay", handleConsoleReplayWebhook(d.Admin.Webhooks))
 	})
 }
 

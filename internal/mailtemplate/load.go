@@ -42,6 +42,11 @@ type Config struct {
 	DefaultLanguage string
 	// Brand is the shop the layouts show (ReadBrand: BRAND_NAME, ...).
 	Brand Brand
+	// Reload reads Dir again when its files change (TEMPLATES_RELOAD, for
+	// development: reload.go), OnReload hears of each reload: the
+	// templates it loaded, or why it kept those it had.
+	Reload   bool
+	OnReload func(*Templates, error)
 }
 
 // FromEnv is the Config the binaries read from TEMPLATES_DIR (default
@@ -64,6 +69,9 @@ func LoadBuiltin() (*Templates, error) {
 // 3 a.m. If anything is wrong the error is a *LoadError listing every
 // problem.
 func Load(cfg Config) (*Templates, error) {
+	if cfg.Reload && cfg.Dir != "" {
+		return loadReloading(cfg)
+	}
 	t, problems := loadTemplates(cfg)
 	if len(problems) > 0 {
 		return nil, &LoadError{Problems: problems}

@@ -46,6 +46,7 @@ var ErrUnknown = errors.New("mailtemplate: unknown template")
 // Templates is the registry of every e-mail the service can send.
 type Templates struct {
 	byName map[string]*emailTemplate
+	live   *reloader // Config.Reload's: nil unless TEMPLATES_RELOAD (reload.go)
 }
 
 type emailTemplate struct {
@@ -96,6 +97,7 @@ func (e *DataError) Error() string {
 // build that predates them would; the fault-injection suite runs such a
 // worker to rehearse a rolling deploy.
 func (t *Templates) Without(names ...string) *Templates {
+	t = t.current()
 	out := &Templates{byName: maps.Clone(t.byName)}
 	for _, n := range names {
 		delete(out.byName, n)
@@ -106,6 +108,7 @@ func (t *Templates) Without(names ...string) *Templates {
 // Subscriptions are the names of the templates of the subscription
 // category (meta.json), sorted.
 func (t *Templates) Subscriptions() []string {
+	t = t.current()
 	var out []string
 	for _, name := range t.Names() {
 		if t.byName[name].meta.category == CategorySubscription {
@@ -117,6 +120,7 @@ func (t *Templates) Subscriptions() []string {
 
 // Names lists the registered templates in order.
 func (t *Templates) Names() []string {
+	t = t.current()
 	names := make([]string, 0, len(t.byName))
 	for n := range t.byName {
 		names = append(names, n)
@@ -127,6 +131,7 @@ func (t *Templates) Names() []string {
 
 // Has reports whether name is registered.
 func (t *Templates) Has(name string) bool {
+	t = t.current()
 	_, ok := t.byName[name]
 	return ok
 }
@@ -134,6 +139,7 @@ func (t *Templates) Has(name string) bool {
 // Languages lists the BCP 47 tags a template is written in, the default
 // language first; nil for an unknown template.
 func (t *Templates) Languages(name string) []string {
+	t = t.current()
 	et, ok := t.byName[name]
 	if !ok {
 		return nil
@@ -147,6 +153,7 @@ func (t *Templates) Languages(name string) []string {
 
 // Sample returns the example data a template is previewed with.
 func (t *Templates) Sample(name string) (json.RawMessage, error) {
+	t = t.current()
 	et, ok := t.byName[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknown, name)
@@ -161,6 +168,7 @@ func (t *Templates) Sample(name string) (json.RawMessage, error) {
 // naming every failing place. The generic trigger and the preview both
 // ask it, so that neither takes data the worker could only hold.
 func (t *Templates) Validate(name string, data json.RawMessage) error {
+	t = t.current()
 	et, ok := t.byName[name]
 	if !ok {
 		return fmt.Errorf("%w: %q", ErrUnknown, name)

@@ -36,6 +36,7 @@ func (t *Templates) Render(name string, data json.RawMessage) (Rendered, error) 
 // languages, or empty, or malformed, gets the default language.
 // Rendered.Language says which. Numbers stay exact (no float64 detour).
 func (t *Templates) RenderLocale(name string, data json.RawMessage, userLocale string) (Rendered, error) {
+	t = t.current()
 	et, ok := t.byName[name]
 	if !ok {
 		return Rendered{}, fmt.Errorf("%w: %q", ErrUnknown, name)

@@ -91,6 +91,7 @@ func newVersion(name string, files map[string][]byte) Version {
 // Version returns the digest of the version of template name in t, ""
 // for an unknown template.
 func (t *Templates) Version(name string) string {
+	t = t.current()
 	et, ok := t.byName[name]
 	if !ok {
 		return ""
@@ -100,6 +101,7 @@ func (t *Templates) Version(name string) string {
 
 // Versions returns the version of every template in t, in name order.
 func (t *Templates) Versions() []Version {
+	t = t.current()
 	out := make([]Version, 0, len(t.byName))
 	for _, name := range t.Names() {
 		out = append(out, t.byName[name].version)

@@ -86,6 +86,9 @@ type Filter struct {
 	// BouncedOrComplained: only those a provider reported a bounce or
 	// a complaint of.
 	BouncedOrComplained bool
+	// Test: nil, live and test alike; else a test key's alone (true) or
+	// live ones alone (false).
+	Test *bool
 }
 
 // describe is what f selects, its set fields only: the record of a bulk
@@ -109,6 +112,9 @@ func (f Filter) describe() map[string]any {
 	if !f.CreatedBefore.IsZero() {
 		m["created_before"] = f.CreatedBefore
 	}
+	if f.Test != nil {
+		m["test"] = *f.Test
+	}
 	if f.BouncedOrComplained {
 		m["bounced_or_complained"] = true
 	}
@@ -119,7 +125,7 @@ func (f Filter) describe() map[string]any {
 // (most recently with f.Newest).
 func (o *Operator) List(ctx context.Context, f Filter) ([]Delivery, error) {
 	p := dbsqlc.ListDeliveriesParams{MaxRows: int32(f.Limit), OrderID: f.OrderID, Newest: f.Newest, Skip: int32(f.Offset),
-		BouncedOrComplained: f.BouncedOrComplained}
+		BouncedOrComplained: f.BouncedOrComplained, Test: f.Test}
 	if f.Status != "" {
 		s := string(f.Status)
 		p.Status = &s
@@ -609,9 +615,16 @@ func blockFromRow(r dbsqlc.DeliveryBlock) Block {
 	return Block{ID: r.ID, Kind: r.Kind, Value: r.Value, Reason: r.Reason, CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt}
 }
 
-// Suppressions lists the suppression list, newest first, at most limit.
+// Suppressions lists the suppression list, newest first, at most limit:
+// the live entries and test mode's.
 func (o *Operator) Suppressions(ctx context.Context, limit int) ([]Suppression, error) {
-	rows, err := dbsqlc.New(o.db).ListSuppressions(ctx, int32(limit))
+	return o.SuppressionsOf(ctx, limit, nil)
+}
+
+// SuppressionsOf is Suppressions of test mode's list alone (test true)
+// or of the live one alone (false); nil, both.
+func (o *Operator) SuppressionsOf(ctx context.Context, limit int, test *bool) ([]Suppression, error) {
+	rows, err := dbsqlc.New(o.db).ListSuppressions(ctx, dbsqlc.ListSuppressionsParams{MaxRows: int32(limit), Test: test})
 	if err != nil {
 		return nil, fmt.Errorf("list suppressions: %w", err)
 	}

@@ -441,9 +441,10 @@ type Canceller struct {
 	NotAtProvider bool
 }
 
-// getFor reads delivery id if c may call it off, whatever its status;
-// ErrNotFound when it is not there or not c's.
-func getFor(ctx context.Context, db DB, id uuid.UUID, c Canceller) (Delivery, error) {
+// GetFor reads delivery id if c may call it off, whatever its status:
+// who may read one notification is who may cancel it (may_cancel, one
+// rule for both). ErrNotFound when it is not there or not c's.
+func GetFor(ctx context.Context, db DB, id uuid.UUID, c Canceller) (Delivery, error) {
 	row, err := dbsqlc.New(db).GetDeliveryFor(ctx, dbsqlc.GetDeliveryForParams{ID: id, ByOperator: c.Operator, Owner: c.Owner, Test: c.Test})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, ErrNotFound
@@ -484,7 +485,7 @@ func Cancel(ctx context.Context, db DB, id uuid.UUID, c Canceller, note string) 
 	if !errors.Is(err, pgx.ErrNoRows) {
 		return Delivery{}, fmt.Errorf("cancel delivery %s: %w", id, err)
 	}
-	d, err := getFor(ctx, db, id, c)
+	d, err := GetFor(ctx, db, id, c)
 	switch {
 	case err != nil:
 		return Delivery{}, err

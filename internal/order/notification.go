@@ -424,6 +424,20 @@ func (s *Service) CancelNotification(ctx context.Context, id uuid.UUID, caller C
 	return notificationsOf([]notify.Delivery{d})[0], err
 }
 
+// GetNotification reads one notification for caller: the same ones it
+// may cancel (its owner made it, or placed its order), whatever their
+// status; any other, or a missing one, is ErrNotificationNotFound.
+func (s *Service) GetNotification(ctx context.Context, id uuid.UUID, caller Caller) (Notification, error) {
+	d, err := notify.GetFor(ctx, s.pool, id, caller.canceller())
+	if errors.Is(err, notify.ErrNotFound) {
+		return Notification{}, ErrNotificationNotFound
+	}
+	if err != nil {
+		return Notification{}, err
+	}
+	return notificationsOf([]notify.Delivery{d})[0], nil
+}
+
 // CancelTemplate calls off every pending notification of template for
 // an order that caller may cancel (its owner made it, or placed the
 // order), in one statement, and says where each of those stands:

@@ -125,6 +125,7 @@ type Item struct {
 type Notification struct {
 	ID             uuid.UUID  `json:"id"`
 	Template       string     `json:"template"`
+	Recipient      string     `json:"recipient"` // to whom, as recorded (trimmed, lower case)
 	IdempotencyKey string     `json:"idempotency_key"`
 	Status         string     `json:"status"`
 	SendAt         *time.Time `json:"send_at,omitempty"` // not sent before; absent: at once

@@ -482,7 +482,7 @@ func (s *Service) Get(ctx context.Context, id uuid.UUID, caller Caller) (Order, 
 func notificationsOf(ds []notify.Delivery) []Notification {
 	out := make([]Notification, len(ds))
 	for i, d := range ds {
-		out[i] = Notification{ID: d.ID, Template: d.Template, IdempotencyKey: d.IdempotencyKey, Status: string(d.Status), SendAt: d.NotBefore,
+		out[i] = Notification{ID: d.ID, Template: d.Template, Recipient: d.Recipient, IdempotencyKey: d.IdempotencyKey, Status: string(d.Status), SendAt: d.NotBefore,
 			MayHaveBeenSent: d.MayHaveBeenSent()}
 		if r := d.ProviderEvent; r != nil {
 			out[i].ProviderEvent, out[i].ProviderEventAt = string(r.Kind), &r.At

@@ -2,6 +2,7 @@ package webhookout
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -168,35 +169,46 @@ func lease(cfg Config) time.Duration {
 	return cfg.Timeout*time.Duration(waves) + 30*time.Second
 }
 
-// deliver posts one message and records the outcome.
+// deliver posts one message and records the outcome: the receiver's
+// status (none when it did not answer) and, when it did not take it,
+// why, with the start of what it answered.
 func (d *Dispatcher) deliver(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.ClaimWebhookMessagesRow) {
 	endpoint := m.EndpointID.String()
-	status, err := d.post(ctx, m)
+	status, answer, err := d.post(ctx, m)
 	log := d.log.With("endpoint", endpoint, "webhook_id", m.MsgID, "type", m.EventType, "attempt", m.Attempts)
 	record := func(err error) {
 		if err != nil && ctx.Err() == nil {
 			log.Warn("record a webhook attempt", "error", err.Error())
 		}
 	}
+	var answered *int16
+	if err == nil {
+		answered = new(int16(status))
+	}
 	switch {
 	case err == nil && status >= 200 && status < 300:
-		record(q.MarkWebhookDelivered(ctx, m.ID))
+		record(q.MarkWebhookDelivered(ctx, dbsqlc.MarkWebhookDeliveredParams{ID: m.ID, Status: int16(status)}))
 		d.results.WithLabelValues(endpoint, "delivered").Inc()
 		log.Info("webhook delivered", "status", status)
 	case err == nil && status == http.StatusGone:
 		record(q.DisableGoneWebhookEndpoint(ctx, dbsqlc.DisableGoneWebhookEndpointParams{ID: m.EndpointID,
 			Reason: "the receiver answered 410 Gone"}))
-		_, err := d.markFailed(ctx, q, m, "410 Gone: endpoint disabled", time.Now())
+		_, err := d.markFailed(ctx, q, m, answered, "410 Gone: endpoint disabled", time.Now())
 		record(err)
 		d.results.WithLabelValues(endpoint, "gone").Inc()
 		log.Warn("webhook endpoint answered 410 Gone: disabled")
 	default:
-		reason := fmt.Sprintf("answered %d", status)
+		// The log says the status; the record also the start of the
+		// answer, which may name the shop's customers.
+		reason, stored := fmt.Sprintf("answered %d", status), ""
+		if answer != "" {
+			stored = reason + ": " + answer
+		}
 		if err != nil {
 			reason = err.Error()
 		}
 		next := time.Now().Add(backoff(d.cfg.RetryBase, int(m.Attempts)))
-		gaveUp, err := d.markFailed(ctx, q, m, textrule.Clip(reason, 500), next)
+		gaveUp, err := d.markFailed(ctx, q, m, answered, textrule.Clip(cmp.Or(stored, reason), 500), next)
 		record(err)
 		result := "failed"
 		if gaveUp {
@@ -207,21 +219,23 @@ func (d *Dispatcher) deliver(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.Cl
 	}
 }
 
-// markFailed records a failed attempt at m: another at next, or none
+// markFailed records a failed attempt at m, with the receiver's status
+// (nil: it did not answer): another at next, or none
 // when its tries began more than WEBHOOK_MAX_AGE ago (at its creation or
 // its latest replay), which gaveUp reports. A late answer to an attempt
 // that another has since superseded records nothing, and is no error.
-func (d *Dispatcher) markFailed(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.ClaimWebhookMessagesRow, reason string, next time.Time) (gaveUp bool, err error) {
+func (d *Dispatcher) markFailed(ctx context.Context, q *dbsqlc.Queries, m dbsqlc.ClaimWebhookMessagesRow, status *int16, reason string, next time.Time) (gaveUp bool, err error) {
 	gaveUp, err = q.MarkWebhookFailed(ctx, dbsqlc.MarkWebhookFailedParams{ID: m.ID, Attempts: m.Attempts, LastError: reason,
-		NextAttemptAt: next, MaxAgeSeconds: d.cfg.MaxAge.Seconds()})
+		LastStatus: status, NextAttemptAt: next, MaxAgeSeconds: d.cfg.MaxAge.Seconds()})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	return gaveUp, err
 }
 
-// post sends m, signed, and returns the receiver's status.
-func (d *Dispatcher) post(ctx context.Context, m dbsqlc.ClaimWebhookMessagesRow) (int, error) {
+// post sends m, signed, and returns the receiver's status and the start
+// of its answer's body, as one line (answerExcerpt).
+func (d *Dispatcher) post(ctx context.Context, m dbsqlc.ClaimWebhookMessagesRow) (int, string, error) {
 	ts := time.Now()
 	previous := m.PreviousSecret
 	if m.PreviousExpiresAt == nil || !m.PreviousExpiresAt.After(ts) {
@@ -229,11 +243,11 @@ func (d *Dispatcher) post(ctx context.Context, m dbsqlc.ClaimWebhookMessagesRow)
 	}
 	sig, err := signatures(m.MsgID, ts, m.Payload, m.Secret, previous)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.Url, bytes.NewReader(m.Payload))
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "sekali-webhooks/1")
@@ -242,11 +256,17 @@ func (d *Dispatcher) post(ctx context.Context, m dbsqlc.ClaimWebhookMessagesRow)
 	req.Header.Set("webhook-signature", sig)
 	res, err := d.client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer res.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(res.Body, maxResponseBody))
-	return res.StatusCode, nil
+	body, _ := io.ReadAll(io.LimitReader(res.Body, maxResponseBody))
+	return res.StatusCode, answerExcerpt(body), nil
+}
+
+// answerExcerpt is what an operator is shown of a receiver's answer: its
+// start, on one line (textrule.Clip).
+func answerExcerpt(body []byte) string {
+	return textrule.Clip(strings.Join(strings.Fields(string(body)), " "), 200)
 }
 
 // housekeeping deletes old finished messages and sets the gauges.

@@ -62,16 +62,22 @@ type Endpoint struct {
 	DisabledReason string     `json:"disabled_reason,omitempty"`
 }
 
-// Message is one event on its way to one endpoint, as operators see it.
+// Message is one event on its way to one endpoint, as operators see it:
+// its attempts, and what the receiver answered to the latest.
 type Message struct {
 	MsgID       string     `json:"webhook_id"`
 	EventType   string     `json:"type"`
 	CreatedAt   time.Time  `json:"created_at"`
+	Test        bool       `json:"test,omitempty"` // about a test key's notification
 	Attempts    int        `json:"attempts"`
 	NextAttempt *time.Time `json:"next_attempt_at,omitempty"`
-	LastError   string     `json:"last_error,omitempty"`
-	DeliveredAt *time.Time `json:"delivered_at,omitempty"`
-	GaveUpAt    *time.Time `json:"gave_up_at,omitempty"`
+	// LastAttemptAt is when the latest attempt ended, LastStatus the HTTP
+	// status the receiver answered it with (0: none, LastError says why).
+	LastAttemptAt *time.Time `json:"last_attempt_at,omitempty"`
+	LastStatus    int        `json:"last_status,omitempty"`
+	LastError     string     `json:"last_error,omitempty"`
+	DeliveredAt   *time.Time `json:"delivered_at,omitempty"`
+	GaveUpAt      *time.Time `json:"gave_up_at,omitempty"`
 }
 
 // Service manages the endpoints. Each change is made by an actor (as the
@@ -134,21 +140,26 @@ func (s *Service) List(ctx context.Context) ([]Endpoint, error) {
 	return out, nil
 }
 
-// Get returns one endpoint and its newest messages (at most limit).
-func (s *Service) Get(ctx context.Context, id uuid.UUID, limit int) (Endpoint, []Message, error) {
+// Get returns one endpoint and its newest messages (at most limit): of
+// every notification, or with test set, of a test key's (true) or a live
+// one's (false) alone.
+func (s *Service) Get(ctx context.Context, id uuid.UUID, limit int, test *bool) (Endpoint, []Message, error) {
 	q := dbsqlc.New(s.db)
 	row, err := q.GetWebhookEndpoint(ctx, id)
 	if err != nil {
 		return Endpoint{}, nil, notFound(err)
 	}
-	rows, err := q.ListWebhookMessages(ctx, dbsqlc.ListWebhookMessagesParams{EndpointID: id, MaxRows: int32(limit)})
+	rows, err := q.ListWebhookMessages(ctx, dbsqlc.ListWebhookMessagesParams{EndpointID: id, Test: test, MaxRows: int32(limit)})
 	if err != nil {
 		return Endpoint{}, nil, fmt.Errorf("list webhook messages: %w", err)
 	}
 	msgs := make([]Message, len(rows))
 	for i, m := range rows {
-		msgs[i] = Message{MsgID: m.MsgID, EventType: m.EventType, CreatedAt: m.CreatedAt, Attempts: int(m.Attempts),
-			LastError: deref(m.LastError), DeliveredAt: m.DeliveredAt, GaveUpAt: m.GaveUpAt}
+		msgs[i] = Message{MsgID: m.MsgID, EventType: m.EventType, CreatedAt: m.CreatedAt, Test: m.Test, Attempts: int(m.Attempts),
+			LastAttemptAt: m.LastAttemptAt, LastError: deref(m.LastError), DeliveredAt: m.DeliveredAt, GaveUpAt: m.GaveUpAt}
+		if m.LastStatus != nil {
+			msgs[i].LastStatus = int(*m.LastStatus)
+		}
 		if m.DeliveredAt == nil && m.GaveUpAt == nil {
 			msgs[i].NextAttempt = &m.NextAttemptAt
 		}

@@ -133,7 +133,7 @@ func (e *env) drain(t *testing.T) {
 		if _, err := e.d.RunOnce(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if _, msgs, err := e.svc.Get(context.Background(), eps[0].ID, 100); err != nil || !pending(msgs) {
+		if _, msgs, err := e.svc.Get(context.Background(), eps[0].ID, 100, nil); err != nil || !pending(msgs) {
 			return
 		}
 	}
@@ -150,7 +150,8 @@ func pending(msgs []webhookout.Message) bool {
 
 // A sent notification reaches the endpoint once, signed as Standard
 // Webhooks says: the specification's own library verifies it. The event
-// names the notification, its order, template and key, never the body.
+// names the notification, its order, template, recipient and key, never
+// the body.
 func TestEventIsSignedAndDeliveredOnce(t *testing.T) {
 	t.Parallel()
 	e := setup(t, webhookout.Config{})
@@ -175,6 +176,7 @@ func TestEventIsSignedAndDeliveredOnce(t *testing.T) {
 			NotificationID    string `json:"notification_id"`
 			OrderID           string `json:"order_id"`
 			Template          string `json:"template"`
+			Recipient         string `json:"recipient"`
 			IdempotencyKey    string `json:"idempotency_key"`
 			Status            string `json:"status"`
 			ProviderMessageID string `json:"provider_message_id"`
@@ -184,7 +186,8 @@ func TestEventIsSignedAndDeliveredOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ev.Type != "notification.sent" || ev.Data.NotificationID != d.ID.String() || ev.Data.OrderID != d.OrderID.String() ||
-		ev.Data.Template != "order-confirmation" || ev.Data.IdempotencyKey != d.IdempotencyKey || ev.Data.Status != "sent" ||
+		ev.Data.Template != "order-confirmation" || ev.Data.Recipient != "ana@example.com" ||
+		ev.Data.IdempotencyKey != d.IdempotencyKey || ev.Data.Status != "sent" ||
 		ev.Data.ProviderMessageID != "provider-1" {
 		t.Errorf("event %s", got[0].body)
 	}
@@ -220,7 +223,7 @@ func TestTypesAndDisabledEndpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	types := func(id uuid.UUID) []string {
-		_, msgs, err := e.svc.Get(context.Background(), id, 100)
+		_, msgs, err := e.svc.Get(context.Background(), id, 100, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,7 +266,7 @@ func TestRetriesGoneAndGivingUp(t *testing.T) {
 	if _, err := e2.d.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	after, _, err := e2.svc.Get(context.Background(), ep.ID, 10)
+	after, _, err := e2.svc.Get(context.Background(), ep.ID, 10, nil)
 	if err != nil || after.DisabledAt == nil || !strings.Contains(after.DisabledReason, "410") {
 		t.Errorf("after a 410 the endpoint is %+v, %v; want disabled", after, err)
 	}
@@ -279,7 +282,7 @@ func TestRetriesGoneAndGivingUp(t *testing.T) {
 		}
 		time.Sleep(30 * time.Millisecond)
 	}
-	_, msgs, _ := e3.svc.Get(context.Background(), ep3.ID, 10)
+	_, msgs, _ := e3.svc.Get(context.Background(), ep3.ID, 10, nil)
 	if len(down.got()) != 1 || len(msgs) != 1 || msgs[0].GaveUpAt == nil {
 		t.Errorf("past the max age: %d requests, messages %+v; want one attempt, given up", len(down.got()), msgs)
 	}
@@ -354,7 +357,7 @@ func TestGuard(t *testing.T) {
 	if _, err := e.d.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	_, msgs, _ := e.svc.Get(context.Background(), ep.ID, 10)
+	_, msgs, _ := e.svc.Get(context.Background(), ep.ID, 10, nil)
 	if len(rcv.got()) != 0 || len(msgs) != 1 || !strings.Contains(msgs[0].LastError, "does not post to") {
 		t.Errorf("a loopback receiver behind a strict guard: %d requests, messages %+v", len(rcv.got()), msgs)
 	}
@@ -389,11 +392,11 @@ func TestLateFailureChangesNothing(t *testing.T) {
 		}
 	}
 	failed(first) // the first attempt's answer comes after the second began
-	if err := q.MarkWebhookDelivered(ctx, second.ID); err != nil {
+	if err := q.MarkWebhookDelivered(ctx, dbsqlc.MarkWebhookDeliveredParams{ID: second.ID, Status: http.StatusOK}); err != nil {
 		t.Fatal(err)
 	}
 	failed(second) // and a failure recorded after the delivery
-	_, msgs, err := e.svc.Get(ctx, ep.ID, 10)
+	_, msgs, err := e.svc.Get(ctx, ep.ID, 10, nil)
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("%d messages, %v", len(msgs), err)
 	}
@@ -421,7 +424,7 @@ func TestReplayOfAnOldEventIsRetriedFromTheReplay(t *testing.T) {
 	if _, err := e.db.Pool.Exec(ctx, `UPDATE webhook_messages SET created_at = created_at - interval '2 hours'`); err != nil {
 		t.Fatal(err)
 	}
-	_, msgs, err := e.svc.Get(ctx, ep.ID, 10)
+	_, msgs, err := e.svc.Get(ctx, ep.ID, 10, nil)
 	if err != nil || len(msgs) != 1 || msgs[0].DeliveredAt == nil {
 		t.Fatalf("before the replay: %+v, %v; want one message, delivered", msgs, err)
 	}
@@ -430,7 +433,7 @@ func TestReplayOfAnOldEventIsRetriedFromTheReplay(t *testing.T) {
 	}
 	e.drain(t)
 	got := rcv.got()
-	_, msgs, err = e.svc.Get(ctx, ep.ID, 10)
+	_, msgs, err = e.svc.Get(ctx, ep.ID, 10, nil)
 	if err != nil || len(msgs) != 1 {
 		t.Fatalf("after the replay: %+v, %v", msgs, err)
 	}
@@ -448,5 +451,101 @@ func TestReplayOfAnOldEventIsRetriedFromTheReplay(t *testing.T) {
 	}
 	if n := testenv.Metric(t, e.reg, "sekali_webhook_deliveries_total", "result", "failed"); n != 3 {
 		t.Errorf("failed counter = %v, want 3", n)
+	}
+}
+
+// What the receiver answered is kept with each message for the
+// operators: its status and the start of its body, on one line, when it
+// refused; its status when it took it (the refusal's reason cleared);
+// no status, and why, when it did not answer at all.
+func TestTheReceiversAnswersAreKept(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhookout.Config{})
+	var mu sync.Mutex
+	calls := 0
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "down for\n maintenance\t until 10:00 "+strings.Repeat("x", 500))
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(rcv.Close)
+	ep, _ := e.endpoint(t, rcv.URL, "notification.sent")
+	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
+	ctx := context.Background()
+	if _, err := e.d.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, msgs, err := e.svc.Get(ctx, ep.ID, 10, nil)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("%+v, %v; want one message", msgs, err)
+	}
+	m := msgs[0]
+	if m.LastStatus != http.StatusServiceUnavailable || !strings.HasPrefix(m.LastError, "answered 503: down for maintenance until 10:00 xxx") ||
+		len(m.LastError) > 250 || m.LastAttemptAt == nil || m.Attempts != 1 || m.DeliveredAt != nil {
+		t.Errorf("after a refusal: status %d, error %q, last attempt %v, %d attempts; want 503, its answer on one line and cut, now, 1",
+			m.LastStatus, m.LastError, m.LastAttemptAt, m.Attempts)
+	}
+	e.drain(t)
+	if _, msgs, err = e.svc.Get(ctx, ep.ID, 10, nil); err != nil || len(msgs) != 1 {
+		t.Fatalf("%+v, %v; want one message", msgs, err)
+	}
+	if m := msgs[0]; m.LastStatus != http.StatusNoContent || m.LastError != "" || m.DeliveredAt == nil || m.Attempts != 2 {
+		t.Errorf("once taken: status %d, error %q, delivered %v, %d attempts; want 204, none, delivered, 2", m.LastStatus, m.LastError, m.DeliveredAt, m.Attempts)
+	}
+
+	// A receiver that is not there answers nothing.
+	e2 := setup(t, webhookout.Config{})
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closed.Close()
+	ep2, _ := e2.endpoint(t, closed.URL, "notification.sent")
+	e2.f.Sent(e2.delivery(t, "ana@example.com"), "p")
+	if _, err := e2.d.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, msgs, err = e2.svc.Get(ctx, ep2.ID, 10, nil); err != nil || len(msgs) != 1 {
+		t.Fatalf("%+v, %v; want one message", msgs, err)
+	}
+	if m := msgs[0]; m.LastStatus != 0 || !strings.Contains(m.LastError, "connect") || m.LastAttemptAt == nil {
+		t.Errorf("no answer: status %d, error %q, last attempt %v; want none, why, when", m.LastStatus, m.LastError, m.LastAttemptAt)
+	}
+}
+
+// The messages of test notifications are told from live ones, and listed
+// apart on request.
+func TestTestAndLiveMessagesApart(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhookout.Config{})
+	ep, _ := e.endpoint(t, newReceiver(t).URL, "notification.sent")
+	e.f.Sent(e.delivery(t, "ana@example.com"), "p")
+	test := e.f.Get(e.delivery(t, "budi@example.com").ID)
+	// The factory places live orders; this one is made a test key's, on
+	// purpose, as a test key's checkout would have recorded it.
+	if _, err := e.db.Pool.Exec(context.Background(), `UPDATE notification_deliveries SET test = true WHERE id = $1`, test.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.f.Sent(test, "p2")
+	ctx := context.Background()
+	for _, c := range []struct {
+		test *bool
+		want string
+	}{{nil, "test live"}, {new(true), "test"}, {new(false), "live"}} {
+		_, msgs, err := e.svc.Get(ctx, ep.ID, 10, c.test)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, m := range msgs {
+			got = append(got, map[bool]string{true: "test", false: "live"}[m.Test])
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("test %v: %v, want %s (newest first)", c.test, got, c.want)
+		}
 	}
 }
