@@ -14,8 +14,10 @@ import (
 	"net"
 	"net/textproto"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
@@ -48,9 +50,20 @@ type Config struct {
 	IdempotencyHeader string // header that carries the idempotency key; Resend-Idempotency-Key carries mail.ProviderKey of it
 	MetadataHeader    string // optional header that carries the key's hash, e.g. X-PM-Metadata-sekali-key for Postmark's look-up
 	Timeout           time.Duration
-	MaxIdle           int  // connections kept open for reuse
-	DKIM              DKIM // the shop's signature; off when empty
+	MaxIdle           int // connections kept open for reuse
+	// IdleTimeout closes a kept connection idle this long
+	// (SMTP_IDLE_TIMEOUT): a relay counts idle connections against its
+	// cap on connections at once, and drops them itself only after its
+	// own timeout (Postfix's smtpd_timeout, 300 s).
+	IdleTimeout time.Duration
+	DKIM        DKIM // the shop's signature; off when empty
 }
+
+// DefaultIdleTimeout is SMTP_IDLE_TIMEOUT's default: long enough to
+// carry a connection from one message of a steady flow to the next,
+// well under a relay's own idle timeout (Postfix's smtpd_timeout is
+// 300 s, and 10 s under stress).
+const DefaultIdleTimeout = 10 * time.Second
 
 // Validate checks the configuration, including the TLS policy.
 func (c Config) Validate() error {
@@ -83,6 +96,9 @@ func (c Config) Validate() error {
 		if _, err := loadRoots(c.CAFile); err != nil {
 			errs = append(errs, fmt.Errorf("SMTP_CA_FILE: %w", err))
 		}
+	}
+	if c.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("SMTP_IDLE_TIMEOUT %v: must not be negative", c.IdleTimeout))
 	}
 	if textproto.CanonicalMIMEHeaderKey(c.IdempotencyHeader) == "" || strings.ContainsAny(c.IdempotencyHeader, " :\r\n") {
 		errs = append(errs, fmt.Errorf("idempotency header %q is not a header name", c.IdempotencyHeader))
@@ -139,21 +155,27 @@ func plainTextAllowed(host string) bool {
 
 // Provider sends through an SMTP server, keeping connections open
 // between messages so that a busy worker does not pay a handshake per
-// e-mail. It implements mail.Provider.
+// e-mail: at most MaxIdle, each closed once idle for IdleTimeout. It
+// implements mail.Provider.
 type Provider struct {
 	cfg    Config
 	sender mail.Sender        // MAIL_FROM: the From header's, under a template's name
 	from   string             // its address, normalized; sent as MAIL FROM:<from>
 	dkim   *gomail.DKIMSigner // nil: no signature
 	roots  *x509.CertPool
-	idle   chan *smtpConn
+
+	mu     sync.Mutex
+	idle   []*smtpConn // kept, the one used last at the end
+	closed bool
 }
 
 // smtpConn is a client and the connection under it, whose deadline the
 // provider sets itself, in absolute time.
 type smtpConn struct {
 	*gosmtp.Client
-	conn net.Conn
+	conn   net.Conn
+	expiry *time.Timer // while kept: closes it after IdleTimeout
+	kept   int         // how many times it was kept, which tells its expiry from an earlier one
 }
 
 // New returns an SMTP provider; cfg must be valid.
@@ -167,28 +189,31 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.MaxIdle <= 0 {
 		cfg.MaxIdle = 1
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.HeloName == "" {
 		cfg.HeloName = HeloName()
 	}
 	sender, _ := mail.ParseSender(cfg.From)
 	dkim, _ := cfg.DKIM.signer(cfg.From) // checked by Validate
-	s := &Provider{cfg: cfg, sender: sender, from: sender.Address, dkim: dkim, idle: make(chan *smtpConn, cfg.MaxIdle)}
+	s := &Provider{cfg: cfg, sender: sender, from: sender.Address, dkim: dkim}
 	if cfg.CAFile != "" {
 		s.roots, _ = loadRoots(cfg.CAFile) // checked by Validate
 	}
 	return s, nil
 }
 
-// Close closes the idle connections.
+// Close closes the kept connections; a connection given back later is
+// closed too.
 func (s *Provider) Close() {
-	for {
-		select {
-		case c := <-s.idle:
-			_ = c.Quit()
-			_ = c.Close()
-		default:
-			return
-		}
+	s.mu.Lock()
+	idle := s.idle
+	s.idle, s.closed = nil, true
+	s.mu.Unlock()
+	for _, c := range idle {
+		c.expiry.Stop()
+		s.quit(c)
 	}
 }
 
@@ -221,21 +246,24 @@ func (s *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	}
 }
 
-// Probe implements mail.Provider: a fresh connection (TLS and AUTH included)
-// and a MAIL FROM that is reset at once. It sends no message. The
-// connection is kept for the next send.
+// Probe implements mail.Provider without a message of the relay's and
+// without a connection more than the relay already counts: a kept
+// connection that answers NOOP passes; one that does not is closed, and
+// only when none is left is a new one opened (TLS and AUTH included),
+// then kept for the next send. No MAIL FROM: a relay counts it as a
+// message (Postfix's smtpd_client_message_rate_limit counts every one,
+// taken or refused).
 func (s *Provider) Probe(ctx context.Context) error {
+	for c := s.take(); c != nil; c = s.take() {
+		if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err == nil && c.Noop() == nil {
+			s.put(c)
+			return nil
+		}
+		_ = c.Close()
+	}
 	c, err := s.dial(ctx)
 	if err != nil {
 		return err
-	}
-	if err := c.Mail("<" + s.from + ">"); err != nil {
-		_ = c.Close()
-		return smtpError(mail.StageSender, err, "")
-	}
-	if err := c.Reset(); err != nil {
-		_ = c.Close()
-		return smtpError(mail.StageSender, err, "")
 	}
 	s.put(c)
 	return nil
@@ -338,21 +366,66 @@ func queuedID(reply string) string {
 	return strings.Trim(f[0], "<>")
 }
 
+// put keeps c for the next send, for IdleTimeout at most, or closes it
+// when MaxIdle are kept already.
 func (s *Provider) put(c *smtpConn) {
-	select {
-	case s.idle <- c:
-	default:
-		_ = c.Quit()
-		_ = c.Close()
+	s.mu.Lock()
+	if s.closed || len(s.idle) >= s.cfg.MaxIdle {
+		s.mu.Unlock()
+		s.quit(c)
+		return
+	}
+	s.idle = append(s.idle, c)
+	c.kept++
+	kept := c.kept
+	c.expiry = time.AfterFunc(s.cfg.IdleTimeout, func() { s.expire(c, kept) })
+	s.mu.Unlock()
+}
+
+// take returns the kept connection used last, or nil: under a light
+// load the others go unused and expire.
+func (s *Provider) take() *smtpConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.idle)
+	if n == 0 {
+		return nil
+	}
+	c := s.idle[n-1]
+	s.idle[n-1] = nil
+	s.idle = s.idle[:n-1]
+	c.expiry.Stop() // if it fired already, expire finds c gone and leaves it
+	return c
+}
+
+// expire closes c if it is still kept since its kept'th time, idle for
+// IdleTimeout.
+func (s *Provider) expire(c *smtpConn, kept int) {
+	s.mu.Lock()
+	i := slices.Index(s.idle, c)
+	if i >= 0 && c.kept != kept {
+		i = -1 // taken and kept again since: a later expiry is its own
+	}
+	if i >= 0 {
+		s.idle = slices.Delete(s.idle, i, i+1)
+	}
+	s.mu.Unlock()
+	if i >= 0 {
+		s.quit(c)
 	}
 }
 
-// conn returns an idle connection or dials a new one.
+// quit ends c's session politely, within a second.
+func (s *Provider) quit(c *smtpConn) {
+	_ = c.conn.SetDeadline(time.Now().Add(time.Second))
+	_ = c.Quit()
+	_ = c.Close()
+}
+
+// conn returns a kept connection or dials a new one.
 func (s *Provider) conn(ctx context.Context) (c *smtpConn, reused bool, err error) {
-	select {
-	case c := <-s.idle:
+	if c := s.take(); c != nil {
 		return c, true, nil
-	default:
 	}
 	c, err = s.dial(ctx)
 	return c, false, err
