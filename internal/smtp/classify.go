@@ -3,7 +3,6 @@ package smtp
 import (
 	"errors"
 	"net/textproto"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -158,7 +157,7 @@ func paceOf(r mail.Reply, now time.Time) (row int, pause time.Duration, ok bool)
 		if !p.pace || (r.Code >= 500 && !p.quota) {
 			return i, 0, false
 		}
-		pause = namedPause(r.Text, now)
+		pause = mail.PauseNamed(r.Text, now)
 		if p.quota {
 			pause = max(pause, QuotaPause)
 		}
@@ -209,38 +208,6 @@ func enhancedIs(pattern, code string) bool {
 	}
 	d, err := strconv.Atoi(code[i+1:])
 	return err == nil && d >= lo && d <= hi
-}
-
-// retryIn is "try again in 92 seconds" (or minutes, hours).
-var retryIn = regexp.MustCompile(`(?i)try again in (\d{1,6}) ?(second|sec|minute|min|hour)`)
-
-// namedPause is the wait a reply's text names: "try again after Sun, 05
-// Oct 2025 19:22:44 UTC" (Mailgun's) or "try again in 92 seconds"; 0
-// when it names none, or a time past.
-func namedPause(text string, now time.Time) time.Duration {
-	const after = "try again after "
-	if i := strings.Index(strings.ToLower(text), after); i >= 0 {
-		date := strings.TrimSpace(text[i+len(after):])
-		for _, layout := range []string{time.RFC1123, time.RFC1123Z} {
-			if len(date) >= len(layout) {
-				if t, err := time.Parse(layout, date[:len(layout)]); err == nil {
-					return max(t.Sub(now), 0)
-				}
-			}
-		}
-	}
-	if m := retryIn.FindStringSubmatch(text); m != nil {
-		n, _ := strconv.Atoi(m[1])
-		unit := time.Second
-		switch strings.ToLower(m[2]) {
-		case "minute", "min":
-			unit = time.Minute
-		case "hour":
-			unit = time.Hour
-		}
-		return time.Duration(n) * unit
-	}
-	return 0
 }
 
 // smtpError classifies err, met at stage, as a *mail.SendError: a pace
