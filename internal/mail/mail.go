@@ -54,9 +54,9 @@ type Provider interface {
 	Send(ctx context.Context, m Message, handOver func() error) (providerID string, err error)
 	// Probe checks, without sending anything, that the provider would
 	// take a message from us now: for SMTP, a kept session that still
-	// answers, or connect, TLS and AUTH (no MAIL FROM, which a relay
-	// counts as a message); for an HTTP API, a request that sends
-	// nothing. The worker probes while the provider is refusing
+	// answers, or connect, TLS and AUTH (a MAIL FROM, which a relay
+	// counts as a message, only after a refusal of MAIL FROM itself); for
+	// an HTTP API, a request that sends nothing. The worker probes while the provider is refusing
 	// us, and starts sending again once a probe succeeds.
 	Probe(ctx context.Context) error
 }

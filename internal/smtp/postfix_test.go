@@ -34,8 +34,9 @@ func postfixMessage(n int) mail.Message {
 // A real relay's limits, met the way two workers meet them: Postfix's
 // replies over its limits are a pace of the limit they name (not the
 // breaker's "unavailable"); the probe reuses the kept connection and
-// spends no message; a kept connection idle past SMTP_IDLE_TIMEOUT is
-// closed, which frees the relay's cap for the other worker.
+// spends no message, its pace notwithstanding; a kept connection idle
+// past SMTP_IDLE_TIMEOUT is closed, which frees the relay's cap for the
+// other worker.
 func TestPostfixLimitsAreAPaceAndTheProbeSpendsNothing(t *testing.T) {
 	t.Parallel()
 	mp := testenv.StartMailpit(t, testenv.MailpitOptions{})
@@ -48,18 +49,19 @@ func TestPostfixLimitsAreAPaceAndTheProbeSpendsNothing(t *testing.T) {
 	if _, err := a.Send(ctx, postfixMessage(1), ok); err != nil {
 		t.Fatal(err)
 	}
-	// Its connection is kept: the probe's NOOP there spends neither a
-	// MAIL FROM (the relay's one message an hour is spent) nor a
-	// connection (its one at once is taken).
-	for range 3 {
-		if err := a.Probe(ctx); err != nil {
-			t.Fatalf("probe over the kept connection: %v", err)
-		}
-	}
 	var se *mail.SendError
 	_, err := a.Send(ctx, postfixMessage(2), func() error { t.Error("handed over past the message rate"); return nil })
 	if !errors.As(err, &se) || se.Outcome != mail.OutcomeThrottled || se.Throttle != mail.ThrottleMessages || se.Stage != mail.StageSender || se.Reply.Code != 450 {
 		t.Errorf("past the message rate: %v, want throttled at MAIL FROM for messages (450 4.7.1 too much mail)", err)
+	}
+	// Its connection is kept: the probe's NOOP there spends neither a
+	// MAIL FROM (the relay's one message an hour is spent, and its pace
+	// is no refusal of our sender) nor a connection (its one at once is
+	// taken).
+	for range 3 {
+		if err := a.Probe(ctx); err != nil {
+			t.Fatalf("probe over the kept connection: %v", err)
+		}
 	}
 	_, err = b.Send(ctx, postfixMessage(3), func() error { t.Error("handed over past the connection count"); return nil })
 	if !errors.As(err, &se) || se.Outcome != mail.OutcomeThrottled || se.Throttle != mail.ThrottleConnections || se.Stage != mail.StageConnect || se.Reply.Code != 421 {

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
@@ -167,6 +168,9 @@ type Provider struct {
 	mu     sync.Mutex
 	idle   []*smtpConn // kept, the one used last at the end
 	closed bool
+	// senderRefused: the last MAIL FROM was refused, not for pace (our
+	// sender, our account): the probe asks MAIL FROM until one passes.
+	senderRefused atomic.Bool
 }
 
 // smtpConn is a client and the connection under it, whose deadline the
@@ -246,23 +250,63 @@ func (s *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	}
 }
 
-// Probe implements mail.Provider without a message of the relay's and
-// without a connection more than the relay already counts: a kept
-// connection that answers NOOP passes; one that does not is closed, and
+// Probe implements mail.Provider without a connection more than the
+// relay already counts, and without a message of the relay's: a kept
+// connection that answers is reused; one that does not is closed, and
 // only when none is left is a new one opened (TLS and AUTH included),
-// then kept for the next send. No MAIL FROM: a relay counts it as a
-// message (Postfix's smtpd_client_message_rate_limit counts every one,
-// taken or refused).
+// then kept for the next send. It asks NOOP, not MAIL FROM, which a relay
+// counts as a message (Postfix's smtpd_client_message_rate_limit counts
+// every one, taken or refused) — save when the last refusal of our
+// session was of MAIL FROM itself (our sender, not the relay's pace,
+// which is no refusal of us): only a MAIL FROM, reset at once, can tell
+// whether that one is over.
 func (s *Provider) Probe(ctx context.Context) error {
-	for c := s.take(); c != nil; c = s.take() {
-		if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err == nil && c.Noop() == nil {
-			s.put(c)
+	check := func(c *smtpConn) error {
+		if err := c.Noop(); err != nil {
+			return smtpError(mail.StageConnect, err, "")
+		}
+		return nil
+	}
+	if s.senderRefused.Load() {
+		check = func(c *smtpConn) error {
+			if err := c.Mail("<" + s.from + ">"); err != nil {
+				return smtpError(mail.StageSender, err, "")
+			}
+			s.senderRefused.Store(false)
+			if err := c.Reset(); err != nil {
+				return smtpError(mail.StageSender, err, "")
+			}
 			return nil
 		}
-		_ = c.Close()
+	}
+	for c := s.take(); c != nil; c = s.take() {
+		if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
+			_ = c.Close()
+			continue
+		}
+		err := check(c)
+		var se *mail.SendError
+		switch {
+		case err == nil:
+			s.put(c)
+			return nil
+		case errors.As(err, &se) && se.Reply.Code != 0 && se.Reply.Code != 421:
+			// The relay answered, and refused: that is the probe's answer.
+			if c.Reset() == nil {
+				s.put(c)
+			} else {
+				_ = c.Close()
+			}
+			return err
+		}
+		_ = c.Close() // closed under us: try the next, or a new one
 	}
 	c, err := s.dial(ctx)
 	if err != nil {
+		return err
+	}
+	if err := check(c); err != nil {
+		_ = c.Close()
 		return err
 	}
 	s.put(c)
@@ -286,6 +330,9 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 	fail := func(stage mail.Stage, err error) (string, error) {
 		se := smtpError(stage, err, m.To)
 		se.HandedOver = handedOver
+		if stage == mail.StageSender && se.Outcome == mail.OutcomeUnavailable {
+			s.senderRefused.Store(true)
+		}
 		// A refusal ends the transaction, not the connection; 421 means
 		// the server is closing it, and anything without a code left it in
 		// an unknown state.
@@ -304,6 +351,7 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 	if err := c.Mail("<" + s.from + ">"); err != nil {
 		return fail(mail.StageSender, err)
 	}
+	s.senderRefused.Store(false)
 	if err := c.Rcpt("<" + m.To + ">"); err != nil {
 		return fail(mail.StageRecipient, err)
 	}

@@ -96,12 +96,10 @@ func TestMailpitRefusalsAreClassifiedByStage(t *testing.T) {
 	if se := send("ana@example.com"); se == nil || se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender {
 		t.Errorf("550 at MAIL FROM: %v, want unavailable at MAIL", se)
 	}
-	// The probe spends no MAIL FROM, which a relay counts as a message:
-	// it sees the session, not a refused sender, which the next send
-	// meets again (the worker waits longer for its next probe after such
-	// a flap).
-	if err := p.Probe(context.Background()); err != nil {
-		t.Errorf("the probe of a session that answers: %v", err)
+	// Refused MAIL FROM (our sender, not the relay's pace): the probe asks
+	// MAIL FROM too, the one thing that can tell when that is over.
+	if err := p.Probe(context.Background()); err == nil {
+		t.Error("the probe passed while MAIL FROM is refused")
 	}
 	mp.SetChaos(t, testenv.MailpitChaos{Recipient: &testenv.MailpitTrigger{ErrorCode: 451, Probability: 100}})
 	if se := send("ana@example.com"); se == nil || se.Outcome != mail.OutcomeTemporary || se.Stage != mail.StageRecipient {
