@@ -11,7 +11,7 @@ VNU_VERSION := 26.9.27
 SPAMASSASSIN_DEB_VERSION := 4.0.1-1~deb12u1
 GO ?= go
 
-.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer vnu spamassassin bench bench-provider bench-go chaos chaos-long sqlc sqlc-check client client-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
+.PHONY: help run run-check browser chromium test fuzz gallery preflight mailpit pgbouncer postfix vnu spamassassin bench bench-provider bench-go chaos chaos-long sqlc sqlc-check client client-check tidy-check vet golangci-lint lint compose-check deploy-check ci up
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -76,7 +76,7 @@ browser: preflight chromium ## the pages people use (the operator console, the t
 gallery: preflight chromium ## open the template gallery in headless Chromium (installed from Debian's packages if missing) and save docs/templates-gallery.png
 	SCREENSHOT=$(CURDIR)/docs/templates-gallery.png $(GO) test -count=1 -tags browser -run TestGalleryInABrowser -v ./internal/httpapi
 
-preflight: mailpit pgbouncer vnu spamassassin ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit, PgBouncer, the Nu Html Checker and SpamAssassin
+preflight: mailpit pgbouncer postfix vnu spamassassin ## fail at once, with instructions, if PostgreSQL or Redis is unreachable; install Mailpit, PgBouncer, Postfix, the Nu Html Checker and SpamAssassin
 	@$(GO) run ./internal/testenv/preflight
 
 # The tests start PgBouncers of their own (internal/testenv/pgbouncer.go);
@@ -85,6 +85,15 @@ pgbouncer: ## install PgBouncer from Debian's packages unless it is there
 	@command -v pgbouncer >/dev/null || test -x /usr/sbin/pgbouncer || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
 		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer || \
 		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer; }; }
+
+# The tests start Postfixes of their own as the relay a shop runs
+# (internal/testenv/postfix.go). Preseeded to "No configuration", the
+# package writes no main.cf and starts no system instance.
+postfix: ## install Postfix from Debian's packages unless it is there, configuring and starting nothing
+	@test -x /usr/sbin/postfix || { sudo=; [ "$$(id -u)" -eq 0 ] || sudo=sudo; \
+		echo 'postfix postfix/main_mailer_type select No configuration' | $$sudo debconf-set-selections; \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postfix || \
+		{ $$sudo apt-get update -qq && $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postfix; }; }
 
 # The e-mail templates' HTML is checked by the W3C's Nu Html Checker:
 # vnu.jar from the npm package vnu-jar (its install script, which fetches

@@ -53,9 +53,10 @@ type Provider interface {
 	// the message. Every error is a *SendError.
 	Send(ctx context.Context, m Message, handOver func() error) (providerID string, err error)
 	// Probe checks, without sending anything, that the provider would
-	// take a message from us now: for SMTP, connect, TLS, AUTH and a
-	// MAIL FROM that is then reset; for an HTTP API, a request that
-	// sends nothing. The worker probes while the provider is refusing
+	// take a message from us now: for SMTP, a kept session that still
+	// answers, or connect, TLS and AUTH (a MAIL FROM, which a relay
+	// counts as a message, only after a refusal of MAIL FROM itself); for
+	// an HTTP API, a request that sends nothing. The worker probes while the provider is refusing
 	// us, and starts sending again once a probe succeeds.
 	Probe(ctx context.Context) error
 }
@@ -85,8 +86,8 @@ const (
 	// worker stops sending until a probe succeeds.
 	OutcomeUnavailable
 	// OutcomeThrottled: the provider refused the request for pace — an
-	// HTTP 429, SES's throttling or quota errors, an SMTP rate reply
-	// (421 or 451 with 4.7.x) — so nothing was taken. An outside limit is
+	// HTTP 429, SES's throttling or quota errors, an SMTP reply about
+	// rate or connections (internal/smtp's table) — so nothing was taken. An outside limit is
 	// a pace, not a failure: the delivery waits its turn, counting no
 	// attempt, opening no breaker and pinning nothing, and the provider's
 	// budget (internal/pace) is paused for every worker by what the
@@ -101,6 +102,31 @@ const (
 	// (a key is only ever ours, for this delivery or this batch), so what
 	// it names was sent, though no id says so.
 	OutcomeKeyTaken
+)
+
+// Throttle is which of a provider's limits a refusal for pace
+// (OutcomeThrottled) met, as the provider's answer says: what a shared
+// pace learns from it. The provider's own classification says it (each
+// provider package's table of its answers).
+type Throttle string
+
+const (
+	// ThrottleUnsaid: a refusal for pace that does not say which limit
+	// (an HTTP 429, "Server busy, try again later").
+	ThrottleUnsaid Throttle = ""
+	// ThrottleConnections: connections at once, or new connections per
+	// time, from us (Postfix's "421 4.7.0 … too many connections",
+	// Microsoft 365's "432 4.3.2 Concurrent connections limit exceeded"):
+	// fewer connections, not fewer messages, is the cure.
+	ThrottleConnections Throttle = "connections"
+	// ThrottleMessages: messages (or recipients, one a message here) per
+	// time (Postfix's "450 4.7.1 … too much mail", SES's "Maximum sending
+	// rate exceeded", Mailgun's "recipient limit exceeded").
+	ThrottleMessages Throttle = "messages"
+	// ThrottleQuota: a daily or rolling quota (SES's "Daily message quota
+	// exceeded", Google's "Daily user sending limit exceeded"): room comes
+	// back in hours, not seconds; SendError.Pause says how long.
+	ThrottleQuota Throttle = "quota"
 )
 
 func (o Outcome) String() string {
@@ -196,8 +222,12 @@ type SendError struct {
 	Header http.Header
 	// Pause is how long the provider said, other than in its headers, to
 	// wait before the next request (a quota named in its body: Resend's
-	// daily_quota_exceeded); 0 when it said nothing.
+	// daily_quota_exceeded; a date in an SMTP reply's text); 0 when it
+	// said nothing.
 	Pause time.Duration
+	// Throttle is which limit a refusal for pace met (OutcomeThrottled
+	// only).
+	Throttle Throttle
 }
 
 func (e *SendError) Error() string {

@@ -148,3 +148,24 @@ func TestIsTestAddress(t *testing.T) {
 		}
 	}
 }
+
+// The waits a provider names in a refusal's text: a date, a count of
+// seconds or minutes; none, garbled or past, is no wait.
+func TestPauseNamed(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 8, 25, 6, 59, 31, 0, time.UTC)
+	for text, want := range map[string]time.Duration{
+		"Domain mg.example.com is not allowed to send: recipient limit exceeded, try again after Mon, 25 Aug 2025 07:00:31 UTC": time.Minute,
+		"recipient limit exceeded, Try Again After Mon, 25 Aug 2025 07:00:31 +0000 (then)":                                      time.Minute,
+		"recipient limit exceeded, try again after Mon, 25 Aug 2025 06:00:00 UTC":                                               0,
+		"recipient limit exceeded, try again after tomorrow":                                                                    0,
+		"Too many messages. Try again in 92 seconds.":                                                                           92 * time.Second,
+		"rate limit exceeded, try again in 2 min":                                                                               2 * time.Minute,
+		"try again in 1 hour": time.Hour,
+		"try again later":     0,
+	} {
+		if got := PauseNamed(text, now); got != want {
+			t.Errorf("PauseNamed(%q) = %s, want %s", text, got, want)
+		}
+	}
+}

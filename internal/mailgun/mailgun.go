@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -189,17 +190,40 @@ func (p *Provider) Probe(ctx context.Context) error {
 	})
 }
 
+// A paceAnswer is a row of paceAnswers: an answer of Mailgun's about
+// pace, as it documents it.
+type paceAnswer struct {
+	who      string // who documents it, and where
+	status   int
+	message  string // an example of its {"message"}
+	throttle mail.Throttle
+}
+
+// paceAnswers are Mailgun's refusals for pace: not taken, slow down
+// (mail.OutcomeThrottled, no attempt counted, no breaker), with the
+// limit they name and the time their message names (mail.PauseNamed);
+// a 429's header fields are internal/pace's to read. Each row is checked
+// against mailguntest (TestEveryPaceAnswer).
+var paceAnswers = []paceAnswer{
+	{who: "Mailgun, API response codes: its rate limits, \"retry as defined in the response\"",
+		status: http.StatusTooManyRequests, message: "Too many requests"},
+	{who: "Mailgun (its maintainers, mailgun/mailgun-java#50): a domain's recipient limit, on new and warming domains, until the time it names",
+		status: 420, message: "Domain mg.shop.example is not allowed to send: recipient limit exceeded, try again after Mon, 25 Aug 2025 07:00:31 UTC",
+		throttle: mail.ThrottleMessages},
+}
+
 // classify decides what an error answer means for the delivery
 // (https://documentation.mailgun.com/docs/mailgun/quickstart-guide/responses).
-// Only an answer about the recipient is permanent. Its rate limit is a
-// pace, not a failure: throttled, nothing taken. Mailgun does not
+// Only an answer about the recipient is permanent. Its refusals for pace
+// (paceAnswers: 429, and 420 for a domain's recipient limit) are a pace,
+// not a failure: throttled, nothing taken. Mailgun does not
 // deduplicate, so a 5xx after our request was written, 503 included, is
 // ambiguous: Mailgun may have taken the message, and the look-up tells
 // (the worker also stops sending until a probe passes).
 //
 //	401, 402, 403      our key, plan or access              unavailable (auth)
 //	404                the domain, here or in the region    unavailable
-//	429                rate limit                           throttled
+//	429, 420           paceAnswers                          throttled
 //	5xx                                                     ambiguous (look it up)
 //	400 about 'to'                                          permanent (recipient)
 //	400 about 'from'                                        unavailable (sender)
@@ -207,13 +231,15 @@ func (p *Provider) Probe(ctx context.Context) error {
 func classify(status int, message string) *mail.SendError {
 	se := &mail.SendError{Reply: mail.HTTPStatus(status), Err: fmt.Errorf("mailgun answered %d: %s", status, message)}
 	msg := strings.ToLower(message)
+	if i := slices.IndexFunc(paceAnswers, func(a paceAnswer) bool { return a.status == status }); i >= 0 {
+		se.Outcome, se.Stage, se.Throttle, se.Pause = mail.OutcomeThrottled, mail.StageConnect, paceAnswers[i].throttle, mail.PauseNamed(message, time.Now())
+		return se
+	}
 	switch {
 	case status == 401 || status == 402 || status == 403:
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageAuth
 	case status == 404:
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageSender
-	case status == 429:
-		se.Outcome, se.Stage = mail.OutcomeThrottled, mail.StageConnect
 	case status >= 500:
 		se.Outcome, se.Stage = mail.OutcomeAmbiguous, mail.StageData
 	case status == 400 && mentionsParam(msg, "to"):

@@ -102,31 +102,15 @@ func FromHTTP(status int, h http.Header, now time.Time) Signal {
 	return s
 }
 
-// FromSMTP reads the signal in an SMTP reply (its code, enhanced status
-// code and text): a rate reply (421, 451 or 454 with an enhanced code
-// 4.7.x or a text that speaks of rate, throttling or too many, but not
-// greylisting, which is about a recipient) pauses for DefaultPause, or
-// for MaxPause when its text speaks of a daily quota (SES: "454
-// Throttling failure: Daily message quota exceeded"). SMTP says nothing
-// of how long: the pause is short, and a relay that still refuses
-// pauses the budget again. Any other reply says nothing.
+// FromSMTP reads the signal in an SMTP reply that the SMTP provider
+// classified a refusal for pace (mail.OutcomeThrottled, by its table of
+// relays' replies, internal/smtp's paceReplies): it does not judge the
+// reply again. SMTP has no field for how long: the pause is
+// DefaultPause, and a relay that still refuses pauses the budget again;
+// a time the reply's text names (a date, a daily quota's hour) is the
+// provider's SendError.Pause, which the caller takes when longer.
 func FromSMTP(code int, enhanced, text string) Signal {
-	t := strings.ToLower(text)
-	if code != 421 && code != 451 && code != 454 || strings.Contains(t, "greylist") || strings.Contains(t, "graylist") {
-		return Signal{}
-	}
-	rate := strings.HasPrefix(enhanced, "4.7.")
-	for _, w := range []string{"rate limit", "ratelimit", "rate-limit", "rate exceeded", "sending rate", "throttl", "too many", "slow down"} {
-		rate = rate || strings.Contains(t, w)
-	}
-	if !rate {
-		return Signal{}
-	}
-	s := Signal{Pause: DefaultPause, Reason: strings.TrimSpace(fmt.Sprintf("smtp %d %s %s", code, enhanced, clip(text)))}
-	if strings.Contains(t, "quota") || strings.Contains(t, "daily") {
-		s.Pause = MaxPause
-	}
-	return s
+	return Signal{Pause: DefaultPause, Reason: strings.TrimSpace(fmt.Sprintf("smtp %d %s %s", code, enhanced, clip(text)))}
 }
 
 // holdScript holds a budget (pauses it, or holds its later lane) for

@@ -8,13 +8,33 @@ import (
 	"github.com/sekali-dev/sekali/internal/mail"
 )
 
+// A paceAnswer is a row of paceAnswers: an answer of Postmark's about
+// pace, as it documents it.
+type paceAnswer struct {
+	who       string // who documents it, and where
+	status    int
+	errorCode int    // its ErrorCode; 0: any
+	message   string // an example of its Message
+}
+
+// paceAnswers are Postmark's refusals for pace: not taken, slow down
+// (mail.OutcomeThrottled, no attempt counted, no breaker). Postmark says
+// neither which limit nor for how long (no header, no time in the
+// message). Each row is checked against postmarktest
+// (TestEveryPaceAnswer).
+var paceAnswers = []paceAnswer{
+	{who: "Postmark API overview, response codes: 429, rate limit exceeded", status: 429,
+		message: "Rate limit exceeded: you have made too many requests, slow down."},
+	{who: "Postmark API overview, error codes: ErrorCode 429, Rate Limit Exceeded (in a 422)", status: 422, errorCode: 429,
+		message: "Rate Limit Exceeded"},
+}
+
 // classify decides what an error answer means for the delivery
 // (https://postmarkapp.com/developer/api/overview#error-codes). Only an
 // answer about the recipient is permanent; our token, account, sender
 // signature, stream or request shape is Postmark refusing us
-// (mail.OutcomeUnavailable). Its rate limit (a 429, or ErrorCode 429) is
-// a pace, not a failure: throttled, nothing taken; Postmark documents no
-// header saying for how long. Postmark does not deduplicate, so a 5xx
+// (mail.OutcomeUnavailable). Its rate limit (paceAnswers: a 429, or
+// ErrorCode 429) is a pace, not a failure: throttled, nothing taken. Postmark does not deduplicate, so a 5xx
 // after our request was written, 503 included, is ambiguous: Postmark's
 // documentation says of a 500 that "in most cases" the message is lost,
 // not in all, and the look-up can tell (the worker also stops sending
@@ -37,10 +57,10 @@ import (
 //	422    406 inactive recipient (suppressed: hard bounce, complaint, manual)
 //	                                                     permanent (recipient)
 //	422    411 forbidden attachment type                 temporary
-//	422    429 rate limit                                throttled
+//	422    429 rate limit (paceAnswers)                  throttled
 //	422    other codes naming the message stream         unavailable (our set-up)
 //	422    any other code                                temporary
-//	429                                                  throttled
+//	429    (paceAnswers)                                 throttled
 //	403 (not Postmark's JSON: a firewall), 404           unavailable
 //	413    payload too large                             temporary
 //	5xx                                                  ambiguous (look it up)
@@ -54,11 +74,14 @@ func classify(status, code int, message string, jsonBody bool) *mail.SendError {
 		se.Outcome, se.Stage = o, s
 		return se
 	}
+	for _, a := range paceAnswers {
+		if status == a.status && (a.errorCode == 0 || code == a.errorCode) {
+			return set(mail.OutcomeThrottled, mail.StageConnect)
+		}
+	}
 	switch {
 	case status == 401:
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
-	case status == 429:
-		return set(mail.OutcomeThrottled, mail.StageConnect)
 	case status >= 500:
 		return set(mail.OutcomeAmbiguous, mail.StageData)
 	case status == 403 || status == 404:
@@ -74,8 +97,6 @@ func classify(status, code int, message string, jsonBody bool) *mail.SendError {
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
 	case 100:
 		return set(mail.OutcomeUnavailable, mail.StageConnect)
-	case 429:
-		return set(mail.OutcomeThrottled, mail.StageConnect)
 	case 300:
 		switch {
 		case httpprovider.MentionsField(msg, "to"):

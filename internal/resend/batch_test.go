@@ -163,7 +163,7 @@ func TestBatchRequestFailures(t *testing.T) {
 		t.Errorf("503: %v, want unavailable, may have accepted, at data", err)
 	}
 	_, err = b.p.SendBatch(context.Background(), batchOf(2), httpprovidertest.Pass)
-	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeThrottled || se.Pause <= 0 || se.MayHaveAccepted() {
+	if se := httpprovidertest.SendError(t, err); se.Outcome != mail.OutcomeThrottled || se.Throttle != mail.ThrottleQuota || se.Pause <= 0 || se.MayHaveAccepted() {
 		t.Errorf("daily quota: %v, want throttled with a pause", err)
 	}
 	_, err = b.p.SendBatch(context.Background(), mail.Batch{Key: "k"}, httpprovidertest.Pass)

@@ -73,6 +73,9 @@ func classify(status int, e apiError) *mail.SendError {
 		}
 	case status == 429:
 		se.Outcome, se.Stage, se.Pause = mail.OutcomeThrottled, mail.StageConnect, quotaPause(e.Name, time.Now())
+		if se.Pause > 0 {
+			se.Throttle = mail.ThrottleQuota
+		}
 	case status >= 500:
 		se.Outcome, se.Stage = mail.OutcomeUnavailable, mail.StageConnect
 	case status == 404 || status == 405:

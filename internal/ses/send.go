@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -218,9 +219,8 @@ func (p *Provider) Probe(ctx context.Context) error {
 //	MessageRejected, anything else (content)            temporary (data)
 //	MailFromDomainNotVerifiedException, NotFoundException (configuration set),
 //	  AccountSuspendedException, SendingPausedException unavailable (sender)
-//	TooManyRequestsException, LimitExceededException,
-//	  Throttling*, 429 ("Maximum sending rate exceeded.")
-//	                                                    throttled (connect): a pace, nothing taken
+//	paceAnswers: ThrottlingException, TooManyRequestsException,
+//	  LimitExceededException, Throttling, any 429       throttled (connect): a pace, nothing taken
 //	  … "Daily message quota exceeded."                 throttled, Pause QuotaPause
 //	credentials, signature, access (403, 401)           unavailable (auth)
 //	BadRequestException naming the recipient and not MAIL_FROM
@@ -276,10 +276,12 @@ func classifySend(err error, ex *httpprovider.Exchange, from, to string) *mail.S
 	case code == "MailFromDomainNotVerifiedException", code == "NotFoundException",
 		code == "AccountSuspendedException", code == "SendingPausedException":
 		return set(mail.OutcomeUnavailable, mail.StageSender)
-	case code == "TooManyRequestsException", code == "LimitExceededException", strings.HasPrefix(code, "Throttling"), status == http.StatusTooManyRequests:
-		if strings.Contains(msg, "quota") {
+	case paceOf(code, status, msg) >= 0:
+		a := paceAnswers[paceOf(code, status, msg)]
+		if a.throttle == mail.ThrottleQuota {
 			se.Pause = QuotaPause
 		}
+		se.Throttle = a.throttle
 		return set(mail.OutcomeThrottled, mail.StageConnect)
 	case status == http.StatusUnauthorized, status == http.StatusForbidden, authCode(code):
 		return set(mail.OutcomeUnavailable, mail.StageAuth)
@@ -303,6 +305,57 @@ func classifySend(err error, ex *httpprovider.Exchange, from, to string) *mail.S
 	default:
 		return set(mail.OutcomeTemporary, mail.StageData)
 	}
+}
+
+// A paceAnswer is a row of paceAnswers: an answer of SES's about pace,
+// as it documents it.
+type paceAnswer struct {
+	who     string   // who documents it, and where
+	status  int      // its HTTP status, as documented; any 429 is a pace too
+	types   []string // its error types (X-Amzn-ErrorType, the SDK's ErrorCode)
+	message string   // an example of its message
+	words   []string // any of these in the message, in lower case; none: any
+	// throttle is the limit it names: a daily quota pauses for
+	// QuotaPause.
+	throttle mail.Throttle
+}
+
+// sesThrottling are the error types SES answers a request beyond its
+// limits with: ThrottlingException in its guide and the API's common
+// errors, Throttling in the Query API (SES v1, over SMTP "454 Throttling
+// failure"), TooManyRequestsException and LimitExceededException among
+// SendEmail's errors in the v2 API reference.
+var sesThrottling = []string{"ThrottlingException", "Throttling", "TooManyRequestsException", "LimitExceededException"}
+
+// paceAnswers are SES's refusals for pace: not taken, slow down
+// (mail.OutcomeThrottled, no attempt counted, no breaker), with the
+// limit the message names; the first row that matches decides. Each row
+// is checked against sestest (TestEveryPaceAnswer).
+var paceAnswers = []paceAnswer{
+	{who: "Amazon SES Developer Guide, errors related to the sending quotas: the daily sending quota",
+		status: 400, types: sesThrottling, message: "Daily message quota exceeded.", words: []string{"daily message quota"}, throttle: mail.ThrottleQuota},
+	{who: "Amazon SES Developer Guide, errors related to the sending quotas: the maximum send rate",
+		status: 400, types: sesThrottling, message: "Maximum sending rate exceeded.", words: []string{"maximum sending rate"}, throttle: mail.ThrottleMessages},
+	{who: "Amazon SES API v2 reference, SendEmail: TooManyRequestsException, too many requests to the operation",
+		status: 429, types: []string{"TooManyRequestsException"}, message: "Too many requests have been made to the operation."},
+	{who: "AWS common errors: ThrottlingException, the request denied due to request throttling",
+		status: 400, types: []string{"ThrottlingException", "Throttling"}, message: "Rate exceeded"},
+	{who: "Amazon SES API v2 reference, SendEmail: LimitExceededException, a limit of the account",
+		status: 400, types: []string{"LimitExceededException"}, message: "There are too many instances of the specified resource type."},
+}
+
+// paceOf is the row of paceAnswers an answer of error type typ, status
+// and message (lower case) is, or -1; a 429 is a pace whatever its type.
+func paceOf(typ string, status int, msg string) int {
+	for i, a := range paceAnswers {
+		if !slices.Contains(a.types, typ) && status != http.StatusTooManyRequests {
+			continue
+		}
+		if len(a.words) == 0 || slices.ContainsFunc(a.words, func(w string) bool { return strings.Contains(msg, w) }) {
+			return i
+		}
+	}
+	return -1
 }
 
 // QuotaPause is the pause SES's refusal for its daily quota sets. SES

@@ -206,6 +206,32 @@ func TestClassifiesSESAnswers(t *testing.T) {
 	}
 }
 
+// Each of SES's answers about pace, in each error type it comes in, from
+// the stand-in: throttled with the limit its message names, nothing
+// taken, and the SDK retried none.
+func TestEveryPaceAnswer(t *testing.T) {
+	for _, a := range ses.PaceAnswers {
+		for _, typ := range a.Types() {
+			t.Run(typ+" "+a.Message(), func(t *testing.T) {
+				srv, p := sender(t, 5*time.Second)
+				srv.FailNext("send", sestest.Fault{Status: a.Status(), Type: typ, Message: a.Message()})
+				_, err := send(p, mailMessage(4))
+				se := httpprovidertest.SendError(t, err)
+				wantPause := time.Duration(0)
+				if a.Throttle() == sekalimail.ThrottleQuota {
+					wantPause = ses.QuotaPause
+				}
+				if se.Outcome != sekalimail.OutcomeThrottled || se.Throttle != a.Throttle() || se.Pause != wantPause || se.MayHaveAccepted() {
+					t.Errorf("%v: %s (throttle %q, pause %s), want throttled for %q, pause %s (%s)", err, se.Outcome, se.Throttle, se.Pause, a.Throttle(), wantPause, a.Who())
+				}
+				if srv.Requests("send") != 1 || len(srv.Messages()) != 0 {
+					t.Errorf("%d requests, %d messages; want 1 and none", srv.Requests("send"), len(srv.Messages()))
+				}
+			})
+		}
+	}
+}
+
 func TestNoAnswerBeforeTheRequestIsUnavailable(t *testing.T) {
 	srv, p := sender(t, 5*time.Second)
 	srv.Close()
@@ -280,7 +306,7 @@ func TestSendQuotaIsThrottled(t *testing.T) {
 	}
 	_, err := send(p, mailMessage(11))
 	se := httpprovidertest.SendError(t, err)
-	if se.Outcome != sekalimail.OutcomeThrottled || se.Reply.Code != 429 || se.Pause != 0 || se.MayHaveAccepted() ||
+	if se.Outcome != sekalimail.OutcomeThrottled || se.Throttle != sekalimail.ThrottleMessages || se.Reply.Code != 429 || se.Pause != 0 || se.MayHaveAccepted() ||
 		se.Header.Get("X-Amzn-Errortype") != "TooManyRequestsException" || !strings.Contains(err.Error(), "Maximum sending rate exceeded") {
 		t.Errorf("past the rate: %v (pause %s, header %v), want throttled 429 without a pause, with the answer's header", err, se.Pause, se.Header)
 	}
@@ -291,7 +317,7 @@ func TestSendQuotaIsThrottled(t *testing.T) {
 	}
 	_, err = send(p, mailMessage(13))
 	se = httpprovidertest.SendError(t, err)
-	if se.Outcome != sekalimail.OutcomeThrottled || se.Reply.Code != 429 || se.Pause != ses.QuotaPause || !strings.Contains(err.Error(), "Daily message quota exceeded") {
+	if se.Outcome != sekalimail.OutcomeThrottled || se.Throttle != sekalimail.ThrottleQuota || se.Reply.Code != 429 || se.Pause != ses.QuotaPause || !strings.Contains(err.Error(), "Daily message quota exceeded") {
 		t.Errorf("past the daily quota: %v (pause %s), want throttled 429 with a pause of %s", err, se.Pause, ses.QuotaPause)
 	}
 	if n := len(srv.Messages()); n != 2 || srv.Throttled() != 1 || srv.QuotaExceeded() != 1 || srv.Requests("send") != 4 {

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sekali-dev/sekali/internal/mail"
 )
@@ -35,17 +37,30 @@ func TestClassifySMTPByStageAndEnhancedCode(t *testing.T) {
 		{mail.StageRecipient, 554, "5.7.1 Relay access denied", mail.OutcomeUnavailable},
 		{mail.StageData, 421, "4.3.0 shutting down", mail.OutcomeUnavailable},
 		{mail.StageConnect, 421, "4.4.2 closing connection", mail.OutcomeUnavailable},
+		{mail.StageSender, 421, "4.4.2 relay.example Error: timeout exceeded", mail.OutcomeUnavailable},
+		// A policy or our errors, in a 4.7.x: not a pace.
+		{mail.StageSender, 421, "4.7.0 relay.example Error: too many errors", mail.OutcomeUnavailable},
+		{mail.StageRecipient, 421, "4.7.0 TLS required for RCPT domain, closing connection.", mail.OutcomeUnavailable},
+		{mail.StageSender, 450, "4.7.1 Client host rejected: cannot find your hostname, [192.0.2.1]", mail.OutcomeUnavailable},
+		{mail.StageSender, 451, "4.7.1 Service unavailable - try again later", mail.OutcomeUnavailable},
+		{mail.StageSender, 550, "5.7.1 rate limit exceeded, go away", mail.OutcomeUnavailable},
 		// The relay's pace, anywhere: nothing was taken.
 		{mail.StageSender, 451, "4.7.1 throttled, slow down", mail.OutcomeThrottled},
 		{mail.StageSender, 421, "4.7.0 Rate limit exceeded, try again later", mail.OutcomeThrottled},
 		{mail.StageSender, 421, "4.7.0 Try again later, closing connection.", mail.OutcomeThrottled},
 		{mail.StageConnect, 421, "4.7.0 Try again later, closing connection. (EHLO)", mail.OutcomeThrottled},
+		{mail.StageConnect, 421, "4.7.0 relay.example Error: too many connections from 127.0.0.1", mail.OutcomeThrottled},
+		{mail.StageSender, 450, "4.7.1 Error: too much mail from 127.0.0.1", mail.OutcomeThrottled},
 		{mail.StageRecipient, 451, "4.7.1 Error: too many recipients from 192.0.2.1", mail.OutcomeThrottled},
 		{mail.StageData, 454, "Throttling failure: Maximum sending rate exceeded.", mail.OutcomeThrottled},
 		{mail.StageSender, 454, "Throttling failure: Daily message quota exceeded.", mail.OutcomeThrottled},
 		{mail.StageAuth, 454, "4.7.0 Too many authentication attempts, slow down", mail.OutcomeThrottled},
+		{mail.StageData, 554, "5.2.0 STOREDRV.Submission.Exception:SubmissionQuotaExceededException; Failed to process message", mail.OutcomeThrottled},
 		// This recipient, for now.
 		{mail.StageRecipient, 450, "4.2.0 <ana@example.com>: Recipient address rejected: Greylisted", mail.OutcomeTemporary},
+		{mail.StageRecipient, 450, "4.7.1 Client host rejected: cannot find your hostname, [192.0.2.1]", mail.OutcomeTemporary},
+		{mail.StageRecipient, 450, "4.2.1 The user you are trying to contact is receiving mail at a rate that prevents additional messages from being delivered.", mail.OutcomeTemporary},
+		{mail.StageRecipient, 452, "4.5.3 Error: too many recipients", mail.OutcomeTemporary},
 		{mail.StageRecipient, 451, "4.7.1 Greylisting in action, please come back later", mail.OutcomeTemporary},
 		{mail.StageRecipient, 452, "4.2.2 mailbox full", mail.OutcomeTemporary},
 		{mail.StageRecipient, 552, "5.2.2 mailbox full", mail.OutcomeTemporary}, // RFC 5321 §4.5.3.1.10
@@ -74,6 +89,57 @@ func TestClassifySMTPByStageAndEnhancedCode(t *testing.T) {
 				t.Errorf("reply text %q, want %q", se.Reply.Text, want)
 			}
 		})
+	}
+}
+
+// Each row of the table of relays' replies decides its own example: a
+// pace of the limit it names, or not a pace; no row before it takes it.
+func TestEveryPaceReplyRow(t *testing.T) {
+	t.Parallel()
+	for i, row := range paceReplies {
+		t.Run(row.example, func(t *testing.T) {
+			codeText, msg, _ := strings.Cut(row.example, " ")
+			code, err := strconv.Atoi(codeText)
+			if err != nil {
+				t.Fatalf("example %q does not start with a reply code", row.example)
+			}
+			se := smtpError(row.stage, &textproto.Error{Code: code, Msg: msg}, "ana@example.com")
+			if got, _, _ := paceOf(se.Reply, time.Now()); got != i {
+				t.Errorf("decided by row %d, want its own row %d (%s)", got, i, row.who)
+			}
+			if (se.Outcome == mail.OutcomeThrottled) != row.pace || se.Throttle != row.throttle {
+				t.Errorf("outcome %s, throttle %q; want a pace %v of %q (%s)", se.Outcome, se.Throttle, row.pace, row.throttle, row.who)
+			}
+			if row.quota && se.Pause < QuotaPause {
+				t.Errorf("a daily quota pauses %s, want at least %s", se.Pause, QuotaPause)
+			}
+		})
+	}
+}
+
+// What a reply says of how long: a date (Mailgun's), a number of
+// seconds, a quota's hour.
+func TestPaceNamedInTheReply(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2025, 10, 5, 19, 20, 44, 0, time.UTC)
+	for _, c := range []struct {
+		code int
+		msg  string
+		want time.Duration
+	}{
+		{421, "Domain mg.example.com is not allowed to send: recipient limit exceeded, try again after Sun, 05 Oct 2025 19:22:44 UTC", 2 * time.Minute},
+		{421, "Domain mg.example.com is not allowed to send: recipient limit exceeded, try again after Sun, 05 Oct 2025 19:00:00 UTC", 0},
+		{421, "Domain mg.example.com is not allowed to send: recipient limit exceeded, try again after soon", 0},
+		{451, "4.7.1 Too many messages, rate limit exceeded. Try again in 92 seconds", 92 * time.Second},
+		{451, "4.7.1 Rate limit exceeded, try again in 2 minutes", 2 * time.Minute},
+		{454, "Throttling failure: Daily message quota exceeded.", QuotaPause},
+		{450, "4.7.1 Error: too much mail from 127.0.0.1", 0},
+	} {
+		r := mail.SMTPReply(c.code, enhancedCode(c.code, c.msg))
+		r.Text = strings.TrimSpace(strings.TrimPrefix(c.msg, r.Enhanced))
+		if _, pause, ok := paceOf(r, now); !ok || pause != c.want {
+			t.Errorf("%d %s: pace %v, pause %s; want a pace of %s", c.code, c.msg, ok, pause, c.want)
+		}
 	}
 }
 

@@ -42,6 +42,7 @@ func ReadEnv(env *envconfig.Reader, s mail.SenderSettings) mail.SenderConfig {
 		MetadataHeader:    env.String("SMTP_METADATA_HEADER", ""),
 		Timeout:           env.Duration("SMTP_TIMEOUT", 15*time.Second),
 		MaxIdle:           s.MaxIdle,
+		IdleTimeout:       env.Duration("SMTP_IDLE_TIMEOUT", DefaultIdleTimeout),
 		DKIM: DKIM{Domain: env.String("DKIM_DOMAIN", ""), Selector: env.String("DKIM_SELECTOR", ""),
 			KeyFile: env.String("DKIM_PRIVATE_KEY_FILE", "")},
 	}

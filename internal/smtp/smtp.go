@@ -14,8 +14,11 @@ import (
 	"net"
 	"net/textproto"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
@@ -48,9 +51,20 @@ type Config struct {
 	IdempotencyHeader string // header that carries the idempotency key, for a relay that deduplicates by it; "" sends none; Resend-Idempotency-Key carries mail.ProviderKey of it
 	MetadataHeader    string // optional header that carries the key's hash, e.g. X-PM-Metadata-sekali-key for Postmark's look-up
 	Timeout           time.Duration
-	MaxIdle           int  // connections kept open for reuse
-	DKIM              DKIM // the shop's signature; off when empty
+	MaxIdle           int // connections kept open for reuse
+	// IdleTimeout closes a kept connection idle this long
+	// (SMTP_IDLE_TIMEOUT): a relay counts idle connections against its
+	// cap on connections at once, and drops them itself only after its
+	// own timeout (Postfix's smtpd_timeout, 300 s).
+	IdleTimeout time.Duration
+	DKIM        DKIM // the shop's signature; off when empty
 }
+
+// DefaultIdleTimeout is SMTP_IDLE_TIMEOUT's default: long enough to
+// carry a connection from one message of a steady flow to the next,
+// well under a relay's own idle timeout (Postfix's smtpd_timeout is
+// 300 s, and 10 s under stress).
+const DefaultIdleTimeout = 10 * time.Second
 
 // Validate checks the configuration, including the TLS policy.
 func (c Config) Validate() error {
@@ -83,6 +97,9 @@ func (c Config) Validate() error {
 		if _, err := loadRoots(c.CAFile); err != nil {
 			errs = append(errs, fmt.Errorf("SMTP_CA_FILE: %w", err))
 		}
+	}
+	if c.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("SMTP_IDLE_TIMEOUT %v: must not be negative", c.IdleTimeout))
 	}
 	if c.IdempotencyHeader != "" && (textproto.CanonicalMIMEHeaderKey(c.IdempotencyHeader) == "" || strings.ContainsAny(c.IdempotencyHeader, " :\r\n")) {
 		errs = append(errs, fmt.Errorf("SMTP_IDEMPOTENCY_HEADER %q is not a header name", c.IdempotencyHeader))
@@ -139,21 +156,30 @@ func plainTextAllowed(host string) bool {
 
 // Provider sends through an SMTP server, keeping connections open
 // between messages so that a busy worker does not pay a handshake per
-// e-mail. It implements mail.Provider.
+// e-mail: at most MaxIdle, each closed once idle for IdleTimeout. It
+// implements mail.Provider.
 type Provider struct {
 	cfg    Config
 	sender mail.Sender        // MAIL_FROM: the From header's, under a template's name
 	from   string             // its address, normalized; sent as MAIL FROM:<from>
 	dkim   *gomail.DKIMSigner // nil: no signature
 	roots  *x509.CertPool
-	idle   chan *smtpConn
+
+	mu     sync.Mutex
+	idle   []*smtpConn // kept, the one used last at the end
+	closed bool
+	// senderRefused: the last MAIL FROM was refused, not for pace (our
+	// sender, our account): the probe asks MAIL FROM until one passes.
+	senderRefused atomic.Bool
 }
 
 // smtpConn is a client and the connection under it, whose deadline the
 // provider sets itself, in absolute time.
 type smtpConn struct {
 	*gosmtp.Client
-	conn net.Conn
+	conn   net.Conn
+	expiry *time.Timer // while kept: closes it after IdleTimeout
+	kept   int         // how many times it was kept, which tells its expiry from an earlier one
 }
 
 // New returns an SMTP provider; cfg must be valid.
@@ -167,28 +193,31 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.MaxIdle <= 0 {
 		cfg.MaxIdle = 1
 	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	if cfg.HeloName == "" {
 		cfg.HeloName = HeloName()
 	}
 	sender, _ := mail.ParseSender(cfg.From)
 	dkim, _ := cfg.DKIM.signer(cfg.From) // checked by Validate
-	s := &Provider{cfg: cfg, sender: sender, from: sender.Address, dkim: dkim, idle: make(chan *smtpConn, cfg.MaxIdle)}
+	s := &Provider{cfg: cfg, sender: sender, from: sender.Address, dkim: dkim}
 	if cfg.CAFile != "" {
 		s.roots, _ = loadRoots(cfg.CAFile) // checked by Validate
 	}
 	return s, nil
 }
 
-// Close closes the idle connections.
+// Close closes the kept connections; a connection given back later is
+// closed too.
 func (s *Provider) Close() {
-	for {
-		select {
-		case c := <-s.idle:
-			_ = c.Quit()
-			_ = c.Close()
-		default:
-			return
-		}
+	s.mu.Lock()
+	idle := s.idle
+	s.idle, s.closed = nil, true
+	s.mu.Unlock()
+	for _, c := range idle {
+		c.expiry.Stop()
+		s.quit(c)
 	}
 }
 
@@ -221,124 +250,67 @@ func (s *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	}
 }
 
-// Probe implements mail.Provider: a fresh connection (TLS and AUTH included)
-// and a MAIL FROM that is reset at once. It sends no message. The
-// connection is kept for the next send.
+// Probe implements mail.Provider without a connection more than the
+// relay already counts, and without a message of the relay's: a kept
+// connection that answers is reused; one that does not is closed, and
+// only when none is left is a new one opened (TLS and AUTH included),
+// then kept for the next send. It asks NOOP, not MAIL FROM, which a relay
+// counts as a message (Postfix's smtpd_client_message_rate_limit counts
+// every one, taken or refused) — save when the last refusal of our
+// session was of MAIL FROM itself (our sender, not the relay's pace,
+// which is no refusal of us): only a MAIL FROM, reset at once, can tell
+// whether that one is over.
 func (s *Provider) Probe(ctx context.Context) error {
+	check := func(c *smtpConn) error {
+		if err := c.Noop(); err != nil {
+			return smtpError(mail.StageConnect, err, "")
+		}
+		return nil
+	}
+	if s.senderRefused.Load() {
+		check = func(c *smtpConn) error {
+			if err := c.Mail("<" + s.from + ">"); err != nil {
+				return smtpError(mail.StageSender, err, "")
+			}
+			s.senderRefused.Store(false)
+			if err := c.Reset(); err != nil {
+				return smtpError(mail.StageSender, err, "")
+			}
+			return nil
+		}
+	}
+	for c := s.take(); c != nil; c = s.take() {
+		if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
+			_ = c.Close()
+			continue
+		}
+		err := check(c)
+		var se *mail.SendError
+		switch {
+		case err == nil:
+			s.put(c)
+			return nil
+		case errors.As(err, &se) && se.Reply.Code != 0 && se.Reply.Code != 421:
+			// The relay answered, and refused: that is the probe's answer.
+			if c.Reset() == nil {
+				s.put(c)
+			} else {
+				_ = c.Close()
+			}
+			return err
+		}
+		_ = c.Close() // closed under us: try the next, or a new one
+	}
 	c, err := s.dial(ctx)
 	if err != nil {
 		return err
 	}
-	if err := c.Mail("<" + s.from + ">"); err != nil {
+	if err := check(c); err != nil {
 		_ = c.Close()
-		return smtpError(mail.StageSender, err, "")
-	}
-	if err := c.Reset(); err != nil {
-		_ = c.Close()
-		return smtpError(mail.StageSender, err, "")
+		return err
 	}
 	s.put(c)
 	return nil
-}
-
-// smtpError classifies err, met at stage, as a *mail.SendError.
-func smtpError(stage mail.Stage, err error, recipient string) *mail.SendError {
-	se := &mail.SendError{Stage: stage, Err: err}
-	var perr *textproto.Error
-	if errors.As(err, &perr) {
-		se.Reply = mail.SMTPReply(perr.Code, enhancedCode(perr.Code, perr.Msg))
-		se.Reply.Text = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(perr.Msg), se.Reply.Enhanced))
-	}
-	se.Outcome = classifySMTP(stage, se.Reply, err, recipient)
-	return se
-}
-
-// rateReply reports whether a reply at stage is a relay's refusal for
-// pace (mail.OutcomeThrottled): 421, 451 or 454 with an enhanced code
-// 4.7.x or a text that speaks of rate, throttling or too many ("454
-// Throttling failure: Maximum sending rate exceeded", SES's), as
-// internal/pace's FromSMTP reads them, so that what is throttled here is
-// what pauses the budget there. Not greylisting, which is about a
-// recipient, and not a 4.7.x at AUTH without such a text: 454 4.7.0 is
-// RFC 4954's temporary authentication failure. This is the one place
-// that says what an SMTP rate reply is.
-func rateReply(stage mail.Stage, r mail.Reply) bool {
-	t := strings.ToLower(r.Text)
-	if r.Code != 421 && r.Code != 451 && r.Code != 454 || strings.Contains(t, "greylist") || strings.Contains(t, "graylist") {
-		return false
-	}
-	for _, w := range []string{"rate limit", "ratelimit", "rate-limit", "rate exceeded", "sending rate", "throttl", "too many", "slow down"} {
-		if strings.Contains(t, w) {
-			return true
-		}
-	}
-	return strings.HasPrefix(r.Enhanced, "4.7.") && stage != mail.StageAuth
-}
-
-// enhancedCode returns the RFC 3463 code at the start of a reply's text
-// ("5.1.1 <x>: Recipient address rejected" -> "5.1.1"), if its class
-// agrees with the reply code.
-func enhancedCode(code int, msg string) string {
-	f, _, _ := strings.Cut(strings.TrimSpace(msg), " ")
-	parts := strings.Split(f, ".")
-	if len(parts) != 3 || parts[0] != strconv.Itoa(code/100) {
-		return ""
-	}
-	for _, p := range parts[1:] {
-		if n, err := strconv.Atoi(p); err != nil || n < 0 || n > 999 || len(p) > 3 {
-			return ""
-		}
-	}
-	return f
-}
-
-// classifySMTP decides what a failure at stage, with reply r, means for
-// the delivery. A rate reply (rateReply) is the relay's pace, anywhere:
-// throttled, nothing taken. Only an answer about this recipient is
-// permanent; everything about our session is the provider refusing us
-// (mail.OutcomeUnavailable), so that one configuration mistake or a bad
-// minute at the relay never fails a delivery. r is the zero Reply when
-// no reply came (a network error).
-//
-//	stage                 4xx                     5xx
-//	connect, auth, MAIL   unavailable             unavailable
-//	RCPT                  temporary (greylisting) permanent; 552 temporary (RFC 5321 §4.5.3.1.10);
-//	                                              x.3.x, x.5.x, x.7.x unavailable (the system, our syntax, our policy)
-//	DATA and after        temporary               permanent when it names the mailbox (x.1.x, x.2.x,
-//	                                              or the address in the text); else temporary
-//	a rate reply (421, 451, 454 with 4.7.x or a text of rate) anywhere: throttled.
-//	any other 421, and no reply before the data: unavailable.
-func classifySMTP(stage mail.Stage, r mail.Reply, err error, recipient string) mail.Outcome {
-	code := r.Code
-	subject := ""
-	if parts := strings.Split(r.Enhanced, "."); len(parts) == 3 {
-		subject = parts[1]
-	}
-	switch {
-	case rateReply(stage, r):
-		return mail.OutcomeThrottled
-	case code == 0 || code == 421:
-		return mail.OutcomeUnavailable
-	case stage == mail.StageConnect || stage == mail.StageAuth || stage == mail.StageSender:
-		return mail.OutcomeUnavailable
-	case code < 500:
-		return mail.OutcomeTemporary
-	case stage == mail.StageRecipient:
-		switch {
-		case code == 552:
-			return mail.OutcomeTemporary
-		case subject == "3" || subject == "5" || subject == "7":
-			return mail.OutcomeUnavailable
-		default:
-			return mail.OutcomePermanent
-		}
-	default: // mail.StageData: 5xx to DATA or to the message
-		if subject == "1" || subject == "2" ||
-			(recipient != "" && strings.Contains(strings.ToLower(err.Error()), strings.ToLower(recipient))) {
-			return mail.OutcomePermanent
-		}
-		return mail.OutcomeTemporary
-	}
 }
 
 // deadline is when an exchange begun now must be over: SMTP_TIMEOUT from
@@ -358,6 +330,9 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 	fail := func(stage mail.Stage, err error) (string, error) {
 		se := smtpError(stage, err, m.To)
 		se.HandedOver = handedOver
+		if stage == mail.StageSender && se.Outcome == mail.OutcomeUnavailable {
+			s.senderRefused.Store(true)
+		}
 		// A refusal ends the transaction, not the connection; 421 means
 		// the server is closing it, and anything without a code left it in
 		// an unknown state.
@@ -376,6 +351,7 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 	if err := c.Mail("<" + s.from + ">"); err != nil {
 		return fail(mail.StageSender, err)
 	}
+	s.senderRefused.Store(false)
 	if err := c.Rcpt("<" + m.To + ">"); err != nil {
 		return fail(mail.StageRecipient, err)
 	}
@@ -438,21 +414,66 @@ func queuedID(reply string) string {
 	return strings.Trim(f[0], "<>")
 }
 
+// put keeps c for the next send, for IdleTimeout at most, or closes it
+// when MaxIdle are kept already.
 func (s *Provider) put(c *smtpConn) {
-	select {
-	case s.idle <- c:
-	default:
-		_ = c.Quit()
-		_ = c.Close()
+	s.mu.Lock()
+	if s.closed || len(s.idle) >= s.cfg.MaxIdle {
+		s.mu.Unlock()
+		s.quit(c)
+		return
+	}
+	s.idle = append(s.idle, c)
+	c.kept++
+	kept := c.kept
+	c.expiry = time.AfterFunc(s.cfg.IdleTimeout, func() { s.expire(c, kept) })
+	s.mu.Unlock()
+}
+
+// take returns the kept connection used last, or nil: under a light
+// load the others go unused and expire.
+func (s *Provider) take() *smtpConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(s.idle)
+	if n == 0 {
+		return nil
+	}
+	c := s.idle[n-1]
+	s.idle[n-1] = nil
+	s.idle = s.idle[:n-1]
+	c.expiry.Stop() // if it fired already, expire finds c gone and leaves it
+	return c
+}
+
+// expire closes c if it is still kept since its kept'th time, idle for
+// IdleTimeout.
+func (s *Provider) expire(c *smtpConn, kept int) {
+	s.mu.Lock()
+	i := slices.Index(s.idle, c)
+	if i >= 0 && c.kept != kept {
+		i = -1 // taken and kept again since: a later expiry is its own
+	}
+	if i >= 0 {
+		s.idle = slices.Delete(s.idle, i, i+1)
+	}
+	s.mu.Unlock()
+	if i >= 0 {
+		s.quit(c)
 	}
 }
 
-// conn returns an idle connection or dials a new one.
+// quit ends c's session politely, within a second.
+func (s *Provider) quit(c *smtpConn) {
+	_ = c.conn.SetDeadline(time.Now().Add(time.Second))
+	_ = c.Quit()
+	_ = c.Close()
+}
+
+// conn returns a kept connection or dials a new one.
 func (s *Provider) conn(ctx context.Context) (c *smtpConn, reused bool, err error) {
-	select {
-	case c := <-s.idle:
+	if c := s.take(); c != nil {
 		return c, true, nil
-	default:
 	}
 	c, err = s.dial(ctx)
 	return c, false, err

@@ -98,6 +98,8 @@ func TestMailpitRefusalsAreClassifiedByStage(t *testing.T) {
 	if se := send("ana@example.com"); se == nil || se.Outcome != mail.OutcomeUnavailable || se.Stage != mail.StageSender {
 		t.Errorf("550 at MAIL FROM: %v, want unavailable at MAIL", se)
 	}
+	// Refused MAIL FROM (our sender, not the relay's pace): the probe asks
+	// MAIL FROM too, the one thing that can tell when that is over.
 	if err := p.Probe(context.Background()); err == nil {
 		t.Error("the probe passed while MAIL FROM is refused")
 	}

@@ -12,7 +12,12 @@
 // limit over 300, and a paging link it did not hand out. Mailgun uses a
 // custom h:Message-Id as the message's id; so does this server. A rate
 // limit (SetRateLimit, off until a test sets it) counts every request
-// of the key and answers beyond it 429 with {"message"}. Mailgun has no
+// of the key and answers beyond it 429 with {"message"}; a domain's
+// recipient limit (SetRecipientLimit), the one Mailgun puts on new and
+// warming domains, answers a message beyond it 420 "Domain <domain> is
+// not allowed to send: recipient limit exceeded, try again after
+// <RFC 1123 date, UTC>", the time the window lets one more through (as
+// its maintainers show it, mailgun/mailgun-java#50). Mailgun has no
 // batch endpoint of the kind Resend and Postmark have (one request
 // carrying distinct messages): it sends one by one.
 //
@@ -75,6 +80,8 @@ type Server struct {
 	http   *http.Server
 	faults httpprovidertest.Faults[Fault] // by "messages", "events", "domains"
 	rate   httpprovidertest.RateLimit
+	// recipients is the domain's recipient limit, answered 420.
+	recipients httpprovidertest.RateLimit
 
 	mu         sync.Mutex
 	eventDelay time.Duration
@@ -177,6 +184,13 @@ func (s *Server) SetRateLimit(n int) { s.rate.Set(n, time.Second) }
 // RateLimited counts the requests answered 429.
 func (s *Server) RateLimited() int { return s.rate.Refused() }
 
+// SetRecipientLimit limits the domain to n recipients (one a message)
+// per window per, over a sliding window; 0 lifts the limit.
+func (s *Server) SetRecipientLimit(n int, per time.Duration) { s.recipients.Set(n, per) }
+
+// RecipientLimited counts the messages answered 420.
+func (s *Server) RecipientLimited() int { return s.recipients.Refused() }
+
 func answerFault(w http.ResponseWriter, f *Fault) {
 	switch {
 	case f.Cut:
@@ -268,6 +282,11 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	if m.ID == "" {
 		m.ID = time.Now().UTC().Format("20060102150405") + "." + httpprovidertest.RandomHex(6) + "@" + s.Domain
+	}
+	if v := s.recipients.Take(time.Now()); !v.OK {
+		writeError(w, 420, "Domain "+s.Domain+" is not allowed to send: recipient limit exceeded, try again after "+
+			time.Now().Add(v.Reset).UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC1123))
+		return
 	}
 	s.mu.Lock()
 	m.SentAt = time.Now()
