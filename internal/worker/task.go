@@ -166,7 +166,9 @@ func (w *Worker) run(ctx context.Context, l *taskLog, t queue.Task) error {
 	// ran out while waiting for its reply.
 	rctx, cancelRecord := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancelRecord()
+	rctx, span := w.tracer.Start(rctx, "record outcome")
 	w.complete(rctx, jobs)
+	span.End()
 	hb.stop()
 	if l.many {
 		// Each delivery says its own line; the task's is Middleware's.
