@@ -74,17 +74,6 @@ var Transitions = []Transition{
 // reconciler) took over, and this attempt must write nothing more.
 var ErrLeaseLost = errors.New("lease taken over by another worker")
 
-// fenced turns a conditional write's row count into ErrLeaseLost.
-func fenced(rows int64, err error) error {
-	if err != nil {
-		return err
-	}
-	if rows == 0 {
-		return ErrLeaseLost
-	}
-	return nil
-}
-
 // recordIntent inserts a pending delivery as Intent.prepare built it;
 // created is false when its key exists already (or was retired), and
 // nothing is written then.

@@ -289,16 +289,6 @@ func (f *Factory) Get(id uuid.UUID) notify.Delivery {
 	return d
 }
 
-// applied fails the test unless a transition changed one row.
-func (f *Factory) applied(what string, d notify.Delivery) func(int64, error) {
-	return func(n int64, err error) {
-		f.t.Helper()
-		if err != nil || n != 1 {
-			f.t.Fatalf("notifytest: %s %s: %d rows, %v", what, d.ID, n, err)
-		}
-	}
-}
-
 // reconciled fails the test unless a reconciler's transition applied.
 func (f *Factory) reconciled(what string, d notify.Delivery) func(bool, error) {
 	return func(ok bool, err error) {
