@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -240,14 +241,37 @@ func (w *Worker) probe(ctx context.Context, r *route, interval time.Duration) {
 	pctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
 	err := r.provider.Probe(pctx)
 	cancel()
+	if se := aboutPace(err); se != nil {
+		// The provider answered, about pace: it is up, and paced by what
+		// it said, as a send's refusal for pace paces every worker.
+		l := &taskLog{}
+		w.throttled(ctx, l, r, throttleSignal(se, time.Now()))
+		w.log.LogAttrs(ctx, slog.LevelInfo, "provider probe answered about pace; it is up, and paced", append([]slog.Attr{
+			slog.String("worker_id", w.cfg.WorkerID), slog.String("provider", r.name)}, l.attrs...)...)
+		err = nil
+	}
 	if err != nil {
-		r.health.markDown(mail.RedactAddresses(err.Error()))
+		reason := mail.RedactAddresses(err.Error())
+		r.health.markDown(reason)
+		w.log.LogAttrs(ctx, slog.LevelInfo, "provider probe failed; it stays down", slog.String("worker_id", w.cfg.WorkerID),
+			slog.String("provider", r.name), slog.String("reason", reason))
 		return
 	}
 	if r.health.markUp() {
 		w.log.LogAttrs(ctx, slog.LevelInfo, "provider takes mail again; sending resumes", slog.String("worker_id", w.cfg.WorkerID),
 			slog.String("provider", r.name))
 	}
+}
+
+// aboutPace is a probe's failure that is a refusal for pace (a relay's
+// 421 "too many connections", 450 "too much mail"): the provider
+// answered, so it is up. nil for any other.
+func aboutPace(err error) *mail.SendError {
+	var se *mail.SendError
+	if errors.As(err, &se) && se.Outcome == mail.OutcomeThrottled {
+		return se
+	}
+	return nil
 }
 
 // providerUnavailable opens r's breaker after a send met

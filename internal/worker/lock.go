@@ -232,7 +232,9 @@ func (w *Worker) unlockAll(ctx context.Context, jobs []*job) {
 	for _, j := range jobs {
 		if j.lockToken != "" {
 			held = append(held, j)
-			calls = append(calls, lockCall{keyHash: j.p.KeyHash, token: j.lockToken, sent: j.recordedSent})
+			// A row found sent already is cached as one just recorded sent.
+			sent := j.recordedSent || (j.step != nil && j.step.cacheSent)
+			calls = append(calls, lockCall{keyHash: j.p.KeyHash, token: j.lockToken, sent: sent})
 		}
 	}
 	if len(calls) == 0 {

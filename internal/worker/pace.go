@@ -59,8 +59,18 @@ func (w *Worker) tokens(ctx context.Context, l *taskLog, jobs []*job, replay boo
 	if first == nil || first.budget == nil {
 		return paced{route: first, granted: len(jobs)}, nil, nil
 	}
+	want := len(jobs)
+	if first.max == 1 && !replay {
+		// One message a request: the task takes its first request's
+		// token, and the others wait for theirs each in a task of its
+		// own. Tokens taken ahead for requests that then leave one after
+		// another would leave the provider's window unevenly (a request
+		// held back past pace.DepartWait goes at once) and keep the
+		// budget from an urgent request asking meanwhile.
+		want = 1
+	}
 	start := time.Now()
-	granted, turn, err := takeTokens(ctx, first, w.lane(ctx), len(jobs), replay, w.cfg.PaceWait)
+	granted, turn, err := takeTokens(ctx, first, w.lane(ctx), want, replay, w.cfg.PaceWait)
 	w.metrics.paceWait.WithLabelValues(first.name).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return paced{}, nil, w.paceError(l, first, err)

@@ -1,11 +1,14 @@
 package worker_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hibiken/asynq"
 
 	"github.com/sekali-dev/sekali/internal/httpprovider"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -227,5 +230,44 @@ func TestASuccessfulAnswerStatesTheAccountsRate(t *testing.T) {
 	}
 	if e.f.Get(d.ID).Status != notify.StatusSent {
 		t.Errorf("second delivery %s, want sent", e.f.Get(d.ID).Status)
+	}
+}
+
+// A task of many at a paced provider that takes one message a request
+// takes its first request's token alone: the others wait for theirs
+// each in a task of its own, holding nothing, so that requests leave as
+// their tokens were taken and an urgent one asking meanwhile finds the
+// budget free for it.
+func TestATaskOfManyAtAPacedProviderTakesOneTokenAtATime(t *testing.T) {
+	t.Parallel()
+	e := setup(t, smtpsink.Config{})
+	w := e.worker(t, workerOpts{providers: []worker.NamedProvider{{Name: "smtp", Provider: e.smtp(t), Budget: e.budgetFor(t, "smtp", 1)}},
+		paceWait: 2 * time.Second})
+	ds := make([]notify.Delivery, 3)
+	for i := range ds {
+		ds[i] = e.checkout(t, fmt.Sprintf("one-token-%d@example.com", i))
+	}
+	ins := asynq.NewInspector(e.redis.Opt)
+	t.Cleanup(func() { ins.Close() })
+	if _, err := ins.DeleteAllPendingTasks(e.redis.Queue); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.ProcessTask(context.Background(), queue.NewDeliveriesTask(ds)); err != nil {
+		t.Fatalf("the task of many: %v, want done", err)
+	}
+	e.emails(t, 1, "after the task of many")
+	if got := e.f.Get(ds[0].ID).Status; got != notify.StatusSent {
+		t.Errorf("its first delivery is %s, want sent", got)
+	}
+	for _, d := range ds[1:] {
+		if got := e.f.Get(d.ID).Status; got != notify.StatusPending {
+			t.Errorf("delivery %s is %s, want pending, never claimed", d.ID, got)
+		}
+		if _, err := ins.GetTaskInfo(e.redis.Queue, queue.TaskID(d.ID)); err != nil {
+			t.Errorf("delivery %s has no task of its own to wait for its token in: %v", d.ID, err)
+		}
+	}
+	if logs := e.logs.String(); !strings.Contains(logs, `"paced_later":2`) {
+		t.Errorf("the task's line does not say two wait for their turn:\n%s", logs)
 	}
 }
