@@ -63,7 +63,7 @@ type config struct {
 	Providers         []mail.Descriptor   // PROVIDERS (or PROVIDER), in order of preference
 	Senders           []mail.SenderConfig // each provider's settings, in the same order
 	DedupWindows      []time.Duration     // each provider's window for sending an unknown attempt again (roster.DedupWindows)
-	Paces             []pace.Config       // each provider's pace: <NAME>_RATE, <NAME>_BURST, <NAME>_DAILY_QUOTA (a zero Rate: unpaced)
+	Paces             []pace.Config       // each provider's pace: <NAME>_RATE, <NAME>_BURST, <NAME>_DAILY_QUOTA (a zero Rate: by its answers alone)
 	PaceWait          time.Duration       // PACE_WAIT: how long a task waits for a token in its goroutine
 	SpillAfter        time.Duration       // PACE_SPILL_AFTER: past this wait a delivery goes to the next provider; 0: never
 	Batches           bool                // PROVIDER_BATCHES: many messages a request where the provider takes them
@@ -224,12 +224,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		defer closeProvider()
 		np := worker.NamedProvider{Name: cfg.Providers[i].Name, Provider: p, Resend: cfg.DedupWindows[i]}
 		cfg.Paces[i] = accountPace(ctx, log, np.Name, p, cfg.Paces[i])
-		if c := cfg.Paces[i]; c.Rate > 0 {
-			if np.Budget, err = pace.New(rdb, cfg.Queue, np.Name, c); err != nil {
-				return fmt.Errorf("configuration:\n%w", err)
-			}
-			budgets = append(budgets, np.Budget)
+		// Every provider has a budget: one without a rate (a relay whose
+		// limits no one configured) is paced by what it answers alone, its
+		// refusals for pace pausing every worker.
+		if np.Budget, err = pace.New(rdb, cfg.Queue, np.Name, cfg.Paces[i]); err != nil {
+			return fmt.Errorf("configuration:\n%w", err)
 		}
+		budgets = append(budgets, np.Budget)
 		providers = append(providers, np)
 	}
 
@@ -306,7 +307,7 @@ func checkUnsubscribeURL(raw string) error {
 }
 
 // readPace reads a provider's pace from <NAME>_RATE (requests a second,
-// its documented default; 0: unpaced), <NAME>_BURST (1) and
+// its documented default; 0: by its answers alone), <NAME>_BURST (1) and
 // <NAME>_DAILY_QUOTA (messages over a rolling 24 h; its documented one,
 // or none).
 func readPace(env *envconfig.Reader, d mail.Descriptor) pace.Config {
@@ -355,16 +356,11 @@ func accountPace(ctx context.Context, log *slog.Logger, name string, p mail.Prov
 // accountLimitsTimeout bounds the start-up question of accountPace.
 const accountLimitsTimeout = 10 * time.Second
 
-// paceOf is c for a log line, "unpaced" for a zero rate.
-func paceOf(c pace.Config) string {
-	if c.Rate == 0 {
-		return "unpaced"
-	}
-	return c.String()
-}
+// paceOf is c for a log line.
+func paceOf(c pace.Config) string { return c.String() }
 
 // paceNames says each provider's pace for the start-up line: "resend 5/s,
-// burst 1", or "smtp unpaced".
+// burst 1", or "smtp by its answers".
 func paceNames(ds []mail.Descriptor, ps []pace.Config) string {
 	out := make([]string, len(ds))
 	for i, d := range ds {

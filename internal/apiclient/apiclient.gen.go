@@ -824,7 +824,7 @@ type PaceConfig struct {
 	// QuotaWindowSeconds The quota's rolling window; absent for 24 hours.
 	QuotaWindowSeconds int `json:"quota_window_seconds,omitempty,omitzero"`
 
-	// Rate Requests a second the provider's budget is configured to, shared by every worker.
+	// Rate Requests a second the provider's budget is configured to, shared by every worker; 0 for none (`<NAME>_RATE` unset), the budget then holding the workers only while the provider asks.
 	Rate float32 `json:"rate"`
 }
 
@@ -932,7 +932,7 @@ type ProviderPace struct {
 	// QuotaWindowSeconds The quota's rolling window; absent for 24 hours.
 	QuotaWindowSeconds int `json:"quota_window_seconds,omitempty,omitzero"`
 
-	// Rate Requests a second the budget is configured to (`<NAME>_RATE`).
+	// Rate Requests a second the budget is configured to (`<NAME>_RATE`); 0 for none, the budget then holding the workers only while the provider asks.
 	Rate float32 `json:"rate"`
 }
 

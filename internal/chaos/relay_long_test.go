@@ -3,7 +3,6 @@
 package chaos_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -19,16 +18,11 @@ var issueRelay = relayScenario{checkouts: 200, limits: testenv.PostfixOptions{Me
 // Issue 42's bounds, replayed with the relay's limits above, SMTP_RATE
 // unset and two workers: all 200 within 1.5 times what the relay allows
 // (150 s), exactly once, none failed or held, the breaker never opened,
-// and fewer than 10% of connections refused. They need the pace door
-// (issue 41) to bound connections at once per relay, learned from 421
-// "too many connections", and to learn the relay's rate from 450 "too
-// much mail": with the classification alone, each refused delivery
-// retries on its own after about a second. CHAOS_RELAY_BOUNDS=1 runs it
-// before then, to measure.
+// and fewer than 10% of connections refused: each worker keeps its
+// connections within a bound it learns (internal/smtp's conns.go), and
+// the relay's 450 "too much mail" pauses every worker (a budget without
+// a rate, internal/pace).
 func TestRelayLimitsOfTheIssue(t *testing.T) {
-	if os.Getenv("CHAOS_RELAY_BOUNDS") == "" {
-		t.Skip("issue 42's bounds wait for the pace door to learn a relay's connections and rate (issue 41's rewrite); CHAOS_RELAY_BOUNDS=1 measures them now")
-	}
 	t.Parallel()
 	c, r := runRelay(t, issueRelay, 660*time.Second)
 	if r.sent < issueRelay.checkouts {

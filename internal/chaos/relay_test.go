@@ -90,14 +90,15 @@ func runRelay(t *testing.T, s relayScenario, wait time.Duration) (*cluster, rela
 	return c, r
 }
 
-// The scaled-down relay (make test): what the classification of the
-// relay's replies holds on its own, with the pace door (issue 41) not
-// yet learning the relay's connections and rate. Postfix's "450 4.7.1
-// too much mail" and "421 4.7.0 too many connections" are a pace, not a
-// refusal of us: every e-mail goes out exactly once, none fails or is
-// held, and no worker's breaker opens (before, the first 450 opened it
-// and the queue waited minutes for a probe). How fast is the pace
-// door's to bound (TestRelayLimitsOfTheIssue, make chaos-long).
+// The scaled-down relay (make test). Postfix's "450 4.7.1 too much
+// mail" and "421 4.7.0 too many connections" are a pace, not a refusal
+// of us: every e-mail goes out exactly once, none fails or is held, and
+// no worker's breaker opens (before, the first 450 opened it and the
+// queue waited minutes for a probe). The workers start at two
+// connections each, one more than this relay's three at once: the relay
+// refuses one connection, or two, and the bounds they learn keep them
+// within its cap (before, every send that found it full dialled again on
+// its own, hundreds of times).
 func TestRelayLimitsAreAPace(t *testing.T) {
 	t.Parallel()
 	s := relayScenario{checkouts: 40, limits: testenv.PostfixOptions{MessageRateLimit: 10, ConnectionRateLimit: 8, ConnectionCountLimit: 3, RateTimeUnit: 4 * time.Second}}
@@ -109,6 +110,9 @@ func TestRelayLimitsAreAPace(t *testing.T) {
 	c.verdict("relay: Postfix's limits, scaled down", expect{})
 	if r.breaker != 0 {
 		t.Errorf("a worker's breaker opened %d times: a relay's pace is not a refusal of us", r.breaker)
+	}
+	if r.refusedConns > 2 {
+		t.Errorf("the relay refused %d connections, want one a worker at most: each keeps within the bound it learned (%s)", r.refusedConns, r)
 	}
 	if r.refusedMail+r.refusedConns == 0 {
 		t.Errorf("the relay refused nothing: the scenario did not reach its limits (%s)", r)

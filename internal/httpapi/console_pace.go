@@ -34,7 +34,13 @@ func newPaceRows(ps []notify.ProviderSummary, now time.Time) []paceRow {
 			continue
 		}
 		r := paceRow{Provider: p.Name, Configured: perSecond(pc.Rate) + ", burst " + strconv.Itoa(max(pc.Burst, 1)), InForce: perSecond(pc.EffectiveRate), Quota: "none"}
-		if pc.EffectiveRate < pc.Rate {
+		if pc.Rate == 0 {
+			r.Configured = "no rate: paused when the provider asks"
+		}
+		if pc.EffectiveRate == 0 {
+			r.InForce = "none"
+		}
+		if pc.EffectiveRate > 0 && (pc.Rate == 0 || pc.EffectiveRate < pc.Rate) {
 			r.Lower = true
 			r.InForce += ", the provider's limit"
 			if !pc.LowerUntil.IsZero() {

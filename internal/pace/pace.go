@@ -57,7 +57,9 @@ const LearnFor = time.Hour
 type Config struct {
 	// Rate is the requests per second the provider allows this account,
 	// fractional allowed (Resend's default is 2; SES's maximum send rate
-	// is the account's). At least 0.001.
+	// is the account's). At least 0.001, or 0: no rate of its own, paced
+	// only by what the provider's answers say (its pauses, a rate it
+	// names), as a relay whose limits no one configured.
 	Rate float64
 	// Burst is how many requests may go at once after a quiet spell; 0
 	// means 1. One is the safe choice: a provider that counts requests
@@ -79,10 +81,13 @@ type Config struct {
 	QuotaWindow time.Duration
 }
 
-// String describes the pace for a start-up line: "2/s, burst 1" or
-// "14/s, burst 1, 50000 per 24h0m0s".
+// String describes the pace for a start-up line: "2/s, burst 1",
+// "14/s, burst 1, 50000 per 24h0m0s", or "by its answers" without a rate.
 func (c Config) String() string {
 	s := strconv.FormatFloat(c.Rate, 'f', -1, 64) + "/s, burst " + strconv.Itoa(max(c.Burst, 1))
+	if c.Rate == 0 {
+		s = "by its answers"
+	}
 	if c.Quota > 0 {
 		s += ", " + strconv.Itoa(c.Quota) + " per " + c.window().String()
 	}
@@ -128,8 +133,8 @@ func New(rdb redis.UniversalClient, queue, name string, cfg Config) (*Budget, er
 	if name == "" || strings.ContainsAny(name+queue, "{}") {
 		problems = append(problems, fmt.Errorf("budget name %q of queue %q: want a name, and no braces in either (they are the keys' hash tag)", name, queue))
 	}
-	if !(cfg.Rate >= 0.001) || math.IsInf(cfg.Rate, 0) {
-		problems = append(problems, fmt.Errorf("rate %v: want at least 0.001 requests per second", cfg.Rate))
+	if !(cfg.Rate >= 0.001 || cfg.Rate == 0) || math.IsInf(cfg.Rate, 0) {
+		problems = append(problems, fmt.Errorf("rate %v: want at least 0.001 requests per second, or 0 (by the provider's answers)", cfg.Rate))
 	}
 	if cfg.Burst < 0 {
 		problems = append(problems, fmt.Errorf("burst %d: want 0 (1) or more", cfg.Burst))
@@ -280,12 +285,14 @@ func (b *Budget) take(ctx context.Context, pause, held time.Duration, rate float
 	if held > 0 {
 		return Turn{Wait: held, By: ByUrgent}, nil
 	}
-	res, err := b.limiter.Allow(ctx, b.key, b.gcra(rate))
-	if err != nil {
-		return Turn{}, fmt.Errorf("pace %s: take a token: %w", b.name, err)
-	}
-	if res.Allowed == 0 {
-		return Turn{Wait: max(res.RetryAfter, time.Millisecond), By: ByRate}, nil
+	if rate > 0 {
+		res, err := b.limiter.Allow(ctx, b.key, b.gcra(rate))
+		if err != nil {
+			return Turn{}, fmt.Errorf("pace %s: take a token: %w", b.name, err)
+		}
+		if res.Allowed == 0 {
+			return Turn{Wait: max(res.RetryAfter, time.Millisecond), By: ByRate}, nil
+		}
 	}
 	if b.cfg.Quota == 0 {
 		return Turn{}, nil
@@ -301,14 +308,17 @@ func (b *Budget) take(ctx context.Context, pause, held time.Duration, rate float
 }
 
 // effective is the rate in force: the configured one, or a lower one the
-// provider said (the limit key's value, read by Take or State).
+// provider said (the limit key's value, read by Take or State); 0 for
+// none, without a configured rate.
 func (b *Budget) effective(limit *redis.StringCmd) float64 {
 	rate, err := strconv.ParseFloat(limit.Val(), 64)
 	b.learned.Store(err == nil)
-	if err != nil || !(rate > 0) || rate >= b.cfg.Rate {
+	if err != nil || !(rate > 0) || (b.cfg.Rate > 0 && rate >= b.cfg.Rate) {
 		rate = b.cfg.Rate
 	}
-	rate = max(rate, 0.001)
+	if rate > 0 {
+		rate = max(rate, 0.001)
+	}
 	b.rate.Store(math.Float64bits(rate))
 	return rate
 }
@@ -338,6 +348,9 @@ const DepartWait = time.Second
 // does not answer, the request goes: its token was taken, and Depart
 // only smooths.
 func (b *Budget) Depart(ctx context.Context) error {
+	if !b.Rated() {
+		return nil
+	}
 	limit := b.gcra(b.rateNow())
 	for {
 		res, err := b.limiter.Allow(ctx, b.depart, limit)
@@ -392,14 +405,25 @@ func emission(rate float64) time.Duration {
 // rateNow is the rate in force when Take last read it, the configured
 // one before the first Take.
 func (b *Budget) rateNow() float64 {
-	if rate := math.Float64frombits(b.rate.Load()); rate > 0 {
-		return rate
+	if bits := b.rate.Load(); bits != 0 {
+		return math.Float64frombits(bits)
 	}
 	return b.cfg.Rate
 }
 
-// interval is the interval between tokens at the rate in force.
-func (b *Budget) interval() time.Duration { return emission(b.rateNow()) }
+// interval is the interval between tokens at the rate in force, 0
+// without one.
+func (b *Budget) interval() time.Duration {
+	if !b.Rated() {
+		return 0
+	}
+	return emission(b.rateNow())
+}
+
+// Rated reports whether a rate is in force, configured or said by the
+// provider, as Take last read it: without one the budget spaces no
+// requests, and holds them only while the provider asked for a pause.
+func (b *Budget) Rated() bool { return b.rateNow() > 0 }
 
 // cmdErr is the first error of cmds, a missing key (redis.Nil) being none.
 func cmdErr(cmds ...redis.Cmder) error {

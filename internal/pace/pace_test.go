@@ -367,6 +367,21 @@ func TestCollectorExportsTheState(t *testing.T) {
 	if got := testenv.Metric(t, reg, "sekali_provider_pace_effective_rate", "provider", "resend"); got != 1 {
 		t.Errorf("effective rate %v, want the provider's 1", got)
 	}
+
+	// A budget without a rate says no rate (the alerts' rules add the
+	// providers' rates: a 0 would read as a provider that cannot send),
+	// only its pauses.
+	relay := s.budget("smtp", Config{})
+	reg = prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(relay))
+	for _, name := range []string{"sekali_provider_pace_rate", "sekali_provider_pace_effective_rate"} {
+		if testenv.HasSeries(t, reg, name, "provider", "smtp") {
+			t.Errorf("a budget without a rate exports %s", name)
+		}
+	}
+	if !testenv.HasSeries(t, reg, "sekali_provider_pace_paused_seconds", "provider", "smtp") {
+		t.Error("a budget without a rate exports no pause")
+	}
 }
 
 // When Redis does not answer, Take, Observe and State return the error at
@@ -466,7 +481,8 @@ func TestNewRefusesWhatCannotPace(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"resend", Config{}, "rate 0"},
+		{"resend", Config{Rate: 0.0001}, "rate 0.0001"},
+		{"resend", Config{Rate: -1}, "rate -1"},
 		{"resend", Config{Rate: math.NaN()}, "rate NaN"},
 		{"resend", Config{Rate: math.Inf(1)}, "rate +Inf"},
 		{"resend", Config{Rate: 2, Burst: -1}, "burst -1"},
@@ -538,5 +554,42 @@ func TestDepartSpacesRequestsAsTheirTokens(t *testing.T) {
 	}
 	if d := time.Since(start); d > 20*time.Millisecond {
 		t.Errorf("a departure at 0.5/s waited %s, want none: an interval is past DepartWait (%s)", d, DepartWait)
+	}
+}
+
+// A budget without a rate (a relay whose limits no one configured)
+// spaces nothing: every request goes at once, in every process. What
+// the provider answers paces it all the same: its pause holds every
+// process, and a rate it names paces them all at that rate.
+func TestABudgetWithoutARateIsPacedByTheProvidersAnswers(t *testing.T) {
+	t.Parallel()
+	s := setup(t)
+	a, b := s.budget("smtp", Config{}), s.budget("smtp", Config{})
+	for i := range 20 {
+		if turn := take(t, a, 1); !turn.Go() {
+			t.Fatalf("request %d without a rate: %+v, want go", i, turn)
+		}
+	}
+	if a.Rated() || a.Config().String() != "by its answers" {
+		t.Errorf("without a rate: rated %v, %q", a.Rated(), a.Config())
+	}
+	if err := a.Depart(context.Background()); err != nil {
+		t.Errorf("depart without a rate: %v", err)
+	}
+	observe(t, a, FromSMTP(450, "4.7.1", "Error: too much mail from 127.0.0.1"))
+	if turn := take(t, b, 1); turn.By != ByPause || turn.Wait <= 0 || turn.Wait > DefaultPause {
+		t.Fatalf("the other process after the relay's 450: %+v, want held by its pause", turn)
+	}
+	testenv.WaitFor(t, "the pause to end", 5*time.Second, func() bool { return take(t, b, 1).Go() })
+	observe(t, b, Signal{Rate: 4, Reason: "said so"})
+	if st := state(t, a); st.Rate != 4 || st.LearnedUntil.IsZero() {
+		t.Errorf("after the provider named 4/s: %+v, want 4/s learned", st)
+	}
+	testenv.WaitFor(t, "a token", 5*time.Second, func() bool { return take(t, a, 1).Go() })
+	if turn := take(t, a, 1); turn.Go() || turn.By != ByRate || turn.Wait > interval(4)+time.Millisecond {
+		t.Errorf("at the rate it named: %+v, want the next token about %s away", turn, interval(4))
+	}
+	if !a.Rated() {
+		t.Error("a budget the provider named a rate to is not rated")
 	}
 }

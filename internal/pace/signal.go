@@ -144,7 +144,7 @@ func (b *Budget) Observe(ctx context.Context, s Signal) error {
 		}
 	}
 	switch {
-	case s.Rate > 0 && s.Rate < b.cfg.Rate:
+	case s.Rate > 0 && (b.cfg.Rate == 0 || s.Rate < b.cfg.Rate):
 		if err := b.rdb.Set(ctx, b.limit, strconv.FormatFloat(s.Rate, 'g', -1, 64), LearnFor).Err(); err != nil {
 			return fmt.Errorf("pace %s: lower the rate: %w", b.name, err)
 		}

@@ -43,7 +43,7 @@ func (b *Budget) State(ctx context.Context) (State, error) {
 	}
 	now := time.Now()
 	s := State{Name: b.name, Config: b.cfg, Rate: b.effective(limit)}
-	if s.Rate < b.cfg.Rate && lttl.Val() > 0 {
+	if (b.cfg.Rate == 0 || s.Rate < b.cfg.Rate) && s.Rate > 0 && lttl.Val() > 0 {
 		s.LearnedUntil = now.Add(lttl.Val())
 	}
 	if pttl.Val() > 0 {
@@ -104,7 +104,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, name)
 	}
 	for _, b := range c.budgets {
-		gauge(c.rate, b.cfg.Rate, b.name)
+		// A budget without a rate exports none (the rules that add the
+		// providers' rates count it as they count no budget), until the
+		// provider names one.
+		if b.cfg.Rate > 0 {
+			gauge(c.rate, b.cfg.Rate, b.name)
+		}
 		if b.cfg.Quota > 0 {
 			gauge(c.quota, float64(b.cfg.Quota), b.name)
 		}
@@ -112,7 +117,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue
 		}
-		gauge(c.effective, s.Rate, b.name)
+		if s.Rate > 0 {
+			gauge(c.effective, s.Rate, b.name)
+		}
 		gauge(c.paused, max(time.Until(s.PausedUntil).Seconds(), 0), b.name)
 		if b.cfg.Quota > 0 {
 			gauge(c.used, float64(s.QuotaUsed), b.name)

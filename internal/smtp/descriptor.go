@@ -43,6 +43,7 @@ func ReadEnv(env *envconfig.Reader, s mail.SenderSettings) mail.SenderConfig {
 		Timeout:           env.Duration("SMTP_TIMEOUT", 15*time.Second),
 		MaxIdle:           s.MaxIdle,
 		IdleTimeout:       env.Duration("SMTP_IDLE_TIMEOUT", DefaultIdleTimeout),
+		Connections:       env.Int("SMTP_CONNECTIONS", DefaultConnections, 1, 1000),
 		DKIM: DKIM{Domain: env.String("DKIM_DOMAIN", ""), Selector: env.String("DKIM_SELECTOR", ""),
 			KeyFile: env.String("DKIM_PRIVATE_KEY_FILE", "")},
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sekali-dev/sekali/internal/mail"
+	"github.com/sekali-dev/sekali/internal/pace"
 	"github.com/sekali-dev/sekali/internal/smtp"
 	"github.com/sekali-dev/sekali/internal/testenv"
 )
@@ -86,5 +89,68 @@ func TestPostfixLimitsAreAPaceAndTheProbeSpendsNothing(t *testing.T) {
 	}
 	if n := mp.Count(t); n != 1 {
 		t.Errorf("%d messages at Mailpit, want 1", n)
+	}
+}
+
+// Two workers whose sends outnumber the connections a relay allows at
+// once keep within it: each starts at two, the one the relay refuses is
+// cut to what it still holds, and every message goes, each once, with
+// one refused connection at most a worker instead of one for each send
+// that found the relay full.
+func TestConnectionsAtOnceKeepWithinTheRelaysCap(t *testing.T) {
+	t.Parallel()
+	mp := testenv.StartMailpit(t, testenv.MailpitOptions{})
+	pf := testenv.StartPostfix(t, mp.SMTPAddr(), testenv.PostfixOptions{ConnectionCountLimit: 3})
+	workers := []*smtp.Provider{postfixSMTP(t, pf, 5*time.Second), postfixSMTP(t, pf, 5*time.Second)}
+	const senders, each = 8, 5
+	var wg sync.WaitGroup
+	var throttled atomic.Int32
+	for w, p := range workers {
+		for g := range senders {
+			wg.Go(func() {
+				for i := range each {
+					n := (w*senders+g)*each + i
+					for {
+						ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+						_, err := p.Send(ctx, postfixMessage(n), func() error { return nil })
+						cancel()
+						var se *mail.SendError
+						if err == nil {
+							break
+						}
+						if !errors.As(err, &se) || se.Outcome != mail.OutcomeThrottled {
+							t.Errorf("message %d: %v, want sent or throttled", n, err)
+							return
+						}
+						throttled.Add(1)
+						b, o := p.Connections()
+						t.Logf("worker %d message %d: %v (bound %d, open %d)", w, n, err, b, o)
+						time.Sleep(pace.DefaultPause) // as the worker pauses after a refusal for pace
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	const total = 2 * senders * each
+	testenv.WaitFor(t, "every message at Mailpit", 20*time.Second, func() bool { return mp.Count(t) >= total })
+	if n := mp.Count(t); n != total {
+		t.Errorf("%d messages at Mailpit, want %d, each once", n, total)
+	}
+	refused := pf.Count(testenv.PostfixConnectionCount)
+	var bounds []int
+	sum := 0
+	for _, p := range workers {
+		b, _ := p.Connections()
+		bounds = append(bounds, b)
+		sum += b
+	}
+	t.Logf("%d sends from %d goroutines: %d connections, %d refused, %d sends throttled; bounds %v", total, 2*senders,
+		pf.Count(testenv.PostfixConnect), refused, throttled.Load(), bounds)
+	if refused > len(workers) {
+		t.Errorf("postfix refused %d connections for their number, want one a worker at most", refused)
+	}
+	if sum > 3 {
+		t.Errorf("the workers' bounds %v allow %d connections at once, want the relay's 3 at most", bounds, sum)
 	}
 }

@@ -57,6 +57,9 @@ type Config struct {
 	// cap on connections at once, and drops them itself only after its
 	// own timeout (Postfix's smtpd_timeout, 300 s).
 	IdleTimeout time.Duration
+	// Connections is the most connections open at once (SMTP_CONNECTIONS,
+	// DefaultConnections when 0); within it the bound is learned (conns.go).
+	Connections int
 	DKIM        DKIM // the shop's signature; off when empty
 }
 
@@ -168,6 +171,14 @@ type Provider struct {
 	mu     sync.Mutex
 	idle   []*smtpConn // kept, the one used last at the end
 	closed bool
+	// The connections open (in use and kept) and their bound, learned
+	// from the relay's refusals (conns.go); wake is closed when a
+	// connection is kept or closed, or the bound grows.
+	open, bound int
+	cutAt       time.Time // when the relay last refused a connection for pace
+	delivered   int       // messages taken since the bound last changed, or the relay last refused one for pace
+	waited      bool      // a send waited for a connection since
+	wake        chan struct{}
 	// senderRefused: the last MAIL FROM was refused, not for pace (our
 	// sender, our account): the probe asks MAIL FROM until one passes.
 	senderRefused atomic.Bool
@@ -196,12 +207,15 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
+	if cfg.Connections <= 0 {
+		cfg.Connections = DefaultConnections
+	}
 	if cfg.HeloName == "" {
 		cfg.HeloName = HeloName()
 	}
 	sender, _ := mail.ParseSender(cfg.From)
 	dkim, _ := cfg.DKIM.signer(cfg.From) // checked by Validate
-	s := &Provider{cfg: cfg, sender: sender, from: sender.Address, dkim: dkim}
+	s := &Provider{cfg: cfg, sender: sender, from: sender.Address, dkim: dkim, bound: min(initialConnections, cfg.Connections), wake: make(chan struct{})}
 	if cfg.CAFile != "" {
 		s.roots, _ = loadRoots(cfg.CAFile) // checked by Validate
 	}
@@ -217,7 +231,7 @@ func (s *Provider) Close() {
 	s.mu.Unlock()
 	for _, c := range idle {
 		c.expiry.Stop()
-		s.quit(c)
+		s.discard(c, true)
 	}
 }
 
@@ -233,11 +247,8 @@ func (s *Provider) Send(ctx context.Context, m mail.Message, handOver func() err
 	for try := 0; ; try++ {
 		var c *smtpConn
 		reused := false
-		if try == 0 {
-			c, reused, err = s.conn(ctx)
-		} else {
-			c, err = s.dial(ctx) // not another idle one: they may all be dead
-		}
+		// After a kept one failed, not another kept one: they may all be dead.
+		c, reused, err = s.conn(ctx, try == 0)
 		if err != nil {
 			return "", err
 		}
@@ -281,7 +292,7 @@ func (s *Provider) Probe(ctx context.Context) error {
 	}
 	for c := s.take(); c != nil; c = s.take() {
 		if err := c.conn.SetDeadline(s.deadline(ctx, time.Now())); err != nil {
-			_ = c.Close()
+			s.discard(c, false)
 			continue
 		}
 		err := check(c)
@@ -295,18 +306,18 @@ func (s *Provider) Probe(ctx context.Context) error {
 			if c.Reset() == nil {
 				s.put(c)
 			} else {
-				_ = c.Close()
+				s.discard(c, false)
 			}
 			return err
 		}
-		_ = c.Close() // closed under us: try the next, or a new one
+		s.discard(c, false) // closed under us: try the next, or a new one
 	}
-	c, err := s.dial(ctx)
+	c, _, err := s.conn(ctx, false)
 	if err != nil {
 		return err
 	}
 	if err := check(c); err != nil {
-		_ = c.Close()
+		s.discard(c, false)
 		return err
 	}
 	s.put(c)
@@ -330,6 +341,9 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 	fail := func(stage mail.Stage, err error) (string, error) {
 		se := smtpError(stage, err, m.To)
 		se.HandedOver = handedOver
+		s.mu.Lock()
+		s.paced(se)
+		s.mu.Unlock()
 		if stage == mail.StageSender && se.Outcome == mail.OutcomeUnavailable {
 			s.senderRefused.Store(true)
 		}
@@ -339,7 +353,7 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 		if se.Reply.Code != 0 && se.Reply.Code != 421 && se.Outcome != mail.OutcomeAmbiguous && c.Reset() == nil {
 			s.put(c)
 		} else {
-			_ = c.Close()
+			s.discard(c, false)
 		}
 		return "", se
 	}
@@ -363,7 +377,7 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 	before := time.Now()
 	if err := handOver(); err != nil {
 		if rerr := c.Reset(); rerr != nil {
-			_ = c.Close()
+			s.discard(c, false)
 		} else {
 			s.put(c)
 		}
@@ -388,7 +402,7 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 		}
 		// The whole message went out and no answer came back.
 		se := &mail.SendError{Outcome: mail.OutcomeAmbiguous, Stage: mail.StageData, Err: fmt.Errorf("no reply after the message data: %w", err), HandedOver: true}
-		_ = c.Close()
+		s.discard(c, false)
 		return "", se
 	}
 	id := m.MessageID
@@ -397,6 +411,7 @@ func (s *Provider) transact(ctx context.Context, c *smtpConn, m mail.Message, ra
 			id = q
 		}
 	}
+	s.deliveredOne()
 	s.put(c)
 	return id, nil
 }
@@ -420,13 +435,14 @@ func (s *Provider) put(c *smtpConn) {
 	s.mu.Lock()
 	if s.closed || len(s.idle) >= s.cfg.MaxIdle {
 		s.mu.Unlock()
-		s.quit(c)
+		s.discard(c, true)
 		return
 	}
 	s.idle = append(s.idle, c)
 	c.kept++
 	kept := c.kept
 	c.expiry = time.AfterFunc(s.cfg.IdleTimeout, func() { s.expire(c, kept) })
+	s.wakeLocked()
 	s.mu.Unlock()
 }
 
@@ -435,6 +451,11 @@ func (s *Provider) put(c *smtpConn) {
 func (s *Provider) take() *smtpConn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.takeLocked()
+}
+
+// takeLocked is take with s.mu held.
+func (s *Provider) takeLocked() *smtpConn {
 	n := len(s.idle)
 	if n == 0 {
 		return nil
@@ -459,7 +480,7 @@ func (s *Provider) expire(c *smtpConn, kept int) {
 	}
 	s.mu.Unlock()
 	if i >= 0 {
-		s.quit(c)
+		s.discard(c, true)
 	}
 }
 
@@ -468,15 +489,6 @@ func (s *Provider) quit(c *smtpConn) {
 	_ = c.conn.SetDeadline(time.Now().Add(time.Second))
 	_ = c.Quit()
 	_ = c.Close()
-}
-
-// conn returns a kept connection or dials a new one.
-func (s *Provider) conn(ctx context.Context) (c *smtpConn, reused bool, err error) {
-	if c := s.take(); c != nil {
-		return c, true, nil
-	}
-	c, err = s.dial(ctx)
-	return c, false, err
 }
 
 func (s *Provider) dial(ctx context.Context) (*smtpConn, error) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,5 +256,47 @@ func TestRateReplyOfTheRelayIsThrottled(t *testing.T) {
 				t.Errorf("%d messages, %d refused by rate, %d connections; want 1, 2, %d", s.Count(), s.RateLimited(), s.Connections(), c.conns)
 			}
 		})
+	}
+}
+
+// Sends that wait for a connection, at a relay that takes every message,
+// grow a worker's connections from two to SMTP_CONNECTIONS and never
+// past it: more connections pay where the relay's own rate does not bind.
+func TestConnectionsGrowToTheirCapWhileSendsWait(t *testing.T) {
+	t.Parallel()
+	s := sink(t, smtpsink.Config{DataDelay: func(*smtpsink.Message) time.Duration { return 5 * time.Millisecond }})
+	const limit = 4
+	p, err := smtp.New(smtp.Config{Host: s.Host(), Port: s.Port(), TLS: smtp.TLSNone, From: "orders@" + mailDomain,
+		Timeout: 5 * time.Second, MaxIdle: 8, Connections: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if bound, _ := p.Connections(); bound != 2 {
+		t.Fatalf("a new provider's bound is %d, want 2", bound)
+	}
+	var wg sync.WaitGroup
+	var most atomic.Int32
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 20 {
+				m := mail.Message{To: fmt.Sprintf("g%d-%d@example.com", g, i), Subject: "s", Text: "t", MessageID: fmt.Sprintf("g%d-%d@%s", g, i, mailDomain)}
+				if _, err := p.Send(context.Background(), m, func() error { return nil }); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, open := p.Connections(); int32(open) > most.Load() {
+					most.Store(int32(open))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(s.Messages()); n != 160 {
+		t.Errorf("%d messages at the sink, want 160", n)
+	}
+	bound, open := p.Connections()
+	if bound != limit || open > limit || most.Load() > limit {
+		t.Errorf("bound %d, %d open, at most %d seen open: want the bound grown to SMTP_CONNECTIONS (%d) and never more open", bound, open, most.Load(), limit)
 	}
 }

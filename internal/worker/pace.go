@@ -60,7 +60,7 @@ func (w *Worker) tokens(ctx context.Context, l *taskLog, jobs []*job, replay boo
 		return paced{route: first, granted: len(jobs)}, nil, nil
 	}
 	want := len(jobs)
-	if first.max == 1 && !replay {
+	if first.max == 1 && !replay && first.budget.Rated() {
 		// One message a request: the task takes its first request's
 		// token, and the others wait for theirs each in a task of its
 		// own. Tokens taken ahead for requests that then leave one after
@@ -106,8 +106,8 @@ func (w *Worker) tokens(ctx context.Context, l *taskLog, jobs []*job, replay boo
 func takeTokens(ctx context.Context, r *route, lane pace.Lane, n int, whole bool, within time.Duration) (granted int, turn pace.Turn, err error) {
 	deadline := time.Now().Add(within)
 	per := r.max
-	if whole {
-		per = n
+	if whole || !r.budget.Rated() {
+		per = n // one request's turn: a budget without a rate only pauses
 	}
 	for granted < n {
 		msgs := min(per, n-granted)
