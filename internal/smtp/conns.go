@@ -17,13 +17,13 @@ import (
 // as TCP learns a window, and as Postfix's own scheduler learns a
 // destination's concurrency: it starts at initialConnections and grows
 // by one, up to SMTP_CONNECTIONS, once sends waited for a connection
-// while the relay took growEvery messages a connection with no refusal
-// for pace between them — more connections help only when the relay's
-// message rate is not what binds; it is halved when the relay refuses a
-// connection for their number, and stays so for connGrowAfter: every
-// process halving, they come to share the cap (additive increase,
-// multiplicative decrease). A send that finds the bound reached waits for a
-// connection, within its own time.
+// while the relay took growEvery messages a connection, and refused
+// nothing for pace for connGrowAfter (more connections help only where
+// the relay's own limits do not bind); it is halved when the relay
+// refuses a connection for their number: every process halving, they
+// come to share the cap (additive increase, multiplicative decrease). A
+// send that finds the bound reached waits for a connection, within its
+// own time.
 
 // DefaultConnections is SMTP_CONNECTIONS' default: the most connections
 // a process opens at once, the worker's default concurrency.
@@ -34,8 +34,8 @@ const DefaultConnections = 10
 // anvil examples; Microsoft 365's SMTP AUTH allows three).
 const initialConnections = 2
 
-// connGrowAfter is how long after a relay refused a connection for pace
-// the bound stays where it was cut.
+// connGrowAfter is how long after the relay's last refusal for pace
+// (of a connection, or of a message) the bound may not grow.
 const connGrowAfter = time.Minute
 
 // growEvery is how many messages a connection the relay takes, without
@@ -100,33 +100,32 @@ func (s *Provider) refused(err error) {
 		// Halved from the number the relay refused: it counts every
 		// process's, so that all of them back off and share the cap.
 		s.bound = max(1, min(s.bound, s.open+1)/2)
-		s.cutAt, s.delivered = time.Now(), 0
 	}
 	s.wakeLocked()
 }
 
 // deliveredOne counts a message the relay took, and grows the bound
 // when sends waited for a connection, the relay took growEvery messages
-// a connection since the last refusal for pace, and it has refused no
-// connection for connGrowAfter.
+// a connection since the bound last changed, and it refused nothing for
+// pace for connGrowAfter.
 func (s *Provider) deliveredOne() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.delivered++
-	if s.waited && s.bound < s.cfg.Connections && s.delivered >= growEvery*s.bound && time.Since(s.cutAt) >= connGrowAfter {
+	if s.waited && s.bound < s.cfg.Connections && s.delivered >= growEvery*s.bound && time.Since(s.pacedAt) >= connGrowAfter {
 		s.bound++
 		s.delivered, s.waited = 0, false
 		s.wakeLocked()
 	}
 }
 
-// paced forgets the messages counted towards growing the bound when err
-// is a refusal for pace: the relay's rate binds, not our connections.
-// s.mu is held.
+// paced notes a refusal for pace, when err is one: the relay's limits
+// bind, not our connections, and the bound does not grow for
+// connGrowAfter. s.mu is held.
 func (s *Provider) paced(err error) {
 	var se *mail.SendError
 	if errors.As(err, &se) && se.Outcome == mail.OutcomeThrottled {
-		s.delivered, s.waited = 0, false
+		s.pacedAt, s.delivered, s.waited = time.Now(), 0, false
 	}
 }
 

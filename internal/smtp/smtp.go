@@ -175,7 +175,7 @@ type Provider struct {
 	// from the relay's refusals (conns.go); wake is closed when a
 	// connection is kept or closed, or the bound grows.
 	open, bound int
-	cutAt       time.Time // when the relay last refused a connection for pace
+	pacedAt     time.Time // when the relay last refused a connection or a message for pace
 	delivered   int       // messages taken since the bound last changed, or the relay last refused one for pace
 	waited      bool      // a send waited for a connection since
 	wake        chan struct{}

@@ -163,7 +163,7 @@ func (w *Worker) account(ctx context.Context, j *job) {
 		w.metrics.blocked.Inc()
 	}
 	if s.cacheSent && j.lockToken == "" {
-		if err := w.lock.cacheSent(ctx, j.p.KeyHash); err != nil {
+		if err := w.lock.CacheSent(ctx, j.p.KeyHash); err != nil {
 			j.l.set(slog.String("cache_error", err.Error()))
 		}
 	}
@@ -172,7 +172,7 @@ func (w *Worker) account(ctx context.Context, j *job) {
 	}
 	if r := j.route; r != nil {
 		if j.recordedSent {
-			r.health.sent()
+			r.health.Sent()
 		}
 		if s.providerDown != nil {
 			w.providerUnavailable(ctx, r, s.providerDown)

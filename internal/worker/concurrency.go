@@ -82,7 +82,7 @@ func (w *Worker) WatchConcurrency(ctx context.Context, queue string, full int, e
 	defer t.Stop()
 	current := full
 	for {
-		n, err := notify.Concurrency(ctx, w.lock.rdb, queue)
+		n, err := notify.Concurrency(ctx, w.rdb, queue)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			w.log.Warn("cannot read the concurrency limit; keeping the current one", "error", err.Error(), "limit", current)

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/sekali-dev/sekali/internal/breaker"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/pace"
@@ -42,12 +42,12 @@ type route struct {
 	batcher mail.Batcher
 	max     int
 	batches bool // batcher != nil
-	health  *health
+	health  *breaker.Breaker
 }
 
 // newRoute is the route of p, its requests of many when batches allows
 // and p takes them.
-func newRoute(p NamedProvider, batches bool, h *health) *route {
+func newRoute(p NamedProvider, batches bool, h *breaker.Breaker) *route {
 	r := &route{name: p.Name, provider: p.Provider, resend: p.Resend, budget: p.Budget, health: h, max: 1}
 	if b, ok := p.Provider.(mail.Batcher); ok && batches && b.MaxBatch() > 1 {
 		r.batcher, r.max, r.batches = b, b.MaxBatch(), true
@@ -58,7 +58,7 @@ func newRoute(p NamedProvider, batches bool, h *health) *route {
 // anyAvailable reports whether some provider is up.
 func (w *Worker) anyAvailable() bool {
 	for _, r := range w.routes {
-		if r.health.available() {
+		if r.health.Available() {
 			return true
 		}
 	}
@@ -84,7 +84,7 @@ func (w *Worker) hasRoute(name string) bool {
 func (w *Worker) usable() []string {
 	names := []string{w.test.name}
 	for _, r := range w.routes {
-		if r.health.available() {
+		if r.health.Available() {
 			names = append(names, r.name)
 		}
 	}
@@ -99,113 +99,11 @@ func (w *Worker) routeFor(d notify.Delivery) *route {
 		if d.ProviderPinned && d.Provider != "" && d.Provider != r.name {
 			continue
 		}
-		if r.health.available() {
+		if r.health.Available() {
 			return r
 		}
 	}
 	return nil
-}
-
-// health is one worker's view of one provider.
-type health struct {
-	mu     sync.Mutex
-	down   bool
-	reason string
-	since  time.Time
-	up     upGauge
-	// A probe can pass while sending fails (an API whose sending
-	// endpoint alone is down; a key that may only send, which the probe
-	// cannot tell from a working one). Each such pass lets one attempt
-	// per worker meet the refusal again, and with failover an HTTP 5xx
-	// keeps that delivery waiting for this provider. So a breaker that
-	// reopens before any send succeeded (trial) counts a flap, and each
-	// flap doubles the wait before the next probe, up to maxFlapBackoff
-	// probe intervals; a send that succeeds forgets them.
-	trial     bool
-	flaps     int
-	lastProbe time.Time
-}
-
-// maxFlapBackoff bounds the probe's back-off after flaps: 64 probe
-// intervals (5 s: about 5 minutes).
-const maxFlapBackoff = 6
-
-// upGauge is where a breaker shows its state: its provider's series of
-// sekali_provider_up, or nowhere (noUp: the test provider, always up,
-// which no dashboard needs to see).
-type upGauge interface{ Set(float64) }
-
-// noUp shows a breaker's state nowhere.
-type noUp struct{}
-
-func (noUp) Set(float64) {}
-
-func newHealth(up upGauge) *health {
-	up.Set(1)
-	return &health{since: time.Now(), up: up}
-}
-
-// available reports whether sends may go to the provider.
-func (h *health) available() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return !h.down
-}
-
-// markDown opens the breaker (or updates its reason); opened reports a
-// transition.
-func (h *health) markDown(reason string) (opened bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.reason = reason
-	if h.down {
-		return false
-	}
-	if h.trial {
-		h.flaps++
-		h.trial = false
-	}
-	h.down, h.since = true, time.Now()
-	h.up.Set(0)
-	return true
-}
-
-// markUp closes the breaker; closed reports a transition.
-func (h *health) markUp() (closed bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.down {
-		return false
-	}
-	h.down, h.reason, h.since, h.trial = false, "", time.Now(), true
-	h.up.Set(1)
-	return true
-}
-
-// sent records a send the provider accepted: the breaker's flaps are
-// forgotten.
-func (h *health) sent() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.trial, h.flaps = false, 0
-}
-
-// probeDue reports whether an open breaker is due for a probe at now,
-// every interval, doubled per flap; it notes the probe.
-func (h *health) probeDue(now time.Time, interval time.Duration) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.down || now.Sub(h.lastProbe) < interval<<min(h.flaps, maxFlapBackoff)-interval/10 {
-		return false
-	}
-	h.lastProbe = now
-	return true
-}
-
-func (h *health) state() (down bool, reason string, since time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.down, h.reason, h.since
 }
 
 // WatchProvider probes every provider whose breaker is open, every
@@ -222,7 +120,7 @@ func (w *Worker) WatchProvider(ctx context.Context, interval time.Duration) {
 			for i, r := range w.routes {
 				fields[i] = w.healthField(r)
 			}
-			_ = w.lock.rdb.HDel(context.WithoutCancel(ctx), notify.ProviderStateKey(w.cfg.Queue), fields...).Err()
+			_ = w.rdb.HDel(context.WithoutCancel(ctx), notify.ProviderStateKey(w.cfg.Queue), fields...).Err()
 			return
 		case <-t.C:
 		}
@@ -235,7 +133,7 @@ func (w *Worker) WatchProvider(ctx context.Context, interval time.Duration) {
 // probe probes r if its breaker is open and a probe is due, and closes
 // the breaker if r answers.
 func (w *Worker) probe(ctx context.Context, r *route, interval time.Duration) {
-	if !r.health.probeDue(time.Now(), interval) {
+	if !r.health.ProbeDue(time.Now(), interval) {
 		return
 	}
 	pctx, cancel := context.WithTimeout(ctx, max(interval, 5*time.Second))
@@ -252,12 +150,12 @@ func (w *Worker) probe(ctx context.Context, r *route, interval time.Duration) {
 	}
 	if err != nil {
 		reason := mail.RedactAddresses(err.Error())
-		r.health.markDown(reason)
+		r.health.MarkDown(reason)
 		w.log.LogAttrs(ctx, slog.LevelInfo, "provider probe failed; it stays down", slog.String("worker_id", w.cfg.WorkerID),
 			slog.String("provider", r.name), slog.String("reason", reason))
 		return
 	}
-	if r.health.markUp() {
+	if r.health.MarkUp() {
 		w.log.LogAttrs(ctx, slog.LevelInfo, "provider takes mail again; sending resumes", slog.String("worker_id", w.cfg.WorkerID),
 			slog.String("provider", r.name))
 	}
@@ -278,7 +176,7 @@ func aboutPace(err error) *mail.SendError {
 // OutcomeUnavailable, and says so once per outage.
 func (w *Worker) providerUnavailable(ctx context.Context, r *route, se *mail.SendError) {
 	reason := mail.RedactAddresses(se.Error())
-	if r.health.markDown(reason) {
+	if r.health.MarkDown(reason) {
 		next := "deliveries wait until a probe succeeds"
 		if w.anyAvailable() {
 			next = "deliveries go to the next provider that is up until a probe succeeds"
@@ -296,7 +194,7 @@ func (w *Worker) publishHealth(ctx context.Context, interval time.Duration) {
 	now := time.Now()
 	values := make([]any, 0, 2*len(w.routes))
 	for _, r := range w.routes {
-		down, reason, since := r.health.state()
+		down, reason, since := r.health.State()
 		s := notify.ProviderState{WorkerID: w.cfg.WorkerID, Provider: r.name, Up: !down, Reason: reason, Since: since,
 			CheckedAt: now, ValidUntil: now.Add(3*interval + 5*time.Second)}
 		if r.budget != nil {
@@ -308,5 +206,5 @@ func (w *Worker) publishHealth(ctx context.Context, interval time.Duration) {
 		values = append(values, w.healthField(r), b)
 	}
 	// Best effort: Redis being away is not the provider's health.
-	_ = w.lock.rdb.HSet(ctx, notify.ProviderStateKey(w.cfg.Queue), values...).Err()
+	_ = w.rdb.HSet(ctx, notify.ProviderStateKey(w.cfg.Queue), values...).Err()
 }

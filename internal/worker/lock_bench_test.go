@@ -10,6 +10,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sekali-dev/sekali/internal/keylock"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/redisconn"
 	"github.com/sekali-dev/sekali/internal/testenv"
@@ -43,19 +44,20 @@ func benchLock(b *testing.B, opt asynq.RedisConnOpt) {
 	defer rdb.Close()
 	var trips atomic.Int64
 	countRoundTrips(rdb, &trips)
-	l := redisLock{rdb: rdb, ttl: 30 * time.Second}
+	l := keylock.New(rdb, 30*time.Second)
 	ctx := context.Background()
 
 	seq := 0 // a fresh delivery each time, across -count runs
 	delivery := func() string {
 		seq++
 		h := mail.KeyHash("order-confirmation:" + strconv.Itoa(seq) + ":bench@example.com")
-		token, got, err := l.acquire(ctx, h)
-		if err != nil || got != lockTaken {
-			b.Fatal("acquire:", got, err)
+		rs, err := l.AcquireAll(ctx, []keylock.Call{{KeyHash: h}})
+		if err != nil || rs[0].Got != keylock.Taken {
+			b.Fatal("acquire:", rs, err)
 		}
-		if released, err := l.release(ctx, h, token, true); err != nil || !released {
-			b.Fatal("release:", released, err)
+		rel, err := l.ReleaseAll(ctx, []keylock.Call{{KeyHash: h, Token: rs[0].Token, Sent: true}})
+		if err != nil || !rel[0].Released {
+			b.Fatal("release:", rel, err)
 		}
 		return h
 	}
@@ -80,8 +82,8 @@ func benchLock(b *testing.B, opt asynq.RedisConnOpt) {
 		h := delivery()
 		start, n := trips.Load(), 0
 		for b.Loop() {
-			if _, got, err := l.acquire(ctx, h); err != nil || got != lockCachedSent {
-				b.Fatal("a sent delivery not answered by the cache:", got, err)
+			if rs, err := l.AcquireAll(ctx, []keylock.Call{{KeyHash: h}}); err != nil || rs[0].Got != keylock.CachedSent {
+				b.Fatal("a sent delivery not answered by the cache:", rs, err)
 			}
 			n++
 		}

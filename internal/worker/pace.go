@@ -129,7 +129,7 @@ func (w *Worker) spill(ctx context.Context, first *route, n int) (*route, int) {
 			after = true
 			continue
 		}
-		if !after || !r.health.available() {
+		if !after || !r.health.Available() {
 			continue
 		}
 		if r.budget == nil {
@@ -153,7 +153,7 @@ func (w *Worker) routeOf(ctx context.Context, d notify.Delivery, paced *route) (
 	if d.Test {
 		return w.test, nil
 	}
-	if paced != nil && paced.health.available() && (!d.ProviderPinned || d.Provider == "" || d.Provider == paced.name) {
+	if paced != nil && paced.health.Available() && (!d.ProviderPinned || d.Provider == "" || d.Provider == paced.name) {
 		return paced, nil
 	}
 	r := w.routeFor(d)
@@ -194,7 +194,7 @@ func (w *Worker) lane(ctx context.Context) pace.Lane {
 // firstAvailable is the first provider that is up, nil if none is.
 func (w *Worker) firstAvailable() *route {
 	for _, r := range w.routes {
-		if r.health.available() {
+		if r.health.Available() {
 			return r
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sekali-dev/sekali/internal/failpoint"
+	"github.com/sekali-dev/sekali/internal/keylock"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/notify"
@@ -259,31 +260,31 @@ func taken(jobs []*job) []*job {
 // pipeline: a job the cache says is sent, or whose lock another worker
 // holds, is decided here.
 func (w *Worker) lockAll(ctx context.Context, jobs []*job) {
-	calls := make([]lockCall, len(jobs))
+	calls := make([]keylock.Call, len(jobs))
 	for i, j := range jobs {
-		calls[i] = lockCall{keyHash: j.p.KeyHash}
+		calls[i] = keylock.Call{KeyHash: j.p.KeyHash}
 	}
-	rs, err := w.lock.acquireAll(ctx, calls)
+	rs, err := w.lock.AcquireAll(ctx, calls)
 	for i, j := range jobs {
-		r := lockResult{err: err}
+		r := keylock.Result{Err: err}
 		if err == nil {
 			r = rs[i]
 		}
 		switch {
-		case j.extra && (r.err != nil || r.got != lockTaken):
+		case j.extra && (r.Err != nil || r.Got != keylock.Taken):
 			continue // its own task's, as it is
-		case r.err != nil:
-			j.decide(decideRedisError(r.err))
-		case r.got == lockCachedSent:
+		case r.Err != nil:
+			j.decide(decideRedisError(r.Err))
+		case r.Got == keylock.CachedSent:
 			j.decide(decideCachedSent())
-		case r.got == lockBusy:
+		case r.Got == keylock.Busy:
 			w.metrics.lockFailed.Inc()
-			j.l.set(slog.String("lock_key", LockKey(j.p.KeyHash)), slog.String("lock", "busy"))
+			j.l.set(slog.String("lock_key", keylock.LockKey(j.p.KeyHash)), slog.String("lock", "busy"))
 			j.decide(decideLockBusy())
 		default:
 			w.metrics.lockAcquired.Inc()
-			j.lockToken = r.token
-			j.l.set(slog.String("lock_key", LockKey(j.p.KeyHash)), slog.String("lock", "acquired"))
+			j.lockToken = r.Token
+			j.l.set(slog.String("lock_key", keylock.LockKey(j.p.KeyHash)), slog.String("lock", "acquired"))
 		}
 	}
 }

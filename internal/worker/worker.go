@@ -16,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/sekali-dev/sekali/internal/breaker"
+	"github.com/sekali-dev/sekali/internal/keylock"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/mailtemplate"
 	"github.com/sekali-dev/sekali/internal/pace"
@@ -117,7 +119,8 @@ func MinShutdownTimeout(sendTimeout time.Duration) time.Duration {
 // batch.
 type Worker struct {
 	db     *pgxpool.Pool
-	lock   redisLock
+	rdb    redis.UniversalClient
+	lock   keylock.Locks
 	routes []*route // PROVIDERS, in order: each attempt takes the first that is up
 	// test is test mode's provider (internal/testmail), which takes every
 	// test delivery and nothing else; it is in no list, so no
@@ -180,14 +183,15 @@ func New(db *pgxpool.Pool, rdb redis.UniversalClient, providers []NamedProvider,
 	metrics.knowProviders(providers)
 	routes := make([]*route, len(providers))
 	for i, p := range providers {
-		routes[i] = newRoute(p, cfg.Batches, newHealth(metrics.providerUp.WithLabelValues(p.Name)))
+		routes[i] = newRoute(p, cfg.Batches, breaker.New(metrics.providerUp.WithLabelValues(p.Name)))
 	}
 	return &Worker{
 		db:     db,
-		lock:   redisLock{rdb: rdb, ttl: cfg.LockTTL},
+		rdb:    rdb,
+		lock:   keylock.New(rdb, cfg.LockTTL),
 		routes: routes,
 		// Always up, and shown nowhere.
-		test:          newRoute(NamedProvider{Name: mail.TestProvider, Provider: testmail.New()}, false, newHealth(noUp{})),
+		test:          newRoute(NamedProvider{Name: mail.TestProvider, Provider: testmail.New()}, false, breaker.New(breaker.Nowhere{})),
 		templates:     templates,
 		templateNames: names,
 		subscriptions: templates.Subscriptions(),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sekali-dev/sekali/internal/keylock"
 	"github.com/sekali-dev/sekali/internal/mail"
 	"github.com/sekali-dev/sekali/internal/notify"
 	"github.com/sekali-dev/sekali/internal/worker"
@@ -17,8 +18,8 @@ import (
 
 // LockKey and SentKey are a delivery's names in Redis: the lock a
 // worker holds while it tries, and the cache entry that says "sent".
-func LockKey(d notify.Delivery) string { return worker.LockKey(mail.KeyHash(d.IdempotencyKey)) }
-func SentKey(d notify.Delivery) string { return worker.SentKey(mail.KeyHash(d.IdempotencyKey)) }
+func LockKey(d notify.Delivery) string { return keylock.LockKey(mail.KeyHash(d.IdempotencyKey)) }
+func SentKey(d notify.Delivery) string { return keylock.SentKey(mail.KeyHash(d.IdempotencyKey)) }
 
 // HoldLock takes d's lock as another worker would, for ttl.
 func HoldLock(t testing.TB, rdb redis.UniversalClient, d notify.Delivery, ttl time.Duration) {

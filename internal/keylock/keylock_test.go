@@ -1,4 +1,4 @@
-package worker
+package keylock
 
 import (
 	"context"
@@ -37,17 +37,17 @@ func TestLockAndCache(t *testing.T) {
 
 func testLockAndCache(t *testing.T, rdb redis.UniversalClient) {
 	ctx := context.Background()
-	l := redisLock{rdb: rdb, ttl: 10 * time.Second}
+	l := New(rdb, 10*time.Second)
 	h := randomKeyHash(t)
 
 	token, got, err := l.acquire(ctx, h)
-	if err != nil || got != lockTaken || token == "" {
+	if err != nil || got != Taken || token == "" {
 		t.Fatalf("first acquire = %q, %v, %v; want the lock", token, got, err)
 	}
 	if ttl := rdb.PTTL(ctx, LockKey(h)).Val(); ttl <= 9*time.Second || ttl > 10*time.Second {
 		t.Errorf("lock expires in %v, want LOCK_TTL (10s)", ttl)
 	}
-	if other, got, err := l.acquire(ctx, h); err != nil || got != lockBusy || other != "" {
+	if other, got, err := l.acquire(ctx, h); err != nil || got != Busy || other != "" {
 		t.Errorf("second acquire = %q, %v, %v; want busy", other, got, err)
 	}
 	if ok, err := l.extend(ctx, h, "not-mine"); err != nil || ok {
@@ -69,7 +69,7 @@ func testLockAndCache(t *testing.T, rdb redis.UniversalClient) {
 		t.Errorf("status cache = %q for %v, want sent for %v", v, ttl, sentCacheTTL)
 	}
 	// A cached "sent" answers before the lock is even looked at.
-	if other, got, err := l.acquire(ctx, h); err != nil || got != lockCachedSent || other != "" {
+	if other, got, err := l.acquire(ctx, h); err != nil || got != CachedSent || other != "" {
 		t.Errorf("acquire of a sent delivery = %q, %v, %v; want the cache's answer", other, got, err)
 	}
 	if released, err := l.release(ctx, h, token, false); err != nil || !released {
@@ -89,7 +89,7 @@ func testLockAndCache(t *testing.T, rdb redis.UniversalClient) {
 		if err := poison(SentKey(h)); err != nil {
 			t.Fatal(err)
 		}
-		if token, got, err := l.acquire(ctx, h); err != nil || got != lockTaken || token == "" {
+		if token, got, err := l.acquire(ctx, h); err != nil || got != Taken || token == "" {
 			t.Errorf("acquire under a cache entry that is not \"sent\" = %q, %v, %v; want the lock", token, got, err)
 		}
 	}
@@ -104,14 +104,14 @@ func TestLockAcrossClusterFailover(t *testing.T) {
 	rdb := redisconn.NewClient(rc.Opt)
 	t.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
-	l := redisLock{rdb: rdb, ttl: 10 * time.Second}
+	l := New(rdb, 10*time.Second)
 
 	h := randomKeyHash(t)
 	if slot, other := rdb.ClusterKeySlot(ctx, LockKey(h)).Val(), rdb.ClusterKeySlot(ctx, SentKey(h)).Val(); slot != other {
 		t.Fatalf("lock in slot %d, cache in slot %d: a script cannot touch both", slot, other)
 	}
 	token, got, err := l.acquire(ctx, h)
-	if err != nil || got != lockTaken {
+	if err != nil || got != Taken {
 		t.Fatalf("acquire = %v, %v", got, err)
 	}
 	rc.Failover(t, LockKey(h))
@@ -122,7 +122,7 @@ func TestLockAcrossClusterFailover(t *testing.T) {
 		t.Errorf("release after the failover = %v, %v", released, err)
 	}
 	rc.Failover(t, SentKey(h))
-	if _, got, err := l.acquire(ctx, h); err != nil || got != lockCachedSent {
+	if _, got, err := l.acquire(ctx, h); err != nil || got != CachedSent {
 		t.Errorf("acquire after a second failover = %v, %v; want the cached \"sent\"", got, err)
 	}
 }
@@ -136,8 +136,8 @@ func randomKeyHash(t testing.TB) string {
 	return hex.EncodeToString(b[:])
 }
 
-// The attempts' lock round trips go in one pipeline (acquireAll,
-// releaseAll): each call its own answer — one lock taken, one busy, one
+// The attempts' lock round trips go in one pipeline (AcquireAll,
+// ReleaseAll): each call its own answer — one lock taken, one busy, one
 // cached sent — and each release its own; a Redis that forgot the
 // scripts (restarted, SCRIPT FLUSH) answers NOSCRIPT to their digests,
 // and the calls run again by the scripts' bodies. On one redis-server
@@ -157,27 +157,27 @@ func TestLockRoundTripsShared(t *testing.T) {
 			ctx := context.Background()
 			rdb := redisconn.NewClient(tc.opt(t))
 			t.Cleanup(func() { rdb.Close() })
-			l := redisLock{rdb: rdb, ttl: 10 * time.Second}
+			l := New(rdb, 10*time.Second)
 			free, busy, sent := randomKeyHash(t), randomKeyHash(t), randomKeyHash(t)
-			if _, got, err := l.acquire(ctx, busy); err != nil || got != lockTaken {
+			if _, got, err := l.acquire(ctx, busy); err != nil || got != Taken {
 				t.Fatalf("another worker's lock: %v, %v", got, err)
 			}
-			if err := l.cacheSent(ctx, sent); err != nil {
+			if err := l.CacheSent(ctx, sent); err != nil {
 				t.Fatal(err)
 			}
 			if err := rdb.ScriptFlush(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
-			rs, err := l.acquireAll(ctx, []lockCall{{keyHash: free}, {keyHash: busy}, {keyHash: sent}})
+			rs, err := l.AcquireAll(ctx, []Call{{KeyHash: free}, {KeyHash: busy}, {KeyHash: sent}})
 			if err != nil || len(rs) != 3 {
-				t.Fatalf("acquireAll after SCRIPT FLUSH: %v, %v", rs, err)
+				t.Fatalf("AcquireAll after SCRIPT FLUSH: %v, %v", rs, err)
 			}
-			if rs[0].got != lockTaken || rs[0].token == "" || rs[0].err != nil || rs[1].got != lockBusy || rs[1].err != nil || rs[2].got != lockCachedSent {
-				t.Fatalf("acquireAll = %+v: want taken, busy, cached sent", rs)
+			if rs[0].Got != Taken || rs[0].Token == "" || rs[0].Err != nil || rs[1].Got != Busy || rs[1].Err != nil || rs[2].Got != CachedSent {
+				t.Fatalf("AcquireAll = %+v: want taken, busy, cached sent", rs)
 			}
-			rel, err := l.releaseAll(ctx, []lockCall{{keyHash: free, token: rs[0].token, sent: true}, {keyHash: busy, token: "not-mine"}})
-			if err != nil || !rel[0].released || rel[1].released || rel[0].err != nil || rel[1].err != nil {
-				t.Fatalf("releaseAll = %+v, %v: want the one ours released, the other's kept", rel, err)
+			rel, err := l.ReleaseAll(ctx, []Call{{KeyHash: free, Token: rs[0].Token, Sent: true}, {KeyHash: busy, Token: "not-mine"}})
+			if err != nil || !rel[0].Released || rel[1].Released || rel[0].Err != nil || rel[1].Err != nil {
+				t.Fatalf("ReleaseAll = %+v, %v: want the one ours released, the other's kept", rel, err)
 			}
 			if v, _ := rdb.Get(ctx, SentKey(free)).Result(); v != "sent" {
 				t.Errorf("the release did not cache sent: %q", v)
@@ -187,4 +187,24 @@ func TestLockRoundTripsShared(t *testing.T) {
 			}
 		})
 	}
+}
+
+// acquire, release and extend are AcquireAll, ReleaseAll and ExtendAll
+// for one delivery.
+func (l Locks) acquire(ctx context.Context, keyHash string) (string, Outcome, error) {
+	rs, _ := l.AcquireAll(ctx, []Call{{KeyHash: keyHash}})
+	return rs[0].Token, rs[0].Got, rs[0].Err
+}
+
+func (l Locks) release(ctx context.Context, keyHash, token string, sent bool) (bool, error) {
+	rs, _ := l.ReleaseAll(ctx, []Call{{KeyHash: keyHash, Token: token, Sent: sent}})
+	return rs[0].Released, rs[0].Err
+}
+
+func (l Locks) extend(ctx context.Context, keyHash, token string) (bool, error) {
+	ok, err := l.ExtendAll(ctx, []Call{{KeyHash: keyHash, Token: token}})
+	if err != nil {
+		return false, err
+	}
+	return ok[0], nil
 }
