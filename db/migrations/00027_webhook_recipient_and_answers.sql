@@ -1,10 +1,12 @@
 -- +goose Up
--- The shop's webhooks name the notification's recipient (issue 44): a
--- shop no longer splits idempotency_key to learn whom an event is about.
--- The address is already in that key, so nothing is disclosed that was
--- not; it is the notification's own recipient, trimmed and lower-cased
--- as it was recorded. (The shop's order number, order_reference, as
--- 00025 added it.)
+-- The shop's webhooks carry the order's number (order_reference, 00025's
+-- column; absent without one: a look-up of the order's row by its primary
+-- key, made only for the endpoints that want the event) and name the
+-- notification's recipient (issue 44): a shop no longer splits
+-- idempotency_key to learn whom an event is about. The address is already
+-- in that key, so nothing is disclosed that was not; it is the
+-- notification's own recipient, trimmed and lower-cased as it was
+-- recorded.
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION webhook_outbox() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -62,7 +64,6 @@ BEGIN
                'data', jsonb_strip_nulls(jsonb_build_object(
                    'notification_id', d.id,
                    'order_id', d.order_id,
-                   'order_reference', (SELECT o.reference FROM orders o WHERE o.id = d.order_id),
                    'template', d.template,
                    'idempotency_key', d.idempotency_key,
                    'status', d.status,
