@@ -185,17 +185,5 @@ func (b *backoff) evict(now time.Time) {
 			delete(b.names, k)
 		}
 	}
-	if len(b.names) < maxClients {
-		return
-	}
-	var total time.Duration
-	for _, s := range b.names {
-		total += now.Sub(s.last)
-	}
-	mean := total / time.Duration(len(b.names))
-	for k, s := range b.names {
-		if now.Sub(s.last) >= mean {
-			delete(b.names, k)
-		}
-	}
+	evictIdlest(b.names, func(s *streak) time.Duration { return now.Sub(s.last) })
 }

@@ -122,17 +122,24 @@ func (l *limiter) evict(now time.Time) {
 			delete(l.clients, k)
 		}
 	}
-	if len(l.clients) < maxClients {
+	evictIdlest(l.clients, func(b *bucket) time.Duration { return now.Sub(b.seen) })
+}
+
+// evictIdlest drops, when m holds maxClients entries or more, every entry
+// idle at least as long as the mean (so at least the idlest one); idle
+// says how long an entry has been.
+func evictIdlest[V any](m map[string]V, idle func(V) time.Duration) {
+	if len(m) < maxClients {
 		return
 	}
 	var total time.Duration
-	for _, b := range l.clients {
-		total += now.Sub(b.seen)
+	for _, v := range m {
+		total += idle(v)
 	}
-	mean := total / time.Duration(len(l.clients))
-	for k, b := range l.clients {
-		if now.Sub(b.seen) >= mean {
-			delete(l.clients, k)
+	mean := total / time.Duration(len(m))
+	for k, v := range m {
+		if idle(v) >= mean {
+			delete(m, k)
 		}
 	}
 }
