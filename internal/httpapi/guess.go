@@ -91,13 +91,7 @@ func guardOperators(g *operatorGuard, addr func(*http.Request) string, check fun
 				tooMany(w, r, wait, "Too many failed operator credentials from this client, or with this key")
 				return
 			}
-			passed := false
-			rec := &statusRecorder{ResponseWriter: w}
-			check(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-				passed = true
-				next.ServeHTTP(w, r)
-			})).ServeHTTP(rec, r)
-			if !passed && rec.status >= 400 && rec.status < 500 {
+			if refusedBy(check, next, w, r) {
 				g.failed(client, token, time.Now())
 			}
 		})

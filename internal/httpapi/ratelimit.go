@@ -125,6 +125,19 @@ func (l *limiter) evict(now time.Time) {
 	evictIdlest(l.clients, func(b *bucket) time.Duration { return now.Sub(b.seen) })
 }
 
+// refusedBy serves r through check and, when it lets r in, next; it
+// reports whether check refused r with a 4xx of its own (a credential it
+// did not take), not next.
+func refusedBy(check func(http.Handler) http.Handler, next http.Handler, w http.ResponseWriter, r *http.Request) bool {
+	passed := false
+	rec := &statusRecorder{ResponseWriter: w}
+	check(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		passed = true
+		next.ServeHTTP(w, r)
+	})).ServeHTTP(rec, r)
+	return !passed && rec.status >= 400 && rec.status < 500
+}
+
 // evictIdlest drops, when m holds maxClients entries or more, every entry
 // idle at least as long as the mean (so at least the idlest one); idle
 // says how long an entry has been.
@@ -178,13 +191,7 @@ func limitRefusals(l *limiter, client func(*http.Request) string, check func(htt
 				tooMany(w, r, wait, "Too many requests with credentials that are not valid from this client")
 				return
 			}
-			passed := false
-			rec := &statusRecorder{ResponseWriter: w}
-			check(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-				passed = true
-				next.ServeHTTP(w, r)
-			})).ServeHTTP(rec, r)
-			if !passed && rec.status >= 400 && rec.status < 500 {
+			if refusedBy(check, next, w, r) {
 				l.spend(c, time.Now())
 			}
 		})
