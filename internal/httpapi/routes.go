@@ -71,18 +71,15 @@ func addRoutes(r chi.Router, d Deps, hooks webhookMetrics) {
 		// Failed credentials spend the address's refusal budget (above); the
 		// requests that pass, their key's (or, with an order token, their
 		// address's) backend budget.
-		r.With(guarded(requireOrderReader(d.Keys, d.Orders)), limit(backend, keyOrAddr(addr))).
-			Method(http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
-		r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersWrite)), limit(backend, keyOrAddr(addr))).
-			Method(http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
-		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-			Method(http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
-		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-			Method(http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
-		r.With(guarded(requireKey(d.Keys, apikey.ScopeOrdersRead)), limit(backend, keyOrAddr(addr))).
-			Method(http.MethodGet, "/v1/notifications/{id}", handleGetNotification(d.Orders))
-		r.With(guarded(requireKey(d.Keys, apikey.ScopeNotificationsWrite)), limit(backend, keyOrAddr(addr))).
-			Method(http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
+		backendRoute := func(check func(http.Handler) http.Handler, method, pattern string, h http.Handler) {
+			r.With(guarded(check), limit(backend, keyOrAddr(addr))).Method(method, pattern, h)
+		}
+		backendRoute(requireOrderReader(d.Keys, d.Orders), http.MethodGet, "/v1/orders/{id}", handleGetOrder(d.Orders))
+		backendRoute(requireKey(d.Keys, apikey.ScopeOrdersWrite), http.MethodPost, "/v1/orders/{id}/shipments", handleCreateShipment(d.Orders))
+		backendRoute(requireKey(d.Keys, apikey.ScopeNotificationsWrite), http.MethodPost, "/v1/orders/{id}/notifications", handleCreateNotification(d.Orders))
+		backendRoute(requireKey(d.Keys, apikey.ScopeNotificationsWrite), http.MethodPost, "/v1/orders/{id}/notifications/cancel", handleCancelTemplate(d.Orders))
+		backendRoute(requireKey(d.Keys, apikey.ScopeOrdersRead), http.MethodGet, "/v1/notifications/{id}", handleGetNotification(d.Orders))
+		backendRoute(requireKey(d.Keys, apikey.ScopeNotificationsWrite), http.MethodPost, "/v1/notifications/{id}/cancel", handleCancelNotification(d.Orders))
 	})
 
 	// Operators. A guess at an operator key or at ADMIN_TOKEN costs the
